@@ -1,0 +1,36 @@
+# Two commands set up a fresh machine:  `make up`  and  `make test`.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: up test deps venv bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# System packages the tests and benchmarks use: Debian's redis-server (the
+# reference for differential tests) and redis-tools (redis-cli, redis-benchmark).
+deps:
+	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server redis-tools; }
+	@# the packaged service is not wanted: tests start their own servers
+	@-systemctl disable --now redis-server >/dev/null 2>&1 || true
+	@-service redis-server stop >/dev/null 2>&1 || true
+
+up: venv
+	$(BIN)/braid up
+
+test: venv deps
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv deps
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info

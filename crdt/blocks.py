@@ -1,0 +1,466 @@
+"""One origin region's entry log, packed in blocks (seed 004, Redis's t_stream.c).
+
+Theory of operation
+-------------------
+Redis keeps a stream as a radix tree of listpacks: each listpack ("node") holds
+up to ``stream-node-max-entries`` entries or ``stream-node-max-bytes`` bytes,
+starts with a *master entry* whose field names later entries can share, and
+stores every entry's ID as a delta against the node's first ID.  Deleting an
+entry only sets a flag; a node whose entries are all deleted is freed, and
+``MAXLEN ~`` frees whole nodes only.
+
+Braid keeps exactly that shape, with a Python-friendly byte format.  An
+:class:`EntryLog` is a list of :class:`Block` objects ordered by first ID, with
+a parallel list of first IDs so ``bisect`` finds the block holding any ID in
+O(log n).  Each block's entries live in one ``bytearray``::
+
+    Block
+    +-------------------------------------------------------------------+
+    | first=(ms,seq)   master fields=(f1, f2, ...)   live   dead   last  |
+    +-------------------------------------------------------------------+
+    buf:  entry entry entry ...
+    entry:
+    +-------+----------+-----------+---------------------------------------+
+    | flags | ms-delta | seq-delta | SAMEFIELDS set:   vlen v ... (n times)  |
+    |  u8   | uvarint  | zigzag    | otherwise: n (flen f vlen v) ... n times|
+    +-------+----------+-----------+---------------------------------------+
+    flags: bit 0 DELETED, bit 1 SAMEFIELDS (field names equal the master's)
+    uvarint: LEB128; zigzag: signed LEB128 (a seq delta may be negative)
+
+When to open a new block must match Redis to the byte, because it decides what
+``MAXLEN ~`` removes.  So each block also tracks ``lp_base``: the size in bytes
+the same entries would take in a Redis listpack (listpack's integer and string
+encodings plus back-lengths), and the new-node rule of ``streamAppendItem`` is
+applied to that number.  The block's own buffer is smaller than the listpack.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
+
+from .ids import StreamID, string2ll
+
+DELETED = 1
+SAMEFIELDS = 2
+
+LISTPACK_MAX_SIZE = 1 << 30  # STREAM_LISTPACK_MAX_SIZE
+_LP_EMPTY = 7  # listpack header (6) + end byte (1)
+
+# A decoded entry: (id, flat [f1, v1, f2, v2, ...], deleted, offset in buf)
+Decoded = tuple[StreamID, list, bool, int]
+
+
+# ---------------------------------------------------------------- listpack sizes
+def _lp_int_enclen(v: int) -> int:
+    if 0 <= v <= 127:
+        return 1
+    if -4096 <= v <= 4095:
+        return 2
+    if -32768 <= v <= 32767:
+        return 3
+    if -8388608 <= v <= 8388607:
+        return 4
+    if -2147483648 <= v <= 2147483647:
+        return 5
+    return 9
+
+
+def _lp_backlen(n: int) -> int:
+    if n <= 127:
+        return 1
+    if n < 16383:
+        return 2
+    if n < 2097151:
+        return 3
+    if n < 268435455:
+        return 4
+    return 5
+
+
+def lp_int_size(v: int) -> int:
+    """Bytes an integer element takes in a listpack, back-length included."""
+    n = _lp_int_enclen(v)
+    return n + _lp_backlen(n)
+
+
+def lp_str_size(s: bytes) -> int:
+    """Bytes a string element takes in a listpack (integers are packed)."""
+    if len(s) <= 20:
+        v = string2ll(s)
+        if v is not None:
+            return lp_int_size(v)
+    n = len(s)
+    enc = n + (1 if n < 64 else 2 if n < 4096 else 5)
+    return enc + _lp_backlen(enc)
+
+
+def _s64(v: int) -> int:
+    """Wrap to a signed 64-bit value, as C's int64_t arithmetic does."""
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+# ---------------------------------------------------------------- varints
+def _put_uvarint(out: bytearray, v: int) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _put_bytes(out: bytearray, b: bytes) -> None:
+    n = len(b)
+    if n < 0x80:
+        out.append(n)
+    else:
+        _put_uvarint(out, n)
+    out += b
+
+
+class Block:
+    __slots__ = ("first", "last", "fields", "buf", "live", "dead", "lp_base")
+
+    def __init__(self, first: StreamID, fields: tuple) -> None:
+        self.first = first
+        self.last = first
+        self.fields = fields  # master entry field names
+        self.buf = bytearray()
+        self.live = 0
+        self.dead = 0
+        # listpack bytes of everything except the live/dead counters
+        self.lp_base = _LP_EMPTY + lp_int_size(len(fields)) + lp_int_size(0)
+        self.lp_base += sum(lp_str_size(f) for f in fields)
+
+    @property
+    def lp_bytes(self) -> int:
+        return self.lp_base + lp_int_size(self.live) + lp_int_size(self.dead)
+
+    def append(self, id_: StreamID, flat: Sequence[bytes]) -> None:
+        fields = self.fields
+        n = len(flat) // 2
+        same = n == len(fields) and all(flat[2 * i] == fields[i] for i in range(n))
+        out = self.buf
+        out.append(SAMEFIELDS if same else 0)
+        msd = id_[0] - self.first[0]
+        seqd = id_[1] - self.first[1]
+        _put_uvarint(out, msd)
+        _put_uvarint(out, (seqd << 1) if seqd >= 0 else ((-seqd) << 1) - 1)
+        lp = lp_int_size(SAMEFIELDS if same else 0) + lp_int_size(_s64(msd)) + lp_int_size(_s64(seqd))
+        if same:
+            for i in range(1, 2 * n, 2):
+                v = flat[i]
+                _put_bytes(out, v)
+                lp += lp_str_size(v)
+            lp += lp_int_size(n + 3)
+        else:
+            _put_uvarint(out, n)
+            for x in flat:
+                _put_bytes(out, x)
+                lp += lp_str_size(x)
+            lp += lp_int_size(n) + lp_int_size(2 * n + 4)
+        self.lp_base += lp
+        self.live += 1
+        self.last = id_
+
+    def decode(self) -> list[Decoded]:
+        """Every entry of the block, deleted ones included, in ID order."""
+        buf = bytes(self.buf)
+        fields = self.fields
+        nf = len(fields)
+        fms, fseq = self.first
+        out: list[Decoded] = []
+        append = out.append
+        i, end = 0, len(buf)
+        while i < end:
+            start = i
+            flags = buf[i]
+            i += 1
+            v = buf[i]
+            i += 1
+            if v >= 0x80:
+                v &= 0x7F
+                shift = 7
+                while True:
+                    b = buf[i]
+                    i += 1
+                    v |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+            ms = fms + v
+            v = buf[i]
+            i += 1
+            if v >= 0x80:
+                v &= 0x7F
+                shift = 7
+                while True:
+                    b = buf[i]
+                    i += 1
+                    v |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+            seq = fseq + ((v >> 1) if not v & 1 else -((v + 1) >> 1))
+            if flags & SAMEFIELDS:
+                flat = [None] * (2 * nf)
+                flat[0::2] = fields
+                for k in range(1, 2 * nf, 2):
+                    n = buf[i]
+                    i += 1
+                    if n >= 0x80:
+                        n, i = _uvarint_tail(buf, i, n)
+                    flat[k] = buf[i:i + n]
+                    i += n
+            else:
+                n = buf[i]
+                i += 1
+                if n >= 0x80:
+                    n, i = _uvarint_tail(buf, i, n)
+                flat = []
+                for _ in range(2 * n):
+                    m = buf[i]
+                    i += 1
+                    if m >= 0x80:
+                        m, i = _uvarint_tail(buf, i, m)
+                    flat.append(buf[i:i + m])
+                    i += m
+            append(((ms, seq), flat, bool(flags & DELETED), start))
+        return out
+
+    def mark_deleted(self, offset: int) -> None:
+        self.buf[offset] |= DELETED
+        self.live -= 1
+        self.dead += 1
+
+
+def _uvarint_tail(buf: bytes, i: int, first: int) -> tuple[int, int]:
+    v = first & 0x7F
+    shift = 7
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, i
+        shift += 7
+
+
+class TrimSpec:
+    """What a trim asks for (XADD's and XTRIM's MAXLEN / MINID options)."""
+
+    __slots__ = ("maxlen", "minid", "approx", "limit")
+
+    def __init__(self, maxlen: int | None = None, minid: StreamID | None = None,
+                 approx: bool = False, limit: int = 0) -> None:
+        self.maxlen = maxlen
+        self.minid = minid
+        self.approx = approx
+        self.limit = limit
+
+
+class EntryLog:
+    """The entries minted by one origin region, in ID order."""
+
+    __slots__ = ("blocks", "firsts", "length", "_cache_block", "_cache")
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.firsts: list[StreamID] = []
+        self.length = 0
+        self._cache_block: Block | None = None
+        self._cache: list[Decoded] = []
+
+    # ------------------------------------------------------------ writing
+    def append(self, id_: StreamID, flat: Sequence[bytes], max_entries: int, max_bytes: int) -> None:
+        """Add an entry whose ID is above every ID in the log."""
+        tail = self.blocks[-1] if self.blocks else None
+        if tail is not None:
+            limit = max_bytes if 0 < max_bytes <= LISTPACK_MAX_SIZE else LISTPACK_MAX_SIZE
+            totelelen = sum(len(x) for x in flat)
+            if tail.lp_bytes + totelelen >= limit or (
+                max_entries and tail.live + tail.dead >= max_entries
+            ):
+                tail = None
+        if tail is None:
+            tail = Block(id_, tuple(flat[0::2]))
+            self.blocks.append(tail)
+            self.firsts.append(id_)
+        tail.append(id_, flat)
+        self.length += 1
+        if self._cache_block is tail:
+            # keep the decoded tail in step instead of decoding it again
+            self._cache = None  # type: ignore[assignment]
+            self._cache_block = None
+
+    def delete(self, id_: StreamID) -> bool:
+        """XDEL one ID; True if a live entry was removed."""
+        bi = bisect_right(self.firsts, id_) - 1
+        if bi < 0:
+            return False
+        block = self.blocks[bi]
+        if id_ > block.last:
+            return False
+        for eid, _flat, dead, off in self._decoded(block):
+            if eid == id_:
+                if dead:
+                    return False
+                self._remove_at(bi, off)
+                return True
+            if eid > id_:
+                break
+        return False
+
+    def _remove_at(self, bi: int, off: int) -> None:
+        block = self.blocks[bi]
+        if block.live == 1:
+            del self.blocks[bi]
+            del self.firsts[bi]
+        else:
+            block.mark_deleted(off)
+        self.length -= 1
+        self._invalidate(block)
+
+    def _invalidate(self, block: Block) -> None:
+        if self._cache_block is block:
+            self._cache_block = None
+            self._cache = None  # type: ignore[assignment]
+
+    def trim(self, spec: TrimSpec, can_delete: Callable[[StreamID], bool] | None,
+             keep_refs: bool) -> int:
+        """Redis's ``streamTrim`` on this log.  Returns entries removed.
+
+        ``can_delete(id)`` is consulted per entry when references are not
+        simply kept (DELREF / ACKED): it may clean references and says
+        whether the entry may go.
+        """
+        maxlen, minid = spec.maxlen, spec.minid
+        deleted = 0
+        bi = 0
+        while bi < len(self.blocks):
+            if maxlen is not None and self.length <= maxlen:
+                break
+            block = self.blocks[bi]
+            entries = block.live
+            if spec.limit and deleted + entries > spec.limit:
+                break
+            if maxlen is not None:
+                eligible = self.length - entries >= maxlen
+            else:
+                eligible = block.last < minid
+            if eligible and keep_refs:
+                del self.blocks[bi]
+                del self.firsts[bi]
+                self._invalidate(block)
+                self.length -= entries
+                deleted += entries
+                continue
+            if spec.approx and keep_refs:
+                break
+            removed = 0
+            for eid, _flat, dead, off in self._decoded(block):
+                if maxlen is not None:
+                    if self.length <= maxlen:
+                        break
+                elif eid >= minid:
+                    break
+                if dead:
+                    continue
+                if can_delete is not None and not can_delete(eid):
+                    continue
+                block.buf[off] |= DELETED
+                removed += 1
+                self.length -= 1
+            self._invalidate(block)
+            deleted += removed
+            if eligible and removed == entries:
+                del self.blocks[bi]
+                del self.firsts[bi]
+                continue
+            block.live -= removed
+            block.dead += removed
+            if eligible:
+                bi += 1
+                continue
+            break
+        return deleted
+
+    # ------------------------------------------------------------ reading
+    def _decoded(self, block: Block) -> list[Decoded]:
+        if self._cache_block is not block:
+            self._cache = block.decode()
+            self._cache_block = block
+        return self._cache
+
+    def range(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
+        """Live entries with start <= id <= end, ascending."""
+        if start > end or not self.blocks:
+            return
+        firsts = self.firsts
+        bi = max(bisect_right(firsts, start) - 1, 0)
+        stop = bisect_right(firsts, end)
+        blocks = self.blocks
+        for k in range(bi, stop):
+            block = blocks[k]
+            if block.last < start:
+                continue
+            for eid, flat, dead, _off in self._decoded(block):
+                if dead or eid < start:
+                    continue
+                if eid > end:
+                    return
+                yield eid, flat
+
+    def revrange(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
+        """Live entries with start <= id <= end, descending."""
+        if start > end or not self.blocks:
+            return
+        firsts = self.firsts
+        bi = max(bisect_right(firsts, start) - 1, 0)
+        stop = bisect_right(firsts, end)
+        blocks = self.blocks
+        for k in range(stop - 1, bi - 1, -1):
+            block = blocks[k]
+            if block.last < start:
+                return
+            for eid, flat, dead, _off in reversed(self._decoded(block)):
+                if dead or eid > end:
+                    continue
+                if eid < start:
+                    return
+                yield eid, flat
+
+    def get(self, id_: StreamID) -> list | None:
+        for eid, flat in self.range(id_, id_):
+            return flat
+        return None
+
+    def first_live(self) -> StreamID | None:
+        for eid, _ in self.range((0, 0), self.blocks[-1].last if self.blocks else (0, 0)):
+            return eid
+        return None
+
+    def last_live(self) -> StreamID | None:
+        if not self.blocks:
+            return None
+        for eid, _ in self.revrange((0, 0), self.blocks[-1].last):
+            return eid
+        return None
+
+    def last_any(self) -> StreamID | None:
+        """The highest ID stored, deleted entries included (None if empty)."""
+        return self.blocks[-1].last if self.blocks else None
+
+    def contains_range_count(self, start: StreamID, end: StreamID) -> int:
+        return sum(1 for _ in self.range(start, end))
+
+    @property
+    def node_count(self) -> int:
+        return len(self.blocks)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by entry data (buffers plus per-block bookkeeping)."""
+        return sum(len(b.buf) + 200 for b in self.blocks)
+
+    def index_of_first_at_or_after(self, id_: StreamID) -> int:
+        return bisect_left(self.firsts, id_)

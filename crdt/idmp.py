@@ -1,0 +1,79 @@
+"""Idempotent XADD (seed 002): per-producer maps of iid -> entry ID.
+
+Theory of operation
+-------------------
+Each producer (pid) owns an insertion-ordered map iid -> entry ID.  Entries
+leave the map when it grows past ``maxsize`` (oldest first, at insert time) or
+when their entry ID's milliseconds are more than ``duration`` seconds older than
+the current time (``expire(now_ms)``, run by the server once a second).  IDs
+minted with ``*`` grow with time, so insertion order is time order and expiry
+stops at the first young entry.  ``auto_iid`` is IDMPAUTO's content hash: the
+XOR of XXH128(field || value) over all pairs, so field order does not matter.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import xxhash
+
+from .ids import StreamID
+
+
+def auto_iid(flat: Sequence[bytes]) -> bytes:
+    acc = 0
+    for i in range(0, len(flat), 2):
+        acc ^= xxhash.xxh3_128_intdigest(flat[i] + flat[i + 1])
+    return acc.to_bytes(16, "little")
+
+
+class IdmpState:
+    __slots__ = ("duration", "maxsize", "producers", "iids_added", "iids_duplicates")
+
+    def __init__(self, duration: int = 100, maxsize: int = 100) -> None:
+        self.duration = duration
+        self.maxsize = maxsize
+        self.producers: dict[bytes, OrderedDict[bytes, StreamID]] = {}
+        self.iids_added = 0
+        self.iids_duplicates = 0
+
+    def lookup(self, pid: bytes, iid: bytes) -> StreamID | None:
+        m = self.producers.get(pid)
+        return None if m is None else m.get(iid)
+
+    def record(self, pid: bytes, iid: bytes, id_: StreamID) -> None:
+        m = self.producers.get(pid)
+        if m is None:
+            m = self.producers[pid] = OrderedDict()
+        m[iid] = id_
+        self.iids_added += 1
+        while len(m) > self.maxsize:
+            m.popitem(last=False)
+
+    def expire(self, now_ms: int) -> None:
+        horizon = now_ms - self.duration * 1000
+        for pid in list(self.producers):
+            m = self.producers[pid]
+            while m:
+                iid, id_ = next(iter(m.items()))
+                if id_[0] >= horizon:
+                    break
+                m.popitem(last=False)
+            if not m:
+                del self.producers[pid]
+
+    def configure(self, duration: int | None, maxsize: int | None) -> None:
+        if duration is not None:
+            self.duration = duration
+        if maxsize is not None:
+            self.maxsize = maxsize
+        self.producers.clear()
+
+    @property
+    def pids_tracked(self) -> int:
+        return len(self.producers)
+
+    @property
+    def iids_tracked(self) -> int:
+        return sum(len(m) for m in self.producers.values())

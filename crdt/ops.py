@@ -1,0 +1,205 @@
+"""Operations: every replicated change to a stream key, and how it applies.
+
+Theory of operation
+-------------------
+A command never mutates shared state directly when the change must reach
+other regions.  It *resolves* its arguments against the current state (picks
+the new entry's ID, validates options) into a fully determined operation, and
+the operation is applied by :func:`apply`, pure code with no clock and no I/O.
+The same operation, applied to the same state, always gives the same result,
+so it can be logged, replayed after a crash, and shipped to other regions.
+
+Region-local changes (deliveries to consumers, the PEL, XGROUP SETID,
+CREATECONSUMER, DELCONSUMER) are not operations: seed 003 keeps them local.
+
+Which operations exist:
+
+=================  =============================================  ===========
+operation          made by                                        applies as
+=================  =============================================  ===========
+AddEntry           XADD (after ID choice and IDMP check)          append to the origin's log
+Trim               XADD MAXLEN/MINID, XTRIM                       Redis's ``streamTrim``
+DeleteEntries      XDEL, XDELEX, XACKDEL                          flag / drop those IDs
+DeleteKey          DEL, UNLINK, RENAME's source, FLUSH*           drop the key
+CreateGroup        XGROUP CREATE, XREADGROUP-less MKSTREAM        add the group
+DestroyGroup       XGROUP DESTROY                                 drop the group
+SetStreamId        XSETID                                         move last-generated-id etc.
+ConfigureIdmp      XCFGSET / XIDMP CFGSET                         set duration/maxsize, clear maps
+=================  =============================================  ===========
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .blocks import TrimSpec
+from .groups import ConsumerGroup
+from .ids import StreamID
+from .stream import Stream
+
+# delete strategies (Redis 8.2: KEEPREF / DELREF / ACKED)
+KEEPREF, DELREF, ACKED = "keepref", "delref", "acked"
+
+
+@dataclass(slots=True)
+class Limits:
+    """Storage parameters a region applies operations with (its config)."""
+
+    node_max_entries: int = 100
+    node_max_bytes: int = 4096
+    idmp_duration: int = 100
+    idmp_maxsize: int = 100
+
+
+@dataclass(slots=True)
+class Op:
+    key: bytes
+
+
+@dataclass(slots=True)
+class AddEntry(Op):
+    origin: int
+    id: StreamID
+    fields: list
+    pid: bytes | None = None
+    iid: bytes | None = None
+
+
+@dataclass(slots=True)
+class Trim(Op):
+    spec: TrimSpec
+    strategy: str = KEEPREF
+
+
+@dataclass(slots=True)
+class DeleteEntries(Op):
+    ids: list
+    strategy: str = KEEPREF
+
+
+@dataclass(slots=True)
+class DeleteKey(Op):
+    pass
+
+
+@dataclass(slots=True)
+class CreateGroup(Op):
+    group: bytes
+    last_id: StreamID
+    entries_read: int
+    mkstream: bool = False
+
+
+@dataclass(slots=True)
+class DestroyGroup(Op):
+    group: bytes
+
+
+@dataclass(slots=True)
+class SetStreamId(Op):
+    last_id: StreamID
+    entries_added: int | None = None
+    max_deleted_id: StreamID | None = None
+
+
+@dataclass(slots=True)
+class ConfigureIdmp(Op):
+    duration: int | None = None
+    maxsize: int | None = None
+
+
+@dataclass(slots=True)
+class Result:
+    """What applying an operation did, for the reply."""
+
+    count: int = 0
+    per_id: list = field(default_factory=list)
+
+
+def is_referenced(s: Stream, id_: StreamID) -> bool:
+    """True if any group still has this ID pending, or has not delivered it yet."""
+    for g in s.groups.values():
+        if id_ in g.pel or id_ > g.last_id:
+            return True
+    return False
+
+
+def drop_references(s: Stream, id_: StreamID) -> None:
+    """DELREF: remove the ID from every group's and consumer's PEL."""
+    for g in s.groups.values():
+        nack = g.pel.pop(id_, None)
+        if nack is not None:
+            nack.consumer.pel.pop(id_, None)
+
+
+def _can_delete(s: Stream, strategy: str):
+    if strategy == ACKED:
+        return lambda id_: not is_referenced(s, id_)
+    if strategy == DELREF:
+        def delref(id_: StreamID) -> bool:
+            drop_references(s, id_)
+            return True
+        return delref
+    return None
+
+
+def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> object:
+    """Apply ``op`` to the keyspace ``keys``; returns what the reply needs."""
+    t = type(op)
+    if t is AddEntry:
+        s = keys.get(op.key)
+        if s is None:
+            s = keys[op.key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
+        s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
+        if op.pid is not None:
+            s.idmp.record(op.pid, op.iid, op.id)
+        return op.id
+    if t is DeleteKey:
+        return keys.pop(op.key, None) is not None
+    s = keys.get(op.key)
+    if t is CreateGroup:
+        if s is None:
+            s = keys[op.key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
+        if op.group in s.groups:
+            return False
+        s.groups[op.group] = ConsumerGroup(op.group, op.last_id, op.entries_read)
+        return True
+    if s is None:
+        return None
+    if t is Trim:
+        return s.trim(op.spec, _can_delete(s, op.strategy), op.strategy == KEEPREF)
+    if t is DeleteEntries:
+        return _delete_entries(s, op)
+    if t is DestroyGroup:
+        return s.groups.pop(op.group, None) is not None
+    if t is SetStreamId:
+        s.last_id = op.last_id
+        if op.entries_added is not None:
+            s.entries_added = op.entries_added
+        if op.max_deleted_id is not None:
+            s.max_deleted_id = op.max_deleted_id
+        return True
+    if t is ConfigureIdmp:
+        s.idmp.configure(op.duration, op.maxsize)
+        return True
+    raise TypeError(f"unknown operation {op!r}")
+
+
+def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
+    """Per ID: 1 deleted, -1 no such entry, 2 kept (ACKED and still referenced).
+
+    XDEL's reply is the number of 1s; XDELEX / XACKDEL reply with the list.
+    """
+    out = []
+    for id_ in op.ids:
+        if s.get(id_) is None:
+            out.append(-1)
+            continue
+        if op.strategy == ACKED and is_referenced(s, id_):
+            out.append(2)
+            continue
+        if op.strategy == DELREF:
+            drop_references(s, id_)
+        s.delete_ids([id_])
+        out.append(1)
+    return out

@@ -1,0 +1,205 @@
+"""A stream key: one entry log per origin region, merged on read.
+
+Theory of operation
+-------------------
+Redis keeps one radix tree per stream.  Braid keeps one :class:`EntryLog` per
+*origin region* (the region that minted the entry), as Redis Active-Active
+does (seed 003): an entry added at region R lives in R's log everywhere, so a
+region only ever appends to its own log and the logs of other regions grow by
+replication.  Reads merge the logs by ID; when two origins hold the same ID
+(possible only outside strict ID mode) both entries are returned, ordered by
+origin number.  With a single region there is a single log and every read is
+a plain walk of it, which is what keeps single-region behaviour identical to
+Redis.
+
+The stream-wide counters are Redis's (``last-generated-id``,
+``recorded-first-entry-id``, ``max-deleted-entry-id``, ``entries-added``) and
+keep Redis's meaning over the merged stream.
+
+Nothing here does I/O or reads a clock: times arrive as arguments.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+
+from .blocks import EntryLog, TrimSpec
+from .groups import ConsumerGroup
+from .idmp import IdmpState
+from .ids import MAX_ID, MIN_ID, StreamID
+
+# A merged entry as reads return it.
+Entry = tuple[StreamID, list]
+
+
+class Stream:
+    __slots__ = (
+        "logs", "last_id", "first_id", "max_deleted_id", "entries_added",
+        "groups", "idmp",
+    )
+
+    def __init__(self, idmp_duration: int = 100, idmp_maxsize: int = 100) -> None:
+        self.logs: dict[int, EntryLog] = {}
+        self.last_id: StreamID = MIN_ID
+        self.first_id: StreamID = MIN_ID
+        self.max_deleted_id: StreamID = MIN_ID
+        self.entries_added = 0
+        self.groups: dict[bytes, ConsumerGroup] = {}
+        self.idmp = IdmpState(idmp_duration, idmp_maxsize)
+
+    # ------------------------------------------------------------ size
+    @property
+    def length(self) -> int:
+        return sum(log.length for log in self.logs.values())
+
+    def __len__(self) -> int:
+        return self.length
+
+    def is_empty_key(self) -> bool:
+        """Multi-region rule: a key with no entries and no groups does not exist."""
+        return self.length == 0 and not self.groups
+
+    def log(self, origin: int) -> EntryLog:
+        log = self.logs.get(origin)
+        if log is None:
+            log = self.logs[origin] = EntryLog()
+        return log
+
+    # ------------------------------------------------------------ writing
+    def add(self, origin: int, id_: StreamID, flat: Sequence[bytes],
+            max_entries: int, max_bytes: int) -> None:
+        """Append an entry with an already validated ID."""
+        self.log(origin).append(id_, flat, max_entries, max_bytes)
+        self.entries_added += 1
+        if id_ > self.last_id:
+            self.last_id = id_
+        if self.length == 1:
+            self.first_id = id_
+
+    def delete_ids(self, ids: Sequence[StreamID]) -> int:
+        """XDEL: remove each ID from every log; returns the number removed."""
+        deleted = 0
+        first_hit = False
+        for id_ in ids:
+            for log in self.logs.values():
+                if log.delete(id_):
+                    deleted += 1
+                    if id_ > self.max_deleted_id:
+                        self.max_deleted_id = id_
+                    if id_ == self.first_id:
+                        first_hit = True
+        if deleted and (first_hit or self.length == 0):
+            self._refresh_first_id()
+        return deleted
+
+    def trim(self, spec: TrimSpec, can_delete: Callable[[StreamID], bool] | None = None,
+             keep_refs: bool = True) -> int:
+        """XTRIM / XADD trimming, Redis's algorithm, on the merged stream.
+
+        With one log this is exactly ``streamTrim``.  With several, MINID
+        applies to each log; MAXLEN removes the oldest entries across logs
+        (resolved into per-log cutoffs by ID order) - see docs/active-active.
+        """
+        if len(self.logs) <= 1:
+            deleted = sum(log.trim(spec, can_delete, keep_refs) for log in self.logs.values())
+        elif spec.minid is not None:
+            deleted = sum(log.trim(spec, can_delete, keep_refs) for log in self.logs.values())
+        else:
+            deleted = self._trim_maxlen_merged(spec, can_delete, keep_refs)
+        if self.length == 0:
+            self.first_id = MIN_ID
+        elif deleted:
+            self._refresh_first_id()
+        return deleted
+
+    def _trim_maxlen_merged(self, spec: TrimSpec, can_delete, keep_refs) -> int:
+        excess = self.length - (spec.maxlen or 0)
+        if excess <= 0:
+            return 0
+        if spec.limit:
+            excess = min(excess, spec.limit)
+        cut: StreamID | None = None
+        for n, (eid, _o, _f) in enumerate(self._merged(MIN_ID, MAX_ID)):
+            if n == excess:
+                cut = eid
+                break
+        cutoff = TrimSpec(minid=cut if cut is not None else MAX_ID, approx=spec.approx)
+        return sum(log.trim(cutoff, can_delete, keep_refs) for log in self.logs.values())
+
+    def _refresh_first_id(self) -> None:
+        firsts = [f for f in (log.first_live() for log in self.logs.values()) if f is not None]
+        self.first_id = min(firsts) if firsts else MIN_ID
+
+    # ------------------------------------------------------------ reading
+    def _merged(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, int, list]]:
+        its = [
+            ((eid, origin, flat) for eid, flat in log.range(start, end))
+            for origin, log in sorted(self.logs.items())
+        ]
+        return heapq.merge(*its, key=lambda e: (e[0], e[1]))
+
+    def range(self, start: StreamID, end: StreamID, count: int = 0) -> list[Entry]:
+        """Live entries with start <= id <= end, ascending, at most count (0: all)."""
+        logs = self.logs
+        if len(logs) == 1:
+            it = (e for e in next(iter(logs.values())).range(start, end))
+        else:
+            it = ((eid, flat) for eid, _o, flat in self._merged(start, end))
+        if count <= 0:
+            return list(it)
+        out = []
+        for e in it:
+            out.append(e)
+            if len(out) >= count:
+                break
+        return out
+
+    def revrange(self, start: StreamID, end: StreamID, count: int = 0) -> list[Entry]:
+        logs = self.logs
+        if len(logs) == 1:
+            it = next(iter(logs.values())).revrange(start, end)
+        else:
+            its = [
+                ((eid, origin, flat) for eid, flat in log.revrange(start, end))
+                for origin, log in sorted(self.logs.items(), reverse=True)
+            ]
+            it = ((eid, flat) for eid, _o, flat in
+                  heapq.merge(*its, key=lambda e: (e[0], e[1]), reverse=True))
+        out = []
+        for e in it:
+            out.append(e)
+            if count > 0 and len(out) >= count:
+                break
+        return out
+
+    def get(self, id_: StreamID) -> list | None:
+        """The fields of a live entry with this ID (first origin wins), or None."""
+        for log in self.logs.values():
+            flat = log.get(id_)
+            if flat is not None:
+                return flat
+        return None
+
+    def count_between(self, start: StreamID, end: StreamID) -> int:
+        return sum(log.contains_range_count(start, end) for log in self.logs.values())
+
+    def first_entry(self) -> Entry | None:
+        r = self.range(MIN_ID, MAX_ID, 1)
+        return r[0] if r else None
+
+    def last_entry(self) -> Entry | None:
+        r = self.revrange(MIN_ID, MAX_ID, 1)
+        return r[0] if r else None
+
+    def top_id(self) -> StreamID:
+        """Highest ID of a live entry, MIN_ID if none."""
+        e = self.last_entry()
+        return e[0] if e else MIN_ID
+
+    @property
+    def node_count(self) -> int:
+        return sum(log.node_count for log in self.logs.values())
+
+    def memory_bytes(self) -> int:
+        return sum(log.memory_bytes() for log in self.logs.values())

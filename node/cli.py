@@ -1,0 +1,67 @@
+"""The ``braid`` command line: ``braid node`` runs one region, ``braid up`` a local cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from .config import Config
+from .server import Server, run_server
+
+
+def _event_loop_policy() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    os.makedirs(args.data_dir, exist_ok=True)
+    cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
+    if args.requirepass:
+        cfg.set("requirepass", args.requirepass)
+    server = Server(cfg)
+    _event_loop_policy()
+    try:
+        asyncio.run(run_server(server, args.bind, args.port))
+    except OSError as e:
+        print(f"braid: cannot listen on {args.bind}:{args.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from .cluster import up
+    return up(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("node", help="run one region")
+    p.add_argument("--port", type=int, default=6380)
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--data-dir", default="./data")
+    p.add_argument("--requirepass", default="")
+    p.set_defaults(fn=cmd_node)
+
+    p = sub.add_parser("up", help="start a local cluster on loopback")
+    p.add_argument("--regions", type=int, default=1)
+    p.add_argument("--base-port", type=int, default=7001)
+    p.add_argument("--data-dir", default="./data")
+    p.set_defaults(fn=cmd_up)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The command table: metadata kept as data, one handler per command.
+
+Each command family lives in its own module (``streams.py``, ``groups.py``,
+``keys.py``, ``server.py``, ``connection.py``, ``transactions.py``) and
+registers its handlers with :func:`command` / :func:`subcommand`.  A handler is
+``handler(client, argv) -> reply`` where ``argv[0]`` is the command name as
+sent and the reply is a plain value for :mod:`node.resp.encoder`; a handler
+aborts with ``raise ReplyError("ERR ...")``.  Blocking commands may return a
+:class:`node.blocking.Blocked`.
+
+Metadata follows Redis's command table (``COMMAND INFO`` shows it): arity
+(positive = exact, negative = at least), flags, and the first/last/step key
+positions clients use to find keys.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Handler = Callable[[Any, list[bytes]], Any]
+
+
+@dataclass(slots=True)
+class Command:
+    name: str
+    arity: int
+    flags: tuple[str, ...]
+    first_key: int = 0
+    last_key: int = 0
+    step: int = 0
+    group: str = "generic"
+    summary: str = ""
+    since: str = "1.0.0"
+    complexity: str = ""
+    acl: tuple[str, ...] = ()
+    handler: Handler | None = None
+    subcommands: dict[bytes, "Command"] = field(default_factory=dict)
+    parent: "Command | None" = None
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.parent.name}|{self.name}" if self.parent else self.name
+
+    def check_arity(self, argc: int) -> bool:
+        a = self.arity
+        return argc == a if a > 0 else argc >= -a
+
+    @property
+    def is_write(self) -> bool:
+        return "write" in self.flags
+
+    @property
+    def is_container(self) -> bool:
+        return bool(self.subcommands)
+
+
+COMMANDS: dict[bytes, Command] = {}
+
+
+def _flags(flags: str | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(flags.split()) if isinstance(flags, str) else tuple(flags)
+
+
+def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] = (0, 0, 0),
+            group: str = "generic", summary: str = "", since: str = "1.0.0",
+            complexity: str = "", acl: str = "") -> Callable[[Handler], Handler]:
+    """Register a top-level command (or, with no handler use, a container)."""
+
+    def register(fn: Handler) -> Handler:
+        cmd = COMMANDS.get(name.encode())
+        if cmd is None:
+            cmd = Command(name, arity, _flags(flags), *keys, group=group, summary=summary,
+                          since=since, complexity=complexity, acl=_flags(acl))
+            COMMANDS[name.encode()] = cmd
+        cmd.handler = fn
+        return fn
+
+    return register
+
+
+def container(name: str, arity: int = -2, group: str = "generic", summary: str = "",
+              since: str = "1.0.0", flags: str = "") -> Command:
+    """Register a command that only dispatches to subcommands (XGROUP, XINFO...)."""
+    cmd = COMMANDS.get(name.encode())
+    if cmd is None:
+        cmd = Command(name, arity, _flags(flags), group=group, summary=summary, since=since)
+        COMMANDS[name.encode()] = cmd
+    return cmd
+
+
+def subcommand(parent: str, name: str, arity: int, flags: str = "",
+               keys: tuple[int, int, int] = (0, 0, 0), summary: str = "",
+               since: str = "1.0.0", complexity: str = "", acl: str = "") -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        p = COMMANDS[parent.encode()]
+        sub = Command(name, arity, _flags(flags), *keys, group=p.group, summary=summary,
+                      since=since, complexity=complexity, acl=_flags(acl), handler=fn, parent=p)
+        p.subcommands[name.encode()] = sub
+        return fn
+
+    return register
+
+
+FAMILIES = ("connection", "server", "keys", "transactions", "streams", "groups", "xinfo", "braid")
+
+
+def load_all() -> dict[bytes, Command]:
+    for fam in FAMILIES:
+        try:
+            importlib.import_module(f"node.commands.{fam}")
+        except ModuleNotFoundError as e:
+            if e.name != f"node.commands.{fam}":
+                raise
+    return COMMANDS
+
+
+def lookup(argv: list[bytes]) -> Command | None:
+    return COMMANDS.get(argv[0].lower())

@@ -1,0 +1,250 @@
+"""Stream commands that read or write entries: XADD, XRANGE, XREVRANGE, XLEN, ...
+
+Each handler parses its arguments exactly as Redis's ``t_stream.c`` does (same
+order of checks, same errors), resolves them into a :mod:`crdt.ops` operation,
+and applies it through the keyspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crdt import idgen, ops
+from crdt.blocks import TrimSpec
+from crdt.idmp import auto_iid
+from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id
+
+from ..resp.encoder import ReplyError
+from . import command
+from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, string2ll
+
+ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
+
+
+@dataclass(slots=True)
+class AddTrimArgs:
+    """What XADD and XTRIM share: trimming options, plus XADD's own."""
+
+    maxlen: int | None = None
+    minid: StreamID | None = None
+    approx: bool = False
+    limit: int = 0
+    strategy: str | None = None
+    nomkstream: bool = False
+    pid: bytes | None = None
+    iid: bytes | None = None
+    idmp_auto: bool = False
+    id: StreamID | None = None  # None: '*'
+    seq_given: bool = True
+    idpos: int = 0
+
+    @property
+    def trims(self) -> bool:
+        return self.maxlen is not None or self.minid is not None
+
+    def spec(self) -> TrimSpec:
+        return TrimSpec(self.maxlen, self.minid, self.approx, self.limit)
+
+
+def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
+    """``streamParseAddOrTrimArgsOrReply``."""
+    a = AddTrimArgs()
+    limit_given = False
+    argc = len(argv)
+    i = 2
+    while i < argc:
+        more = argc - 1 - i
+        opt = argv[i]
+        lo = opt.lower()
+        if xadd and opt == b"*":
+            break
+        if lo == b"maxlen" and more:
+            if a.trims:
+                raise ReplyError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
+            a.approx = False
+            nxt = argv[i + 1]
+            if more >= 2 and nxt in (b"~", b"="):
+                a.approx = nxt == b"~"
+                i += 1
+            v = parse_int(argv[i + 1])
+            if v < 0:
+                raise ReplyError("ERR The MAXLEN argument must be >= 0.")
+            a.maxlen = v
+            i += 1
+        elif lo == b"minid" and more:
+            if a.trims:
+                raise ReplyError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
+            a.approx = False
+            nxt = argv[i + 1]
+            if more >= 2 and nxt in (b"~", b"="):
+                a.approx = nxt == b"~"
+                i += 1
+            try:
+                a.minid = parse_id(argv[i + 1], 0, strict=True)[0]
+            except InvalidID as e:
+                raise ReplyError(str(e)) from None
+            i += 1
+        elif lo == b"limit" and more:
+            v = parse_int(argv[i + 1])
+            if v < 0:
+                raise ReplyError("ERR The LIMIT argument must be >= 0.")
+            a.limit = v
+            limit_given = True
+            i += 1
+        elif lo in (b"keepref", b"delref", b"acked") and a.strategy is None:
+            a.strategy = lo.decode()
+        elif xadd and lo == b"nomkstream":
+            a.nomkstream = True
+        elif xadd and lo == b"idmpauto" and more:
+            if a.pid is not None:
+                raise ReplyError("ERR syntax error, IDMP/IDMPAUTO specified multiple times")
+            if not argv[i + 1]:
+                raise ReplyError("ERR syntax error, IDMPAUTO requires a non-empty producer ID")
+            a.pid = argv[i + 1]
+            a.idmp_auto = True
+            i += 1
+        elif xadd and lo == b"idmp" and more >= 2:
+            if a.pid is not None:
+                raise ReplyError("ERR syntax error, IDMP/IDMPAUTO specified multiple times")
+            if not argv[i + 1]:
+                raise ReplyError("ERR syntax error, IDMP requires a non-empty producer ID")
+            if not argv[i + 2]:
+                raise ReplyError("ERR syntax error, IDMP requires a non-empty idempotent ID")
+            a.pid, a.iid = argv[i + 1], argv[i + 2]
+            i += 2
+        elif xadd:
+            try:
+                a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
+            except InvalidID as e:
+                raise ReplyError(str(e)) from None
+            if a.pid is not None and opt[:1] != b"*":
+                raise ReplyError("ERR syntax error, IDMP/IDMPAUTO can be used only with auto-generated IDs")
+            break
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        i += 1
+    if a.limit and not a.trims:
+        raise ReplyError("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
+    if not xadd and not a.trims:
+        raise ReplyError("ERR syntax error, XTRIM must be called with a trimming strategy")
+    if limit_given:
+        if not a.approx:
+            raise ReplyError("ERR syntax error, LIMIT cannot be used without the special ~ option")
+    elif a.approx:
+        lim = 100 * client.server.db.limits.node_max_entries
+        a.limit = 10000 if lim <= 0 else min(lim, 1000000)
+    else:
+        a.limit = 0
+    if a.strategy is None:
+        a.strategy = ops.KEEPREF
+    a.idpos = i
+    return a
+
+
+@command("xadd", -5, "write denyoom fast", (1, 1, 1), group="stream", since="5.0.0",
+         summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
+         complexity="O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.")
+def xadd(client, argv: list[bytes]):
+    a = parse_add_or_trim(client, argv, xadd=True)
+    field_pos = a.idpos + 1
+    nfields = len(argv) - field_pos
+    if nfields < 2 or nfields % 2:
+        raise ReplyError(ERR_WRONG_ARGS_XADD)
+    if a.id is not None and a.seq_given and a.id == (0, 0):
+        raise ReplyError(idgen.ERR_ZERO)
+    key = argv[1]
+    server = client.server
+    db = server.db
+    s = db.keys.get(key)
+    if s is None and a.nomkstream:
+        return None
+    flat = argv[field_pos:]
+    iid = None
+    if a.pid is not None:
+        iid = auto_iid(flat) if a.idmp_auto else a.iid
+        if s is not None:
+            found = s.idmp.lookup(a.pid, iid)
+            if found is not None:
+                s.idmp.iids_duplicates += 1
+                db.dirty += 1
+                db.touch(key, ready=False)
+                return b"%d-%d" % found
+    last = s.last_id if s is not None else (0, 0)
+    if last == (U64, U64):
+        raise ReplyError(idgen.ERR_EXHAUSTED)
+    try:
+        if a.id is None:
+            new_id = idgen.next_auto(last, server.now_ms())
+        else:
+            new_id = idgen.explicit(last, a.id, a.seq_given)
+    except idgen.IdError as e:
+        raise ReplyError(str(e)) from None
+    db.apply(ops.AddEntry(key, server.region, new_id, flat, a.pid, iid))
+    if a.trims:
+        db.apply(ops.Trim(key, a.spec(), a.strategy))
+    return b"%d-%d" % new_id
+
+
+def _range(client, argv: list[bytes], rev: bool):
+    """``xrangeGenericCommand``."""
+    if rev:
+        start_arg, end_arg = argv[3], argv[2]
+    else:
+        start_arg, end_arg = argv[2], argv[3]
+    try:
+        start, start_ex = parse_interval_id(start_arg, 0)
+        end, end_ex = parse_interval_id(end_arg, U64)
+    except InvalidID as e:
+        raise ReplyError(str(e)) from None
+    if start_ex:
+        start = incr(start)
+        if start is None:
+            raise ReplyError("ERR invalid start ID for the interval")
+    if end_ex:
+        end = decr(end)
+        if end is None:
+            raise ReplyError("ERR invalid end ID for the interval")
+    count = -1
+    argc = len(argv)
+    j = 4
+    while j < argc:
+        additional = argc - j - 1
+        if argv[j].lower() == b"count" and additional >= 1:
+            count = string2ll(argv[j + 1])
+            if count is None:
+                raise ReplyError(ERR_NOT_INT)
+            if count < 0:
+                count = 0
+            j += 1
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        j += 1
+    s = client.server.db.keys.get(argv[1])
+    if s is None or count == 0:
+        return []
+    if count < 0:
+        count = 0
+    if rev:
+        return fmt_entries(s.revrange(start, end, count))
+    return fmt_entries(s.range(start, end, count))
+
+
+@command("xrange", -4, "readonly", (1, 1, 1), group="stream", since="5.0.0",
+         summary="Returns the messages from a stream within a range of IDs.",
+         complexity="O(N) with N being the number of elements being returned.")
+def xrange(client, argv: list[bytes]):
+    return _range(client, argv, rev=False)
+
+
+@command("xrevrange", -4, "readonly", (1, 1, 1), group="stream", since="5.0.0",
+         summary="Returns the messages from a stream within a range of IDs in reverse order.",
+         complexity="O(N) with N being the number of elements returned.")
+def xrevrange(client, argv: list[bytes]):
+    return _range(client, argv, rev=True)
+
+
+@command("xlen", 2, "readonly fast", (1, 1, 1), group="stream", since="5.0.0",
+         summary="Return the number of messages in a stream.", complexity="O(1)")
+def xlen(client, argv: list[bytes]):
+    s = client.server.db.keys.get(argv[1])
+    return 0 if s is None else s.length

@@ -1,0 +1,118 @@
+"""Server settings: what CONFIG GET / CONFIG SET see, kept as a table.
+
+Every setting Braid has is one row below (name, kind, default, bounds,
+whether CONFIG SET may change it).  Values are stored as Python values and
+rendered the way Redis renders them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from crdt.ids import string2ll
+
+_UNITS = {b"": 1, b"b": 1, b"k": 1000, b"kb": 1024, b"m": 1000**2, b"mb": 1024**2,
+          b"g": 1000**3, b"gb": 1024**3}
+
+
+def parse_memory(v: bytes) -> int | None:
+    """Redis's ``memtoull``: "4096", "4kb", "1gb" (case-insensitive)."""
+    s = v.lower()
+    i = len(s)
+    while i and not s[i - 1 : i].isdigit():
+        i -= 1
+    unit = s[i:]
+    num = string2ll(s[:i])
+    if unit not in _UNITS or num is None or num < 0:
+        return None
+    return num * _UNITS[unit]
+
+
+@dataclass(slots=True)
+class Setting:
+    name: str
+    kind: str  # int | memory | bool | enum | string
+    default: object
+    lo: int = 0
+    hi: int = (1 << 63) - 1
+    mutable: bool = True
+    choices: tuple[str, ...] = ()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("port", "int", 6379, 0, 65535, mutable=False),
+    Setting("bind", "string", "127.0.0.1", mutable=False),
+    Setting("dir", "string", ".", mutable=False),
+    Setting("databases", "int", 1, 1, 1, mutable=False),
+    Setting("requirepass", "string", ""),
+    Setting("timeout", "int", 0, 0, (1 << 31) - 1),
+    Setting("maxclients", "int", 10000, 1, (1 << 32) - 1),
+    Setting("hz", "int", 10, 0, 500),
+    Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
+    Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
+    Setting("stream-node-max-entries", "int", 100, 0, (1 << 63) - 1),
+    Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
+    Setting("stream-idmp-duration", "int", 100, 1, 86400),
+    Setting("stream-idmp-maxsize", "int", 100, 1, 10000),
+    Setting("appendonly", "bool", True),
+    Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
+    Setting("crdt-xadd-id-uniqueness-mode", "enum", "liberal",
+            choices=("strict", "semi-strict", "liberal")),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class Config:
+    """One region's settings (a shard owns its own copy: no globals)."""
+
+    def __init__(self, **overrides: object) -> None:
+        self.values: dict[str, object] = {s.name: s.default for s in SETTINGS}
+        for k, v in overrides.items():
+            self.values[k.replace("_", "-")] = v
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    def render(self, name: str) -> bytes:
+        s, v = BY_NAME[name], self.values[name]
+        if s.kind == "bool":
+            return b"yes" if v else b"no"
+        return str(v).encode()
+
+    def matching(self, pattern: bytes) -> list[str]:
+        pat = pattern.decode("latin-1").lower()
+        return [s.name for s in SETTINGS if fnmatch.fnmatchcase(s.name, pat)]
+
+    def parse(self, name: str, raw: bytes) -> object:
+        s = BY_NAME.get(name)
+        if s is None:
+            raise ConfigError(f"Unknown option or number of arguments for CONFIG SET - '{name}'")
+        if not s.mutable:
+            raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config")
+        if s.kind in ("int", "memory"):
+            v = parse_memory(raw) if s.kind == "memory" else string2ll(raw)
+            if v is None:
+                what = "memory" if s.kind == "memory" else "integer"
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be a {what}")
+            if not s.lo <= v <= s.hi:
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be between {s.lo} and {s.hi} inclusive")
+            return v
+        if s.kind == "bool":
+            low = raw.lower()
+            if low not in (b"yes", b"no"):
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")
+            return low == b"yes"
+        if s.kind == "enum":
+            low = raw.decode("latin-1").lower()
+            if low not in s.choices:
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: {', '.join(s.choices)}")
+            return low
+        return raw.decode("utf-8", "surrogateescape")
+
+    def set(self, name: str, value: object) -> None:
+        self.values[name] = value

@@ -1,0 +1,62 @@
+"""The keyspace of one region (mini-redis's ``Db``): key -> Stream.
+
+It owns the bookkeeping around the pure state: the changes-since-last-save
+counter, per-key versions for WATCH, and the set of keys made "ready" for
+blocked readers.  Replicated changes go through :meth:`Database.apply`, which
+hands the operation to the pure apply rules in :mod:`crdt.ops`.
+"""
+
+from __future__ import annotations
+
+from crdt import ops
+from crdt.stream import Stream
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+class Database:
+    def __init__(self, limits: "ops.Limits | None" = None) -> None:
+        self.limits = limits or ops.Limits()
+        self.keys: dict[bytes, Stream] = {}
+        self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
+        self.versions: dict[bytes, int] = {}  # WATCH: key -> version at last change
+        self._clock = 0
+        self.ready: set[bytes] = set()  # keys with news for blocked clients
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def get(self, key: bytes) -> Stream | None:
+        return self.keys.get(key)
+
+    def touch(self, key: bytes, ready: bool = True) -> None:
+        """Record a modification: WATCH sees it, blocked readers are woken."""
+        self._clock += 1
+        self.versions[key] = self._clock
+        if ready:
+            self.ready.add(key)
+
+    def version(self, key: bytes) -> int:
+        return self.versions.get(key, 0)
+
+    def apply(self, op: "ops.Op") -> object:
+        """Apply a replicated operation and do the bookkeeping it implies."""
+        result = ops.apply(self.keys, op, self.limits)
+        self.dirty += 1
+        self.touch(op.key)
+        return result
+
+    def remove(self, key: bytes) -> bool:
+        if self.keys.pop(key, None) is None:
+            return False
+        self.dirty += 1
+        self.touch(key)
+        return True
+
+    def flush(self) -> int:
+        n = len(self.keys)
+        for key in list(self.keys):
+            self.touch(key)
+        self.keys.clear()
+        self.dirty += n
+        return n

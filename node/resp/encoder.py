@@ -1,0 +1,120 @@
+"""Reply encoding: Python values -> RESP2 or RESP3 bytes.
+
+Commands return plain values and never see the protocol version; one function
+here turns them into bytes for the connection's protocol (mini-redis's
+"frame" layer).  The mapping:
+
+=====================  ==========================  ===========================
+value                  RESP2                       RESP3
+=====================  ==========================  ===========================
+``bytes``/bytearray    bulk string                 bulk string
+``str``                simple string (``+OK``)     simple string
+``int``                integer                     integer
+``None``               null bulk ``$-1``           null ``_``
+``NULL_ARRAY``         null array ``*-1``          null ``_``
+``list``/``tuple``     array                       array
+``dict``               flat array k1 v1 k2 v2      map ``%``
+``set``/``frozenset``  array                       set ``~``
+``float``              bulk string                 double ``,``
+``bool``               integer 1/0                 boolean ``#t``/``#f``
+``ReplyError``         error ``-ERR ...``          error
+``Verbatim``           bulk string                 verbatim ``=``
+``Push``               array                       push ``>``
+=====================  ==========================  ===========================
+"""
+
+from __future__ import annotations
+
+
+class ReplyError(Exception):
+    """An error reply; also raised by commands to abort with that reply.
+
+    The message includes its code, e.g. ``"ERR syntax error"`` or
+    ``"WRONGTYPE ..."``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+
+
+class Verbatim(bytes):
+    """A verbatim text reply (RESP3 ``=``, format ``txt``)."""
+
+
+class Push(list):
+    """An out-of-band push (RESP3 ``>``)."""
+
+
+def _fmt_double(v: float) -> bytes:
+    if v != v:
+        return b"nan"
+    if v in (float("inf"), float("-inf")):
+        return b"inf" if v > 0 else b"-inf"
+    r = repr(v)
+    if r.endswith(".0"):
+        r = r[:-2]
+    return r.encode()
+
+
+def encode(out: bytearray, v, resp3: bool) -> None:
+    t = type(v)
+    if t is bytes or t is bytearray:
+        out += b"$%d\r\n%b\r\n" % (len(v), v)
+    elif t is list or t is tuple:
+        out += b"*%d\r\n" % len(v)
+        for x in v:
+            encode(out, x, resp3)
+    elif t is int:
+        out += b":%d\r\n" % v
+    elif t is str:
+        out += b"+%b\r\n" % v.encode()
+    elif v is None:
+        out += b"_\r\n" if resp3 else b"$-1\r\n"
+    elif t is dict:
+        out += (b"%%%d\r\n" if resp3 else b"*%d\r\n") % (len(v) * (1 if resp3 else 2))
+        for k, x in v.items():
+            encode(out, k, resp3)
+            encode(out, x, resp3)
+    elif isinstance(v, ReplyError):
+        out += b"-%b\r\n" % v.message.replace("\r", " ").replace("\n", " ").encode()
+    elif v is NULL_ARRAY:
+        out += b"_\r\n" if resp3 else b"*-1\r\n"
+    elif t is bool:
+        out += (b"#t\r\n" if v else b"#f\r\n") if resp3 else (b":1\r\n" if v else b":0\r\n")
+    elif t is float:
+        d = _fmt_double(v)
+        out += b",%b\r\n" % d if resp3 else b"$%d\r\n%b\r\n" % (len(d), d)
+    elif t is set or t is frozenset:
+        out += (b"~%d\r\n" if resp3 else b"*%d\r\n") % len(v)
+        for x in v:
+            encode(out, x, resp3)
+    elif t is Verbatim:
+        if resp3:
+            out += b"=%d\r\ntxt:%b\r\n" % (len(v) + 4, v)
+        else:
+            out += b"$%d\r\n%b\r\n" % (len(v), v)
+    elif t is Push:
+        out += (b">%d\r\n" if resp3 else b"*%d\r\n") % len(v)
+        for x in v:
+            encode(out, x, resp3)
+    elif isinstance(v, memoryview):
+        encode(out, bytes(v), resp3)
+    else:
+        raise TypeError(f"cannot encode reply value {v!r}")
+
+
+def to_bytes(v, resp3: bool = False) -> bytes:
+    out = bytearray()
+    encode(out, v, resp3)
+    return bytes(out)

@@ -1,0 +1,202 @@
+"""Sans-IO parser for client requests (the RESP request grammar).
+
+Theory of operation
+-------------------
+Bytes go in with :meth:`RequestParser.feed`; complete commands (lists of
+``bytes`` arguments) come out of :meth:`RequestParser.next_command`, which
+returns ``None`` while a command is still incomplete.  No sockets, no asyncio:
+tests feed it one byte at a time.
+
+A request is either a multibulk (``*<n>\\r\\n`` then ``n`` bulk strings
+``$<len>\\r\\n<bytes>\\r\\n``) or an *inline* command (a text line split on
+spaces, with Redis's quoting rules).  Clients' reply parsers such as hiredis
+accept a different grammar (nested types, nulls) and do not enforce a server's
+limits, so this is a small parser of its own that reproduces
+``processMultibulkBuffer`` / ``processInlineBuffer`` of Redis's
+``networking.c``: the same limits, the same ``Protocol error: ...`` texts.
+After a :class:`ProtocolError` the server replies with the error and closes
+the connection, as Redis does.
+"""
+
+from __future__ import annotations
+
+from crdt.ids import string2ll
+
+INLINE_MAX = 64 * 1024  # PROTO_INLINE_MAX_SIZE
+MBULK_BIG_ARG = 32 * 1024
+INT_MAX = (1 << 31) - 1
+
+
+class ProtocolError(Exception):
+    """The reply text (without the ``ERR`` prefix) is ``str(error)``."""
+
+
+class RequestParser:
+    __slots__ = ("buf", "pos", "max_bulk_len", "_argv", "_remaining")
+
+    def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
+        self.buf = bytearray()
+        self.pos = 0
+        self.max_bulk_len = max_bulk_len
+        self._argv: list[bytes] | None = None  # multibulk being read
+        self._remaining = 0
+
+    def feed(self, data: bytes) -> None:
+        if self.pos and self.pos >= len(self.buf) // 2:
+            del self.buf[: self.pos]
+            self.pos = 0
+        self.buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self.buf) - self.pos
+
+    def next_command(self) -> list[bytes] | None:
+        """The next complete command, or None if more bytes are needed."""
+        while True:
+            if self._argv is None:
+                if self.pos >= len(self.buf):
+                    return None
+                if self.buf[self.pos] == 0x2A:  # '*'
+                    n = self._read_count()
+                    if n is None:
+                        return None
+                    if n <= 0:
+                        continue  # empty multibulk: skipped, as Redis does
+                    self._argv = []
+                    self._remaining = n
+                else:
+                    argv = self._read_inline()
+                    if argv is None:
+                        return None
+                    if not argv:
+                        continue
+                    return argv
+            if not self._read_bulks():
+                return None
+            argv, self._argv = self._argv, None
+            return argv
+
+    # ------------------------------------------------------------ multibulk
+    def _read_count(self) -> int | None:
+        buf, pos = self.buf, self.pos
+        nl = buf.find(b"\r", pos)
+        if nl < 0 or nl + 1 >= len(buf):
+            if len(buf) - pos > INLINE_MAX:
+                raise ProtocolError("Protocol error: too big mbulk count string")
+            return None
+        n = string2ll(bytes(buf[pos + 1 : nl]))
+        if n is None or n > INT_MAX:
+            raise ProtocolError("Protocol error: invalid multibulk length")
+        self.pos = nl + 2
+        return n
+
+    def _read_bulks(self) -> bool:
+        buf = self.buf
+        argv = self._argv
+        assert argv is not None
+        while self._remaining:
+            pos = self.pos
+            if pos >= len(buf):
+                return False
+            if buf[pos] != 0x24:  # '$'
+                got = chr(buf[pos])
+                raise ProtocolError(f"Protocol error: expected '$', got '{got}'")
+            nl = buf.find(b"\r", pos)
+            if nl < 0 or nl + 1 >= len(buf):
+                if len(buf) - pos > INLINE_MAX:
+                    raise ProtocolError("Protocol error: too big bulk count string")
+                return False
+            n = string2ll(bytes(buf[pos + 1 : nl]))
+            if n is None or n < 0 or n > self.max_bulk_len:
+                raise ProtocolError("Protocol error: invalid bulk length")
+            start = nl + 2
+            end = start + n
+            if end + 2 > len(buf):
+                return False
+            argv.append(bytes(buf[start:end]))
+            self.pos = end + 2
+            self._remaining -= 1
+        return True
+
+    # ------------------------------------------------------------ inline
+    def _read_inline(self) -> list[bytes] | None:
+        buf, pos = self.buf, self.pos
+        nl = buf.find(b"\n", pos)
+        if nl < 0:
+            if len(buf) - pos > INLINE_MAX:
+                raise ProtocolError("Protocol error: too big inline request")
+            return None
+        line = bytes(buf[pos:nl])
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        self.pos = nl + 1
+        argv = split_args(line)
+        if argv is None:
+            raise ProtocolError("Protocol error: unbalanced quotes in request")
+        return argv
+
+
+_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_SPACE = b" \n\r\t\0\x0b\x0c"
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def split_args(line: bytes) -> list[bytes] | None:
+    """Redis's ``sdssplitargs``: None when quotes are unbalanced."""
+    out: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in _SPACE:
+            i += 1
+        if i >= n:
+            return out
+        cur = bytearray()
+        inq = insq = False
+        while True:
+            if inq:
+                if i >= n:
+                    return None
+                c = line[i]
+                if (c == 0x5C and i + 3 < n and line[i + 1] == 0x78
+                        and line[i + 2] in _HEX and line[i + 3] in _HEX):
+                    cur.append(int(line[i + 2 : i + 4], 16))
+                    i += 3
+                elif c == 0x5C and i + 1 < n:
+                    i += 1
+                    cur.append(_ESCAPES.get(line[i], line[i]))
+                elif c == 0x22:
+                    if i + 1 < n and line[i + 1] not in _SPACE:
+                        return None
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            elif insq:
+                if i >= n:
+                    return None
+                c = line[i]
+                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
+                    i += 1
+                    cur.append(0x27)
+                elif c == 0x27:
+                    if i + 1 < n and line[i + 1] not in _SPACE:
+                        return None
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            else:
+                if i >= n:
+                    break
+                c = line[i]
+                if c in _SPACE:
+                    break
+                if c == 0x22:
+                    inq = True
+                elif c == 0x27:
+                    insq = True
+                else:
+                    cur.append(c)
+            i += 1
+        out.append(bytes(cur))

@@ -1,0 +1,376 @@
+"""One region's RESP server: connections, dispatch, transactions, blocking.
+
+Theory of operation
+-------------------
+bytes -> :class:`node.resp.parser.RequestParser` -> argv -> :meth:`Server.call`
+(command table lookup, arity, MULTI queueing, the handler) -> reply value ->
+:func:`node.resp.encoder.encode` -> bytes.  Each layer is separate, as in
+mini-redis; only :class:`ClientConnection` touches the socket.
+
+Everything runs on one event loop thread, so a command sees and changes the
+keyspace atomically, as in Redis.  After each batch of input the server wakes
+clients blocked on keys that the batch touched.  Shutdown is handled in one
+place (:meth:`Server.stop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+from crdt import ops
+
+from . import commands as cmdtable
+from .blocking import Blocked, BlockingRegistry
+from .config import Config
+from .db import Database
+from .resp.encoder import NULL_ARRAY, ReplyError, encode
+from .resp.parser import ProtocolError, RequestParser
+
+log = logging.getLogger("braid.server")
+
+BRAID_VERSION = "0.1.0"
+REDIS_COMPAT_VERSION = "8.6.3"  # the Redis release whose stream semantics Braid implements
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.reset()
+        self.total_connections_received = 0
+        self.rejected_connections = 0
+
+    def reset(self) -> None:
+        self.total_commands_processed = 0
+        self.total_error_replies = 0
+        self.unexpected_error_replies = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+        self.command_calls: dict[str, list[int]] = {}  # name -> [calls, usec, rejected, failed]
+        self.error_codes: dict[str, int] = {}
+
+
+class Server:
+    """A region server.  Holds no process-wide singletons: a shard is just a
+    Server owning some keys, and several can live in one process (tests do)."""
+
+    def __init__(self, config: Config | None = None, region: int = 1) -> None:
+        self.config = config or Config()
+        self.region = region  # this region's origin number in every entry log
+        self.db = Database(self._limits())
+        self.stats = Stats()
+        self.blocking = BlockingRegistry()
+        self.clients: dict[int, ClientConnection] = {}
+        self._client_ids = itertools.count(1)
+        self.start_time = time.time()
+        self.last_save = int(time.time())
+        self.run_id = os.urandom(20).hex()
+        self._server: asyncio.base_events.Server | None = None
+        self._cron: asyncio.Task | None = None
+        self.port = int(self.config["port"])
+        cmdtable.load_all()
+
+    # ------------------------------------------------------------ settings
+    def _limits(self) -> ops.Limits:
+        c = self.config
+        return ops.Limits(int(c["stream-node-max-entries"]), int(c["stream-node-max-bytes"]),
+                          int(c["stream-idmp-duration"]), int(c["stream-idmp-maxsize"]))
+
+    def config_changed(self) -> None:
+        self.db.limits = self._limits()
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        port = self.port if port is None else port
+        self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
+                                                reuse_address=True, backlog=511)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.config.set("port", self.port)
+        self._cron = loop.create_task(self._cron_loop())
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        self.shutdown_event = stop
+        await stop.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        if self._cron is not None:
+            self._cron.cancel()
+        if self._server is not None:
+            self._server.close()
+        for c in list(self.clients.values()):
+            c.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _cron_loop(self) -> None:
+        """Once a second: IDMP time-based expiry (seed 002's cron job)."""
+        while True:
+            await asyncio.sleep(1)
+            now = self.now_ms()
+            for s in self.db.keys.values():
+                if s.idmp.producers:
+                    s.idmp.expire(now)
+
+    # ------------------------------------------------------------ dispatch
+    def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:
+        """Run one command for a client; returns the reply value."""
+        cmd = cmdtable.COMMANDS.get(argv[0].lower())
+        if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
+            return self._queue(client, cmd, argv)
+        if cmd is None:
+            return self._reject(unknown_command_error(argv))
+        if cmd.subcommands and len(argv) >= 2:
+            sub = cmd.subcommands.get(argv[1].lower())
+            if sub is None:
+                return self._reject(ReplyError(
+                    f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
+            cmd = sub
+        if not cmd.check_arity(len(argv)):
+            return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
+        if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
+            return self._reject(ReplyError("NOAUTH Authentication required."))
+        return self.execute(client, cmd, argv)
+
+    def execute(self, client: "ClientConnection", cmd: cmdtable.Command, argv: list[bytes]) -> Any:
+        stats = self.stats
+        stats.total_commands_processed += 1
+        t0 = time.perf_counter_ns()
+        try:
+            reply = cmd.handler(client, argv)  # type: ignore[misc]
+        except ReplyError as e:
+            reply = e
+        except Exception as e:  # a bug must not take the region down
+            log.exception("command %s failed", cmd.fullname)
+            reply = ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
+        rec = stats.command_calls.get(cmd.fullname)
+        if rec is None:
+            rec = stats.command_calls[cmd.fullname] = [0, 0, 0, 0]
+        rec[0] += 1
+        rec[1] += (time.perf_counter_ns() - t0) // 1000
+        if type(reply) is ReplyError:
+            rec[3] += 1
+            self._count_error(reply)
+        return reply
+
+    def _reject(self, err: ReplyError) -> ReplyError:
+        self._count_error(err)
+        return err
+
+    def _count_error(self, err: ReplyError) -> None:
+        self.stats.total_error_replies += 1
+        code = err.message.split(" ", 1)[0]
+        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
+
+    def _queue(self, client: "ClientConnection", cmd: cmdtable.Command | None, argv: list[bytes]) -> Any:
+        if cmd is None:
+            client.multi_error = True
+            return self._reject(unknown_command_error(argv))
+        target = cmd
+        if cmd.subcommands and len(argv) >= 2:
+            target = cmd.subcommands.get(argv[1].lower(), cmd)
+        if not target.check_arity(len(argv)):
+            client.multi_error = True
+            return self._reject(ReplyError(f"ERR wrong number of arguments for '{target.fullname}' command"))
+        assert client.multi is not None
+        client.multi.append(argv)
+        return "QUEUED"
+
+    # ------------------------------------------------------------ blocking
+    def park(self, client: "ClientConnection", blocked: Blocked) -> None:
+        self.blocking.park(client, blocked)
+        if blocked.timeout_ms > 0:
+            loop = asyncio.get_running_loop()
+            blocked.handle = loop.call_later(blocked.timeout_ms / 1000, self._timeout, client, blocked)
+
+    def _timeout(self, client: "ClientConnection", blocked: Blocked) -> None:
+        if client.blocked is blocked:
+            blocked.handle = None
+            self.blocking.unpark(client)
+            client.send(blocked.timeout_reply)
+            client.resume()
+
+    def serve_ready_keys(self) -> None:
+        """Wake clients blocked on keys touched since the last call."""
+        db = self.db
+        while db.ready:
+            keys, db.ready = db.ready, set()
+            if not self.blocking.by_key:
+                return
+            for key in keys:
+                for client in self.blocking.waiting_on(key):
+                    blocked = client.blocked
+                    if blocked is None:
+                        continue
+                    reply = blocked.retry()
+                    if reply is None:
+                        continue
+                    self.blocking.unpark(client)
+                    if type(reply) is ReplyError:
+                        self._count_error(reply)
+                    client.send(reply)
+                    client.resume()
+
+
+def _clip(b: bytes, n: int = 128) -> str:
+    return b[:n].decode("utf-8", "replace")
+
+
+def unknown_command_error(argv: list[bytes]) -> ReplyError:
+    args = ""
+    for a in argv[1:]:
+        if len(args) >= 128:
+            break
+        args += "'" + a[: 128 - len(args)].decode("utf-8", "replace") + "' "
+    return ReplyError(f"ERR unknown command '{_clip(argv[0])}', with args beginning with: {args}")
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client: its socket, parser, protocol version and session state."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.id = next(server._client_ids)
+        self.parser = RequestParser(int(server.config["proto-max-bulk-len"]))
+        self.transport: asyncio.Transport | None = None
+        self.resp3 = False
+        self.name: bytes = b""
+        self.lib_name: bytes = b""
+        self.lib_ver: bytes = b""
+        self.authenticated = False
+        self.multi: list[list[bytes]] | None = None
+        self.multi_error = False
+        self.watched: dict[bytes, int] = {}
+        self.blocked: Blocked | None = None
+        self.closing = False
+        self.created = time.time()
+        self.last_interaction = self.created
+        self.last_command = b"NULL"
+        self.addr = "?:0"
+        self.laddr = "?:0"
+        self.out = bytearray()
+        self.in_exec = False
+
+    # ------------------------------------------------------------ session
+    @property
+    def db(self) -> Database:
+        return self.server.db
+
+    def needs_auth(self) -> bool:
+        return bool(self.server.config["requirepass"]) and not self.authenticated
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        srv = self.server
+        srv.stats.total_connections_received += 1
+        if len(srv.clients) >= int(srv.config["maxclients"]):
+            srv.stats.rejected_connections += 1
+            transport.write(b"-ERR max number of clients reached\r\n")  # type: ignore[attr-defined]
+            transport.close()
+            return
+        srv.clients[self.id] = self
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if peer:
+            self.addr = f"{peer[0]}:{peer[1]}"
+        if sock:
+            self.laddr = f"{sock[0]}:{sock[1]}"
+        sk = transport.get_extra_info("socket")
+        if sk is not None:
+            try:
+                import socket
+                sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.blocking.unpark(self)
+        self.server.clients.pop(self.id, None)
+        self.closing = True
+
+    def data_received(self, data: bytes) -> None:
+        self.server.stats.net_input_bytes += len(data)
+        self.parser.feed(data)
+        limit = int(self.server.config["client-query-buffer-limit"])
+        if self.parser.buffered > limit:
+            log.warning("closing client %d: query buffer over %d bytes", self.id, limit)
+            self.close()
+            return
+        self.last_interaction = time.time()
+        self.process_input()
+
+    def process_input(self) -> None:
+        server = self.server
+        out = self.out
+        while self.blocked is None and not self.closing:
+            try:
+                argv = self.parser.next_command()
+            except ProtocolError as e:
+                err = ReplyError(f"ERR {e}")
+                server._count_error(err)
+                encode(out, err, self.resp3)
+                self.closing = True
+                break
+            if argv is None:
+                break
+            self.last_command = argv[0]
+            reply = server.call(self, argv)
+            if type(reply) is Blocked:
+                server.park(self, reply)
+                break
+            encode(out, reply, self.resp3)
+            if server.db.ready:
+                self.flush()
+                server.serve_ready_keys()
+        self.flush()
+        if self.closing and self.transport is not None:
+            self.transport.close()
+
+    def resume(self) -> None:
+        """Continue with buffered input after being unblocked."""
+        if self.transport is not None and not self.transport.is_closing():
+            asyncio.get_running_loop().call_soon(self.process_input)
+
+    def send(self, reply: Any) -> None:
+        encode(self.out, reply, self.resp3)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.out and self.transport is not None:
+            self.server.stats.net_output_bytes += len(self.out)
+            self.transport.write(bytes(self.out))
+            self.out.clear()
+
+    def close(self) -> None:
+        self.closing = True
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def null_array() -> Any:
+    return NULL_ARRAY
+
+
+async def run_server(server: Server, host: str, port: int) -> None:
+    await server.start(host, port)
+    log.info("braid region %d listening on %s:%d", server.region, host, server.port)
+    await server.serve_forever()
