@@ -40,6 +40,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     return up(args)
 
 
+def cmd_down(args: argparse.Namespace) -> int:
+    from .cluster import down
+    return down(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
     parser.add_argument("--log-level", default="INFO")
@@ -53,10 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_node)
 
     p = sub.add_parser("up", help="start a local cluster on loopback")
-    p.add_argument("--regions", type=int, default=1)
     p.add_argument("--base-port", type=int, default=7001)
     p.add_argument("--data-dir", default="./data")
+    p.add_argument("--detach", action="store_true", help="return once the regions serve")
     p.set_defaults(fn=cmd_up)
+
+    p = sub.add_parser("down", help="stop a cluster started with `braid up --detach`")
+    p.add_argument("--data-dir", default="./data")
+    p.set_defaults(fn=cmd_down)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")

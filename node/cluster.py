@@ -1,0 +1,135 @@
+"""``braid up`` / ``braid down``: run local regions as child processes.
+
+Each region is a real ``braid node`` process with its own port and data
+directory under ``--data-dir``.  ``braid up`` waits until every region answers
+PING, prints how to connect, and then either stays in the foreground (Ctrl-C
+stops the regions) or, with ``--detach``, records the process ids in
+``<data-dir>/cluster.pids`` and returns; ``braid down`` stops them.
+
+Replication between regions is not part of this release, so a local cluster
+is one region; ``--regions`` arrives with Active-Active replication.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+PIDFILE = "cluster.pids"
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _wait_ready(ports: list[int], procs: list[subprocess.Popen], deadline_s: float = 20.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    pending = set(ports)
+    while pending:
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"braid up: a region exited during start-up (code {p.returncode})")
+        pending = {p for p in pending if not _ping(p)}
+        if pending and time.monotonic() > deadline:
+            raise SystemExit(f"braid up: regions on ports {sorted(pending)} did not answer within {deadline_s:.0f}s")
+        if pending:
+            time.sleep(0.05)  # polling interval while waiting for sockets, not synchronisation
+
+
+def _stop(pids: list[int], grace_s: float = 5.0) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def up(args: argparse.Namespace) -> int:
+    data_dir = os.path.abspath(args.data_dir)
+    os.makedirs(data_dir, exist_ok=True)
+    names = ["region-1"]
+    ports = [args.base_port + i for i in range(len(names))]
+    for port in ports:
+        if _ping(port):
+            print(f"braid up: port {port} is already serving (is a cluster running? try `braid down`)",
+                  file=sys.stderr)
+            return 1
+    procs = []
+    for name, port in zip(names, ports):
+        rdir = os.path.join(data_dir, name)
+        os.makedirs(rdir, exist_ok=True)
+        log = open(os.path.join(rdir, "node.log"), "ab")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "node", "node", "--port", str(port), "--data-dir", rdir],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=args.detach))
+    try:
+        _wait_ready(ports, procs)
+    except SystemExit:
+        _stop([p.pid for p in procs])
+        raise
+    table = Table(title="Braid local cluster")
+    for col in ("region", "port", "connect with", "log"):
+        table.add_column(col)
+    for name, port in zip(names, ports):
+        table.add_row(name, str(port), f"redis-cli -p {port}", os.path.join(data_dir, name, "node.log"))
+    console = Console()
+    console.print(table)
+    if args.detach:
+        with open(os.path.join(data_dir, PIDFILE), "w") as f:
+            json.dump({"pids": [p.pid for p in procs], "ports": ports}, f)
+        console.print(f"detached; stop with: braid down --data-dir {args.data_dir}")
+        return 0
+    console.print("press Ctrl-C to stop")
+    try:
+        while all(p.poll() is None for p in procs):
+            try:
+                procs[0].wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _stop([p.pid for p in procs])
+    console.print("stopped")
+    return 0
+
+
+def down(args: argparse.Namespace) -> int:
+    path = os.path.join(os.path.abspath(args.data_dir), PIDFILE)
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        print(f"braid down: no detached cluster recorded in {args.data_dir}", file=sys.stderr)
+        return 1
+    _stop(info["pids"])
+    os.remove(path)
+    print("stopped")
+    return 0
