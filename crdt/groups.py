@@ -2,29 +2,43 @@
 
 Theory of operation
 -------------------
-Seed 001's model: a group has a "last delivered" cursor, a PEL mapping each
-delivered-but-unacknowledged ID to a NACK (consumer, last delivery time,
-delivery count), and named consumers each holding their own slice of the PEL.
-Consumers and the PEL are local to a region; group existence and the
-acknowledged watermark replicate (seed 003).  Times are arguments (``now``).
+Seed 001's model.  A group has a "last delivered" cursor; reading with ``>``
+hands out the entries after it and moves it.  Every entry handed out (unless
+NOACK) gets a NACK in the group's PEL - consumer, last delivery time, delivery
+count - and the same NACK object sits in that consumer's own PEL, so the group
+PEL is the disjoint union of the consumers' PELs.  XACK removes NACKs; XCLAIM,
+XAUTOCLAIM and XREADGROUP CLAIM move them between consumers.  Reading with an
+explicit ID replays the consumer's own PEL (its "history"), returning deleted
+entries with nil fields.
+
+``entries_read`` counts how many entries the group has consumed since the
+stream's first ever entry, so that ``lag`` = entries-added − entries-read; it
+is exact while no deletion happened in between and estimated (or unknown, -1)
+otherwise, following Redis's ``streamEstimateDistanceFromFirstEverEntry``.
+
+Consumers and the PEL are local to a region (seed 003); group existence is
+replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
+``now`` (milliseconds).
 """
 
 from __future__ import annotations
 
 from sortedcontainers import SortedDict
 
-from .ids import MIN_ID, StreamID
+from .ids import MAX_ID, MIN_ID, StreamID, incr
 
 ENTRIES_READ_UNKNOWN = -1  # Redis's SCG_INVALID_ENTRIES_READ
 
 
 class Nack:
-    __slots__ = ("consumer", "delivery_time", "delivery_count")
+    __slots__ = ("consumer", "delivery_time", "delivery_count", "stamp")
 
-    def __init__(self, consumer: "Consumer", delivery_time: int, delivery_count: int = 1) -> None:
+    def __init__(self, consumer: "Consumer | None", delivery_time: int, delivery_count: int = 1,
+                 stamp: int = 0) -> None:
         self.consumer = consumer
         self.delivery_time = delivery_time
         self.delivery_count = delivery_count
+        self.stamp = stamp  # orders equal delivery times, as Redis's time-ordered PEL list
 
 
 class Consumer:
@@ -33,12 +47,12 @@ class Consumer:
     def __init__(self, name: bytes, now: int) -> None:
         self.name = name
         self.seen_time = now
-        self.active_time = -1  # never active yet (Redis reports inactive -1)
-        self.pel: SortedDict = SortedDict()  # StreamID -> Nack (shared with group)
+        self.active_time = -1  # never active yet
+        self.pel: SortedDict = SortedDict()  # StreamID -> Nack (shared with the group)
 
 
 class ConsumerGroup:
-    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers")
+    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "_stamps")
 
     def __init__(self, name: bytes, last_id: StreamID = MIN_ID,
                  entries_read: int = ENTRIES_READ_UNKNOWN) -> None:
@@ -47,3 +61,192 @@ class ConsumerGroup:
         self.entries_read = entries_read
         self.pel: SortedDict = SortedDict()  # StreamID -> Nack
         self.consumers: dict[bytes, Consumer] = {}
+        self._stamps = 0
+
+    # ------------------------------------------------------------ consumers
+    def consumer(self, name: bytes, now: int) -> tuple[Consumer, bool]:
+        """The named consumer, created if missing; second value: created."""
+        c = self.consumers.get(name)
+        if c is not None:
+            return c, False
+        c = self.consumers[name] = Consumer(name, now)
+        return c, True
+
+    def delete_consumer(self, name: bytes) -> int:
+        """DELCONSUMER: drop the consumer and its pending entries; returns how many."""
+        c = self.consumers.pop(name, None)
+        if c is None:
+            return 0
+        for id_ in c.pel:
+            self.pel.pop(id_, None)
+        return len(c.pel)
+
+    def sorted_consumers(self) -> list[Consumer]:
+        return [self.consumers[k] for k in sorted(self.consumers)]
+
+    # ------------------------------------------------------------ PEL
+    def _stamp(self) -> int:
+        self._stamps += 1
+        return self._stamps
+
+    def deliver(self, id_: StreamID, consumer: Consumer, now: int) -> Nack:
+        """Record a delivery of ``id_`` to ``consumer`` (a fresh read: count 1)."""
+        nack = self.pel.get(id_)
+        if nack is None:
+            nack = self.pel[id_] = Nack(consumer, now, 1, self._stamp())
+            consumer.pel[id_] = nack
+            return nack
+        self.assign(id_, nack, consumer)
+        nack.delivery_count = 1
+        nack.delivery_time = now
+        nack.stamp = self._stamp()
+        return nack
+
+    def assign(self, id_: StreamID, nack: Nack, consumer: Consumer) -> None:
+        if nack.consumer is not consumer:
+            if nack.consumer is not None:
+                nack.consumer.pel.pop(id_, None)
+            nack.consumer = consumer
+            consumer.pel[id_] = nack
+
+    def touch(self, nack: Nack, when: int) -> None:
+        nack.delivery_time = when
+        nack.stamp = self._stamp()
+
+    def ack(self, id_: StreamID) -> bool:
+        nack = self.pel.pop(id_, None)
+        if nack is None:
+            return False
+        if nack.consumer is not None:
+            nack.consumer.pel.pop(id_, None)
+        return True
+
+    def by_delivery_time(self) -> list[tuple[StreamID, Nack]]:
+        """PEL entries oldest delivery first (Redis's time-ordered PEL list)."""
+        return sorted(self.pel.items(), key=lambda kv: (kv[1].delivery_time, kv[1].stamp))
+
+
+# ---------------------------------------------------------------- counters
+def range_has_tombstones(s, start: StreamID | None, end: StreamID | None = None) -> bool:
+    if not s.length or s.max_deleted_id == MIN_ID:
+        return False
+    lo = start if start is not None else MIN_ID
+    hi = end if end is not None else MAX_ID
+    return lo <= s.max_deleted_id <= hi
+
+
+def estimate_distance(s, id_: StreamID) -> int:
+    """``streamEstimateDistanceFromFirstEverEntry``: entries up to ``id_``, or -1."""
+    if not s.entries_added:
+        return 0
+    if not s.length and id_ <= s.last_id:
+        return s.entries_added
+    if id_ != MIN_ID and id_ < s.max_deleted_id:
+        return ENTRIES_READ_UNKNOWN
+    if id_ == s.last_id:
+        return s.entries_added
+    if id_ > s.last_id:
+        return ENTRIES_READ_UNKNOWN
+    if s.max_deleted_id == MIN_ID or s.max_deleted_id < s.first_id:
+        if id_ < s.first_id:
+            return s.entries_added - s.length
+        if id_ == s.first_id:
+            return s.entries_added - s.length + 1
+    return ENTRIES_READ_UNKNOWN
+
+
+def lag(s, g: ConsumerGroup) -> int | None:
+    """``streamReplyWithCGLag``: entries the group has not read yet, None if unknown."""
+    if not s.entries_added or not s.length:
+        return 0
+    if g.last_id < s.first_id and s.max_deleted_id < s.first_id:
+        return s.length
+    if g.entries_read != ENTRIES_READ_UNKNOWN and not range_has_tombstones(s, g.last_id):
+        return s.entries_added - g.entries_read
+    read = estimate_distance(s, g.last_id)
+    return None if read == ENTRIES_READ_UNKNOWN else s.entries_added - read
+
+
+def advance(s, g: ConsumerGroup, id_: StreamID) -> None:
+    """Move the group's cursor to a newly delivered ID, keeping entries_read."""
+    if (g.entries_read != ENTRIES_READ_UNKNOWN and g.last_id >= s.first_id
+            and not range_has_tombstones(s, g.last_id)):
+        g.entries_read += 1
+    elif s.entries_added:
+        g.entries_read = estimate_distance(s, id_)
+    g.last_id = id_
+
+
+# ---------------------------------------------------------------- reads
+def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
+             noack: bool, now: int) -> list:
+    """XREADGROUP ``>``: entries after ``after`` (the group cursor). [(id, flat)]"""
+    start = incr(after)
+    if start is None:
+        return []
+    out = s.range(start, MAX_ID, count)
+    for id_, _flat in out:
+        if id_ > g.last_id:
+            advance(s, g, id_)
+        if not noack:
+            g.deliver(id_, consumer, now)
+            consumer.active_time = now
+    return out
+
+
+def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
+                 now: int) -> list:
+    """XREADGROUP with an ID: the consumer's own pending entries after it.
+
+    Deleted entries come back as ``(id, None)``; each returned live entry counts
+    as a new delivery.
+    """
+    start = incr(after)
+    if start is None:
+        return []
+    out = []
+    for id_ in consumer.pel.irange(start, MAX_ID):
+        if count and len(out) >= count:
+            break
+        flat = s.get(id_)
+        if flat is None:
+            out.append((id_, None))
+            continue
+        nack = consumer.pel[id_]
+        nack.delivery_count += 1
+        g.touch(nack, now)
+        out.append((id_, flat))
+    return out
+
+
+def first_claimable(s, g: ConsumerGroup, min_idle: int, now: int) -> tuple[bool, int | None]:
+    """For XREADGROUP CLAIM: (is an entry idle enough?, oldest delivery time)."""
+    for id_, nack in g.by_delivery_time():
+        if s.get(id_) is None:
+            continue
+        return now - nack.delivery_time >= min_idle, nack.delivery_time
+    return False, None
+
+
+def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: int,
+               now: int) -> list:
+    """XREADGROUP CLAIM: idle pending entries, oldest first, moved to ``consumer``.
+
+    Returns [(id, flat, idle_ms, delivery_count_before)].
+    """
+    out = []
+    for id_, nack in g.by_delivery_time():
+        idle = now - nack.delivery_time
+        if idle < min_idle:
+            break
+        flat = s.get(id_)
+        if flat is None:
+            continue
+        out.append((id_, flat, idle, nack.delivery_count))
+        g.assign(id_, nack, consumer)
+        nack.delivery_count += 1
+        g.touch(nack, now)
+        consumer.active_time = now
+        if count and len(out) >= count:
+            break
+    return out

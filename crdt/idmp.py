@@ -21,11 +21,33 @@ import xxhash
 from .ids import StreamID
 
 
+_M64 = (1 << 64) - 1
+
+
+def _rotl64(v: int, r: int) -> int:
+    return ((v << r) | (v >> (64 - r))) & _M64
+
+
 def auto_iid(flat: Sequence[bytes]) -> bytes:
-    acc = 0
+    """IDMPAUTO's iid, as Redis 8.6 computes it (``createIdempotencyHash``).
+
+    Each pair is hashed with XXH3-128 over field, the field's length (8 bytes,
+    little-endian: it separates field from value) and value.  The pair hashes
+    are combined by both sum and XOR, so field order does not matter.  (Seed 002
+    describes a plain XOR; the released code strengthens it this way.)
+    """
+    sum_lo = sum_hi = xor_lo = xor_hi = 0
     for i in range(0, len(flat), 2):
-        acc ^= xxhash.xxh3_128_intdigest(flat[i] + flat[i + 1])
-    return acc.to_bytes(16, "little")
+        f, v = flat[i], flat[i + 1]
+        h = xxhash.xxh3_128_intdigest(f + len(f).to_bytes(8, "little") + v)
+        lo, hi = h & _M64, h >> 64
+        sum_lo = (sum_lo + lo) & _M64
+        sum_hi = (sum_hi + hi) & _M64
+        xor_lo ^= lo
+        xor_hi ^= hi
+    low = sum_lo ^ _rotl64(xor_hi, 1)
+    high = sum_hi ^ _rotl64(xor_lo, 1)
+    return low.to_bytes(8, "little") + high.to_bytes(8, "little")
 
 
 class IdmpState:

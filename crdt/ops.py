@@ -188,18 +188,16 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
 def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
     """Per ID: 1 deleted, -1 no such entry, 2 kept (ACKED and still referenced).
 
-    XDEL's reply is the number of 1s; XDELEX / XACKDEL reply with the list.
+    XDEL's reply is the number of 1s; XDELEX / XACKDEL reply with the list.  As
+    in Redis, the reference check comes first: an ID some group has not read
+    yet is "still referenced" even when no entry has it.
     """
     out = []
     for id_ in op.ids:
-        if s.get(id_) is None:
-            out.append(-1)
-            continue
         if op.strategy == ACKED and is_referenced(s, id_):
             out.append(2)
             continue
         if op.strategy == DELREF:
             drop_references(s, id_)
-        s.delete_ids([id_])
-        out.append(1)
+        out.append(1 if s.delete_ids([id_]) else -1)
     return out

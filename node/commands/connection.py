@@ -1,18 +1,307 @@
-"""Connection commands: PING, ECHO, ..."""
+"""Connection commands: PING, ECHO, HELLO, AUTH, CLIENT, SELECT, QUIT, RESET."""
 
 from __future__ import annotations
 
-from ..resp.encoder import ReplyError
-from . import command
+import time
+
+from ..resp.encoder import NULL_ARRAY, ReplyError, Verbatim
+from . import command, container, subcommand
+from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, string2ll
 
 
-@command("ping", -1, "fast", group="connection", summary="Returns the server's liveliness response.")
+@command("ping", -1, "fast", group="connection", since="1.0.0",
+         summary="Returns the server's liveliness response.", complexity="O(1)")
 def ping(client, argv: list[bytes]):
     if len(argv) > 2:
         raise ReplyError("ERR wrong number of arguments for 'ping' command")
     return argv[1] if len(argv) == 2 else "PONG"
 
 
-@command("echo", 2, "fast", group="connection", summary="Returns the given string.")
+@command("echo", 2, "fast", group="connection", since="1.0.0",
+         summary="Returns the given string.", complexity="O(1)")
 def echo(client, argv: list[bytes]):
     return argv[1]
+
+
+def _check_password(client, user: bytes, password: bytes) -> None:
+    required = client.server.config["requirepass"]
+    if user.lower() != b"default" or password.decode("utf-8", "surrogateescape") != required:
+        raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
+    client.authenticated = True
+
+
+@command("auth", -2, "noscript loading stale fast no-auth allow-busy", group="connection",
+         since="1.0.0", summary="Authenticates the connection.", complexity="O(N) where N is the number of passwords defined for the user")
+def auth(client, argv: list[bytes]):
+    if len(argv) > 3:
+        raise ReplyError(ERR_SYNTAX)
+    if len(argv) == 2 and not client.server.config["requirepass"]:
+        raise ReplyError("ERR AUTH <password> called without any password configured for the "
+                         "default user. Are you sure your configuration is correct?")
+    user, password = (b"default", argv[1]) if len(argv) == 2 else (argv[1], argv[2])
+    _check_password(client, user, password)
+    return "OK"
+
+
+@command("hello", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
+         since="6.0.0", summary="Handshakes with the Redis server.", complexity="O(1)")
+def hello(client, argv: list[bytes]):
+    from ..server import REDIS_COMPAT_VERSION
+
+    ver = 0
+    if len(argv) >= 2:
+        v = string2ll(argv[1])
+        if v is None:
+            raise ReplyError("ERR Protocol version is not an integer or out of range")
+        ver = v
+        if ver < 2 or ver > 3:
+            raise ReplyError("NOPROTO unsupported protocol version")
+    name = None
+    j = 2
+    while j < len(argv):
+        more = len(argv) - j - 1
+        opt = argv[j].lower()
+        if opt == b"auth" and more >= 2:
+            _check_password(client, argv[j + 1], argv[j + 2])
+            j += 3
+        elif opt == b"setname" and more >= 1:
+            name = argv[j + 1]
+            _validate_name(name)
+            j += 2
+        else:
+            raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode('utf-8', 'replace')}'")
+    if client.needs_auth():
+        raise ReplyError("NOAUTH HELLO must be called with the client already authenticated, "
+                         "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                         "authenticate the client and select the RESP protocol version at the same time")
+    if name is not None:
+        client.name = name
+    if ver:
+        client.resp3 = ver == 3
+    return {
+        b"server": b"redis",
+        b"version": REDIS_COMPAT_VERSION.encode(),
+        b"proto": 3 if client.resp3 else 2,
+        b"id": client.id,
+        b"mode": b"standalone",
+        b"role": b"master",
+        b"modules": [],
+    }
+
+
+@command("select", 2, "loading stale fast", group="connection", since="1.0.0",
+         summary="Changes the selected database.", complexity="O(1)")
+def select(client, argv: list[bytes]):
+    idx = parse_int(argv[1], ERR_NOT_INT)
+    if idx != 0:
+        raise ReplyError("ERR DB index is out of range")
+    return "OK"
+
+
+@command("quit", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
+         since="1.0.0", summary="Closes the connection.", complexity="O(1)")
+def quit_(client, argv: list[bytes]):
+    client.closing = True
+    return "OK"
+
+
+@command("reset", 1, "noscript loading stale fast no-auth allow-busy", group="connection",
+         since="6.2.0", summary="Resets the connection.", complexity="O(1)")
+def reset(client, argv: list[bytes]):
+    client.multi = None
+    client.multi_error = False
+    client.watched.clear()
+    client.resp3 = False
+    client.name = b""
+    client.authenticated = False
+    return "RESET"
+
+
+# ---------------------------------------------------------------- CLIENT
+container("client", -2, group="connection", since="2.4.0",
+          summary="A container for client connection commands.")
+
+
+def _validate_name(name: bytes) -> None:
+    if any(c < 0x21 or c > 0x7E for c in name):
+        raise ReplyError("ERR Client names cannot contain spaces, newlines or special characters.")
+
+
+def client_info_line(c, now: float) -> bytes:
+    flags = ("x" if c.multi is not None else "") + ("b" if c.blocked is not None else "") or "N"
+    cmd = c.last_command.decode("utf-8", "replace").lower()
+    return (
+        f"id={c.id} addr={c.addr} laddr={c.laddr} fd=-1 name={c.name.decode('utf-8', 'replace')} "
+        f"age={int(now - c.created)} idle={int(now - c.last_interaction)} flags={flags} db=0 "
+        f"sub=0 psub=0 ssub=0 multi={len(c.multi) if c.multi is not None else -1} "
+        f"watch={len(c.watched)} qbuf={c.parser.buffered} qbuf-free=0 argv-mem=0 multi-mem=0 "
+        f"rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 "
+        f"resp={3 if c.resp3 else 2} lib-name={c.lib_name.decode('utf-8', 'replace')} "
+        f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}\n"
+    ).encode()
+
+
+@subcommand("client", "setname", 3, "noscript loading stale", since="2.6.9",
+            summary="Sets the connection name.", complexity="O(1)")
+def client_setname(client, argv: list[bytes]):
+    _validate_name(argv[2])
+    client.name = argv[2]
+    return "OK"
+
+
+@subcommand("client", "getname", 2, "noscript loading stale", since="2.6.9",
+            summary="Returns the name of the connection.", complexity="O(1)")
+def client_getname(client, argv: list[bytes]):
+    return client.name or None
+
+
+@subcommand("client", "id", 2, "noscript loading stale", since="5.0.0",
+            summary="Returns the unique client ID of the connection.", complexity="O(1)")
+def client_id(client, argv: list[bytes]):
+    return client.id
+
+
+@subcommand("client", "info", 2, "noscript loading stale", since="6.2.0",
+            summary="Returns information about the connection.", complexity="O(1)")
+def client_info(client, argv: list[bytes]):
+    return Verbatim(client_info_line(client, time.time()))
+
+
+@subcommand("client", "list", -2, "admin noscript loading stale", since="2.4.0",
+            summary="Lists open connections.", complexity="O(N) where N is the number of client connections")
+def client_list(client, argv: list[bytes]):
+    clients = list(client.server.clients.values())
+    j = 2
+    while j < len(argv):
+        opt = argv[j].lower()
+        if opt == b"type" and j + 1 < len(argv):
+            kind = argv[j + 1].lower()
+            if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                raise ReplyError(f"ERR Unknown client type '{argv[j + 1].decode('utf-8', 'replace')}'")
+            if kind != b"normal":
+                clients = []
+            j += 2
+        elif opt == b"id" and j + 1 < len(argv):
+            ids = set()
+            for a in argv[j + 1:]:
+                v = string2ll(a)
+                if v is None or v <= 0:
+                    raise ReplyError("ERR Invalid client ID")
+                ids.add(v)
+            clients = [c for c in clients if c.id in ids]
+            j = len(argv)
+        else:
+            raise ReplyError(ERR_SYNTAX)
+    now = time.time()
+    return Verbatim(b"".join(client_info_line(c, now) for c in sorted(clients, key=lambda c: c.id)))
+
+
+@subcommand("client", "setinfo", 4, "noscript loading stale", since="7.2.0",
+            summary="Sets information specific to the client or connection.", complexity="O(1)")
+def client_setinfo(client, argv: list[bytes]):
+    attr = argv[2].lower()
+    value = argv[3]
+    if attr not in (b"lib-name", b"lib-ver"):
+        raise ReplyError(f"ERR Unrecognized option '{argv[2].decode('utf-8', 'replace')}'")
+    if any(c < 0x21 or c > 0x7E for c in value):
+        raise ReplyError(f"ERR {attr.decode()} cannot contain spaces, newlines or special characters.")
+    if attr == b"lib-name":
+        client.lib_name = value
+    else:
+        client.lib_ver = value
+    return "OK"
+
+
+@subcommand("client", "kill", -3, "admin noscript loading stale", since="2.4.0",
+            summary="Terminates open connections.", complexity="O(N) where N is the number of client connections")
+def client_kill(client, argv: list[bytes]):
+    clients = client.server.clients
+    if len(argv) == 3:  # old form: CLIENT KILL addr:port
+        addr = argv[2].decode("utf-8", "replace")
+        victims = [c for c in clients.values() if c.addr == addr]
+        if not victims:
+            raise ReplyError("ERR No such client")
+        _kill(client, victims)
+        return "OK"
+    victims = list(clients.values())
+    skipme = True
+    j = 2
+    while j < len(argv):
+        if j + 1 >= len(argv):
+            raise ReplyError(ERR_SYNTAX)
+        opt, val = argv[j].lower(), argv[j + 1]
+        if opt == b"id":
+            v = string2ll(val)
+            if v is None or v <= 0:
+                raise ReplyError("ERR client-id should be greater than 0")
+            victims = [c for c in victims if c.id == v]
+        elif opt == b"addr":
+            victims = [c for c in victims if c.addr == val.decode("utf-8", "replace")]
+        elif opt == b"laddr":
+            victims = [c for c in victims if c.laddr == val.decode("utf-8", "replace")]
+        elif opt == b"skipme":
+            if val.lower() not in (b"yes", b"no"):
+                raise ReplyError(ERR_SYNTAX)
+            skipme = val.lower() == b"yes"
+        elif opt == b"type":
+            if val.lower() != b"normal":
+                victims = []
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        j += 2
+    if skipme:
+        victims = [c for c in victims if c is not client]
+    _kill(client, victims)
+    return len(victims)
+
+
+def _kill(me, victims) -> None:
+    for c in victims:
+        if c is me:
+            c.closing = True  # after this reply, as Redis does
+        else:
+            c.close()
+
+
+def _on_off(argv: list[bytes]) -> str:
+    if argv[2].lower() not in (b"on", b"off"):
+        raise ReplyError(ERR_SYNTAX)
+    return "OK"
+
+
+@subcommand("client", "no-evict", 3, "admin noscript loading stale", since="7.0.0",
+            summary="Sets the client eviction mode of the connection.", complexity="O(1)")
+def client_no_evict(client, argv: list[bytes]):
+    return _on_off(argv)
+
+
+@subcommand("client", "no-touch", 3, "noscript loading stale", since="7.2.0",
+            summary="Controls whether commands sent by the client affect the LRU/LFU of accessed keys.",
+            complexity="O(1)")
+def client_no_touch(client, argv: list[bytes]):
+    return _on_off(argv)
+
+
+@subcommand("client", "help", 2, "loading stale", since="5.0.0",
+            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+def client_help(client, argv: list[bytes]):
+    return [
+        b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        b"GETNAME", b"    Return the name of the current connection.",
+        b"ID", b"    Return the ID of the current connection.",
+        b"INFO", b"    Return information about the current client connection.",
+        b"KILL <ip:port>", b"    Kill connection made from <ip:port>.",
+        b"KILL <option> <value> [<option> <value> [...]]",
+        b"    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>,",
+        b"    TYPE NORMAL, SKIPME (YES|NO).",
+        b"LIST [TYPE NORMAL] [ID <id> [<id> ...]]", b"    Return information about client connections.",
+        b"NO-EVICT (ON|OFF)", b"    Accepted for compatibility; Braid does not evict clients.",
+        b"NO-TOUCH (ON|OFF)", b"    Accepted for compatibility; Braid keeps no LRU/LFU data.",
+        b"SETINFO <option> <value>", b"    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+        b"SETNAME <name>", b"    Assign the name <name> to the current connection.",
+        b"HELP", b"    Print this help.",
+    ]
+
+
+def null_array():
+    return NULL_ARRAY

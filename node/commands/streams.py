@@ -15,8 +15,8 @@ from crdt.idmp import auto_iid
 from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id
 
 from ..resp.encoder import ReplyError
-from . import command
-from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, string2ll
+from . import command, container, subcommand
+from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_stream_id, string2ll
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
 
@@ -248,3 +248,209 @@ def xrevrange(client, argv: list[bytes]):
 def xlen(client, argv: list[bytes]):
     s = client.server.db.keys.get(argv[1])
     return 0 if s is None else s.length
+
+
+@command("xdel", -3, "write fast", (1, 1, 1), group="stream", since="5.0.0",
+         summary="Returns the number of messages after removing them from a stream.",
+         complexity="O(1) for each single item to delete in the stream, regardless of the stream size.")
+def xdel(client, argv: list[bytes]):
+    db = client.server.db
+    if argv[1] not in db.keys:
+        return 0
+    ids = [parse_stream_id(a, strict=True) for a in argv[2:]]
+    res = db.apply(ops.DeleteEntries(argv[1], ids))
+    return sum(1 for r in res if r == 1)
+
+
+@command("xdelex", -5, "write fast", (1, 1, 1), group="stream", since="8.2.0",
+         summary="Deletes one or multiple entries from the stream.",
+         complexity="O(1) for each single item to delete in the stream, regardless of the stream size.")
+def xdelex(client, argv: list[bytes]):
+    from .groups import parse_ids_option
+
+    db = client.server.db
+    strategy, idargs = parse_ids_option(argv, 2)
+    if argv[1] not in db.keys:
+        return [-1] * len(idargs)
+    ids = [parse_stream_id(a, strict=True) for a in idargs]
+    return db.apply(ops.DeleteEntries(argv[1], ids, strategy))
+
+
+@command("xtrim", -4, "write", (1, 1, 1), group="stream", since="5.0.0",
+         summary="Deletes messages from the beginning of a stream.",
+         complexity="O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.")
+def xtrim(client, argv: list[bytes]):
+    a = parse_add_or_trim(client, argv, xadd=False)
+    db = client.server.db
+    if argv[1] not in db.keys:
+        return 0
+    deleted = db.apply(ops.Trim(argv[1], a.spec(), a.strategy))
+    if deleted > 1:
+        db.dirty += deleted - 1
+    return deleted
+
+
+@command("xsetid", -3, "write denyoom fast", (1, 1, 1), group="stream", since="5.0.0",
+         summary="An internal command for replicating stream values.", complexity="O(1)")
+def xsetid(client, argv: list[bytes]):
+    new_id = parse_stream_id(argv[2], strict=True)
+    entries_added = -1
+    max_xdel = (0, 0)
+    i = 3
+    while i < len(argv):
+        more = len(argv) - 1 - i
+        opt = argv[i].lower()
+        if opt == b"entriesadded" and more:
+            entries_added = parse_int(argv[i + 1])
+            if entries_added < 0:
+                raise ReplyError("ERR entries_added must be positive")
+        elif opt == b"maxdeletedid" and more:
+            max_xdel = parse_stream_id(argv[i + 1], strict=True)
+            if new_id < max_xdel:
+                raise ReplyError("ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        i += 2
+    db = client.server.db
+    s = db.keys.get(argv[1])
+    if s is None:
+        raise ReplyError("ERR no such key")
+    if new_id < s.max_deleted_id:
+        raise ReplyError("ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
+    if s.length:
+        if new_id < s.top_id():
+            raise ReplyError("ERR The ID specified in XSETID is smaller than the target stream top item")
+        if entries_added != -1 and s.length > entries_added:
+            raise ReplyError("ERR The entries_added specified in XSETID is smaller than the target stream length")
+    db.apply(ops.SetStreamId(argv[1], new_id, None if entries_added == -1 else entries_added,
+                             None if max_xdel == (0, 0) else max_xdel))
+    return "OK"
+
+
+IDMP_DURATION_RANGE = (1, 86400)
+IDMP_MAXSIZE_RANGE = (1, 10000)
+
+
+def _idmp_settings(argv: list[bytes], start: int, names: tuple[bytes, bytes]) -> tuple[int, int]:
+    """XCFGSET's option loop; ``names`` are the spellings of the two options."""
+    duration = maxsize = -1
+    i = start
+    while i < len(argv):
+        more = len(argv) - i - 1
+        opt = argv[i].lower()
+        if opt == names[0] and more:
+            if duration != -1:
+                raise ReplyError(f"ERR {names[0].decode().upper()} specified multiple times")
+            duration = parse_int(argv[i + 1])
+            lo, hi = IDMP_DURATION_RANGE
+            if not lo <= duration <= hi:
+                raise ReplyError(f"ERR {names[0].decode().upper()} must be between {lo} and {hi} seconds")
+            i += 1
+        elif opt == names[1] and more:
+            if maxsize != -1:
+                raise ReplyError(f"ERR {names[1].decode().upper()} specified multiple times")
+            maxsize = parse_int(argv[i + 1])
+            lo, hi = IDMP_MAXSIZE_RANGE
+            if not lo <= maxsize <= hi:
+                raise ReplyError(f"ERR {names[1].decode().upper()} must be between {lo} and {hi} entries")
+            i += 1
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        i += 1
+    if duration == -1 and maxsize == -1:
+        raise ReplyError("ERR At least one parameter must be specified")
+    return duration, maxsize
+
+
+def _configure_idmp(client, key: bytes, duration: int, maxsize: int) -> str:
+    """Apply new IDMP settings; changing either clears the producers' maps (as Redis)."""
+    db = client.server.db
+    s = db.keys[key]
+    new_d = duration if duration != -1 and duration != s.idmp.duration else None
+    new_m = maxsize if maxsize != -1 and maxsize != s.idmp.maxsize else None
+    if new_d is not None or new_m is not None:
+        db.apply(ops.ConfigureIdmp(key, new_d, new_m))
+    return "OK"
+
+
+@command("xcfgset", -2, "write fast", (1, 1, 1), group="stream", since="8.6.0",
+         summary="Sets the IDMP configuration parameters for a stream.", complexity="O(1)")
+def xcfgset(client, argv: list[bytes]):
+    if argv[1] not in client.server.db.keys:
+        raise ReplyError("ERR no such key")
+    duration, maxsize = _idmp_settings(argv, 2, (b"idmp-duration", b"idmp-maxsize"))
+    return _configure_idmp(client, argv[1], duration, maxsize)
+
+
+container("xidmp", -2, group="stream", since="8.6.0",
+          summary="Braid alias (seed spelling) for a stream's IDMP settings: XIDMP CFGSET / CFGGET.")
+
+
+@subcommand("xidmp", "cfgset", -4, "write fast", (2, 2, 1), since="8.6.0",
+            summary="Alias of XCFGSET: XIDMP CFGSET key [DURATION seconds] [MAXSIZE entries].",
+            complexity="O(1)")
+def xidmp_cfgset(client, argv: list[bytes]):
+    if argv[2] not in client.server.db.keys:
+        raise ReplyError("ERR no such key")
+    duration, maxsize = _idmp_settings(argv, 3, (b"duration", b"maxsize"))
+    return _configure_idmp(client, argv[2], duration, maxsize)
+
+
+@subcommand("xidmp", "cfgget", -3, "readonly fast", (2, 2, 1), since="8.6.0",
+            summary="XIDMP CFGGET key [DURATION] [MAXSIZE]: the stream's IDMP settings as a map "
+                    "(both when no option is named).",
+            complexity="O(1)")
+def xidmp_cfgget(client, argv: list[bytes]):
+    s = client.server.db.keys.get(argv[2])
+    if s is None:
+        raise ReplyError("ERR no such key")
+    wanted = [a.lower() for a in argv[3:]] or [b"duration", b"maxsize"]
+    out = {}
+    for w in wanted:
+        if w == b"duration":
+            out[b"duration"] = s.idmp.duration
+        elif w == b"maxsize":
+            out[b"maxsize"] = s.idmp.maxsize
+        else:
+            raise ReplyError(ERR_SYNTAX)
+    return out
+
+
+@subcommand("xidmp", "help", 2, "loading stale", since="8.6.0",
+            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+def xidmp_help(client, argv: list[bytes]):
+    return [
+        b"XIDMP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        b"CFGSET <key> [DURATION <seconds>] [MAXSIZE <entries>]",
+        b"    Same as XCFGSET <key> [IDMP-DURATION <seconds>] [IDMP-MAXSIZE <entries>].",
+        b"CFGGET <key> [DURATION] [MAXSIZE]",
+        b"    Return the stream's IDMP settings.",
+        b"HELP",
+        b"    Print this help.",
+    ]
+
+
+@command("xidmprecord", 5, "write fast", (1, 1, 1), group="stream", since="8.6.0",
+         summary="Records IDMP metadata (producer id and idempotent id) for an existing stream entry.",
+         complexity="O(1)")
+def xidmprecord(client, argv: list[bytes]):
+    id_ = parse_stream_id(argv[4], strict=True)
+    pid, iid = argv[2], argv[3]
+    if not pid:
+        raise ReplyError("ERR producer ID must be non-empty")
+    if not iid:
+        raise ReplyError("ERR idempotent ID must be non-empty")
+    db = client.server.db
+    s = db.keys.get(argv[1])
+    if s is None:
+        raise ReplyError("ERR no such key")
+    if s.get(id_) is None:
+        raise ReplyError("ERR No such message in stream")
+    found = s.idmp.lookup(pid, iid)
+    if found is not None:
+        if found == id_:
+            return "OK"
+        raise ReplyError("ERR IID already exists for this producer with a different stream ID")
+    s.idmp.record(pid, iid, id_)
+    db.dirty += 1
+    return "OK"

@@ -1,0 +1,209 @@
+"""Generic key commands: DEL, UNLINK, EXISTS, TYPE, RENAME, RENAMENX, KEYS, SCAN.
+
+Every key in Braid is a stream.  Removing a key is the replicated operation
+``DeleteKey``; RENAME is "copy under the new name, then delete the source".
+"""
+
+from __future__ import annotations
+
+import xxhash
+
+from crdt import ops
+
+from ..resp.encoder import ReplyError
+from . import command
+from .util import ERR_NOT_INT, ERR_SYNTAX, string2ll
+
+
+def glob_match(pattern: bytes, s: bytes, nocase: bool = False) -> bool:
+    """Redis's ``stringmatchlen``: ``*``, ``?``, ``[a-z]``, ``[^x]``, ``\\`` escapes."""
+    if nocase:
+        pattern, s = pattern.lower(), s.lower()
+    return _match(pattern, 0, s, 0)
+
+
+def _match(p: bytes, pi: int, s: bytes, si: int) -> bool:
+    plen, slen = len(p), len(s)
+    while pi < plen and si <= slen:
+        c = p[pi]
+        if c == 0x2A:  # '*'
+            while pi + 1 < plen and p[pi + 1] == 0x2A:
+                pi += 1
+            if pi + 1 == plen:
+                return True
+            for k in range(si, slen + 1):
+                if _match(p, pi + 1, s, k):
+                    return True
+            return False
+        if si == slen:
+            return False
+        if c == 0x3F:  # '?'
+            si += 1
+        elif c == 0x5B:  # '['
+            pi += 1
+            negate = pi < plen and p[pi] == 0x5E
+            if negate:
+                pi += 1
+            matched = False
+            while pi < plen and p[pi] != 0x5D:
+                if p[pi] == 0x5C and pi + 1 < plen:
+                    pi += 1
+                    matched |= p[pi] == s[si]
+                elif pi + 2 < plen and p[pi + 1] == 0x2D:
+                    lo, hi = p[pi], p[pi + 2]
+                    if lo > hi:
+                        lo, hi = hi, lo
+                    matched |= lo <= s[si] <= hi
+                    pi += 2
+                else:
+                    matched |= p[pi] == s[si]
+                pi += 1
+            if pi >= plen:
+                pi -= 1  # unterminated class: Redis treats the end as closing it
+            if negate:
+                matched = not matched
+            if not matched:
+                return False
+            si += 1
+        else:
+            if c == 0x5C and pi + 1 < plen:
+                pi += 1
+                c = p[pi]
+            if c != s[si]:
+                return False
+            si += 1
+        pi += 1
+    while pi < plen and p[pi] == 0x2A:
+        pi += 1
+    return pi == plen and si == slen
+
+
+@command("del", -2, "write", (1, -1, 1), group="generic", since="1.0.0",
+         summary="Deletes one or more keys.", complexity="O(N) where N is the number of keys that will be removed.")
+def del_(client, argv: list[bytes]):
+    db = client.server.db
+    n = 0
+    for key in argv[1:]:
+        if key in db.keys:
+            db.apply(ops.DeleteKey(key))
+            n += 1
+    return n
+
+
+@command("unlink", -2, "write fast", (1, -1, 1), group="generic", since="4.0.0",
+         summary="Asynchronously deletes one or more keys.", complexity="O(1) for each key removed regardless of its size.")
+def unlink(client, argv: list[bytes]):
+    return del_(client, argv)
+
+
+@command("exists", -2, "readonly fast", (1, -1, 1), group="generic", since="1.0.0",
+         summary="Determines whether one or more keys exist.", complexity="O(N) where N is the number of keys to check.")
+def exists(client, argv: list[bytes]):
+    keys = client.server.db.keys
+    return sum(1 for k in argv[1:] if k in keys)
+
+
+@command("type", 2, "readonly fast", (1, 1, 1), group="generic", since="1.0.0",
+         summary="Determines the type of value stored at a key.", complexity="O(1)")
+def type_(client, argv: list[bytes]):
+    return "stream" if argv[1] in client.server.db.keys else "none"
+
+
+def _rename(client, argv: list[bytes], nx: bool):
+    db = client.server.db
+    src, dst = argv[1], argv[2]
+    s = db.keys.get(src)
+    if s is None:
+        raise ReplyError("ERR no such key")
+    if src == dst:
+        return 0 if nx else "OK"
+    if nx and dst in db.keys:
+        return 0
+    if dst in db.keys:
+        db.apply(ops.DeleteKey(dst))
+    # The stream object moves as a whole (entries, groups, IDMP maps): this is
+    # a single-region rename; Active-Active rules for RENAME come with replication.
+    db.keys[dst] = s
+    del db.keys[src]
+    db.dirty += 1
+    db.touch(src)
+    db.touch(dst)
+    return 1 if nx else "OK"
+
+
+@command("rename", 3, "write", (1, 2, 1), group="generic", since="1.0.0",
+         summary="Renames a key and overwrites the destination.", complexity="O(1)")
+def rename(client, argv: list[bytes]):
+    return _rename(client, argv, nx=False)
+
+
+@command("renamenx", 3, "write fast", (1, 2, 1), group="generic", since="1.0.0",
+         summary="Renames a key only when the target key name doesn't exist.", complexity="O(1)")
+def renamenx(client, argv: list[bytes]):
+    return _rename(client, argv, nx=True)
+
+
+@command("keys", 2, "readonly", group="generic", since="1.0.0",
+         summary="Returns all key names that match a pattern.", complexity="O(N) with N being the number of keys in the database")
+def keys_(client, argv: list[bytes]):
+    pat = argv[1]
+    every = pat == b"*"
+    return [k for k in client.server.db.keys if every or glob_match(pat, k)]
+
+
+def _scan_hash(key: bytes) -> int:
+    return xxhash.xxh32_intdigest(key)
+
+
+@command("scan", -2, "readonly", group="generic", since="2.8.0",
+         summary="Iterates over the key names in the database.",
+         complexity="O(1) for every call. O(N) for a complete iteration.")
+def scan(client, argv: list[bytes]):
+    """The cursor is a position in hash order: a 32-bit hash of each key.
+
+    A call returns keys whose hash is at or after the cursor, in hash order,
+    and the next cursor is one past the last hash returned.  A key present for
+    the whole scan keeps its hash, so it is returned exactly once unless keys
+    with the very same hash straddle a call (then all of them are returned
+    together, never split).  Cursor 0 starts and ends a scan.
+    """
+    cursor = string2ll(argv[1])
+    if cursor is None or cursor < 0:
+        # Redis parses the cursor as unsigned: anything else is invalid
+        raise ReplyError("ERR invalid cursor")
+    count, pattern, kind = 10, None, None
+    j = 2
+    while j < len(argv):
+        opt = argv[j].lower()
+        if j + 1 >= len(argv):
+            raise ReplyError(ERR_SYNTAX)
+        if opt == b"count":
+            count = string2ll(argv[j + 1])
+            if count is None:
+                raise ReplyError(ERR_NOT_INT)
+            if count < 1:
+                raise ReplyError(ERR_SYNTAX)
+        elif opt == b"match":
+            pattern = argv[j + 1]
+        elif opt == b"type":
+            kind = argv[j + 1].lower()
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        j += 2
+    ordered = sorted((_scan_hash(k), k) for k in client.server.db.keys)
+    out: list[bytes] = []
+    next_cursor = 0
+    taken = 0
+    for i, (h, k) in enumerate(ordered):
+        if h < cursor:
+            continue
+        if taken >= count and h != ordered[i - 1][0]:
+            next_cursor = h
+            break
+        taken += 1
+        if pattern is not None and not glob_match(pattern, k):
+            continue
+        if kind is not None and kind != b"stream":
+            continue
+        out.append(k)
+    return [b"%d" % next_cursor, out]

@@ -1,0 +1,414 @@
+"""Server commands: INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL, TIME, LASTSAVE."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import struct
+import sys
+import time
+
+from crdt import ops
+
+from ..config import BY_NAME, ConfigError
+from ..resp.encoder import ReplyError, Verbatim
+from . import COMMANDS, command, container, subcommand
+from .util import ERR_SYNTAX
+
+# ---------------------------------------------------------------- INFO
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _section_server(srv) -> list[str]:
+    from ..server import BRAID_VERSION, REDIS_COMPAT_VERSION
+
+    uptime = int(time.time() - srv.start_time)
+    u = platform.uname()
+    return [
+        f"redis_version:{REDIS_COMPAT_VERSION}",
+        f"braid_version:{BRAID_VERSION}",
+        "redis_git_sha1:00000000",
+        "redis_git_dirty:0",
+        "redis_mode:standalone",
+        f"os:{u.system} {u.release} {u.machine}",
+        f"arch_bits:{struct.calcsize('P') * 8}",
+        "multiplexing_api:asyncio",
+        f"python_version:{platform.python_version()}",
+        f"process_id:{os.getpid()}",
+        f"run_id:{srv.run_id}",
+        f"tcp_port:{srv.port}",
+        f"server_time_usec:{int(time.time() * 1_000_000)}",
+        f"uptime_in_seconds:{uptime}",
+        f"uptime_in_days:{uptime // 86400}",
+        f"hz:{srv.config['hz']}",
+        f"configured_hz:{srv.config['hz']}",
+        f"executable:{sys.executable}",
+        "config_file:",
+        f"braid_region:{srv.region}",
+    ]
+
+
+def _section_clients(srv) -> list[str]:
+    return [
+        f"connected_clients:{len(srv.clients)}",
+        f"maxclients:{srv.config['maxclients']}",
+        f"blocked_clients:{srv.blocking.count}",
+        f"watching_clients:{sum(1 for c in srv.clients.values() if c.watched)}",
+        f"total_watched_keys:{sum(len(c.watched) for c in srv.clients.values())}",
+        f"total_blocking_keys:{len(srv.blocking.by_key)}",
+    ]
+
+
+def _section_memory(srv) -> list[str]:
+    data = sum(s.memory_bytes() for s in srv.db.keys.values())
+    rss = _rss_bytes()
+    return [
+        # used_memory is the bytes held by stream data (packed blocks and their
+        # bookkeeping): the number to compare with Redis's per-entry cost.
+        f"used_memory:{data}",
+        f"used_memory_human:{_human(data)}",
+        f"used_memory_rss:{rss}",
+        f"used_memory_rss_human:{_human(rss)}",
+        f"used_memory_dataset:{data}",
+        "maxmemory:0",
+        "maxmemory_policy:noeviction",
+        "mem_allocator:pymalloc",
+    ]
+
+
+def _section_persistence(srv) -> list[str]:
+    return [
+        "loading:0",
+        "async_loading:0",
+        f"rdb_changes_since_last_save:{srv.db.dirty}",
+        "rdb_bgsave_in_progress:0",
+        f"rdb_last_save_time:{srv.last_save}",
+        "rdb_last_bgsave_status:ok",
+        f"aof_enabled:0",
+        "aof_rewrite_in_progress:0",
+        "aof_last_write_status:ok",
+    ]
+
+
+def _section_stats(srv) -> list[str]:
+    st = srv.stats
+    return [
+        f"total_connections_received:{st.total_connections_received}",
+        f"total_commands_processed:{st.total_commands_processed}",
+        f"total_net_input_bytes:{st.net_input_bytes}",
+        f"total_net_output_bytes:{st.net_output_bytes}",
+        f"rejected_connections:{st.rejected_connections}",
+        "expired_keys:0",
+        "evicted_keys:0",
+        "keyspace_hits:0",
+        "keyspace_misses:0",
+        "pubsub_channels:0",
+        f"total_error_replies:{st.total_error_replies}",
+        f"unexpected_error_replies:{st.unexpected_error_replies}",
+    ]
+
+
+def _section_replication(srv) -> list[str]:
+    return ["role:master", "connected_slaves:0", "master_repl_offset:0"]
+
+
+def _section_cpu(srv) -> list[str]:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return [f"used_cpu_sys:{ru.ru_stime:.6f}", f"used_cpu_user:{ru.ru_utime:.6f}"]
+
+
+def _section_commandstats(srv) -> list[str]:
+    out = []
+    for name, (calls, usec, rejected, failed) in sorted(srv.stats.command_calls.items()):
+        per = usec / calls if calls else 0.0
+        out.append(f"cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2f},"
+                   f"rejected_calls={rejected},failed_calls={failed}")
+    return out
+
+
+def _section_errorstats(srv) -> list[str]:
+    return [f"errorstat_{code}:count={n}" for code, n in sorted(srv.stats.error_codes.items())]
+
+
+def _section_cluster(srv) -> list[str]:
+    return ["cluster_enabled:0"]
+
+
+def _section_keyspace(srv) -> list[str]:
+    n = len(srv.db.keys)
+    return [f"db0:keys={n},expires=0,avg_ttl=0,subexpiry=0"] if n else []
+
+
+SECTIONS = {
+    "server": _section_server, "clients": _section_clients, "memory": _section_memory,
+    "persistence": _section_persistence, "stats": _section_stats,
+    "replication": _section_replication, "cpu": _section_cpu,
+    "commandstats": _section_commandstats, "errorstats": _section_errorstats,
+    "cluster": _section_cluster, "keyspace": _section_keyspace,
+}
+DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication",
+                    "cpu", "errorstats", "cluster", "keyspace")
+EXTRA_SECTIONS: dict = {}  # later subsystems (e.g. "crdt") register their sections here
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:.2f}{unit}" if unit != "B" else f"{n}B"
+        n /= 1024
+    return str(n)
+
+
+def info_text(srv, wanted: list[str]) -> bytes:
+    sections = {**SECTIONS, **EXTRA_SECTIONS}
+    if not wanted or "default" in wanted:
+        names = list(DEFAULT_SECTIONS) + [w for w in wanted if w in sections and w not in DEFAULT_SECTIONS]
+    elif "all" in wanted or "everything" in wanted:
+        names = list(sections)
+    else:
+        names = [w for w in dict.fromkeys(wanted) if w in sections]
+    parts = []
+    for name in names:
+        lines = sections[name](srv)
+        parts.append(f"# {name.capitalize() if name != 'cpu' else 'CPU'}\r\n" + "".join(l + "\r\n" for l in lines))
+    return "\r\n".join(parts).encode()
+
+
+@command("info", -1, "loading stale", group="server", since="1.0.0",
+         summary="Returns information and statistics about the server.", complexity="O(1)")
+def info(client, argv: list[bytes]):
+    wanted = [a.decode("utf-8", "replace").lower() for a in argv[1:]]
+    return Verbatim(info_text(client.server, wanted))
+
+
+# ---------------------------------------------------------------- CONFIG
+container("config", -2, group="server", since="2.0.0", summary="A container for server configuration commands.")
+
+
+@subcommand("config", "get", -3, "admin noscript loading stale", since="2.0.0",
+            summary="Returns the effective values of configuration parameters.",
+            complexity="O(N) when N is the number of configuration parameters provided")
+def config_get(client, argv: list[bytes]):
+    cfg = client.server.config
+    names: list[str] = []
+    for pat in argv[2:]:
+        for n in cfg.matching(pat):
+            if n not in names:
+                names.append(n)
+    return {n.encode(): cfg.render(n) for n in names}
+
+
+@subcommand("config", "set", -4, "admin noscript loading stale", since="2.0.0",
+            summary="Sets configuration parameters in-flight.",
+            complexity="O(N) when N is the number of configuration parameters provided")
+def config_set(client, argv: list[bytes]):
+    if len(argv) % 2:
+        raise ReplyError("ERR wrong number of arguments for 'config|set' command")
+    cfg = client.server.config
+    staged: dict[str, object] = {}
+    for i in range(2, len(argv), 2):
+        name = argv[i].decode("utf-8", "replace").lower()
+        if name in staged:
+            raise ReplyError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter")
+        try:
+            staged[name] = cfg.parse(name, argv[i + 1])
+        except ConfigError as e:
+            raise ReplyError(f"ERR {e}") from None
+    for name, value in staged.items():
+        cfg.set(name, value)
+    client.server.config_changed()
+    return "OK"
+
+
+@subcommand("config", "resetstat", 2, "admin noscript loading stale", since="2.0.0",
+            summary="Resets the server's statistics.", complexity="O(1)")
+def config_resetstat(client, argv: list[bytes]):
+    client.server.stats.reset()
+    return "OK"
+
+
+@subcommand("config", "help", 2, "loading stale", since="5.0.0",
+            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+def config_help(client, argv: list[bytes]):
+    return [
+        b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        b"GET <pattern>", b"    Return parameters matching the glob-like <pattern> and their values.",
+        b"SET <directive> <value>", b"    Set the configuration <directive> to <value>.",
+        b"RESETSTAT", b"    Reset statistics reported by the INFO command.",
+        b"HELP", b"    Print this help.",
+    ]
+
+
+# ---------------------------------------------------------------- COMMAND
+def _command_info(cmd) -> list:
+    return [
+        cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.flags if f != "fast"] +
+        ([b"fast"] if "fast" in cmd.flags else []),
+        cmd.first_key, cmd.last_key, cmd.step,
+        [b"@" + (cmd.group.encode() if cmd.group != "generic" else b"keyspace")],
+        [], [],
+        [_command_info(s) for s in cmd.subcommands.values()],
+    ]
+
+
+def _command_docs(cmd) -> dict:
+    doc: dict = {
+        b"summary": cmd.summary.encode(),
+        b"since": cmd.since.encode(),
+        b"group": cmd.group.encode(),
+    }
+    if cmd.complexity:
+        doc[b"complexity"] = cmd.complexity.encode()
+    if cmd.subcommands:
+        doc[b"subcommands"] = {s.fullname.encode(): _command_docs(s) for s in cmd.subcommands.values()}
+    return doc
+
+
+def _find(name: bytes):
+    parent, _, sub = name.lower().partition(b"|")
+    cmd = COMMANDS.get(parent)
+    if cmd is not None and sub:
+        cmd = cmd.subcommands.get(sub)
+    return cmd
+
+
+container("command", -1, group="server", since="2.8.13",
+          summary="Returns detailed information about all commands.")
+
+
+@command("command", -1, "loading stale", group="server", since="2.8.13",
+         summary="Returns detailed information about all commands.", complexity="O(N) where N is the total number of Redis commands")
+def command_(client, argv: list[bytes]):
+    return [_command_info(c) for c in COMMANDS.values() if c.handler is not None or c.subcommands]
+
+
+@subcommand("command", "count", 2, "loading stale", since="2.8.13",
+            summary="Returns a count of commands.", complexity="O(1)")
+def command_count(client, argv: list[bytes]):
+    return len(COMMANDS)
+
+
+@subcommand("command", "list", -2, "loading stale", since="7.0.0",
+            summary="Returns a list of command names.", complexity="O(N) where N is the total number of Redis commands")
+def command_list(client, argv: list[bytes]):
+    return [c.name.encode() for c in COMMANDS.values()]
+
+
+@subcommand("command", "info", -2, "loading stale", since="2.8.13",
+            summary="Returns information about one, multiple or all commands.",
+            complexity="O(N) where N is the number of commands to look up")
+def command_info(client, argv: list[bytes]):
+    if len(argv) == 2:
+        return command_(client, argv)
+    out = []
+    for name in argv[2:]:
+        cmd = _find(name)
+        out.append(_command_info(cmd) if cmd is not None else None)
+    return out
+
+
+@subcommand("command", "docs", -2, "loading stale", since="7.0.0",
+            summary="Returns documentary information about one, multiple or all commands.",
+            complexity="O(N) where N is the number of commands to look up")
+def command_docs(client, argv: list[bytes]):
+    cmds = COMMANDS.values() if len(argv) == 2 else [c for c in map(_find, argv[2:]) if c is not None]
+    return {c.fullname.encode(): _command_docs(c) for c in cmds}
+
+
+def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
+    """Key positions of a command line, from the table (XREAD* keys follow STREAMS)."""
+    if cmd.name in ("xread", "xreadgroup"):
+        for i, a in enumerate(argv):
+            if a.lower() == b"streams":
+                rest = argv[i + 1:]
+                return rest[: len(rest) // 2]
+        return []
+    if cmd.first_key <= 0:
+        return []
+    last = cmd.last_key if cmd.last_key >= 0 else len(argv) + cmd.last_key
+    return argv[cmd.first_key:last + 1:cmd.step or 1]
+
+
+@subcommand("command", "getkeys", -3, "loading stale", since="2.8.13",
+            summary="Extracts the key names from an arbitrary command.",
+            complexity="O(N) where N is the number of arguments to the command")
+def command_getkeys(client, argv: list[bytes]):
+    rest = argv[2:]
+    cmd = COMMANDS.get(rest[0].lower())
+    if cmd is not None and cmd.subcommands and len(rest) > 1:
+        cmd = cmd.subcommands.get(rest[1].lower(), cmd)
+    if cmd is None:
+        raise ReplyError("ERR Invalid command specified")
+    if not cmd.check_arity(len(rest)):
+        raise ReplyError("ERR Invalid number of arguments specified for command")
+    keys = command_keys(cmd, rest)
+    if not keys:
+        raise ReplyError("ERR The command has no key arguments")
+    return keys
+
+
+@subcommand("command", "help", 2, "loading stale", since="5.0.0",
+            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+def command_help(client, argv: list[bytes]):
+    return [
+        b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        b"(no subcommand)", b"    Return details about all commands.",
+        b"COUNT", b"    Return the total number of commands in this server.",
+        b"LIST", b"    Return a list of all commands in this server.",
+        b"INFO [<command-name> ...]", b"    Return details about multiple commands.",
+        b"DOCS [<command-name> ...]", b"    Return documentation details about multiple commands.",
+        b"GETKEYS <full-command>", b"    Return the keys from a full command.",
+        b"HELP", b"    Print this help.",
+    ]
+
+
+# ---------------------------------------------------------------- keyspace-wide
+@command("dbsize", 1, "readonly fast", group="server", since="1.0.0",
+         summary="Returns the number of keys in the database.", complexity="O(1)")
+def dbsize(client, argv: list[bytes]):
+    return len(client.server.db.keys)
+
+
+def _flush(client, argv: list[bytes]):
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"async", b"sync")):
+        raise ReplyError(ERR_SYNTAX)
+    db = client.server.db
+    for key in list(db.keys):
+        db.apply(ops.DeleteKey(key))
+    return "OK"
+
+
+@command("flushdb", -1, "write", group="server", since="1.0.0",
+         summary="Removes all keys from the current database.", complexity="O(N) where N is the number of keys in the selected database")
+def flushdb(client, argv: list[bytes]):
+    return _flush(client, argv)
+
+
+@command("flushall", -1, "write", group="server", since="1.0.0",
+         summary="Removes all keys from all databases.", complexity="O(N) where N is the total number of keys in all databases")
+def flushall(client, argv: list[bytes]):
+    return _flush(client, argv)
+
+
+@command("time", 1, "loading stale fast", group="server", since="2.6.0",
+         summary="Returns the server time.", complexity="O(1)")
+def time_(client, argv: list[bytes]):
+    now = time.time_ns() // 1000
+    return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
+
+
+@command("lastsave", 1, "loading stale fast", group="server", since="1.0.0",
+         summary="Returns the Unix timestamp of the last successful save to disk.", complexity="O(1)")
+def lastsave(client, argv: list[bytes]):
+    return client.server.last_save
+
+
+assert "stream-node-max-entries" in BY_NAME

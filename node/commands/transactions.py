@@ -1,0 +1,81 @@
+"""MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+
+Commands sent after MULTI are queued by the dispatcher (``Server.call``): a
+queue-time error (unknown command, wrong arity) marks the transaction so EXEC
+aborts it, as Redis does.  EXEC runs the queue atomically (the server is single
+threaded), with ``client.in_exec`` set so blocking reads answer at once instead
+of blocking.  WATCH records each key's version; EXEC returns a null array when
+any watched key changed since.
+"""
+
+from __future__ import annotations
+
+from ..blocking import Blocked
+from ..resp.encoder import NULL_ARRAY, ReplyError
+from . import command
+
+
+@command("multi", 1, "noscript loading stale fast allow-busy", group="transactions", since="1.2.0",
+         summary="Starts a transaction.", complexity="O(1)")
+def multi(client, argv: list[bytes]):
+    if client.multi is not None:
+        raise ReplyError("ERR MULTI calls can not be nested")
+    client.multi = []
+    client.multi_error = False
+    return "OK"
+
+
+@command("discard", 1, "noscript loading stale fast allow-busy", group="transactions", since="2.0.0",
+         summary="Discards a transaction.", complexity="O(N), when N is the number of queued commands")
+def discard(client, argv: list[bytes]):
+    if client.multi is None:
+        raise ReplyError("ERR DISCARD without MULTI")
+    client.multi = None
+    client.multi_error = False
+    client.watched.clear()
+    return "OK"
+
+
+@command("exec", 1, "noscript loading stale skip-slowlog", group="transactions", since="1.2.0",
+         summary="Executes all commands in a transaction.", complexity="Depends on commands in the transaction")
+def exec_(client, argv: list[bytes]):
+    if client.multi is None:
+        raise ReplyError("ERR EXEC without MULTI")
+    queued, client.multi = client.multi, None
+    aborted, client.multi_error = client.multi_error, False
+    watched, client.watched = client.watched, {}
+    if aborted:
+        raise ReplyError("EXECABORT Transaction discarded because of previous errors.")
+    db = client.server.db
+    if any(db.version(k) != v for k, v in watched.items()):
+        return NULL_ARRAY
+    replies = []
+    client.in_exec = True
+    try:
+        for qargv in queued:
+            reply = client.server.call(client, qargv)
+            if type(reply) is Blocked:  # a blocking read inside EXEC never blocks
+                reply = reply.timeout_reply
+            replies.append(reply)
+    finally:
+        client.in_exec = False
+    return replies
+
+
+@command("watch", -2, "noscript loading stale fast allow-busy", (1, -1, 1), group="transactions",
+         since="2.2.0", summary="Monitors changes to keys to determine the execution of a transaction.",
+         complexity="O(1) for every key.")
+def watch(client, argv: list[bytes]):
+    if client.multi is not None:
+        raise ReplyError("ERR WATCH inside MULTI is not allowed")
+    db = client.server.db
+    for key in argv[1:]:
+        client.watched.setdefault(key, db.version(key))
+    return "OK"
+
+
+@command("unwatch", 1, "noscript loading stale fast allow-busy", group="transactions", since="2.2.0",
+         summary="Forgets about watched keys of a transaction.", complexity="O(1)")
+def unwatch(client, argv: list[bytes]):
+    client.watched.clear()
+    return "OK"

@@ -1,0 +1,249 @@
+"""XREAD and XREADGROUP (one implementation, as in Redis's ``xreadCommand``).
+
+Theory of operation
+-------------------
+Parsing resolves every stream's ID once: ``$`` becomes the stream's last
+generated ID, ``+`` the ID just below its last entry, ``>`` a sentinel meaning
+"after the group's cursor".  Serving then walks the streams in order and
+answers with every stream that has something.  When nothing is available and
+BLOCK was given, the command returns a :class:`Blocked` whose ``retry`` serves
+again with the *same resolved IDs* (so ``$`` keeps meaning "after what existed
+when I blocked"); a blocked XREADGROUP whose key vanished is answered with
+Redis's UNBLOCKED error, and one whose group was destroyed with NOGROUP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crdt import groups as cg
+from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, parse_id
+
+from ..blocking import Blocked
+from ..resp.encoder import NULL_ARRAY, ReplyError
+from . import command
+from .util import ERR_SYNTAX, parse_int, string2ll
+
+GT_GROUP = MAX_ID  # the '>' sentinel, as Redis encodes it
+
+
+@dataclass(slots=True)
+class ReadArgs:
+    group: bytes | None = None
+    consumer: bytes | None = None
+    count: int = 0
+    timeout: int = -1
+    noack: bool = False
+    min_idle: int = -1
+    keys: list | None = None
+    idargs: list | None = None
+
+
+def _parse(argv: list[bytes], xreadgroup: bool, fullname: str) -> ReadArgs:
+    a = ReadArgs()
+    argc = len(argv)
+    streams_arg = 0
+    i = 1
+    while i < argc:
+        more = argc - i - 1
+        o = argv[i].lower()
+        if o == b"claim" and more:
+            if not xreadgroup:
+                raise ReplyError("ERR The CLAIM option is only supported by XREADGROUP. You called XREAD instead.")
+            i += 1
+            v = string2ll(argv[i])
+            if v is None:
+                raise ReplyError("ERR min-idle-time is not an integer or out of range")
+            if v < 0:
+                raise ReplyError("ERR min-idle-time must be a positive integer")
+            a.min_idle = v
+        elif o == b"block" and more:
+            i += 1
+            a.timeout = _parse_timeout(argv[i])
+        elif o == b"count" and more:
+            i += 1
+            a.count = max(parse_int(argv[i]), 0)
+        elif o == b"streams" and more:
+            streams_arg = i + 1
+            n = argc - streams_arg
+            if n % 2:
+                symbol = "ID or '>'" if xreadgroup else "ID, '+', or '$'"
+                raise ReplyError(f"ERR Unbalanced '{fullname}' list of streams: for each stream key an {symbol} must be specified.")
+            a.keys = argv[streams_arg:streams_arg + n // 2]
+            a.idargs = argv[streams_arg + n // 2:]
+            break
+        elif o == b"group" and more >= 2:
+            if not xreadgroup:
+                raise ReplyError("ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
+            a.group, a.consumer = argv[i + 1], argv[i + 2]
+            i += 2
+        elif o == b"noack":
+            if not xreadgroup:
+                raise ReplyError("ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
+            a.noack = True
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        i += 1
+    if not streams_arg:
+        raise ReplyError(ERR_SYNTAX)
+    if xreadgroup and a.group is None:
+        raise ReplyError("ERR Missing GROUP option for XREADGROUP")
+    return a
+
+
+def _parse_timeout(arg: bytes) -> int:
+    """``getTimeoutFromObjectOrReply`` in milliseconds (0 = forever)."""
+    v = string2ll(arg)
+    if v is None:
+        try:
+            f = float(arg)
+        except ValueError:
+            raise ReplyError("ERR timeout is not an integer or out of range") from None
+        if f != f or f in (float("inf"), float("-inf")):
+            raise ReplyError("ERR timeout is not an integer or out of range")
+        v = int(f)
+    if v < 0:
+        raise ReplyError("ERR timeout is negative")
+    return v
+
+
+def _group_error(key: bytes, group: bytes) -> ReplyError:
+    return ReplyError(f"NOGROUP No such key '{key.decode('utf-8', 'replace')}' or consumer group "
+                      f"'{group.decode('utf-8', 'replace')}' in XREADGROUP with GROUP option")
+
+
+def _resolve_ids(db, a: ReadArgs) -> list[StreamID]:
+    ids = []
+    for key, arg in zip(a.keys, a.idargs):
+        s = db.keys.get(key)
+        if a.group is not None and (s is None or a.group not in s.groups):
+            raise _group_error(key, a.group)
+        if arg == b"$":
+            if a.group is not None:
+                raise ReplyError("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.")
+            ids.append(s.last_id if s is not None else MIN_ID)
+        elif arg == b"+":
+            if a.group is not None:
+                raise ReplyError("ERR The + ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The + ID would just return an empty result set.")
+            if s is not None and s.length:
+                ids.append(decr(s.top_id()) or MIN_ID)
+            else:
+                ids.append(MIN_ID)
+        elif arg == b">":
+            if a.group is None:
+                raise ReplyError("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")
+            ids.append(GT_GROUP)
+        else:
+            try:
+                ids.append(parse_id(arg, 0, strict=True)[0])
+            except InvalidID as e:
+                raise ReplyError(str(e)) from None
+    return ids
+
+
+def _entries(rows: list) -> list:
+    return [[b"%d-%d" % id_, flat if flat is not None else NULL_ARRAY] for id_, flat in rows]
+
+
+def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
+    """Serve every stream that has data now; None when none has."""
+    server = client.server
+    db = server.db
+    now = server.now_ms()
+    min_idle = a.min_idle
+    served = []
+    for key, gt in zip(a.keys, ids):
+        s = db.keys.get(key)
+        if s is None:
+            continue
+        if a.group is None:
+            if s.length and s.top_id() > gt:
+                rows = s.range(_after(gt), MAX_ID, a.count)
+                served.append((key, _entries(rows)))
+            continue
+        g = s.groups[a.group]
+        claimable = False
+        if min_idle != -1:
+            claimable, _ = cg.first_claimable(s, g, min_idle, now)
+        history = gt != GT_GROUP
+        sync = history
+        if not history and s.length and s.top_id() > g.last_id:
+            sync = True
+            gt = g.last_id
+        consumer, created = g.consumer(a.consumer, now)
+        consumer.seen_time = now
+        if created:
+            db.dirty += 1
+        claimed_only = False
+        if history:
+            min_idle = -1  # CLAIM does not apply to history reads (and, as in Redis, to later keys)
+        elif not sync and claimable:
+            sync = claimed_only = True
+        if not sync:
+            continue
+        served.append((key, _group_rows(s, g, consumer, gt, a, min_idle, history, claimed_only, now)))
+        db.dirty += 1
+    if not served:
+        return None
+    if client.resp3:
+        return {k: v for k, v in served}
+    return [[k, v] for k, v in served]
+
+
+def _after(id_: StreamID) -> StreamID:
+    """Range start strictly after ``id_`` (MAX_ID wraps like Redis's streamIncrID)."""
+    from crdt.ids import incr
+    return incr(id_) or MIN_ID
+
+
+def _group_rows(s, g, consumer, gt, a: ReadArgs, min_idle: int, history: bool,
+                claimed_only: bool, now: int) -> list:
+    if history:
+        return _entries(cg.read_history(s, g, consumer, gt, a.count, now))
+    rows: list = []
+    if min_idle != -1:
+        for id_, flat, idle, count in cg.claim_idle(s, g, consumer, min_idle, a.count, now):
+            rows.append([b"%d-%d" % id_, flat, idle, count])
+        if claimed_only or (a.count and len(rows) >= a.count):
+            return rows
+    left = a.count - len(rows) if a.count else 0
+    for id_, flat in cg.read_new(s, g, consumer, gt, left, a.noack, now):
+        rows.append([b"%d-%d" % id_, flat, 0, 0] if min_idle != -1 else [b"%d-%d" % id_, flat])
+    return rows
+
+
+def _read(client, argv: list[bytes], xreadgroup: bool):
+    a = _parse(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread")
+    db = client.server.db
+    ids = _resolve_ids(db, a)
+    reply = _serve(client, a, ids)
+    if reply is not None:
+        return reply
+    if a.timeout == -1 or client.in_exec:
+        return NULL_ARRAY
+
+    def retry():
+        if a.group is not None:
+            for key in a.keys:
+                s = db.keys.get(key)
+                if s is None:
+                    return ReplyError("UNBLOCKED the stream key no longer exists")
+                if a.group not in s.groups:
+                    return _group_error(key, a.group)
+        return _serve(client, a, ids)
+
+    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY)
+
+
+@command("xread", -4, "readonly blocking", (0, 0, 0), group="stream", since="5.0.0",
+         summary="Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.",
+         complexity="For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1).")
+def xread(client, argv: list[bytes]):
+    return _read(client, argv, xreadgroup=False)
+
+
+@command("xreadgroup", -7, "write blocking", (0, 0, 0), group="stream", since="5.0.0",
+         summary="Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.",
+         complexity="For each stream mentioned: O(M) with M being the number of elements returned.")
+def xreadgroup(client, argv: list[bytes]):
+    return _read(client, argv, xreadgroup=True)
