@@ -14,7 +14,7 @@ from crdt.blocks import TrimSpec
 from crdt.idmp import auto_iid
 from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id
 
-from ..resp.encoder import ReplyError
+from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, container, subcommand
 from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_stream_id, string2ll
 
@@ -220,8 +220,10 @@ def _range(client, argv: list[bytes], rev: bool):
             raise ReplyError(ERR_SYNTAX)
         j += 1
     s = client.server.db.keys.get(argv[1])
-    if s is None or count == 0:
+    if s is None:
         return []
+    if count == 0:
+        return NULL_ARRAY
     if count < 0:
         count = 0
     if rev:

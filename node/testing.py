@@ -1,0 +1,180 @@
+"""Test helpers shipped with Braid (as trio ships its testing helpers).
+
+- :class:`BraidProcess`: a real Braid region in a subprocess on a free
+  loopback port (what users run, and what crash tests SIGKILL).
+- :class:`RedisProcess`: Debian's ``redis-server`` beside it, for differential
+  tests.
+- :class:`InProcessServer`: a region on an event loop in a background thread,
+  for fast command tests.
+
+Start-up waits poll with a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ping(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(7).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class _ServerProcess:
+    """A server subprocess on a free port, stopped with SIGTERM then SIGKILL."""
+
+    name = "server"
+
+    def __init__(self, port: int | None = None, data_dir: str | None = None) -> None:
+        self.port = port or free_port()
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix=f"{self.name}-")
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.data_dir, f"{self.name}.log")
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> "_ServerProcess":
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     cwd=self.data_dir)
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                with open(self.log_path, "rb") as f:
+                    tail = f.read()[-2000:].decode("utf-8", "replace")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
+            return ping(self.port)
+
+        wait_until(ready, 30.0, what=f"{self.name} on port {self.port}")
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def client(self, **kw) -> redis.Redis:
+        kw.setdefault("protocol", 2)
+        kw.setdefault("socket_timeout", 30)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if getattr(self, "_log", None):
+            self._log.close()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class BraidProcess(_ServerProcess):
+    name = "braid"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
+                "--port", str(self.port), "--data-dir", self.data_dir]
+
+
+class RedisProcess(_ServerProcess):
+    name = "redis"
+
+    def argv(self) -> list[str]:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed: `make deps` installs it "
+                               "(Debian package redis-server)")
+        return [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.data_dir, "--daemonize", "no"]
+
+
+class InProcessServer:
+    """A region on an asyncio loop in a background thread (port 0 = any free port)."""
+
+    def __init__(self, config=None) -> None:
+        from .server import Server
+
+        self.server = Server(config)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.port = 0
+
+    def start(self) -> "InProcessServer":
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self.server.start("127.0.0.1", 0), self.loop)
+        fut.result(timeout=10)
+        self.port = self.server.port
+        return self
+
+    def call(self, fn, *args):
+        """Run ``fn(*args)`` on the server's loop (the only thread that may touch state)."""
+        async def run():
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=10)
+
+    def client(self, **kw) -> redis.Redis:
+        kw.setdefault("protocol", 2)
+        kw.setdefault("socket_timeout", 30)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

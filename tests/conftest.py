@@ -1,0 +1,49 @@
+"""Shared fixtures: a Braid region and Debian's redis-server, as real processes.
+
+``redis_proc`` fails (never skips) when redis-server is missing: `make deps`
+installs it, and `make test` runs `make deps` first.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from node.testing import BraidProcess, InProcessServer, RedisProcess
+
+
+@pytest.fixture(scope="session")
+def braid_proc():
+    with BraidProcess() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def redis_proc():
+    with RedisProcess() as p:
+        yield p
+
+
+@pytest.fixture
+def braid(braid_proc):
+    c = braid_proc.client()
+    c.flushall()
+    c.config_set("stream-node-max-entries", 100)
+    c.config_set("stream-node-max-bytes", 4096)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def ref(redis_proc):
+    c = redis_proc.client()
+    c.flushall()
+    c.config_set("stream-node-max-entries", 100)
+    c.config_set("stream-node-max-bytes", 4096)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def inproc():
+    with InProcessServer() as s:
+        yield s
