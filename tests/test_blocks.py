@@ -1,0 +1,109 @@
+"""The packed per-origin entry log (crdt/blocks.py), tested as pure code."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crdt.blocks import EntryLog, TrimSpec, lp_int_size, lp_str_size
+from crdt.ids import U64
+
+
+def fill(n: int, max_entries: int = 100, max_bytes: int = 4096, start: int = 1) -> EntryLog:
+    log = EntryLog()
+    for i in range(start, start + n):
+        log.append((i, 0), [b"f", b"v%d" % i], max_entries, max_bytes)
+    return log
+
+
+def test_listpack_sizes_follow_redis_encoding():
+    assert lp_int_size(0) == 2 and lp_int_size(127) == 2 and lp_int_size(128) == 3
+    assert lp_int_size(-4096) == 3 and lp_int_size(40000) == 5 and lp_int_size(2**40) == 10
+    assert lp_str_size(b"12") == 2          # integer-looking strings are packed as integers
+    assert lp_str_size(b"012") == 5         # ... but not with a leading zero
+    assert lp_str_size(b"abc") == 5         # 1 header + 3 + 1 back-length
+    assert lp_str_size(b"x" * 64) == 67     # 2-byte header from 64 bytes on
+
+
+def test_blocks_split_by_entry_count():
+    log = fill(250, max_entries=100)
+    assert [len(b.decode()) for b in log.blocks] == [100, 100, 50]
+    assert log.firsts == [(1, 0), (101, 0), (201, 0)]
+
+
+def test_blocks_split_by_bytes():
+    log = EntryLog()
+    for i in range(1, 50):
+        log.append((i, 0), [b"field", b"x" * 30], 0, 200)
+    assert len(log.blocks) > 1
+    assert all(b.lp_bytes < 200 + 40 for b in log.blocks)
+
+
+def test_round_trip_with_extreme_ids_and_field_shapes():
+    log = EntryLog()
+    ids = [(5, 10), (6, 0), (6, 1), (2**40, 3), (U64, 0), (U64, U64)]
+    rows = [[b"a", b"1"], [b"a", b"2"], [b"b", b"x", b"c", b""], [b"a", b"y" * 300],
+            [b"k" * 200, b"v"], [b"a", b"z"]]
+    for id_, flat in zip(ids, rows):
+        log.append(id_, flat, 100, 10**9)
+    assert list(log.range((0, 0), (U64, U64))) == list(zip(ids, rows))
+    assert list(log.revrange((0, 0), (U64, U64))) == list(zip(ids, rows))[::-1]
+    assert log.get((6, 1)) == [b"b", b"x", b"c", b""]
+
+
+def test_delete_flags_then_drops_empty_block():
+    log = fill(3, max_entries=2)
+    assert log.delete((1, 0)) and not log.delete((1, 0))
+    assert len(log.blocks) == 2 and log.length == 2
+    assert log.delete((2, 0))
+    assert len(log.blocks) == 1 and log.firsts == [(3, 0)]
+
+
+def test_approx_maxlen_removes_whole_blocks_only():
+    log = fill(250, max_entries=100)
+    assert log.trim(TrimSpec(maxlen=120, approx=True, limit=10000), None, True) == 100
+    assert log.length == 150
+    assert log.trim(TrimSpec(maxlen=120, approx=True, limit=10000), None, True) == 0
+
+
+def test_exact_trim_flags_inside_a_block():
+    log = fill(250, max_entries=100)
+    assert log.trim(TrimSpec(maxlen=120), None, True) == 130
+    assert next(iter(log.range((0, 0), (U64, U64))))[0] == (131, 0)
+
+
+def test_limit_stops_trimming():
+    log = fill(250, max_entries=100)
+    assert log.trim(TrimSpec(maxlen=0, approx=True, limit=150), None, True) == 100
+
+
+def test_minid_and_acked_strategy():
+    log = fill(10, max_entries=4)
+    keep = {(2, 0), (3, 0)}
+    removed = log.trim(TrimSpec(minid=(6, 0)), lambda i: i not in keep, False)
+    assert removed == 3
+    assert [i for i, _ in log.range((0, 0), (U64, U64))][:3] == [(2, 0), (3, 0), (6, 0)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "del", "trim"]), st.integers(0, 40)), max_size=80),
+       max_entries=st.integers(1, 6))
+def test_log_matches_a_plain_model(ops, max_entries):
+    """Whatever the block layout, reads equal a sorted dict of live entries."""
+    log, model, top = EntryLog(), {}, 0
+    for op, n in ops:
+        if op == "add":
+            top += 1 + n % 3
+            flat = [b"f", b"%d" % n] if n % 2 else [b"g%d" % n, b"v"]
+            log.append((top, n % 4), flat, max_entries, 4096)
+            model[(top, n % 4)] = flat
+        elif op == "del" and model:
+            k = sorted(model)[n % len(model)]
+            assert log.delete(k)
+            del model[k]
+        elif op == "trim":
+            removed = log.trim(TrimSpec(maxlen=n), None, True)
+            for k in sorted(model)[:removed]:
+                del model[k]
+        assert log.length == len(model)
+        assert list(log.range((0, 0), (U64, U64))) == sorted(model.items())
