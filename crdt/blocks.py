@@ -84,9 +84,12 @@ def lp_int_size(v: int) -> int:
     return n + _lp_backlen(n)
 
 
+_NUMERIC_START = frozenset(b"-0123456789")
+
+
 def lp_str_size(s: bytes) -> int:
     """Bytes a string element takes in a listpack (integers are packed)."""
-    if len(s) <= 20:
+    if len(s) <= 20 and s and s[0] in _NUMERIC_START:
         v = string2ll(s)
         if v is not None:
             return lp_int_size(v)
@@ -134,25 +137,29 @@ class Block:
 
     @property
     def lp_bytes(self) -> int:
-        return self.lp_base + lp_int_size(self.live) + lp_int_size(self.dead)
+        live, dead = self.live, self.dead
+        return (self.lp_base + (2 if live < 128 else lp_int_size(live))
+                + (2 if dead < 128 else lp_int_size(dead)))
 
     def append(self, id_: StreamID, flat: Sequence[bytes]) -> None:
         fields = self.fields
         n = len(flat) // 2
-        same = n == len(fields) and all(flat[2 * i] == fields[i] for i in range(n))
+        same = n == len(fields) and tuple(flat[0::2]) == fields
         out = self.buf
         out.append(SAMEFIELDS if same else 0)
         msd = id_[0] - self.first[0]
         seqd = id_[1] - self.first[1]
         _put_uvarint(out, msd)
         _put_uvarint(out, (seqd << 1) if seqd >= 0 else ((-seqd) << 1) - 1)
-        lp = lp_int_size(SAMEFIELDS if same else 0) + lp_int_size(_s64(msd)) + lp_int_size(_s64(seqd))
+        # listpack bytes of flags, ms-delta and seq-delta (small ints take 2)
+        lp = 2 + (2 if 0 <= msd <= 127 else lp_int_size(_s64(msd))) \
+            + (2 if 0 <= seqd <= 127 else lp_int_size(_s64(seqd)))
         if same:
             for i in range(1, 2 * n, 2):
                 v = flat[i]
                 _put_bytes(out, v)
                 lp += lp_str_size(v)
-            lp += lp_int_size(n + 3)
+            lp += 2 if n < 125 else lp_int_size(n + 3)
         else:
             _put_uvarint(out, n)
             for x in flat:

@@ -74,7 +74,7 @@ class Stream:
         self.entries_added += 1
         if id_ > self.last_id:
             self.last_id = id_
-        if self.length == 1:
+        if self.first_id == MIN_ID:  # the stream was empty (IDs are > 0-0)
             self.first_id = id_
 
     def delete_ids(self, ids: Sequence[StreamID]) -> int:

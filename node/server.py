@@ -338,8 +338,11 @@ class ClientConnection(asyncio.Protocol):
                 break
             encode(out, reply, self.resp3)
             if server.db.ready:
-                self.flush()
-                server.serve_ready_keys()
+                if server.blocking.by_key:
+                    self.flush()
+                    server.serve_ready_keys()
+                else:
+                    server.db.ready.clear()
         self.flush()
         if self.closing and self.transport is not None:
             self.transport.close()

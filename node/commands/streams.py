@@ -141,11 +141,14 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
     return a
 
 
+_PLAIN_XADD = AddTrimArgs(strategy=ops.KEEPREF, idpos=2)  # "XADD key * ...": nothing to parse
+
+
 @command("xadd", -5, "write denyoom fast", (1, 1, 1), group="stream", since="5.0.0",
          summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
          complexity="O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.")
 def xadd(client, argv: list[bytes]):
-    a = parse_add_or_trim(client, argv, xadd=True)
+    a = _PLAIN_XADD if argv[2] == b"*" else parse_add_or_trim(client, argv, xadd=True)
     field_pos = a.idpos + 1
     nfields = len(argv) - field_pos
     if nfields < 2 or nfields % 2:

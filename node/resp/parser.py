@@ -27,6 +27,13 @@ MBULK_BIG_ARG = 32 * 1024
 INT_MAX = (1 << 31) - 1
 
 
+def _length(b: bytes) -> int | None:
+    """A length line's number; the common case without calling string2ll."""
+    if b.isdigit() and len(b) < 19 and (b[0] != 0x30 or len(b) == 1):
+        return int(b)
+    return string2ll(b)
+
+
 class ProtocolError(Exception):
     """The reply text (without the ``ERR`` prefix) is ``str(error)``."""
 
@@ -35,17 +42,30 @@ class RequestParser:
     __slots__ = ("buf", "pos", "max_bulk_len", "_argv", "_remaining")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
-        self.buf = bytearray()
+        self.buf: bytes | bytearray = b""
         self.pos = 0
         self.max_bulk_len = max_bulk_len
         self._argv: list[bytes] | None = None  # multibulk being read
         self._remaining = 0
 
     def feed(self, data: bytes) -> None:
-        if self.pos and self.pos >= len(self.buf) // 2:
-            del self.buf[: self.pos]
-            self.pos = 0
-        self.buf += data
+        # Common case: nothing left over, so parse the received bytes object
+        # itself (slices of bytes are bytes: no copies).  Leftovers move into a
+        # bytearray that grows in place, so a slow large upload stays linear.
+        buf = self.buf
+        if self.pos >= len(buf):
+            self.buf = data
+        elif type(buf) is bytearray:
+            if self.pos and self.pos >= len(buf) // 2:
+                del buf[: self.pos]
+                self.pos = 0
+            buf += data
+            return
+        else:
+            rest = bytearray(memoryview(buf)[self.pos:])
+            rest += data
+            self.buf = rest
+        self.pos = 0
 
     @property
     def buffered(self) -> int:
@@ -85,7 +105,7 @@ class RequestParser:
             if len(buf) - pos > INLINE_MAX:
                 raise ProtocolError("Protocol error: too big mbulk count string")
             return None
-        n = string2ll(bytes(buf[pos + 1 : nl]))
+        n = _length(bytes(buf[pos + 1 : nl]))
         if n is None or n > INT_MAX:
             raise ProtocolError("Protocol error: invalid multibulk length")
         self.pos = nl + 2
@@ -93,31 +113,41 @@ class RequestParser:
 
     def _read_bulks(self) -> bool:
         buf = self.buf
+        copy = type(buf) is bytearray  # slices of a bytearray must become bytes
         argv = self._argv
         assert argv is not None
-        while self._remaining:
-            pos = self.pos
-            if pos >= len(buf):
-                return False
+        size = len(buf)
+        pos = self.pos
+        remaining = self._remaining
+        while remaining:
+            if pos >= size:
+                break
             if buf[pos] != 0x24:  # '$'
-                got = chr(buf[pos])
-                raise ProtocolError(f"Protocol error: expected '$', got '{got}'")
+                self.pos, self._remaining = pos, remaining
+                raise ProtocolError(f"Protocol error: expected '$', got '{chr(buf[pos])}'")
             nl = buf.find(b"\r", pos)
-            if nl < 0 or nl + 1 >= len(buf):
-                if len(buf) - pos > INLINE_MAX:
+            if nl < 0 or nl + 1 >= size:
+                if size - pos > INLINE_MAX:
                     raise ProtocolError("Protocol error: too big bulk count string")
-                return False
-            n = string2ll(bytes(buf[pos + 1 : nl]))
-            if n is None or n < 0 or n > self.max_bulk_len:
+                break
+            digits = buf[pos + 1 : nl]
+            if digits.isdigit() and len(digits) < 19 and (digits[0] != 0x30 or len(digits) == 1):
+                n = int(digits)
+            else:
+                n = string2ll(bytes(digits))
+                if n is None or n < 0:
+                    raise ProtocolError("Protocol error: invalid bulk length")
+            if n > self.max_bulk_len:
                 raise ProtocolError("Protocol error: invalid bulk length")
             start = nl + 2
             end = start + n
-            if end + 2 > len(buf):
-                return False
-            argv.append(bytes(buf[start:end]))
-            self.pos = end + 2
-            self._remaining -= 1
-        return True
+            if end + 2 > size:
+                break
+            argv.append(bytes(buf[start:end]) if copy else buf[start:end])
+            pos = end + 2
+            remaining -= 1
+        self.pos, self._remaining = pos, remaining
+        return not remaining
 
     # ------------------------------------------------------------ inline
     def _read_inline(self) -> list[bytes] | None:
