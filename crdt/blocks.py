@@ -37,6 +37,7 @@ applied to that number.  The block's own buffer is smaller than the listpack.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
 from .ids import StreamID, string2ll
@@ -269,14 +270,15 @@ class TrimSpec:
 class EntryLog:
     """The entries minted by one origin region, in ID order."""
 
-    __slots__ = ("blocks", "firsts", "length", "_cache_block", "_cache")
+    __slots__ = ("blocks", "firsts", "length", "_cache")
+
+    CACHED_BLOCKS = 8  # decoded blocks kept: the head and tail that readers revisit
 
     def __init__(self) -> None:
         self.blocks: list[Block] = []
         self.firsts: list[StreamID] = []
         self.length = 0
-        self._cache_block: Block | None = None
-        self._cache: list[Decoded] = []
+        self._cache: OrderedDict[Block, list[Decoded]] = OrderedDict()
 
     # ------------------------------------------------------------ writing
     def append(self, id_: StreamID, flat: Sequence[bytes], max_entries: int, max_bytes: int) -> None:
@@ -293,12 +295,13 @@ class EntryLog:
             tail = Block(id_, tuple(flat[0::2]))
             self.blocks.append(tail)
             self.firsts.append(id_)
+        offset = len(tail.buf)
         tail.append(id_, flat)
         self.length += 1
-        if self._cache_block is tail:
+        cached = self._cache.get(tail)
+        if cached is not None:
             # keep the decoded tail in step instead of decoding it again
-            self._cache = None  # type: ignore[assignment]
-            self._cache_block = None
+            cached.append((id_, list(flat), False, offset))
 
     def delete(self, id_: StreamID) -> bool:
         """XDEL one ID; True if a live entry was removed."""
@@ -329,9 +332,7 @@ class EntryLog:
         self._invalidate(block)
 
     def _invalidate(self, block: Block) -> None:
-        if self._cache_block is block:
-            self._cache_block = None
-            self._cache = None  # type: ignore[assignment]
+        self._cache.pop(block, None)
 
     def trim(self, spec: TrimSpec, can_delete: Callable[[StreamID], bool] | None,
              keep_refs: bool) -> int:
@@ -394,10 +395,13 @@ class EntryLog:
 
     # ------------------------------------------------------------ reading
     def _decoded(self, block: Block) -> list[Decoded]:
-        if self._cache_block is not block:
-            self._cache = block.decode()
-            self._cache_block = block
-        return self._cache
+        cache = self._cache
+        entries = cache.get(block)
+        if entries is None:
+            entries = cache[block] = block.decode()
+            if len(cache) > self.CACHED_BLOCKS:
+                cache.popitem(last=False)
+        return entries
 
     def range(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
         """Live entries with start <= id <= end, ascending."""
@@ -450,6 +454,9 @@ class EntryLog:
     def last_live(self) -> StreamID | None:
         if not self.blocks:
             return None
+        tail = self.blocks[-1]
+        if not tail.dead:  # no deletion in the tail block: its last entry is live
+            return tail.last
         for eid, _ in self.revrange((0, 0), self.blocks[-1].last):
             return eid
         return None

@@ -193,9 +193,9 @@ class Stream:
         return r[0] if r else None
 
     def top_id(self) -> StreamID:
-        """Highest ID of a live entry, MIN_ID if none."""
-        e = self.last_entry()
-        return e[0] if e else MIN_ID
+        """Highest ID of a live entry, MIN_ID if none (Redis's streamLastValidID)."""
+        tops = [t for t in (log.last_live() for log in self.logs.values()) if t is not None]
+        return max(tops) if tops else MIN_ID
 
     @property
     def node_count(self) -> int:

@@ -74,7 +74,10 @@ def encode(out: bytearray, v, resp3: bool) -> None:
     elif t is list or t is tuple:
         out += b"*%d\r\n" % len(v)
         for x in v:
-            encode(out, x, resp3)
+            if type(x) is bytes:  # the common element (entry fields): no call
+                out += b"$%d\r\n%b\r\n" % (len(x), x)
+            else:
+                encode(out, x, resp3)
     elif t is int:
         out += b":%d\r\n" % v
     elif t is str:
