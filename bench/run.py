@@ -135,11 +135,13 @@ def main(argv: list[str] | None = None) -> int:
                 rps[label] = _benchmark(proc.port, n, c, p, *cmd)
             rows.append((name, f"c{c} P{p}", n, rps["braid"], rps["redis"]))
             console.print(f"{name}: braid {rps['braid']:.0f}/s, redis {rps['redis']:.0f}/s")
-        if not args.only or args.only == "memory":
-            entries = 100_000 if args.quick else args.entries
-            for label, proc in servers.items():
+    if not args.only or args.only == "memory":
+        # fresh processes, so that RSS growth is not hidden by memory freed earlier
+        entries = 100_000 if args.quick else args.entries
+        with BraidProcess() as braid, RedisProcess() as redis_:
+            for label, proc in {"braid": braid, "redis": redis_}.items():
                 mem[label] = memory_run(proc, entries)
-            mem["entries"] = entries
+        mem["entries"] = entries
     table = Table(title="Braid vs Redis (loopback, side by side)")
     for col in ("scenario", "load", "requests", "braid rps", "redis rps", "braid/redis"):
         table.add_column(col)

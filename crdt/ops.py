@@ -20,11 +20,13 @@ operation          made by                                        applies as
 AddEntry           XADD (after ID choice and IDMP check)          append to the origin's log
 Trim               XADD MAXLEN/MINID, XTRIM                       Redis's ``streamTrim``
 DeleteEntries      XDEL, XDELEX, XACKDEL                          flag / drop those IDs
-DeleteKey          DEL, UNLINK, RENAME's source, FLUSH*           drop the key
+DeleteKey          DEL, UNLINK, FLUSH*                            drop the key
+RenameKey          RENAME, RENAMENX                               move the stream to a new name
 CreateGroup        XGROUP CREATE, XREADGROUP-less MKSTREAM        add the group
 DestroyGroup       XGROUP DESTROY                                 drop the group
 SetStreamId        XSETID                                         move last-generated-id etc.
 ConfigureIdmp      XCFGSET / XIDMP CFGSET                         set duration/maxsize, clear maps
+RecordIdmp         XIDMPRECORD                                    remember (pid, iid) -> entry ID
 =================  =============================================  ===========
 """
 
@@ -80,6 +82,18 @@ class DeleteEntries(Op):
 @dataclass(slots=True)
 class DeleteKey(Op):
     pass
+
+
+@dataclass(slots=True)
+class RenameKey(Op):
+    new_key: bytes
+
+
+@dataclass(slots=True)
+class RecordIdmp(Op):
+    pid: bytes
+    iid: bytes
+    id: StreamID
 
 
 @dataclass(slots=True)
@@ -156,6 +170,12 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
         return op.id
     if t is DeleteKey:
         return keys.pop(op.key, None) is not None
+    if t is RenameKey:
+        stream = keys.pop(op.key, None)
+        if stream is None:
+            return False
+        keys[op.new_key] = stream  # replaces any stream under the new name
+        return True
     s = keys.get(op.key)
     if t is CreateGroup:
         if s is None:
@@ -181,6 +201,9 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
         return True
     if t is ConfigureIdmp:
         s.idmp.configure(op.duration, op.maxsize)
+        return True
+    if t is RecordIdmp:
+        s.idmp.record(op.pid, op.iid, op.id)
         return True
     raise TypeError(f"unknown operation {op!r}")
 

@@ -46,19 +46,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dir", "string", ".", mutable=False),
     Setting("databases", "int", 1, 1, 1, mutable=False),
     Setting("requirepass", "string", ""),
-    Setting("timeout", "int", 0, 0, (1 << 31) - 1),
     Setting("maxclients", "int", 10000, 1, (1 << 32) - 1),
-    Setting("hz", "int", 10, 0, 500),
     Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
     Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
     Setting("stream-node-max-entries", "int", 100, 0, (1 << 63) - 1),
     Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
     Setting("stream-idmp-duration", "int", 100, 1, 86400),
     Setting("stream-idmp-maxsize", "int", 100, 1, 10000),
-    Setting("appendonly", "bool", True),
-    Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
-    Setting("crdt-xadd-id-uniqueness-mode", "enum", "liberal",
-            choices=("strict", "semi-strict", "liberal")),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -29,7 +29,7 @@ from . import commands as cmdtable
 from .blocking import Blocked, BlockingRegistry
 from .config import Config
 from .db import Database
-from .resp.encoder import NULL_ARRAY, ReplyError, encode
+from .resp.encoder import ReplyError, encode
 from .resp.parser import ProtocolError, RequestParser
 
 log = logging.getLogger("braid.server")
@@ -368,9 +368,6 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-
-def null_array() -> Any:
-    return NULL_ARRAY
 
 
 async def run_server(server: Server, host: str, port: int) -> None:

@@ -58,7 +58,7 @@ def test_config_get_lists_every_setting_and_set_validates(raw):
     every = raw.call("CONFIG", "GET", "*")
     names = set(every[0::2])
     assert {b"stream-node-max-entries", b"stream-node-max-bytes", b"stream-idmp-duration",
-            b"stream-idmp-maxsize", b"appendfsync"} <= names
+            b"stream-idmp-maxsize", b"maxclients"} <= names
     assert raw.call("CONFIG", "SET", "stream-node-max-bytes", "8kb") == b"OK"
     assert raw.call("CONFIG", "GET", "stream-node-max-bytes") == [b"stream-node-max-bytes", b"8192"]
     assert str(raw.call("CONFIG", "SET", "stream-idmp-maxsize", "0")).startswith(

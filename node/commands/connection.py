@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..resp.encoder import NULL_ARRAY, ReplyError, Verbatim
+from ..resp.encoder import ReplyError, Verbatim
 from . import command, container, subcommand
 from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, string2ll
 
@@ -302,6 +302,3 @@ def client_help(client, argv: list[bytes]):
         b"HELP", b"    Print this help.",
     ]
 
-
-def null_array():
-    return NULL_ARRAY

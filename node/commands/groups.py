@@ -14,7 +14,7 @@ from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, incr, parse_id, parse_inter
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import container, command, subcommand
-from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_stream_id, string2ll
+from .util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
 
 
 def _s(b: bytes) -> str:

@@ -119,14 +119,9 @@ def _rename(client, argv: list[bytes], nx: bool):
         return 0 if nx else "OK"
     if nx and dst in db.keys:
         return 0
-    if dst in db.keys:
-        db.apply(ops.DeleteKey(dst))
-    # The stream object moves as a whole (entries, groups, IDMP maps): this is
-    # a single-region rename; Active-Active rules for RENAME come with replication.
-    db.keys[dst] = s
-    del db.keys[src]
-    db.dirty += 1
-    db.touch(src)
+    # The stream moves as a whole (entries, groups, IDMP maps): the
+    # single-region rule; Active-Active rules for RENAME come with replication.
+    db.apply(ops.RenameKey(src, dst))
     db.touch(dst)
     return 1 if nx else "OK"
 

@@ -456,6 +456,5 @@ def xidmprecord(client, argv: list[bytes]):
         if found == id_:
             return "OK"
         raise ReplyError("ERR IID already exists for this producer with a different stream ID")
-    s.idmp.record(pid, iid, id_)
-    db.dirty += 1
+    db.apply(ops.RecordIdmp(argv[1], pid, iid, id_))
     return "OK"
