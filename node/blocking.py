@@ -21,7 +21,9 @@ class Blocked:
     timeout_ms: int  # 0 = forever
     retry: Callable[[], Any]
     timeout_reply: Any = None
+    wake_at_ms: int | None = None  # also retry at this time (XREADGROUP CLAIM: an entry turns idle)
     handle: Any = field(default=None)  # the loop timer, set by the server
+    wake_handle: Any = field(default=None)
 
 
 class BlockingRegistry:
@@ -42,6 +44,8 @@ class BlockingRegistry:
         client.blocked = None
         if blocked.handle is not None:
             blocked.handle.cancel()
+        if blocked.wake_handle is not None:
+            blocked.wake_handle.cancel()
         for key in blocked.keys:
             waiters = self.by_key.get(key)
             if waiters and client in waiters:

@@ -196,9 +196,26 @@ class Server:
     # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:
         self.blocking.park(client, blocked)
+        loop = asyncio.get_running_loop()
         if blocked.timeout_ms > 0:
-            loop = asyncio.get_running_loop()
             blocked.handle = loop.call_later(blocked.timeout_ms / 1000, self._timeout, client, blocked)
+        if blocked.wake_at_ms is not None:
+            delay = max(blocked.wake_at_ms - self.now_ms(), 0) / 1000
+            blocked.wake_handle = loop.call_later(delay, self._wake, client, blocked)
+
+    def _wake(self, client: "ClientConnection", blocked: Blocked) -> None:
+        """A timed retry (not a key change): serve the client if it can be served now."""
+        if client.blocked is not blocked:
+            return
+        blocked.wake_handle = None
+        reply = blocked.retry()
+        if reply is None:
+            return
+        self.blocking.unpark(client)
+        if type(reply) is ReplyError:
+            self._count_error(reply)
+        client.send(reply)
+        client.resume()
 
     def _timeout(self, client: "ClientConnection", blocked: Blocked) -> None:
         if client.blocked is blocked:

@@ -177,3 +177,29 @@ def test_xreadgroup_claim_serves_idle_entries_first(raw):
     assert entries[1] == [b"2-0", [b"f", b"2"], 0, 0]       # new entry: idle 0, count 0
     pending = raw.call("XPENDING", "c", "g", "-", "+", "10")
     assert [(p[0], p[1], p[3]) for p in pending] == [(b"1-0", b"b", 2), (b"2-0", b"b", 1)]
+
+
+def test_blocked_claim_read_wakes_when_an_entry_turns_idle(braid_proc, raw):
+    """XREADGROUP CLAIM … BLOCK is served as soon as a pending entry is idle
+    enough, without new entries arriving (Redis 8.4 semantics)."""
+    import threading
+
+    raw.call("XADD", "w", "1-0", "f", "1")
+    raw.call("XGROUP", "CREATE", "w", "g", "0")
+    raw.call("XREADGROUP", "GROUP", "g", "a", "STREAMS", "w", ">")
+    out: dict = {}
+
+    def reader():
+        c = RawClient(braid_proc.port)
+        try:
+            out["r"] = c.call("XREADGROUP", "GROUP", "g", "b", "CLAIM", "200", "BLOCK", "20000",
+                              "STREAMS", "w", ">")
+        finally:
+            c.close()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    t.join(15)  # far below the BLOCK timeout: only the idle wake-up can end it in time
+    assert not t.is_alive()
+    entry = out["r"][0][1][0]
+    assert entry[0] == b"1-0" and entry[2] >= 200 and entry[3] == 1

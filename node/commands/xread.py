@@ -232,7 +232,27 @@ def _read(client, argv: list[bytes], xreadgroup: bool):
                     return _group_error(key, a.group)
         return _serve(client, a, ids)
 
-    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY)
+    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY,
+                   wake_at_ms=_claimable_at(db, a, client.server.now_ms()))
+
+
+def _claimable_at(db, a: ReadArgs, now: int) -> int | None:
+    """With CLAIM: when the oldest pending entry of these streams turns idle enough.
+
+    Redis wakes such a client at that moment even if nothing is added; with no
+    pending entry it retries after min-idle-time from now.
+    """
+    if a.group is None or a.min_idle == -1:
+        return None
+    oldest = None
+    for key in a.keys:
+        s = db.keys.get(key)
+        if s is None or a.group not in s.groups:
+            continue
+        _ok, t = cg.first_claimable(s, s.groups[a.group], a.min_idle, now)
+        if t is not None and (oldest is None or t < oldest):
+            oldest = t
+    return (oldest if oldest is not None else now) + a.min_idle
 
 
 @command("xread", -4, "readonly blocking", (0, 0, 0), group="stream", since="5.0.0",
