@@ -205,24 +205,26 @@ class Server:
 
     def _wake(self, client: "ClientConnection", blocked: Blocked) -> None:
         """A timed retry (not a key change): serve the client if it can be served now."""
-        if client.blocked is not blocked:
-            return
-        blocked.wake_handle = None
+        if client.blocked is blocked:
+            blocked.wake_handle = None
+            self._retry(client, blocked)
+
+    def _timeout(self, client: "ClientConnection", blocked: Blocked) -> None:
+        if client.blocked is blocked:
+            blocked.handle = None
+            self._unblock(client, blocked.timeout_reply)
+
+    def _retry(self, client: "ClientConnection", blocked: Blocked) -> None:
         reply = blocked.retry()
-        if reply is None:
-            return
+        if reply is not None:
+            self._unblock(client, reply)
+
+    def _unblock(self, client: "ClientConnection", reply: Any) -> None:
         self.blocking.unpark(client)
         if type(reply) is ReplyError:
             self._count_error(reply)
         client.send(reply)
         client.resume()
-
-    def _timeout(self, client: "ClientConnection", blocked: Blocked) -> None:
-        if client.blocked is blocked:
-            blocked.handle = None
-            self.blocking.unpark(client)
-            client.send(blocked.timeout_reply)
-            client.resume()
 
     def serve_ready_keys(self) -> None:
         """Wake clients blocked on keys touched since the last call."""
@@ -233,17 +235,8 @@ class Server:
                 return
             for key in keys:
                 for client in self.blocking.waiting_on(key):
-                    blocked = client.blocked
-                    if blocked is None:
-                        continue
-                    reply = blocked.retry()
-                    if reply is None:
-                        continue
-                    self.blocking.unpark(client)
-                    if type(reply) is ReplyError:
-                        self._count_error(reply)
-                    client.send(reply)
-                    client.resume()
+                    if client.blocked is not None:
+                        self._retry(client, client.blocked)
 
 
 def _clip(b: bytes, n: int = 128) -> str:

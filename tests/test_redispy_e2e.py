@@ -192,15 +192,14 @@ def test_block_timeout_returns_null(braid_proc, braid):
         raw.close()
 
 
-def test_xreadgroup_unblocked_when_key_deleted(braid_proc, braid):
-    braid.xgroup_create("gone", "g", id="$", mkstream=True)
-    results: dict = {}
+def _blocked_group_read_error(braid_proc, braid, key: str, wake) -> str:
+    """Block an XREADGROUP on ``key`` in a thread, run ``wake()``, return the error it got."""
     errors: dict = {}
 
     def reader():
         c = braid_proc.client()
         try:
-            c.xreadgroup("g", "c", {"gone": ">"}, block=0)
+            c.xreadgroup("g", "c", {key: ">"}, block=0)
         except redis.ResponseError as e:
             errors["e"] = str(e)
         finally:
@@ -209,32 +208,22 @@ def test_xreadgroup_unblocked_when_key_deleted(braid_proc, braid):
     t = threading.Thread(target=reader)
     t.start()
     _wait_blocked(braid, 1)
-    braid.delete("gone")
+    wake()
     t.join(10)
     assert not t.is_alive()
-    assert errors["e"] == "UNBLOCKED the stream key no longer exists"
-    assert results == {}
+    return errors["e"]
+
+
+def test_xreadgroup_unblocked_when_key_deleted(braid_proc, braid):
+    braid.xgroup_create("gone", "g", id="$", mkstream=True)
+    err = _blocked_group_read_error(braid_proc, braid, "gone", lambda: braid.delete("gone"))
+    assert err == "UNBLOCKED the stream key no longer exists"
 
 
 def test_xreadgroup_unblocked_when_group_destroyed(braid_proc, braid):
     braid.xgroup_create("gd", "g", id="$", mkstream=True)
-    errors: dict = {}
-
-    def reader():
-        c = braid_proc.client()
-        try:
-            c.xreadgroup("g", "c", {"gd": ">"}, block=0)
-        except redis.ResponseError as e:
-            errors["e"] = str(e)
-        finally:
-            c.close()
-
-    t = threading.Thread(target=reader)
-    t.start()
-    _wait_blocked(braid, 1)
-    braid.xgroup_destroy("gd", "g")
-    t.join(10)
-    assert errors["e"] == "NOGROUP No such key 'gd' or consumer group 'g' in XREADGROUP with GROUP option"
+    err = _blocked_group_read_error(braid_proc, braid, "gd", lambda: braid.xgroup_destroy("gd", "g"))
+    assert err == "NOGROUP No such key 'gd' or consumer group 'g' in XREADGROUP with GROUP option"
 
 
 def test_disconnect_while_blocked_is_cleaned_up(braid_proc, braid):

@@ -338,33 +338,24 @@ IDMP_MAXSIZE_RANGE = (1, 10000)
 
 def _idmp_settings(argv: list[bytes], start: int, names: tuple[bytes, bytes]) -> tuple[int, int]:
     """XCFGSET's option loop; ``names`` are the spellings of the two options."""
-    duration = maxsize = -1
+    rules = {names[0]: (0, IDMP_DURATION_RANGE, "seconds"), names[1]: (1, IDMP_MAXSIZE_RANGE, "entries")}
+    values = [-1, -1]
     i = start
     while i < len(argv):
-        more = len(argv) - i - 1
-        opt = argv[i].lower()
-        if opt == names[0] and more:
-            if duration != -1:
-                raise ReplyError(f"ERR {names[0].decode().upper()} specified multiple times")
-            duration = parse_int(argv[i + 1])
-            lo, hi = IDMP_DURATION_RANGE
-            if not lo <= duration <= hi:
-                raise ReplyError(f"ERR {names[0].decode().upper()} must be between {lo} and {hi} seconds")
-            i += 1
-        elif opt == names[1] and more:
-            if maxsize != -1:
-                raise ReplyError(f"ERR {names[1].decode().upper()} specified multiple times")
-            maxsize = parse_int(argv[i + 1])
-            lo, hi = IDMP_MAXSIZE_RANGE
-            if not lo <= maxsize <= hi:
-                raise ReplyError(f"ERR {names[1].decode().upper()} must be between {lo} and {hi} entries")
-            i += 1
-        else:
+        rule = rules.get(argv[i].lower())
+        if rule is None or i + 1 >= len(argv):
             raise ReplyError(ERR_SYNTAX)
-        i += 1
-    if duration == -1 and maxsize == -1:
+        slot, (lo, hi), unit = rule
+        label = argv[i].decode().upper()
+        if values[slot] != -1:
+            raise ReplyError(f"ERR {label} specified multiple times")
+        values[slot] = parse_int(argv[i + 1])
+        if not lo <= values[slot] <= hi:
+            raise ReplyError(f"ERR {label} must be between {lo} and {hi} {unit}")
+        i += 2
+    if values == [-1, -1]:
         raise ReplyError("ERR At least one parameter must be specified")
-    return duration, maxsize
+    return values[0], values[1]
 
 
 def _configure_idmp(client, key: bytes, duration: int, maxsize: int) -> str:
