@@ -82,6 +82,9 @@ class Server:
 
     def config_changed(self) -> None:
         self.db.limits = self._limits()
+        max_bulk = int(self.config["proto-max-bulk-len"])
+        for c in self.clients.values():
+            c.parser.max_bulk_len = max_bulk
 
     @staticmethod
     def now_ms() -> int:

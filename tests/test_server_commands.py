@@ -182,3 +182,15 @@ def test_flush_time_dbsize_quit(raw, inproc):
     with pytest.raises(ConnectionError):
         c.call("PING")
     c.close()
+
+
+def test_proto_max_bulk_len_applies_to_open_connections(raw, inproc):
+    other = RawClient(inproc.port)
+    try:
+        assert other.call("PING") == b"PONG"
+        assert raw.call("CONFIG", "SET", "proto-max-bulk-len", "1mb") == b"OK"
+        other.sock.sendall(b"*2\r\n$4\r\nECHO\r\n$2000000\r\n")
+        assert other.sock.recv(4096) == b"-ERR Protocol error: invalid bulk length\r\n"
+    finally:
+        raw.call("CONFIG", "SET", "proto-max-bulk-len", "512mb")
+        other.close()
