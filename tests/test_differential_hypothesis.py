@@ -37,8 +37,9 @@ def xadd():
     trim = st.one_of(
         st.just([]),
         st.tuples(st.sampled_from(["MAXLEN", "MINID"]), st.sampled_from(["", "=", "~"]),
-                  st.integers(0, 8)).map(lambda t: [t[0], *( [t[1]] if t[1] else []),
-                                                   str(t[2]) if t[0] == "MAXLEN" else f"{t[2]}-0"]),
+                  st.integers(0, 8), st.one_of(st.none(), st.integers(0, 6))).map(
+            lambda t: [t[0], *([t[1]] if t[1] else []), str(t[2]) if t[0] == "MAXLEN" else f"{t[2]}-0",
+                       *(["LIMIT", str(t[3])] if t[3] is not None else [])]),
     )
     new_id = st.one_of(full_id, ms.map(str), ms.map(lambda m: f"{m}-*"))
     return st.builds(lambda k, nomk, t, i, f: ["XADD", k, *(["NOMKSTREAM"] if nomk else []), *t, i, *f],
@@ -54,6 +55,9 @@ def commands():
                   key, range_id, range_id, st.one_of(st.none(), count)),
         st.builds(lambda k: ["XLEN", k], key),
         st.builds(lambda k, ids: ["XDEL", k, *ids], key, st.lists(any_id, min_size=1, max_size=3)),
+        st.builds(lambda k, s, a, n, lim: ["XTRIM", k, s, a, str(n) if s == "MAXLEN" else f"{n}-0", "LIMIT", lim],
+                  key, st.sampled_from(["MAXLEN", "MINID"]), st.sampled_from(["~", "="]),
+                  st.integers(0, 8), st.integers(-1, 5).map(str)),
         st.builds(lambda k, s, a, n: ["XTRIM", k, s, *([a] if a else []),
                                       str(n) if s == "MAXLEN" else f"{n}-0"],
                   key, st.sampled_from(["MAXLEN", "MINID"]), st.sampled_from(["", "=", "~"]), st.integers(0, 8)),
@@ -82,7 +86,10 @@ def commands():
                   key, group, consumer, st.one_of(full_id, st.just("0")),
                   st.one_of(st.none(), st.integers(1, 4).map(str)), st.booleans()),
         st.builds(lambda k: ["XINFO", "STREAM", k], key),
-        st.builds(lambda k: ["XINFO", "STREAM", k, "FULL"], key),
+        st.builds(lambda k, n: ["XINFO", "STREAM", k, "FULL", *(["COUNT", str(n)] if n is not None else [])],
+                  key, st.one_of(st.none(), st.integers(-1, 3))),
+        st.builds(lambda k, g, i, a, b, n: ["XPENDING", k, g, "IDLE", str(i), a, b, n],
+                  key, group, st.sampled_from([0, 3_600_000]), range_id, range_id, count),
         st.builds(lambda k: ["XINFO", "GROUPS", k], key),
         st.builds(lambda k, g: ["XINFO", "CONSUMERS", k, g], key, group),
         st.builds(lambda k, i, e: ["XSETID", k, i, *(["ENTRIESADDED", str(e)] if e is not None else [])],
