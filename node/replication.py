@@ -1,0 +1,227 @@
+"""Replication links between regions over gRPC (the only module that imports grpc).
+
+Theory of operation
+-------------------
+Each pair of regions keeps one bidirectional ``Sync`` stream (proto/replication.proto).
+The region with the lower number dials; the other serves.  The dialer sends
+``Hello`` (cluster id, database, region, token, version vector); the server checks
+every field and either answers ``Welcome`` or ends the call with
+PERMISSION_DENIED - a mismatched peer is refused and logged, and nothing it sent
+is applied.
+
+After the handshake both ends run the same :class:`Link` logic: a sender that
+ships, in batches, every envelope of the local causal log the peer has not
+acknowledged (relayed operations of third regions included, so a cut link heals
+through any region that talks to both), and a receiver that hands incoming
+envelopes to :class:`crdt.causal.CausalLog` (which applies each exactly once and
+in causal order) and acknowledges with its version vector.  Dialers reconnect
+with exponential backoff and jitter.  Messages are gzip-compressed.
+
+The hub does not know what an operation means: envelopes carry it as bytes and
+``on_apply`` is called with each envelope the causal log delivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+import grpc
+
+from crdt.causal import CausalLog, Envelope
+from proto import replication_pb2 as pb
+from proto import replication_pb2_grpc as pb_grpc
+
+log = logging.getLogger("braid.replication")
+
+BATCH = 256  # envelopes per Batch frame
+
+
+def to_proto(env: Envelope) -> pb.Envelope:
+    return pb.Envelope(origin=env.origin, n=env.n, deps=dict(env.deps), op=env.op)
+
+
+def from_proto(m: pb.Envelope) -> Envelope:
+    return Envelope(m.origin, m.n, tuple(sorted(m.deps.items())), bytes(m.op))
+
+
+class Link:
+    """One established stream with a peer, whichever side dialed."""
+
+    def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int]) -> None:
+        self.hub = hub
+        self.peer = peer
+        self.acked = dict(peer_vv)  # what the peer told us it has applied
+        self.sent = dict(peer_vv)   # what we already put on the wire
+        self.wakeup = asyncio.Event()
+        self.wakeup.set()
+
+    async def send_loop(self, out: asyncio.Queue) -> None:
+        causal = self.hub.causal
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            missing = causal.missing(self.sent)
+            for i in range(0, len(missing), BATCH):
+                chunk = missing[i:i + BATCH]
+                await out.put(pb.Frame(batch=pb.Batch(envelopes=[to_proto(e) for e in chunk])))
+                for e in chunk:
+                    if e.n > self.sent.get(e.origin, 0):
+                        self.sent[e.origin] = e.n
+
+    async def on_frame(self, frame: pb.Frame, out: asyncio.Queue) -> None:
+        kind = frame.WhichOneof("body")
+        if kind == "batch":
+            for m in frame.batch.envelopes:
+                self.hub.deliver(from_proto(m))
+            await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
+        elif kind == "ack":
+            for o, n in frame.ack.vv.items():
+                if n > self.acked.get(o, 0):
+                    self.acked[o] = n
+
+
+class _Servicer(pb_grpc.ReplicationServicer):
+    def __init__(self, hub: "ReplicationHub") -> None:
+        self.hub = hub
+
+    async def Sync(self, request_iterator, context):  # noqa: N802 (gRPC's name)
+        hub = self.hub
+        first = await request_iterator.__anext__()
+        hello = first.hello if first.WhichOneof("body") == "hello" else None
+        reason = hub.check_hello(hello)
+        if reason:
+            hub.refused += 1
+            log.warning("refused a replication peer: %s", reason)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
+        link = Link(hub, hello.region, dict(hello.vv))
+        out: asyncio.Queue = asyncio.Queue(maxsize=64)  # backpressure on the sender
+        await out.put(pb.Frame(welcome=pb.Welcome(region=hub.region, vv=hub.causal.vv)))
+        return_task = asyncio.ensure_future(hub.run_link(link, request_iterator, out))
+        try:
+            while True:
+                frame = await out.get()
+                yield frame
+        finally:
+            return_task.cancel()
+
+
+class ReplicationHub:
+    """A region's replication endpoint: serves peers, dials peers, relays."""
+
+    def __init__(self, region: int, cluster_id: str, database: str, token: str,
+                 causal: CausalLog, on_apply: Callable[[Envelope], None]) -> None:
+        self.region = region
+        self.cluster_id = cluster_id
+        self.database = database
+        self.token = token
+        self.causal = causal
+        self.on_apply = on_apply
+        self.links: dict[int, Link] = {}
+        self.refused = 0  # handshakes this region refused
+        self.denied = 0   # handshakes peers refused to this region
+        self._server: grpc.aio.Server | None = None
+        self._dialers: dict[int, asyncio.Task] = {}
+        self.port = 0
+
+    # ------------------------------------------------------------ local side
+    def issue(self, op: bytes) -> Envelope:
+        """Stamp a local operation (already applied locally) and wake the links."""
+        env = self.causal.stamp(op)
+        self.wake()
+        return env
+
+    def deliver(self, env: Envelope) -> None:
+        for ready in self.causal.receive(env):
+            self.on_apply(ready)
+        self.wake()  # relay what arrived to the other peers
+
+    def wake(self) -> None:
+        for link in self.links.values():
+            link.wakeup.set()
+
+    def check_hello(self, hello: pb.Hello | None) -> str:
+        if hello is None:
+            return "the first frame was not Hello"
+        if hello.cluster_id != self.cluster_id:
+            return f"cluster id {hello.cluster_id!r} is not {self.cluster_id!r}"
+        if hello.database != self.database:
+            return f"database {hello.database!r} is not {self.database!r}"
+        if hello.token != self.token:
+            return f"region {hello.region} presented a wrong token"
+        if hello.region == self.region:
+            return f"region number {hello.region} is this region's own"
+        return ""
+
+    # ------------------------------------------------------------ serving
+    async def serve(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._server = grpc.aio.server(compression=grpc.Compression.Gzip)
+        pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), self._server)
+        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        await self._server.start()
+        return self.port
+
+    async def run_link(self, link: Link, incoming, out: asyncio.Queue) -> None:
+        self.links[link.peer] = link
+        sender = asyncio.ensure_future(link.send_loop(out))
+        try:
+            async for frame in incoming:
+                await link.on_frame(frame, out)
+        finally:
+            sender.cancel()
+            if self.links.get(link.peer) is link:
+                del self.links[link.peer]
+
+    # ------------------------------------------------------------ dialing
+    def dial(self, peer: int, address: str) -> None:
+        """Keep a link to ``peer`` up, reconnecting with backoff and jitter."""
+        if peer not in self._dialers:
+            self._dialers[peer] = asyncio.ensure_future(self._dial_forever(peer, address))
+
+    async def _dial_forever(self, peer: int, address: str) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self._dial_once(peer, address)
+                delay = 0.05
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    self.denied += 1
+                    log.error("region %d refused this region: %s", peer, e.details())
+                else:
+                    log.info("link to region %d down: %s", peer, e.code().name)
+            await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
+            delay = min(delay * 2, 5.0)
+
+    async def _dial_once(self, peer: int, address: str) -> None:
+        async with grpc.aio.insecure_channel(address, compression=grpc.Compression.Gzip) as channel:
+            call = pb_grpc.ReplicationStub(channel).Sync()
+            await call.write(pb.Frame(hello=pb.Hello(cluster_id=self.cluster_id, database=self.database,
+                                                     region=self.region, token=self.token,
+                                                     vv=self.causal.vv)))
+            frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
+            first = await frames.__anext__()
+            if first.WhichOneof("body") != "welcome":
+                raise ConnectionError(f"region {peer} did not welcome this region")
+            out: asyncio.Queue = asyncio.Queue(maxsize=64)
+
+            async def writer() -> None:
+                while True:
+                    await call.write(await out.get())
+
+            writing = asyncio.ensure_future(writer())
+            try:
+                await self.run_link(Link(self, first.welcome.region, dict(first.welcome.vv)), frames, out)
+            finally:
+                writing.cancel()
+
+    async def stop(self) -> None:
+        for task in self._dialers.values():
+            task.cancel()
+        self._dialers.clear()
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
