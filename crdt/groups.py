@@ -52,7 +52,8 @@ class Consumer:
 
 
 class ConsumerGroup:
-    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "_stamps")
+    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "_stamps",
+                 "created_deps", "created_dot")
 
     def __init__(self, name: bytes, last_id: StreamID = MIN_ID,
                  entries_read: int = ENTRIES_READ_UNKNOWN) -> None:
@@ -62,6 +63,9 @@ class ConsumerGroup:
         self.pel: SortedDict = SortedDict()  # StreamID -> Nack
         self.consumers: dict[bytes, Consumer] = {}
         self._stamps = 0
+        # multi-region: the creation's dependencies and dot (delete-wins, see crdt/ops.py)
+        self.created_deps: dict | None = None
+        self.created_dot: tuple | None = None
 
     # ------------------------------------------------------------ consumers
     def consumer(self, name: bytes, now: int) -> tuple[Consumer, bool]:

@@ -35,12 +35,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .blocks import TrimSpec
+from .causal import VersionVector, dominates, merge
 from .groups import ConsumerGroup
 from .ids import StreamID
 from .stream import Stream
 
 # delete strategies (Redis 8.2: KEEPREF / DELREF / ACKED)
 KEEPREF, DELREF, ACKED = "keepref", "delref", "acked"
+
+
+class Keyspace(dict):
+    """key -> Stream, plus the delete-wins contexts that outlive a dropped key.
+
+    ``key_contexts[key]`` merges the contexts of every DEL of ``key`` applied here,
+    ``group_contexts[(key, group)]`` those of every XGROUP DESTROY; a group creation
+    survives only if its dependencies dominate both (see :func:`_create_group`).
+    """
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.key_contexts: dict[bytes, VersionVector] = {}
+        self.group_contexts: dict[tuple[bytes, bytes], VersionVector] = {}
 
 
 @dataclass(slots=True)
@@ -71,6 +86,9 @@ class AddEntry(Op):
 class Trim(Op):
     spec: TrimSpec
     strategy: str = KEEPREF
+    # Multi-region: the trim resolved at the issuing region into "remove
+    # entries <= cutoff" per origin log, so it never removes what it had not seen.
+    cutoffs: dict | None = None
 
 
 @dataclass(slots=True)
@@ -81,7 +99,11 @@ class DeleteEntries(Op):
 
 @dataclass(slots=True)
 class DeleteKey(Op):
-    pass
+    # Multi-region (observed-remove): the top ID of each origin log the issuer
+    # had seen, and its version vector including this operation (delete-wins
+    # context for groups).  None: remove everything (one region).
+    observed: dict | None = None
+    context: dict | None = None
 
 
 @dataclass(slots=True)
@@ -102,11 +124,15 @@ class CreateGroup(Op):
     last_id: StreamID
     entries_read: int
     mkstream: bool = False
+    # Multi-region: the issuer's version vector before this operation, and its dot.
+    deps: dict | None = None
+    dot: tuple | None = None
 
 
 @dataclass(slots=True)
 class DestroyGroup(Op):
     group: bytes
+    context: dict | None = None  # multi-region: the issuer's version vector including this op
 
 
 @dataclass(slots=True)
@@ -169,7 +195,9 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
             s.idmp.record(op.pid, op.iid, op.id)
         return op.id
     if t is DeleteKey:
-        return keys.pop(op.key, None) is not None
+        if op.observed is None:
+            return keys.pop(op.key, None) is not None
+        return _observed_remove_key(keys, op)
     if t is RenameKey:
         stream = keys.pop(op.key, None)
         if stream is None:
@@ -178,6 +206,8 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
         return True
     s = keys.get(op.key)
     if t is CreateGroup:
+        if op.deps is not None:
+            return _create_group(keys, op, limits)
         if s is None:
             s = keys[op.key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
         if op.group in s.groups:
@@ -187,10 +217,14 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
     if s is None:
         return None
     if t is Trim:
+        if op.cutoffs is not None:
+            return _remove_upto(keys, op.key, s, op.cutoffs)
         return s.trim(op.spec, _can_delete(s, op.strategy), op.strategy == KEEPREF)
     if t is DeleteEntries:
         return _delete_entries(s, op)
     if t is DestroyGroup:
+        if op.context is not None:
+            return _destroy_group(keys, op)
         return s.groups.pop(op.group, None) is not None
     if t is SetStreamId:
         s.last_id = op.last_id
@@ -224,3 +258,70 @@ def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
             drop_references(s, id_)
         out.append(1 if s.delete_ids([id_]) else -1)
     return out
+
+
+# ---------------------------------------------------------------- multi-region rules
+# Theory: an origin's log only grows, with rising IDs, so "what the issuer had
+# seen of origin o's log" is one ID, and observed-remove is "remove <= that ID
+# in log o" - entries added concurrently elsewhere are above it and survive.
+# Group creations carry their dependencies and deletions a context (the
+# issuer's version vector including the deletion): a creation survives only if
+# it happened after every deletion that applies to it (its deps dominate the
+# contexts), so a concurrent creation loses: delete wins.  A key with no
+# entries and no groups does not exist.  Applying these in any causal order
+# gives the same entries and groups everywhere (tests/test_convergence.py).
+
+
+def _remove_upto(keys: Keyspace, key: bytes, s: Stream, cutoffs: dict) -> int:
+    removed = s.remove_upto(cutoffs)
+    _drop_if_empty(keys, key, s)
+    return removed
+
+
+def _drop_if_empty(keys: dict, key: bytes, s: Stream) -> None:
+    if s.length == 0 and not s.groups:
+        keys.pop(key, None)
+
+
+def _survives(deps: VersionVector, *contexts: VersionVector | None) -> bool:
+    return all(ctx is None or dominates(deps, ctx) for ctx in contexts)
+
+
+def _observed_remove_key(keys: Keyspace, op: DeleteKey) -> bool:
+    ctx = merge(keys.key_contexts.get(op.key, {}), op.context or {})
+    keys.key_contexts[op.key] = ctx
+    s = keys.get(op.key)
+    if s is None:
+        return False
+    for name in [n for n, g in s.groups.items() if not _survives(g.created_deps or {}, ctx)]:
+        del s.groups[name]
+    _remove_upto(keys, op.key, s, op.observed or {})
+    return True
+
+
+def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
+    if not _survives(op.deps, keys.key_contexts.get(op.key), keys.group_contexts.get((op.key, op.group))):
+        return False  # a deletion this creation had not seen wins
+    s = keys.get(op.key)
+    if s is None:
+        s = keys[op.key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
+    current = s.groups.get(op.group)
+    if current is not None and (current.created_dot or (0, 0)) >= op.dot:
+        return False  # concurrent creations of one name: the higher dot wins everywhere
+    g = s.groups[op.group] = ConsumerGroup(op.group, op.last_id, op.entries_read)
+    g.created_deps, g.created_dot = dict(op.deps), op.dot
+    return True
+
+
+def _destroy_group(keys: Keyspace, op: DestroyGroup) -> bool:
+    gk = (op.key, op.group)
+    keys.group_contexts[gk] = merge(keys.group_contexts.get(gk, {}), op.context)
+    s = keys.get(op.key)
+    if s is None:
+        return False
+    g = s.groups.get(op.group)
+    if g is None or _survives(g.created_deps or {}, keys.group_contexts[gk]):
+        return False
+    del s.groups[op.group]
+    _drop_if_empty(keys, op.key, s)
+    return True

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from .blocks import EntryLog, TrimSpec
 from .groups import ConsumerGroup
 from .idmp import IdmpState
-from .ids import MAX_ID, MIN_ID, StreamID
+from .ids import MAX_ID, MIN_ID, StreamID, incr
 
 # A merged entry as reads return it.
 Entry = tuple[StreamID, list]
@@ -126,6 +126,18 @@ class Stream:
                 break
         cutoff = TrimSpec(minid=cut if cut is not None else MAX_ID, approx=spec.approx)
         return sum(log.trim(cutoff, can_delete, keep_refs) for log in self.logs.values())
+
+    def remove_upto(self, cutoffs: dict[int, StreamID]) -> int:
+        """Observed-remove: drop every entry <= cutoffs[o] from each origin log o."""
+        removed = 0
+        for origin, top in cutoffs.items():
+            log = self.logs.get(origin)
+            if log is not None:
+                after = incr(top)
+                removed += log.trim(TrimSpec(minid=after if after is not None else MAX_ID), None, True)
+        if removed:
+            self._refresh_first_id()
+        return removed
 
     def _refresh_first_id(self) -> None:
         firsts = [f for f in (log.first_live() for log in self.logs.values()) if f is not None]

@@ -17,7 +17,7 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 class Database:
     def __init__(self, limits: "ops.Limits | None" = None) -> None:
         self.limits = limits or ops.Limits()
-        self.keys: dict[bytes, Stream] = {}
+        self.keys: ops.Keyspace = ops.Keyspace()  # key -> Stream
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
         self.versions: dict[bytes, int] = {}  # WATCH: key -> version at last change
         self._clock = 0
