@@ -45,17 +45,31 @@ KEEPREF, DELREF, ACKED = "keepref", "delref", "acked"
 
 
 class Keyspace(dict):
-    """key -> Stream, plus the delete-wins contexts that outlive a dropped key.
+    """key -> Stream, plus what must outlive a dropped key in an Active-Active database.
 
+    ``active_active`` selects the database's rules: False is one Redis-compatible
+    region (an emptied stream still exists, a DEL'd key starts afresh); True applies
+    seed 003's rules, where a key with no entries and no groups does not exist.
     ``key_contexts[key]`` merges the contexts of every DEL of ``key`` applied here,
     ``group_contexts[(key, group)]`` those of every XGROUP DESTROY; a group creation
     survives only if its dependencies dominate both (see :func:`_create_group`).
+    ``id_floor[key]`` is the highest entry ID this region has held for the key: an
+    origin never mints an ID twice, even after the key was deleted, or a later
+    observed-remove could take the new entry for the old one.
     """
 
-    def __init__(self, *args, **kw) -> None:
+    def __init__(self, *args, active_active: bool = False, **kw) -> None:
         super().__init__(*args, **kw)
+        self.active_active = active_active
         self.key_contexts: dict[bytes, VersionVector] = {}
         self.group_contexts: dict[tuple[bytes, bytes], VersionVector] = {}
+        self.id_floor: dict[bytes, StreamID] = {}
+
+    def top_id(self, key: bytes) -> StreamID:
+        """The ID a new entry of ``key`` must exceed."""
+        s = self.get(key)
+        last = s.last_id if s is not None else (0, 0)
+        return max(last, self.id_floor.get(key, (0, 0)))
 
 
 @dataclass(slots=True)
@@ -193,6 +207,8 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
         s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
         if op.pid is not None:
             s.idmp.record(op.pid, op.iid, op.id)
+        if getattr(keys, "active_active", False) and op.id > keys.id_floor.get(op.key, (0, 0)):
+            keys.id_floor[op.key] = op.id
         return op.id
     if t is DeleteKey:
         if op.observed is None:
@@ -221,7 +237,10 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
             return _remove_upto(keys, op.key, s, op.cutoffs)
         return s.trim(op.spec, _can_delete(s, op.strategy), op.strategy == KEEPREF)
     if t is DeleteEntries:
-        return _delete_entries(s, op)
+        result = _delete_entries(s, op)
+        if getattr(keys, "active_active", False):
+            _drop_if_empty(keys, op.key, s)
+        return result
     if t is DestroyGroup:
         if op.context is not None:
             return _destroy_group(keys, op)

@@ -21,7 +21,8 @@ class Blocked:
     timeout_ms: int  # 0 = forever
     retry: Callable[[], Any]
     timeout_reply: Any = None
-    wake_at_ms: int | None = None  # also retry at this time (XREADGROUP CLAIM: an entry turns idle)
+    # also retry at the time this returns (XREADGROUP CLAIM: when an entry turns idle)
+    next_wake_ms: Callable[[], int | None] | None = None
     handle: Any = field(default=None)  # the loop timer, set by the server
     wake_handle: Any = field(default=None)
 

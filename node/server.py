@@ -199,18 +199,25 @@ class Server:
     # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:
         self.blocking.park(client, blocked)
-        loop = asyncio.get_running_loop()
         if blocked.timeout_ms > 0:
+            loop = asyncio.get_running_loop()
             blocked.handle = loop.call_later(blocked.timeout_ms / 1000, self._timeout, client, blocked)
-        if blocked.wake_at_ms is not None:
-            delay = max(blocked.wake_at_ms - self.now_ms(), 0) / 1000
-            blocked.wake_handle = loop.call_later(delay, self._wake, client, blocked)
+        self._arm_wake(client, blocked)
+
+    def _arm_wake(self, client: "ClientConnection", blocked: Blocked) -> None:
+        when = blocked.next_wake_ms() if blocked.next_wake_ms is not None else None
+        if when is not None:
+            # at least 1 ms ahead: timers may fire a little early against the wall clock
+            delay = max(when - self.now_ms(), 1) / 1000
+            blocked.wake_handle = asyncio.get_running_loop().call_later(delay, self._wake, client, blocked)
 
     def _wake(self, client: "ClientConnection", blocked: Blocked) -> None:
         """A timed retry (not a key change): serve the client if it can be served now."""
         if client.blocked is blocked:
             blocked.wake_handle = None
             self._retry(client, blocked)
+            if client.blocked is blocked:  # not servable yet: wait for the next moment
+                self._arm_wake(client, blocked)
 
     def _timeout(self, client: "ClientConnection", blocked: Blocked) -> None:
         if client.blocked is blocked:

@@ -6,6 +6,8 @@ installs it, and `make test` runs `make deps` first.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from node.testing import BraidProcess, InProcessServer, RedisProcess
@@ -47,3 +49,12 @@ def ref(redis_proc):
 def inproc():
     with InProcessServer() as s:
         yield s
+
+
+# Hypothesis: CI runs a fixed, reproducible set of examples; a developer's run
+# explores new ones (HYPOTHESIS_PROFILE=deep explores many more).
+from hypothesis import settings as _hyp_settings  # noqa: E402
+
+_hyp_settings.register_profile("ci", derandomize=True, database=None)
+_hyp_settings.register_profile("deep", max_examples=3000)
+_hyp_settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))

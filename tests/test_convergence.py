@@ -22,7 +22,7 @@ STRIDE = 16
 class Region:
     def __init__(self, number: int) -> None:
         self.number = number
-        self.keys = ops.Keyspace()
+        self.keys = ops.Keyspace(active_active=True)
         self.causal = CausalLog(number)
         self.clock = 0
 
@@ -38,9 +38,7 @@ class Region:
         return ctx
 
     def xadd(self, key: bytes, ms: int | None = None, field: bytes = b"f") -> tuple:
-        s = self.keys.get(key)
-        last = s.last_id if s is not None else MIN_ID
-        new = idgen.choose(idgen.STRICT, last, self.clock, self.number, STRIDE,
+        new = idgen.choose(idgen.STRICT, self.keys.top_id(key), self.clock, self.number, STRIDE,
                            None if ms is None else (ms, 0), False)
         self._issue(ops.AddEntry(key, self.number, new, [field, b"v"]))
         return new

@@ -232,8 +232,9 @@ def _read(client, argv: list[bytes], xreadgroup: bool):
                     return _group_error(key, a.group)
         return _serve(client, a, ids)
 
-    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY,
-                   wake_at_ms=_claimable_at(db, a, client.server.now_ms()))
+    server = client.server
+    next_wake = (lambda: _claimable_at(db, a, server.now_ms())) if a.min_idle != -1 else None
+    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY, next_wake_ms=next_wake)
 
 
 def _claimable_at(db, a: ReadArgs, now: int) -> int | None:
