@@ -197,7 +197,7 @@ def _can_delete(s: Stream, strategy: str):
     return None
 
 
-def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> object:
+def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
     """Apply ``op`` to the keyspace ``keys``; returns what the reply needs."""
     t = type(op)
     if t is AddEntry:
@@ -207,7 +207,7 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
         s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
         if op.pid is not None:
             s.idmp.record(op.pid, op.iid, op.id)
-        if getattr(keys, "active_active", False) and op.id > keys.id_floor.get(op.key, (0, 0)):
+        if keys.active_active and op.id > keys.id_floor.get(op.key, (0, 0)):
             keys.id_floor[op.key] = op.id
         return op.id
     if t is DeleteKey:
@@ -238,7 +238,7 @@ def apply(keys: dict[bytes, Stream], op: Op, limits: Limits = Limits()) -> objec
         return s.trim(op.spec, _can_delete(s, op.strategy), op.strategy == KEEPREF)
     if t is DeleteEntries:
         result = _delete_entries(s, op)
-        if getattr(keys, "active_active", False):
+        if keys.active_active:
             _drop_if_empty(keys, op.key, s)
         return result
     if t is DestroyGroup:

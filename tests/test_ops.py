@@ -52,8 +52,8 @@ def snapshot(keys: dict) -> dict:
 @given(op_list=op_lists(), max_entries=st.integers(1, 5))
 def test_apply_is_deterministic(op_list, max_entries):
     limits = ops.Limits(node_max_entries=max_entries)
-    one: dict = {}
-    two: dict = {}
+    one = ops.Keyspace()
+    two = ops.Keyspace()
     for op in op_list:
         r1 = ops.apply(one, op, limits)
         r2 = ops.apply(two, op, limits)
@@ -62,7 +62,7 @@ def test_apply_is_deterministic(op_list, max_entries):
 
 
 def test_rename_moves_everything():
-    keys: dict = {}
+    keys = ops.Keyspace()
     ops.apply(keys, ops.AddEntry(b"src", 1, (1, 0), [b"f", b"v"]))
     ops.apply(keys, ops.CreateGroup(b"src", b"g", MIN_ID, -1))
     ops.apply(keys, ops.AddEntry(b"dst", 1, (5, 0), [b"x", b"y"]))
