@@ -478,3 +478,10 @@ class EntryLog:
 
     def index_of_first_at_or_after(self, id_: StreamID) -> int:
         return bisect_left(self.firsts, id_)
+
+
+def tagged(origin: int, entries: Iterator[tuple[StreamID, list]]) -> Iterator[tuple[StreamID, int, list]]:
+    """(id, fields) -> (id, origin, fields), binding ``origin`` now (a generator
+    expression built in a loop would read the loop variable late)."""
+    for eid, flat in entries:
+        yield eid, origin, flat

@@ -23,9 +23,12 @@ replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
 
 from __future__ import annotations
 
+import heapq
+
 from sortedcontainers import SortedDict
 
-from .ids import MAX_ID, MIN_ID, StreamID, incr
+from .blocks import tagged
+from .ids import MAX_ID, MIN_ID, StreamID, decr, incr
 
 ENTRIES_READ_UNKNOWN = -1  # Redis's SCG_INVALID_ENTRIES_READ
 
@@ -53,7 +56,7 @@ class Consumer:
 
 class ConsumerGroup:
     __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "_stamps",
-                 "created_deps", "created_dot")
+                 "created_deps", "created_dot", "floor", "cursors", "watermarks", "acked_sent")
 
     def __init__(self, name: bytes, last_id: StreamID = MIN_ID,
                  entries_read: int = ENTRIES_READ_UNKNOWN) -> None:
@@ -66,6 +69,27 @@ class ConsumerGroup:
         # multi-region: the creation's dependencies and dot (delete-wins, see crdt/ops.py)
         self.created_deps: dict | None = None
         self.created_dot: tuple | None = None
+        # multi-region: "last delivered" is a cursor per origin log, starting at
+        # ``floor`` (the ID given at creation or SETID); ``watermarks`` are the
+        # replicated XACK watermarks (everything up to them was read and acked
+        # at some region); ``acked_sent`` what this region already replicated.
+        self.floor: StreamID = last_id
+        self.cursors: dict[int, StreamID] = {}
+        self.watermarks: dict[int, StreamID] = {}
+        self.acked_sent: dict[int, StreamID] = {}
+
+    def cursor(self, origin: int) -> StreamID:
+        """Where ``>`` resumes in one origin log: after local reads and replicated acks."""
+        c = self.cursors.get(origin, self.floor)
+        w = self.watermarks.get(origin)
+        return w if w is not None and w > c else c
+
+    def set_id(self, id_: StreamID, entries_read: int) -> None:
+        """XGROUP SETID (region-local): every origin log restarts after ``id_``."""
+        self.last_id = self.floor = id_
+        self.entries_read = entries_read
+        self.cursors.clear()
+        self.watermarks.clear()
 
     # ------------------------------------------------------------ consumers
     def consumer(self, name: bytes, now: int) -> tuple[Consumer, bool]:
@@ -254,3 +278,50 @@ def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: in
         if count and len(out) >= count:
             break
     return out
+
+
+# ---------------------------------------------------------------- multi-region reads
+def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noack: bool,
+                        now: int) -> list:
+    """XREADGROUP ``>`` over several origin logs: after each log's own cursor.
+
+    An entry that reaches this region late from another region (with an ID below
+    what the group already delivered from other logs) is still above its own
+    log's cursor, so it is delivered: ``>`` never skips an entry.
+    """
+    its = []
+    for origin, log in sorted(s.logs.items()):
+        start = incr(g.cursor(origin))
+        if start is not None:
+            its.append(tagged(origin, log.range(start, MAX_ID)))
+    out = []
+    for eid, origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
+        if count and len(out) >= count:
+            break
+        g.cursors[origin] = eid
+        if eid > g.last_id:
+            advance(s, g, eid)
+        if not noack:
+            g.deliver(eid, consumer, now)
+            consumer.active_time = now
+        out.append((eid, flat))
+    return out
+
+
+def ack_watermark(s, g: ConsumerGroup, origin: int) -> StreamID | None:
+    """The new XACK watermark of one origin log, if it moved (seed 003's rule).
+
+    Everything the group read from the log below its oldest pending entry of that
+    log has been acknowledged; that point is worth replicating only when it moved
+    past what was already sent.
+    """
+    log = s.logs.get(origin)
+    cursor = g.cursors.get(origin)
+    if log is None or cursor is None:
+        return None
+    pending = [i for i in g.pel.irange(MIN_ID, cursor) if log.get(i) is not None]
+    mark = cursor if not pending else decr(pending[0])
+    if mark is None or mark <= g.acked_sent.get(origin, g.floor):
+        return None
+    g.acked_sent[origin] = mark
+    return mark

@@ -25,6 +25,7 @@ RenameKey          RENAME, RENAMENX                               move the strea
 CreateGroup        XGROUP CREATE, XREADGROUP-less MKSTREAM        add the group
 DestroyGroup       XGROUP DESTROY                                 drop the group
 SetStreamId        XSETID                                         move last-generated-id etc.
+AckWatermark       XACK (multi-region, when the watermark moves)  raise a group's per-origin watermark
 ConfigureIdmp      XCFGSET / XIDMP CFGSET                         set duration/maxsize, clear maps
 RecordIdmp         XIDMPRECORD                                    remember (pid, iid) -> entry ID
 =================  =============================================  ===========
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from .blocks import TrimSpec
 from .causal import VersionVector, dominates, merge
 from .groups import ConsumerGroup
-from .ids import StreamID
+from .ids import MIN_ID, StreamID
 from .stream import Stream
 
 # delete strategies (Redis 8.2: KEEPREF / DELREF / ACKED)
@@ -150,6 +151,15 @@ class DestroyGroup(Op):
 
 
 @dataclass(slots=True)
+class AckWatermark(Op):
+    """Multi-region XACK: the group read and acknowledged origin's log up to ``id``."""
+
+    group: bytes
+    origin: int
+    id: StreamID
+
+
+@dataclass(slots=True)
 class SetStreamId(Op):
     last_id: StreamID
     entries_added: int | None = None
@@ -245,6 +255,13 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         if op.context is not None:
             return _destroy_group(keys, op)
         return s.groups.pop(op.group, None) is not None
+    if t is AckWatermark:
+        g = s.groups.get(op.group)
+        if g is None:
+            return False
+        if op.id > g.watermarks.get(op.origin, MIN_ID):
+            g.watermarks[op.origin] = op.id
+        return True
     if t is SetStreamId:
         s.last_id = op.last_id
         if op.entries_added is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 
-from .blocks import EntryLog, TrimSpec
+from .blocks import EntryLog, TrimSpec, tagged
 from .groups import ConsumerGroup
 from .idmp import IdmpState
 from .ids import MAX_ID, MIN_ID, StreamID, incr
@@ -145,10 +145,7 @@ class Stream:
 
     # ------------------------------------------------------------ reading
     def _merged(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, int, list]]:
-        its = [
-            ((eid, origin, flat) for eid, flat in log.range(start, end))
-            for origin, log in sorted(self.logs.items())
-        ]
+        its = [tagged(origin, log.range(start, end)) for origin, log in sorted(self.logs.items())]
         return heapq.merge(*its, key=lambda e: (e[0], e[1]))
 
     def range(self, start: StreamID, end: StreamID, count: int = 0) -> list[Entry]:
@@ -172,10 +169,8 @@ class Stream:
         if len(logs) == 1:
             it = next(iter(logs.values())).revrange(start, end)
         else:
-            its = [
-                ((eid, origin, flat) for eid, flat in log.revrange(start, end))
-                for origin, log in sorted(self.logs.items(), reverse=True)
-            ]
+            its = [tagged(origin, log.revrange(start, end))
+                   for origin, log in sorted(self.logs.items(), reverse=True)]
             it = ((eid, flat) for eid, _o, flat in
                   heapq.merge(*its, key=lambda e: (e[0], e[1]), reverse=True))
         out = []
