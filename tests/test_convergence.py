@@ -336,8 +336,8 @@ def test_equal_ids_from_two_origins_read_in_origin_order():
     from crdt.stream import Stream
 
     s = Stream()
+    s.add(1, (50, 0), [b"f1", b"early"], 100, 4096)
     s.add(2, (100, 1), [b"f1", b"from-2"], 100, 4096)
     s.add(1, (100, 1), [b"f1", b"from-1"], 100, 4096)
-    s.add(1, (50, 0), [b"f1", b"early"], 100, 4096)
     assert [f[1] for _, f in s.range(MIN_ID, MAX_ID)] == [b"early", b"from-1", b"from-2"]
     assert [f[1] for _, f in s.revrange(MIN_ID, MAX_ID)] == [b"from-2", b"from-1", b"early"]
