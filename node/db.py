@@ -40,10 +40,15 @@ class Database:
         return self.versions.get(key, 0)
 
     def apply(self, op: "ops.Op") -> object:
-        """Apply a replicated operation and do the bookkeeping it implies."""
+        """Apply a replicated operation and do the bookkeeping it implies.
+
+        Only an operation that changed something counts as a change (Redis's
+        dirty counter and WATCH ignore, e.g., an XDEL of a missing ID).
+        """
         result = ops.apply(self.keys, op, self.limits)
-        self.dirty += 1
-        self.touch(op.key)
+        if any(r == 1 for r in result) if type(result) is list else result:
+            self.dirty += 1
+            self.touch(op.key)
         return result
 
     def remove(self, key: bytes) -> bool:

@@ -194,3 +194,22 @@ def test_proto_max_bulk_len_applies_to_open_connections(raw, inproc):
     finally:
         raw.call("CONFIG", "SET", "proto-max-bulk-len", "512mb")
         other.close()
+
+
+def test_watch_ignores_commands_that_change_nothing(raw, inproc):
+    raw.call("XADD", "w", "1-0", "f", "v")
+    other = RawClient(inproc.port)
+    try:
+        assert raw.call("WATCH", "w") == b"OK"
+        assert other.call("XDEL", "w", "9-9") == 0        # nothing deleted
+        assert other.call("XTRIM", "w", "MAXLEN", "5") == 0  # nothing trimmed
+        assert raw.call("MULTI") == b"OK"
+        raw.call("XLEN", "w")
+        assert raw.call("EXEC") == [1]
+        assert raw.call("WATCH", "w") == b"OK"
+        assert other.call("XDEL", "w", "1-0") == 1
+        assert raw.call("MULTI") == b"OK"
+        raw.call("XLEN", "w")
+        assert raw.call("EXEC") is None
+    finally:
+        other.close()
