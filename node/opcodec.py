@@ -1,0 +1,95 @@
+"""Operations <-> bytes, for the replication feed (and, later, the operation log).
+
+Each operation is a msgpack array ``[tag, key, field, ...]`` in the order of its
+dataclass fields; a table gives each field's kind so decoding restores the
+exact Python values (IDs back to tuples, version vectors to int-keyed dicts).
+Tags are positions in :data:`OPS`: append new operation types, never reorder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+
+from crdt import ops
+from crdt.blocks import TrimSpec
+
+# kind of each field after ``key``: raw (as is), id, ids, id_map, vv, dot, spec, blist
+OPS: list[tuple[type, dict[str, str]]] = [
+    (ops.AddEntry, {"origin": "raw", "id": "id", "fields": "blist", "pid": "raw", "iid": "raw"}),
+    (ops.Trim, {"spec": "spec", "strategy": "raw", "cutoffs": "id_map"}),
+    (ops.DeleteEntries, {"ids": "ids", "strategy": "raw"}),
+    (ops.DeleteKey, {"observed": "id_map", "context": "vv"}),
+    (ops.RenameKey, {"new_key": "raw"}),
+    (ops.RecordIdmp, {"pid": "raw", "iid": "raw", "id": "id"}),
+    (ops.CreateGroup, {"group": "raw", "last_id": "id", "entries_read": "raw", "mkstream": "raw",
+                       "deps": "vv", "dot": "dot"}),
+    (ops.DestroyGroup, {"group": "raw", "context": "vv"}),
+    (ops.AckWatermark, {"group": "raw", "origin": "raw", "id": "id"}),
+    (ops.SetStreamId, {"last_id": "id", "entries_added": "raw", "max_deleted_id": "id"}),
+    (ops.ConfigureIdmp, {"duration": "raw", "maxsize": "raw"}),
+]
+_TAGS = {cls: tag for tag, (cls, _kinds) in enumerate(OPS)}
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+def _out(kind: str, v):
+    if v is None or kind in ("raw", "blist"):
+        return v
+    if kind in ("id", "dot"):
+        return list(v)
+    if kind == "ids":
+        return [list(i) for i in v]
+    if kind == "id_map":
+        return {o: list(i) for o, i in v.items()}
+    if kind == "vv":
+        return dict(v)
+    if kind == "spec":
+        return [v.maxlen, None if v.minid is None else list(v.minid), v.approx, v.limit]
+    raise ValueError(kind)
+
+
+def _in(kind: str, v):
+    if v is None or kind == "raw":
+        return v
+    if kind in ("id", "dot"):
+        return tuple(v)
+    if kind == "ids":
+        return [tuple(i) for i in v]
+    if kind == "id_map":
+        return {int(o): tuple(i) for o, i in v.items()}
+    if kind == "vv":
+        return {int(o): n for o, n in v.items()}
+    if kind == "blist":
+        return list(v)
+    if kind == "spec":
+        maxlen, minid, approx, limit = v
+        return TrimSpec(maxlen, None if minid is None else tuple(minid), approx, limit)
+    raise ValueError(kind)
+
+
+def encode(op: ops.Op) -> bytes:
+    tag = _TAGS[type(op)]
+    kinds = OPS[tag][1]
+    return _encoder.encode([tag, op.key, *(_out(k, getattr(op, f)) for f, k in kinds.items())])
+
+
+def decode(data: bytes) -> ops.Op:
+    tag, key, *values = _decoder.decode(data)
+    cls, kinds = OPS[tag]
+    if len(values) != len(kinds):
+        raise ValueError(f"operation {cls.__name__} has {len(kinds)} fields, got {len(values)}")
+    return cls(key, *(_in(k, v) for k, v in zip(kinds.values(), values)))
+
+
+def _check_table() -> None:
+    """Every field of every operation has a kind (fails at import if one is added without)."""
+    for cls, kinds in OPS:
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "key"]
+        if names != list(kinds):
+            raise TypeError(f"opcodec table for {cls.__name__} lists {list(kinds)}, fields are {names}")
+
+
+_check_table()
