@@ -308,6 +308,15 @@ def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noa
     return out
 
 
+def has_new_per_origin(s, g: ConsumerGroup) -> bool:
+    """Does any origin log hold a live entry after the group's cursor for it?"""
+    for origin, log in s.logs.items():
+        top = log.last_live()
+        if top is not None and top > g.cursor(origin):
+            return True
+    return False
+
+
 def ack_watermark(s, g: ConsumerGroup, origin: int) -> StreamID | None:
     """The new XACK watermark of one origin log, if it moved (seed 003's rule).
 

@@ -120,7 +120,7 @@ class Stream:
         if spec.limit:
             excess = min(excess, spec.limit)
         cut: StreamID | None = None
-        for n, (eid, _o, _f) in enumerate(self._merged(MIN_ID, MAX_ID)):
+        for n, (eid, _o, _f) in enumerate(self.merged(MIN_ID, MAX_ID)):
             if n == excess:
                 cut = eid
                 break
@@ -144,7 +144,7 @@ class Stream:
         self.first_id = min(firsts) if firsts else MIN_ID
 
     # ------------------------------------------------------------ reading
-    def _merged(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, int, list]]:
+    def merged(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, int, list]]:
         its = [tagged(origin, log.range(start, end)) for origin, log in sorted(self.logs.items())]
         return heapq.merge(*its, key=lambda e: (e[0], e[1]))
 
@@ -154,7 +154,7 @@ class Stream:
         if len(logs) == 1:
             it = (e for e in next(iter(logs.values())).range(start, end))
         else:
-            it = ((eid, flat) for eid, _o, flat in self._merged(start, end))
+            it = ((eid, flat) for eid, _o, flat in self.merged(start, end))
         if count <= 0:
             return list(it)
         out = []

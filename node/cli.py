@@ -21,11 +21,23 @@ def _event_loop_policy() -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    cluster = None
+    if args.config:
+        from .cluster_config import load
+
+        try:
+            ccfg = load(args.config)
+            me = ccfg.region(args.region or "")
+        except (OSError, ValueError, KeyError) as e:
+            print(f"braid node: {e}", file=sys.stderr)
+            return 2
+        cluster = (ccfg, me)
+        args.port, args.bind = me.port, me.host
     os.makedirs(args.data_dir, exist_ok=True)
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
-    server = Server(cfg)
+    server = Server(cfg, cluster=cluster)
     _event_loop_policy()
     try:
         asyncio.run(run_server(server, args.bind, args.port))
@@ -55,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bind", default="127.0.0.1")
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--requirepass", default="")
+    p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")
+    p.add_argument("--region", help="this region's name in the cluster file")
     p.set_defaults(fn=cmd_node)
 
     p = sub.add_parser("up", help="start a local cluster on loopback")
+    p.add_argument("--regions", type=int, default=3)
     p.add_argument("--base-port", type=int, default=7001)
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--detach", action="store_true", help="return once the regions serve")

@@ -6,8 +6,10 @@ PING, prints how to connect, and then either stays in the foreground (Ctrl-C
 stops the regions) or, with ``--detach``, records the process ids in
 ``<data-dir>/cluster.pids`` and returns; ``braid down`` stops them.
 
-Replication between regions is not part of this release, so a local cluster
-is one region; ``--regions`` arrives with Active-Active replication.
+``--regions N`` (default 3) writes ``<data-dir>/cluster.toml`` (a fresh cluster
+id and token, RESP on ``--base-port``.., gRPC replication 100 ports above) and
+starts each region with ``braid node --config cluster.toml --region NAME``;
+``--regions 1`` starts a standalone region (Redis's own ID rules).
 """
 
 from __future__ import annotations
@@ -74,7 +76,18 @@ def _stop(pids: list[int], grace_s: float = 5.0) -> None:
 def up(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    names = ["region-1"]
+    if not 1 <= args.regions <= 15:
+        print("braid up: --regions must be between 1 and 15", file=sys.stderr)
+        return 2
+    cluster_file = None
+    if args.regions > 1:
+        from .cluster_config import local_cluster
+
+        cluster = local_cluster(args.regions, args.base_port)
+        cluster_file = os.path.join(data_dir, "cluster.toml")
+        with open(cluster_file, "w") as f:
+            f.write(cluster.to_toml())
+    names = [f"region-{i}" for i in range(1, args.regions + 1)]
     ports = [args.base_port + i for i in range(len(names))]
     for port in ports:
         if _ping(port):
@@ -86,15 +99,17 @@ def up(args: argparse.Namespace) -> int:
         rdir = os.path.join(data_dir, name)
         os.makedirs(rdir, exist_ok=True)
         log = open(os.path.join(rdir, "node.log"), "ab")
+        extra = ["--config", cluster_file, "--region", name] if cluster_file else []
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "node", "node", "--port", str(port), "--data-dir", rdir],
+            [sys.executable, "-m", "node", "node", "--port", str(port), "--data-dir", rdir, *extra],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=args.detach))
     try:
         _wait_ready(ports, procs)
     except SystemExit:
         _stop([p.pid for p in procs])
         raise
-    table = Table(title="Braid local cluster")
+    title = f"Braid local cluster: {len(names)} region{'s' if len(names) > 1 else ''}"
+    table = Table(title=title)
     for col in ("region", "port", "connect with", "log"):
         table.add_column(col)
     for name, port in zip(names, ports):

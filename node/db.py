@@ -15,9 +15,10 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 
 class Database:
-    def __init__(self, limits: "ops.Limits | None" = None) -> None:
+    def __init__(self, limits: "ops.Limits | None" = None, active_active: bool = False) -> None:
         self.limits = limits or ops.Limits()
-        self.keys: ops.Keyspace = ops.Keyspace()  # key -> Stream
+        self.keys: ops.Keyspace = ops.Keyspace(active_active=active_active)  # key -> Stream
+        self.aa = None  # this region's ActiveActive part, when it belongs to a cluster
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
         self.versions: dict[bytes, int] = {}  # WATCH: key -> version at last change
         self._clock = 0
@@ -49,7 +50,15 @@ class Database:
         if any(r == 1 for r in result) if type(result) is list else result:
             self.dirty += 1
             self.touch(op.key)
+            if self.aa is not None:
+                self.aa.publish(op)
         return result
+
+    def apply_remote(self, op: "ops.Op") -> None:
+        """An operation another region issued (delivered in causal order)."""
+        ops.apply(self.keys, op, self.limits)
+        self.dirty += 1
+        self.touch(op.key)
 
     def remove(self, key: bytes) -> bool:
         if self.keys.pop(key, None) is None:

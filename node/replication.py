@@ -63,6 +63,8 @@ class Link:
         while True:
             await self.wakeup.wait()
             self.wakeup.clear()
+            if self.hub.paused:
+                continue
             missing = causal.missing(self.sent)
             for i in range(0, len(missing), BATCH):
                 chunk = missing[i:i + BATCH]
@@ -73,6 +75,8 @@ class Link:
 
     async def on_frame(self, frame: pb.Frame, out: asyncio.Queue) -> None:
         kind = frame.WhichOneof("body")
+        if self.hub.paused:
+            return  # nothing crosses a paused region; the link is being closed
         if kind == "batch":
             for m in frame.batch.envelopes:
                 self.hub.deliver(from_proto(m))
@@ -100,12 +104,17 @@ class _Servicer(pb_grpc.ReplicationServicer):
         out: asyncio.Queue = asyncio.Queue(maxsize=64)  # backpressure on the sender
         await out.put(pb.Frame(welcome=pb.Welcome(region=hub.region, vv=hub.causal.vv)))
         return_task = asyncio.ensure_future(hub.run_link(link, request_iterator, out))
+        hub._closers.append(out)
         try:
             while True:
                 frame = await out.get()
+                if frame is None:  # pause: end this call
+                    return
                 yield frame
         finally:
             return_task.cancel()
+            if out in hub._closers:
+                hub._closers.remove(out)
 
 
 class ReplicationHub:
@@ -122,6 +131,9 @@ class ReplicationHub:
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
         self.denied = 0   # handshakes peers refused to this region
+        self.paused = False
+        self._closers: list[asyncio.Queue] = []  # served calls, ended by putting None
+        self._peers: dict[int, str] = {}
         self._server: grpc.aio.Server | None = None
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
@@ -153,6 +165,8 @@ class ReplicationHub:
             return f"region {hello.region} presented a wrong token"
         if hello.region == self.region:
             return f"region number {hello.region} is this region's own"
+        if self.paused:
+            return "replication is paused at this region"
         return ""
 
     # ------------------------------------------------------------ serving
@@ -175,8 +189,25 @@ class ReplicationHub:
                 del self.links[link.peer]
 
     # ------------------------------------------------------------ dialing
+    def pause(self) -> None:
+        """Stop all syncing at once: links stop sending and applying, then close."""
+        self.paused = True
+        for out in list(self._closers):
+            while out.full():
+                out.get_nowait()  # frames for a link that is closing anyway
+            out.put_nowait(None)
+        for task in self._dialers.values():
+            task.cancel()
+        self._dialers.clear()
+
+    def resume(self) -> None:
+        self.paused = False
+        for peer, address in self._peers.items():
+            self.dial(peer, address)
+
     def dial(self, peer: int, address: str) -> None:
         """Keep a link to ``peer`` up, reconnecting with backoff and jitter."""
+        self._peers[peer] = address
         if peer not in self._dialers:
             self._dialers[peer] = asyncio.ensure_future(self._dial_forever(peer, address))
 
@@ -195,7 +226,7 @@ class ReplicationHub:
                 else:
                     log.info("link to region %d down: %s", peer, e.code().name)
             await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, 1.0)
 
     async def _dial_once(self, peer: int, address: str) -> None:
         async with grpc.aio.insecure_channel(address, compression=grpc.Compression.Gzip) as channel:

@@ -58,10 +58,17 @@ class Server:
     """A region server.  Holds no process-wide singletons: a shard is just a
     Server owning some keys, and several can live in one process (tests do)."""
 
-    def __init__(self, config: Config | None = None, region: int = 1) -> None:
+    def __init__(self, config: Config | None = None, region: int = 1, cluster=None) -> None:
+        """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one."""
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
-        self.db = Database(self._limits())
+        self.db = Database(self._limits(), active_active=cluster is not None)
+        if cluster is not None:
+            from .activeactive import ActiveActive
+
+            cfg, me = cluster
+            self.region = me.number
+            self.db.aa = ActiveActive(self, cfg, me)
         self.stats = Stats()
         self.blocking = BlockingRegistry()
         self.clients: dict[int, ClientConnection] = {}
@@ -99,6 +106,8 @@ class Server:
         self.port = self._server.sockets[0].getsockname()[1]
         self.config.set("port", self.port)
         self._cron = loop.create_task(self._cron_loop())
+        if self.db.aa is not None:
+            await self.db.aa.start()
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -116,6 +125,8 @@ class Server:
     async def stop(self) -> None:
         if self._cron is not None:
             self._cron.cancel()
+        if self.db.aa is not None:
+            await self.db.aa.stop()
         if self._server is not None:
             self._server.close()
         for c in list(self.clients.values()):

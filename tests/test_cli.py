@@ -8,11 +8,30 @@ import sys
 
 import redis
 
+from node.testing import wait_until
 
-def _free_port() -> int:
+
+def _free_port(span: int = 1) -> int:
+    """A base port such that base..base+span-1 and base+100.. are all free."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + 100 + span > 65535:
+            continue
+        wanted = [base + i for i in range(span)] + [base + 100 + i for i in range(span)]
+        if all(_is_free(p) for p in wanted):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def _is_free(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def _braid(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -20,30 +39,47 @@ def _braid(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def test_up_detach_serves_and_down_stops(tmp_path):
-    port = _free_port()
+def test_up_starts_three_regions_that_replicate(tmp_path):
+    port = _free_port(3)
     data = str(tmp_path / "cluster")
     up = _braid("up", "--detach", "--base-port", str(port), "--data-dir", data)
     assert up.returncode == 0, up.stderr
-    assert f"redis-cli -p {port}" in up.stdout
+    for p in (port, port + 1, port + 2):
+        assert f"redis-cli -p {p}" in up.stdout
     try:
-        r = redis.Redis(port=port, socket_timeout=5)
-        assert r.xadd("s", {"f": "v"}, id="1-1") == b"1-1"
-        assert r.xlen("s") == 1
-        r.close()
+        first = redis.Redis(port=port, socket_timeout=5)
+        third = redis.Redis(port=port + 2, socket_timeout=5)
+        new_id = first.xadd("s", {"f": "v"})
+        assert new_id.endswith(b"-1")  # strict IDs: region 1's number in the sequence
+        wait_until(lambda: third.xrange("s") == [(new_id, {b"f": b"v"})], 20, what="replication")
+        first.close()
+        third.close()
     finally:
         down = _braid("down", "--data-dir", data)
     assert down.returncode == 0, down.stderr
-    with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", port)) != 0
+    for p in (port, port + 1, port + 2):
+        assert _is_free(p)
+
+
+def test_up_one_region_is_standalone(tmp_path):
+    port = _free_port()
+    data = str(tmp_path / "one")
+    assert _braid("up", "--detach", "--regions", "1", "--base-port", str(port), "--data-dir", data).returncode == 0
+    try:
+        r = redis.Redis(port=port, socket_timeout=5)
+        assert r.xadd("s", {"f": "v"}, id="1-1") == b"1-1"  # full IDs: Redis's own rules
+        r.close()
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
 
 
 def test_up_refuses_a_busy_port(tmp_path):
     port = _free_port()
     data = str(tmp_path / "c1")
-    assert _braid("up", "--detach", "--base-port", str(port), "--data-dir", data).returncode == 0
+    assert _braid("up", "--detach", "--regions", "1", "--base-port", str(port), "--data-dir", data).returncode == 0
     try:
-        again = _braid("up", "--detach", "--base-port", str(port), "--data-dir", str(tmp_path / "c2"))
+        again = _braid("up", "--detach", "--regions", "1", "--base-port", str(port), "--data-dir",
+                       str(tmp_path / "c2"))
         assert again.returncode == 1
         assert "already serving" in again.stderr
     finally:
@@ -54,3 +90,23 @@ def test_down_without_cluster_is_a_clear_error(tmp_path):
     res = _braid("down", "--data-dir", str(tmp_path))
     assert res.returncode == 1
     assert "no detached cluster" in res.stderr
+
+
+def test_example_cluster_file_loads():
+    import os
+
+    from node.cluster_config import load
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = load(os.path.join(here, "deploy", "cluster.example.toml"))
+    assert [r.name for r in cfg.regions] == ["region-1", "region-2", "region-3"]
+    assert cfg.region("region-2").repl_port == 7102
+
+
+def test_node_with_an_unknown_region_is_a_clear_error(tmp_path):
+    import os
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = _braid("node", "--config", os.path.join(here, "deploy", "cluster.example.toml"),
+                 "--region", "mars", "--data-dir", str(tmp_path))
+    assert res.returncode == 2 and "no region named 'mars'" in res.stderr

@@ -104,7 +104,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo")
+FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo", "crdt")
 
 
 def load_all() -> dict[bytes, Command]:

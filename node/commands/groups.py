@@ -8,6 +8,7 @@ Redis's ``t_stream.c`` so that the same bad input gets the same error.
 
 from __future__ import annotations
 
+from crdt import groups as cg
 from crdt import ops
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
 from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, incr, parse_id, parse_interval_id, decr
@@ -79,7 +80,12 @@ def xgroup_create(client, argv: list[bytes]):
         entries_read = added
     if s is not None and argv[3] in s.groups:
         raise ReplyError("BUSYGROUP Consumer Group name already exists")
-    client.server.db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream))
+    db = client.server.db
+    if db.aa is None:
+        db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream))
+    else:
+        deps, dot = db.aa.creation()
+        db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream, deps=deps, dot=dot))
     return "OK"
 
 
@@ -93,8 +99,7 @@ def xgroup_setid(client, argv: list[bytes]):
     if entries_read != ENTRIES_READ_UNKNOWN and entries_read > s.entries_added:
         entries_read = s.entries_added
     # Region-local (seed 003: XGROUP SETID is not replicated).
-    group.last_id = last
-    group.entries_read = entries_read
+    group.set_id(last, entries_read)
     _local_change(client, argv[2])
     return "OK"
 
@@ -105,7 +110,9 @@ def xgroup_destroy(client, argv: list[bytes]):
     s, group, _mk, _er = _xgroup_prologue(client, argv, "destroy")
     if group is None:
         return 0
-    client.server.db.apply(ops.DestroyGroup(argv[2], argv[3]))
+    db = client.server.db
+    context = db.aa.context() if db.aa is not None else None
+    db.apply(ops.DestroyGroup(argv[2], argv[3], context=context))
     return 1
 
 
@@ -171,8 +178,15 @@ def xack(client, argv: list[bytes]):
         return 0
     ids = [parse_stream_id(a, strict=True) for a in argv[3:]]
     n = sum(1 for id_ in ids if group.ack(id_))
+    db = client.server.db
     if n:
-        client.server.db.dirty += n
+        db.dirty += n
+        if db.aa is not None:
+            # seed 003: an XACK replicates only as a consecutive watermark per origin log
+            for origin in list(s.logs):
+                mark = cg.ack_watermark(s, group, origin)
+                if mark is not None:
+                    db.apply(ops.AckWatermark(argv[1], argv[2], origin, mark))
     return n
 
 

@@ -78,16 +78,23 @@ def _match(p: bytes, pi: int, s: bytes, si: int) -> bool:
     return pi == plen and si == slen
 
 
+def delete_key(db, key: bytes) -> bool:
+    """DEL of one key; in an Active-Active database an observed-remove (crdt/ops.py)."""
+    s = db.keys.get(key)
+    if s is None:
+        return False
+    if db.aa is None:
+        db.apply(ops.DeleteKey(key))
+    else:
+        db.apply(ops.DeleteKey(key, observed=db.aa.observed(s), context=db.aa.context()))
+    return True
+
+
 @command("del", -2, "write", (1, -1, 1), group="generic", since="1.0.0",
          summary="Deletes one or more keys.", complexity="O(N) where N is the number of keys that will be removed.")
 def del_(client, argv: list[bytes]):
     db = client.server.db
-    n = 0
-    for key in argv[1:]:
-        if key in db.keys:
-            db.apply(ops.DeleteKey(key))
-            n += 1
-    return n
+    return sum(1 for key in argv[1:] if delete_key(db, key))
 
 
 @command("unlink", -2, "write fast", (1, -1, 1), group="generic", since="4.0.0",
@@ -111,6 +118,8 @@ def type_(client, argv: list[bytes]):
 
 def _rename(client, argv: list[bytes], nx: bool):
     db = client.server.db
+    if db.aa is not None:
+        raise ReplyError("ERR RENAME is not available in an Active-Active database yet")
     src, dst = argv[1], argv[2]
     s = db.keys.get(src)
     if s is None:

@@ -9,7 +9,6 @@ import struct
 import sys
 import time
 
-from crdt import ops
 
 from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
@@ -142,6 +141,11 @@ def _section_cluster(srv) -> list[str]:
     return ["cluster_enabled:0"]
 
 
+def _section_crdt(srv) -> list[str]:
+    aa = srv.db.aa
+    return aa.info_lines() if aa is not None else ["crdt_enabled:0"]
+
+
 def _section_keyspace(srv) -> list[str]:
     n = len(srv.db.keys)
     return [f"db0:keys={n},expires=0,avg_ttl=0,subexpiry=0"] if n else []
@@ -152,7 +156,7 @@ SECTIONS = {
     "persistence": _section_persistence, "stats": _section_stats,
     "replication": _section_replication, "cpu": _section_cpu,
     "commandstats": _section_commandstats, "errorstats": _section_errorstats,
-    "cluster": _section_cluster, "keyspace": _section_keyspace,
+    "cluster": _section_cluster, "keyspace": _section_keyspace, "crdt": _section_crdt,
 }
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication",
                     "cpu", "errorstats", "cluster", "keyspace")
@@ -380,9 +384,11 @@ def dbsize(client, argv: list[bytes]):
 def _flush(client, argv: list[bytes]):
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"async", b"sync")):
         raise ReplyError(ERR_SYNTAX)
+    from .keys import delete_key
+
     db = client.server.db
     for key in list(db.keys):
-        db.apply(ops.DeleteKey(key))
+        delete_key(db, key)
     return "OK"
 
 

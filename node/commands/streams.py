@@ -36,6 +36,7 @@ class AddTrimArgs:
     idmp_auto: bool = False
     id: StreamID | None = None  # None: '*'
     seq_given: bool = True
+    ms_only: bool = False
     idpos: int = 0
 
     @property
@@ -115,6 +116,7 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
         elif xadd:
             try:
                 a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
+                a.ms_only = b"-" not in opt  # "110": Redis reads 110-0; strict mode derives the sequence
             except InvalidID as e:
                 raise ReplyError(str(e)) from None
             if a.pid is not None and opt[:1] != b"*":
@@ -172,11 +174,15 @@ def xadd(client, argv: list[bytes]):
                 db.dirty += 1
                 db.touch(key, ready=False)
                 return b"%d-%d" % found
-    last = s.last_id if s is not None else (0, 0)
+    aa = db.aa
+    last = db.keys.top_id(key) if aa is not None else (s.last_id if s is not None else (0, 0))
     if last == (U64, U64):
         raise ReplyError(idgen.ERR_EXHAUSTED)
     try:
-        if a.id is None:
+        if aa is not None:
+            seq_given = a.seq_given and not a.ms_only
+            new_id = idgen.choose(aa.mode, last, server.now_ms(), aa.region, aa.stride, a.id, seq_given)
+        elif a.id is None:
             new_id = idgen.next_auto(last, server.now_ms())
         else:
             new_id = idgen.explicit(last, a.id, a.seq_given)
@@ -184,8 +190,19 @@ def xadd(client, argv: list[bytes]):
         raise ReplyError(str(e)) from None
     db.apply(ops.AddEntry(key, server.region, new_id, flat, a.pid, iid))
     if a.trims:
-        db.apply(ops.Trim(key, a.spec(), a.strategy))
+        _trim(db, key, a)
     return b"%d-%d" % new_id
+
+
+def _trim(db, key: bytes, a: "AddTrimArgs") -> int:
+    """One region: Redis's trim.  Active-Active: the same request resolved into
+    per-origin cutoffs of what this region has seen (crdt/ops.py, Trim)."""
+    if db.aa is None:
+        return db.apply(ops.Trim(key, a.spec(), a.strategy))
+    cutoffs = db.aa.trim_cutoffs(db.keys[key], a.spec())
+    if not cutoffs:
+        return 0
+    return db.apply(ops.Trim(key, a.spec(), ops.KEEPREF, cutoffs=cutoffs))
 
 
 def _range(client, argv: list[bytes], rev: bool):
@@ -289,7 +306,7 @@ def xtrim(client, argv: list[bytes]):
     db = client.server.db
     if argv[1] not in db.keys:
         return 0
-    deleted = db.apply(ops.Trim(argv[1], a.spec(), a.strategy))
+    deleted = _trim(db, argv[1], a)
     if deleted > 1:
         db.dirty += deleted - 1
     return deleted

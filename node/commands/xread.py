@@ -167,7 +167,9 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
             claimable, _ = cg.first_claimable(s, g, min_idle, now)
         history = gt != GT_GROUP
         sync = history
-        if not history and s.length and s.top_id() > g.last_id:
+        if not history and db.keys.active_active:
+            sync = cg.has_new_per_origin(s, g)
+        elif not history and s.length and s.top_id() > g.last_id:
             sync = True
             gt = g.last_id
         consumer, created = g.consumer(a.consumer, now)
@@ -207,7 +209,11 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, min_idle: int, history: bool,
         if claimed_only or (a.count and len(rows) >= a.count):
             return rows
     left = a.count - len(rows) if a.count else 0
-    for id_, flat in cg.read_new(s, g, consumer, gt, left, a.noack, now):
+    if gt == GT_GROUP:  # Active-Active: each origin log after its own cursor
+        new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now)
+    else:
+        new = cg.read_new(s, g, consumer, gt, left, a.noack, now)
+    for id_, flat in new:
         rows.append([b"%d-%d" % id_, flat, 0, 0] if min_idle != -1 else [b"%d-%d" % id_, flat])
     return rows
 

@@ -1,0 +1,145 @@
+"""This region's part in an Active-Active database.
+
+It owns the region's causal log (crdt/causal.py) and replication hub
+(node/replication.py), publishes every replicated operation the region applies,
+applies the operations other regions send (waking blocked readers), and gives
+commands what the multi-region rules need: the ID mode, a deletion's context,
+a group creation's dependencies.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from crdt import ops
+from crdt.blocks import TrimSpec
+from crdt.causal import CausalLog, Envelope
+from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
+
+from . import opcodec
+from .cluster_config import ClusterConfig, RegionSpec
+from .replication import ReplicationHub
+
+if TYPE_CHECKING:
+    from .server import Server
+
+log = logging.getLogger("braid.activeactive")
+
+# Operations other regions must see; the rest (XSETID, consumers, the PEL) stay local.
+REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.CreateGroup,
+              ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp)
+
+
+class ActiveActive:
+    def __init__(self, server: "Server", cluster: ClusterConfig, me: RegionSpec) -> None:
+        self.server = server
+        self.cluster = cluster
+        self.me = me
+        self.mode = "strict"
+        self.causal = CausalLog(me.number)
+        c = cluster
+        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply)
+        self.paused = False
+
+    @property
+    def region(self) -> int:
+        return self.me.number
+
+    @property
+    def stride(self) -> int:
+        return self.cluster.stride
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        await self.hub.serve(self.me.host, self.me.repl_port)
+        for peer in self.cluster.regions:
+            if peer.number > self.me.number:  # the lower number dials
+                self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
+
+    async def stop(self) -> None:
+        await self.hub.stop()
+
+    def pause(self) -> None:
+        """Stop all syncing of this region at once (writes stay local until resume)."""
+        self.paused = True
+        self.hub.pause()
+
+    def resume(self) -> None:
+        self.paused = False
+        self.hub.resume()
+
+    # ------------------------------------------------------------ operations
+    def publish(self, op: ops.Op) -> None:
+        if isinstance(op, REPLICATED):
+            self.hub.issue(opcodec.encode(op))
+
+    def _on_apply(self, env: Envelope) -> None:
+        try:
+            op = opcodec.decode(env.op)
+        except (ValueError, TypeError, KeyError) as e:  # never apply what cannot be read
+            log.error("dropping an undecodable operation %s from region %d: %s", env.dot, env.origin, e)
+            return
+        self.server.db.apply_remote(op)
+        self.server.serve_ready_keys()
+
+    def context(self) -> dict[int, int]:
+        """A deletion's context: this region's version vector including the deletion."""
+        ctx = dict(self.causal.vv)
+        ctx[self.region] = ctx.get(self.region, 0) + 1
+        return ctx
+
+    def creation(self) -> tuple[dict[int, int], tuple[int, int]]:
+        """A group creation's dependencies and dot."""
+        deps = dict(self.causal.vv)
+        return deps, (self.region, deps.get(self.region, 0) + 1)
+
+    # ------------------------------------------------------------ resolution
+    @staticmethod
+    def observed(s) -> dict[int, StreamID]:
+        """The top of every origin log this region holds (deleted entries included)."""
+        return {o: top for o, log_ in s.logs.items() if (top := log_.last_any()) is not None}
+
+    @staticmethod
+    def trim_cutoffs(s, spec: TrimSpec) -> dict[int, StreamID]:
+        """A trim resolved into per-origin cutoffs over what this region holds.
+
+        Active-Active trims are exact (``~`` may keep more, so removing precisely is
+        allowed) and honour LIMIT; they never remove an entry this region has not seen.
+        """
+        if spec.maxlen is not None:
+            excess = s.length - spec.maxlen
+        else:
+            excess = s.count_between(MIN_ID, decr(spec.minid) or MIN_ID) if spec.minid != MIN_ID else 0
+        if spec.limit:
+            excess = min(excess, spec.limit)
+        cutoffs: dict[int, StreamID] = {}
+        if excess <= 0:
+            return cutoffs
+        for n, (eid, origin, _flat) in enumerate(s.merged(MIN_ID, MAX_ID)):
+            if n >= excess:
+                break
+            cutoffs[origin] = eid
+        return cutoffs
+
+    # ------------------------------------------------------------ INFO crdt
+    def info_lines(self) -> list[str]:
+        lines = [
+            f"crdt_region:{self.region}",
+            f"crdt_region_name:{self.me.name}",
+            f"crdt_cluster_id:{self.cluster.cluster_id}",
+            f"crdt_xadd_id_uniqueness_mode:{self.mode}",
+            f"crdt_replication:{'paused' if self.paused else 'active'}",
+            "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(self.causal.vv.items())),
+            f"crdt_pending:{len(self.causal.pending)}",
+        ]
+        for peer in self.cluster.regions:
+            if peer.number == self.region:
+                continue
+            link = self.hub.links.get(peer.number)
+            if link is None:
+                lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=down")
+                continue
+            lag = sum(max(n - link.acked.get(o, 0), 0) for o, n in self.causal.vv.items())
+            lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=up,lag_ops={lag}")
+        return lines

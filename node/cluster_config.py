@@ -1,0 +1,86 @@
+"""The cluster file: which regions form the database and how to reach them.
+
+Example (``deploy/cluster.example.toml``)::
+
+    cluster_id = "local"
+    database = "db"
+    token = "change-me"        # shared by the regions; a peer with another is refused
+    stride = 16                # strict IDs: sequence ≡ region number (mod stride)
+
+    [[regions]]
+    name = "region-1"
+    number = 1                 # 1 ≤ number < stride; it shows in strict IDs (110-1)
+    host = "127.0.0.1"
+    port = 7001                # RESP
+    repl_port = 7101           # gRPC replication
+"""
+
+from __future__ import annotations
+
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RegionSpec:
+    name: str
+    number: int
+    host: str
+    port: int
+    repl_port: int
+
+
+@dataclass(slots=True)
+class ClusterConfig:
+    cluster_id: str
+    database: str
+    token: str
+    stride: int = 16
+    regions: list[RegionSpec] = field(default_factory=list)
+
+    def region(self, name: str) -> RegionSpec:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        known = ", ".join(r.name for r in self.regions)
+        raise ValueError(f"no region named {name!r} in the cluster file (regions: {known})")
+
+    def validate(self) -> None:
+        numbers = [r.number for r in self.regions]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("two regions share a number")
+        for r in self.regions:
+            if not 1 <= r.number < self.stride:
+                raise ValueError(f"region {r.name}: number must be between 1 and {self.stride - 1}")
+
+    def to_toml(self) -> str:
+        lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
+                 f'token = "{self.token}"', f"stride = {self.stride}", ""]
+        for r in self.regions:
+            lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
+                      f"port = {r.port}", f"repl_port = {r.repl_port}", ""]
+        return "\n".join(lines)
+
+
+def load(path: str) -> ClusterConfig:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    cfg = ClusterConfig(
+        cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
+        token=str(data["token"]), stride=int(data.get("stride", 16)),
+        regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
+                            int(r["port"]), int(r["repl_port"])) for r in data.get("regions", [])],
+    )
+    cfg.validate()
+    return cfg
+
+
+def local_cluster(regions: int, base_port: int) -> ClusterConfig:
+    """The cluster ``braid up`` starts: regions on loopback, RESP on base_port.., gRPC on base_port+100.."""
+    cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16, [
+        RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1)
+        for i in range(1, regions + 1)
+    ])
+    cfg.validate()
+    return cfg

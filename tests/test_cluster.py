@@ -1,0 +1,195 @@
+"""Seed 003's tables against a real three-region cluster (three processes, gRPC).
+
+"— Sync —" rows: replication is paused at the writing regions before the
+concurrent steps (BRAID.REPLICATION PAUSE) and resumed after; ``sync_wait``
+returns when every region has applied the same operations.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from node.testing import LocalCluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(3) as c:
+        yield c
+
+
+@pytest.fixture
+def regions(cluster):
+    clients = cluster.clients()
+    clients[0].flushall()
+    cluster.sync_wait()
+    yield clients
+    for c in clients:
+        c.execute_command("BRAID.REPLICATION", "RESUME")
+        c.close()
+
+
+def pause(*clients):
+    for c in clients:
+        c.execute_command("BRAID.REPLICATION", "PAUSE")
+
+
+def resume(cluster, *clients):
+    for c in clients:
+        c.execute_command("BRAID.REPLICATION", "RESUME")
+    cluster.sync_wait()
+
+
+def ids(entries):
+    return [e[0] for e in entries]
+
+
+def test_concurrent_writes_then_sync(cluster, regions):
+    r1, r2, _ = regions
+    pause(r1, r2)
+    a = r1.xadd("messages", {"text": "hello"})
+    b = r2.xadd("messages", {"text": "goodbye"})
+    assert ids(r1.xrange("messages")) == [a] and ids(r2.xrange("messages")) == [b]
+    assert a.endswith(b"-1") and b.endswith(b"-2")
+    resume(cluster, r1, r2)
+    assert ids(r1.xrange("messages")) == ids(r2.xrange("messages")) == sorted([a, b], key=lambda i: tuple(map(int, i.split(b"-"))))
+
+
+def test_delete_is_observed_remove(cluster, regions):
+    r1, r2, _ = regions
+    r1.xadd("messages", {"text": "hello"})
+    cluster.sync_wait()
+    pause(r1, r2)
+    assert r1.delete("messages") == 1
+    b = r2.xadd("messages", {"text": "goodbye"})
+    resume(cluster, r1, r2)
+    assert ids(r1.xrange("messages")) == ids(r2.xrange("messages")) == [b]
+
+
+def test_strict_ids_and_the_xread_caveat(cluster, regions):
+    r1, r2, _ = regions
+    pause(r1, r2)
+    assert r1.xadd("x", {"f1": "v1"}, id="110") == b"110-1"
+    assert r2.xadd("x", {"f1": "v1"}, id="115") == b"115-2"
+    assert r1.xadd("x", {"f1": "v1"}, id="120") == b"120-1"
+    assert r1.xadd("x", {"f1": "v1"}, id="130") == b"130-1"
+    assert ids(r1.xread({"x": "0"}, count=2)[0][1]) == [b"110-1", b"120-1"]
+    resume(cluster, r1, r2)
+    assert ids(r1.xread({"x": "120-1"}, count=2)[0][1]) == [b"130-1"]  # 115-2 was skipped
+    for r in (r1, r2):
+        assert ids(r.xread({"x": "0"})[0][1]) == [b"110-1", b"115-2", b"120-1", b"130-1"]
+    with pytest.raises(Exception, match="strict ID mode"):
+        r1.xadd("x", {"f": "v"}, id="200-5")
+
+
+def _groups(r, key):
+    return [g["name"] for g in r.xinfo_groups(key)]
+
+
+def test_concurrent_group_creation(cluster, regions):
+    r1, r2, _ = regions
+    r1.xadd("x", {"f": "v"})
+    cluster.sync_wait()
+    pause(r1, r2)
+    r1.xgroup_create("x", "group1", id="0")
+    r2.xgroup_create("x", "group2", id="0")
+    assert _groups(r1, "x") == [b"group1"] and _groups(r2, "x") == [b"group2"]
+    resume(cluster, r1, r2)
+    assert _groups(r1, "x") == _groups(r2, "x") == [b"group1", b"group2"]
+
+
+def test_del_wins_over_a_concurrent_group_create(cluster, regions):
+    r1, r2, _ = regions
+    r1.xgroup_create("x", "group1", id="0", mkstream=True)
+    cluster.sync_wait()
+    assert _groups(r1, "x") == _groups(r2, "x") == [b"group1"]
+    pause(r1, r2)
+    r1.delete("x")
+    r2.xgroup_create("x", "group2", id="0")
+    resume(cluster, r1, r2)
+    assert r1.exists("x") == r2.exists("x") == 0
+
+
+def test_destroy_wins_over_a_concurrent_create(cluster, regions):
+    r1, r2, r3 = regions
+    pause(r3)
+    r1.xgroup_create("x", "group1", id="0", mkstream=True)
+    # regions 1 and 2 sync while 3 is away
+    wait_until(lambda: r2.exists("x") == 1, 20, what="region 2 sees the group")
+    assert _groups(r2, "x") == [b"group1"] and r3.exists("x") == 0
+    pause(r1, r2)
+    r2.xgroup_destroy("x", "group1")
+    r3.xgroup_create("x", "group1", id="0", mkstream=True)
+    resume(cluster, r1, r2, r3)
+    assert r1.exists("x") == r2.exists("x") == r3.exists("x") == 0
+
+
+def test_group_state_is_local_but_acks_replicate_as_a_watermark(cluster, regions):
+    r1, r2, _ = regions
+    for ms in (110, 120, 130):
+        r1.xadd("acks", {"f1": "v1"}, id=str(ms))
+    r1.xgroup_create("acks", "group1", id="0")
+    assert ids(r1.xreadgroup("group1", "Alice", {"acks": ">"})[0][1]) == [b"110-1", b"120-1", b"130-1"]
+    cluster.sync_wait()
+    assert [c["name"] for c in r1.xinfo_consumers("acks", "group1")] == [b"Alice"]
+    assert r2.xinfo_consumers("acks", "group1") == []
+    assert r2.xpending_range("acks", "group1", "-", "+", 1) == []
+    r1.xack("acks", "group1", "110-1")
+    r1.xack("acks", "group1", "130-1")
+    cluster.sync_wait()
+    assert ids(r2.xreadgroup("group1", "Bob", {"acks": ">"})[0][1]) == [b"120-1", b"130-1"]
+    r1.xack("acks", "group1", "120-1")
+    cluster.sync_wait()
+    # acknowledged everywhere up to 130-1: a reader redirected to region 3 re-reads nothing
+    assert regions[2].xreadgroup("group1", "Carol", {"acks": ">"}) == []
+
+
+def test_xreadgroup_never_skips_a_late_entry(cluster, regions):
+    r1, r2, _ = regions
+    r1.xgroup_create("late", "g", id="0", mkstream=True)
+    cluster.sync_wait()
+    pause(r1, r2)
+    r2.xadd("late", {"f": "late"}, id="115")
+    for ms in (110, 120, 130):
+        r1.xadd("late", {"f": "v"}, id=str(ms))
+    assert ids(r1.xreadgroup("g", "c", {"late": ">"})[0][1]) == [b"110-1", b"120-1", b"130-1"]
+    resume(cluster, r1, r2)
+    assert ids(r1.xreadgroup("g", "c", {"late": ">"})[0][1]) == [b"115-2"]
+
+
+def test_blocked_reader_wakes_on_a_replicated_entry(cluster, regions):
+    r1, r2, _ = regions
+    got: dict = {}
+    reader = cluster.procs[1].client()
+
+    def read():
+        got["r"] = reader.xread({"wake": "$"}, block=20000)
+
+    t = threading.Thread(target=read)
+    t.start()
+    wait_until(lambda: int(r2.info("clients")["blocked_clients"]) == 1, 10, what="reader blocked")
+    new_id = r1.xadd("wake", {"f": "v"})
+    t.join(15)
+    reader.close()
+    assert not t.is_alive() and ids(got["r"][0][1]) == [new_id]
+
+
+def test_rename_is_refused_until_its_rule_exists(regions):
+    r1 = regions[0]
+    r1.xadd("a", {"f": "v"})
+    with pytest.raises(Exception, match="not available in an Active-Active database"):
+        r1.rename("a", "b")
+
+
+def test_setid_moves_every_origin_cursor_locally(cluster, regions):
+    r1, r2, _ = regions
+    r1.xadd("sid", {"f": "v"}, id="10")
+    r2.xadd("sid", {"f": "v"}, id="20")
+    r1.xgroup_create("sid", "g", id="0")
+    cluster.sync_wait()
+    assert r1.xgroup_setid("sid", "g", id="15") is True
+    assert ids(r1.xreadgroup("g", "c", {"sid": ">"})[0][1]) == [b"20-2"]
+    # not replicated: region 2 still reads from the start
+    assert ids(r2.xreadgroup("g", "c", {"sid": ">"})[0][1]) == [b"10-1", b"20-2"]
