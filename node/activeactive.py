@@ -36,7 +36,7 @@ class ActiveActive:
         self.server = server
         self.cluster = cluster
         self.me = me
-        self.mode = "strict"
+        self.mode = cluster.id_mode
         self.causal = CausalLog(me.number)
         c = cluster
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply)

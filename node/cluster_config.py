@@ -22,6 +22,9 @@ import tomllib
 from dataclasses import dataclass, field
 
 
+ID_MODES = ("strict", "semi-strict", "liberal")
+
+
 @dataclass(slots=True)
 class RegionSpec:
     name: str
@@ -38,6 +41,7 @@ class ClusterConfig:
     token: str
     stride: int = 16
     regions: list[RegionSpec] = field(default_factory=list)
+    id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
 
     def region(self, name: str) -> RegionSpec:
         for r in self.regions:
@@ -47,6 +51,8 @@ class ClusterConfig:
         raise ValueError(f"no region named {name!r} in the cluster file (regions: {known})")
 
     def validate(self) -> None:
+        if self.id_mode not in ID_MODES:
+            raise ValueError(f"id_mode must be one of {', '.join(ID_MODES)}")
         numbers = [r.number for r in self.regions]
         if len(set(numbers)) != len(numbers):
             raise ValueError("two regions share a number")
@@ -56,7 +62,7 @@ class ClusterConfig:
 
     def to_toml(self) -> str:
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
-                 f'token = "{self.token}"', f"stride = {self.stride}", ""]
+                 f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"', ""]
         for r in self.regions:
             lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
                       f"port = {r.port}", f"repl_port = {r.repl_port}", ""]
@@ -69,6 +75,7 @@ def load(path: str) -> ClusterConfig:
     cfg = ClusterConfig(
         cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
         token=str(data["token"]), stride=int(data.get("stride", 16)),
+        id_mode=str(data.get("id_mode", "strict")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
                             int(r["port"]), int(r["repl_port"])) for r in data.get("regions", [])],
     )
