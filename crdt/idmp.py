@@ -73,6 +73,10 @@ class IdmpState:
         while len(m) > self.maxsize:
             m.popitem(last=False)
 
+    def replace(self, pid: bytes, iid: bytes, id_: StreamID) -> None:
+        """Point a tracked iid at another entry (multi-region conflict rule, crdt/ops.py)."""
+        self.producers[pid][iid] = id_
+
     def expire(self, now_ms: int) -> None:
         horizon = now_ms - self.duration * 1000
         for pid in list(self.producers):

@@ -56,8 +56,20 @@ class Keyspace(dict):
     survives only if its dependencies dominate both (see :func:`_create_group`).
     ``id_floor[key]`` is the highest entry ID this region has held for the key: an
     origin never mints an ID twice, even after the key was deleted, or a later
-    observed-remove could take the new entry for the old one.
+    observed-remove could take the new entry for the old one.  ``idmp_kept`` keeps
+    a dropped key's IDMP maps (they outlive the key, until they expire), so every
+    region judges a late duplicate the same way.
     """
+
+    def stream(self, key: bytes, limits: "Limits") -> Stream:
+        """The stream at ``key``, created if missing (with any IDMP maps it had)."""
+        s = self.get(key)
+        if s is None:
+            s = self[key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
+            kept = self.idmp_kept.pop(key, None)
+            if kept is not None:
+                s.idmp = kept
+        return s
 
     def __init__(self, *args, active_active: bool = False, **kw) -> None:
         super().__init__(*args, **kw)
@@ -65,6 +77,7 @@ class Keyspace(dict):
         self.key_contexts: dict[bytes, VersionVector] = {}
         self.group_contexts: dict[tuple[bytes, bytes], VersionVector] = {}
         self.id_floor: dict[bytes, StreamID] = {}
+        self.idmp_kept: dict[bytes, object] = {}  # IDMP maps of dropped keys, restored on re-creation
 
     def top_id(self, key: bytes) -> StreamID:
         """The ID a new entry of ``key`` must exceed."""
@@ -211,14 +224,17 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
     """Apply ``op`` to the keyspace ``keys``; returns what the reply needs."""
     t = type(op)
     if t is AddEntry:
-        s = keys.get(op.key)
-        if s is None:
-            s = keys[op.key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
+        s = keys.stream(op.key, limits)
+        if keys.active_active:
+            if op.id > keys.id_floor.get(op.key, (0, 0)):
+                keys.id_floor[op.key] = op.id
+            if op.pid is not None:
+                held = s.idmp.lookup(op.pid, op.iid)
+                if held is not None and held != op.id:
+                    return _idmp_conflict(keys, s, op, held, limits)
         s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
         if op.pid is not None:
             s.idmp.record(op.pid, op.iid, op.id)
-        if keys.active_active and op.id > keys.id_floor.get(op.key, (0, 0)):
-            keys.id_floor[op.key] = op.id
         return op.id
     if t is DeleteKey:
         if op.observed is None:
@@ -240,6 +256,8 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             return False
         s.groups[op.group] = ConsumerGroup(op.group, op.last_id, op.entries_read)
         return True
+    if t is DestroyGroup and op.context is not None:
+        return _destroy_group(keys, op)  # records its context even where the key is gone
     if s is None:
         return None
     if t is Trim:
@@ -252,8 +270,6 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             _drop_if_empty(keys, op.key, s)
         return result
     if t is DestroyGroup:
-        if op.context is not None:
-            return _destroy_group(keys, op)
         return s.groups.pop(op.group, None) is not None
     if t is AckWatermark:
         g = s.groups.get(op.group)
@@ -308,15 +324,33 @@ def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
 # gives the same entries and groups everywhere (tests/test_convergence.py).
 
 
+def _idmp_conflict(keys: Keyspace, s: Stream, op: AddEntry, held: StreamID, limits: Limits) -> StreamID:
+    """One (producer, iid) reached two regions concurrently, so two entries were added.
+
+    Rule: the entry with the smaller ID wins everywhere; the other is never added,
+    or removed where it already was.  Every region ends with the same single entry
+    and the same IDMP map, whatever the order the two additions arrive in.
+    """
+    if held < op.id:
+        _drop_if_empty(keys, op.key, s)  # the loser arrives second: not added
+        return held
+    s.delete_ids([held])  # the loser was here first
+    s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
+    s.idmp.replace(op.pid, op.iid, op.id)
+    return op.id
+
+
 def _remove_upto(keys: Keyspace, key: bytes, s: Stream, cutoffs: dict) -> int:
     removed = s.remove_upto(cutoffs)
     _drop_if_empty(keys, key, s)
     return removed
 
 
-def _drop_if_empty(keys: dict, key: bytes, s: Stream) -> None:
+def _drop_if_empty(keys: Keyspace, key: bytes, s: Stream) -> None:
     if s.length == 0 and not s.groups:
         keys.pop(key, None)
+        if s.idmp.producers:
+            keys.idmp_kept[key] = s.idmp
 
 
 def _survives(deps: VersionVector, *contexts: VersionVector | None) -> bool:
@@ -338,9 +372,7 @@ def _observed_remove_key(keys: Keyspace, op: DeleteKey) -> bool:
 def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
     if not _survives(op.deps, keys.key_contexts.get(op.key), keys.group_contexts.get((op.key, op.group))):
         return False  # a deletion this creation had not seen wins
-    s = keys.get(op.key)
-    if s is None:
-        s = keys[op.key] = Stream(limits.idmp_duration, limits.idmp_maxsize)
+    s = keys.stream(op.key, limits)
     current = s.groups.get(op.group)
     if current is not None and (current.created_dot or (0, 0)) >= op.dot:
         return False  # concurrent creations of one name: the higher dot wins everywhere

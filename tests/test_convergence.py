@@ -38,6 +38,15 @@ class Region:
         ctx[self.number] = ctx.get(self.number, 0) + 1  # includes the operation itself
         return ctx
 
+    def xadd_idmp(self, key: bytes, pid: bytes, iid: bytes) -> tuple:
+        s = self.keys.get(key)
+        held = s.idmp.lookup(pid, iid) if s is not None else None
+        if held is not None:
+            return held  # a retry this region already knows: deduplicated locally
+        new = idgen.choose(idgen.STRICT, self.keys.top_id(key), self.clock, self.number, STRIDE, None, False)
+        self._issue(ops.AddEntry(key, self.number, new, [b"f", b"v"], pid, iid))
+        return new
+
     def xadd(self, key: bytes, ms: int | None = None, field: bytes = b"f") -> tuple:
         new = idgen.choose(idgen.STRICT, self.keys.top_id(key), self.clock, self.number, STRIDE,
                            None if ms is None else (ms, 0), False)
@@ -199,6 +208,40 @@ def test_destroy_wins_over_concurrent_create_of_the_same_group():
     assert r1.exists(b"x") == r2.exists(b"x") == r3.exists(b"x") == 0
 
 
+def test_idmp_retry_at_another_region_after_sync_is_deduplicated():
+    r1, r2 = Region(1), Region(2)
+    first = r1.xadd_idmp(b"s", b"producer", b"order-1")
+    sync(r1, r2)
+    assert r2.xadd_idmp(b"s", b"producer", b"order-1") == first  # failover retry: same ID
+    assert r1.xrange(b"s") == r2.xrange(b"s") == [b"%d-%d" % first]
+
+
+def test_idmp_concurrent_at_two_regions_keeps_the_smaller_id_everywhere():
+    r1, r2 = Region(1), Region(2)
+    r1.clock = r2.clock = 50
+    a = r1.xadd_idmp(b"s", b"p", b"i")
+    b = r2.xadd_idmp(b"s", b"p", b"i")
+    assert a != b
+    sync(r1, r2)
+    winner = b"%d-%d" % min(a, b)
+    assert r1.xrange(b"s") == r2.xrange(b"s") == [winner]
+    assert r1.keys[b"s"].idmp.lookup(b"p", b"i") == r2.keys[b"s"].idmp.lookup(b"p", b"i") == min(a, b)
+
+
+def test_a_destroy_counts_even_where_the_key_is_already_gone():
+    """Found by the convergence property: region 3 had no key when region 1's
+    XGROUP DESTROY arrived; it must still remember the destroy, or a create that
+    did not see it would survive there only."""
+    r1, r2, r3 = Region(1), Region(2), Region(3)
+    r3.delete(b"k")
+    r1.create_group(b"k", b"g")
+    r1.destroy_group(b"k", b"g")
+    deliver(r3, r2)
+    r2.create_group(b"k", b"g")  # saw region 3's DEL, not region 1's DESTROY
+    sync(r1, r2, r3)
+    assert r1.snapshot() == r2.snapshot() == r3.snapshot() == {}
+
+
 def test_a_create_after_seeing_the_delete_survives():
     r1, r2 = Region(1), Region(2)
     r1.create_group(b"x", b"g")
@@ -255,6 +298,7 @@ actions = st.lists(
         st.tuples(st.just("del"), st.integers(1, 3), st.sampled_from(KEYS), st.just(0)),
         st.tuples(st.just("create"), st.integers(1, 3), st.sampled_from(KEYS), st.integers(0, 1)),
         st.tuples(st.just("destroy"), st.integers(1, 3), st.sampled_from(KEYS), st.integers(0, 1)),
+        st.tuples(st.just("idmp"), st.integers(1, 3), st.sampled_from(KEYS), st.integers(0, 2)),
         st.tuples(st.just("deliver"), st.integers(1, 3), st.integers(1, 3), st.integers(0, 1000)),
         st.tuples(st.just("deliver_all"), st.integers(1, 3), st.integers(1, 3), st.just(0)),
     ),
@@ -274,6 +318,8 @@ def test_regions_converge_whatever_the_delivery_order(script):
             new = r.xadd(b, field=b"f%d" % c)
             assert (b, new) not in minted  # strict mode never mints a duplicate ID in a stream
             minted.add((b, new))
+        elif kind == "idmp":
+            r.xadd_idmp(b, b"p", b"iid-%d" % c)
         elif kind == "xdel":
             r.xdel(b, c)
         elif kind == "xtrim":
@@ -292,6 +338,8 @@ def test_regions_converge_whatever_the_delivery_order(script):
     sync(*regions.values())
     snaps = [r.snapshot() for r in regions.values()]
     assert snaps[0] == snaps[1] == snaps[2]
+    maps = [{k: dict(s.idmp.producers.get(b"p", {})) for k, s in r.keys.items()} for r in regions.values()]
+    assert maps[0] == maps[1] == maps[2]
     for r in regions.values():
         assert not r.causal.pending
 
