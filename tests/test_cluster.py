@@ -193,3 +193,13 @@ def test_setid_moves_every_origin_cursor_locally(cluster, regions):
     assert ids(r1.xreadgroup("g", "c", {"sid": ">"})[0][1]) == [b"20-2"]
     # not replicated: region 2 still reads from the start
     assert ids(r2.xreadgroup("g", "c", {"sid": ">"})[0][1]) == [b"10-1", b"20-2"]
+
+
+def test_idmp_retry_at_another_region_returns_the_original_id(cluster, regions):
+    r1, r2, _ = regions
+    first = r1.execute_command("XADD", "orders", "IDMP", "checkout", "order-42", "*", "total", "9.99")
+    cluster.sync_wait()
+    retry = r2.execute_command("XADD", "orders", "IDMP", "checkout", "order-42", "*", "total", "9.99")
+    assert retry == first
+    cluster.sync_wait()
+    assert r1.xlen("orders") == r2.xlen("orders") == 1
