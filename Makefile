@@ -32,6 +32,7 @@ test: venv deps
 
 bench: venv deps
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.replication
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""The benchmark harness: ``python -m bench.run`` (see bench/README.md)."""

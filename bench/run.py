@@ -1,214 +1,686 @@
 """Benchmark: Braid beside Debian's redis-server on loopback, same load, ratios.
 
-``make bench`` (or ``python -m bench.run [--quick] [--only NAME] [--out PATH]``)
-starts one Braid region and one redis-server (no persistence), runs
-``redis-benchmark`` against each with identical arguments, then a memory run
-(1,000,000 XADDs of ``f1 <12 random chars> f2 <12 random chars>`` loaded with
-pipelines), and writes the numbers and the Braid/Redis ratios to
-``bench/RESULTS.md``.  This is a measurement, not a test: nothing here passes
-or fails.
+``make bench`` (or ``python -m bench.run [--quick] [--only NAME[,NAME]] [--out PATH]``)
+starts one Braid region and one redis-server (no persistence) on loopback, runs
+``redis-benchmark`` against each, one after the other, with identical arguments,
+then a memory run (1,000,000 XADDs of ``f1 <12 random chars> f2 <12 random chars>``
+loaded with redis-py pipelines of 1,000), and writes the raw numbers and the
+Braid/Redis ratios to ``bench/RESULTS.md``.  This is a measurement, not a test:
+nothing here passes or fails, and no test depends on it.
+
+Every scenario gets a fresh pair of servers, so one scenario's garbage or a
+crash does not leak into the next.  Servers are always stopped (SIGTERM, then
+SIGKILL after a grace period) from ``finally`` blocks; SIGTERM/SIGHUP to the
+harness unwinds through them, and on Linux the servers also die with the
+harness if it is killed outright (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import ctypes
 import datetime
+import io
 import os
 import platform
 import random
+import re
+import shutil
+import signal
+import socket
 import string
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
 
+import redis
 from rich.console import Console
 from rich.table import Table
 
-from node.testing import BraidProcess, RedisProcess
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DEFAULT_OUT = os.path.join(HERE, "RESULTS.md")
+PARTIAL_OUT = os.path.join(HERE, "out", "RESULTS-partial.md")
 
 PAYLOAD = ["f1", "abcdefghijkl", "f2", "abcdefghijkl"]
+START_DEADLINE = 30.0      # seconds for both servers to answer PING
+STOP_GRACE = 10.0          # seconds between SIGTERM and SIGKILL
+BENCH_TIMEOUT = 1800.0     # seconds for one redis-benchmark run
+MEMORY_BATCH = 1000        # XADDs per pipeline in the memory run
+QUICK_DIVISOR = 10
 
 
-def _benchmark(port: int, n: int, clients: int, pipeline: int, *command: str) -> float:
-    """requests per second reported by redis-benchmark --csv."""
-    argv = ["redis-benchmark", "-p", str(port), "-c", str(clients), "-n", str(n),
-            "-P", str(pipeline), "--csv", *command]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=True).stdout
-    last = [line for line in out.splitlines() if line.startswith('"')][-1]
-    return float(last.split(",")[1].strip('"'))
+# --------------------------------------------------------------------------- servers
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def _prepare(client, name: str) -> None:
-    client.flushall()
-    if name == "xrange_100":
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(7).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL me if the harness dies (Linux only)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    except Exception:
+        pass
+
+
+class Server:
+    """One server subprocess in its own temp dir, on a free loopback port."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix=f"bench-{label}-")
+        self.log_path = os.path.join(self.dir, f"{label}.log")
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def display_argv(self) -> str:
+        """The command line with the port and temp dir as placeholders."""
+        text = " ".join(a if a else "''" for a in self.argv())
+        return text.replace(self.dir, "$TMP").replace(str(self.port), "$PORT").replace(sys.executable, "python")
+
+    def spawn(self) -> None:
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(), cwd=self.dir, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            code = None if self.proc is None else self.proc.returncode
+            raise RuntimeError(f"{self.label} exited with {code}: {self.log_tail()}")
+
+    def log_tail(self, size: int = 2000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-size:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, protocol=2, socket_timeout=120)
+
+    def stop(self) -> None:
+        """SIGTERM, wait STOP_GRACE, SIGKILL; then remove the temp dir.  Never raises."""
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=STOP_GRACE)
+        except Exception as exc:  # a stop must not hide the error that led here
+            print(f"warning: stopping {self.label} (pid {self.pid}): {exc}", file=sys.stderr)
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class BraidServer(Server):
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
+                "--port", str(self.port), "--data-dir", self.dir]
+
+    def spawn(self) -> None:
+        self._env_pythonpath()
+        super().spawn()
+
+    @staticmethod
+    def _env_pythonpath() -> None:
+        # `python -m node` must find this checkout even when run from elsewhere
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if REPO not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([REPO, *[p for p in paths if p]])
+
+
+class RedisServer(Server):
+    def argv(self) -> list[str]:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed: `make deps` installs it (Debian redis-server)")
+        return [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", self.dir, "--daemonize", "no"]
+
+
+@contextlib.contextmanager
+def servers():
+    """Braid and Redis started side by side, both answering PING, stopped on the way out."""
+    pair = {"braid": BraidServer("braid"), "redis": RedisServer("redis")}
+    try:
+        for s in pair.values():
+            s.spawn()
+        deadline = time.monotonic() + START_DEADLINE
+        waiting = dict(pair)
+        while waiting:
+            for label, s in list(waiting.items()):
+                s.check_alive()
+                if _ping(s.port):
+                    del waiting[label]
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(waiting)} did not answer PING within {START_DEADLINE:.0f}s")
+            if waiting:
+                time.sleep(0.05)
+        yield pair
+    finally:
+        for s in pair.values():
+            s.stop()
+
+
+def _on_signal(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of ``pid`` plus all its descendants (a region may grow shard processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
+
+
+def used_memory(client: redis.Redis) -> int | None:
+    try:
+        value = client.info("memory").get("used_memory")
+    except redis.RedisError:
+        return None
+    return int(value) if value is not None else None
+
+
+def fill(client: redis.Redis, key: str, count: int, batch: int = MEMORY_BATCH) -> None:
+    done = 0
+    while done < count:
+        n = min(batch, count - done)
         with client.pipeline(transaction=False) as p:
-            for i in range(1, 1001):
-                p.xadd("bench:r", dict(zip(PAYLOAD[0::2], PAYLOAD[1::2])), id=f"{i}-0")
+            for _ in range(n):
+                p.execute_command("XADD", key, "*", *PAYLOAD)
             p.execute()
-    if name == "xreadgroup_count1":
-        with client.pipeline(transaction=False) as p:
-            for i in range(1, 400_001):
-                p.xadd("bench:g", {"f": "v"}, id=f"{i}-0")
-                if i % 10_000 == 0:
-                    p.execute()
-            p.execute()
-        client.xgroup_create("bench:g", "g", id="0")
+        done += n
 
 
-def scenarios(quick: bool) -> list[tuple[str, int, int, int, list[str]]]:
-    n = 20_000 if quick else 200_000
-    return [
-        ("xadd_c1_p1", n // 4, 1, 1, ["xadd", "bench:s", "*", *PAYLOAD]),
-        ("xadd_c50_p1", n, 50, 1, ["xadd", "bench:s", "*", *PAYLOAD]),
-        ("xadd_c50_p16", n * 2, 50, 16, ["xadd", "bench:s", "*", *PAYLOAD]),
-        ("xrange_100", n // 4, 50, 1, ["xrange", "bench:r", "-", "+", "COUNT", "100"]),
-        ("xreadgroup_count1", min(n, 300_000), 50, 1,
-         ["xreadgroup", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "bench:g", ">"]),
-    ]
+def parse_benchmark(text: str) -> dict:
+    """rps and latencies (ms) from ``redis-benchmark --csv`` output, or rps from ``-q`` output."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    if rows and rows[0] and rows[0][0] == "test":
+        header = rows[0]
+        data = [r for r in rows[1:] if len(r) == len(header)]
+        if data:
+            rec = dict(zip(header, data[-1]))
+            return {k: float(v) for k, v in rec.items() if k != "test"}
+    # -q: "xadd ...: 38461.54 requests per second, p50=0.087 msec" (after \r progress lines)
+    found = re.findall(r"([0-9.]+) requests per second(?:, p50=([0-9.]+) msec)?", text)
+    if found:
+        rps, p50 = found[-1]
+        out = {"rps": float(rps)}
+        if p50:
+            out["p50_latency_ms"] = float(p50)
+        return out
+    raise ValueError(f"no result in redis-benchmark output: {text[-500:]!r}")
 
 
-def _rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+# --------------------------------------------------------------------------- scenarios
+
+@dataclass
+class Scenario:
+    name: str
+    clients: int
+    pipeline: int
+    requests: int          # full run; --quick divides, --requests overrides
+    command: list[str]
+    prepare_note: str = ""
+
+    def argv(self, port: int, requests: int) -> list[str]:
+        return ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(self.clients),
+                "-n", str(requests), "-P", str(self.pipeline), "--csv", *self.command]
+
+    def display(self, requests: int) -> str:
+        cmd = " ".join(f"'{a}'" if a in ("*", ">") else a for a in self.command)
+        return (f"redis-benchmark -h 127.0.0.1 -p $PORT -c {self.clients} -n {requests} "
+                f"-P {self.pipeline} --csv {cmd}")
+
+    def prepare(self, client: redis.Redis, requests: int) -> None:
+        client.flushall()
+        if self.name == "xrange_100":
+            fill(client, "bench:r", 1000)
+        elif self.name == "xreadgroup_count1":
+            fill(client, "bench:g", self.group_fill(requests))
+            client.xgroup_create("bench:g", "g", id="0")
+
+    def group_fill(self, requests: int) -> int:
+        # more entries than requests (+ what pipelines may issue beyond -n), so `>` never runs dry
+        return requests + requests // 10 + self.clients * self.pipeline + 1000
+
+    def check(self, client: redis.Redis, requests: int) -> str:
+        """'ok', or what was wrong with the server's state after the run."""
+        if self.name.startswith("xadd"):
+            n = client.xlen("bench:s")
+            return "ok" if n >= requests else f"XLEN bench:s = {n} < {requests}"
+        if self.name == "xrange_100":
+            n = len(client.execute_command("XRANGE", "bench:r", "-", "+", "COUNT", "100"))
+            return "ok" if n == 100 else f"XRANGE returned {n} entries"
+        if self.name == "xreadgroup_count1":
+            n = client.xpending("bench:g", "g")["pending"]
+            return "ok" if n >= requests else f"pending {n} < {requests} (reads returned nothing?)"
+        return "ok"
 
 
-def memory_run(proc, entries: int) -> dict:
-    client = proc.client()
-    client.flushall()
+XADD = ["xadd", "bench:s", "*", *PAYLOAD]
+SCENARIOS = [
+    Scenario("xadd_c1_p1", 1, 1, 100_000, XADD),
+    Scenario("xadd_c50_p1", 50, 1, 500_000, XADD),
+    Scenario("xadd_c50_p16", 50, 16, 2_000_000, XADD),
+    Scenario("xrange_100", 50, 1, 100_000, ["xrange", "bench:r", "-", "+", "COUNT", "100"],
+             "`bench:r` pre-filled with 1,000 entries (same payload)"),
+    Scenario("xreadgroup_count1", 50, 1, 300_000,
+             ["xreadgroup", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "bench:g", ">"],
+             "`bench:g` pre-filled with requests × 1.1 + 1,800 entries (same payload), then "
+             "`XGROUP CREATE bench:g g 0`"),
+]
+NAMES = [s.name for s in SCENARIOS] + ["memory"]
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    requests: int
+    braid: dict = field(default_factory=dict)    # parsed csv: rps, latencies
+    redis: dict = field(default_factory=dict)
+    checks: dict = field(default_factory=dict)   # label -> 'ok' / problem
+    error: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.braid.get("rps") and self.redis.get("rps"):
+            return self.braid["rps"] / self.redis["rps"]
+        return None
+
+
+def run_scenario(sc: Scenario, requests: int, console: Console) -> Result:
+    res = Result(sc, requests)
+    try:
+        with servers() as pair:
+            for label, srv in pair.items():     # one after the other, never concurrently
+                client = srv.client()
+                try:
+                    sc.prepare(client, requests)
+                    proc = subprocess.run(sc.argv(srv.port, requests), capture_output=True, text=True,
+                                          timeout=BENCH_TIMEOUT, preexec_fn=_die_with_parent)
+                    if proc.returncode != 0:
+                        srv.check_alive()
+                        raise RuntimeError(f"redis-benchmark against {label} exited {proc.returncode}: "
+                                           f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+                    setattr(res, label, parse_benchmark(proc.stdout))
+                    res.checks[label] = sc.check(client, requests)
+                finally:
+                    client.close()
+                console.print(f"  {sc.name} {label}: {getattr(res, label)['rps']:,.0f} rps "
+                              f"({res.checks[label]})")
+    except Exception as exc:
+        res.error = f"{type(exc).__name__}: {exc}"
+        console.print(f"  [red]{sc.name} failed: {res.error}[/red]")
+    return res
+
+
+def memory_run(entries: int, console: Console) -> dict:
+    """Load ``entries`` XADDs into each server (fresh pair); raw before/after numbers."""
+    out: dict = {"entries": entries}
     rng = random.Random(7)
-    letters = string.ascii_letters
-    before_used = int(client.info("memory")["used_memory"])
-    before_rss = _rss(proc.pid)
-    batch = 1000
-    for start in range(0, entries, batch):
-        with client.pipeline(transaction=False) as p:
-            for _ in range(batch):
-                p.execute_command("XADD", "bench:m", "*",
-                                  "f1", "".join(rng.choices(letters, k=12)),
-                                  "f2", "".join(rng.choices(letters, k=12)))
-            p.execute()
-    assert client.xlen("bench:m") == entries
-    used = int(client.info("memory")["used_memory"]) - before_used
-    rss = _rss(proc.pid) - before_rss
-    client.flushall()
-    client.close()
-    return {"used_per_entry": used / entries, "rss_per_entry": rss / entries}
+    letters = string.ascii_letters + string.digits
+    with servers() as pair:
+        for label, srv in pair.items():
+            client = srv.client()
+            try:
+                client.flushall()
+                rec = {"used_before": used_memory(client), "rss_before": rss_bytes(srv.pid)}
+                t0 = time.perf_counter()
+                done = 0
+                while done < entries:
+                    n = min(MEMORY_BATCH, entries - done)
+                    with client.pipeline(transaction=False) as p:
+                        for _ in range(n):
+                            p.execute_command("XADD", "bench:m", "*",
+                                              "f1", "".join(rng.choices(letters, k=12)),
+                                              "f2", "".join(rng.choices(letters, k=12)))
+                        p.execute()
+                    done += n
+                rec["load_seconds"] = time.perf_counter() - t0
+                rec["used_after"] = used_memory(client)
+                rec["rss_after"] = rss_bytes(srv.pid)
+                rec["xlen"] = client.xlen("bench:m")
+            finally:
+                client.close()
+            for kind in ("used", "rss"):
+                b, a = rec[f"{kind}_before"], rec[f"{kind}_after"]
+                rec[f"{kind}_per_entry"] = (a - b) / entries if a is not None and b is not None else None
+            out[label] = rec
+            console.print(f"  memory {label}: RSS +{rec['rss_per_entry']:.1f} B/entry, used_memory "
+                          f"+{_fmt(rec['used_per_entry'], '.1f')} B/entry, XLEN {rec['xlen']:,}")
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+def _fmt(v, spec: str = ",.0f", missing: str = "n/a") -> str:
+    return missing if v is None else format(v, spec)
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
 
 
 def machine() -> dict:
     cpu = "unknown"
-    try:
+    with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    mem = ""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/meminfo") as f:
+            kb = int(next(ln for ln in f if ln.startswith("MemTotal:")).split()[1])
+            mem = f"{kb / 1024 / 1024:.1f} GiB"
+    commit = _run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    dirty = _run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"])
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu, "cores": os.cpu_count(), "memory": mem,
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "redis": _run(["redis-server", "--version"]) or "not found",
+        "benchmark": _run(["redis-benchmark", "--version"]) or "not found",
+        "commit": (commit + (" (with uncommitted changes)" if dirty else "")) if commit else "unknown",
+    }
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
     except OSError:
-        pass
-    redis_v = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "redis": redis_v, "date": datetime.date.today().isoformat()}
+        return "n/a"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="short runs (smoke)")
-    ap.add_argument("--only", help="run only the scenario with this name (or 'memory')")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
-    ap.add_argument("--entries", type=int, default=1_000_000, help="entries for the memory run")
-    args = ap.parse_args(argv)
-    console = Console()
-    rows = []
-    mem = {}
-    with BraidProcess() as braid, RedisProcess() as redis_:
-        servers = {"braid": braid, "redis": redis_}
-        for name, n, c, p, cmd in scenarios(args.quick):
-            if args.only and args.only != name:
-                continue
-            rps = {}
-            for label, proc in servers.items():
-                cl = proc.client()
-                _prepare(cl, name)
-                cl.close()
-                rps[label] = _benchmark(proc.port, n, c, p, *cmd)
-            rows.append((name, f"c{c} P{p}", n, rps["braid"], rps["redis"]))
-            console.print(f"{name}: braid {rps['braid']:.0f}/s, redis {rps['redis']:.0f}/s")
-    if not args.only or args.only == "memory":
-        # fresh processes, so that RSS growth is not hidden by memory freed earlier
-        entries = 100_000 if args.quick else args.entries
-        with BraidProcess() as braid, RedisProcess() as redis_:
-            for label, proc in {"braid": braid, "redis": redis_}.items():
-                mem[label] = memory_run(proc, entries)
-        mem["entries"] = entries
-    table = Table(title="Braid vs Redis (loopback, side by side)")
-    for col in ("scenario", "load", "requests", "braid rps", "redis rps", "braid/redis"):
-        table.add_column(col)
-    for name, load, n, b, r in rows:
-        table.add_row(name, load, str(n), f"{b:,.0f}", f"{r:,.0f}", f"{b / r:.2f}")
-    console.print(table)
-    write_results(args.out, machine(), rows, mem, args.quick)
-    console.print(f"written {args.out}")
-    return 0
-
-
-def targets(rows: list, mem: dict) -> list[str]:
-    """The issue's targets, each with what this run reached."""
+def targets(results: list[Result], mem: dict) -> list[str]:
     out = []
-    for name, _load, _n, b, r in rows:
-        if name == "xadd_c50_p1":
-            verdict = "met" if b / r >= 0.5 else "missed"
-            out.append(f"- XADD c50 P1 at least 50 % of Redis's throughput: {b / r:.0%} ({verdict}).")
+    for r in results:
+        if r.scenario.name == "xadd_c50_p1" and r.ratio is not None:
+            verdict = "met" if r.ratio >= 0.5 else "missed"
+            out.append(f"- XADD c50 P1 at least 50 % of Redis's throughput: **{r.ratio * 100:.0f} %** "
+                       f"({r.braid['rps']:,.0f} against {r.redis['rps']:,.0f} requests/s) — {verdict}.")
     if mem:
-        ratio = mem["braid"]["rss_per_entry"] / mem["redis"]["used_per_entry"]
-        verdict = "met" if ratio <= 3 else "missed"
-        out.append(f"- Memory at most 3x Redis's bytes per entry: {ratio:.2f}x ({verdict}).")
-    return out
+        b, r = mem["braid"], mem["redis"]
+        if b["rss_per_entry"] is not None and r["used_per_entry"]:
+            ratio = b["rss_per_entry"] / r["used_per_entry"]
+            verdict = "met" if ratio <= 3 else "missed"
+            out.append(f"- Memory at most 3× Redis's bytes per entry: **{ratio:.2f}×** (Braid RSS growth "
+                       f"{b['rss_per_entry']:.1f} B against Redis `used_memory` growth "
+                       f"{r['used_per_entry']:.1f} B per entry) — {verdict}.")
+        if b["rss_per_entry"] is not None and r["rss_per_entry"]:
+            out.append(f"  - RSS against RSS: {b['rss_per_entry'] / r['rss_per_entry']:.2f}×.")
+        if b["used_per_entry"] is not None and r["used_per_entry"]:
+            out.append(f"  - `used_memory` against `used_memory` (Braid's is an estimate): "
+                       f"{b['used_per_entry'] / r['used_per_entry']:.2f}×.")
+    return out or ["- (no target measured in this run)"]
 
 
-def write_results(path: str, m: dict, rows: list, mem: dict, quick: bool) -> None:
+def write_results(path: str, m: dict, results: list[Result], mem: dict, invocation: str,
+                  load: tuple[str, str], server_cmds: dict) -> None:
     lines = [
         "# Benchmark results",
         "",
-        f"Recorded {m['date']} with `python -m bench.run{' --quick' if quick else ''}` "
-        "(Braid and Redis side by side on loopback; no persistence on either).",
+        f"Recorded {m['date']} with `{invocation}` at commit {m['commit']}. Braid and Redis run side "
+        "by side on loopback (no persistence on either); `redis-benchmark` runs against one server, "
+        "then the other, with the same arguments. Each scenario starts a fresh pair of servers.",
+        "Other work on the machine can move these numbers: load average "
+        f"{load[0]} at the start, {load[1]} at the end.",
         "",
-        f"- machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}",
-        f"- reference: {m['redis']}",
-        "- load generator: Debian's `redis-benchmark` with `--csv`, one server at a time,"
-        " the same arguments for both",
+        "## Machine",
         "",
-        "## Throughput",
+        f"- CPU: {m['cpu']}, {m['cores']} cores; memory {m['memory'] or 'n/a'}; {m['kernel']}",
+        f"- Python: {m['python']} (runs Braid and the harness)",
+        f"- Redis: {m['redis']}",
+        f"- load generator: {m['benchmark']}",
         "",
-        "| scenario | load | requests | Braid rps | Redis rps | Braid/Redis |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "## Servers",
+        "",
+        f"- Braid: `{server_cmds['braid']}`",
+        f"- Redis: `{server_cmds['redis']}`",
+        "",
     ]
-    for name, load, n, b, r in rows:
-        lines.append(f"| {name} | {load} | {n} | {b:,.0f} | {r:,.0f} | {b / r:.2f} |")
-    lines += ["", "Commands (`-c`, `-P` and `-n` as in the table):", "",
-              "- XADD: `redis-benchmark -p PORT -c C -P P -n N --csv xadd bench:s * f1 abcdefghijkl f2 abcdefghijkl`",
-              "- XRANGE: `xrange bench:r - + COUNT 100` over 1,000 entries",
-              "- XREADGROUP: `xreadgroup GROUP g c COUNT 1 STREAMS bench:g >` over 400,000 entries", ""]
+    if results:
+        lines += [
+            "## Throughput",
+            "",
+            "| scenario | load | requests | Braid rps | Redis rps | Braid/Redis | Braid p50 / p99 ms "
+            "| Redis p50 / p99 ms | checks |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for r in results:
+            if r.error:
+                lines.append(f"| {r.scenario.name} | c{r.scenario.clients} P{r.scenario.pipeline} | {r.requests:,} "
+                             f"| {_fmt(r.braid.get('rps'))} | {_fmt(r.redis.get('rps'))} | | | "
+                             f"| failed: {r.error.replace('|', '/')[:300]} |")
+                continue
+            lat = {k: f"{_fmt(d.get('p50_latency_ms'), '.3f')} / {_fmt(d.get('p99_latency_ms'), '.3f')}"
+                   for k, d in (("b", r.braid), ("r", r.redis))}
+            checks = ", ".join(f"{k}: {v}" for k, v in r.checks.items() if v != "ok") or "ok"
+            lines.append(f"| {r.scenario.name} | c{r.scenario.clients} P{r.scenario.pipeline} | {r.requests:,} "
+                         f"| {r.braid['rps']:,.0f} | {r.redis['rps']:,.0f} | {r.ratio:.2f} "
+                         f"| {lat['b']} | {lat['r']} | {checks} |")
+        lines += ["", "Ratios are Braid/Redis (above 1: Braid faster). Checks after each run: XLEN grew by at "
+                  "least the request count (XADD), XRANGE returns 100 entries, the group's PEL holds at "
+                  "least the request count (XREADGROUP).", "", "Exact commands (`$PORT` is the server's port):", ""]
+        for r in results:
+            lines.append(f"- {r.scenario.name}: `{r.scenario.display(r.requests)}`")
+            if r.scenario.prepare_note:
+                lines.append(f"  - before it, on each server: `FLUSHALL`; {r.scenario.prepare_note}")
+        lines += ["", "Raw `redis-benchmark --csv` results (latencies in ms):", "",
+                  "| scenario | server | rps | avg | min | p50 | p95 | p99 | max |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in results:
+            for label in ("braid", "redis"):
+                d = getattr(r, label)
+                if d:
+                    lines.append(f"| {r.scenario.name} | {label} | {_fmt(d.get('rps'), '.2f')} | " + " | ".join(
+                        _fmt(d.get(f"{k}_latency_ms"), ".3f")
+                        for k in ("avg", "min", "p50", "p95", "p99", "max")) + " |")
+        lines.append("")
     if mem:
         b, r = mem["braid"], mem["redis"]
         lines += [
             "## Memory",
             "",
-            f"{mem['entries']:,} XADDs of `f1 <12 random chars> f2 <12 random chars>` (pipelines of 1,000).",
+            f"{mem['entries']:,} × `XADD bench:m * f1 <12 random chars> f2 <12 random chars>` into each "
+            f"server (fresh pair, `FLUSHALL` first), sent by redis-py in pipelines of {MEMORY_BATCH:,} "
+            "(characters from `[A-Za-z0-9]`, seeded). RSS is `VmRSS` from `/proc/<pid>/status` (Braid: "
+            "summed over the process and its children); `used_memory` is from `INFO memory`.",
             "",
-            "| | bytes per entry |",
-            "| --- | --- |",
-            f"| Redis `used_memory` growth | {r['used_per_entry']:.1f} |",
-            f"| Redis RSS growth | {r['rss_per_entry']:.1f} |",
-            f"| Braid RSS growth (the honest number: the whole process) | {b['rss_per_entry']:.1f} |",
-            f"| Braid `used_memory` growth (packed entry data only) | {b['used_per_entry']:.1f} |",
-            f"| ratio Braid RSS / Redis used_memory | {b['rss_per_entry'] / r['used_per_entry']:.2f} |",
+            "**Braid's primary number is its RSS growth.** Braid's `used_memory` is an estimate (the packed "
+            "stream data only, and not yet complete while the memory accounting is being worked on), so it "
+            "is shown but not used for the target.",
+            "",
+            "| | before (bytes) | after (bytes) | growth per entry (bytes) |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for label, d, kind, name in (("braid", b, "rss", "Braid RSS (primary)"),
+                                     ("braid", b, "used", "Braid `used_memory` (estimate)"),
+                                     ("redis", r, "used", "Redis `used_memory`"),
+                                     ("redis", r, "rss", "Redis RSS")):
+            lines.append(f"| {name} | {_fmt(d[f'{kind}_before'])} | {_fmt(d[f'{kind}_after'])} "
+                         f"| {_fmt(d[f'{kind}_per_entry'], '.1f')} |")
+        lines += [
+            "",
+            f"Load time (redis-py, pipelined): Braid {b['load_seconds']:.1f} s, Redis {r['load_seconds']:.1f} s. "
+            f"XLEN afterwards: Braid {b['xlen']:,}, Redis {r['xlen']:,}.",
             "",
         ]
-    lines += ["## Targets", ""] + targets(rows, mem) + [""]
+    lines += ["## Targets", ""] + targets(results, mem) + [""]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def print_tables(console: Console, results: list[Result], mem: dict) -> None:
+    if results:
+        t = Table(title="Throughput: Braid vs Redis (loopback, one after the other)")
+        for col in ("scenario", "load", "requests", "Braid rps", "Redis rps", "Braid/Redis",
+                    "Braid p99 ms", "Redis p99 ms", "checks"):
+            t.add_column(col, justify="right" if col not in ("scenario", "load", "checks") else "left")
+        for r in results:
+            if r.error:
+                t.add_row(r.scenario.name, f"c{r.scenario.clients} P{r.scenario.pipeline}", f"{r.requests:,}",
+                          "", "", "", "", "", f"[red]{r.error[:60]}[/red]")
+                continue
+            checks = ", ".join(f"{k}: {v}" for k, v in r.checks.items() if v != "ok") or "ok"
+            t.add_row(r.scenario.name, f"c{r.scenario.clients} P{r.scenario.pipeline}", f"{r.requests:,}",
+                      f"{r.braid['rps']:,.0f}", f"{r.redis['rps']:,.0f}", f"{r.ratio:.2f}",
+                      _fmt(r.braid.get("p99_latency_ms"), ".3f"), _fmt(r.redis.get("p99_latency_ms"), ".3f"), checks)
+        console.print(t)
+    if mem:
+        t = Table(title=f"Memory: bytes per entry after {mem['entries']:,} XADDs")
+        for col in ("", "Braid", "Redis", "Braid/Redis"):
+            t.add_column(col, justify="right" if col else "left")
+        b, r = mem["braid"], mem["redis"]
+
+        def ratio(x, y):
+            return f"{x / y:.2f}" if x is not None and y else "n/a"
+        t.add_row("RSS growth", _fmt(b["rss_per_entry"], ".1f"), _fmt(r["rss_per_entry"], ".1f"),
+                  ratio(b["rss_per_entry"], r["rss_per_entry"]))
+        t.add_row("used_memory growth", _fmt(b["used_per_entry"], ".1f") + " (est.)",
+                  _fmt(r["used_per_entry"], ".1f"), ratio(b["used_per_entry"], r["used_per_entry"]))
+        t.add_row("[b]Braid RSS / Redis used_memory[/b]", "", "",
+                  "[b]" + ratio(b["rss_per_entry"], r["used_per_entry"]) + "[/b]")
+        console.print(t)
+    for line in targets(results, mem):
+        console.print(line.replace("**", ""))
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help=f"short runs: request counts / {QUICK_DIVISOR}, 100,000 entries in the memory run")
+    ap.add_argument("--only", metavar="NAME[,NAME]",
+                    help=f"run only these (comma-separated): {', '.join(NAMES)}, or 'throughput'")
+    ap.add_argument("--requests", type=int, metavar="N",
+                    help="requests for every throughput scenario (default: per scenario, see README)")
+    ap.add_argument("--entries", type=int, metavar="N", help="entries in the memory run (default 1,000,000)")
+    ap.add_argument("--out", metavar="PATH",
+                    help=f"results file (default {os.path.relpath(DEFAULT_OUT, REPO)} for a full run, "
+                         f"{os.path.relpath(PARTIAL_OUT, REPO)} with --quick/--only/--requests/--entries)")
+    args = ap.parse_args(argv)
+    wanted = set()
+    for name in (args.only or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        if name == "throughput":
+            wanted.update(s.name for s in SCENARIOS)
+        elif name in NAMES:
+            wanted.add(name)
+        else:
+            ap.error(f"unknown --only name {name!r}; choose from {', '.join(NAMES)}, throughput")
+    args.wanted = wanted or set(NAMES)
+    for opt in ("requests", "entries"):
+        if getattr(args, opt) is not None and getattr(args, opt) <= 0:
+            ap.error(f"--{opt} must be positive")
+    partial = args.quick or args.only or args.requests or args.entries
+    args.out = args.out or (PARTIAL_OUT if partial else DEFAULT_OUT)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    for tool in ("redis-server", "redis-benchmark"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed: `make deps` installs Debian's redis-server and redis-tools",
+                  file=sys.stderr)
+            return 2
+    console = Console()
+    if not console.is_terminal:      # under make or a pipe rich assumes 80 columns: too narrow for the tables
+        console = Console(width=150)
+    invocation = "python -m bench.run" + ("" if argv is None and len(sys.argv) <= 1
+                                          else " " + " ".join(sys.argv[1:] if argv is None else argv))
+    load_start = loadavg()
+    started = time.monotonic()
+    results: list[Result] = []
+    for sc in SCENARIOS:
+        if sc.name not in args.wanted:
+            continue
+        n = args.requests or (max(sc.requests // QUICK_DIVISOR, 1000) if args.quick else sc.requests)
+        console.print(f"[b]{sc.name}[/b]: {n:,} requests, c{sc.clients} P{sc.pipeline}")
+        results.append(run_scenario(sc, n, console))
+    mem: dict = {}
+    if "memory" in args.wanted:
+        entries = args.entries or (100_000 if args.quick else 1_000_000)
+        console.print(f"[b]memory[/b]: {entries:,} XADDs into each server")
+        try:
+            mem = memory_run(entries, console)
+        except Exception as exc:
+            console.print(f"  [red]memory run failed: {type(exc).__name__}: {exc}[/red]")
+    server_cmds = {"braid": BraidServer("braid"), "redis": RedisServer("redis")}
+    try:
+        cmds = {k: s.display_argv() for k, s in server_cmds.items()}
+    finally:
+        for s in server_cmds.values():
+            s.stop()
+    print_tables(console, results, mem)
+    write_results(args.out, machine(), results, mem, invocation, (load_start, loadavg()), cmds)
+    console.print(f"written {args.out} in {time.monotonic() - started:.0f}s")
+    failed = [r.scenario.name for r in results if r.error] + (["memory"] if "memory" in args.wanted and not mem
+                                                              else [])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
