@@ -63,13 +63,15 @@ class Link:
         causal = self.hub.causal
         while True:
             await self.wakeup.wait()
+            await asyncio.sleep(0)  # let operations issued in this loop turn join the batch
             self.wakeup.clear()
             if self.hub.paused:
                 continue
             # only the log's new part: it is append-only and in causal order
             fresh = causal.log[self.position:]
             self.position += len(fresh)
-            missing = [e for e in fresh if e.n > self.sent.get(e.origin, 0)]
+            sent, acked = self.sent, self.acked
+            missing = [e for e in fresh if e.n > sent.get(e.origin, 0) and e.n > acked.get(e.origin, 0)]
             for i in range(0, len(missing), BATCH):
                 chunk = missing[i:i + BATCH]
                 await out.put(pb.Frame(batch=pb.Batch(envelopes=[to_proto(e) for e in chunk])))
@@ -82,7 +84,10 @@ class Link:
         if self.hub.paused:
             return  # nothing crosses a paused region; the link is being closed
         if kind == "batch":
+            sent = self.sent
             for m in frame.batch.envelopes:
+                if m.n > sent.get(m.origin, 0):
+                    sent[m.origin] = m.n  # the peer has it: never echo it back
                 self.hub.deliver(from_proto(m))
             await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
         elif kind == "ack":
