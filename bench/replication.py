@@ -95,7 +95,7 @@ def pct(xs: list[float], p: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rate", type=int, default=2000, help="entries per second offered at region 1")
+    ap.add_argument("--rate", type=int, default=1000, help="entries per second offered at region 1")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS-replication.md"))
     args = ap.parse_args(argv)
     console = Console()
