@@ -203,3 +203,19 @@ def test_idmp_retry_at_another_region_returns_the_original_id(cluster, regions):
     assert retry == first
     cluster.sync_wait()
     assert r1.xlen("orders") == r2.xlen("orders") == 1
+
+
+def test_full_ids_can_duplicate_outside_strict_mode(cluster, regions):
+    """Seed 003's ID-modes table: with full IDs, two regions can write 100-1."""
+    r1, r2, r3 = regions
+    for r in (r1, r2, r3):
+        r.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "semi-strict")
+    try:
+        pause(r1, r2)
+        assert r1.xadd("dup", {"f1": "v1"}, id="100-1") == b"100-1"
+        assert r2.xadd("dup", {"f1": "v1"}, id="100-1") == b"100-1"
+        resume(cluster, r1, r2)
+        assert ids(r1.xrange("dup")) == ids(r2.xrange("dup")) == [b"100-1", b"100-1"]
+    finally:
+        for r in (r1, r2, r3):
+            r.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "strict")
