@@ -176,11 +176,21 @@ def test_blocked_reader_wakes_on_a_replicated_entry(cluster, regions):
     assert not t.is_alive() and ids(got["r"][0][1]) == [new_id]
 
 
-def test_rename_is_refused_until_its_rule_exists(regions):
-    r1 = regions[0]
-    r1.xadd("a", {"f": "v"})
-    with pytest.raises(Exception, match="not available in an Active-Active database"):
-        r1.rename("a", "b")
+def test_rename_moves_observed_entries_and_drops_groups(cluster, regions):
+    r1, r2, _ = regions
+    a = r1.xadd("src", {"f": "1"})
+    b = r2.xadd("src", {"f": "2"})
+    r1.xgroup_create("src", "g", id="0")
+    cluster.sync_wait()
+    pause(r1, r2)
+    assert r1.rename("src", "dst") is True
+    late = r2.xadd("src", {"f": "concurrent"})  # not seen by the rename
+    resume(cluster, r1, r2)
+    for r in (r1, r2):
+        assert ids(r.xrange("dst")) == sorted([a, b], key=lambda i: tuple(map(int, i.split(b"-"))))
+        assert r.xinfo_groups("dst") == []
+        assert ids(r.xrange("src")) == [late]
+        assert r.xinfo_groups("src") == []
 
 
 def test_setid_moves_every_origin_cursor_locally(cluster, regions):
