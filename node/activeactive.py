@@ -10,6 +10,7 @@ a group creation's dependencies.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from crdt import ops
@@ -140,6 +141,7 @@ class ActiveActive:
             if link is None:
                 lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=down")
                 continue
-            lag = sum(max(n - link.acked.get(o, 0), 0) for o, n in self.causal.vv.items())
-            lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=up,lag_ops={lag}")
+            behind, age_ms = link.lag(time.monotonic())
+            lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=up,lag_ops={behind},"
+                         f"lag_ms={age_ms:.0f}")
         return lines

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 
 import grpc
@@ -56,6 +57,7 @@ class Link:
         self.acked = dict(peer_vv)  # what the peer told us it has applied
         self.sent = dict(peer_vv)   # what we already put on the wire
         self.position = 0           # how far into the (append-only) causal log we looked
+        self.unacked_from = 0       # no envelope before this log index is unacknowledged
         self.wakeup = asyncio.Event()
         self.wakeup.set()
 
@@ -94,6 +96,17 @@ class Link:
             for o, n in frame.ack.vv.items():
                 if n > self.acked.get(o, 0):
                     self.acked[o] = n
+
+
+    def lag(self, now: float) -> tuple[int, float]:
+        """(operations the peer has not acknowledged, age in ms of the oldest of them)."""
+        log_, times, acked = self.hub.causal.log, self.hub.arrivals, self.acked
+        i = self.unacked_from
+        while i < len(log_) and log_[i].n <= acked.get(log_[i].origin, 0):
+            i += 1
+        self.unacked_from = i
+        behind = sum(1 for e in log_[i:] if e.n > acked.get(e.origin, 0))
+        return behind, (now - times[i]) * 1000 if behind else 0.0
 
 
 class _Servicer(pb_grpc.ReplicationServicer):
@@ -141,6 +154,7 @@ class ReplicationHub:
         self.refused = 0  # handshakes this region refused
         self.denied = 0   # handshakes peers refused to this region
         self.paused = False
+        self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
         self._closers: list[asyncio.Queue] = []  # served calls, ended by putting None
         self._peers: dict[int, str] = {}
         self._server: grpc.aio.Server | None = None
@@ -151,11 +165,13 @@ class ReplicationHub:
     def issue(self, op: bytes) -> Envelope:
         """Stamp a local operation (already applied locally) and wake the links."""
         env = self.causal.stamp(op)
+        self.arrivals.append(time.monotonic())
         self.wake()
         return env
 
     def deliver(self, env: Envelope) -> None:
         for ready in self.causal.receive(env):
+            self.arrivals.append(time.monotonic())
             self.on_apply(ready)
         self.wake()  # relay what arrived to the other peers
 

@@ -109,3 +109,21 @@ def test_link_comes_back_after_the_peer_restarts():
             await one.stop()
 
     run(scenario())
+
+
+def test_lag_counts_unacknowledged_operations_and_their_age():
+    async def scenario():
+        hub, _ = make_hub(1)
+        for op in (b"a", b"b", b"c"):
+            hub.issue(op)
+        hub.arrivals[:] = [100.0, 101.0, 102.0]  # when each was issued (monotonic seconds)
+        from node.replication import Link
+
+        link = Link(hub, 2, {})
+        assert link.lag(103.0) == (3, 3000.0)
+        link.acked = {1: 2}
+        assert link.lag(103.0) == (1, 1000.0)
+        link.acked = {1: 3}
+        assert link.lag(103.0) == (0, 0.0)
+
+    run(scenario())
