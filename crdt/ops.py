@@ -152,9 +152,12 @@ class CreateGroup(Op):
     last_id: StreamID
     entries_read: int
     mkstream: bool = False
-    # Multi-region: the issuer's version vector before this operation, and its dot.
+    # Multi-region: the issuer's version vector before this operation, and its dot;
+    # for "$", where the group starts in each origin log the issuer held (logs it had
+    # not seen start from the beginning, so no entry is skipped).
     deps: dict | None = None
     dot: tuple | None = None
+    cursors: dict | None = None
 
 
 @dataclass(slots=True)
@@ -378,6 +381,9 @@ def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
         return False  # concurrent creations of one name: the higher dot wins everywhere
     g = s.groups[op.group] = ConsumerGroup(op.group, op.last_id, op.entries_read)
     g.created_deps, g.created_dot = dict(op.deps), op.dot
+    if op.cursors is not None:
+        g.floor = MIN_ID
+        g.cursors = dict(op.cursors)
     return True
 
 

@@ -24,7 +24,7 @@ OPS: list[tuple[type, dict[str, str]]] = [
     (ops.RenameKey, {"new_key": "raw"}),
     (ops.RecordIdmp, {"pid": "raw", "iid": "raw", "id": "id"}),
     (ops.CreateGroup, {"group": "raw", "last_id": "id", "entries_read": "raw", "mkstream": "raw",
-                       "deps": "vv", "dot": "dot"}),
+                       "deps": "vv", "dot": "dot", "cursors": "id_map"}),
     (ops.DestroyGroup, {"group": "raw", "context": "vv"}),
     (ops.AckWatermark, {"group": "raw", "origin": "raw", "id": "id"}),
     (ops.SetStreamId, {"last_id": "id", "entries_added": "raw", "max_deleted_id": "id"}),

@@ -229,3 +229,18 @@ def test_full_ids_can_duplicate_outside_strict_mode(cluster, regions):
     finally:
         for r in (r1, r2, r3):
             r.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "strict")
+
+
+
+def test_group_created_with_dollar_still_gets_concurrent_entries(cluster, regions):
+    r1, r2, _ = regions
+    r1.xadd("dollar", {"f": "old"}, id="100")
+    cluster.sync_wait()
+    pause(r1, r2)
+    late = r2.xadd("dollar", {"f": "concurrent"}, id="150")  # region 1 has not seen it
+    r1.xadd("dollar", {"f": "before"}, id="200")
+    r1.xgroup_create("dollar", "g", id="$")
+    new = r1.xadd("dollar", {"f": "after"}, id="300")
+    resume(cluster, r1, r2)
+    got = ids(r1.xreadgroup("g", "c", {"dollar": ">"})[0][1])
+    assert got == [late, new]  # 100-1 and 200-1 were there when the group started

@@ -21,6 +21,7 @@ SAMPLES = [
     ops.RenameKey(b"a", b"b"),
     ops.RecordIdmp(b"k", b"p", b"i", (3, 0)),
     ops.CreateGroup(b"k", b"g", (0, 0), -1, True, deps={1: 2}, dot=(1, 3)),
+    ops.CreateGroup(b"k", b"g", (9, 1), -1, False, deps={1: 2}, dot=(1, 3), cursors={1: (9, 1), 2: (4, 2)}),
     ops.CreateGroup(b"k", b"g", (5, 5), 10),
     ops.DestroyGroup(b"k", b"g", context={2: 9}),
     ops.AckWatermark(b"k", b"g", 2, (130, 2)),

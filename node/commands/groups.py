@@ -85,7 +85,11 @@ def xgroup_create(client, argv: list[bytes]):
         db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream))
     else:
         deps, dot = db.aa.creation()
-        db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream, deps=deps, dot=dot))
+        # "$": start after what this region holds of each origin log; logs it has not
+        # seen yet start from the beginning, so `>` skips nothing that arrives late
+        cursors = (db.aa.observed(s) if s is not None else {}) if argv[4] == b"$" else None
+        db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream,
+                                 deps=deps, dot=dot, cursors=cursors))
     return "OK"
 
 
