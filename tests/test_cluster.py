@@ -71,17 +71,17 @@ def test_delete_is_observed_remove(cluster, regions):
 def test_strict_ids_and_the_xread_caveat(cluster, regions):
     r1, r2, _ = regions
     pause(r1, r2)
-    assert r1.xadd("x", {"f1": "v1"}, id="110") == b"110-1"
-    assert r2.xadd("x", {"f1": "v1"}, id="115") == b"115-2"
-    assert r1.xadd("x", {"f1": "v1"}, id="120") == b"120-1"
-    assert r1.xadd("x", {"f1": "v1"}, id="130") == b"130-1"
-    assert ids(r1.xread({"x": "0"}, count=2)[0][1]) == [b"110-1", b"120-1"]
+    assert r1.xadd("caveat", {"f1": "v1"}, id="110") == b"110-1"
+    assert r2.xadd("caveat", {"f1": "v1"}, id="115") == b"115-2"
+    assert r1.xadd("caveat", {"f1": "v1"}, id="120") == b"120-1"
+    assert r1.xadd("caveat", {"f1": "v1"}, id="130") == b"130-1"
+    assert ids(r1.xread({"caveat": "0"}, count=2)[0][1]) == [b"110-1", b"120-1"]
     resume(cluster, r1, r2)
-    assert ids(r1.xread({"x": "120-1"}, count=2)[0][1]) == [b"130-1"]  # 115-2 was skipped
+    assert ids(r1.xread({"caveat": "120-1"}, count=2)[0][1]) == [b"130-1"]  # 115-2 was skipped
     for r in (r1, r2):
-        assert ids(r.xread({"x": "0"})[0][1]) == [b"110-1", b"115-2", b"120-1", b"130-1"]
+        assert ids(r.xread({"caveat": "0"})[0][1]) == [b"110-1", b"115-2", b"120-1", b"130-1"]
     with pytest.raises(Exception, match="strict ID mode"):
-        r1.xadd("x", {"f": "v"}, id="200-5")
+        r1.xadd("caveat", {"f": "v"}, id="200-5")
 
 
 def _groups(r, key):
