@@ -41,6 +41,8 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from node.cluster import ping
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_OUT = os.path.join(HERE, "RESULTS.md")
@@ -60,15 +62,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return s.recv(7).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 def _die_with_parent() -> None:
@@ -180,7 +173,7 @@ def servers():
         while waiting:
             for label, s in list(waiting.items()):
                 s.check_alive()
-                if _ping(s.port):
+                if ping(s.port):
                     del waiting[label]
             if waiting and time.monotonic() > deadline:
                 raise TimeoutError(f"{', '.join(waiting)} did not answer PING within {START_DEADLINE:.0f}s")

@@ -29,9 +29,10 @@ from rich.table import Table
 PIDFILE = "cluster.pids"
 
 
-def _ping(port: int) -> bool:
+def ping(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    """Does a server answer PING on this port?"""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.sendall(b"*1\r\n$4\r\nPING\r\n")
             return s.recv(16).startswith(b"+PONG")
     except OSError:
@@ -45,7 +46,7 @@ def _wait_ready(ports: list[int], procs: list[subprocess.Popen], deadline_s: flo
         for p in procs:
             if p.poll() is not None:
                 raise SystemExit(f"braid up: a region exited during start-up (code {p.returncode})")
-        pending = {p for p in pending if not _ping(p)}
+        pending = {p for p in pending if not ping(p)}
         if pending and time.monotonic() > deadline:
             raise SystemExit(f"braid up: regions on ports {sorted(pending)} did not answer within {deadline_s:.0f}s")
         if pending:
@@ -90,7 +91,7 @@ def up(args: argparse.Namespace) -> int:
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
     ports = [args.base_port + i for i in range(len(names))]
     for port in ports:
-        if _ping(port):
+        if ping(port):
             print(f"braid up: port {port} is already serving (is a cluster running? try `braid down`)",
                   file=sys.stderr)
             return 1

@@ -25,20 +25,13 @@ import time
 
 import redis
 
+from .cluster import ping
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def ping(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return s.recv(7).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
