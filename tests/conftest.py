@@ -25,22 +25,25 @@ def redis_proc():
         yield p
 
 
-@pytest.fixture
-def braid(braid_proc):
-    c = braid_proc.client()
+def _fresh_client(proc):
+    """A redis-py client on an emptied server with default stream node sizes."""
+    c = proc.client()
     c.flushall()
     c.config_set("stream-node-max-entries", 100)
     c.config_set("stream-node-max-bytes", 4096)
+    return c
+
+
+@pytest.fixture
+def braid(braid_proc):
+    c = _fresh_client(braid_proc)
     yield c
     c.close()
 
 
 @pytest.fixture
 def ref(redis_proc):
-    c = redis_proc.client()
-    c.flushall()
-    c.config_set("stream-node-max-entries", 100)
-    c.config_set("stream-node-max-bytes", 4096)
+    c = _fresh_client(redis_proc)
     yield c
     c.close()
 
