@@ -1,7 +1,7 @@
 """This region's part in an Active-Active database.
 
 It owns the region's causal log (crdt/causal.py) and replication hub
-(node/replication.py), publishes every replicated operation the region applies,
+(node/transport/replication.py), publishes every replicated operation the region applies,
 applies the operations other regions send (waking blocked readers), and gives
 commands what the multi-region rules need: the ID mode, a deletion's context,
 a group creation's dependencies.
@@ -20,7 +20,7 @@ from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
 
 from . import opcodec
 from .cluster_config import ClusterConfig, RegionSpec
-from .replication import ReplicationHub
+from .transport.replication import ReplicationHub
 
 if TYPE_CHECKING:
     from .server import Server
@@ -41,7 +41,6 @@ class ActiveActive:
         self.causal = CausalLog(me.number)
         c = cluster
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply)
-        self.paused = False
 
     @property
     def region(self) -> int:
@@ -61,14 +60,24 @@ class ActiveActive:
     async def stop(self) -> None:
         await self.hub.stop()
 
-    def pause(self) -> None:
-        """Stop all syncing of this region at once (writes stay local until resume)."""
-        self.paused = True
-        self.hub.pause()
+    @property
+    def paused(self) -> bool:
+        return self.hub.paused
 
-    def resume(self) -> None:
-        self.paused = False
-        self.hub.resume()
+    def peer(self, name: str) -> RegionSpec:
+        """Another region of the database, by name (ValueError names the known ones)."""
+        spec = self.cluster.region(name)
+        if spec.number == self.region:
+            raise ValueError(f"{name!r} is this region, not a peer")
+        return spec
+
+    def pause(self, peer: str | None = None) -> None:
+        """Stop all syncing of this region, or only its link to ``peer`` (writes stay local until resume)."""
+        self.hub.pause(None if peer is None else self.peer(peer).number)
+
+    def resume(self, peer: str | None = None) -> None:
+        """Resume all links (``peer`` None) or the link to one peer."""
+        self.hub.resume(None if peer is None else self.peer(peer).number)
 
     # ------------------------------------------------------------ operations
     def publish(self, op: ops.Op) -> None:
@@ -133,11 +142,15 @@ class ActiveActive:
             f"crdt_replication:{'paused' if self.paused else 'active'}",
             "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(self.causal.vv.items())),
             f"crdt_pending:{len(self.causal.pending)}",
+            f"crdt_refused_handshakes:{self.hub.refused}",
         ]
         for peer in self.cluster.regions:
             if peer.number == self.region:
                 continue
             link = self.hub.links.get(peer.number)
+            if self.hub.is_cut(peer.number):
+                lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=paused")
+                continue
             if link is None:
                 lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=down")
                 continue

@@ -62,6 +62,7 @@ class _ServerProcess:
         raise NotImplementedError
 
     def start(self) -> "_ServerProcess":
+        os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT,
                                      cwd=self.data_dir)
@@ -143,7 +144,6 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         for p in self.procs:
-            os.makedirs(p.data_dir, exist_ok=True)
             p.start()
         return self
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import redis
 
 from node.testing import LocalCluster, wait_until
 
@@ -215,21 +216,26 @@ def test_idmp_retry_at_another_region_returns_the_original_id(cluster, regions):
     assert r1.xlen("orders") == r2.xlen("orders") == 1
 
 
-def test_full_ids_can_duplicate_outside_strict_mode(cluster, regions):
+@pytest.mark.parametrize("mode", ["semi-strict", "liberal"])
+def test_full_ids_can_duplicate_outside_strict_mode(cluster, regions, mode):
     """Seed 003's ID-modes table: with full IDs, two regions can write 100-1."""
     r1, r2, r3 = regions
+    key = f"dup-{mode}"  # a region never reuses a deleted key's IDs: one key per run
     for r in (r1, r2, r3):
-        r.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "semi-strict")
+        r.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", mode)
     try:
         pause(r1, r2)
-        assert r1.xadd("dup", {"f1": "v1"}, id="100-1") == b"100-1"
-        assert r2.xadd("dup", {"f1": "v1"}, id="100-1") == b"100-1"
+        assert r1.xadd(key, {"f1": "v1"}, id="100-1") == b"100-1"
+        assert r2.xadd(key, {"f1": "v1"}, id="100-1") == b"100-1"
         resume(cluster, r1, r2)
-        assert ids(r1.xrange("dup")) == ids(r2.xrange("dup")) == [b"100-1", b"100-1"]
+        assert ids(r1.xrange(key)) == ids(r2.xrange(key)) == [b"100-1", b"100-1"]
+        if mode == "liberal":  # milliseconds only: sequence 0, not the region's number
+            assert r1.xadd(key, {"f1": "v1"}, id="200") == b"200-0"
+        else:
+            assert r1.xadd(key, {"f1": "v1"}, id="200") == b"200-1"
     finally:
         for r in (r1, r2, r3):
             r.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "strict")
-
 
 
 def test_group_created_with_dollar_still_gets_concurrent_entries(cluster, regions):
@@ -244,3 +250,76 @@ def test_group_created_with_dollar_still_gets_concurrent_entries(cluster, region
     resume(cluster, r1, r2)
     got = ids(r1.xreadgroup("g", "c", {"dollar": ">"})[0][1])
     assert got == [late, new]  # 100-1 and 200-1 were there when the group started
+
+
+def test_xsetid_fails_below_the_current_id(cluster, regions):
+    """Seed 003's summary: XSETID fails when the new ID is less than the current one."""
+    r1, r2, _ = regions
+    r1.xadd("setid", {"f": "v"}, id="200")
+    cluster.sync_wait()
+    with pytest.raises(redis.ResponseError, match="smaller than the target stream top item"):
+        r2.execute_command("XSETID", "setid", "150-0")
+    assert r2.execute_command("XSETID", "setid", "300-0") == b"OK"
+
+
+def _link(client, peer: int) -> str:
+    text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
+    status = dict(line.split(":", 1) for line in text.splitlines())
+    return dict(kv.split("=") for kv in status[f"crdt_peer_{peer}"].split(","))["link"]
+
+
+def test_relay_heals_a_cut_link(cluster, regions):
+    """With the region-1 – region-3 link cut, 1 and 3 still converge through region 2."""
+    r1, r2, r3 = regions
+    assert r1.execute_command("BRAID.REPLICATION", "PAUSE", "PEER", "region-3") == b"OK"
+    wait_until(lambda: _link(r3, 1) == "down", 20, what="region 3 sees the cut")
+    a = r1.xadd("relay", {"from": "1"})
+    c = r3.xadd("relay", {"from": "3"})
+    r1.xgroup_create("relay", "g", id="0")
+    cluster.sync_wait()
+    for r in (r1, r2, r3):
+        assert ids(r.xrange("relay")) == sorted([a, c], key=lambda i: tuple(map(int, i.split(b"-"))))
+        assert _groups(r, "relay") == [b"g"]
+    # the operations went around: the direct link stayed cut the whole time
+    assert _link(r1, 3) == "paused" and _link(r3, 1) == "down" and _link(r1, 2) == "up"
+    assert r1.execute_command("BRAID.REPLICATION", "RESUME", "PEER", "region-3") == b"OK"
+    wait_until(lambda: _link(r1, 3) == "up" and _link(r3, 1) == "up", 20, what="the link back up")
+
+
+def test_pausing_a_link_names_a_real_peer(cluster, regions):
+    r1 = regions[0]
+    with pytest.raises(Exception, match="no region named 'mars'"):
+        r1.execute_command("BRAID.REPLICATION", "PAUSE", "PEER", "mars")
+    with pytest.raises(Exception, match="is this region"):
+        r1.execute_command("BRAID.REPLICATION", "PAUSE", "PEER", "region-1")
+    with pytest.raises(Exception, match="syntax error"):
+        r1.execute_command("BRAID.REPLICATION", "PAUSE", "region-2")
+
+
+def _refused(client) -> int:
+    text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
+    return int(dict(line.split(":", 1) for line in text.splitlines())["crdt_refused_handshakes"])
+
+
+@pytest.mark.parametrize("wrong", ["token", "cluster_id"])
+def test_a_peer_with_a_wrong_token_or_cluster_id_is_refused(cluster, regions, tmp_path, wrong):
+    """A real region process started with a forged cluster file: refused, nothing applied."""
+    import dataclasses
+
+    from node.testing import BraidProcess, free_port
+
+    forged = dataclasses.replace(cluster.config, **{wrong: "forged"})
+    me = dataclasses.replace(forged.regions[0], port=free_port(), repl_port=free_port())
+    forged.regions = [me, *forged.regions[1:]]  # poses as region 1, dials regions 2 and 3
+    path = tmp_path / "forged.toml"
+    path.write_text(forged.to_toml())
+    r2 = regions[1]
+    with BraidProcess(me.port, str(tmp_path / "rogue"), str(path), me.name) as rogue:
+        c = rogue.client()
+        c.xadd("forged", {"f": "v"})
+        seen = _refused(r2)
+        wait_until(lambda: _refused(r2) >= seen + 2, 20, what="region 2 refusing the rogue after its write")
+        c.close()
+    assert all(r.exists("forged") == 0 for r in regions)
+    cluster.sync_wait()
+    assert all(r.exists("forged") == 0 for r in regions)

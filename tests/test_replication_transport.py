@@ -1,4 +1,4 @@
-"""Replication links over real gRPC on loopback (node/replication.py).
+"""Replication links over real gRPC on loopback (node/transport/replication.py).
 
 Three hubs, each with its own causal log: operations issued at one region reach
 the others exactly once; with the 1–3 link absent, 1 and 3 still converge
@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from crdt.causal import CausalLog
-from node.replication import ReplicationHub
+from node.transport.replication import ReplicationHub
 
 TOKEN = "s3cret"
 
@@ -117,7 +117,7 @@ def test_lag_counts_unacknowledged_operations_and_their_age():
         for op in (b"a", b"b", b"c"):
             hub.issue(op)
         hub.arrivals[:] = [100.0, 101.0, 102.0]  # when each was issued (monotonic seconds)
-        from node.replication import Link
+        from node.transport.replication import Link
 
         link = Link(hub, 2, {})
         assert link.lag(103.0) == (3, 3000.0)

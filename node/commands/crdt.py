@@ -16,19 +16,37 @@ def _aa(client):
     return aa
 
 
-@subcommand("braid.replication", "pause", 2, "admin noscript", since="0.1.0",
-            summary="Stops all syncing of this region with the others (writes stay local).",
+def _peer_arg(argv: list[bytes]) -> str | None:
+    """``PAUSE`` / ``RESUME`` take an optional ``PEER name`` (one link instead of all)."""
+    if len(argv) == 2:
+        return None
+    if len(argv) == 4 and argv[2].lower() == b"peer":
+        return argv[3].decode("utf-8", "replace")
+    raise ReplyError("ERR syntax error")
+
+
+def _on_links(client, argv: list[bytes], action: str):
+    aa, peer = _aa(client), _peer_arg(argv)
+    try:
+        getattr(aa, action)(peer)
+    except ValueError as e:
+        raise ReplyError(f"ERR {e}") from None
+    return "OK"
+
+
+@subcommand("braid.replication", "pause", -2, "admin noscript", since="0.1.0",
+            summary="Stops all syncing of this region with the others, or with one peer "
+                    "(PEER name): writes stay local.",
             complexity="O(1)")
 def replication_pause(client, argv: list[bytes]):
-    _aa(client).pause()
-    return "OK"
+    return _on_links(client, argv, "pause")
 
 
-@subcommand("braid.replication", "resume", 2, "admin noscript", since="0.1.0",
-            summary="Resumes syncing: the regions exchange what the other lacks.", complexity="O(1)")
+@subcommand("braid.replication", "resume", -2, "admin noscript", since="0.1.0",
+            summary="Resumes syncing (all links, or the link to PEER name): the regions exchange "
+                    "what the other lacks.", complexity="O(1)")
 def replication_resume(client, argv: list[bytes]):
-    _aa(client).resume()
-    return "OK"
+    return _on_links(client, argv, "resume")
 
 
 @subcommand("braid.replication", "status", 2, "admin noscript", since="0.1.0",

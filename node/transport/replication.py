@@ -17,6 +17,12 @@ envelopes to :class:`crdt.causal.CausalLog` (which applies each exactly once and
 in causal order) and acknowledges with its version vector.  Dialers reconnect
 with exponential backoff and jitter.  Messages are gzip-compressed.
 
+Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
+the link to one peer (a partition, for maintenance and tests).  A cut link is
+closed at once, its frames are neither sent nor applied, and the peer's attempts
+to reconnect are turned away with UNAVAILABLE until ``resume``; one side cutting
+is enough, since the pair shares one stream.
+
 The hub does not know what an operation means: envelopes carry it as bytes and
 ``on_apply`` is called with each envelope the causal log delivers.
 """
@@ -67,7 +73,7 @@ class Link:
             await self.wakeup.wait()
             await asyncio.sleep(0)  # let operations issued in this loop turn join the batch
             self.wakeup.clear()
-            if self.hub.paused:
+            if self.hub.is_cut(self.peer):
                 continue
             # only the log's new part: it is append-only and in causal order
             fresh = causal.log[self.position:]
@@ -83,8 +89,8 @@ class Link:
 
     async def on_frame(self, frame: pb.Frame, out: asyncio.Queue) -> None:
         kind = frame.WhichOneof("body")
-        if self.hub.paused:
-            return  # nothing crosses a paused region; the link is being closed
+        if self.hub.is_cut(self.peer):
+            return  # nothing crosses a cut link; it is being closed
         if kind == "batch":
             sent = self.sent
             for m in frame.batch.envelopes:
@@ -122,21 +128,23 @@ class _Servicer(pb_grpc.ReplicationServicer):
             hub.refused += 1
             log.warning("refused a replication peer: %s", reason)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
+        if hub.is_cut(hello.region):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the link to this region is paused")
         link = Link(hub, hello.region, dict(hello.vv))
         out: asyncio.Queue = asyncio.Queue(maxsize=64)  # backpressure on the sender
         await out.put(pb.Frame(welcome=pb.Welcome(region=hub.region, vv=hub.causal.vv)))
         return_task = asyncio.ensure_future(hub.run_link(link, request_iterator, out))
-        hub._closers.append(out)
+        hub._served[link.peer] = out
         try:
             while True:
                 frame = await out.get()
-                if frame is None:  # pause: end this call
+                if frame is None:  # the link was cut: end this call
                     return
                 yield frame
         finally:
             return_task.cancel()
-            if out in hub._closers:
-                hub._closers.remove(out)
+            if hub._served.get(link.peer) is out:
+                del hub._served[link.peer]
 
 
 class ReplicationHub:
@@ -153,9 +161,10 @@ class ReplicationHub:
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
         self.denied = 0   # handshakes peers refused to this region
-        self.paused = False
+        self.paused = False          # every link cut
+        self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
-        self._closers: list[asyncio.Queue] = []  # served calls, ended by putting None
+        self._served: dict[int, asyncio.Queue] = {}  # calls peers made to us, ended by putting None
         self._peers: dict[int, str] = {}
         self._server: grpc.aio.Server | None = None
         self._dialers: dict[int, asyncio.Task] = {}
@@ -190,9 +199,10 @@ class ReplicationHub:
             return f"region {hello.region} presented a wrong token"
         if hello.region == self.region:
             return f"region number {hello.region} is this region's own"
-        if self.paused:
-            return "replication is paused at this region"
         return ""
+
+    def is_cut(self, peer: int) -> bool:
+        return self.paused or peer in self.cut
 
     # ------------------------------------------------------------ serving
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -214,26 +224,34 @@ class ReplicationHub:
                 del self.links[link.peer]
 
     # ------------------------------------------------------------ dialing
-    def pause(self) -> None:
-        """Stop all syncing at once: links stop sending and applying, then close."""
-        self.paused = True
-        for out in list(self._closers):
+    def pause(self, peer: int | None = None) -> None:
+        """Cut every link (``peer`` None) or the link to one peer: stop sending and applying, close."""
+        if peer is None:
+            self.paused = True
+        else:
+            self.cut.add(peer)
+        for p in [p for p in self._served if self.is_cut(p)]:
+            out = self._served[p]
             while out.full():
                 out.get_nowait()  # frames for a link that is closing anyway
             out.put_nowait(None)
-        for task in self._dialers.values():
-            task.cancel()
-        self._dialers.clear()
+        for p in [p for p in self._dialers if self.is_cut(p)]:
+            self._dialers.pop(p).cancel()
 
-    def resume(self) -> None:
-        self.paused = False
-        for peer, address in self._peers.items():
-            self.dial(peer, address)
+    def resume(self, peer: int | None = None) -> None:
+        if peer is None:
+            self.paused = False
+            self.cut.clear()
+        else:
+            self.cut.discard(peer)
+        for p, address in self._peers.items():
+            if not self.is_cut(p):
+                self.dial(p, address)
 
     def dial(self, peer: int, address: str) -> None:
         """Keep a link to ``peer`` up, reconnecting with backoff and jitter."""
         self._peers[peer] = address
-        if peer not in self._dialers:
+        if peer not in self._dialers and not self.is_cut(peer):
             self._dialers[peer] = asyncio.ensure_future(self._dial_forever(peer, address))
 
     async def _dial_forever(self, peer: int, address: str) -> None:
