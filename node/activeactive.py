@@ -19,7 +19,7 @@ from crdt.causal import CausalLog, Envelope
 from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
 
 from . import opcodec
-from .cluster_config import ClusterConfig, RegionSpec
+from .cluster_config import ID_MODES, ClusterConfig, RegionSpec
 from .transport.replication import ReplicationHub
 
 if TYPE_CHECKING:
@@ -52,7 +52,9 @@ class ActiveActive:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        await self.hub.serve(self.me.host, self.me.repl_port)
+        from .transport.admin import AdminServicer
+
+        await self.hub.serve(self.me.host, self.me.repl_port, extra=[AdminServicer(self)])
         for peer in self.cluster.regions:
             if peer.number > self.me.number:  # the lower number dials
                 self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
@@ -132,29 +134,59 @@ class ActiveActive:
             cutoffs[origin] = eid
         return cutoffs
 
-    # ------------------------------------------------------------ INFO crdt
-    def info_lines(self) -> list[str]:
-        lines = [
-            f"crdt_region:{self.region}",
-            f"crdt_region_name:{self.me.name}",
-            f"crdt_cluster_id:{self.cluster.cluster_id}",
-            f"crdt_xadd_id_uniqueness_mode:{self.mode}",
-            f"crdt_replication:{'paused' if self.paused else 'active'}",
-            "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(self.causal.vv.items())),
-            f"crdt_pending:{len(self.causal.pending)}",
-            f"crdt_refused_handshakes:{self.hub.refused}",
-        ]
+    # ------------------------------------------------------------ database settings
+    def tune(self, database: str, name: str, value: str) -> None:
+        """Change a database setting here and in this region's cluster file (ValueError if invalid)."""
+        if database != self.cluster.database:
+            raise ValueError(f"no database named {database!r} (this cluster's database is "
+                             f"{self.cluster.database!r})")
+        if name != "crdt_xadd_id_uniqueness_mode":
+            raise ValueError(f"unknown database setting {name!r} (known: crdt_xadd_id_uniqueness_mode)")
+        if value not in ID_MODES:
+            raise ValueError(f"crdt_xadd_id_uniqueness_mode must be one of: {', '.join(ID_MODES)}")
+        self.mode = self.cluster.id_mode = value
+        self.cluster.save()  # survives a restart
+
+    def cluster_toml(self) -> str:
+        """The cluster file this region runs with, token left out."""
+        return "\n".join(line for line in self.cluster.to_toml().splitlines() if not line.startswith("token"))
+
+    # ------------------------------------------------------------ status (INFO crdt, braid-admin)
+    def status(self) -> dict:
+        """This region's replication state; field names are admin.proto's RegionStatus."""
+        now = time.monotonic()
+        links = []
         for peer in self.cluster.regions:
             if peer.number == self.region:
                 continue
             link = self.hub.links.get(peer.number)
-            if self.hub.is_cut(peer.number):
-                lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=paused")
-                continue
-            if link is None:
-                lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=down")
-                continue
-            behind, age_ms = link.lag(time.monotonic())
-            lines.append(f"crdt_peer_{peer.number}:name={peer.name},link=up,lag_ops={behind},"
-                         f"lag_ms={age_ms:.0f}")
+            state = "paused" if self.hub.is_cut(peer.number) else "down" if link is None else "up"
+            behind, age_ms = link.lag(now) if state == "up" else (0, 0.0)
+            links.append({"peer": peer.name, "number": peer.number, "state": state,
+                          "lag_ops": behind, "lag_ms": age_ms})
+        return {
+            "name": self.me.name, "number": self.region, "cluster_id": self.cluster.cluster_id,
+            "database": self.cluster.database, "id_mode": self.mode, "paused": self.paused,
+            "vv": dict(self.causal.vv), "pending": len(self.causal.pending), "links": links,
+            "keys": len(self.server.db.keys), "refused_handshakes": self.hub.refused,
+            "resp_address": f"{self.me.host}:{self.me.port}",
+        }
+
+    def info_lines(self) -> list[str]:
+        st = self.status()
+        lines = [
+            f"crdt_region:{st['number']}",
+            f"crdt_region_name:{st['name']}",
+            f"crdt_cluster_id:{st['cluster_id']}",
+            f"crdt_xadd_id_uniqueness_mode:{st['id_mode']}",
+            f"crdt_replication:{'paused' if st['paused'] else 'active'}",
+            "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(st["vv"].items())),
+            f"crdt_pending:{st['pending']}",
+            f"crdt_refused_handshakes:{st['refused_handshakes']}",
+        ]
+        for link in st["links"]:
+            line = f"crdt_peer_{link['number']}:name={link['peer']},link={link['state']}"
+            if link["state"] == "up":
+                line += f",lag_ops={link['lag_ops']},lag_ms={link['lag_ms']:.0f}"
+            lines.append(line)
         return lines

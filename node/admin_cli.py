@@ -1,17 +1,20 @@
 """``braid-admin``: administer an Active-Active database, in the style of rladmin.
 
-Point it at the cluster file (``--cluster data/cluster.toml``, the default when it
-exists) or at any region (``--host`` / ``--port``: the region tells the rest).
+Point it at the cluster file (``--cluster data/cluster.toml``, the default) or at
+any region's gRPC port (``--host`` / ``--port``, with ``--token`` or ``$BRAID_TOKEN``):
+the region tells the rest.
 
     braid-admin status
     braid-admin info db db
     braid-admin tune db db crdt_xadd_id_uniqueness_mode semi-strict
-    braid-admin replication pause --region region-2
-    braid-admin replication resume --region region-2
+    braid-admin replication pause --region region-2 [--peer region-3]
+    braid-admin replication resume --region region-2 [--peer region-3]
     braid-admin sync wait --timeout 30
 
-It talks to the regions over RESP with Braid's BRAID.* commands.  ``tune``
-changes every region and records the mode in the cluster file, so restarts keep it.
+It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
+every region serves on its replication port and guards with the cluster token.
+``tune`` changes every region; each region records the setting in its own cluster
+file, and braid-admin in the file it was given, so restarts keep it.
 """
 
 from __future__ import annotations
@@ -20,54 +23,56 @@ import argparse
 import os
 import sys
 import time
+import tomllib
 
-import redis
 from rich.console import Console
 from rich.table import Table
 
-from .cluster_config import ID_MODES, ClusterConfig, RegionSpec, load
+from .cluster_config import ClusterConfig, RegionSpec, load
+from .transport.admin import AdminCallError, AdminClient
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
 
 
 class AdminError(Exception):
-    pass
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
-def _client(r: RegionSpec) -> redis.Redis:
-    return redis.Redis(host=r.host, port=r.port, socket_timeout=5, socket_connect_timeout=2, protocol=2)
+def _client(cfg: ClusterConfig, r: RegionSpec) -> AdminClient:
+    return AdminClient(f"{r.host}:{r.repl_port}", cfg.token)
 
 
-def _status(r: RegionSpec) -> dict[str, str]:
-    try:
-        c = _client(r)
-        text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
-        c.close()
-    except redis.RedisError as e:
-        raise AdminError(f"region {r.name} at {r.host}:{r.port} is unreachable: {e}") from None
-    return dict(line.split(":", 1) for line in text.splitlines())
+def _call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
+    with _client(cfg, r) as c:
+        try:
+            return getattr(c, method)(*args)
+        except AdminCallError as e:
+            if e.unreachable:
+                raise AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True) from None
+            raise AdminError(f"region {r.name} refused: {e}") from None
 
 
 def _cluster(args) -> tuple[ClusterConfig, str | None]:
     if args.host or args.port:
-        import tomllib
-
-        try:
-            c = redis.Redis(host=args.host or "127.0.0.1", port=args.port or 7001, socket_timeout=5)
-            text = c.execute_command("BRAID.REPLICATION", "CLUSTER").decode()
-            c.close()
-        except redis.RedisError as e:
-            raise AdminError(f"cannot reach {args.host or '127.0.0.1'}:{args.port or 7001}: {e}") from None
-        data = tomllib.loads(text)
+        token = args.token or os.environ.get("BRAID_TOKEN", "")
+        address = f"{args.host or '127.0.0.1'}:{args.port or 7101}"
+        with AdminClient(address, token) as c:
+            try:
+                data = tomllib.loads(c.cluster_toml())
+            except AdminCallError as e:
+                raise AdminError(f"cannot administer {address}: {e} (is it a region's replication port, "
+                                 "and the cluster token given with --token or $BRAID_TOKEN?)") from None
         regions = [RegionSpec(x["name"], x["number"], x["host"], x["port"], x["repl_port"]) for x in data["regions"]]
-        return ClusterConfig(data["cluster_id"], data["database"], "", data["stride"], regions,
+        return ClusterConfig(data["cluster_id"], data["database"], token, data["stride"], regions,
                              data.get("id_mode", "strict")), None
     path = args.cluster or DEFAULT_CLUSTER
     try:
         return load(path), path
     except FileNotFoundError:
         raise AdminError(f"no cluster file at {path} (give --cluster FILE or --host/--port)") from None
-    except ValueError as e:
+    except (ValueError, KeyError, tomllib.TOMLDecodeError) as e:
         raise AdminError(f"{path}: {e}") from None
 
 
@@ -83,22 +88,42 @@ def _check_db(cfg: ClusterConfig, db: str) -> None:
         raise AdminError(f"no database named {db!r} (this cluster's database is {cfg.database!r})")
 
 
-def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
-    table = Table(title=f"cluster {cfg.cluster_id}, database {cfg.database}")
-    for col in ("region", "number", "address", "mode", "replication", "version vector", "links"):
-        table.add_column(col)
-    failures = []
+def _statuses(cfg: ClusterConfig) -> tuple[dict, list[str]]:
+    """Status of every reachable region (by name), and a sentence per failure."""
+    found, failures = {}, []
     for r in cfg.regions:
         try:
-            st = _status(r)
+            found[r.name] = _call(cfg, r, "status")
         except AdminError as e:
             failures.append(str(e))
-            table.add_row(r.name, str(r.number), f"{r.host}:{r.port}", "-", "unreachable", "-", "-")
+    return found, failures
+
+
+def _vv(st) -> str:
+    return ",".join(f"{o}={n}" for o, n in sorted(st.vv.items())) or "-"
+
+
+def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
+    regions = Table(title=f"cluster {cfg.cluster_id}, database {cfg.database}")
+    for col in ("region", "address", "mode", "sync", "version vector", "pending", "keys"):
+        regions.add_column(col, no_wrap=col in ("region", "address"))
+    links = Table(title="links")
+    for col in ("region", "peer", "state", "lag (ops)", "lag (ms)"):
+        links.add_column(col)
+    found, failures = _statuses(cfg)
+    for r in cfg.regions:
+        st = found.get(r.name)
+        if st is None:
+            regions.add_row(f"{r.name} ({r.number})", f"{r.host}:{r.port}", "-", "unreachable", "-", "-", "-")
             continue
-        links = "; ".join(v for k, v in sorted(st.items()) if k.startswith("crdt_peer_"))
-        table.add_row(r.name, str(r.number), f"{r.host}:{r.port}", st["crdt_xadd_id_uniqueness_mode"],
-                      st["crdt_replication"], st["crdt_vv"] or "-", links)
-    console.print(table)
+        regions.add_row(f"{r.name} ({r.number})", st.resp_address, st.id_mode, "paused" if st.paused else "active",
+                        _vv(st), str(st.pending), str(st.keys))
+        for link in st.links:
+            up = link.state == "up"
+            links.add_row(r.name, link.peer, link.state, str(link.lag_ops) if up else "-",
+                          f"{link.lag_ms:.0f}" if up else "-")
+    console.print(regions)
+    console.print(links)
     for failure in failures:
         print(f"braid-admin: {failure}", file=sys.stderr)
     return 1 if failures else 0
@@ -108,65 +133,52 @@ def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
     _check_db(cfg, args.db)
     console.print(f"database {cfg.database}: cluster {cfg.cluster_id}, {len(cfg.regions)} regions, "
                   f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}")
+    found, failures = _statuses(cfg)
     for r in cfg.regions:
-        c = _client(r)
-        try:
-            console.print(f"  {r.name} (number {r.number}) {r.host}:{r.port}: {c.dbsize()} keys")
-        except redis.RedisError as e:
-            console.print(f"  {r.name}: unreachable ({e})")
-        finally:
-            c.close()
-    return 0
+        st = found.get(r.name)
+        detail = f"{st.keys} keys, {st.id_mode}, version vector {_vv(st)}" if st else "unreachable"
+        console.print(f"  {r.name} (number {r.number}) {r.host}:{r.port}: {detail}")
+    for failure in failures:
+        print(f"braid-admin: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def cmd_tune(args, cfg: ClusterConfig, path, console: Console) -> int:
     _check_db(cfg, args.db)
-    if args.setting != "crdt_xadd_id_uniqueness_mode":
-        raise AdminError(f"unknown setting {args.setting!r} (known: crdt_xadd_id_uniqueness_mode)")
-    if args.value not in ID_MODES:
-        raise AdminError(f"crdt_xadd_id_uniqueness_mode must be one of: {', '.join(ID_MODES)}")
     unreachable = []
     for r in cfg.regions:
         try:
-            c = _client(r)
-            c.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", args.value)
-            c.close()
-        except redis.RedisError:
+            _call(cfg, r, "tune", args.db, args.setting, args.value)  # the region checks the setting
+        except AdminError as e:
+            if not e.unreachable:
+                raise
             unreachable.append(r.name)
     if path is not None:
         cfg.id_mode = args.value
-        with open(path, "w") as f:
-            f.write(cfg.to_toml())
+        cfg.save(path)
     if unreachable:
         raise AdminError(f"set on the others, but unreachable: {', '.join(unreachable)} "
-                         "(they take the mode from the cluster file when they restart)")
-    console.print(f"crdt_xadd_id_uniqueness_mode is {args.value} on every region")
+                         "(set it again when they are back)")
+    console.print(f"{args.setting} is {args.value} on every region")
     return 0
 
 
 def cmd_replication(args, cfg: ClusterConfig, path, console: Console) -> int:
     r = _region(cfg, args.region)
-    try:
-        c = _client(r)
-        c.execute_command("BRAID.REPLICATION", args.action.upper())
-        c.close()
-    except redis.RedisError as e:
-        raise AdminError(f"region {r.name} is unreachable: {e}") from None
-    console.print(f"replication {'paused' if args.action == 'pause' else 'resumed'} at {r.name}")
+    if args.peer:
+        _region(cfg, args.peer)
+    _call(cfg, r, args.action, args.peer or "")
+    what = f"the link {r.name} - {args.peer}" if args.peer else f"all links of {r.name}"
+    console.print(f"replication {'paused' if args.action == 'pause' else 'resumed'}: {what}")
     return 0
 
 
 def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
     deadline = time.monotonic() + args.timeout
     while True:
-        reachable = []
-        for r in cfg.regions:
-            try:
-                reachable.append(_status(r))
-            except AdminError:
-                pass
-        if reachable and len({st["crdt_vv"] for st in reachable}) == 1 and \
-                all(st["crdt_pending"] == "0" for st in reachable):
+        found, _ = _statuses(cfg)
+        reachable = list(found.values())
+        if reachable and len({_vv(st) for st in reachable}) == 1 and all(st.pending == 0 for st in reachable):
             console.print(f"in sync: {len(reachable)} reachable regions hold the same operations")
             return 0
         if time.monotonic() > deadline:
@@ -177,8 +189,9 @@ def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database.")
     ap.add_argument("--cluster", help=f"cluster file (default {DEFAULT_CLUSTER})")
-    ap.add_argument("--host")
+    ap.add_argument("--host", help="a region's host (with --port: its replication port)")
     ap.add_argument("--port", type=int)
+    ap.add_argument("--token", help="the cluster token, with --host/--port (default $BRAID_TOKEN)")
     sub = ap.add_subparsers(dest="verb", required=True)
     sub.add_parser("status", help="regions, links, version vectors").set_defaults(fn=cmd_status)
     p = sub.add_parser("info", help="info db <db>")
@@ -191,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("setting")
     p.add_argument("value")
     p.set_defaults(fn=cmd_tune)
-    p = sub.add_parser("replication", help="replication pause|resume --region NAME")
+    p = sub.add_parser("replication", help="replication pause|resume --region NAME [--peer NAME]")
     p.add_argument("action", choices=["pause", "resume"])
     p.add_argument("--region", required=True)
+    p.add_argument("--peer", help="only the link between --region and this region")
     p.set_defaults(fn=cmd_replication)
     p = sub.add_parser("sync", help="sync wait [--timeout S]")
     p.add_argument("action", choices=["wait"])

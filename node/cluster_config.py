@@ -17,6 +17,7 @@ Example (``deploy/cluster.example.toml``)::
 
 from __future__ import annotations
 
+import os
 import secrets
 import tomllib
 from dataclasses import dataclass, field
@@ -42,6 +43,17 @@ class ClusterConfig:
     stride: int = 16
     regions: list[RegionSpec] = field(default_factory=list)
     id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
+    path: str | None = None  # the file it was loaded from, rewritten when a setting changes
+
+    def save(self, path: str | None = None) -> None:
+        """Write the file (atomically: a reader never sees half of it)."""
+        path = path or self.path
+        if path is None:
+            return
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(self.to_toml())
+        os.replace(tmp, path)
 
     def region(self, name: str) -> RegionSpec:
         for r in self.regions:
@@ -78,6 +90,7 @@ def load(path: str) -> ClusterConfig:
         id_mode=str(data.get("id_mode", "strict")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
                             int(r["port"]), int(r["repl_port"])) for r in data.get("regions", [])],
+        path=path,
     )
     cfg.validate()
     return cfg

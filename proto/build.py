@@ -11,7 +11,7 @@ import sys
 from grpc_tools import protoc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROTOS = ["proto/replication.proto"]
+PROTOS = ["proto/replication.proto", "proto/admin.proto"]
 
 
 def build(out_dir: str = ROOT) -> None:

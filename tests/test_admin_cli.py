@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 
@@ -16,9 +18,12 @@ def cluster():
         yield c
 
 
+ENV = {**os.environ, "COLUMNS": "200"}  # tables on one line each
+
+
 def admin(cluster, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", cluster.file, *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=ENV)
 
 
 def test_status_lists_every_region(cluster):
@@ -66,6 +71,8 @@ def test_pause_resume_and_sync_wait(cluster):
 
 @pytest.mark.parametrize("args,message", [
     (("replication", "pause", "--region", "mars"), "no region named 'mars'"),
+    (("replication", "pause", "--region", "region-1", "--peer", "pluto"), "no region named 'pluto'"),
+    (("tune", "db", "db", "crdt_fancy", "x"), "unknown database setting 'crdt_fancy'"),
     (("tune", "db", "db", "crdt_xadd_id_uniqueness_mode", "chaotic"), "must be one of"),
     (("tune", "db", "other", "crdt_xadd_id_uniqueness_mode", "strict"), "no database named 'other'"),
     (("info", "db", "nope"), "no database named 'nope'"),
@@ -88,9 +95,48 @@ def test_unreachable_region_is_reported(tmp_path):
     assert res.returncode == 1 and "region gone" in res.stderr and "unreachable" in res.stderr
 
 
+def _direct(r, *args, token: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "node.admin_cli", "--host", r.host, "--port", str(r.repl_port),
+                           "--token", token, *args], capture_output=True, text=True, timeout=60)
+
+
 def test_via_host_and_port(cluster):
     r = cluster.config.regions[0]
-    res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--host", r.host, "--port", str(r.port),
-                          "status"], capture_output=True, text=True, timeout=60)
+    res = _direct(r, "status", token=cluster.config.token)
     assert res.returncode == 0, res.stderr
     assert "region-3" in res.stdout
+
+
+def test_a_wrong_token_is_refused(cluster):
+    res = _direct(cluster.config.regions[1], "status", token="guess")
+    assert res.returncode == 1 and "wrong cluster token" in res.stderr
+
+
+def test_pause_one_link_only(cluster):
+    r1, r2, r3 = cluster.clients()
+    try:
+        res = admin(cluster, "replication", "pause", "--region", "region-1", "--peer", "region-3")
+        assert res.returncode == 0, res.stderr
+        table = admin(cluster, "status").stdout
+        assert re.search(r"region-1\s*│\s*region-3\s*│\s*paused", table), table
+        assert re.search(r"region-3\s*│\s*region-1\s*│\s*down", table), table
+        new_id = r1.xadd("one-link", {"f": "v"})
+        assert admin(cluster, "sync", "wait", "--timeout", "20").returncode == 0  # through region 2
+        assert r3.xrange("one-link")[0][0] == new_id
+    finally:
+        admin(cluster, "replication", "resume", "--region", "region-1", "--peer", "region-3")
+        for c in (r1, r2, r3):
+            c.close()
+
+
+def test_tune_is_kept_by_the_region_itself(cluster, tmp_path):
+    """Through --host/--port braid-admin has no file to write: the region records the mode in its own."""
+    from pathlib import Path
+
+    r = cluster.config.regions[0]
+    try:
+        assert _direct(r, "tune", "db", "db", "crdt_xadd_id_uniqueness_mode", "liberal",
+                       token=cluster.config.token).returncode == 0
+        assert 'id_mode = "liberal"' in Path(cluster.file).read_text()
+    finally:
+        assert admin(cluster, "tune", "db", "db", "crdt_xadd_id_uniqueness_mode", "strict").returncode == 0

@@ -323,3 +323,18 @@ def test_a_peer_with_a_wrong_token_or_cluster_id_is_refused(cluster, regions, tm
     assert all(r.exists("forged") == 0 for r in regions)
     cluster.sync_wait()
     assert all(r.exists("forged") == 0 for r in regions)
+
+
+def _lags(client) -> list[int]:
+    text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
+    return [int(part.split("=")[1]) for line in text.splitlines() if line.startswith("crdt_peer_")
+            for part in line.split(":", 1)[1].split(",") if part.startswith("lag_ops=")]
+
+
+def test_no_link_reports_lag_once_every_region_holds_everything(cluster, regions):
+    """A region must not count, as a peer's lag, operations that peer sent it."""
+    r1, r2, r3 = regions
+    r1.xadd("lag", {"f": "v"})
+    r3.xadd("lag", {"f": "v"})
+    cluster.sync_wait()
+    wait_until(lambda: all(_lags(r) == [0, 0] for r in regions), 20, what="every link acknowledged")

@@ -48,7 +48,7 @@ import sys
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from crdt.idgen import IdError
 from crdt.ids import MAX_ID, MIN_ID
@@ -174,32 +174,31 @@ class ConvergenceMachine(RuleBasedStateMachine):
     def create_group(self, region, key, group):
         self.regions[region].create_group(key, group)
 
+    @precondition(lambda self: self._groups_here())
     @rule(region=regions_st, key=st.sampled_from(KEYS), group=st.sampled_from(GROUPS))
     def destroy_group(self, region, key, group):
         self.regions[region].destroy_group(key, group)
 
     # ------------------------------------------------------------ local consumers
-    @rule(region=regions_st, key=st.sampled_from(KEYS), group=st.sampled_from(GROUPS),
-          consumer=st.sampled_from(CONSUMERS), count=st.integers(0, 2))
-    def xreadgroup(self, region, key, group, consumer, count):
-        r = self.regions[region]
-        s = r.keys.get(key)
-        if s is None or group not in s.groups:
-            return  # NOGROUP
-        got = r.xreadgroup(key, group, consumer, count)
+    def _groups_here(self, pending_only: bool = False) -> list[tuple[int, bytes, bytes]]:
+        """(region, key, group) of every group that exists somewhere (with a PEL)."""
+        return [(n, k, name) for n, r in self.regions.items() for k in KEYS if k in r.keys
+                for name, g in sorted(r.keys[k].groups.items()) if g.pel or not pending_only]
+
+    @precondition(lambda self: self._groups_here())
+    @rule(data=st.data(), consumer=st.sampled_from(CONSUMERS), count=st.integers(0, 2))
+    def xreadgroup(self, data, consumer, count):
+        region, key, group = data.draw(st.sampled_from(self._groups_here()), label="group")
+        got = self.regions[region].xreadgroup(key, group, consumer, count)
         assert len(got) == len(set(got))
         assert not count or len(got) <= count
 
-    @rule(region=regions_st, key=st.sampled_from(KEYS), group=st.sampled_from(GROUPS),
-          how=st.sampled_from(["all", "first", "last"]))
-    def xack(self, region, key, group, how):
-        r = self.regions[region]
-        s = r.keys.get(key)
-        if s is None or group not in s.groups:
-            return
-        pel = list(s.groups[group].pel)
-        if pel:
-            r.xack(key, group, *(pel if how == "all" else [pel[0] if how == "first" else pel[-1]]))
+    @precondition(lambda self: self._groups_here(pending_only=True))
+    @rule(data=st.data(), how=st.sampled_from(["all", "first", "last"]))
+    def xack(self, data, how):
+        region, key, group = data.draw(st.sampled_from(self._groups_here(pending_only=True)), label="group")
+        pel = list(self.regions[region].keys[key].groups[group].pel)
+        self.regions[region].xack(key, group, *(pel if how == "all" else [pel[0] if how == "first" else pel[-1]]))
 
     # ------------------------------------------------------------ the network
     @rule(link=st.sampled_from(LINKS), pick=st.integers(0, 1000))
@@ -245,6 +244,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
             skipped = live - self.delivered
             assert not skipped, f"XREADGROUP > at region {self.reader_at} skipped {sorted(skipped)}"
 
+    @precondition(lambda self: self._reader_group(self.regions[self.reader_at]).pel)
     @rule(how=st.sampled_from(["all", "first", "last"]))
     def reader_acks(self, how):
         r = self.regions[self.reader_at]
@@ -293,6 +293,6 @@ class ConvergenceMachine(RuleBasedStateMachine):
 
 
 ConvergenceMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None,
+    max_examples=200, stateful_step_count=50, deadline=None,
 )
 TestConvergenceMachine = ConvergenceMachine.TestCase

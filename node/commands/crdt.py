@@ -69,24 +69,20 @@ def braid_config_get(client, argv: list[bytes]):
 
 
 @subcommand("braid.config", "set", 4, "admin noscript", since="0.1.0",
-            summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal",
+            summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal "
+                    "(also recorded in this region's cluster file)",
             complexity="O(1)")
 def braid_config_set(client, argv: list[bytes]):
-    from ..cluster_config import ID_MODES
-
     aa = _aa(client)
-    if argv[2].lower() != b"crdt_xadd_id_uniqueness_mode":
-        raise ReplyError(f"ERR unknown database setting '{argv[2].decode('utf-8', 'replace')}'")
-    mode = argv[3].decode("utf-8", "replace").lower()
-    if mode not in ID_MODES:
-        raise ReplyError(f"ERR crdt_xadd_id_uniqueness_mode must be one of: {', '.join(ID_MODES)}")
-    aa.mode = mode
+    try:
+        aa.tune(aa.cluster.database, argv[2].decode("utf-8", "replace").lower(),
+                argv[3].decode("utf-8", "replace").lower())
+    except ValueError as e:
+        raise ReplyError(f"ERR {e}") from None
     return "OK"
 
 
 @subcommand("braid.replication", "cluster", 2, "admin noscript", since="0.1.0",
             summary="The cluster file this region runs with (token left out).", complexity="O(1)")
 def replication_cluster(client, argv: list[bytes]):
-    aa = _aa(client)
-    text = aa.cluster.to_toml()
-    return "\n".join(line for line in text.splitlines() if not line.startswith("token")).encode()
+    return _aa(client).cluster_toml().encode()

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 
@@ -92,10 +92,12 @@ class Link:
         if self.hub.is_cut(self.peer):
             return  # nothing crosses a cut link; it is being closed
         if kind == "batch":
-            sent = self.sent
+            sent, acked = self.sent, self.acked
             for m in frame.batch.envelopes:
                 if m.n > sent.get(m.origin, 0):
                     sent[m.origin] = m.n  # the peer has it: never echo it back
+                if m.n > acked.get(m.origin, 0):
+                    acked[m.origin] = m.n  # nor count it as the peer's lag
                 self.hub.deliver(from_proto(m))
             await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
         elif kind == "ack":
@@ -205,9 +207,12 @@ class ReplicationHub:
         return self.paused or peer in self.cut
 
     # ------------------------------------------------------------ serving
-    async def serve(self, host: str = "127.0.0.1", port: int = 0) -> int:
+    async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = ()) -> int:
+        """Serve Replication, and the ``extra`` services (each ``.add_to(server)``), on one port."""
         self._server = grpc.aio.server(compression=grpc.Compression.Gzip)
         pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), self._server)
+        for service in extra:
+            service.add_to(self._server)
         self.port = self._server.add_insecure_port(f"{host}:{port}")
         await self._server.start()
         return self.port
