@@ -297,6 +297,20 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
     raise TypeError(f"unknown operation {op!r}")
 
 
+def replicated_form(op: Op, result: object) -> Op:
+    """The operation other regions apply for ``op``, given its result here.
+
+    A delete under ACKED or DELREF depends on consumer groups' PELs, which are
+    region-local: re-checking them elsewhere would delete an entry at one region
+    and keep it at another.  So the issuing region decides, and other regions
+    remove exactly the IDs it removed (their own PELs keep their references, as
+    after any XDEL).
+    """
+    if type(op) is DeleteEntries and op.strategy != KEEPREF:
+        return DeleteEntries(op.key, [i for i, r in zip(op.ids, result) if r == 1])
+    return op
+
+
 def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
     """Per ID: 1 deleted, -1 no such entry, 2 kept (ACKED and still referenced).
 

@@ -51,7 +51,7 @@ class Database:
             self.dirty += 1
             self.touch(op.key)
             if self.aa is not None:
-                self.aa.publish(op)
+                self.aa.publish(ops.replicated_form(op, result))
         return result
 
     def apply_remote(self, op: "ops.Op") -> None:

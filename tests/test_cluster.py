@@ -338,3 +338,33 @@ def test_no_link_reports_lag_once_every_region_holds_everything(cluster, regions
     r3.xadd("lag", {"f": "v"})
     cluster.sync_wait()
     wait_until(lambda: all(_lags(r) == [0, 0] for r in regions), 20, what="every link acknowledged")
+
+
+def test_a_conditional_delete_is_decided_where_it_was_issued(cluster, regions):
+    """XDELEX ACKED reads region-local PELs: other regions remove what the issuer removed."""
+    r1, r2, _ = regions
+    kept, gone = r1.xadd("cond", {"f": "v"}), r1.xadd("cond", {"f": "v"})
+    r1.xgroup_create("cond", "g", id="0")
+    cluster.sync_wait()
+    pause(r1, r2)
+    assert ids(r2.xreadgroup("g", "c", {"cond": ">"}, count=1)[0][1]) == [kept]  # pending at region 2
+    assert ids(r1.xreadgroup("g", "c", {"cond": ">"})[0][1]) == [kept, gone]
+    assert r1.xack("cond", "g", gone) == 1  # acknowledged at region 1 only
+    assert r1.execute_command("XDELEX", "cond", "ACKED", "IDS", 2, kept, gone) == [2, 1]
+    resume(cluster, r1, r2)
+    assert ids(r1.xrange("cond")) == ids(r2.xrange("cond")) == [kept]
+
+
+def test_xackdel_moves_the_ack_watermark(cluster, regions):
+    r1, r2, _ = regions
+    for ms in (110, 120, 130):
+        r1.xadd("ackdel", {"f": "v"}, id=str(ms))
+    r1.xgroup_create("ackdel", "g1", id="0")
+    r1.xgroup_create("ackdel", "g2", id="0")
+    assert len(r1.xreadgroup("g1", "Alice", {"ackdel": ">"})[0][1]) == 3
+    assert r1.xack("ackdel", "g1", "110-1", "120-1") == 2
+    # acknowledged in g1; kept, since g2 has not read it
+    assert r1.execute_command("XACKDEL", "ackdel", "g1", "ACKED", "IDS", 1, "130-1") == [2]
+    cluster.sync_wait()
+    assert r2.xreadgroup("g1", "Bob", {"ackdel": ">"}) == []  # a redirected reader re-reads nothing
+    assert len(r2.xreadgroup("g2", "Bob", {"ackdel": ">"})[0][1]) == 3

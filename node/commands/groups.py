@@ -185,13 +185,18 @@ def xack(client, argv: list[bytes]):
     db = client.server.db
     if n:
         db.dirty += n
-        if db.aa is not None:
-            # seed 003: an XACK replicates only as a consecutive watermark per origin log
-            for origin in list(s.logs):
-                mark = cg.ack_watermark(s, group, origin)
-                if mark is not None:
-                    db.apply(ops.AckWatermark(argv[1], argv[2], origin, mark))
+        _replicate_acks(db, argv[1], argv[2], s, group)
     return n
+
+
+def _replicate_acks(db, key: bytes, name: bytes, s, group) -> None:
+    """Seed 003: acknowledgements replicate only as a consecutive watermark per origin log."""
+    if db.aa is None:
+        return
+    for origin in list(s.logs):
+        mark = cg.ack_watermark(s, group, origin)
+        if mark is not None:
+            db.apply(ops.AckWatermark(key, name, origin, mark))
 
 
 def parse_ids_option(argv: list[bytes], start: int) -> tuple[str, list[bytes]]:
@@ -238,6 +243,8 @@ def xackdel(client, argv: list[bytes]):
         db.dirty += 1
         res = db.apply(ops.DeleteEntries(argv[1], [id_], strategy))
         out.append(2 if res == [2] else 1)
+    if any(r != -1 for r in out) and argv[1] in db.keys:
+        _replicate_acks(db, argv[1], argv[2], s, group)
     return out
 
 
