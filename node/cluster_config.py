@@ -12,7 +12,7 @@ Example (``deploy/cluster.example.toml``)::
     number = 1                 # 1 ≤ number < stride; it shows in strict IDs (110-1)
     host = "127.0.0.1"
     port = 7001                # RESP
-    repl_port = 7101           # gRPC replication
+    repl_port = 7101           # gRPC: replication and the admin service
 """
 
 from __future__ import annotations

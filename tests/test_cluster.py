@@ -160,18 +160,26 @@ def test_xreadgroup_never_skips_a_late_entry(cluster, regions):
     assert ids(r1.xreadgroup("g", "c", {"late": ">"})[0][1]) == [b"115-2"]
 
 
-def test_blocked_reader_wakes_on_a_replicated_entry(cluster, regions):
+@pytest.mark.parametrize("how", ["xread", "xreadgroup"])
+def test_blocked_reader_wakes_on_a_replicated_entry(cluster, regions, how):
     r1, r2, _ = regions
+    key = f"wake-{how}"
+    if how == "xreadgroup":
+        r1.xgroup_create(key, "g", id="$", mkstream=True)
+        cluster.sync_wait()
     got: dict = {}
     reader = cluster.procs[1].client()
 
     def read():
-        got["r"] = reader.xread({"wake": "$"}, block=20000)
+        if how == "xread":
+            got["r"] = reader.xread({key: "$"}, block=20000)
+        else:
+            got["r"] = reader.xreadgroup("g", "c", {key: ">"}, block=20000)
 
     t = threading.Thread(target=read)
     t.start()
     wait_until(lambda: int(r2.info("clients")["blocked_clients"]) == 1, 10, what="reader blocked")
-    new_id = r1.xadd("wake", {"f": "v"})
+    new_id = r1.xadd(key, {"f": "v"})
     t.join(15)
     reader.close()
     assert not t.is_alive() and ids(got["r"][0][1]) == [new_id]
