@@ -144,8 +144,13 @@ class ActiveActive:
             raise ValueError(f"unknown database setting {name!r} (known: crdt_xadd_id_uniqueness_mode)")
         if value not in ID_MODES:
             raise ValueError(f"crdt_xadd_id_uniqueness_mode must be one of: {', '.join(ID_MODES)}")
-        self.mode = self.cluster.id_mode = value
-        self.cluster.save()  # survives a restart
+        before, self.cluster.id_mode = self.cluster.id_mode, value
+        try:
+            self.cluster.save()  # first on disk, so that the setting survives a restart
+        except OSError as e:
+            self.cluster.id_mode = before
+            raise ValueError(f"cannot record the setting in {self.cluster.path}: {e.strerror}") from None
+        self.mode = value
 
     def cluster_toml(self) -> str:
         """The cluster file this region runs with, token left out."""

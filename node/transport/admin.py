@@ -15,6 +15,8 @@ failures into :class:`AdminCallError` with a sentence a person can act on.
 
 from __future__ import annotations
 
+import hmac
+
 import grpc
 
 from proto import admin_pb2 as pb
@@ -35,8 +37,8 @@ class AdminServicer(pb_grpc.AdminServicer):
         pb_grpc.add_AdminServicer_to_server(self, server)
 
     async def _check(self, context) -> None:
-        token = dict(context.invocation_metadata() or ()).get(TOKEN_KEY)
-        if token != self.region.cluster.token:
+        token = dict(context.invocation_metadata() or ()).get(TOKEN_KEY, "")
+        if not hmac.compare_digest(token.encode(), self.region.cluster.token.encode()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
 
     async def Status(self, request, context):  # noqa: N802 (gRPC's names)

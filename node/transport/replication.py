@@ -30,6 +30,7 @@ The hub does not know what an operation means: envelopes carry it as bytes and
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import random
 import time
@@ -197,7 +198,7 @@ class ReplicationHub:
             return f"cluster id {hello.cluster_id!r} is not {self.cluster_id!r}"
         if hello.database != self.database:
             return f"database {hello.database!r} is not {self.database!r}"
-        if hello.token != self.token:
+        if not hmac.compare_digest(hello.token.encode(), self.token.encode()):
             return f"region {hello.region} presented a wrong token"
         if hello.region == self.region:
             return f"region number {hello.region} is this region's own"
