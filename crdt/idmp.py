@@ -77,8 +77,10 @@ class IdmpState:
         """Point a tracked iid at another entry (multi-region conflict rule, crdt/ops.py)."""
         self.producers[pid][iid] = id_
 
-    def expire(self, now_ms: int) -> None:
+    def expire(self, now_ms: int) -> int:
+        """Forget iids whose entries are older than the duration; returns how many."""
         horizon = now_ms - self.duration * 1000
+        dropped = 0
         for pid in list(self.producers):
             m = self.producers[pid]
             while m:
@@ -86,8 +88,10 @@ class IdmpState:
                 if id_[0] >= horizon:
                     break
                 m.popitem(last=False)
+                dropped += 1
             if not m:
                 del self.producers[pid]
+        return dropped
 
     def configure(self, duration: int | None, maxsize: int | None) -> None:
         if duration is not None:

@@ -19,7 +19,7 @@ from crdt.causal import CausalLog, Envelope
 from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
 
 from . import opcodec
-from .cluster_config import ID_MODES, ClusterConfig, RegionSpec
+from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
 from .transport.replication import ReplicationHub
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ class ActiveActive:
         except (ValueError, TypeError, KeyError) as e:  # never apply what cannot be read
             log.error("dropping an undecodable operation %s from region %d: %s", env.dot, env.origin, e)
             return
+        server = self.server
+        if server.oplog is not None and not server.replaying:
+            server.oplog.log_remote(env)
         self.server.db.apply_remote(op)
         self.server.serve_ready_keys()
 
@@ -140,17 +143,23 @@ class ActiveActive:
         if database != self.cluster.database:
             raise ValueError(f"no database named {database!r} (this cluster's database is "
                              f"{self.cluster.database!r})")
-        if name != "crdt_xadd_id_uniqueness_mode":
-            raise ValueError(f"unknown database setting {name!r} (known: crdt_xadd_id_uniqueness_mode)")
-        if value not in ID_MODES:
-            raise ValueError(f"crdt_xadd_id_uniqueness_mode must be one of: {', '.join(ID_MODES)}")
-        before, self.cluster.id_mode = self.cluster.id_mode, value
+        if name not in DB_SETTINGS:
+            raise ValueError(f"unknown database setting {name!r} (known: {', '.join(DB_SETTINGS)})")
+        attr, choices = DB_SETTINGS[name]
+        if value not in choices:
+            raise ValueError(f"{name} must be one of: {', '.join(choices)}")
+        before = getattr(self.cluster, attr)
+        setattr(self.cluster, attr, value)
         try:
             self.cluster.save()  # first on disk, so that the setting survives a restart
         except OSError as e:
-            self.cluster.id_mode = before
+            setattr(self.cluster, attr, before)
             raise ValueError(f"cannot record the setting in {self.cluster.path}: {e.strerror}") from None
-        self.mode = value
+        if name == "crdt_xadd_id_uniqueness_mode":
+            self.mode = value
+        else:
+            self.server.config.set(name, value)
+            self.server.config_changed()
 
     def cluster_toml(self) -> str:
         """The cluster file this region runs with, token left out."""

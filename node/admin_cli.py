@@ -28,7 +28,7 @@ import tomllib
 from rich.console import Console
 from rich.table import Table
 
-from .cluster_config import ClusterConfig, RegionSpec, load
+from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, load
 from .transport.admin import AdminCallError, AdminClient
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
@@ -154,7 +154,7 @@ def cmd_tune(args, cfg: ClusterConfig, path, console: Console) -> int:
                 raise
             unreachable.append(r.name)
     if path is not None:
-        cfg.id_mode = args.value
+        setattr(cfg, DB_SETTINGS[args.setting][0], args.value)
         cfg.save(path)
     if unreachable:
         raise AdminError(f"set on the others, but unreachable: {', '.join(unreachable)} "
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("what", choices=["db"])
     p.add_argument("db")
     p.set_defaults(fn=cmd_info)
-    p = sub.add_parser("tune", help="tune db <db> crdt_xadd_id_uniqueness_mode <mode>")
+    p = sub.add_parser("tune", help="tune db <db> crdt_xadd_id_uniqueness_mode|appendfsync <value>")
     p.add_argument("what", choices=["db"])
     p.add_argument("db")
     p.add_argument("setting")

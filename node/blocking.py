@@ -25,6 +25,7 @@ class Blocked:
     next_wake_ms: Callable[[], int | None] | None = None
     handle: Any = field(default=None)  # the loop timer, set by the server
     wake_handle: Any = field(default=None)
+    argv: list[bytes] | None = None  # the command, set by the server: a served retry is logged as it
 
 
 class BlockingRegistry:

@@ -37,10 +37,19 @@ def cmd_node(args: argparse.Namespace) -> int:
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
+    cfg.set("appendonly", args.appendonly == "yes")
+    fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
+    if fsync:
+        cfg.set("appendfsync", fsync)
     server = Server(cfg, cluster=cluster)
     _event_loop_policy()
+    from .persistence.replay import LoadError
+
     try:
         asyncio.run(run_server(server, args.bind, args.port))
+    except LoadError as e:
+        print(f"braid: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"braid: cannot listen on {args.bind}:{args.port}: {e.strerror}", file=sys.stderr)
         return 1
@@ -57,6 +66,37 @@ def cmd_down(args: argparse.Namespace) -> int:
     return down(args)
 
 
+def cmd_check_log(args: argparse.Namespace) -> int:
+    """Exit 0: clean (or torn tail cut with --fix); 1: torn tail left; 2: corrupt, nothing changed."""
+    from .persistence.aof import CorruptLog, scan, truncate_torn
+
+    if not os.path.isdir(args.dir):
+        print(f"braid check-log: {args.dir}: no such directory", file=sys.stderr)
+        return 2
+    try:
+        result = scan(args.dir, collect=False)
+    except CorruptLog as e:
+        print(f"braid check-log: {e}", file=sys.stderr)
+        print("braid check-log: the damage is not a torn tail; nothing was changed", file=sys.stderr)
+        return 2
+    for seg in result.segments:
+        last = seg.first_record + seg.records - 1
+        span = f"records {seg.first_record}..{last}" if seg.records else "no records"
+        print(f"{os.path.basename(seg.path)}: {span} ({seg.records} records, {seg.size} bytes)")
+    print(f"{len(result.segments)} segments, last record {result.last_record}")
+    if result.torn is None:
+        print("clean")
+        return 0
+    path, offset = result.torn
+    print(f"torn tail: {path} at offset {offset}: {result.torn_reason}")
+    if not args.fix:
+        print("run again with --fix to cut it")
+        return 1
+    cut = truncate_torn(result)
+    print(f"cut {cut} bytes from {path} at offset {offset}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
     parser.add_argument("--log-level", default="INFO")
@@ -69,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requirepass", default="")
     p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")
     p.add_argument("--region", help="this region's name in the cluster file")
+    p.add_argument("--appendonly", choices=["yes", "no"], default="yes",
+                   help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
+    p.add_argument("--appendfsync", choices=["always", "everysec", "no"],
+                   help="when the log reaches the disk (default: the cluster file's, else everysec)")
     p.set_defaults(fn=cmd_node)
 
     p = sub.add_parser("up", help="start a local cluster on loopback")
@@ -81,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("down", help="stop a cluster started with `braid up --detach`")
     p.add_argument("--data-dir", default="./data")
     p.set_defaults(fn=cmd_down)
+
+    p = sub.add_parser("check-log", help="check an operation log directory (and cut a torn tail)")
+    p.add_argument("dir", help="the log directory")
+    p.add_argument("--fix", action="store_true", help="cut a torn tail record")
+    p.set_defaults(fn=cmd_check_log)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -24,6 +24,12 @@ from dataclasses import dataclass, field
 
 
 ID_MODES = ("strict", "semi-strict", "liberal")
+FSYNC_POLICIES = ("always", "everysec", "no")
+# Settings of the database that braid-admin tunes on every region: name -> (attribute below, values)
+DB_SETTINGS = {
+    "crdt_xadd_id_uniqueness_mode": ("id_mode", ID_MODES),
+    "appendfsync": ("appendfsync", FSYNC_POLICIES),
+}
 
 
 @dataclass(slots=True)
@@ -43,6 +49,7 @@ class ClusterConfig:
     stride: int = 16
     regions: list[RegionSpec] = field(default_factory=list)
     id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
+    appendfsync: str = "everysec"  # always | everysec | no, for every region
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
 
     def save(self, path: str | None = None) -> None:
@@ -65,6 +72,8 @@ class ClusterConfig:
     def validate(self) -> None:
         if self.id_mode not in ID_MODES:
             raise ValueError(f"id_mode must be one of {', '.join(ID_MODES)}")
+        if self.appendfsync not in FSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
         numbers = [r.number for r in self.regions]
         if len(set(numbers)) != len(numbers):
             raise ValueError("two regions share a number")
@@ -74,7 +83,8 @@ class ClusterConfig:
 
     def to_toml(self) -> str:
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
-                 f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"', ""]
+                 f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
+                 f'appendfsync = "{self.appendfsync}"', ""]
         for r in self.regions:
             lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
                       f"port = {r.port}", f"repl_port = {r.repl_port}", ""]
@@ -88,6 +98,7 @@ def load(path: str) -> ClusterConfig:
         cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
         token=str(data["token"]), stride=int(data.get("stride", 16)),
         id_mode=str(data.get("id_mode", "strict")),
+        appendfsync=str(data.get("appendfsync", "everysec")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
                             int(r["port"]), int(r["repl_port"])) for r in data.get("regions", [])],
         path=path,

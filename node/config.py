@@ -53,6 +53,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
     Setting("stream-idmp-duration", "int", 100, 1, 86400),
     Setting("stream-idmp-maxsize", "int", 100, 1, 10000),
+    # durability (node/persistence/): the operation log is the append-only file
+    Setting("appendonly", "bool", True, mutable=False),
+    Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
+    Setting("appenddirname", "string", "appendonlydir", mutable=False),
+    Setting("aof-load-truncated", "bool", True),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -11,11 +11,18 @@ Everything runs on one event loop thread, so a command sees and changes the
 keyspace atomically, as in Redis.  After each batch of input the server wakes
 clients blocked on keys that the batch touched.  Shutdown is handled in one
 place (:meth:`Server.stop`).
+
+Durability (node/persistence/): a command runs with the clock pinned (every
+``now_ms()`` in it answers the same), and a command that changed or may have
+changed state is appended to the operation log with that clock, so replaying
+the log rebuilds the state.  Replies leave only when the log allows it
+(``appendfsync always``: after the fsync that covers them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -79,6 +86,10 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._cron: asyncio.Task | None = None
         self.port = int(self.config["port"])
+        self.oplog = None          # node.persistence.oplog.OperationLog, when appendonly is yes
+        self.replaying = False     # loading the log: nothing is logged again
+        self.loading_report = None
+        self._clock: int | None = None
         cmdtable.load_all()
 
     # ------------------------------------------------------------ settings
@@ -92,13 +103,65 @@ class Server:
         max_bulk = int(self.config["proto-max-bulk-len"])
         for c in self.clients.values():
             c.parser.max_bulk_len = max_bulk
+        if self.oplog is not None:
+            self.oplog.policy = self.config["appendfsync"]
 
-    @staticmethod
-    def now_ms() -> int:
-        return int(time.time() * 1000)
+    def now_ms(self) -> int:
+        """The clock commands see: pinned for the length of a command (and of its replay)."""
+        return self._clock if self._clock is not None else int(time.time() * 1000)
+
+    @contextlib.contextmanager
+    def clock_pinned(self, now_ms: int | None = None):
+        """Pin ``now_ms()`` (to the current time by default); nested pins keep the outer one."""
+        if self._clock is not None:
+            yield self._clock
+            return
+        self._clock = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            yield self._clock
+        finally:
+            self._clock = None
+
+    # ------------------------------------------------------------ persistence
+    def open_log(self) -> None:
+        """Load the append-only file (if appendonly is yes), then keep appending to it."""
+        from .persistence.oplog import OperationLog
+        from .persistence.replay import load
+
+        if not self.config["appendonly"]:
+            return
+        directory = os.path.join(self.config["dir"], self.config["appenddirname"])
+        t0 = time.monotonic()
+        report = load(self, directory, bool(self.config["aof-load-truncated"]))
+        self.loading_report = (report, time.monotonic() - t0)
+        if report.records:
+            log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
+        self.oplog = OperationLog(directory, self.config["appendfsync"])
+        self.db.dirty = 0
+        self.stats.reset()
+
+    def _log_command(self, argv: list[bytes], changed: bool, write: bool, reply: Any) -> None:
+        """Append a command that changed state, or is a write that did not fail."""
+        if self.oplog is not None and not self.replaying and (changed or (write and type(reply) is not ReplyError)):
+            self.oplog.log_command(self._clock, argv)
+
+    def log_settings(self, argv: list[bytes]) -> None:
+        """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
+        if self.oplog is not None and not self.replaying:
+            self.oplog.log_command(self.now_ms(), argv)
+
+    def expire_idmp(self, now: int) -> int:
+        """Seed 002's time-based IDMP expiry over every stream; returns how many iids went."""
+        dropped = 0
+        for s in self.db.keys.values():
+            if s.idmp.producers:
+                dropped += s.idmp.expire(now)
+        return dropped
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        if self.oplog is None:
+            self.open_log()
         loop = asyncio.get_running_loop()
         port = self.port if port is None else port
         self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
@@ -133,15 +196,18 @@ class Server:
             c.close()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.oplog is not None:
+            self.oplog.close()
 
     async def _cron_loop(self) -> None:
-        """Once a second: IDMP time-based expiry (seed 002's cron job)."""
+        """Once a second: IDMP time-based expiry (seed 002's cron job), the everysec fsync."""
         while True:
             await asyncio.sleep(1)
-            now = self.now_ms()
-            for s in self.db.keys.values():
-                if s.idmp.producers:
-                    s.idmp.expire(now)
+            with self.clock_pinned() as now:
+                if self.expire_idmp(now) and self.oplog is not None:
+                    self.oplog.log_idmp_expiry(now)
+            if self.oplog is not None:
+                self.oplog.tick()
 
     # ------------------------------------------------------------ dispatch
     def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:
@@ -161,19 +227,25 @@ class Server:
             return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
         if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
             return self._reject(ReplyError("NOAUTH Authentication required."))
+        if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
+            return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
         return self.execute(client, cmd, argv)
 
     def execute(self, client: "ClientConnection", cmd: cmdtable.Command, argv: list[bytes]) -> Any:
         stats = self.stats
         stats.total_commands_processed += 1
         t0 = time.perf_counter_ns()
-        try:
-            reply = cmd.handler(client, argv)  # type: ignore[misc]
-        except ReplyError as e:
-            reply = e
-        except Exception as e:  # a bug must not take the region down
-            log.exception("command %s failed", cmd.fullname)
-            reply = ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
+        dirty = self.db.dirty
+        with self.clock_pinned():
+            try:
+                reply = cmd.handler(client, argv)  # type: ignore[misc]
+            except ReplyError as e:
+                reply = e
+            except Exception as e:  # a bug must not take the region down
+                log.exception("command %s failed", cmd.fullname)
+                reply = ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
+            if cmd.name != "exec":  # EXEC's commands are logged one by one
+                self._log_command(argv, self.db.dirty != dirty, cmd.is_write, reply)
         rec = stats.command_calls.get(cmd.fullname)
         if rec is None:
             rec = stats.command_calls[cmd.fullname] = [0, 0, 0, 0]
@@ -236,7 +308,12 @@ class Server:
             self._unblock(client, blocked.timeout_reply)
 
     def _retry(self, client: "ClientConnection", blocked: Blocked) -> None:
-        reply = blocked.retry()
+        dirty = self.db.dirty
+        with self.clock_pinned():
+            reply = blocked.retry()
+            if blocked.argv is not None:  # a retry of XREADGROUP touches its consumer even unserved
+                cmd = cmdtable.lookup(blocked.argv)
+                self._log_command(blocked.argv, self.db.dirty != dirty, cmd is not None and cmd.is_write, reply)
         if reply is not None:
             self._unblock(client, reply)
 
@@ -298,6 +375,8 @@ class ClientConnection(asyncio.Protocol):
         self.laddr = "?:0"
         self.out = bytearray()
         self.in_exec = False
+        self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
+        self.waiting_fsync = False  # appendfsync always: an fsync will call flush() again
 
     # ------------------------------------------------------------ session
     @property
@@ -365,6 +444,7 @@ class ClientConnection(asyncio.Protocol):
             self.last_command = argv[0]
             reply = server.call(self, argv)
             if type(reply) is Blocked:
+                reply.argv = argv
                 server.park(self, reply)
                 break
             encode(out, reply, self.resp3)
@@ -375,7 +455,7 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     server.db.ready.clear()
         self.flush()
-        if self.closing and self.transport is not None:
+        if self.closing and self.transport is not None and not self.waiting_fsync:
             self.transport.close()
 
     def resume(self) -> None:
@@ -388,6 +468,35 @@ class ClientConnection(asyncio.Protocol):
         self.flush()
 
     def flush(self) -> None:
+        """Send the replies produced so far, once the operation log allows it."""
+        if not self.out or self.transport is None:
+            return
+        oplog = self.server.oplog
+        if oplog is not None:
+            oplog.write_out()
+            self.reply_needs = oplog.last_record  # the replies may depend on any record so far
+            if not oplog.durable(self.reply_needs):
+                self._wait_fsync()
+                return
+        self._send_out()
+
+    def _wait_fsync(self) -> None:
+        if not self.waiting_fsync:
+            self.waiting_fsync = True
+            self.server.oplog.after_sync(self.reply_needs, self._fsynced)
+
+    def _fsynced(self) -> None:
+        """The fsync this client waited for is done (replies added meanwhile may need the next)."""
+        self.waiting_fsync = False
+        oplog = self.server.oplog
+        if oplog is not None and not oplog.durable(self.reply_needs):
+            self._wait_fsync()
+            return
+        self._send_out()
+        if self.closing and self.transport is not None:
+            self.transport.close()
+
+    def _send_out(self) -> None:
         if self.out and self.transport is not None:
             self.server.stats.net_output_bytes += len(self.out)
             self.transport.write(bytes(self.out))
@@ -396,7 +505,7 @@ class ClientConnection(asyncio.Protocol):
     def close(self) -> None:
         self.closing = True
         self.flush()
-        if self.transport is not None:
+        if self.transport is not None and not self.waiting_fsync:
             self.transport.close()
 
 

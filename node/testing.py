@@ -116,20 +116,28 @@ class BraidProcess(_ServerProcess):
     name = "braid"
 
     def __init__(self, port: int | None = None, data_dir: str | None = None,
-                 cluster_file: str | None = None, region: str | None = None) -> None:
+                 cluster_file: str | None = None, region: str | None = None,
+                 extra_args: list[str] = ()) -> None:
         super().__init__(port, data_dir)
         self.cluster_file, self.region = cluster_file, region
+        self.extra_args = list(extra_args)  # e.g. ["--appendfsync", "always"]
 
     def argv(self) -> list[str]:
         extra = ["--config", self.cluster_file, "--region", self.region] if self.cluster_file else []
         return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
-                "--port", str(self.port), "--data-dir", self.data_dir, *extra]
+                "--port", str(self.port), "--data-dir", self.data_dir, *extra, *self.extra_args]
+
+    def restart(self) -> "BraidProcess":
+        """Start again on the same port and data directory (after kill() or stop())."""
+        if getattr(self, "_log", None):
+            self._log.close()
+        return self.start()
 
 
 class LocalCluster:
     """N regions of an Active-Active database as real processes on loopback."""
 
-    def __init__(self, regions: int = 3) -> None:
+    def __init__(self, regions: int = 3, extra_args: list[str] = ()) -> None:
         from .cluster_config import RegionSpec, local_cluster
 
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
@@ -139,7 +147,7 @@ class LocalCluster:
         self.file = os.path.join(self.dir, "cluster.toml")
         with open(self.file, "w") as f:
             f.write(self.config.to_toml())
-        self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name)
+        self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, extra_args)
                       for r in self.config.regions]
 
     def start(self) -> "LocalCluster":
@@ -197,8 +205,14 @@ class InProcessServer:
     """A region on an asyncio loop in a background thread (port 0 = any free port)."""
 
     def __init__(self, config=None) -> None:
+        from .config import Config
         from .server import Server
 
+        config = config or Config()
+        self._own_dir = None
+        if config["dir"] == ".":  # never write an append-only file into the caller's directory
+            self._own_dir = tempfile.mkdtemp(prefix="braid-inproc-")
+            config.set("dir", self._own_dir)
         self.server = Server(config)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -227,6 +241,8 @@ class InProcessServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+        if self._own_dir is not None:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
 
     def __enter__(self):
         return self.start()

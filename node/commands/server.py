@@ -84,17 +84,35 @@ def _section_memory(srv) -> list[str]:
 
 
 def _section_persistence(srv) -> list[str]:
-    return [
+    oplog = srv.oplog
+    lines = [
         "loading:0",
         "async_loading:0",
         f"rdb_changes_since_last_save:{srv.db.dirty}",
         "rdb_bgsave_in_progress:0",
         f"rdb_last_save_time:{srv.last_save}",
         "rdb_last_bgsave_status:ok",
-        "aof_enabled:0",
+        f"aof_enabled:{int(oplog is not None)}",
         "aof_rewrite_in_progress:0",
-        "aof_last_write_status:ok",
+        "aof_rewrite_scheduled:0",
+        f"aof_last_write_status:{'ok' if oplog is None or oplog.error is None else 'err'}",
     ]
+    if oplog is not None:
+        lines += [
+            f"aof_current_size:{oplog.size}",
+            f"aof_fsync_policy:{oplog.policy}",
+            f"aof_pending_fsync:{int(oplog.synced < oplog.last_record)}",
+            f"aof_fsyncs:{oplog.fsyncs}",
+            f"aof_last_fsync_time:{oplog.last_fsync_ms // 1000}",
+            f"aof_records:{oplog.last_record}",
+        ]
+        if oplog.error is not None:
+            lines.append(f"aof_last_write_error:{oplog.error}")
+    if srv.loading_report is not None:
+        report, seconds = srv.loading_report
+        lines += [f"aof_loaded_records:{report.records}", f"aof_load_truncated_bytes:{report.truncated_bytes}",
+                  f"aof_load_time_ms:{seconds * 1000:.0f}"]
+    return lines
 
 
 def _section_stats(srv) -> list[str]:
@@ -229,7 +247,16 @@ def config_set(client, argv: list[bytes]):
     for name, value in staged.items():
         cfg.set(name, value)
     client.server.config_changed()
+    if LAYOUT_SETTINGS.intersection(staged):
+        client.server.log_settings(argv)
     return "OK"
+
+
+# Settings that decide how streams are laid out (blocks, IDMP maps), so what
+# MAXLEN ~ trims: the operation log records changes to them, so that a replay
+# lays streams out as they were (and puts the settings back afterwards).
+LAYOUT_SETTINGS = frozenset({"stream-node-max-entries", "stream-node-max-bytes",
+                             "stream-idmp-duration", "stream-idmp-maxsize"})
 
 
 @subcommand("config", "resetstat", 2, "admin noscript loading stale", since="2.0.0",

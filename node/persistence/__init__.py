@@ -1,0 +1,1 @@
+"""On-disk persistence of a region: the operation log's file format (``aof.py``)."""

@@ -1,0 +1,527 @@
+"""The operation log's on-disk format: Braid's append-only file (DESIGN.md, "Durability").
+
+Theory of operation
+-------------------
+The operation log is both the replication feed and the append-only file.  On disk
+it is a directory of *segments*, each a file of back-to-back records::
+
+    log/
+      00000000000000000001.aof     records 1 .. 41236
+      00000000000000041237.aof     records 41237 .. 80001
+      00000000000000080002.aof     records 80002 ..        (being appended to)
+
+Records are numbered from 1 over the log's whole life.  A segment is named after
+the number of its first record, zero-padded to 20 digits (any u64 fits), so
+sorting the names sorts the log, and a segment's record numbers follow from its
+name and its position in the file: no index is stored anywhere.  A new segment
+starts when the current one would grow past ``segment_size`` (64 MiB by
+default); whole segments are the unit of compaction
+(:meth:`AppendLog.drop_segments_before`).
+
+One record::
+
+    +----------------+----------------------------------+--------+-----------------+
+    | payload length | checksum                         |  kind  | payload         |
+    | u32 LE         | u64 LE xxh3_64(kind + payload)   |  u8    | <length> bytes  |
+    +----------------+----------------------------------+--------+-----------------+
+    0                4                                  12       13         13 + length
+
+    kind 1  OP_REPLICATED   an operation of crdt/ops.py, sent to the other regions
+    kind 2  OP_LOCAL        a region-local change (consumers, the PEL): not replicated
+    any other kind is corruption.
+
+The checksum covers the kind byte and the payload, which lie next to each other,
+so it is computed over one contiguous slice.  The length is not covered; instead
+it is capped at :data:`MAX_PAYLOAD` (512 MiB, Redis's largest string), so a
+damaged length never makes a reader allocate or wait for gigabytes.
+
+:class:`RecordReader` is sans-IO (as ``node/resp/parser.py``): bytes go in with
+``feed``, records come out of ``next_record``, so tests feed it one byte at a
+time.  :class:`AppendLog` writes with blocking file I/O; the server decides when
+to ``flush`` and ``fsync`` (``appendfsync always | everysec | no``).
+
+Damage, and what is cut
+-----------------------
+A crash while appending leaves a *torn tail*: the last segment ends inside a
+record, or its last record's bytes did not all reach the disk (its checksum
+fails).  A record torn by a crash was never fully written, so never acknowledged
+under ``appendfsync always``; :func:`scan` reports it as ``ScanResult.torn`` and
+:func:`truncate_torn` cuts it, as Redis's ``aof-load-truncated`` does.  Anything
+else is *corruption* and raises :class:`CorruptLog` naming the file and byte
+offset; nothing is cut, because valid, acknowledged records would be lost:
+
+* a bad record followed by a valid one.  In the last segment the rest of the
+  file is searched for one, because a damaged *length* field can make a record
+  in the middle look like an incomplete one at the end.  The search is bounded;
+  past the bound (a torn record of hundreds of MB of random bytes) the damage
+  counts as corruption.  Bytes after a bad record that hold no valid record
+  (a crash can leave a zero-filled tail) are part of the torn tail;
+* a bad or short record in a segment that is not the last: the writer fsyncs a
+  segment before it starts the next, so a crash cannot tear an earlier segment;
+* a record whose checksum holds but whose kind is unknown (a newer Braid wrote
+  it, or the bytes were deliberately changed: never cut);
+* a gap in record numbers between segments.
+
+:meth:`AppendLog.open` scans the log and refuses (:class:`TornTail`) to append
+after an unhandled torn tail, so nothing is ever written after garbage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+
+from xxhash import xxh3_64_intdigest
+
+OP_REPLICATED = 1
+OP_LOCAL = 2
+KINDS = frozenset({OP_REPLICATED, OP_LOCAL})
+_KINDS_OR_ZERO = KINDS | {0}
+
+MAX_PAYLOAD = 512 * 1024 * 1024
+DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
+
+_PREFIX = struct.Struct("<IQ")  # payload length, checksum
+HEADER_SIZE = _PREFIX.size + 1  # + the kind byte: 13
+_KIND_AT = _PREFIX.size  # the kind byte's offset in a record; the checksummed bytes start there
+
+SEGMENT_SUFFIX = ".aof"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.aof$")
+_READ_CHUNK = 1024 * 1024
+# Looking for a valid record after damage (_record_follows) is bounded: bytes that
+# look like headers could make it quadratic.  Past the bounds the damage counts as
+# corruption: refusing to start can be undone, cutting valid records cannot.
+_SEARCH_MAX_CANDIDATES = 2_000_000  # ~3 s of Python at worst
+_SEARCH_HASH_BUDGET = 8 * 1024 * 1024 * 1024  # bytes hashed; xxh3 does ~10 GB/s
+
+
+def segment_name(first_record: int) -> str:
+    return f"{first_record:020d}{SEGMENT_SUFFIX}"
+
+
+def encode_record(kind: int, payload: bytes) -> bytes:
+    """One record's bytes: header, kind, payload (layout in the module docstring)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown record kind {kind}")
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    record = bytearray(_PREFIX.size)
+    record.append(kind)
+    record += payload
+    with memoryview(record) as view:
+        checksum = xxh3_64_intdigest(view[_KIND_AT:])
+    _PREFIX.pack_into(record, 0, len(payload), checksum)
+    return bytes(record)
+
+
+# ------------------------------------------------------------------- reading
+class RecordError(ValueError):
+    """A record that cannot be decoded, at byte ``offset`` of the bytes fed.
+
+    ``may_be_torn`` is False when the record is intact but not ours (unknown
+    kind): such a record is never cut as a torn tail.
+    """
+
+    def __init__(self, offset: int, reason: str, may_be_torn: bool = True) -> None:
+        super().__init__(f"at offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+        self.may_be_torn = may_be_torn
+
+
+class RecordReader:
+    """Sans-IO record decoder: ``feed(bytes)``, then ``next_record()`` until None.
+
+    ``offset`` is where the next record starts (bytes consumed), ``last_offset``
+    where the record last returned started, ``pending`` how many bytes of an
+    incomplete record are buffered.  After a :class:`RecordError` the reader
+    raises the same error again: nothing after damage is decoded.
+    """
+
+    __slots__ = ("max_payload", "last_offset", "_buf", "_pos", "_base", "_error")
+
+    def __init__(self, max_payload: int = MAX_PAYLOAD) -> None:
+        self.max_payload = max_payload
+        self.last_offset: int | None = None
+        self._buf = bytearray()
+        self._pos = 0  # start of the next record in _buf
+        self._base = 0  # offset of _buf[0] in the stream
+        self._error: RecordError | None = None
+
+    @property
+    def offset(self) -> int:
+        return self._base + self._pos
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes) -> None:
+        # Drop consumed bytes once they are half the buffer: amortised linear even
+        # when a large record arrives one byte at a time.
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._base += self._pos
+            self._pos = 0
+        self._buf += data
+
+    def next_record(self) -> tuple[int, bytes] | None:
+        if self._error is not None:
+            raise self._error
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < HEADER_SIZE:
+            return None
+        length, checksum = _PREFIX.unpack_from(buf, pos)
+        if length > self.max_payload:
+            self._fail(f"record length {length} exceeds the maximum {self.max_payload}")
+        end = pos + HEADER_SIZE + length
+        if len(buf) < end:
+            return None
+        with memoryview(buf) as view:
+            actual = xxh3_64_intdigest(view[pos + _KIND_AT : end])
+        if actual != checksum:
+            self._fail("checksum mismatch")
+        kind = buf[pos + _KIND_AT]
+        if kind not in KINDS:
+            self._fail(f"unknown record kind {kind}", may_be_torn=False)
+        self.last_offset = self.offset
+        self._pos = end
+        return kind, bytes(buf[pos + HEADER_SIZE : end])
+
+    def _fail(self, reason: str, may_be_torn: bool = True) -> None:
+        self._error = RecordError(self.offset, reason, may_be_torn)
+        raise self._error
+
+
+# ------------------------------------------------------------------- damage
+class CorruptLog(Exception):
+    """Damage that must not be cut: the message names the file and byte offset."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record in {path} at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class TornTail(CorruptLog):
+    """AppendLog.open found a torn tail that nobody cut (see :func:`truncate_torn`)."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        Exception.__init__(
+            self,
+            f"torn record at the end of {path} at offset {offset}: {reason}; "
+            f"cut it with `braid check-log {os.path.dirname(path)} --fix`",
+        )
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+def _record_follows(data: bytes) -> str | None:
+    """Whether a valid record starts somewhere in ``data[1:]``, described; else None.
+
+    ``data`` runs from a damaged record to the end of the file.  Candidates are
+    found by their kind byte (``bytes.find``, C speed) and must fit in ``data``.
+    Only those that end where a record can end are hashed, which keeps random
+    bytes (a large torn payload) from costing a hash of megabytes per candidate.
+    """
+    candidates = hashed = 0
+    with memoryview(data) as view:
+        for kind in sorted(KINDS):
+            at = data.find(kind, 1 + _KIND_AT)
+            while at != -1:
+                candidates += 1
+                if candidates > _SEARCH_MAX_CANDIDATES or hashed > _SEARCH_HASH_BUDGET:
+                    return "too much data after it to rule out valid records"
+                start = at - _KIND_AT
+                length, checksum = _PREFIX.unpack_from(data, start)
+                end = start + HEADER_SIZE + length
+                if length <= MAX_PAYLOAD and _can_end_record(data, end):
+                    hashed += length
+                    if xxh3_64_intdigest(view[at:end]) == checksum:
+                        return f"a valid record follows at {start} bytes after it"
+                at = data.find(kind, at + 1)
+    return None
+
+
+def _can_end_record(data: bytes, end: int) -> bool:
+    """Whether a record may end at ``end``: what follows is the end of the file, a
+    partial header, or a header whose kind byte is known or zero (a crash can
+    leave a zero-filled tail)."""
+    if end > len(data):
+        return False
+    return len(data) - end < HEADER_SIZE or data[end + _KIND_AT] in _KINDS_OR_ZERO
+
+
+def _classify(path: str, offset: int, reason: str, is_last: bool, may_be_torn: bool) -> tuple[str, int, str]:
+    """Damage at ``offset``: a torn tail ``(path, offset, reason)``, or raise CorruptLog."""
+    if not is_last:
+        raise CorruptLog(path, offset, f"{reason} (in a segment that is not the last)")
+    if not may_be_torn:
+        raise CorruptLog(path, offset, reason)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        rest = f.read()
+    follows = _record_follows(rest)
+    if follows is not None:
+        raise CorruptLog(path, offset, f"{reason}; {follows}")
+    return path, offset, reason
+
+
+# ------------------------------------------------------------------- scanning
+@dataclass(frozen=True)
+class SegmentInfo:
+    path: str
+    first_record: int
+    records: int  # valid records (a torn tail is not counted)
+    size: int  # the file's size in bytes when scanned, torn bytes included
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    directory: str
+    segments: list[SegmentInfo]
+    records: list[tuple[int, int, bytes]] = field(default_factory=list)  # (number, kind, payload)
+    torn: tuple[str, int] | None = None  # (path, offset) of a torn tail
+    torn_reason: str = ""
+
+    @property
+    def last_record(self) -> int:
+        """The number of the last valid record; 0 for an empty log."""
+        if not self.segments:
+            return 0
+        last = self.segments[-1]
+        return last.first_record + last.records - 1
+
+
+def list_segments(directory: str) -> list[tuple[int, str]]:
+    """``(first record number, path)`` of each segment file, in log order."""
+    found = []
+    for name in os.listdir(directory):
+        match = _SEGMENT_NAME.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def scan(directory: str, *, collect: bool = True) -> ScanResult:
+    """Read every segment in order; ``collect=False`` checks without keeping payloads.
+
+    Raises :class:`CorruptLog` for damage that is not a torn tail.
+    """
+    segments = list_segments(directory)
+    infos: list[SegmentInfo] = []
+    records: list[tuple[int, int, bytes]] = []
+    torn = None
+    expected = max(segments[0][0], 1) if segments else 1  # records count from 1
+    for index, (first, path) in enumerate(segments):
+        if first != expected:
+            raise CorruptLog(path, 0, f"record-number gap: the segment should start at record {expected}")
+        is_last = index == len(segments) - 1
+        count, torn = _scan_segment(path, first, is_last, records if collect else None)
+        infos.append(SegmentInfo(path, first, count, os.path.getsize(path)))
+        expected = first + count
+    return ScanResult(
+        os.path.abspath(directory), infos, records,
+        torn=torn[:2] if torn else None, torn_reason=torn[2] if torn else "",
+    )
+
+
+def _scan_segment(path: str, first: int, is_last: bool, records: list | None) -> tuple[int, tuple | None]:
+    """(valid record count, torn tail or None) of one segment; appends to ``records``."""
+    reader = RecordReader()
+    count = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ_CHUNK):
+            reader.feed(chunk)
+            try:
+                while (record := reader.next_record()) is not None:
+                    if records is not None:
+                        records.append((first + count, *record))
+                    count += 1
+            except RecordError as e:
+                return count, _classify(path, e.offset, e.reason, is_last, e.may_be_torn)
+    if reader.pending:
+        reason = f"incomplete record ({reader.pending} bytes at the end of the file)"
+        return count, _classify(path, reader.offset, reason, is_last, True)
+    return count, None
+
+
+def truncate_torn(result: ScanResult) -> int:
+    """Cut the torn tail ``result`` found (and fsync); returns how many bytes were cut."""
+    if result.torn is None:
+        return 0
+    path, offset = result.torn
+    scanned = result.segments[-1]
+    if scanned.path != path or os.path.getsize(path) != scanned.size:
+        raise ValueError(f"{path} changed since it was scanned; scan it again")
+    with open(path, "r+b") as f:
+        f.truncate(offset)
+        f.flush()
+        os.fsync(f.fileno())
+    return scanned.size - offset
+
+
+# ------------------------------------------------------------------- writing
+def _fsync_directory(directory: str) -> None:
+    """Make file creations and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentWriter:
+    """One segment file being appended to (buffered: ``flush`` hands bytes to the OS)."""
+
+    def __init__(self, path: str, first_record: int, records: int, size: int, *, create: bool) -> None:
+        # "xb" never clobbers an existing segment; "ab" continues after its last valid record.
+        self.file = open(path, "xb" if create else "ab")
+        self.path = path
+        self.first_record = first_record
+        self.records = records
+        self.size = size
+
+    def write(self, record: bytes) -> None:
+        self.file.write(record)
+        self.records += 1
+        self.size += len(record)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def fsync(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class AppendLog:
+    """A log directory opened for appending: ``AppendLog.open(dir)``."""
+
+    def __init__(self, directory: str, segment: SegmentWriter, segment_size: int, *, new_file: bool) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self._segment: SegmentWriter | None = segment
+        self._last_record = segment.first_record + segment.records - 1
+        self._directory_dirty = new_file  # a segment file was created since the last fsync
+
+    @classmethod
+    def open(cls, directory: str, *, segment_size: int = DEFAULT_SEGMENT_SIZE) -> AppendLog:
+        """Open (creating the directory if needed) to append after the last valid record.
+
+        Raises :class:`TornTail` if the log ends with a torn record nobody cut, and
+        :class:`CorruptLog` if it is damaged elsewhere.
+        """
+        directory = os.path.abspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        result = scan(directory, collect=False)
+        if result.torn is not None:
+            raise TornTail(*result.torn, result.torn_reason)
+        if not result.segments:
+            segment = SegmentWriter(os.path.join(directory, segment_name(1)), 1, 0, 0, create=True)
+            return cls(directory, segment, segment_size, new_file=True)
+        last = result.segments[-1]
+        segment = SegmentWriter(last.path, last.first_record, last.records, last.size, create=False)
+        return cls(directory, segment, segment_size, new_file=False)
+
+    @property
+    def last_record(self) -> int:
+        """The number of the last record appended (0 if none ever was)."""
+        return self._last_record
+
+    def append(self, kind: int, payload: bytes) -> int:
+        """Buffer one record; returns its record number."""
+        record = encode_record(kind, payload)
+        segment = self._current()
+        if segment.size and segment.size + len(record) > self.segment_size:
+            self.roll()
+            segment = self._current()
+        segment.write(record)
+        self._last_record += 1
+        return self._last_record
+
+    def flush(self) -> None:
+        self._current().flush()
+
+    def fileno(self) -> int:
+        """The current segment's file descriptor (to fsync it from another thread)."""
+        return self._current().file.fileno()
+
+    def take_directory_dirty(self) -> bool:
+        """Whether a segment file was created since the directory was last fsynced; clears it."""
+        dirty, self._directory_dirty = self._directory_dirty, False
+        return dirty
+
+    def mark_directory_dirty(self) -> None:
+        self._directory_dirty = True
+
+    def fsync(self) -> None:
+        """Flush, fsync the current segment, and the directory if a segment was created."""
+        self._current().fsync()
+        if self._directory_dirty:
+            _fsync_directory(self.directory)
+            self._directory_dirty = False
+
+    def roll(self) -> None:
+        """Start a new segment (nothing to do while the current one is empty).
+
+        The finished segment is fsynced first: otherwise a crash could keep the
+        new segment and lose the old one's tail, which :func:`scan` rightly
+        calls corruption.
+        """
+        old = self._current()
+        if old.records == 0:
+            return
+        old.fsync()
+        old.close()
+        self._segment = None
+        first = self._last_record + 1
+        path = os.path.join(self.directory, segment_name(first))
+        self._segment = SegmentWriter(path, first, 0, 0, create=True)
+        self._directory_dirty = True
+
+    def segments(self) -> list[str]:
+        """Paths of the segment files, in log order."""
+        return [path for _, path in list_segments(self.directory)]
+
+    def drop_segments_before(self, record_number: int) -> list[str]:
+        """Delete the segments whose records all precede ``record_number``; returns their paths.
+
+        The current segment is never deleted.  Oldest first, with a directory fsync
+        after each, so a crash leaves a suffix of the log and never a gap.
+        """
+        segments = list_segments(self.directory)
+        dropped = []
+        for (_, path), (next_first, _) in zip(segments, segments[1:]):
+            if next_first > record_number:
+                break
+            os.remove(path)
+            _fsync_directory(self.directory)
+            dropped.append(path)
+        return dropped
+
+    def close(self) -> None:
+        """Flush and fsync (as Redis does at shutdown), then close."""
+        if self._segment is None:
+            return
+        self.fsync()
+        self._segment.close()
+        self._segment = None
+
+    def _current(self) -> SegmentWriter:
+        if self._segment is None:
+            raise ValueError("the append log is closed")
+        return self._segment
+
+    def __enter__(self) -> AppendLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,220 @@
+"""A region's operation log: what is logged, when it is on disk, and replay.
+
+Theory of operation
+-------------------
+Every change to a region's state becomes one record of the append-only file
+(format in :mod:`node.persistence.aof`), in the order the event loop made it:
+
+* ``OP_LOCAL`` ``[b"c", now_ms, argv]``: a command this region executed that
+  changed, or may have changed, its state.  Commands are deterministic
+  functions of (state, argv, clock) - the server pins the clock for the length
+  of a command - so running them again in the same order rebuilds the state
+  exactly: entries and groups, and what stays in this region (consumers, the
+  PEL, XGROUP SETID, XSETID).  The operations such a command sends to other
+  regions are not logged separately: the replay issues them again, and since
+  the causal log is rebuilt in the same order they get the same dots.
+* ``OP_LOCAL`` ``[b"x", now_ms]``: the server's once-a-second IDMP expiry, a
+  change no command makes.
+* ``OP_REPLICATED`` ``[b"r", origin, n, deps, op]``: an operation of another
+  region, logged when it is applied (so in causal order); replay hands it to
+  the causal log and applies it as the replication link did.
+
+So the in-memory causal log - the replication feed - is exactly what replaying
+the file rebuilds, and the file is its durable form.
+
+When a record reaches the disk is ``appendfsync``, as in Redis:
+
+* ``always``: a reply leaves only after the records it may depend on are
+  fsynced.  Clients share fsyncs (group commit): one fsync runs at a time, in
+  a worker thread, covering every record written before it started; replies
+  waiting for records after that wait for the next one, which starts as soon
+  as the first ends.  A client waits only for records that existed when its
+  replies were produced, so a busy neighbour cannot starve it.
+* ``everysec``: records are written to the OS before any reply (a crash of the
+  process loses nothing); an fsync runs once a second (a crash of the machine
+  loses about a second).
+* ``no``: records are written to the OS before any reply; the OS decides when
+  they reach the disk.
+
+A failed write or fsync stops the region accepting writes (``MISCONF``) until
+the cron manages to write and fsync again; replies held for ``always`` stay
+held, since what they acknowledge is not on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from crdt.causal import Envelope
+
+from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
+
+log = logging.getLogger("braid.persistence")
+
+POLICIES = ("always", "everysec", "no")
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+# ------------------------------------------------------------------ records
+def command_record(now_ms: int, argv: list[bytes]) -> bytes:
+    return _encode([b"c", now_ms, argv])
+
+
+def idmp_expiry_record(now_ms: int) -> bytes:
+    return _encode([b"x", now_ms])
+
+
+def remote_record(env: Envelope) -> bytes:
+    return _encode([b"r", env.origin, env.n, [list(d) for d in env.deps], env.op])
+
+
+def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None]:
+    """``(tag, now_ms, argv or None)`` of an OP_LOCAL record (ValueError if malformed)."""
+    rec = _decode(payload)
+    if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in (b"c", b"x") or type(rec[1]) is not int:
+        raise ValueError("malformed local record")
+    if rec[0] == b"c":
+        if len(rec) != 3 or not rec[2] or not all(type(a) is bytes for a in rec[2]):
+            raise ValueError("malformed command record")
+        return b"c", rec[1], rec[2]
+    return b"x", rec[1], None
+
+
+def decode_remote(payload: bytes) -> Envelope:
+    rec = _decode(payload)
+    if not isinstance(rec, list) or len(rec) != 5 or rec[0] != b"r" or type(rec[4]) is not bytes:
+        raise ValueError("malformed replicated record")
+    return Envelope(int(rec[1]), int(rec[2]), tuple((int(o), int(n)) for o, n in rec[3]), rec[4])
+
+
+# ------------------------------------------------------------------ the log
+class OperationLog:
+    """The open log of a running region, with its fsync policy and group commit."""
+
+    def __init__(self, directory: str, policy: str, segment_size: int | None = None) -> None:
+        kw = {} if segment_size is None else {"segment_size": segment_size}
+        self.file = AppendLog.open(directory, **kw)
+        self.directory = directory
+        self.policy = policy
+        self.written = self.file.last_record   # handed to the OS
+        self.synced = self.file.last_record    # on disk
+        self.error: str | None = None          # last write/fsync failure, until one succeeds
+        self.fsyncs = 0
+        self.last_fsync_ms = 0
+        self._waiters: list[tuple[int, Callable[[], None]]] = []
+        self._syncing = False
+
+    # ------------------------------------------------------------ appending
+    def log_command(self, now_ms: int, argv: list[bytes]) -> None:
+        self.file.append(OP_LOCAL, command_record(now_ms, argv))
+
+    def log_idmp_expiry(self, now_ms: int) -> None:
+        self.file.append(OP_LOCAL, idmp_expiry_record(now_ms))
+
+    def log_remote(self, env: Envelope) -> None:
+        self.file.append(OP_REPLICATED, remote_record(env))
+
+    @property
+    def last_record(self) -> int:
+        return self.file.last_record
+
+    @property
+    def size(self) -> int:
+        return sum(os.path.getsize(p) for p in self.file.segments())
+
+    # ------------------------------------------------------------ reaching the OS and the disk
+    def write_out(self) -> bool:
+        """Hand buffered records to the OS (before any reply); False if that failed."""
+        if self.written == self.file.last_record:
+            return self.error is None
+        try:
+            self.file.flush()
+        except OSError as e:
+            self._failed("write", e)
+            return False
+        self.written = self.file.last_record
+        return True
+
+    def durable(self, record: int) -> bool:
+        """May a reply that depends on records up to ``record`` leave now?"""
+        return self.policy != "always" or self.synced >= record
+
+    def after_sync(self, record: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once records up to ``record`` are on disk (``always``)."""
+        self._waiters.append((record, callback))
+        self._start_fsync()
+
+    def _start_fsync(self) -> None:
+        if self._syncing or self.error is not None or not self.write_out():
+            return
+        self._syncing = True
+        target = self.written
+        fd = os.dup(self.file.fileno())  # the segment may be rolled while the thread works
+        directory_dirty = self.file.take_directory_dirty()
+        task = asyncio.get_running_loop().run_in_executor(None, _fsync, fd, self.directory if directory_dirty else None)
+        task.add_done_callback(lambda fut: self._fsynced(fut, target, directory_dirty))
+
+    def _fsynced(self, fut: asyncio.Future, target: int, directory_dirty: bool) -> None:
+        self._syncing = False
+        err = fut.exception()
+        if err is not None:
+            if directory_dirty:
+                self.file.mark_directory_dirty()
+            self._failed("fsync", err)
+            return
+        self.error = None
+        self.fsyncs += 1
+        self.last_fsync_ms = int(time.time() * 1000)
+        if target > self.synced:
+            self.synced = target
+        ready = [cb for rec, cb in self._waiters if rec <= self.synced]
+        self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
+        for cb in ready:
+            cb()
+        if self._waiters:
+            self._start_fsync()  # what was written while this fsync ran: the next group
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        reason = getattr(e, "strerror", None) or str(e)
+        if self.error is None:
+            log.error("cannot %s the append-only file in %s: %s", what, self.directory, reason)
+        self.error = f"{what} failed: {reason}"
+
+    def tick(self) -> None:
+        """Once a second: the ``everysec`` fsync, and retrying after a failure."""
+        if self.error is not None:
+            self.error = None  # try again; a new failure sets it back
+            if not self.write_out():
+                return
+        if self.policy == "everysec" and self.synced < self.file.last_record:
+            self._start_fsync()
+        elif self.policy == "always" and self._waiters:
+            self._start_fsync()
+
+    def close(self) -> None:
+        """Flush and fsync everything (a clean shutdown loses nothing, whatever the policy)."""
+        try:
+            self.file.close()
+        except OSError as e:
+            self._failed("fsync", e)
+
+
+def _fsync(fd: int, directory: str | None) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if directory is not None:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -1,0 +1,310 @@
+"""The operation log as the append-only file: replay, fsync policies, damage, crashes.
+
+- Replay is exact: random command sequences (the differential suite's, plus
+  IDMP, ``*`` IDs and layout settings) leave the same state after a restart,
+  compared through XINFO STREAM FULL, which shows entries, counters, groups,
+  every pending entry with its delivery time and count, and every consumer.
+- Changes no command makes are logged too: a blocked XREADGROUP served later,
+  the cron's IDMP expiry.
+- A torn last record is cut at every byte it can be torn at; damage in the
+  middle stops the region with the file and offset in the message.
+- Real processes killed with SIGKILL under concurrent writes: with
+  ``appendfsync always`` (and ``everysec``, since records reach the OS before
+  any reply) every acknowledged write is there after the restart.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from node.config import Config
+from node.persistence.aof import scan
+from node.testing import BraidProcess, InProcessServer, wait_until
+from tests.differential import RawClient
+from tests.test_differential_hypothesis import KEYS, PRELUDE, commands
+
+
+def dump(c: redis.Redis) -> list:
+    """Everything a client can see of the keyspace, with absolute times."""
+    out = [sorted(c.keys("*"))]
+    for key in sorted(c.keys("*")):
+        out.append(c.execute_command("XINFO", "STREAM", key, "FULL", "COUNT", "0"))
+    return out
+
+
+def run(directory: str, script: list[list[str]], **config) -> list:
+    with InProcessServer(Config(dir=directory, **config)) as srv:
+        raw = RawClient(srv.port)  # replies as they are: errors are part of the script
+        for argv in script:
+            raw.call(*argv)
+        raw.close()
+        c = srv.client()
+        state = dump(c)
+        c.close()
+    return state
+
+
+def reload(directory: str, **config) -> list:
+    with InProcessServer(Config(dir=directory, **config)) as srv:
+        c = srv.client()
+        state = dump(c)
+        c.close()
+    return state
+
+
+# ---------------------------------------------------------------- replay is exact
+extra = st.one_of(
+    st.builds(lambda k, p, i: ["XADD", k, "IDMP", p, i, "*", "f", "v"], st.sampled_from(KEYS),
+              st.sampled_from(["p1", "p2"]), st.sampled_from(["a", "b", "c"])),
+    st.builds(lambda k: ["XADD", k, "IDMPAUTO", "auto", "*", "f", "v"], st.sampled_from(KEYS)),
+    st.builds(lambda k: ["XADD", k, "*", "f", "v"], st.sampled_from(KEYS)),
+    st.builds(lambda k, n: ["XADD", k, "MAXLEN", "~", str(n), "*", "f", "v"], st.sampled_from(KEYS),
+              st.integers(0, 4)),
+    st.builds(lambda n: ["CONFIG", "SET", "stream-node-max-entries", str(n)], st.sampled_from([2, 3, 100])),
+    st.builds(lambda k, n: ["XCFGSET", k, "IDMP-MAXSIZE", str(n)], st.sampled_from(KEYS), st.integers(1, 3)),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(script=st.lists(st.one_of(commands(), extra), min_size=5, max_size=40))
+def test_a_restart_rebuilds_exactly_the_same_state(tmp_path_factory, script):
+    directory = str(tmp_path_factory.mktemp("aof"))
+    before = run(directory, PRELUDE + script)
+    assert reload(directory) == before
+    assert reload(directory) == before  # loading twice changes nothing
+
+
+def test_layout_settings_changed_at_run_time_come_back_as_configured(tmp_path):
+    script = [["CONFIG", "SET", "stream-node-max-entries", "2"],
+              *(["XADD", "s", f"{i}-0", "f", "v"] for i in range(1, 8)),
+              ["XTRIM", "s", "MAXLEN", "~", "3"]]
+    before = run(str(tmp_path), script)
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        assert dump(c) == before  # trimmed by whole blocks of 2, as when it ran
+        assert c.config_get("stream-node-max-entries") == {"stream-node-max-entries": "100"}
+        c.close()
+
+
+def test_a_blocked_read_served_later_is_logged(tmp_path):
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c, reader = srv.client(), srv.client()
+        c.xgroup_create("jobs", "g", id="$", mkstream=True)
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("r", reader.xreadgroup("g", "w", {"jobs": ">"}, block=0)))
+        t.start()
+        wait_until(lambda: int(c.info("clients")["blocked_clients"]) == 1, 10, what="reader blocked")
+        new_id = c.xadd("jobs", {"f": "v"})
+        t.join(10)
+        assert got["r"][0][1][0][0] == new_id
+        before = dump(c)
+        c.close()
+        reader.close()
+    after = reload(str(tmp_path))
+    assert after == before
+    assert b"w" in repr(after).encode()  # the consumer and its pending entry came back
+
+
+def test_the_cron_s_idmp_expiry_is_logged(tmp_path):
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        c.xadd("s", {"f": "v"})
+        c.execute_command("XCFGSET", "s", "IDMP-DURATION", "1")  # the shortest: one second
+        first = c.execute_command("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+        assert _info(c, "s")[b"iids-tracked"] == 1
+        wait_until(lambda: _info(c, "s")[b"iids-tracked"] == 0, 10, what="the cron expiring the iid")
+        second = c.execute_command("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+        assert second != first  # expired: a new entry, not a duplicate
+        before = dump(c)
+        c.close()
+    assert reload(str(tmp_path)) == before
+
+
+def _info(c, key) -> dict:
+    flat = c.execute_command("XINFO", "STREAM", key)
+    return dict(zip(flat[::2], flat[1::2]))
+
+
+# ---------------------------------------------------------------- damage
+def _log_dir(root) -> str:
+    return os.path.join(str(root), "appendonlydir")
+
+
+def test_a_torn_last_record_is_cut_at_every_byte(tmp_path):
+    origin = tmp_path / "origin"
+    script = [["XADD", "s", f"{i}-0", "f", "v" * i] for i in range(1, 6)]
+    before_last = run(str(origin), script[:-1])
+    run(str(origin), [script[-1]])  # the last record, appended by a second run
+    result = scan(_log_dir(origin))
+    last_start = sum(len(r[2]) + 13 for r in result.records[:-1])
+    size = result.segments[-1].size
+    for cut in range(last_start + 1, size):
+        trial = tmp_path / f"cut{cut}"
+        shutil.copytree(origin, trial)
+        with open(result.segments[-1].path.replace(str(origin), str(trial)), "r+b") as f:
+            f.truncate(cut)
+        assert reload(str(trial)) == before_last, f"torn at byte {cut}"
+        with InProcessServer(Config(dir=str(trial))) as srv:  # and the cut log takes new records
+            c = srv.client()
+            assert c.xadd("s", {"f": "again"}, id="9-0") == b"9-0"
+            info = c.info("persistence")
+            assert info["aof_loaded_records"] == len(script) - 1 and info["aof_load_truncated_bytes"] == 0
+            c.close()
+
+
+def test_a_torn_record_is_refused_without_aof_load_truncated(tmp_path):
+    run(str(tmp_path), [["XADD", "s", "1-0", "f", "v"], ["XADD", "s", "2-0", "f", "v"]])
+    seg = scan(_log_dir(tmp_path)).segments[-1].path
+    with open(seg, "r+b") as f:
+        f.truncate(os.path.getsize(seg) - 3)
+    from node.persistence.replay import LoadError
+    from node.server import Server
+
+    server = Server(Config(dir=str(tmp_path), aof_load_truncated=False))
+    with pytest.raises(LoadError, match=r"torn record in .*\.aof at offset \d+"):
+        server.open_log()
+
+
+def _braid_node(tmp_path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "node", "node", "--port", "0", "--data-dir", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_damage_in_the_middle_stops_the_region_and_names_file_and_offset(tmp_path):
+    run(str(tmp_path), [["XADD", "s", f"{i}-0", "f", "value"] for i in range(1, 6)])
+    result = scan(_log_dir(tmp_path))
+    seg = result.segments[-1].path
+    data = bytearray(Path(seg).read_bytes())
+    second = len(result.records[0][2]) + 13
+    data[second + 20] ^= 0xFF  # inside the second record's payload; three valid records follow
+    Path(seg).write_bytes(bytes(data))
+    res = _braid_node(tmp_path)
+    assert res.returncode == 1
+    assert f"corrupt record in {seg} at offset {second}: checksum mismatch" in res.stderr
+    assert "nothing was loaded" in res.stderr
+    assert Path(seg).read_bytes() == bytes(data)  # nothing cut
+
+
+# ---------------------------------------------------------------- crashes
+def _writer(proc: BraidProcess, key: str, acked: list, stop: threading.Event) -> None:
+    c = proc.client(socket_timeout=10)
+    try:
+        while not stop.is_set():
+            acked.append(c.xadd(key, {"n": str(len(acked))}))
+    except (redis.ConnectionError, redis.TimeoutError):
+        pass
+    finally:
+        c.close()
+
+
+def _consumer(proc: BraidProcess, acked: list, stop: threading.Event) -> None:
+    c = proc.client(socket_timeout=10)
+    try:
+        while not stop.is_set():
+            got = c.xreadgroup("g", "worker", {"w0": ">"}, count=5)
+            for _key, entries in got or []:
+                for eid, _fields in entries:
+                    c.xack("w0", "g", eid)
+                    acked.append(eid)
+    except (redis.ConnectionError, redis.TimeoutError):
+        pass
+    finally:
+        c.close()
+
+
+def _churn(proc: BraidProcess, stop: threading.Event) -> None:
+    c = proc.client(socket_timeout=10)
+    try:
+        while not stop.is_set():
+            c.xadd("tmp", {"f": "v"})
+            c.xgroup_create("tmp", "gg", id="0")
+            c.xgroup_destroy("tmp", "gg")
+            c.delete("tmp")
+    except (redis.ConnectionError, redis.TimeoutError):
+        pass
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("policy,seed", [("always", 1), ("always", 2), ("everysec", 3)])
+def test_sigkill_under_load_loses_no_acknowledged_write(tmp_path, policy, seed):
+    proc = BraidProcess(data_dir=str(tmp_path), extra_args=["--appendfsync", policy])
+    proc.start()
+    try:
+        setup = proc.client()
+        setup.xgroup_create("w0", "g", id="0", mkstream=True)
+        setup.close()
+        stop = threading.Event()
+        written = {f"w{i}": [] for i in range(3)}
+        acked: list = []
+        threads = [threading.Thread(target=_writer, args=(proc, k, ids, stop)) for k, ids in written.items()]
+        threads += [threading.Thread(target=_consumer, args=(proc, acked, stop)),
+                    threading.Thread(target=_churn, args=(proc, stop))]
+        for t in threads:
+            t.start()
+        target = random.Random(seed).randint(200, 1500)  # a moment in the run, reproducible
+        wait_until(lambda: sum(map(len, written.values())) >= target, 60, what="writes before the kill")
+        proc.kill(signal.SIGKILL)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        proc.restart()
+        c = proc.client()
+        for key, ids in written.items():
+            present = {e[0] for e in c.xrange(key)}
+            missing = [i for i in ids if i not in present]
+            assert not missing, f"{len(missing)} acknowledged XADDs to {key} lost ({policy})"
+        pending = {p["message_id"] for p in c.xpending_range("w0", "g", "-", "+", 1_000_000)}
+        assert not pending & set(acked), "acknowledged XACKs came back as pending"
+        assert c.xadd("w1", {"after": "restart"})  # and the region takes writes again
+        c.close()
+    finally:
+        proc.stop()
+
+
+# ---------------------------------------------------------------- appendfsync always
+def test_always_replies_only_after_the_fsync_and_clients_share_fsyncs(tmp_path, monkeypatch):
+    import node.persistence.oplog as oplog_mod
+
+    entered, release = threading.Event(), threading.Event()
+    real_fsync = oplog_mod._fsync
+
+    def slow_fsync(fd, directory):
+        entered.set()
+        release.wait(30)
+        real_fsync(fd, directory)
+
+    monkeypatch.setattr(oplog_mod, "_fsync", slow_fsync)
+    with InProcessServer(Config(dir=str(tmp_path), appendfsync="always")) as srv:
+        socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(10)]
+        xadd = [b"*5\r\n$4\r\nXADD\r\n$%d\r\nk%d\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\nv\r\n" % (len(b"k%d" % i), i)
+                for i in range(10)]
+        socks[0].sendall(xadd[0])
+        assert entered.wait(10)  # the first record's fsync is under way, and stuck
+        for sock, cmd in zip(socks[1:], xadd[1:]):
+            sock.sendall(cmd)
+        wait_until(lambda: srv.call(lambda: srv.server.oplog.last_record) == 10, 10, what="ten records logged")
+        for sock in socks:  # logged, not on disk: no reply yet
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(100)
+            sock.setblocking(True)
+        release.set()
+        for sock in socks:
+            assert sock.recv(100).startswith(b"$15\r\n")  # a bulk string: the new entry's ID
+            sock.close()
+        assert srv.call(lambda: srv.server.oplog.fsyncs) == 2  # one for the first, one shared by nine
