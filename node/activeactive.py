@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from crdt import ops
@@ -41,6 +42,9 @@ class ActiveActive:
         self.causal = CausalLog(me.number)
         c = cluster
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply)
+        # (operation-log record, causal-log length once it is safe): links send an
+        # operation only after the record that holds it is durable (see durable())
+        self._unsafe: deque[tuple[int, int]] = deque()
 
     @property
     def region(self) -> int:
@@ -81,6 +85,25 @@ class ActiveActive:
         """Resume all links (``peer`` None) or the link to one peer."""
         self.hub.resume(None if peer is None else self.peer(peer).number)
 
+    # ------------------------------------------------------------ the operation log
+    def log_started(self) -> None:
+        """Everything in the causal log now came from the loaded file: safe to send."""
+        self.hub.sendable = len(self.causal.log)
+
+    def logged(self, record: int) -> None:
+        """Record ``record`` of the operation log holds what the causal log has now."""
+        if len(self.causal.log) > self.hub.sendable_upto():
+            self._unsafe.append((record, len(self.causal.log)))
+
+    def durable(self, record: int) -> None:
+        """Records up to ``record`` are durable (per appendfsync): their operations may leave."""
+        unsafe, upto = self._unsafe, None
+        while unsafe and unsafe[0][0] <= record:
+            upto = unsafe.popleft()[1]
+        if upto is not None:
+            self.hub.sendable = upto
+            self.hub.wake()
+
     # ------------------------------------------------------------ operations
     def publish(self, op: ops.Op) -> None:
         if isinstance(op, REPLICATED):
@@ -95,6 +118,7 @@ class ActiveActive:
         server = self.server
         if server.oplog is not None and not server.replaying:
             server.oplog.log_remote(env)
+            self.logged(server.oplog.last_record)  # relayed only once logged here
         self.server.db.apply_remote(op)
         self.server.serve_ready_keys()
 

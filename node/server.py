@@ -137,6 +137,9 @@ class Server:
         if report.records:
             log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
         self.oplog = OperationLog(directory, self.config["appendfsync"])
+        if self.db.aa is not None:
+            self.db.aa.log_started()
+            self.oplog.on_durable = self.db.aa.durable
         self.db.dirty = 0
         self.stats.reset()
 
@@ -144,6 +147,8 @@ class Server:
         """Append a command that changed state, or is a write that did not fail."""
         if self.oplog is not None and not self.replaying and (changed or (write and type(reply) is not ReplyError)):
             self.oplog.log_command(self._clock, argv)
+            if self.db.aa is not None:
+                self.db.aa.logged(self.oplog.last_record)
 
     def log_settings(self, argv: list[bytes]) -> None:
         """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""

@@ -127,6 +127,12 @@ class BraidProcess(_ServerProcess):
         return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
                 "--port", str(self.port), "--data-dir", self.data_dir, *extra, *self.extra_args]
 
+    def stop_keeping_data(self) -> None:
+        """A clean shutdown (SIGTERM) that keeps the data directory, to restart() later."""
+        own, self._own_dir = self._own_dir, False
+        self.stop()
+        self._own_dir = own
+
     def restart(self) -> "BraidProcess":
         """Start again on the same port and data directory (after kill() or stop())."""
         if getattr(self, "_log", None):

@@ -308,3 +308,42 @@ def test_always_replies_only_after_the_fsync_and_clients_share_fsyncs(tmp_path, 
             assert sock.recv(100).startswith(b"$15\r\n")  # a bulk string: the new entry's ID
             sock.close()
         assert srv.call(lambda: srv.server.oplog.fsyncs) == 2  # one for the first, one shared by nine
+
+
+# ---------------------------------------------------------------- a region of a cluster comes back
+def _xrange_ids(c, key) -> list:
+    return [e[0] for e in c.xrange(key)]
+
+
+@pytest.mark.parametrize("how", ["sigkill", "stop"])
+def test_a_region_that_was_away_comes_back_identical(how):
+    from node.testing import LocalCluster
+
+    with LocalCluster(3, extra_args=["--appendfsync", "always"]) as cluster:
+        r1, r2, r3 = cluster.procs
+        stop = threading.Event()
+        written = {"at1": [], "at2": []}
+        threads = [threading.Thread(target=_writer, args=(r1, "log", written["at1"], stop)),
+                   threading.Thread(target=_writer, args=(r2, "log", written["at2"], stop))]
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(written["at2"]) >= 300, 60, what="writes at region 2")
+        if how == "sigkill":
+            r2.kill(signal.SIGKILL)
+        else:
+            r2.stop_keeping_data()
+        wait_until(lambda: len(written["at1"]) >= len(written["at2"]) + 300, 60,
+                   what="region 1 writing while region 2 is away")
+        r2.restart()
+        stop.set()
+        for t in threads:
+            t.join(30)
+        cluster.sync_wait(60)
+        clients = cluster.clients()
+        ids = [_xrange_ids(c, "log") for c in clients]
+        assert ids[0] == ids[1] == ids[2]
+        everything = set(ids[0])
+        assert all(i in everything for i in written["at1"] + written["at2"]), "an acknowledged write was lost"
+        assert len(everything) == len(ids[0])  # no duplicates
+        for c in clients:
+            c.close()

@@ -111,6 +111,9 @@ class OperationLog:
         self.last_fsync_ms = 0
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
+        # told the last durable record (per the policy): replication sends only what is durable
+        self.on_durable: Callable[[int], None] | None = None
+        self._durable_told = self.synced
 
     # ------------------------------------------------------------ appending
     def log_command(self, now_ms: int, argv: list[bytes]) -> None:
@@ -141,7 +144,15 @@ class OperationLog:
             self._failed("write", e)
             return False
         self.written = self.file.last_record
+        self._tell_durable()
         return True
+
+    def _tell_durable(self) -> None:
+        mark = self.synced if self.policy == "always" else self.written
+        if mark > self._durable_told:
+            self._durable_told = mark
+            if self.on_durable is not None:
+                self.on_durable(mark)
 
     def durable(self, record: int) -> bool:
         """May a reply that depends on records up to ``record`` leave now?"""
@@ -175,6 +186,7 @@ class OperationLog:
         self.last_fsync_ms = int(time.time() * 1000)
         if target > self.synced:
             self.synced = target
+        self._tell_durable()
         ready = [cb for rec, cb in self._waiters if rec <= self.synced]
         self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
         for cb in ready:

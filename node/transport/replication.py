@@ -17,6 +17,11 @@ envelopes to :class:`crdt.causal.CausalLog` (which applies each exactly once and
 in causal order) and acknowledges with its version vector.  Dialers reconnect
 with exponential backoff and jitter.  Messages are gzip-compressed.
 
+Only what is safely logged leaves: ``sendable`` (set by the region from its
+operation log) bounds how far into the causal log links may send, so a peer
+never holds an operation the region could lose in a crash and then mint again
+under the same dot.
+
 Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
 the link to one peer (a partition, for maintenance and tests).  A cut link is
 closed at once, its frames are neither sent nor applied, and the peer's attempts
@@ -77,7 +82,7 @@ class Link:
             if self.hub.is_cut(self.peer):
                 continue
             # only the log's new part: it is append-only and in causal order
-            fresh = causal.log[self.position:]
+            fresh = causal.log[self.position:self.hub.sendable_upto()]
             self.position += len(fresh)
             sent, acked = self.sent, self.acked
             missing = [e for e in fresh if e.n > sent.get(e.origin, 0) and e.n > acked.get(e.origin, 0)]
@@ -164,6 +169,7 @@ class ReplicationHub:
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
         self.denied = 0   # handshakes peers refused to this region
+        self.sendable: int | None = None  # causal-log entries safe to send (None: all)
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -186,6 +192,9 @@ class ReplicationHub:
             self.arrivals.append(time.monotonic())
             self.on_apply(ready)
         self.wake()  # relay what arrived to the other peers
+
+    def sendable_upto(self) -> int:
+        return len(self.causal.log) if self.sendable is None else self.sendable
 
     def wake(self) -> None:
         for link in self.links.values():
