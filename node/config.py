@@ -58,6 +58,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
     Setting("appenddirname", "string", "appendonlydir", mutable=False),
     Setting("aof-load-truncated", "bool", True),
+    Setting("auto-aof-rewrite-percentage", "int", 100, 0, (1 << 31) - 1),
+    Setting("auto-aof-rewrite-min-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -89,6 +89,11 @@ class Server:
         self.oplog = None          # node.persistence.oplog.OperationLog, when appendonly is yes
         self.replaying = False     # loading the log: nothing is logged again
         self.loading_report = None
+        self.saving = False        # a BGSAVE is writing its file
+        self._bgsave: asyncio.Future | None = None
+        self.last_bgsave_ok = True
+        self.dirty_at_save = 0
+        self.log_base_size = 0     # log size just after the last snapshot (auto snapshots grow from it)
         self._clock: int | None = None
         cmdtable.load_all()
 
@@ -137,6 +142,7 @@ class Server:
         if report.records:
             log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
         self.oplog = OperationLog(directory, self.config["appendfsync"])
+        self.log_base_size = self.oplog.size
         if self.db.aa is not None:
             self.db.aa.log_started()
             self.oplog.on_durable = self.db.aa.durable
@@ -149,6 +155,71 @@ class Server:
             self.oplog.log_command(self._clock, argv)
             if self.db.aa is not None:
                 self.db.aa.logged(self.oplog.last_record)
+
+    # ------------------------------------------------------------ snapshots
+    def _snapshot_now(self) -> tuple[bytes, int, str]:
+        """Serialise the state after the log's last record; the log rolls so that record ends a segment."""
+        from .persistence import snapshot
+
+        if self.oplog is None:
+            raise ReplyError("ERR snapshots are the base of the append-only file: this region runs with appendonly no")
+        record = self.oplog.last_record
+        aa = self.db.aa
+        data = snapshot.encode(self.db.keys, aa.causal if aa is not None else None, record,
+                               int(time.time() * 1000), aa is not None, self.region)
+        self.oplog.roll()
+        return data, record, self.oplog.directory
+
+    def save(self) -> None:
+        """SAVE: write a snapshot now (the loop waits), then compact the log."""
+        from .persistence import snapshot
+
+        if self.saving:
+            raise ReplyError("ERR Background save already in progress")
+        data, record, directory = self._snapshot_now()
+        try:
+            snapshot.write(directory, data, record)
+        except OSError as e:
+            self._saved(record, e)
+            raise ReplyError(f"ERR snapshot failed: {e.strerror}") from None
+        self._saved(record, None)
+
+    def bgsave(self) -> None:
+        """BGSAVE: serialise now (a consistent point), write and fsync in a worker thread."""
+        from .persistence import snapshot
+
+        if self.saving:
+            raise ReplyError("ERR Background save already in progress")
+        data, record, directory = self._snapshot_now()
+        self.saving = True
+        fut = asyncio.get_running_loop().run_in_executor(None, snapshot.write, directory, data, record)
+        fut.add_done_callback(lambda f: self._saved(record, f.exception()))
+        self._bgsave = fut
+
+    def _saved(self, record: int, error: BaseException | None) -> None:
+        from .persistence import snapshot
+
+        self.saving = False
+        self.last_bgsave_ok = error is None
+        if error is not None:
+            log.error("snapshot at record %d failed: %s", record, error)
+            return
+        self.last_save = int(time.time())
+        self.dirty_at_save = self.db.dirty
+        if self.oplog is not None:
+            self.oplog.file.drop_segments_before(record + 1)  # the snapshot holds them now
+            snapshot.drop_older(self.oplog.directory, record)
+            self.log_base_size = self.oplog.size
+
+    def _auto_snapshot(self) -> None:
+        """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one."""
+        pct = int(self.config["auto-aof-rewrite-percentage"])
+        if self.oplog is None or self.saving or not pct:
+            return
+        size = self.oplog.size
+        if size >= int(self.config["auto-aof-rewrite-min-size"]) and size >= self.log_base_size * (100 + pct) / 100:
+            log.info("the append-only file grew to %d bytes: writing a snapshot", size)
+            self.bgsave()
 
     def log_settings(self, argv: list[bytes]) -> None:
         """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
@@ -201,6 +272,8 @@ class Server:
             c.close()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._bgsave is not None and not self._bgsave.done():
+            await asyncio.wait([self._bgsave])  # a snapshot being written is finished, not torn
         if self.oplog is not None:
             self.oplog.close()
 
@@ -213,6 +286,7 @@ class Server:
                     self.oplog.log_idmp_expiry(now)
             if self.oplog is not None:
                 self.oplog.tick()
+                self._auto_snapshot()
 
     # ------------------------------------------------------------ dispatch
     def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:

@@ -75,6 +75,7 @@ extra = st.one_of(
               st.integers(0, 4)),
     st.builds(lambda n: ["CONFIG", "SET", "stream-node-max-entries", str(n)], st.sampled_from([2, 3, 100])),
     st.builds(lambda k, n: ["XCFGSET", k, "IDMP-MAXSIZE", str(n)], st.sampled_from(KEYS), st.integers(1, 3)),
+    st.sampled_from([["SAVE"], ["BGSAVE"], ["BGSAVE", "SCHEDULE"]]),  # a snapshot, then the tail after it
 )
 
 
@@ -347,3 +348,77 @@ def test_a_region_that_was_away_comes_back_identical(how):
         assert len(everything) == len(ids[0])  # no duplicates
         for c in clients:
             c.close()
+
+
+# ---------------------------------------------------------------- snapshots
+def test_save_compacts_the_log_and_a_restart_loads_snapshot_plus_tail(tmp_path):
+    directory = str(tmp_path)
+    with InProcessServer(Config(dir=directory)) as srv:
+        c = srv.client()
+        for i in range(50):
+            c.xadd("s", {"n": str(i)})
+        c.xgroup_create("s", "g", id="0")
+        c.xreadgroup("g", "alice", {"s": ">"}, count=10)
+        before_save = c.lastsave()
+        assert c.save() is True
+        assert c.lastsave() >= before_save
+        assert c.info("persistence")["rdb_changes_since_last_save"] == 0
+        c.xack("s", "g", *[e[0] for e in c.xrange("s", count=3)])
+        c.xadd("s", {"n": "after"})
+        before = dump(c)
+        c.close()
+    result = scan(_log_dir(tmp_path))
+    assert result.segments[0].first_record > 1 and len(result.records) == 2  # only the tail is left
+    with InProcessServer(Config(dir=directory)) as srv:
+        c = srv.client()
+        assert dump(c) == before
+        info = c.info("persistence")
+        assert info["aof_loaded_records"] == 2 and info["aof_loaded_snapshot_record"] > 0
+        c.close()
+
+
+def test_bgsave_and_the_snapshot_survives_alone(tmp_path):
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        for i in range(20):
+            c.xadd("s", {"n": str(i)})
+        assert c.bgsave() is True
+        wait_until(lambda: c.info("persistence")["rdb_bgsave_in_progress"] == 0, 10, what="BGSAVE done")
+        assert c.info("persistence")["rdb_last_bgsave_status"] == "ok"
+        before = dump(c)
+        c.close()
+    assert reload(str(tmp_path)) == before
+
+
+def test_a_damaged_snapshot_stops_the_region_when_the_log_cannot_replace_it(tmp_path):
+    from node.persistence import snapshot
+
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        c.xadd("s", {"f": "v"})
+        c.save()
+        c.close()
+    (_record, path), = snapshot.list_snapshots(_log_dir(tmp_path))
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
+    res = _braid_node(tmp_path)
+    assert res.returncode == 1 and "no valid snapshot" in res.stderr
+
+
+def test_a_snapshot_never_unpickles_foreign_code(tmp_path):
+    import pickle
+
+    from node.persistence import snapshot
+
+    good = snapshot.encode({}, None, 1, 0, False, 1)
+    evil = bytearray(good)
+    body = pickle.dumps({"keys": os.system, "causal": None}, protocol=5)
+    header_len = int.from_bytes(good[10:14], "little")
+    forged = bytes(good[:14 + header_len]) + body
+    from xxhash import xxh3_64_intdigest
+
+    forged += xxh3_64_intdigest(forged).to_bytes(8, "little")
+    with pytest.raises(snapshot.SnapshotError, match="may not contain"):
+        snapshot.decode(forged)
+    assert snapshot.decode(bytes(evil)).record == 1

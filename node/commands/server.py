@@ -88,12 +88,12 @@ def _section_persistence(srv) -> list[str]:
     lines = [
         "loading:0",
         "async_loading:0",
-        f"rdb_changes_since_last_save:{srv.db.dirty}",
-        "rdb_bgsave_in_progress:0",
+        f"rdb_changes_since_last_save:{srv.db.dirty - srv.dirty_at_save}",
+        f"rdb_bgsave_in_progress:{int(srv.saving)}",
         f"rdb_last_save_time:{srv.last_save}",
-        "rdb_last_bgsave_status:ok",
+        f"rdb_last_bgsave_status:{'ok' if srv.last_bgsave_ok else 'err'}",
         f"aof_enabled:{int(oplog is not None)}",
-        "aof_rewrite_in_progress:0",
+        f"aof_rewrite_in_progress:{int(srv.saving)}",
         "aof_rewrite_scheduled:0",
         f"aof_last_write_status:{'ok' if oplog is None or oplog.error is None else 'err'}",
     ]
@@ -105,12 +105,14 @@ def _section_persistence(srv) -> list[str]:
             f"aof_fsyncs:{oplog.fsyncs}",
             f"aof_last_fsync_time:{oplog.last_fsync_ms // 1000}",
             f"aof_records:{oplog.last_record}",
+            f"aof_base_size:{srv.log_base_size}",
         ]
         if oplog.error is not None:
             lines.append(f"aof_last_write_error:{oplog.error}")
     if srv.loading_report is not None:
         report, seconds = srv.loading_report
-        lines += [f"aof_loaded_records:{report.records}", f"aof_load_truncated_bytes:{report.truncated_bytes}",
+        lines += [f"aof_loaded_snapshot_record:{report.snapshot_record}",
+                  f"aof_loaded_records:{report.records}", f"aof_load_truncated_bytes:{report.truncated_bytes}",
                   f"aof_load_time_ms:{seconds * 1000:.0f}"]
     return lines
 
@@ -436,6 +438,35 @@ def flushall(client, argv: list[bytes]):
 def time_(client, argv: list[bytes]):
     now = time.time_ns() // 1000
     return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
+
+
+@command("save", 1, "admin noscript no-async-loading no-multi", group="server", since="1.0.0",
+         summary="Synchronously saves the database(s) to disk.", complexity="O(N) where N is the total number of keys in all databases")
+def save(client, argv: list[bytes]):
+    client.server.save()
+    return "OK"
+
+
+@command("bgsave", -1, "admin noscript no-async-loading", group="server", since="1.0.0",
+         summary="Asynchronously saves the database(s) to disk.", complexity="O(1)")
+def bgsave(client, argv: list[bytes]):
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"schedule"):
+        raise ReplyError(ERR_SYNTAX)
+    srv = client.server
+    if srv.saving and len(argv) == 2:
+        return "Background saving scheduled"  # the running one covers it: it is a point after this call
+    srv.bgsave()
+    return "Background saving started"
+
+
+@command("bgrewriteaof", 1, "admin noscript no-async-loading", group="server", since="1.0.0",
+         summary="Asynchronously rewrites the append-only file to disk.", complexity="O(1)")
+def bgrewriteaof(client, argv: list[bytes]):
+    srv = client.server
+    if srv.saving:
+        raise ReplyError("ERR Background append only file rewriting already in progress")
+    srv.bgsave()  # a snapshot is the rewritten base; the log after it is the tail
+    return "Background append only file rewriting started"
 
 
 @command("lastsave", 1, "loading stale fast", group="server", since="1.0.0",

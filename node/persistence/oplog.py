@@ -211,6 +211,12 @@ class OperationLog:
         elif self.policy == "always" and self._waiters:
             self._start_fsync()
 
+    def roll(self) -> None:
+        """End the current segment here (fsynced) so the next record starts a new one."""
+        self.file.roll()
+        self.written = self.synced = max(self.synced, self.file.last_record)
+        self._tell_durable()
+
     def close(self) -> None:
         """Flush and fsync everything (a clean shutdown loses nothing, whatever the policy)."""
         try:

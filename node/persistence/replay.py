@@ -1,5 +1,10 @@
 """Loading a region from its append-only file at start-up.
 
+The newest valid snapshot (:mod:`node.persistence.snapshot`) is the base: its
+state is installed, and only the records after it are replayed.  A snapshot
+that fails its checksum is skipped for an older one when the log still holds
+every record after that one; otherwise the region does not start.
+
 The file is scanned first (:func:`node.persistence.aof.scan`): a torn last
 record - a crash in the middle of a write - is cut when ``aof-load-truncated``
 is yes (the default, as in Redis) and stops the region otherwise; damage
@@ -14,9 +19,11 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import snapshot as snap
 from .aof import OP_LOCAL, CorruptLog, scan, truncate_torn
 from .oplog import decode_local, decode_remote
 
@@ -32,10 +39,11 @@ class LoadError(Exception):
 
 @dataclass(frozen=True)
 class LoadReport:
-    records: int = 0
+    records: int = 0          # replayed from the log
     commands: int = 0
     remote: int = 0
     truncated_bytes: int = 0
+    snapshot_record: int = 0  # the snapshot loaded: the state after this record (0: none)
 
 
 def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
@@ -56,8 +64,44 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
         cut = truncate_torn(result)
         log.warning("cut a torn record at the end of the append-only file: %d bytes of %s from offset %d (%s)",
                     cut, path, offset, result.torn_reason)
-    commands, remote = replay(server, result.records)
-    return LoadReport(len(result.records), commands, remote, cut)
+    base = _load_snapshot(server, directory, result)
+    tail = [r for r in result.records if r[0] > base]
+    commands, remote = replay(server, tail)
+    return LoadReport(len(tail), commands, remote, cut, base)
+
+
+def _load_snapshot(server: "Server", directory: str, result) -> int:
+    """Install the newest snapshot the log continues; returns its record (0: none needed)."""
+    first = result.segments[0].first_record if result.segments else result.last_record + 1
+    for record, path in snap.list_snapshots(directory):
+        if record + 1 < first:
+            break  # the log no longer holds what follows this one, nor older ones
+        try:
+            s = snap.read(path)
+        except (OSError, snap.SnapshotError) as e:
+            log.error("skipping snapshot %s: %s", path, e)
+            continue
+        if record > result.last_record:
+            raise LoadError(f"snapshot {path} is newer than the log's last record {result.last_record}: "
+                            "segments are missing")
+        install(server, s, path)
+        return record
+    if first > 1:
+        raise LoadError(f"the append-only file in {directory} starts at record {first} and no valid snapshot "
+                        "holds what came before it; nothing was loaded")
+    return 0
+
+
+def install(server: "Server", s: "snap.Snapshot", path: str) -> None:
+    """Make a snapshot's state the region's (before any record is replayed)."""
+    aa = server.db.aa
+    if s.active_active != (aa is not None) or (aa is not None and s.region != server.region):
+        raise LoadError(f"snapshot {path} belongs to another kind of region (active_active={s.active_active}, "
+                        f"region {s.region})")
+    server.db.keys = s.keys
+    if aa is not None:
+        aa.causal.vv, aa.causal.log, aa.causal.pending = s.causal.vv, s.causal.log, s.causal.pending
+        aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
 
 
 def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> tuple[int, int]:
