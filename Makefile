@@ -33,6 +33,7 @@ test: venv deps
 bench: venv deps
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.replication
+	$(BIN)/python -m bench.durability
 
 clean:
 	rm -rf $(VENV) build *.egg-info

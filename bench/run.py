@@ -75,8 +75,9 @@ def _die_with_parent() -> None:
 class Server:
     """One server subprocess in its own temp dir, on a free loopback port."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, extra: list[str] = ()) -> None:
         self.label = label
+        self.extra = list(extra)  # more command-line arguments (e.g. the fsync policy)
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix=f"bench-{label}-")
         self.log_path = os.path.join(self.dir, f"{label}.log")
@@ -137,8 +138,10 @@ class Server:
 
 class BraidServer(Server):
     def argv(self) -> list[str]:
+        # in memory only unless asked, as the redis-server beside it (bench/durability.py compares logs)
+        persistence = self.extra or ["--appendonly", "no"]
         return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
-                "--port", str(self.port), "--data-dir", self.dir]
+                "--port", str(self.port), "--data-dir", self.dir, *persistence]
 
     def spawn(self) -> None:
         self._env_pythonpath()
@@ -157,7 +160,8 @@ class RedisServer(Server):
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server is not installed: `make deps` installs it (Debian redis-server)")
-        return [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        persistence = self.extra or ["--appendonly", "no"]
+        return [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence,
                 "--dir", self.dir, "--daemonize", "no"]
 
 

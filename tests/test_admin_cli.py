@@ -140,3 +140,22 @@ def test_tune_is_kept_by_the_region_itself(cluster, tmp_path):
         assert 'id_mode = "liberal"' in Path(cluster.file).read_text()
     finally:
         assert admin(cluster, "tune", "db", "db", "crdt_xadd_id_uniqueness_mode", "strict").returncode == 0
+
+
+def test_tune_appendfsync_everywhere(cluster):
+    from pathlib import Path
+
+    clients = cluster.clients()
+    try:
+        res = admin(cluster, "tune", "db", "db", "appendfsync", "always")
+        assert res.returncode == 0, res.stderr
+        assert all(c.info("persistence")["aof_fsync_policy"] == "always" for c in clients)
+        assert all(c.config_get("appendfsync") == {"appendfsync": "always"} for c in clients)
+        assert 'appendfsync = "always"' in Path(cluster.file).read_text()
+        assert clients[0].xadd("fsynced", {"f": "v"})  # replies still come, after their fsync
+        res = admin(cluster, "tune", "db", "db", "appendfsync", "sometimes")
+        assert res.returncode == 1 and "appendfsync must be one of" in res.stderr
+    finally:
+        admin(cluster, "tune", "db", "db", "appendfsync", "everysec")
+        for c in clients:
+            c.close()

@@ -422,3 +422,18 @@ def test_a_snapshot_never_unpickles_foreign_code(tmp_path):
     with pytest.raises(snapshot.SnapshotError, match="may not contain"):
         snapshot.decode(forged)
     assert snapshot.decode(bytes(evil)).record == 1
+
+
+def test_config_get_and_set_of_the_persistence_settings(tmp_path):
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        assert c.config_get("append*") == {"appendonly": "yes", "appendfsync": "everysec",
+                                           "appenddirname": "appendonlydir"}
+        assert c.config_set("appendfsync", "always") is True
+        assert c.info("persistence")["aof_fsync_policy"] == "always"
+        assert c.xadd("s", {"f": "v"})
+        with pytest.raises(redis.ResponseError, match="must be one of the following: always, everysec, no"):
+            c.config_set("appendfsync", "sometimes")
+        with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+            c.config_set("appendonly", "no")
+        c.close()

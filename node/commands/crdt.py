@@ -69,7 +69,7 @@ def braid_config_get(client, argv: list[bytes]):
 
 
 @subcommand("braid.config", "set", 4, "admin noscript", since="0.1.0",
-            summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal "
+            summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal, or appendfsync "
                     "(also recorded in this region's cluster file)",
             complexity="O(1)")
 def braid_config_set(client, argv: list[bytes]):
