@@ -74,6 +74,34 @@ def _stop(pids: list[int], grace_s: float = 5.0) -> None:
                 pass
 
 
+def _reuse_cluster(cluster_file: str, args: argparse.Namespace) -> bool:
+    """Write a new cluster file, or keep the one whose regions' data is in the directory.
+
+    The regions keep their append-only files under the data directory, so a second
+    ``braid up`` restarts the same cluster (same id, token and settings); a cluster of
+    another shape there is refused rather than mixed with it.
+    """
+    from .cluster_config import load, local_cluster
+
+    wanted = local_cluster(args.regions, args.base_port)
+    if os.path.exists(cluster_file):
+        try:
+            held = load(cluster_file)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"braid up: {cluster_file}: {e}", file=sys.stderr)
+            return False
+        shape = [(r.name, r.port, r.repl_port) for r in held.regions]
+        if shape == [(r.name, r.port, r.repl_port) for r in wanted.regions]:
+            print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)}")
+            return True
+        print(f"braid up: {os.path.dirname(cluster_file)} holds another cluster ({len(held.regions)} regions from "
+              f"port {held.regions[0].port if held.regions else '?'}): give another --data-dir or remove it",
+              file=sys.stderr)
+        return False
+    wanted.save(cluster_file)
+    return True
+
+
 def up(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
@@ -82,12 +110,9 @@ def up(args: argparse.Namespace) -> int:
         return 2
     cluster_file = None
     if args.regions > 1:
-        from .cluster_config import local_cluster
-
-        cluster = local_cluster(args.regions, args.base_port)
         cluster_file = os.path.join(data_dir, "cluster.toml")
-        with open(cluster_file, "w") as f:
-            f.write(cluster.to_toml())
+        if not _reuse_cluster(cluster_file, args):
+            return 1
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
     ports = [args.base_port + i for i in range(len(names))]
     for port in ports:

@@ -59,6 +59,17 @@ def test_up_starts_three_regions_that_replicate(tmp_path):
     assert down.returncode == 0, down.stderr
     for p in (port, port + 1, port + 2):
         assert _is_free(p)
+    # a second `braid up` restarts the same cluster from its files
+    again = _braid("up", "--detach", "--base-port", str(port), "--data-dir", data)
+    assert again.returncode == 0 and "restarting the cluster" in again.stdout, again.stderr
+    try:
+        third = redis.Redis(port=port + 2, socket_timeout=5)
+        assert [e[0] for e in third.xrange("s")] == [new_id]
+        third.close()
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
+    other = _braid("up", "--detach", "--regions", "2", "--base-port", str(port), "--data-dir", data)
+    assert other.returncode == 1 and "holds another cluster" in other.stderr
 
 
 def test_up_one_region_is_standalone(tmp_path):
