@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -138,10 +139,10 @@ class Server:
         directory = os.path.join(self.config["dir"], self.config["appenddirname"])
         t0 = time.monotonic()
         report = load(self, directory, bool(self.config["aof-load-truncated"]))
-        self.loading_report = (report, time.monotonic() - t0)
+        self.loading_report = (dataclasses.replace(report, scanned=None), time.monotonic() - t0)  # drop the records
         if report.records:
             log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
-        self.oplog = OperationLog(directory, self.config["appendfsync"])
+        self.oplog = OperationLog(directory, self.config["appendfsync"], scanned=report.scanned)
         self.log_base_size = self.oplog.size
         if self.db.aa is not None:
             self.db.aa.log_started()

@@ -413,15 +413,17 @@ class AppendLog:
         self._directory_dirty = new_file  # a segment file was created since the last fsync
 
     @classmethod
-    def open(cls, directory: str, *, segment_size: int = DEFAULT_SEGMENT_SIZE) -> AppendLog:
+    def open(cls, directory: str, *, segment_size: int = DEFAULT_SEGMENT_SIZE,
+             scanned: ScanResult | None = None) -> AppendLog:
         """Open (creating the directory if needed) to append after the last valid record.
 
+        ``scanned``: a clean scan of the directory just made (saves reading it twice).
         Raises :class:`TornTail` if the log ends with a torn record nobody cut, and
         :class:`CorruptLog` if it is damaged elsewhere.
         """
         directory = os.path.abspath(directory)
         os.makedirs(directory, exist_ok=True)
-        result = scan(directory, collect=False)
+        result = scanned if scanned is not None and scanned.torn is None else scan(directory, collect=False)
         if result.torn is not None:
             raise TornTail(*result.torn, result.torn_reason)
         if not result.segments:

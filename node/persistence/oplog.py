@@ -99,9 +99,9 @@ def decode_remote(payload: bytes) -> Envelope:
 class OperationLog:
     """The open log of a running region, with its fsync policy and group commit."""
 
-    def __init__(self, directory: str, policy: str, segment_size: int | None = None) -> None:
+    def __init__(self, directory: str, policy: str, segment_size: int | None = None, scanned=None) -> None:
         kw = {} if segment_size is None else {"segment_size": segment_size}
-        self.file = AppendLog.open(directory, **kw)
+        self.file = AppendLog.open(directory, scanned=scanned, **kw)
         self.directory = directory
         self.policy = policy
         self.written = self.file.last_record   # handed to the OS

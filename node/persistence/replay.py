@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import snapshot as snap
@@ -44,6 +44,7 @@ class LoadReport:
     remote: int = 0
     truncated_bytes: int = 0
     snapshot_record: int = 0  # the snapshot loaded: the state after this record (0: none)
+    scanned: object = field(default=None, compare=False, repr=False)  # the clean scan, for appending
 
 
 def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
@@ -67,7 +68,7 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
     base = _load_snapshot(server, directory, result)
     tail = [r for r in result.records if r[0] > base]
     commands, remote = replay(server, tail)
-    return LoadReport(len(tail), commands, remote, cut, base)
+    return LoadReport(len(tail), commands, remote, cut, base, None if cut else result)
 
 
 def _load_snapshot(server: "Server", directory: str, result) -> int:
