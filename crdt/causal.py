@@ -21,6 +21,12 @@ That order is causal, so a peer can be sent "every envelope of the log it has
 not applied" in log order - including operations of third regions, which is
 how a region relays: two regions whose direct link is cut still converge
 through any region that talks to both.
+
+The log is a backlog: its oldest envelopes can be dropped (:meth:`CausalLog.trim`)
+once every peer has them, or when it grows too old or too large.  Positions in
+it are absolute (``base`` counts what was dropped), and ``floor[o]`` is the
+highest ``n`` of origin ``o`` dropped, so :meth:`CausalLog.lacks_dropped` tells
+whether a peer needs what is no longer here - a full resync instead.
 """
 
 from __future__ import annotations
@@ -64,6 +70,31 @@ class CausalLog:
         self.vv: VersionVector = {}
         self.log: list[Envelope] = []
         self.pending: dict[tuple[int, int], Envelope] = {}
+        self.base = 0                  # absolute position of log[0]: envelopes dropped so far
+        self.floor: VersionVector = {}  # per origin, the highest n dropped from the log
+
+    @property
+    def end(self) -> int:
+        """Absolute position after the last envelope."""
+        return self.base + len(self.log)
+
+    def since(self, start: int, stop: int | None = None) -> list[Envelope]:
+        """Envelopes at absolute positions [start, stop) still held."""
+        lo = max(start - self.base, 0)
+        return self.log[lo:] if stop is None else self.log[lo:max(stop - self.base, lo)]
+
+    def trim(self, count: int) -> list[Envelope]:
+        """Drop the ``count`` oldest envelopes (they stay applied); returns them."""
+        dropped, self.log = self.log[:count], self.log[count:]
+        self.base += len(dropped)
+        for e in dropped:
+            if e.n > self.floor.get(e.origin, 0):
+                self.floor[e.origin] = e.n
+        return dropped
+
+    def lacks_dropped(self, peer_vv: VersionVector) -> bool:
+        """Does a peer with ``peer_vv`` miss envelopes this log no longer holds?"""
+        return any(peer_vv.get(o, 0) < n for o, n in self.floor.items())
 
     def stamp(self, op: Any) -> Envelope:
         """Issue a local operation: it is applied here at once (the caller applies it)."""

@@ -45,6 +45,8 @@ class ActiveActive:
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it is durable (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
+        self.hub.make_image = self.resync_image
+        self.hub.install_image = self.install_image
 
     @property
     def region(self) -> int:
@@ -88,12 +90,13 @@ class ActiveActive:
     # ------------------------------------------------------------ the operation log
     def log_started(self) -> None:
         """Everything in the causal log now came from the loaded file: safe to send."""
-        self.hub.sendable = len(self.causal.log)
+        self._unsafe.clear()
+        self.hub.sendable = self.causal.end
 
     def logged(self, record: int) -> None:
         """Record ``record`` of the operation log holds what the causal log has now."""
-        if len(self.causal.log) > self.hub.sendable_upto():
-            self._unsafe.append((record, len(self.causal.log)))
+        if self.causal.end > self.hub.sendable_upto():
+            self._unsafe.append((record, self.causal.end))
 
     def durable(self, record: int) -> None:
         """Records up to ``record`` are durable (per appendfsync): their operations may leave."""
@@ -103,6 +106,80 @@ class ActiveActive:
         if upto is not None:
             self.hub.sendable = upto
             self.hub.wake()
+
+    # ------------------------------------------------------------ backlog and full resync
+    def trim_backlog(self, max_bytes: int, ttl_s: float, now: float) -> int:
+        """Drop the oldest operations every peer acknowledged, and any past the backlog's size or age.
+
+        A peer that still lacked one of the latter gets a full resync when it comes back.
+        Returns how many were dropped.
+        """
+        peers = [p.number for p in self.cluster.regions if p.number != self.region]
+        acked = [self.hub.peer_acked.get(p, {}) for p in peers]
+        log_, arrivals = self.causal.log, self.hub.arrivals
+        size = sum(len(e.op) for e in log_) if max_bytes else 0
+        # never what has not left yet, nor what a connected peer has not been sent
+        stop = min([len(log_), self.hub.sendable_upto() - self.causal.base,
+                    *(link.position - self.causal.base for link in self.hub.links.values())])
+        k = 0
+        while k < stop:
+            e = log_[k]
+            acked_by_all = all(a.get(e.origin, 0) >= e.n for a in acked)
+            too_big = max_bytes and size > max_bytes
+            too_old = ttl_s and now - arrivals[k] > ttl_s
+            if not (acked_by_all or too_big or too_old):
+                break
+            size -= len(e.op)
+            k += 1
+        if k:
+            self.hub.trim(k)
+        return k
+
+    def resync_image(self) -> tuple[bytes, dict]:
+        """This region's whole state and backlog, for a peer that lacks trimmed operations."""
+        from .persistence import snapshot
+
+        data = snapshot.encode(self.server.db.keys, self.causal, 0, int(time.time() * 1000), True, self.region)
+        return data, dict(self.causal.vv)
+
+    def install_image(self, data: bytes) -> None:
+        """Take a peer's image as this region's replicated state; keep what is this region's own.
+
+        Consumer groups keep their region-local state (consumers, PEL, cursors) when the
+        image has the same group (same creation); operations this region held that the
+        image lacks (its own among them) are applied again on top, so nothing is lost.
+        Then a snapshot makes the new state the base of the append-only file.
+        """
+        from .persistence import snapshot
+
+        img = snapshot.decode(data)
+        old_keys, old_log = self.server.db.keys, self.causal.log + list(self.causal.pending.values())
+        new_keys = img.keys
+        for key, s in new_keys.items():
+            old = old_keys.get(key)
+            for name, g in s.groups.items():
+                og = old.groups.get(name) if old is not None else None
+                _keep_local_group_state(g, og if og is not None and og.created_dot == g.created_dot else None)
+        for key, floor in old_keys.id_floor.items():  # never mint an ID this region minted before
+            if floor > new_keys.id_floor.get(key, (0, 0)):
+                new_keys.id_floor[key] = floor
+        self.server.db.keys = new_keys
+        c = img.causal
+        self.causal.vv, self.causal.log, self.causal.pending = c.vv, c.log, {}
+        self.causal.base, self.causal.floor = c.base, c.floor
+        self._unsafe.clear()
+        self.hub.log_replaced()
+        for env in old_log:
+            if env.n > self.causal.vv.get(env.origin, 0):
+                self.hub.deliver(env)
+        server = self.server
+        if server.oplog is not None:
+            server.save(force=True)  # the old log does not lead here: the new state is the base
+            self.log_started()
+        for key in list(new_keys):
+            server.db.ready.add(key)
+        server.serve_ready_keys()
+        log.warning("installed a full-resync image: version vector %s", self.causal.vv)
 
     # ------------------------------------------------------------ operations
     def publish(self, op: ops.Op) -> None:
@@ -208,6 +285,8 @@ class ActiveActive:
             "vv": dict(self.causal.vv), "pending": len(self.causal.pending), "links": links,
             "keys": len(self.server.db.keys), "refused_handshakes": self.hub.refused,
             "resp_address": f"{self.me.host}:{self.me.port}",
+            "backlog_ops": len(self.causal.log), "backlog_trimmed": self.causal.base,
+            "resyncs_sent": self.hub.resyncs_sent, "resyncs_received": self.hub.resyncs_received,
         }
 
     def info_lines(self) -> list[str]:
@@ -221,6 +300,10 @@ class ActiveActive:
             "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(st["vv"].items())),
             f"crdt_pending:{st['pending']}",
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
+            f"crdt_backlog_ops:{st['backlog_ops']}",
+            f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
+            f"crdt_full_resyncs_sent:{st['resyncs_sent']}",
+            f"crdt_full_resyncs_received:{st['resyncs_received']}",
         ]
         for link in st["links"]:
             line = f"crdt_peer_{link['number']}:name={link['peer']},link={link['state']}"
@@ -228,3 +311,20 @@ class ActiveActive:
                 line += f",lag_ops={link['lag_ops']},lag_ms={link['lag_ms']:.0f}"
             lines.append(line)
         return lines
+
+
+def _keep_local_group_state(g, old) -> None:
+    """A group from a resync image: its local half (consumers, PEL, cursors) is this region's."""
+    from sortedcontainers import SortedDict
+
+    from crdt.groups import ENTRIES_READ_UNKNOWN
+
+    if old is None:  # new here: nobody read it in this region yet
+        g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = SortedDict(), {}, {}, {}, 0
+        g.last_id, g.entries_read = g.floor, ENTRIES_READ_UNKNOWN
+        return
+    g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = old.pel, old.consumers, old.cursors, old.acked_sent, old._stamps
+    g.last_id, g.entries_read, g.floor = old.last_id, old.entries_read, old.floor
+    for origin, mark in old.watermarks.items():
+        if mark > g.watermarks.get(origin, (0, 0)):
+            g.watermarks[origin] = mark

@@ -60,6 +60,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("aof-load-truncated", "bool", True),
     Setting("auto-aof-rewrite-percentage", "int", 100, 0, (1 << 31) - 1),
     Setting("auto-aof-rewrite-min-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
+    # Active-Active: how much of the replication feed a region keeps for peers that are
+    # away (operations every peer acknowledged are dropped at once); a peer that comes
+    # back needing more gets a full resync
+    Setting("crdt-repl-backlog-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
+    Setting("crdt-repl-backlog-ttl", "int", 3600, 0, (1 << 31) - 1),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -171,11 +171,15 @@ class Server:
         self.oplog.roll()
         return data, record, self.oplog.directory
 
-    def save(self) -> None:
-        """SAVE: write a snapshot now (the loop waits), then compact the log."""
+    def save(self, force: bool = False) -> None:
+        """SAVE: write a snapshot now (the loop waits), then compact the log.
+
+        ``force``: even while a BGSAVE runs (a full resync replaced the state: the
+        older snapshot being written cannot be the base any more).
+        """
         from .persistence import snapshot
 
-        if self.saving:
+        if self.saving and not force:
             raise ReplyError("ERR Background save already in progress")
         data, record, directory = self._snapshot_now()
         try:
@@ -288,6 +292,9 @@ class Server:
             if self.oplog is not None:
                 self.oplog.tick()
                 self._auto_snapshot()
+            if self.db.aa is not None:
+                self.db.aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]),
+                                        int(self.config["crdt-repl-backlog-ttl"]), time.monotonic())
 
     # ------------------------------------------------------------ dispatch
     def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:

@@ -86,3 +86,20 @@ def test_exactly_once_in_causal_order(script, cut):
             assert e.n == seen.get(e.origin, 0) + 1
             seen[e.origin] = e.n
         assert not logs[r].pending
+
+
+def test_trim_keeps_positions_absolute_and_knows_what_a_peer_lacks():
+    from crdt.causal import CausalLog
+
+    log = CausalLog(1)
+    for i in range(5):
+        log.stamp(f"op{i}")
+    assert [e.n for e in log.since(3)] == [4, 5]
+    dropped = log.trim(2)
+    assert [e.n for e in dropped] == [1, 2] and log.base == 2 and log.end == 5
+    assert [e.n for e in log.since(0)] == [3, 4, 5]  # what was dropped is simply not there
+    assert [e.n for e in log.since(3, 4)] == [4]
+    assert log.floor == {1: 2}
+    assert log.lacks_dropped({1: 1}) and log.lacks_dropped({})
+    assert not log.lacks_dropped({1: 2}) and not log.lacks_dropped({1: 5})
+    assert log.missing({1: 3}) == log.since(3)

@@ -437,3 +437,74 @@ def test_config_get_and_set_of_the_persistence_settings(tmp_path):
         with pytest.raises(redis.ResponseError, match="can't set immutable config"):
             c.config_set("appendonly", "no")
         c.close()
+
+
+def _crdt(c) -> dict:
+    text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
+    return dict(line.split(":", 1) for line in text.splitlines())
+
+
+def test_a_region_away_past_the_backlog_gets_a_full_resync_and_keeps_its_own_writes():
+    from node.testing import LocalCluster
+
+    with LocalCluster(3) as cluster:
+        r1, r2, r3 = cluster.clients()
+        r1.xgroup_create("jobs", "g", id="0", mkstream=True)
+        cluster.sync_wait()
+        assert r3.xreadgroup("g", "c3", {"jobs": ">"}) == []  # a consumer of region 3's own
+        r3.execute_command("BRAID.REPLICATION", "PAUSE")
+        for c in (r1, r2):
+            c.config_set("crdt-repl-backlog-size", 1)  # keep nothing a peer may still need
+        made = [r1.xadd("jobs", {"n": str(i)}) for i in range(150)] + [r2.xadd("jobs", {"m": str(i)})
+                                                                          for i in range(150)]
+        r1.xadd("gone", {"f": "v"})
+        wait_until(lambda: r2.exists("gone"), 20, what="region 2 seeing the key")
+        assert r2.delete("gone") == 1  # an observed-remove region 3 never saw happen
+        own = [r3.xadd("jobs", {"mine": str(i)}) for i in range(5)]  # written while away
+        wait_until(lambda: int(_crdt(r1)["crdt_backlog_trimmed"]) > 0 and int(_crdt(r2)["crdt_backlog_trimmed"]) > 0,
+                   20, what="regions 1 and 2 trimming what region 3 lacks")
+        r3.execute_command("BRAID.REPLICATION", "RESUME")
+        cluster.sync_wait(60)
+        assert int(_crdt(r3)["crdt_full_resyncs_received"]) >= 1
+        views = [[e[0] for e in c.xrange("jobs")] for c in (r1, r2, r3)]
+        assert views[0] == views[1] == views[2]
+        assert set(made + own) == set(views[0]) and len(views[0]) == len(made) + len(own)
+        assert r1.exists("gone") == r2.exists("gone") == r3.exists("gone") == 0
+        assert [c["name"] for c in r3.xinfo_consumers("jobs", "g")] == [b"c3"]  # its local state stayed
+        got = r3.xreadgroup("g", "c3", {"jobs": ">"}, count=1000)
+        assert len(got[0][1]) == len(views[0])  # nothing skipped after the resync
+        for c in (r1, r2, r3):
+            c.close()
+
+
+@pytest.mark.parametrize("wiped", [False, True])
+def test_a_region_stopped_past_the_backlog_comes_back_by_full_resync(wiped):
+    from node.testing import LocalCluster
+
+    with LocalCluster(3) as cluster:
+        p3 = cluster.procs[2]
+        r1, r2, r3 = cluster.clients()
+        before = [r3.xadd("log", {"n": str(i)}) for i in range(20)]
+        cluster.sync_wait()
+        r3.close()
+        p3.stop_keeping_data()
+        if wiped:  # its disk is gone too: it starts empty
+            shutil.rmtree(os.path.join(p3.data_dir, "appendonlydir"))
+        for c in (r1, r2):
+            c.config_set("crdt-repl-backlog-size", 1)
+        trimmed = [int(_crdt(c)["crdt_backlog_trimmed"]) for c in (r1, r2)]
+        after = [r1.xadd("log", {"m": str(i)}) for i in range(200)]
+        wait_until(lambda: all(int(_crdt(c)["crdt_backlog_trimmed"]) > t + 150 for c, t in zip((r1, r2), trimmed)),
+                   20, what="regions 1 and 2 trimming what region 3 lacks")
+        p3.restart()
+        r3 = p3.client()
+        cluster.sync_wait(60)
+        views = [[e[0] for e in c.xrange("log")] for c in (r1, r2, r3)]
+        assert views[0] == views[1] == views[2] == sorted(before + after, key=lambda i: tuple(map(int, i.split(b"-"))))
+        assert int(_crdt(r3)["crdt_full_resyncs_received"]) >= 1
+        p3.stop_keeping_data()  # and the resynced state is its new base on disk
+        p3.restart()
+        r3b = p3.client()
+        assert [e[0] for e in r3b.xrange("log")] == views[0]
+        for c in (r1, r2, r3, r3b):
+            c.close()

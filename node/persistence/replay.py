@@ -101,7 +101,9 @@ def install(server: "Server", s: "snap.Snapshot", path: str) -> None:
                         f"region {s.region})")
     server.db.keys = s.keys
     if aa is not None:
-        aa.causal.vv, aa.causal.log, aa.causal.pending = s.causal.vv, s.causal.log, s.causal.pending
+        c = s.causal
+        aa.causal.vv, aa.causal.log, aa.causal.pending = c.vv, c.log, c.pending
+        aa.causal.base, aa.causal.floor = c.base, c.floor
         aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
 
 

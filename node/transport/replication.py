@@ -22,6 +22,14 @@ operation log) bounds how far into the causal log links may send, so a peer
 never holds an operation the region could lose in a crash and then mint again
 under the same dot.
 
+Full resync: a region trims its backlog (``trim``), so a peer that was away long
+may lack operations no longer held.  The side that sees this at the handshake
+(:meth:`crdt.causal.CausalLog.lacks_dropped`) sends its whole replicated state
+first, as ``Resync`` chunks built by ``make_image``; the peer hands them to
+``install_image`` and the stream continues from the image's version vector.
+What each peer acknowledged is kept across reconnections (``peer_acked``), so
+trimming knows what every peer holds.
+
 Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
 the link to one peer (a partition, for maintenance and tests).  A cut link is
 closed at once, its frames are neither sent nor applied, and the peer's attempts
@@ -43,13 +51,14 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from crdt.causal import CausalLog, Envelope
+from crdt.causal import CausalLog, Envelope, merge
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
 log = logging.getLogger("braid.replication")
 
 BATCH = 256  # envelopes per Batch frame
+RESYNC_CHUNK = 1 << 20  # bytes of a full-resync image per frame (gRPC's default limit is 4 MB)
 
 
 def to_proto(env: Envelope) -> pb.Envelope:
@@ -60,21 +69,49 @@ def from_proto(m: pb.Envelope) -> Envelope:
     return Envelope(m.origin, m.n, tuple(sorted(m.deps.items())), bytes(m.op))
 
 
+def _end_call(out: asyncio.Queue) -> None:
+    """Tell whoever drains ``out`` that the link is over (frames still queued are moot)."""
+    while out.full():
+        out.get_nowait()
+    out.put_nowait(None)
+
+
+def _no_resync(*_args):
+    raise ConnectionError("this region cannot take part in a full resync")
+
+
 class Link:
     """One established stream with a peer, whichever side dialed."""
 
     def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int]) -> None:
         self.hub = hub
         self.peer = peer
-        self.acked = dict(peer_vv)  # what the peer told us it has applied
+        self.acked = hub.peer_acked.setdefault(peer, {})  # what the peer told us it has applied
+        self.acked.clear()
+        self.acked.update(peer_vv)  # (it may have lost some in a crash: its Hello says what it holds)
         self.sent = dict(peer_vv)   # what we already put on the wire
-        self.position = 0           # how far into the (append-only) causal log we looked
-        self.unacked_from = 0       # no envelope before this log index is unacknowledged
+        self.position = hub.causal.base  # how far into the causal log we looked (absolute)
+        self.unacked_from = hub.causal.base  # no envelope before this position is unacknowledged
+        self.resync: list[bytes] = []  # chunks of a full-resync image being received
         self.wakeup = asyncio.Event()
         self.wakeup.set()
 
+    async def send_image(self, out: asyncio.Queue) -> None:
+        """Full resync: the peer lacks operations this region trimmed; send everything."""
+        image, vv = self.hub.make_image()
+        end = self.hub.causal.end  # the image holds the log up to here (made in this loop turn)
+        log.warning("region %d lacks trimmed operations: full resync (%d bytes)", self.peer, len(image))
+        self.hub.resyncs_sent += 1
+        for at in range(0, max(len(image), 1), RESYNC_CHUNK):
+            chunk = image[at:at + RESYNC_CHUNK]
+            await out.put(pb.Frame(resync=pb.Resync(data=chunk, last=at + RESYNC_CHUNK >= len(image))))
+        self.sent = dict(vv)
+        self.position = end
+
     async def send_loop(self, out: asyncio.Queue) -> None:
         causal = self.hub.causal
+        if causal.lacks_dropped(self.acked) and not self.hub.is_cut(self.peer):
+            await self.send_image(out)
         while True:
             await self.wakeup.wait()
             await asyncio.sleep(0)  # let operations issued in this loop turn join the batch
@@ -82,8 +119,10 @@ class Link:
             if self.hub.is_cut(self.peer):
                 continue
             # only the log's new part: it is append-only and in causal order
-            fresh = causal.log[self.position:self.hub.sendable_upto()]
-            self.position += len(fresh)
+            if self.position < causal.base and causal.lacks_dropped(merge(self.acked, self.sent)):
+                raise ConnectionResetError("the peer needs trimmed operations: reconnect for a full resync")
+            fresh = causal.since(self.position, self.hub.sendable_upto())
+            self.position = max(self.position, causal.base) + len(fresh)
             sent, acked = self.sent, self.acked
             missing = [e for e in fresh if e.n > sent.get(e.origin, 0) and e.n > acked.get(e.origin, 0)]
             for i in range(0, len(missing), BATCH):
@@ -110,15 +149,23 @@ class Link:
             for o, n in frame.ack.vv.items():
                 if n > self.acked.get(o, 0):
                     self.acked[o] = n
+        elif kind == "resync":
+            self.resync.append(frame.resync.data)
+            if frame.resync.last:
+                image, self.resync = b"".join(self.resync), []
+                self.hub.install_image(image)
+                self.sent = merge(self.sent, self.hub.causal.vv)  # it has all the image holds
+                await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
 
 
     def lag(self, now: float) -> tuple[int, float]:
         """(operations the peer has not acknowledged, age in ms of the oldest of them)."""
-        log_, times, acked = self.hub.causal.log, self.hub.arrivals, self.acked
-        i = self.unacked_from
+        causal, times, acked = self.hub.causal, self.hub.arrivals, self.acked
+        log_, base = causal.log, causal.base
+        i = max(self.unacked_from, base) - base
         while i < len(log_) and log_[i].n <= acked.get(log_[i].origin, 0):
             i += 1
-        self.unacked_from = i
+        self.unacked_from = base + i
         behind = sum(1 for e in log_[i:] if e.n > acked.get(e.origin, 0))
         return behind, (now - times[i]) * 1000 if behind else 0.0
 
@@ -169,7 +216,12 @@ class ReplicationHub:
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
         self.denied = 0   # handshakes peers refused to this region
-        self.sendable: int | None = None  # causal-log entries safe to send (None: all)
+        self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
+        self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, the version vector it acknowledged
+        self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
+        self.install_image: Callable[[bytes], None] = _no_resync
+        self.resyncs_sent = 0
+        self.resyncs_received = 0
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -194,7 +246,20 @@ class ReplicationHub:
         self.wake()  # relay what arrived to the other peers
 
     def sendable_upto(self) -> int:
-        return len(self.causal.log) if self.sendable is None else self.sendable
+        return self.causal.end if self.sendable is None else self.sendable
+
+    def trim(self, count: int) -> None:
+        """Drop the ``count`` oldest envelopes of the backlog (see crdt/causal.py)."""
+        self.causal.trim(count)
+        del self.arrivals[:count]
+
+    def log_replaced(self) -> None:
+        """After a full resync installed another log: every link looks at it from its start."""
+        self.resyncs_received += 1
+        self.arrivals = [time.monotonic()] * len(self.causal.log)
+        for link in self.links.values():
+            link.position = link.unacked_from = self.causal.base
+        self.wake()
 
     def wake(self) -> None:
         for link in self.links.values():
@@ -228,15 +293,24 @@ class ReplicationHub:
         return self.port
 
     async def run_link(self, link: Link, incoming, out: asyncio.Queue) -> None:
+        """Send and receive until either side stops; then the call ends (None on ``out``)."""
         self.links[link.peer] = link
-        sender = asyncio.ensure_future(link.send_loop(out))
-        try:
+
+        async def receive() -> None:
             async for frame in incoming:
                 await link.on_frame(frame, out)
+
+        sender, receiver = asyncio.ensure_future(link.send_loop(out)), asyncio.ensure_future(receive())
+        try:
+            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a failure ends the link (a dialer reconnects)
         finally:
             sender.cancel()
+            receiver.cancel()
             if self.links.get(link.peer) is link:
                 del self.links[link.peer]
+            _end_call(out)
 
     # ------------------------------------------------------------ dialing
     def pause(self, peer: int | None = None) -> None:
@@ -246,10 +320,7 @@ class ReplicationHub:
         else:
             self.cut.add(peer)
         for p in [p for p in self._served if self.is_cut(p)]:
-            out = self._served[p]
-            while out.full():
-                out.get_nowait()  # frames for a link that is closing anyway
-            out.put_nowait(None)
+            _end_call(self._served[p])
         for p in [p for p in self._dialers if self.is_cut(p)]:
             self._dialers.pop(p).cancel()
 
@@ -299,8 +370,8 @@ class ReplicationHub:
             out: asyncio.Queue = asyncio.Queue(maxsize=64)
 
             async def writer() -> None:
-                while True:
-                    await call.write(await out.get())
+                while (frame := await out.get()) is not None:
+                    await call.write(frame)
 
             writing = asyncio.ensure_future(writer())
             try:
