@@ -168,11 +168,18 @@ class DestroyGroup(Op):
 
 @dataclass(slots=True)
 class AckWatermark(Op):
-    """Multi-region XACK: the group read and acknowledged origin's log up to ``id``."""
+    """Multi-region XACK: the group read and acknowledged origin's log up to ``id``.
+
+    ``created`` is the dot of the group's creation it was acknowledged in: when two
+    regions create a group of the same name concurrently only one creation
+    survives, and the other's acknowledgements must not move it (at some regions
+    only, depending on what arrived first).
+    """
 
     group: bytes
     origin: int
     id: StreamID
+    created: tuple | None = None
 
 
 @dataclass(slots=True)
@@ -276,7 +283,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         return s.groups.pop(op.group, None) is not None
     if t is AckWatermark:
         g = s.groups.get(op.group)
-        if g is None:
+        if g is None or (op.created is not None and g.created_dot != op.created):
             return False
         if op.id > g.watermarks.get(op.origin, MIN_ID):
             g.watermarks[op.origin] = op.id

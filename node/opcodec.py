@@ -26,7 +26,7 @@ OPS: list[tuple[type, dict[str, str]]] = [
     (ops.CreateGroup, {"group": "raw", "last_id": "id", "entries_read": "raw", "mkstream": "raw",
                        "deps": "vv", "dot": "dot", "cursors": "id_map"}),
     (ops.DestroyGroup, {"group": "raw", "context": "vv"}),
-    (ops.AckWatermark, {"group": "raw", "origin": "raw", "id": "id"}),
+    (ops.AckWatermark, {"group": "raw", "origin": "raw", "id": "id", "created": "dot"}),
     (ops.SetStreamId, {"last_id": "id", "entries_added": "raw", "max_deleted_id": "id"}),
     (ops.ConfigureIdmp, {"duration": "raw", "maxsize": "raw"}),
 ]

@@ -102,7 +102,7 @@ class Region:
         for origin in list(s.logs):
             mark = cg.ack_watermark(s, g, origin)
             if mark is not None:  # replicated only when the consecutive watermark moves
-                self._issue(ops.AckWatermark(key, group, origin, mark))
+                self._issue(ops.AckWatermark(key, group, origin, mark, g.created_dot))
 
     # -- reads
     def xrange(self, key: bytes) -> list:

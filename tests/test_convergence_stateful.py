@@ -41,16 +41,16 @@ Invariants:
   ``>`` never hands out an entry twice; and after a synced redirect, entries it
   had delivered and acknowledged (empty PEL) are not handed out again.
 
-Not checked by the machine: the groups' replicated XACK watermarks, which can
-differ after full delivery (a known crdt/ bug, pinned by the strict xfail test at
-the end of this file).
+The machine found that an XACK watermark of a group creation that lost to a
+concurrent one moved the winner at some regions only; watermarks now name their
+creation (``AckWatermark.created``), are compared after full delivery, and the
+found case is a regression test at the end of this file.
 """
 
 from __future__ import annotations
 
 import sys
 
-import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -126,8 +126,9 @@ class ConvergenceMachine(RuleBasedStateMachine):
             assert views[0] == views[1] == views[2], key
         maps = [self._idmp_view(r) for r in rs]
         assert maps[0] == maps[1] == maps[2]
-        # Not compared: the groups' replicated XACK watermarks.  They can differ after
-        # full delivery (a crdt/ bug, not fixed here): see the xfail test at the end.
+        marks = [{(k, n): dict(g.watermarks) for k, s in r.keys.items() for n, g in s.groups.items()}
+                 for r in rs]
+        assert marks[0] == marks[1] == marks[2]  # the replicated XACK watermarks too
 
     def _reader_group(self, region: Region):
         return region.keys[R].groups[RG]  # never DEL'd nor destroyed: always there
@@ -302,15 +303,11 @@ ConvergenceMachine.TestCase.settings = settings(
 TestConvergenceMachine = ConvergenceMachine.TestCase
 
 
-# KNOWN BUG in crdt/ (found by this machine, kept as a strict xfail until fixed).
-# AckWatermark names a group but not which creation of it: when two regions create
-# the same group concurrently, the higher dot wins everywhere, but a watermark the
-# losing creation replicated is applied to the winner only where the winner was
-# created before the watermark arrived.  After full delivery the surviving group's
-# watermarks differ between regions, and XREADGROUP > at region 3 never hands the
-# winning group entry 100-1, which regions 1 and 2 do.
-@pytest.mark.xfail(strict=True, reason="crdt/: AckWatermark of a losing concurrent group creation "
-                                       "is kept by the winner at some regions only")
+# Found by this machine: AckWatermark named a group but not which creation of it.
+# When two regions create the same group concurrently the higher dot wins
+# everywhere, but a watermark of the losing creation moved the winner only where
+# the winner was created before the watermark arrived; XREADGROUP > at region 3
+# then never handed the winning group entry 100-1, which regions 1 and 2 did.
 def test_ack_watermark_of_a_losing_group_creation_converges():
     r1, r2, r3 = Region(1), Region(2), Region(3)
     r1.clock = r3.clock = START_MS
@@ -322,6 +319,6 @@ def test_ack_watermark_of_a_losing_group_creation_converges():
     sync(r1, r2, r3)
     assert r1.snapshot() == r2.snapshot() == r3.snapshot()
     marks = [r.keys[b"a"].groups[b"g1"].watermarks for r in (r1, r2, r3)]
-    assert marks[0] == marks[1] == marks[2]  # fails: [{}, {}, {1: (100, 1)}]
+    assert marks[0] == marks[1] == marks[2]  # was [{}, {}, {1: (100, 1)}]
     reads = [r.xreadgroup(b"a", b"g1", b"c2") for r in (r1, r2, r3)]
     assert reads[0] == reads[1] == reads[2]

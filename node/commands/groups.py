@@ -196,7 +196,7 @@ def _replicate_acks(db, key: bytes, name: bytes, s, group) -> None:
     for origin in list(s.logs):
         mark = cg.ack_watermark(s, group, origin)
         if mark is not None:
-            db.apply(ops.AckWatermark(key, name, origin, mark))
+            db.apply(ops.AckWatermark(key, name, origin, mark, group.created_dot))
 
 
 def parse_ids_option(argv: list[bytes], start: int) -> tuple[str, list[bytes]]:
