@@ -9,6 +9,9 @@
 2. Restart: 1,000,000 entries loaded into a Braid region, a snapshot (BGSAVE) at
    90 % of them and the last 10 % as the log's tail, then the time from starting
    the process to its first PING reply, and what INFO persistence says it loaded.
+3. Full resync: a three-region cluster, region 3 stopped, 1,000,000 entries written
+   at region 1 with a backlog too small to keep them, then region 3 restarted: the
+   time from its start until it holds every entry.
 
 A measurement, not a test: nothing passes or fails.  Results go to
 ``bench/RESULTS-durability.md``.
@@ -90,7 +93,43 @@ def restart(entries: int) -> dict:
         s.stop()
 
 
-def write(path: str, m: dict, tp: dict, rs: dict, invocation: str) -> None:
+def full_resync(entries: int) -> dict:
+    from node.testing import LocalCluster
+
+    with LocalCluster(3) as cluster:
+        p3 = cluster.procs[2]
+        r1, r2, _ = cluster.clients()
+        p3.stop_keeping_data()
+        for c in (r1, r2):
+            c.config_set("crdt-repl-backlog-size", 1)
+        fill(r1, "s", entries)
+        cluster_deadline = time.monotonic() + 600
+        while r2.xlen("s") < entries or _trimmed(r1) < entries or _trimmed(r2) < entries:
+            if time.monotonic() > cluster_deadline:
+                raise TimeoutError("regions 1 and 2 did not settle")
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        p3.restart()
+        r3 = p3.client()
+        while r3.xlen("s") < entries:
+            time.sleep(0.02)
+        seconds = time.monotonic() - t0
+        received = _crdt(r3)["crdt_full_resyncs_received"]
+        for c in (r1, r2, r3):
+            c.close()
+        return {"seconds": seconds, "entries": entries, "resyncs": received}
+
+
+def _crdt(c) -> dict:
+    text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
+    return dict(line.split(":", 1) for line in text.splitlines())
+
+
+def _trimmed(c) -> int:
+    return int(_crdt(c)["crdt_backlog_trimmed"])
+
+
+def write(path: str, m: dict, tp: dict, rs: dict, fr: dict, invocation: str) -> None:
     lines = [
         "# Durability benchmark",
         "",
@@ -114,6 +153,12 @@ def write(path: str, m: dict, tp: dict, rs: dict, invocation: str) -> None:
         f"records of tail; process start to first PING reply **{rs['seconds']:.2f} s** "
         f"(loading itself {rs['load_ms']} ms).",
         "",
+        "## Full resync",
+        "",
+        f"{fr['entries']:,} entries trimmed from the backlogs of regions 1 and 2 while region 3 was stopped: "
+        f"from region 3's start until it holds them all **{fr['seconds']:.2f} s** "
+        f"({fr['resyncs']} full resyncs installed).",
+        "",
     ]
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -134,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     console.print("restart with 1,000,000 entries …")
     rs = restart(1_000_000 // div)
     console.print(f"  {rs}")
-    write(args.out, machine(), tp, rs, "python -m bench.durability" + (" --quick" if args.quick else ""))
+    console.print("full resync of 1,000,000 entries …")
+    fr = full_resync(1_000_000 // div)
+    console.print(f"  {fr}")
+    write(args.out, machine(), tp, rs, fr, "python -m bench.durability" + (" --quick" if args.quick else ""))
     console.print(f"wrote {args.out}")
     return 0
 

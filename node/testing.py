@@ -29,9 +29,21 @@ from .cluster import ping
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free right now (all held open while choosing, so none repeats)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
@@ -74,7 +86,12 @@ class _ServerProcess:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
             return ping(self.port)
 
-        wait_until(ready, 30.0, what=f"{self.name} on port {self.port}")
+        try:
+            wait_until(ready, 30.0, what=f"{self.name} on port {self.port}")
+        except TimeoutError:
+            self.proc.kill()  # never leave a process that did not come up
+            self.proc.wait(10)
+            raise
         return self
 
     @property
@@ -144,21 +161,40 @@ class LocalCluster:
     """N regions of an Active-Active database as real processes on loopback."""
 
     def __init__(self, regions: int = 3, extra_args: list[str] = ()) -> None:
-        from .cluster_config import RegionSpec, local_cluster
+        from .cluster_config import local_cluster
 
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
         self.config = local_cluster(regions, 0)
-        self.config.regions = [RegionSpec(r.name, r.number, r.host, free_port(), free_port())
-                               for r in self.config.regions]
         self.file = os.path.join(self.dir, "cluster.toml")
-        with open(self.file, "w") as f:
-            f.write(self.config.to_toml())
-        self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, extra_args)
+        self.extra_args = list(extra_args)
+        self.procs: list[BraidProcess] = []
+
+    def _place(self) -> None:
+        """Pick free ports for every region and write the cluster file."""
+        from .cluster_config import RegionSpec
+
+        ports = free_ports(2 * len(self.config.regions))
+        self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1])
+                               for i, r in enumerate(self.config.regions)]
+        self.config.save(self.file)
+        self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)
                       for r in self.config.regions]
 
-    def start(self) -> "LocalCluster":
-        for p in self.procs:
-            p.start()
+    def start(self, attempts: int = 3) -> "LocalCluster":
+        """Start every region; a port taken meanwhile by someone else means new ports and a retry."""
+        for attempt in range(attempts):
+            self._place()
+            try:
+                for p in self.procs:
+                    p.start()
+                return self
+            except (RuntimeError, TimeoutError):
+                for p in self.procs:
+                    p.stop()  # never leave a started region behind
+                for p in self.procs:
+                    shutil.rmtree(p.data_dir, ignore_errors=True)
+                if attempt == attempts - 1:
+                    raise
         return self
 
     def clients(self, **kw) -> list[redis.Redis]:
