@@ -27,6 +27,13 @@ once every peer has them, or when it grows too old or too large.  Positions in
 it are absolute (``base`` counts what was dropped), and ``floor[o]`` is the
 highest ``n`` of origin ``o`` dropped, so :meth:`CausalLog.lacks_dropped` tells
 whether a peer needs what is no longer here - a full resync instead.
+
+Causal stability: ``seen[o]`` is what region ``o`` had applied when it issued
+the last of its operations applied here.  :meth:`CausalLog.stable` is the
+pointwise minimum of that over every region: an operation at or below it has
+been seen by every region, and every operation concurrent with it has already
+been applied here (each region's operations arrive in order), so metadata kept
+only to judge late concurrent operations (delete contexts) can be dropped.
 """
 
 from __future__ import annotations
@@ -72,6 +79,18 @@ class CausalLog:
         self.pending: dict[tuple[int, int], Envelope] = {}
         self.base = 0                  # absolute position of log[0]: envelopes dropped so far
         self.floor: VersionVector = {}  # per origin, the highest n dropped from the log
+        self.seen: dict[int, VersionVector] = {}  # per origin: its version vector at its last op here
+
+    def stable(self, regions) -> VersionVector:
+        """What every one of ``regions`` has seen, as far as this region knows."""
+        views = [self.vv if r == self.region else self.seen.get(r, {}) for r in regions]
+        origins = set().union(*views) if views else set()
+        return {o: min(v.get(o, 0) for v in views) for o in origins if all(v.get(o, 0) for v in views)}
+
+    def _saw(self, env: Envelope) -> None:
+        view = dict(env.deps)
+        view[env.origin] = env.n
+        self.seen[env.origin] = merge(self.seen.get(env.origin, {}), view)
 
     @property
     def end(self) -> int:
@@ -125,6 +144,7 @@ class CausalLog:
                     del self.pending[dot]
                     self.vv[cand.origin] = cand.n
                     self.log.append(cand)
+                    self._saw(cand)
                     out.append(cand)
                     progress = True
         return out

@@ -377,6 +377,22 @@ def _drop_if_empty(keys: Keyspace, key: bytes, s: Stream) -> None:
             keys.idmp_kept[key] = s.idmp
 
 
+def collect_garbage(keys: Keyspace, stable: VersionVector) -> int:
+    """Drop the delete contexts every region has seen (``stable``, see crdt/causal.py).
+
+    A context only decides creations concurrent with its deletion; once it is
+    stable they have all been applied here, and every later creation's
+    dependencies dominate it, so keeping it or not gives the same outcomes.
+    Returns how many were dropped.
+    """
+    dropped = 0
+    for table in (keys.key_contexts, keys.group_contexts):
+        for k in [k for k, ctx in table.items() if dominates(stable, ctx)]:
+            del table[k]
+            dropped += 1
+    return dropped
+
+
 def _survives(deps: VersionVector, *contexts: VersionVector | None) -> bool:
     return all(ctx is None or dominates(deps, ctx) for ctx in contexts)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from crdt import ops
 from crdt.blocks import TrimSpec
-from crdt.causal import CausalLog, Envelope
+from crdt.causal import CausalLog, Envelope, merge
 from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
 
 from . import opcodec
@@ -135,6 +135,11 @@ class ActiveActive:
             self.hub.trim(k)
         return k
 
+    def collect_garbage(self) -> int:
+        """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
+        stable = self.causal.stable([r.number for r in self.cluster.regions])
+        return ops.collect_garbage(self.server.db.keys, stable)
+
     def resync_image(self) -> tuple[bytes, dict]:
         """This region's whole state and backlog, for a peer that lacks trimmed operations."""
         from .persistence import snapshot
@@ -167,6 +172,8 @@ class ActiveActive:
         c = img.causal
         self.causal.vv, self.causal.log, self.causal.pending = c.vv, c.log, {}
         self.causal.base, self.causal.floor = c.base, c.floor
+        self.causal.seen = {o: merge(c.seen.get(o, {}), v) for o, v in self.causal.seen.items()} | \
+            {o: v for o, v in c.seen.items() if o not in self.causal.seen}
         self._unsafe.clear()
         self.hub.log_replaced()
         for env in old_log:
@@ -304,6 +311,7 @@ class ActiveActive:
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
             f"crdt_full_resyncs_sent:{st['resyncs_sent']}",
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
+            f"crdt_delete_contexts:{len(self.server.db.keys.key_contexts) + len(self.server.db.keys.group_contexts)}",
         ]
         for link in st["links"]:
             line = f"crdt_peer_{link['number']}:name={link['peer']},link={link['state']}"

@@ -237,6 +237,11 @@ class Server:
         for s in self.db.keys.values():
             if s.idmp.producers:
                 dropped += s.idmp.expire(now)
+        kept = self.db.keys.idmp_kept  # maps of dropped keys expire too, then go
+        for key in list(kept):
+            dropped += kept[key].expire(now)
+            if not kept[key].producers:
+                del kept[key]
         return dropped
 
     # ------------------------------------------------------------ lifecycle
@@ -295,6 +300,7 @@ class Server:
             if self.db.aa is not None:
                 self.db.aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]),
                                         int(self.config["crdt-repl-backlog-ttl"]), time.monotonic())
+                self.db.aa.collect_garbage()
 
     # ------------------------------------------------------------ dispatch
     def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:

@@ -376,3 +376,15 @@ def test_xackdel_moves_the_ack_watermark(cluster, regions):
     cluster.sync_wait()
     assert r2.xreadgroup("g1", "Bob", {"ackdel": ">"}) == []  # a redirected reader re-reads nothing
     assert len(r2.xreadgroup("g2", "Bob", {"ackdel": ">"})[0][1]) == 3
+
+
+def test_an_idmp_retry_after_the_key_was_deleted_is_still_a_duplicate(cluster, regions):
+    """IDMP maps outlive a dropped key (README): the retry answers the original ID, adds nothing."""
+    r1, r2, _ = regions
+    first = r1.execute_command("XADD", "paid", "IDMP", "checkout", "order-7", "*", "total", "1")
+    cluster.sync_wait()
+    assert r2.delete("paid") == 1
+    cluster.sync_wait()
+    for r in (r1, r2):
+        assert r.execute_command("XADD", "paid", "IDMP", "checkout", "order-7", "*", "total", "1") == first
+        assert r.exists("paid") == 0

@@ -389,3 +389,25 @@ def test_equal_ids_from_two_origins_read_in_origin_order():
     s.add(1, (100, 1), [b"f1", b"from-1"], 100, 4096)
     assert [f[1] for _, f in s.range(MIN_ID, MAX_ID)] == [b"early", b"from-1", b"from-2"]
     assert [f[1] for _, f in s.revrange(MIN_ID, MAX_ID)] == [b"from-2", b"from-1", b"early"]
+
+
+def test_delete_contexts_are_collected_once_every_region_has_seen_them():
+    regions = Region(1), Region(2), Region(3)
+    r1, r2, r3 = regions
+    r1.create_group(b"x", b"g1")
+    sync(*regions)
+    r1.delete(b"x")
+    r2.create_group(b"x", b"g2")  # concurrent with the DEL: loses everywhere
+    sync(*regions)
+    assert [r.exists(b"x") for r in regions] == [0, 0, 0]
+    # region 1 knows region 2's last operation was issued before it saw the DEL: not stable yet
+    assert ops.collect_garbage(r1.keys, r1.causal.stable([1, 2, 3])) == 0 and r1.keys.key_contexts
+    for r in regions:
+        r.xadd(b"other")  # every region issues something after seeing the DEL
+    sync(*regions)
+    for r in regions:
+        assert ops.collect_garbage(r.keys, r.causal.stable([1, 2, 3])) >= 1
+        assert not r.keys.key_contexts and not r.keys.group_contexts
+    r3.create_group(b"x", b"g3")  # after the DEL everywhere: survives everywhere
+    sync(*regions)
+    assert [r.groups(b"x") for r in regions] == [[b"g3"]] * 3

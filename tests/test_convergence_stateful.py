@@ -55,6 +55,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from crdt import ops
 from crdt.idgen import IdError
 from crdt.ids import MAX_ID, MIN_ID
 from tests.test_convergence import STRIDE, Region, deliver, sync
@@ -226,6 +227,12 @@ class ConvergenceMachine(RuleBasedStateMachine):
         assert dst.causal.receive(env) == []
         assert dst.causal.vv == vv and dst.causal.log == log and dst.causal.pending == pending
         assert dst.snapshot() == snap
+
+    @rule(region=regions_st)
+    def collect_garbage(self, region):
+        """A region drops the delete contexts it knows every region has seen (crdt/ops.py)."""
+        r = self.regions[region]
+        ops.collect_garbage(r.keys, r.causal.stable(REGIONS))
 
     @rule()
     def sync_all_and_check(self):

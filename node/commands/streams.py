@@ -167,10 +167,12 @@ def xadd(client, argv: list[bytes]):
     iid = None
     if a.pid is not None:
         iid = auto_iid(flat) if a.idmp_auto else a.iid
-        if s is not None:
-            found = s.idmp.lookup(a.pid, iid)
+        # Active-Active: a dropped key's maps are kept (crdt/ops.py), so a late retry is still a duplicate
+        idmp = s.idmp if s is not None else db.keys.idmp_kept.get(key)
+        if idmp is not None:
+            found = idmp.lookup(a.pid, iid)
             if found is not None:
-                s.idmp.iids_duplicates += 1
+                idmp.iids_duplicates += 1
                 db.dirty += 1
                 db.touch(key, ready=False)
                 return b"%d-%d" % found
