@@ -90,6 +90,7 @@ class Server:
         self.oplog = None          # node.persistence.oplog.OperationLog, when appendonly is yes
         self.replaying = False     # loading the log: nothing is logged again
         self.loading_report = None
+        self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
         self.saving = False        # a BGSAVE is writing its file
         self._bgsave: asyncio.Future | None = None
         self.last_bgsave_ok = True
@@ -225,6 +226,20 @@ class Server:
         if size >= int(self.config["auto-aof-rewrite-min-size"]) and size >= self.log_base_size * (100 + pct) / 100:
             log.info("the append-only file grew to %d bytes: writing a snapshot", size)
             self.bgsave()
+
+    def flush_after_log_write(self, client: "ClientConnection") -> None:
+        if not self._after_log_write:
+            asyncio.get_running_loop().call_soon(self._write_log_then_reply)
+        self._after_log_write[client.id] = client
+
+    def _write_log_then_reply(self) -> None:
+        clients, self._after_log_write = self._after_log_write, {}
+        if self.oplog is not None:
+            self.oplog.write_out()
+            if self.oplog.policy == "always":
+                self.oplog.fsync_now()
+        for client in clients.values():
+            client.flush_logged()
 
     def log_settings(self, argv: list[bytes]) -> None:
         """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
@@ -561,17 +576,33 @@ class ClientConnection(asyncio.Protocol):
         self.flush()
 
     def flush(self) -> None:
-        """Send the replies produced so far, once the operation log allows it."""
+        """Send the replies produced so far, once the operation log allows it.
+
+        Records not yet handed to the OS are written once for every client served in
+        this turn of the event loop (as Redis does before it sleeps), then the
+        replies go out: one write of the log instead of one per client.
+        """
         if not self.out or self.transport is None:
             return
         oplog = self.server.oplog
         if oplog is not None:
-            oplog.write_out()
             self.reply_needs = oplog.last_record  # the replies may depend on any record so far
+            if oplog.written < self.reply_needs or not oplog.durable(self.reply_needs):
+                self.server.flush_after_log_write(self)
+                return
             if not oplog.durable(self.reply_needs):
                 self._wait_fsync()
                 return
         self._send_out()
+
+    def flush_logged(self) -> None:
+        """The log was written (this turn's records): send, or wait for the fsync (``always``)."""
+        if not self.server.oplog.durable(self.reply_needs):
+            self._wait_fsync()
+            return
+        self._send_out()
+        if self.closing and self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
 
     def _wait_fsync(self) -> None:
         if not self.waiting_fsync:
@@ -586,11 +617,11 @@ class ClientConnection(asyncio.Protocol):
             self._wait_fsync()
             return
         self._send_out()
-        if self.closing and self.transport is not None:
+        if self.closing and self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
     def _send_out(self) -> None:
-        if self.out and self.transport is not None:
+        if self.out and self.transport is not None and not self.transport.is_closing():
             self.server.stats.net_output_bytes += len(self.out)
             self.transport.write(bytes(self.out))
             self.out.clear()

@@ -25,11 +25,11 @@ the file rebuilds, and the file is its durable form.
 When a record reaches the disk is ``appendfsync``, as in Redis:
 
 * ``always``: a reply leaves only after the records it may depend on are
-  fsynced.  Clients share fsyncs (group commit): one fsync runs at a time, in
-  a worker thread, covering every record written before it started; replies
-  waiting for records after that wait for the next one, which starts as soon
-  as the first ends.  A client waits only for records that existed when its
-  replies were produced, so a busy neighbour cannot starve it.
+  fsynced.  Clients share fsyncs (group commit): the server writes and fsyncs
+  the log once at the end of a turn of its event loop, covering every client
+  served in that turn, then sends their replies - as Redis does before it
+  sleeps.  A client waits only for records that existed when its replies were
+  produced, so a busy neighbour cannot starve it.
 * ``everysec``: records are written to the OS before any reply (a crash of the
   process loses nothing); an fsync runs once a second (a crash of the machine
   loses about a second).
@@ -37,8 +37,9 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
   they reach the disk.
 
 A failed write or fsync stops the region accepting writes (``MISCONF``) until
-the cron manages to write and fsync again; replies held for ``always`` stay
-held, since what they acknowledge is not on disk.
+the cron manages to write and fsync again (in a worker thread, as the
+``everysec`` fsync); replies held for ``always`` stay held until then, since
+what they acknowledge is not on disk.
 """
 
 from __future__ import annotations
@@ -153,6 +154,18 @@ class OperationLog:
             self._durable_told = mark
             if self.on_durable is not None:
                 self.on_durable(mark)
+
+    def fsync_now(self) -> None:
+        if self.synced >= self.written or self.error is not None:
+            return
+        try:
+            self.file.fsync()
+        except OSError as e:
+            self._failed("fsync", e)
+            return
+        self.fsyncs += 1
+        self.synced = self.written
+        self._tell_durable()
 
     def durable(self, record: int) -> bool:
         """May a reply that depends on records up to ``record`` leave now?"""
