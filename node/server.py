@@ -169,7 +169,10 @@ class Server:
         aa = self.db.aa
         data = snapshot.encode(self.db.keys, aa.causal if aa is not None else None, record,
                                int(time.time() * 1000), aa is not None, self.region)
-        self.oplog.roll()
+        try:
+            self.oplog.roll()
+        except OSError as e:
+            raise ReplyError(f"ERR snapshot failed: cannot start a new log segment: {e.strerror}") from None
         return data, record, self.oplog.directory
 
     def save(self, force: bool = False) -> None:

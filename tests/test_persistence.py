@@ -532,3 +532,39 @@ def test_a_region_stopped_past_the_backlog_comes_back_by_full_resync(wiped):
         assert [e[0] for e in r3b.xrange("log")] == views[0]
         for c in (r1, r2, r3, r3b):
             c.close()
+
+
+def test_a_full_disk_refuses_writes_then_loses_nothing_once_space_is_back(tmp_path, monkeypatch):
+    import errno
+
+    from node.persistence import aof
+
+    real_write = os.write
+    full = threading.Event()
+
+    def write(fd, data):
+        if full.is_set() and os.readlink(f"/proc/self/fd/{fd}").endswith(".aof"):
+            if len(data) > 10:
+                return real_write(fd, bytes(data[:7]))  # part of a record reaches the disk...
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # ...then nothing more fits
+        return real_write(fd, data)
+
+    monkeypatch.setattr(aof.os, "write", write)
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        acked = [c.xadd("s", {"n": "before"})]
+        full.set()
+        acked.append(c.xadd("s", {"n": "while full"}))  # everysec: acknowledged, held in memory
+        with pytest.raises(redis.ResponseError, match="MISCONF Errors writing to the AOF file: write failed"):
+            c.xadd("s", {"n": "refused"})
+        assert c.info("persistence")["aof_last_write_status"] == "err"
+        assert c.xrange("s", "-", "+")  # reads go on
+        full.clear()
+        wait_until(lambda: c.info("persistence")["aof_last_write_status"] == "ok", 10, what="the cron writing again")
+        acked.append(c.xadd("s", {"n": "after"}))
+        c.close()
+    assert reload(str(tmp_path))[0] == [b"s"]
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        c = srv.client()
+        assert [e[0] for e in c.xrange("s")] == acked  # the half-written record was completed, once
+        c.close()

@@ -79,6 +79,7 @@ OP_REPLICATED = 1
 OP_LOCAL = 2
 KINDS = frozenset({OP_REPLICATED, OP_LOCAL})
 _KINDS_OR_ZERO = KINDS | {0}
+_KIND_BYTES = {k: bytes((k,)) for k in KINDS}
 
 MAX_PAYLOAD = 512 * 1024 * 1024
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
@@ -107,13 +108,8 @@ def encode_record(kind: int, payload: bytes) -> bytes:
         raise ValueError(f"unknown record kind {kind}")
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
-    record = bytearray(_PREFIX.size)
-    record.append(kind)
-    record += payload
-    with memoryview(record) as view:
-        checksum = xxh3_64_intdigest(view[_KIND_AT:])
-    _PREFIX.pack_into(record, 0, len(payload), checksum)
-    return bytes(record)
+    body = _KIND_BYTES[kind] + payload
+    return _PREFIX.pack(len(payload), xxh3_64_intdigest(body)) + body
 
 
 # ------------------------------------------------------------------- reading
@@ -376,30 +372,39 @@ def _fsync_directory(directory: str) -> None:
 
 
 class SegmentWriter:
-    """One segment file being appended to (buffered: ``flush`` hands bytes to the OS)."""
+    """One segment file being appended to.
+
+    Records wait in ``pending`` until ``flush`` hands them to the OS.  A write the OS
+    refuses (a full disk) raises and keeps what was not written, so a later flush
+    finishes it: a record is never dropped, and never written twice.
+    """
 
     def __init__(self, path: str, first_record: int, records: int, size: int, *, create: bool) -> None:
-        # "xb" never clobbers an existing segment; "ab" continues after its last valid record.
-        self.file = open(path, "xb" if create else "ab")
+        # O_EXCL never clobbers an existing segment; O_APPEND continues after its last valid record.
+        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(path, flags, 0o644)
         self.path = path
         self.first_record = first_record
         self.records = records
         self.size = size
+        self.pending = bytearray()
 
     def write(self, record: bytes) -> None:
-        self.file.write(record)
+        self.pending += record
         self.records += 1
         self.size += len(record)
 
     def flush(self) -> None:
-        self.file.flush()
+        while self.pending:
+            written = os.write(self.fd, self.pending)
+            del self.pending[:written]
 
     def fsync(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        self.flush()
+        os.fsync(self.fd)
 
     def close(self) -> None:
-        self.file.close()
+        os.close(self.fd)
 
 
 class AppendLog:
@@ -443,7 +448,10 @@ class AppendLog:
         record = encode_record(kind, payload)
         segment = self._current()
         if segment.size and segment.size + len(record) > self.segment_size:
-            self.roll()
+            try:
+                self.roll()
+            except OSError:
+                pass  # a full disk: keep appending here; the next record tries again
             segment = self._current()
         segment.write(record)
         self._last_record += 1
@@ -454,7 +462,7 @@ class AppendLog:
 
     def fileno(self) -> int:
         """The current segment's file descriptor (to fsync it from another thread)."""
-        return self._current().file.fileno()
+        return self._current().fd
 
     def take_directory_dirty(self) -> bool:
         """Whether a segment file was created since the directory was last fsynced; clears it."""
@@ -482,11 +490,11 @@ class AppendLog:
         if old.records == 0:
             return
         old.fsync()
-        old.close()
-        self._segment = None
         first = self._last_record + 1
         path = os.path.join(self.directory, segment_name(first))
-        self._segment = SegmentWriter(path, first, 0, 0, create=True)
+        new = SegmentWriter(path, first, 0, 0, create=True)  # if this fails, the old one stays current
+        old.close()
+        self._segment = new
         self._directory_dirty = True
 
     def segments(self) -> list[str]:
