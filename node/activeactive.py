@@ -203,6 +203,7 @@ class ActiveActive:
         if server.oplog is not None and not server.replaying:
             server.oplog.log_remote(env)
             self.logged(server.oplog.last_record)  # relayed only once logged here
+            server.schedule_log_write()
         self.server.db.apply_remote(op)
         self.server.serve_ready_keys()
 

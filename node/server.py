@@ -91,6 +91,7 @@ class Server:
         self.replaying = False     # loading the log: nothing is logged again
         self.loading_report = None
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
+        self._log_write_scheduled = False
         self.saving = False        # a BGSAVE is writing its file
         self._bgsave: asyncio.Future | None = None
         self.last_bgsave_ok = True
@@ -148,6 +149,7 @@ class Server:
         if self.db.aa is not None:
             self.db.aa.log_started()
             self.oplog.on_durable = self.db.aa.durable
+            self.oplog.replicating = True
         self.db.dirty = 0
         self.stats.reset()
 
@@ -231,16 +233,25 @@ class Server:
             self.bgsave()
 
     def flush_after_log_write(self, client: "ClientConnection") -> None:
-        if not self._after_log_write:
-            asyncio.get_running_loop().call_soon(self._write_log_then_reply)
+        self.schedule_log_write()
         self._after_log_write[client.id] = client
 
+    def schedule_log_write(self) -> None:
+        """Write this turn's records once the turn's work is done (then send the replies)."""
+        if not self._log_write_scheduled:
+            self._log_write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_log_then_reply)
+
     def _write_log_then_reply(self) -> None:
+        self._log_write_scheduled = False
         clients, self._after_log_write = self._after_log_write, {}
-        if self.oplog is not None:
-            self.oplog.write_out()
-            if self.oplog.policy == "always":
-                self.oplog.fsync_now()
+        oplog = self.oplog
+        if oplog is not None:
+            oplog.write_out()
+            if oplog.policy == "always":
+                oplog.fsync_now()
+            elif oplog.replicating:
+                oplog.sync_for_replication()
         for client in clients.values():
             client.flush_logged()
 

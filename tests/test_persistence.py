@@ -573,3 +573,34 @@ def test_a_full_disk_refuses_writes_then_loses_nothing_once_space_is_back(tmp_pa
         c = srv.client()
         assert [e[0] for e in c.xrange("s")] == acked  # the half-written record was completed, once
         c.close()
+
+
+@pytest.mark.parametrize("policy,leaves_after", [("always", "fsync"), ("everysec", "fsync"), ("no", "write")])
+def test_operations_leave_for_other_regions_only_once_durable(tmp_path, policy, leaves_after):
+    """A region never hands peers an operation a machine crash could make it forget (except with `no`)."""
+    import asyncio
+
+    from node.persistence.oplog import OperationLog
+
+    async def scenario() -> list:
+        log = OperationLog(str(tmp_path / "log"), policy)
+        told: list = []
+        log.on_durable, log.replicating = told.append, True
+        log.log_command(1, [b"XADD", b"s", b"*", b"f", b"v"])
+        assert log.write_out()
+        after_write = list(told)
+        if policy == "always":
+            log.fsync_now()
+        else:
+            log.sync_for_replication()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while log.synced < 1 and policy != "no":
+            assert loop.time() < deadline
+            await asyncio.sleep(0.001)
+        log.close()
+        return [after_write, told]
+
+    after_write, told = asyncio.run(scenario())
+    assert after_write == ([1] if leaves_after == "write" else [])
+    assert told == [1]

@@ -32,7 +32,11 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
   produced, so a busy neighbour cannot starve it.
 * ``everysec``: records are written to the OS before any reply (a crash of the
   process loses nothing); an fsync runs once a second (a crash of the machine
-  loses about a second).
+  loses about a second).  In a region of a cluster, fsyncs also run back to
+  back in a worker thread while operations wait to leave: other regions only
+  receive what is on disk, so a region never forgets an operation they hold
+  (it would mint its dot again).  ``no`` gives that up: operations leave once
+  they reach the OS.
 * ``no``: records are written to the OS before any reply; the OS decides when
   they reach the disk.
 
@@ -114,6 +118,7 @@ class OperationLog:
         self._syncing = False
         # told the last durable record (per the policy): replication sends only what is durable
         self.on_durable: Callable[[int], None] | None = None
+        self.replicating = False  # a region of a cluster: keep fsyncing while operations wait to leave
         self._durable_told = self.synced
 
     # ------------------------------------------------------------ appending
@@ -149,7 +154,9 @@ class OperationLog:
         return True
 
     def _tell_durable(self) -> None:
-        mark = self.synced if self.policy == "always" else self.written
+        # what may leave for other regions: only what a machine crash cannot take back
+        # (on disk), except under ``no``, which gives that up (what reached the OS)
+        mark = self.written if self.policy == "no" else self.synced
         if mark > self._durable_told:
             self._durable_told = mark
             if self.on_durable is not None:
@@ -204,8 +211,14 @@ class OperationLog:
         self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
         for cb in ready:
             cb()
-        if self._waiters:
+        if self._waiters or (self.replicating and self.policy == "everysec" and self.synced < self.written):
             self._start_fsync()  # what was written while this fsync ran: the next group
+
+    def sync_for_replication(self) -> None:
+        """``everysec`` in a region of a cluster: fsync soon (in a worker thread) so that
+        operations can leave for other regions; clients do not wait for it."""
+        if self.policy == "everysec" and self.synced < self.file.last_record:
+            self._start_fsync()
 
     def _failed(self, what: str, e: BaseException) -> None:
         reason = getattr(e, "strerror", None) or str(e)
