@@ -287,6 +287,14 @@ class Server:
         if self.db.aa is not None:
             await self.db.aa.start()
 
+    def shutdown(self) -> None:
+        """Stop the region once this turn of the event loop is done (SHUTDOWN)."""
+        event = getattr(self, "shutdown_event", None)
+        if event is not None:
+            event.set()  # serve_forever() stops the region
+        else:
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.stop()))
+
     async def serve_forever(self) -> None:
         assert self._server is not None
         stop = asyncio.Event()
@@ -565,6 +573,9 @@ class ClientConnection(asyncio.Protocol):
                 break
             self.last_command = argv[0]
             reply = server.call(self, argv)
+            if reply is cmdtable.CLOSE_WITHOUT_REPLY:
+                self.closing = True
+                break
             if type(reply) is Blocked:
                 reply.argv = argv
                 server.park(self, reply)

@@ -604,3 +604,25 @@ def test_operations_leave_for_other_regions_only_once_durable(tmp_path, policy, 
     after_write, told = asyncio.run(scenario())
     assert after_write == ([1] if leaves_after == "write" else [])
     assert told == [1]
+
+
+def test_shutdown_stops_the_region_and_keeps_everything(tmp_path):
+    proc = BraidProcess(data_dir=str(tmp_path))
+    proc.start()
+    try:
+        c = proc.client()
+        new_id = c.xadd("s", {"f": "v"})
+        with pytest.raises(redis.ResponseError, match="No shutdown in progress"):
+            c.shutdown(abort=True)
+        with pytest.raises(redis.ResponseError, match="syntax error"):
+            c.execute_command("SHUTDOWN", "SAVE", "NOSAVE")
+        with pytest.raises(redis.ConnectionError):
+            c.execute_command("SHUTDOWN", "SAVE")  # no reply: the connection closes
+        assert proc.proc.wait(30) == 0
+        proc.restart()
+        c = proc.client()
+        assert [e[0] for e in c.xrange("s")] == [new_id]
+        assert c.info("persistence")["aof_loaded_snapshot_record"] == 1  # SAVE wrote a snapshot first
+        c.close()
+    finally:
+        proc.stop()

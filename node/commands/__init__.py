@@ -59,6 +59,9 @@ class Command:
 
 COMMANDS: dict[bytes, Command] = {}
 
+# A handler's reply meaning "send nothing and close the connection" (SHUTDOWN, as Redis).
+CLOSE_WITHOUT_REPLY = object()
+
 
 def _flags(flags: str | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(flags.split()) if isinstance(flags, str) else tuple(flags)

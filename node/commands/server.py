@@ -12,7 +12,7 @@ import time
 
 from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
-from . import COMMANDS, command, container, subcommand
+from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
 from .util import ERR_SYNTAX
 
 # ---------------------------------------------------------------- INFO
@@ -467,6 +467,28 @@ def bgrewriteaof(client, argv: list[bytes]):
         raise ReplyError("ERR Background append only file rewriting already in progress")
     srv.bgsave()  # a snapshot is the rewritten base; the log after it is the tail
     return "Background append only file rewriting started"
+
+
+@command("shutdown", -1, "admin noscript loading stale no-multi sentinel allow-busy", group="server",
+         since="1.0.0", summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
+         complexity="O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)")
+def shutdown(client, argv: list[bytes]):
+    opts = {a.lower() for a in argv[1:]}
+    if not opts <= {b"nosave", b"save", b"now", b"force", b"abort"} or {b"nosave", b"save"} <= opts:
+        raise ReplyError(ERR_SYNTAX)
+    if b"abort" in opts:
+        if len(opts) > 1:
+            raise ReplyError(ERR_SYNTAX)
+        raise ReplyError("ERR No shutdown in progress.")
+    srv = client.server
+    if b"save" in opts:
+        try:
+            srv.save(force=True)
+        except ReplyError:
+            if b"force" not in opts:
+                raise ReplyError("ERR Errors trying to SHUTDOWN. Check logs.") from None
+    srv.shutdown()  # the append-only file is fsynced on the way out, whatever the policy
+    return CLOSE_WITHOUT_REPLY
 
 
 @command("lastsave", 1, "loading stale fast", group="server", since="1.0.0",
