@@ -147,8 +147,13 @@ class ActiveActive:
         data = snapshot.encode(self.server.db.keys, self.causal, 0, int(time.time() * 1000), True, self.region)
         return data, dict(self.causal.vv)
 
-    def install_image(self, data: bytes) -> None:
+    def install_image(self, data: bytes) -> bool:
         """Take a peer's image as this region's replicated state; keep what is this region's own.
+
+        An image is taken only while this region lacks operations its sender trimmed:
+        when two peers send one at once, the second finds nothing missing and is
+        refused (False), so the link starts again and catches up from the backlog
+        instead of replacing what the first image brought.
 
         Consumer groups keep their region-local state (consumers, PEL, cursors) when the
         image has the same group (same creation); operations this region held that the
@@ -158,6 +163,9 @@ class ActiveActive:
         from .persistence import snapshot
 
         img = snapshot.decode(data)
+        if not any(self.causal.vv.get(o, 0) < n for o, n in img.causal.floor.items()):
+            log.info("refusing a full-resync image: nothing it holds is missing from the backlog")
+            return False
         old_keys, old_log = self.server.db.keys, self.causal.log + list(self.causal.pending.values())
         new_keys = img.keys
         for key, s in new_keys.items():
@@ -187,6 +195,7 @@ class ActiveActive:
             server.db.ready.add(key)
         server.serve_ready_keys()
         log.warning("installed a full-resync image: version vector %s", self.causal.vv)
+        return True
 
     # ------------------------------------------------------------ operations
     def publish(self, op: ops.Op) -> None:

@@ -127,3 +127,29 @@ def test_lag_counts_unacknowledged_operations_and_their_age():
         assert link.lag(103.0) == (0, 0.0)
 
     run(scenario())
+
+
+def test_a_dialer_keeps_dialing_whatever_ended_its_link():
+    """A link that fails for a reason of its own (not gRPC's) is dialed again."""
+    async def scenario():
+        one, got_one = make_hub(1)
+        two, got_two = make_hub(2)
+        port = await two.serve()
+        failures = {"left": 1}
+        real = one.deliver
+
+        def flaky_deliver(env):
+            if failures["left"]:
+                failures["left"] -= 1
+                raise ValueError("a bug while applying")  # ends the link at region 1
+            real(env)
+
+        one.deliver = flaky_deliver
+        one.dial(2, f"127.0.0.1:{port}")
+        two.issue(b"op-1")
+        await until(lambda: len(got_one) == 1)  # after the failure, the link came back and delivered
+        assert failures["left"] == 0
+        await one.stop()
+        await two.stop()
+
+    run(scenario())

@@ -153,7 +153,8 @@ class Link:
             self.resync.append(frame.resync.data)
             if frame.resync.last:
                 image, self.resync = b"".join(self.resync), []
-                self.hub.install_image(image)
+                if not self.hub.install_image(image):
+                    raise ConnectionResetError("a full resync was not needed: start the link again")
                 self.sent = merge(self.sent, self.hub.causal.vv)  # it has all the image holds
                 await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
 
@@ -219,7 +220,7 @@ class ReplicationHub:
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, the version vector it acknowledged
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
-        self.install_image: Callable[[bytes], None] = _no_resync
+        self.install_image: Callable[[bytes], bool] = _no_resync
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.paused = False          # every link cut
@@ -354,6 +355,8 @@ class ReplicationHub:
                     log.error("region %d refused this region: %s", peer, e.details())
                 else:
                     log.info("link to region %d down: %s", peer, e.code().name)
+            except Exception as e:  # whatever ended the link, the region keeps dialing
+                log.warning("link to region %d ended: %s", peer, e)
             await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
             delay = min(delay * 2, 1.0)
 
