@@ -253,7 +253,7 @@ class Server:
             elif oplog.replicating:
                 oplog.sync_for_replication()
         for client in clients.values():
-            client.flush_logged()
+            client.send_held()
 
     def log_settings(self, argv: list[bytes]) -> None:
         """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
@@ -506,7 +506,8 @@ class ClientConnection(asyncio.Protocol):
         self.out = bytearray()
         self.in_exec = False
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
-        self.waiting_fsync = False  # appendfsync always: an fsync will call flush() again
+        self.reply_held = False     # replies wait for the operation log (send_held sends them)
+        self.fsync_waiter = False   # send_held is registered to run after an fsync
 
     # ------------------------------------------------------------ session
     @property
@@ -588,7 +589,7 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     server.db.ready.clear()
         self.flush()
-        if self.closing and self.transport is not None and not self.waiting_fsync:
+        if self.closing and self.transport is not None and not self.reply_held:
             self.transport.close()
 
     def resume(self) -> None:
@@ -613,37 +614,31 @@ class ClientConnection(asyncio.Protocol):
         if oplog is not None:
             self.reply_needs = oplog.last_record  # the replies may depend on any record so far
             if oplog.written < self.reply_needs or not oplog.durable(self.reply_needs):
+                self.reply_held = True
                 self.server.flush_after_log_write(self)
                 return
-            if not oplog.durable(self.reply_needs):
-                self._wait_fsync()
-                return
         self._send_out()
 
-    def flush_logged(self) -> None:
-        """The log was written (this turn's records): send, or wait for the fsync (``always``)."""
-        if not self.server.oplog.durable(self.reply_needs):
-            self._wait_fsync()
+    def send_held(self) -> None:
+        """After this turn's log write (and fsync, under ``always``): send the held replies.
+
+        If an fsync they need is still missing (it failed; the cron retries), wait for it;
+        replies added meanwhile may need a later one, which this checks again.
+        """
+        oplog = self.server.oplog
+        if not oplog.durable(self.reply_needs):
+            if not self.fsync_waiter:
+                self.fsync_waiter = True
+                oplog.after_sync(self.reply_needs, self._fsynced)
             return
+        self.reply_held = False
         self._send_out()
         if self.closing and self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-
-    def _wait_fsync(self) -> None:
-        if not self.waiting_fsync:
-            self.waiting_fsync = True
-            self.server.oplog.after_sync(self.reply_needs, self._fsynced)
+            self.transport.close()  # what closing waited for has left
 
     def _fsynced(self) -> None:
-        """The fsync this client waited for is done (replies added meanwhile may need the next)."""
-        self.waiting_fsync = False
-        oplog = self.server.oplog
-        if oplog is not None and not oplog.durable(self.reply_needs):
-            self._wait_fsync()
-            return
-        self._send_out()
-        if self.closing and self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+        self.fsync_waiter = False
+        self.send_held()
 
     def _send_out(self) -> None:
         if self.out and self.transport is not None and not self.transport.is_closing():
@@ -654,7 +649,7 @@ class ClientConnection(asyncio.Protocol):
     def close(self) -> None:
         self.closing = True
         self.flush()
-        if self.transport is not None and not self.waiting_fsync:
+        if self.transport is not None and not self.reply_held:
             self.transport.close()
 
 

@@ -626,3 +626,15 @@ def test_shutdown_stops_the_region_and_keeps_everything(tmp_path):
         c.close()
     finally:
         proc.stop()
+
+
+def test_replies_held_for_the_log_still_leave_before_quit_closes(tmp_path):
+    """XADD then QUIT in one packet: the XADD's reply waits for this turn's log write, QUIT must not drop it."""
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        sock.sendall(b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$3\r\n1-1\r\n$1\r\nf\r\n$1\r\nv\r\n*1\r\n$4\r\nQUIT\r\n")
+        got = b""
+        while chunk := sock.recv(100):  # until the server closes
+            got += chunk
+        sock.close()
+    assert got == b"$3\r\n1-1\r\n+OK\r\n"
