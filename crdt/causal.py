@@ -81,6 +81,14 @@ class CausalLog:
         self.floor: VersionVector = {}  # per origin, the highest n dropped from the log
         self.seen: dict[int, VersionVector] = {}  # per origin: its version vector at its last op here
 
+    def take(self, other: "CausalLog") -> None:
+        """Become ``other`` (a snapshot's or a full-resync image's log), keeping what this
+        region knows of what others had seen (it only grows)."""
+        self.vv, self.log, self.pending = other.vv, other.log, other.pending
+        self.base, self.floor = other.base, other.floor
+        for origin, view in other.seen.items():
+            self.seen[origin] = merge(self.seen.get(origin, {}), view)
+
     def stable(self, regions) -> VersionVector:
         """What every one of ``regions`` has seen, as far as this region knows."""
         views = [self.vv if r == self.region else self.seen.get(r, {}) for r in regions]

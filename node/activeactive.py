@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from crdt import ops
 from crdt.blocks import TrimSpec
-from crdt.causal import CausalLog, Envelope, merge
+from crdt.causal import CausalLog, Envelope
 from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
 
 from . import opcodec
@@ -177,11 +177,7 @@ class ActiveActive:
             if floor > new_keys.id_floor.get(key, (0, 0)):
                 new_keys.id_floor[key] = floor
         self.server.db.keys = new_keys
-        c = img.causal
-        self.causal.vv, self.causal.log, self.causal.pending = c.vv, c.log, {}
-        self.causal.base, self.causal.floor = c.base, c.floor
-        self.causal.seen = {o: merge(c.seen.get(o, {}), v) for o, v in self.causal.seen.items()} | \
-            {o: v for o, v in c.seen.items() if o not in self.causal.seen}
+        self.causal.take(img.causal)
         self._unsafe.clear()
         self.hub.log_replaced()
         for env in old_log:

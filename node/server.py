@@ -156,9 +156,12 @@ class Server:
     def _log_command(self, argv: list[bytes], changed: bool, write: bool, reply: Any) -> None:
         """Append a command that changed state, or is a write that did not fail."""
         if self.oplog is not None and not self.replaying and (changed or (write and type(reply) is not ReplyError)):
-            self.oplog.log_command(self._clock, argv)
-            if self.db.aa is not None:
-                self.db.aa.logged(self.oplog.last_record)
+            self._append_command(self._clock, argv)
+
+    def _append_command(self, now: int, argv: list[bytes]) -> None:
+        self.oplog.log_command(now, argv)
+        if self.db.aa is not None:
+            self.db.aa.logged(self.oplog.last_record)  # its operations leave once it is durable
 
     # ------------------------------------------------------------ snapshots
     def _snapshot_now(self) -> tuple[bytes, int, str]:
@@ -258,7 +261,7 @@ class Server:
     def log_settings(self, argv: list[bytes]) -> None:
         """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
         if self.oplog is not None and not self.replaying:
-            self.oplog.log_command(self.now_ms(), argv)
+            self._append_command(self.now_ms(), argv)
 
     def expire_idmp(self, now: int) -> int:
         """Seed 002's time-based IDMP expiry over every stream; returns how many iids went."""

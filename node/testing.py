@@ -13,6 +13,7 @@ Start-up waits poll with a deadline; nothing sleeps to synchronise.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import signal
@@ -182,7 +183,7 @@ class LocalCluster:
 
     def start(self, attempts: int = 3) -> "LocalCluster":
         """Start every region; a port taken meanwhile by someone else means new ports and a retry."""
-        for attempt in range(attempts):
+        for attempt in itertools.count(1):
             self._place()
             try:
                 for p in self.procs:
@@ -193,9 +194,8 @@ class LocalCluster:
                     p.stop()  # never leave a started region behind
                 for p in self.procs:
                     shutil.rmtree(p.data_dir, ignore_errors=True)
-                if attempt == attempts - 1:
+                if attempt == attempts:
                     raise
-        return self
 
     def clients(self, **kw) -> list[redis.Redis]:
         return [p.client(**kw) for p in self.procs]

@@ -101,9 +101,7 @@ def install(server: "Server", s: "snap.Snapshot", path: str) -> None:
                         f"region {s.region})")
     server.db.keys = s.keys
     if aa is not None:
-        c = s.causal
-        aa.causal.vv, aa.causal.log, aa.causal.pending = c.vv, c.log, c.pending
-        aa.causal.base, aa.causal.floor, aa.causal.seen = c.base, c.floor, c.seen
+        aa.causal.take(s.causal)
         aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
 
 
