@@ -369,7 +369,10 @@ class Server:
         stats.total_commands_processed += 1
         t0 = time.perf_counter_ns()
         dirty = self.db.dirty
-        with self.clock_pinned():
+        outermost = self._clock is None  # clock_pinned(), inlined: every command passes here
+        if outermost:
+            self._clock = int(time.time() * 1000)
+        try:
             try:
                 reply = cmd.handler(client, argv)  # type: ignore[misc]
             except ReplyError as e:
@@ -379,6 +382,9 @@ class Server:
                 reply = ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
             if cmd.name != "exec":  # EXEC's commands are logged one by one
                 self._log_command(argv, self.db.dirty != dirty, cmd.is_write, reply)
+        finally:
+            if outermost:
+                self._clock = None
         rec = stats.command_calls.get(cmd.fullname)
         if rec is None:
             rec = stats.command_calls[cmd.fullname] = [0, 0, 0, 0]

@@ -170,9 +170,7 @@ class OperationLog:
         except OSError as e:
             self._failed("fsync", e)
             return
-        self.fsyncs += 1
-        self.synced = self.written
-        self._tell_durable()
+        self._synced_to(self.written)
 
     def durable(self, record: int) -> bool:
         """May a reply that depends on records up to ``record`` leave now?"""
@@ -201,12 +199,7 @@ class OperationLog:
                 self.file.mark_directory_dirty()
             self._failed("fsync", err)
             return
-        self.error = None
-        self.fsyncs += 1
-        self.last_fsync_ms = int(time.time() * 1000)
-        if target > self.synced:
-            self.synced = target
-        self._tell_durable()
+        self._synced_to(target)
         ready = [cb for rec, cb in self._waiters if rec <= self.synced]
         self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
         for cb in ready:
@@ -219,6 +212,13 @@ class OperationLog:
         operations can leave for other regions; clients do not wait for it."""
         if self.policy == "everysec" and self.synced < self.file.last_record:
             self._start_fsync()
+
+    def _synced_to(self, target: int) -> None:
+        self.error = None
+        self.fsyncs += 1
+        self.last_fsync_ms = int(time.time() * 1000)
+        self.synced = max(self.synced, target)
+        self._tell_durable()
 
     def _failed(self, what: str, e: BaseException) -> None:
         reason = getattr(e, "strerror", None) or str(e)
