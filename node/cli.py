@@ -38,6 +38,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
     cfg.set("appendonly", args.appendonly == "yes")
+    cfg.set("enable-debug-command", args.enable_debug_command)
     fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
     if fsync:
         cfg.set("appendfsync", fsync)
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--region", help="this region's name in the cluster file")
     p.add_argument("--appendonly", choices=["yes", "no"], default="yes",
                    help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
+    p.add_argument("--enable-debug-command", choices=["no", "yes", "local"], default="no",
+                   help="allow DEBUG's fault injection (clock skew, slow fsync, full disk): chaos tests")
     p.add_argument("--appendfsync", choices=["always", "everysec", "no"],
                    help="when the log reaches the disk (default: the cluster file's, else everysec)")
     p.set_defaults(fn=cmd_node)

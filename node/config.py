@@ -65,6 +65,8 @@ SETTINGS: tuple[Setting, ...] = (
     # back needing more gets a full resync
     Setting("crdt-repl-backlog-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
     Setting("crdt-repl-backlog-ttl", "int", 3600, 0, (1 << 31) - 1),
+    # DEBUG's fault injection (clock skew, slow fsync, a full disk) for the chaos suite
+    Setting("enable-debug-command", "enum", "no", choices=("no", "yes", "local"), mutable=False),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -98,6 +98,7 @@ class Server:
         self.dirty_at_save = 0
         self.log_base_size = 0     # log size just after the last snapshot (auto snapshots grow from it)
         self._clock: int | None = None
+        self.clock_offset_ms = 0   # DEBUG CLOCK-OFFSET: a skewed region (chaos tests)
         cmdtable.load_all()
 
     # ------------------------------------------------------------ settings
@@ -114,9 +115,15 @@ class Server:
         if self.oplog is not None:
             self.oplog.policy = self.config["appendfsync"]
 
+    def wall_ms(self) -> int:
+        """This region's wall clock in milliseconds: the system clock moved by ``clock_offset_ms``
+        (``DEBUG CLOCK-OFFSET``, used by the chaos suite to skew a region or jump it backwards).
+        The deterministic simulation replaces it with a virtual clock."""
+        return int(time.time() * 1000) + self.clock_offset_ms
+
     def now_ms(self) -> int:
         """The clock commands see: pinned for the length of a command (and of its replay)."""
-        return self._clock if self._clock is not None else int(time.time() * 1000)
+        return self._clock if self._clock is not None else self.wall_ms()
 
     @contextlib.contextmanager
     def clock_pinned(self, now_ms: int | None = None):
@@ -124,7 +131,7 @@ class Server:
         if self._clock is not None:
             yield self._clock
             return
-        self._clock = int(time.time() * 1000) if now_ms is None else now_ms
+        self._clock = self.wall_ms() if now_ms is None else now_ms
         try:
             yield self._clock
         finally:
@@ -371,7 +378,7 @@ class Server:
         dirty = self.db.dirty
         outermost = self._clock is None  # clock_pinned(), inlined: every command passes here
         if outermost:
-            self._clock = int(time.time() * 1000)
+            self._clock = self.wall_ms()
         try:
             try:
                 reply = cmd.handler(client, argv)  # type: ignore[misc]

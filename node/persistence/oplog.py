@@ -49,6 +49,7 @@ what they acknowledge is not on disk.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -120,6 +121,9 @@ class OperationLog:
         self.on_durable: Callable[[int], None] | None = None
         self.replicating = False  # a region of a cluster: keep fsyncing while operations wait to leave
         self._durable_told = self.synced
+        # injected faults (DEBUG DISK-FULL / DEBUG FSYNC-DELAY, for the chaos suite)
+        self.disk_full = False
+        self.fsync_delay_s = 0.0
 
     # ------------------------------------------------------------ appending
     def log_command(self, now_ms: int, argv: list[bytes]) -> None:
@@ -145,6 +149,8 @@ class OperationLog:
         if self.written == self.file.last_record:
             return self.error is None
         try:
+            if self.disk_full:  # records stay in the writer's buffer, as with a real ENOSPC
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             self.file.flush()
         except OSError as e:
             self._failed("write", e)
@@ -188,7 +194,8 @@ class OperationLog:
         target = self.written
         fd = os.dup(self.file.fileno())  # the segment may be rolled while the thread works
         directory_dirty = self.file.take_directory_dirty()
-        task = asyncio.get_running_loop().run_in_executor(None, _fsync, fd, self.directory if directory_dirty else None)
+        task = asyncio.get_running_loop().run_in_executor(None, _fsync, fd, self.directory if directory_dirty else None,
+                                                          self.fsync_delay_s)
         task.add_done_callback(lambda fut: self._fsynced(fut, target, directory_dirty))
 
     def _fsynced(self, fut: asyncio.Future, target: int, directory_dirty: bool) -> None:
@@ -251,7 +258,9 @@ class OperationLog:
             self._failed("fsync", e)
 
 
-def _fsync(fd: int, directory: str | None) -> None:
+def _fsync(fd: int, directory: str | None, delay_s: float = 0.0) -> None:
+    if delay_s:
+        time.sleep(delay_s)  # a slow disk (DEBUG FSYNC-DELAY): this runs in a worker thread
     try:
         os.fsync(fd)
     finally:

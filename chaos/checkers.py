@@ -1,0 +1,209 @@
+"""Checkers: verdicts over a recorded history and the final state of every region.
+
+Theory of operation
+-------------------
+A checker sees what a client could see: the operations with their real-time
+interval ``[t0, t1]`` and outcome (ok / fail / info), and, after the faults
+healed and the regions converged, a dump of every region.  Real time says
+little about causality *between* regions (an operation acknowledged at one
+region may reach another much later), but it says everything *within* one
+region, whose own operations are applied in the order it acknowledged them.
+So each rule below only convicts on what the history proves:
+
+* **convergence**: every region's dump is identical (entries and their IDs,
+  fields, key existence, group names).
+* **lost writes**: an acknowledged XADD to ``chaos:log`` (never deleted) is in
+  the final state with its payload.  On ``chaos:churn`` an acknowledged entry
+  may be missing only if some removal could have observed it: an XDEL of it,
+  or a DEL/XTRIM that had not completed before the XADD was invoked (for
+  XTRIM MINID: a cutoff above the entry).
+* **observed-remove**: a DEL acknowledged at region R removes every entry R
+  had acknowledged before the DEL was invoked.
+* **delete-wins**: a group is alive at the end only if some create of it was
+  not followed, at its own region, by a destroy or DEL (which saw it and so
+  wins); a group is gone only if each acknowledged create had a removal that
+  could have been concurrent with it (at another region, or not completed
+  before the create was invoked).
+* **strict IDs**: no two acknowledged XADDs with ``*`` got the same ID on a
+  key (IDMP retries of one iid are one entry and may repeat its ID).
+* **never skips**: every entry in the final ``chaos:log`` was delivered to
+  group ``g`` by some XREADGROUP or XAUTOCLAIM (a final drain reads what is
+  left at every region), so ``>`` skipped nothing.
+* **IDMP**: every iid is in ``chaos:idmp`` at most once, and an acknowledged
+  one exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from crdt.ids import parse_id
+
+from .history import FAIL, OK, History, Op
+from .workloads import CHURN, GROUPS, IDMP, LOG
+
+# A region's state as the checkers see it: key -> {"entries": [[id, {field: value}]], "groups": [names]}
+Dump = dict[str, dict]
+
+
+@dataclass
+class Verdict:
+    name: str
+    ok: bool
+    summary: str
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "ok": self.ok, "summary": self.summary, "problems": self.problems[:50],
+                "problem_count": len(self.problems)}
+
+
+def _verdict(name: str, problems: list[str], checked: str) -> Verdict:
+    if problems:
+        return Verdict(name, False, f"{len(problems)} violation(s); first: {problems[0]}", problems)
+    return Verdict(name, True, checked)
+
+
+def _ids(dump: Dump, key: str) -> dict[str, dict]:
+    return {eid: fields for eid, fields in dump.get(key, {}).get("entries", [])}
+
+
+def _sid(eid: str) -> tuple[int, int]:
+    return parse_id(eid.encode())[0]
+
+
+# ------------------------------------------------------------------ the rules
+def convergence(dumps: dict[int, Dump | None]) -> Verdict:
+    problems = [f"region {r} did not answer after the heal" for r, d in dumps.items() if d is None]
+    live = {r: d for r, d in dumps.items() if d is not None}
+    if live:
+        ref_region, ref = min(live.items())
+        for r, d in sorted(live.items()):
+            for key in sorted(set(ref) | set(d)):
+                if ref.get(key) != d.get(key):
+                    problems.append(f"key {key!r} differs between region {ref_region} and region {r}: "
+                                    f"{_difference(ref.get(key), d.get(key))}")
+    keys = len(next(iter(live.values()), {}))
+    return _verdict("convergence", problems, f"{len(live)} regions identical ({keys} keys)")
+
+
+def _difference(a: dict | None, b: dict | None) -> str:
+    if a is None or b is None:
+        return "exists at one region only"
+    if a["groups"] != b["groups"]:
+        return f"groups {a['groups']} vs {b['groups']}"
+    ia, ib = {e[0] for e in a["entries"]}, {e[0] for e in b["entries"]}
+    only_a, only_b = sorted(ia - ib)[:3], sorted(ib - ia)[:3]
+    return f"{len(a['entries'])} vs {len(b['entries'])} entries (only in first: {only_a}, only in second: {only_b})"
+
+
+def lost_writes(history: History, final: Dump) -> Verdict:
+    problems: list[str] = []
+    log = _ids(final, LOG)
+    adds = history.select("xadd", key=LOG, outcome=OK)
+    for op in adds:
+        got = log.get(op.value)
+        if got is None:
+            problems.append(f"{op.process} added {op.value} at region {op.region} (t={op.t1:.2f}s): acknowledged, lost")
+        elif got.get("v") != op.args["payload"]:
+            problems.append(f"{op.value} holds {got} instead of payload {op.args['payload']!r}")
+    churn = _ids(final, CHURN)
+    removals = history.select("del", "xtrim", "xdel", key=CHURN)
+    churn_adds = history.select("xadd", key=CHURN, outcome=OK)
+    for op in churn_adds:
+        if op.value not in churn and not any(_could_remove(r, op) for r in removals if r.outcome != FAIL):
+            problems.append(f"{op.process} added {op.value} to {CHURN} at region {op.region} (t={op.t1:.2f}s): "
+                            "gone, and no removal could have observed it")
+    return _verdict("no lost writes", problems,
+                    f"{len(adds)} acknowledged entries of {LOG} present; {len(churn_adds)} of {CHURN} explained")
+
+
+def _could_remove(removal: Op, add: Op) -> bool:
+    if removal.f == "xdel":
+        return removal.args.get("id") == add.value
+    if removal.t1 <= add.t0:
+        return False  # completed before the entry existed anywhere: it cannot have observed it
+    if removal.f == "xtrim" and "minid" in removal.args:
+        return _sid(add.value) < _sid(removal.args["minid"])
+    return True
+
+
+def observed_remove(history: History, final: Dump) -> Verdict:
+    problems: list[str] = []
+    churn = _ids(final, CHURN)
+    adds = history.select("xadd", key=CHURN, outcome=OK)
+    dels = history.select("del", key=CHURN, outcome=OK)
+    for d in dels:
+        for a in adds:
+            if a.region == d.region and a.t1 < d.t0 and a.value in churn:
+                problems.append(f"DEL at region {d.region} (t={d.t0:.2f}s) left {a.value}, which that region "
+                                f"acknowledged before (t={a.t1:.2f}s)")
+    return _verdict("observed-remove", problems, f"{len(dels)} acknowledged DELs removed what their region had")
+
+
+def delete_wins(history: History, final: Dump) -> Verdict:
+    problems: list[str] = []
+    alive = set(final.get(GROUPS, {}).get("groups", []))
+    creates: dict[str, list[Op]] = defaultdict(list)
+    for op in history.select("xgroup-create", key=GROUPS):
+        if op.outcome != FAIL:
+            creates[op.args["group"]].append(op)
+    def removals(group: str) -> list[Op]:
+        return [op for op in history.select("xgroup-destroy", "del", key=GROUPS)
+                if op.outcome != FAIL and (op.f == "del" or op.args.get("group") == group)]
+    for group in sorted(set(creates) | alive):
+        rem = removals(group)
+        if group in alive:
+            if not any(not any(r.outcome == OK and r.region == c.region and r.t0 > c.t1 for r in rem)
+                       for c in creates[group]):
+                problems.append(f"group {group!r} is alive, but every create of it was followed at its own "
+                                "region by a destroy or DEL, which must win")
+        else:
+            for c in creates[group]:
+                if c.outcome == OK and not any(r.region != c.region or r.t1 > c.t0 for r in rem):
+                    problems.append(f"group {group!r} created at region {c.region} (t={c.t1:.2f}s) is gone, "
+                                    "and no destroy or DEL could have been concurrent with it")
+    n = sum(len(v) for v in creates.values())
+    return _verdict("delete-wins", problems, f"{n} group creates, final groups {sorted(alive)} explained")
+
+
+def strict_ids(history: History) -> Verdict:
+    problems: list[str] = []
+    for key in (LOG, CHURN):
+        seen = Counter(op.value for op in history.select("xadd", key=key, outcome=OK))
+        problems += [f"{key}: ID {eid} was minted {n} times" for eid, n in seen.items() if n > 1]
+    by_id: dict[str, set] = defaultdict(set)
+    for op in history.select("xadd-idmp", key=IDMP, outcome=OK):
+        by_id[op.value].add(op.args["iid"])
+    problems += [f"{IDMP}: ID {eid} was returned for different iids {sorted(iids)}"
+                 for eid, iids in by_id.items() if len(iids) > 1]
+    n = len(history.select("xadd", "xadd-idmp", outcome=OK))
+    return _verdict("unique IDs", problems, f"{n} acknowledged IDs, no duplicates")
+
+
+def never_skips(history: History, final: Dump) -> Verdict:
+    delivered: set[str] = set()
+    for op in history.select("read", "claim", key=LOG, outcome=OK):
+        delivered.update(op.value)
+    present = _ids(final, LOG)
+    problems = [f"{eid} ({fields.get('v')}) was never delivered to group g" for eid, fields in present.items()
+                if eid not in delivered]
+    return _verdict("XREADGROUP never skips", sorted(problems),
+                    f"all {len(present)} entries of {LOG} delivered ({len(delivered)} distinct deliveries)")
+
+
+def idmp(history: History, final: Dump) -> Verdict:
+    copies = Counter(fields.get("iid") for _eid, fields in final.get(IDMP, {}).get("entries", []))
+    problems = [f"iid {iid} is in {IDMP} {n} times" for iid, n in copies.items() if n > 1]
+    acked = {op.args["iid"] for op in history.select("xadd-idmp", key=IDMP, outcome=OK)}
+    problems += [f"iid {iid} was acknowledged and is not in {IDMP}" for iid in sorted(acked) if iid not in copies]
+    return _verdict("IDMP no duplicates", problems, f"{len(acked)} acknowledged iids, each exactly once")
+
+
+def check_all(history: History, dumps: dict[int, Dump | None]) -> list[Verdict]:
+    verdicts = [convergence(dumps)]
+    final = next((d for _r, d in sorted(dumps.items()) if d is not None), {})
+    verdicts += [lost_writes(history, final), observed_remove(history, final), delete_wins(history, final),
+                 strict_ids(history), never_skips(history, final), idmp(history, final)]
+    return verdicts

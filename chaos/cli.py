@@ -1,0 +1,104 @@
+"""``braid-chaos``: the chaos suite's command line.
+
+``braid-chaos run``  a live run against real region processes (or a cluster
+                     file, or the Docker deployment); exit code 0 = pass.
+``braid-chaos sim``  the deterministic simulation (see chaos/sim/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+from .nemesis import KINDS
+
+
+def _faults(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown fault kind(s) {', '.join(unknown)} (known: {', '.join(KINDS)})")
+    return kinds
+
+
+def _backend(args):
+    from . import backends
+
+    if args.backend == "docker":
+        from .docker_backend import DockerBackend
+
+        return DockerBackend(args.compose_file, args.cluster), None
+    if args.cluster:
+        return backends.AttachBackend(args.cluster), None
+    workdir = tempfile.mkdtemp(prefix="braid-chaos-")
+    return backends.ProcessBackend(args.regions, workdir, args.fsync, args.bug, args.seed), workdir
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from . import report
+    from .run import RunConfig, run
+
+    console = Console()
+    config = RunConfig(args.regions, args.duration, args.seed, args.faults, args.fsync, args.bug, args.out)
+    backend, workdir = _backend(args)
+    console.print(f"starting {args.regions} regions ({args.backend if not args.cluster else 'attached'}), "
+                  f"seed {args.seed}" + (f", planted bug {args.bug}" if args.bug else ""))
+    try:
+        backend.start()
+        with Progress(TextColumn("[bold]faults phase"), BarColumn(), TextColumn("{task.description}"),
+                      TimeRemainingColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("", total=1.0)
+            result = run(config, backend, lambda done, text: bar.update(task, completed=done, description=text))
+        console.print("healed, converged and checked")
+        paths = report.write_all(result, args.out)
+    finally:
+        backend.stop()
+        if workdir is not None and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report.print_report(result, paths, console)
+    if workdir is not None and args.keep:
+        console.print(f"region data and logs kept in {workdir}")
+    return 0 if result.ok else 1
+
+
+def cmd_sim(args: list[str]) -> int:
+    from .sim import cli_main
+
+    return cli_main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "sim":  # the simulation parses its own options
+        return cmd_sim(argv[1:])
+    from .planted import BUGS
+
+    parser = argparse.ArgumentParser(prog="braid-chaos", description="Braid's chaos suite")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="a live chaos run against real regions")
+    p.add_argument("--regions", type=int, default=3)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults")
+    p.add_argument("--seed", type=int, default=0, help="makes the fault schedule and the workloads' choices reproducible")
+    p.add_argument("--faults", type=_faults, default=list(KINDS), help=f"comma-separated ({','.join(KINDS)})")
+    p.add_argument("--fsync", choices=["always", "everysec", "no"], default="everysec")
+    p.add_argument("--bug", choices=sorted(BUGS), help="plant a known bug in every region (to see a checker fail)")
+    p.add_argument("--cluster", help="attach to the running cluster of this cluster file instead of starting one")
+    p.add_argument("--backend", choices=["process", "docker"], default="process")
+    p.add_argument("--compose-file", default=os.path.join("deploy", "compose.yaml"))
+    p.add_argument("--out", default="chaos-report", help="directory for report.json and timeline.png")
+    p.add_argument("--keep", action="store_true", help="keep the regions' data directories and logs")
+    sub.add_parser("sim", help="the deterministic simulation (braid-chaos sim --help)")
+    args = parser.parse_args(argv)
+    if args.regions < 2:
+        parser.error("--regions must be at least 2")
+    return cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

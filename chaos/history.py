@@ -1,0 +1,113 @@
+"""The recorded history of a chaos run: what clients did, what faults happened, what was sampled.
+
+Every client operation is one :class:`Op`: who ran it, against which region,
+when it was invoked (``t0``) and when its outcome came back (``t1``), in
+seconds since the run started, and the outcome:
+
+* ``ok``: the region acknowledged it (``value`` holds the reply that matters,
+  e.g. the ID an XADD returned);
+* ``fail``: the region refused it (an error reply), so it did not happen;
+* ``info``: unknown - a timeout or a broken connection, so it may or may not
+  have happened (Jepsen's "indeterminate").
+
+Checkers read only this and the final state of every region, so a run can be
+checked again later from its JSON report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OK, FAIL, INFO = "ok", "fail", "info"
+
+
+@dataclass(slots=True)
+class Op:
+    process: str          # the worker that ran it
+    f: str                # xadd, xadd-idmp, del, xtrim, xdel, xgroup-create, xgroup-destroy, read, ack, mode
+    region: int
+    key: str
+    t0: float
+    t1: float = 0.0
+    outcome: str = INFO
+    value: Any = None     # ok: the reply that matters; fail/info: the error text
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Fault:
+    kind: str             # kill, pause, partition, one-way, bridge, link-faults, clock, disk-full, slow-fsync
+    targets: list
+    t0: float
+    t1: float | None = None  # healed at (None: until the end of the faults phase)
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Sample:
+    t: float
+    region: int
+    reachable: bool
+    vv: dict[int, int]
+
+
+class History:
+    """Append-only and thread-safe: workers, the nemesis and the sampler all record here."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.ops: list[Op] = []
+        self.faults: list[Fault] = []
+        self.samples: list[Sample] = []
+        self.marks: dict[str, float] = {}  # phase changes: healed, converged, ...
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.monotonic() - self.start
+
+    def invoke(self, process: str, f: str, region: int, key: str, **args) -> Op:
+        return Op(process, f, region, key, self.now(), args=args)
+
+    def complete(self, op: Op, outcome: str, value: Any = None) -> Op:
+        op.t1, op.outcome, op.value = self.now(), outcome, value
+        with self._lock:
+            self.ops.append(op)
+        return op
+
+    def fault(self, kind: str, targets: list, detail: str = "") -> Fault:
+        fault = Fault(kind, list(targets), self.now(), detail=detail)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def healed(self, fault: Fault) -> None:
+        fault.t1 = self.now()
+
+    def sample(self, region: int, reachable: bool, vv: dict[int, int]) -> None:
+        with self._lock:
+            self.samples.append(Sample(self.now(), region, reachable, dict(vv)))
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = self.now()
+
+    def select(self, *fs: str, key: str | None = None, outcome: str | None = None) -> list[Op]:
+        return [op for op in self.ops if (not fs or op.f in fs) and (key is None or op.key == key)
+                and (outcome is None or op.outcome == outcome)]
+
+    def to_json(self) -> dict:
+        with self._lock:
+            return {"ops": [asdict(o) for o in self.ops], "faults": [asdict(f) for f in self.faults],
+                    "samples": [asdict(s) for s in self.samples], "marks": dict(self.marks)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "History":
+        h = cls()
+        h.ops = [Op(**o) for o in data["ops"]]
+        h.faults = [Fault(**f) for f in data["faults"]]
+        h.samples = [Sample(s["t"], s["region"], s["reachable"], {int(k): v for k, v in s["vv"].items()})
+                     for s in data["samples"]]
+        h.marks = dict(data["marks"])
+        return h

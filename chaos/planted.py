@@ -1,0 +1,78 @@
+"""Planted bugs: a region process started with one of Braid's rules broken on purpose.
+
+``python -m chaos.planted BUG <braid arguments>`` patches the named rule, then
+runs ``braid`` as usual.  The chaos suite uses it to prove its checkers can
+fail (``braid-chaos run --bug BUG``); nothing here is imported by a normal
+region.  Each bug names the checker that must catch it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _strict_dup() -> None:
+    """Strict IDs minted without the region's number: two regions mint the same ID."""
+    from crdt import idgen
+
+    strict = idgen.strict
+    idgen.strict = lambda last, now_ms, region, stride, wanted_ms=None: strict(last, now_ms, 0, stride, wanted_ms)
+
+
+def _skip_late() -> None:
+    """XREADGROUP ``>`` with one cursor for all origin logs: a late entry below it is skipped."""
+    from crdt import groups
+    from crdt.ids import MAX_ID, incr
+
+    def read_one_cursor(s, g, consumer, count, noack, now):
+        top = max([g.cursor(o) for o in s.logs] or [g.floor])  # the bug: one cursor for every log
+        start = incr(top)
+        out = []
+        for eid, origin, flat in s.merged(start, MAX_ID) if start is not None else ():
+            if count and len(out) >= count:
+                break
+            g.cursors[origin] = eid
+            if eid > g.last_id:
+                groups.advance(s, g, eid)
+            if not noack:
+                g.deliver(eid, consumer, now)
+            out.append((eid, flat))
+        return out
+
+    groups.read_new_per_origin = read_one_cursor
+
+
+def _lost_delete() -> None:
+    """XDEL and trims from other regions are not applied here: the regions diverge."""
+    from crdt import ops
+    from node.db import Database
+
+    apply_remote = Database.apply_remote
+
+    def ignore_deletes(self, op):
+        if not isinstance(op, (ops.DeleteEntries, ops.Trim)):
+            apply_remote(self, op)
+
+    Database.apply_remote = ignore_deletes
+
+
+BUGS = {
+    "strict-dup": (_strict_dup, "unique IDs"),
+    "skip-late": (_skip_late, "XREADGROUP never skips"),
+    "lost-delete": (_lost_delete, "convergence"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in BUGS:
+        print(f"usage: python -m chaos.planted {{{','.join(BUGS)}}} <braid arguments>", file=sys.stderr)
+        return 2
+    BUGS[argv[0]][0]()
+    from node.cli import main as braid
+
+    return braid(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""What clients do during a chaos run: workers in threads, each recording into the history.
+
+Every worker owns one key (or a role on a shared key) so that each checker can
+tell exactly which operations may have touched what it checks:
+
+====================  ===========================================================
+key                   written by, and what is checked there
+====================  ===========================================================
+``chaos:log``         producers: XADD of unique payloads, never deleted.  Consumers
+                      of group ``g`` read it with XREADGROUP ``>`` and XACK, and
+                      crash now and then (their entries are claimed later).
+                      Checked: no acknowledged entry lost, IDs unique, ``>`` never
+                      skipped one.
+``chaos:idmp``        IDMP producers: XADD IDMP with retries of the same iid, after a
+                      timeout or an error, to *another* region.  Checked: every
+                      acknowledged iid is there exactly once.
+``chaos:churn``       the churner: XADD, XDEL, XTRIM MAXLEN/MINID and DEL, all
+                      concurrent.  Checked: an entry is gone only if a removal could
+                      have observed it; a DEL removes what its own region had.
+``chaos:groups``      the group churner: XGROUP CREATE/DESTROY and DEL.  Checked:
+                      delete-wins - a group is alive only if a create outlived every
+                      removal that observed it.
+(all regions)         the mode flipper: the ID mode strict <-> semi-strict, at
+                      every region (as ``braid-admin tune`` does).
+====================  ===========================================================
+
+Clients never retry by themselves (redis-py's retries are switched off): a
+retry would be a second operation the history does not know about.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .history import FAIL, INFO, OK, History
+
+LOG, IDMP, CHURN, GROUPS = "chaos:log", "chaos:idmp", "chaos:churn", "chaos:groups"
+GROUP = "g"
+MODES = ("strict", "semi-strict")
+
+
+def connect(address: tuple[str, int], timeout: float = 2.0) -> redis.Redis:
+    host, port = address
+    return redis.Redis(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                       retry=Retry(NoBackoff(), 0), protocol=2)
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+class Worker(threading.Thread):
+    """One client process: picks operations from its own seeded generator."""
+
+    pause_s = 0.005  # between operations, so that a run is mostly about concurrency, not a flood
+
+    def __init__(self, name: str, seed: int, history: History, addresses: dict[int, tuple[str, int]],
+                 stop: threading.Event) -> None:
+        super().__init__(name=name, daemon=True)
+        self.rng = random.Random(f"{seed}:{name}")
+        self.history = history
+        self.addresses = addresses
+        self.regions = sorted(addresses)
+        self.stop_event = stop
+        self._clients: dict[int, redis.Redis] = {}
+        self.error: BaseException | None = None
+
+    def client(self, region: int) -> redis.Redis:
+        c = self._clients.get(region)
+        if c is None:
+            c = self._clients[region] = connect(self.addresses[region])
+        return c
+
+    def call(self, f: str, region: int, key: str, command: Callable[[redis.Redis], object], **args):
+        """Run one operation against one region and record its outcome; returns (outcome, value)."""
+        op = self.history.invoke(self.name, f, region, key, **args)
+        try:
+            value = command(self.client(region))
+        except redis.ResponseError as e:
+            self.history.complete(op, FAIL, str(e))
+            return FAIL, str(e)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            self._clients.pop(region, None)  # a broken connection is not reused
+            self.history.complete(op, INFO, type(e).__name__)
+            return INFO, None
+        self.history.complete(op, OK, value)
+        return OK, value
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self.step()
+                self.stop_event.wait(self.pause_s)
+        except BaseException as e:  # a worker bug must fail the run, not vanish in a thread
+            self.error = e
+        finally:
+            for c in self._clients.values():
+                c.close()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+
+class Producer(Worker):
+    """XADD unique payloads to chaos:log at a home region (another one after an error)."""
+
+    def __init__(self, *a, home: int, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.home, self.count = home, 0
+
+    def step(self) -> None:
+        self.count += 1
+        payload = f"{self.name}-{self.count}"
+        outcome, value = self.call("xadd", self.home, LOG,
+                                   lambda c: _text(c.execute_command("XADD", LOG, "*", "v", payload)), payload=payload)
+        if outcome != OK:
+            self.home = self.rng.choice([r for r in self.regions if r != self.home] or self.regions)
+
+
+class IdmpProducer(Worker):
+    """XADD IDMP to chaos:idmp; a failed or unknown attempt is retried with the same iid elsewhere."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.count = 0
+
+    def step(self) -> None:
+        self.count += 1
+        iid = f"{self.name}-{self.count}"
+        region = self.rng.choice(self.regions)
+        for attempt in range(len(self.regions)):
+            outcome, _ = self.call("xadd-idmp", region, IDMP, lambda c: _text(c.execute_command(
+                "XADD", IDMP, "IDMP", self.name, iid, "*", "iid", iid)), iid=iid, attempt=attempt)
+            if outcome == OK or self.stop_event.is_set():
+                return
+            region = self.rng.choice([r for r in self.regions if r != region])
+
+
+class Consumer(Worker):
+    """A consumer of group g on chaos:log at a home region; it crashes now and then.
+
+    A crash abandons the batch it read (never acknowledged) and comes back under a
+    new consumer name; abandoned entries are claimed with XAUTOCLAIM."""
+
+    crash_p = 0.05
+
+    def __init__(self, *a, home: int, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.home, self.generation = home, 0
+
+    @property
+    def consumer(self) -> str:
+        return f"{self.name}.{self.generation}"
+
+    def step(self) -> None:
+        if self.rng.random() < 0.2:
+            outcome, ids = self.call("claim", self.home, LOG, lambda c: claim_ids(c, self.consumer, 2000)[1],
+                                     consumer=self.consumer)
+        else:
+            outcome, ids = self.call("read", self.home, LOG, lambda c: read_ids(c, self.consumer, 20),
+                                     consumer=self.consumer)
+        if outcome != OK:
+            if outcome == INFO:
+                self.home = self.rng.choice(self.regions)
+            return
+        if ids and self.rng.random() < self.crash_p:
+            self.generation += 1  # crashed: this batch stays pending under the old name
+            return
+        if ids:
+            self.call("ack", self.home, LOG, lambda c: c.execute_command("XACK", LOG, GROUP, *ids), ids=ids)
+
+
+def read_ids(c: redis.Redis, consumer: str, count: int) -> list[str]:
+    reply = c.execute_command("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, "STREAMS", LOG, ">")
+    return [_text(eid) for _key, entries in (reply or []) for eid, _fields in entries]
+
+
+def claim_ids(c: redis.Redis, consumer: str, min_idle_ms: int, count: int = 50,
+              start: str = "0-0") -> tuple[str, list[str]]:
+    """XAUTOCLAIM: (the cursor to continue from, the IDs claimed)."""
+    reply = c.execute_command("XAUTOCLAIM", LOG, GROUP, consumer, min_idle_ms, start, "COUNT", count)
+    return _text(reply[0]), [_text(eid) for eid, _fields in reply[1]]
+
+
+class Churner(Worker):
+    """XADD, XDEL, XTRIM and DEL on chaos:churn, at random regions."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.count, self.added = 0, []
+
+    def step(self) -> None:
+        region, roll = self.rng.choice(self.regions), self.rng.random()
+        if roll < 0.80:
+            self.count += 1
+            payload = f"{self.name}-{self.count}"
+            outcome, eid = self.call("xadd", region, CHURN, lambda c: _text(c.execute_command(
+                "XADD", CHURN, "*", "v", payload)), payload=payload)
+            if outcome == OK:
+                self.added.append(eid)
+        elif roll < 0.90 and self.added:
+            eid = self.rng.choice(self.added[-20:])  # recent: older ones are mostly trimmed or deleted
+            self.call("xdel", region, CHURN, lambda c: c.execute_command("XDEL", CHURN, eid), id=eid)
+        elif roll < 0.97:
+            if self.rng.random() < 0.5:
+                n = self.rng.randint(5, 40)
+                self.call("xtrim", region, CHURN, lambda c: c.execute_command("XTRIM", CHURN, "MAXLEN", n),
+                          maxlen=n)
+            elif self.added:
+                cutoff = self.rng.choice(self.added[-40:])
+                self.call("xtrim", region, CHURN, lambda c: c.execute_command("XTRIM", CHURN, "MINID", cutoff),
+                          minid=cutoff)
+        else:
+            self.call("del", region, CHURN, lambda c: c.execute_command("DEL", CHURN))
+
+
+class GroupChurner(Worker):
+    """XGROUP CREATE / DESTROY and DEL on chaos:groups, at random regions."""
+
+    names = ("a", "b", "c")
+
+    def step(self) -> None:
+        region, roll, group = self.rng.choice(self.regions), self.rng.random(), self.rng.choice(self.names)
+        if roll < 0.5:
+            self.call("xgroup-create", region, GROUPS, lambda c: c.execute_command(
+                "XGROUP", "CREATE", GROUPS, group, "$", "MKSTREAM"), group=group)
+        elif roll < 0.85:
+            self.call("xgroup-destroy", region, GROUPS, lambda c: c.execute_command(
+                "XGROUP", "DESTROY", GROUPS, group), group=group)
+        else:
+            self.call("del", region, GROUPS, lambda c: c.execute_command("DEL", GROUPS))
+
+
+class ModeFlipper(Worker):
+    """Switch the ID mode between strict and semi-strict at every region (as braid-admin tune does)."""
+
+    pause_s = 2.0
+
+    def step(self) -> None:
+        mode = self.rng.choice(MODES)
+        for region in self.regions:
+            self.call("mode", region, "", lambda c: c.execute_command(
+                "BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", mode), mode=mode)
+
+
+def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, int]],
+                  stop: threading.Event, producers: int = 3, consumers: int = 2) -> list[Worker]:
+    regions = sorted(addresses)
+    common = dict(seed=seed, history=history, addresses=addresses, stop=stop)
+    workers: list[Worker] = []
+    for i in range(producers):
+        workers.append(Producer(f"producer-{i}", home=regions[i % len(regions)], **common))
+    for i in range(consumers):
+        workers.append(Consumer(f"consumer-{i}", home=regions[(i + 1) % len(regions)], **common))
+    workers += [IdmpProducer("idmp-0", **common), IdmpProducer("idmp-1", **common),
+                Churner("churner", **common), GroupChurner("groups", **common), ModeFlipper("modes", **common)]
+    for w in workers:
+        w.start()
+    return workers
