@@ -220,3 +220,5 @@ class RelayHub:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
+            if not self._thread.is_alive():
+                self.loop.close()

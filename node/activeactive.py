@@ -60,7 +60,8 @@ class ActiveActive:
     async def start(self) -> None:
         from .transport.admin import AdminServicer
 
-        await self.hub.serve(self.me.host, self.me.repl_port, extra=[AdminServicer(self)])
+        # listen where the RESP port listens (--bind; by default the region's host)
+        await self.hub.serve(self.server.config["bind"], self.me.repl_port, extra=[AdminServicer(self)])
         for peer in self.cluster.regions:
             if peer.number > self.me.number:  # the lower number dials
                 self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")

@@ -32,8 +32,10 @@ def cmd_node(args: argparse.Namespace) -> int:
             print(f"braid node: {e}", file=sys.stderr)
             return 2
         cluster = (ccfg, me)
-        args.port, args.bind = me.port, me.host
+        args.port = me.port
+        args.bind = args.bind or me.host  # a container binds 0.0.0.0 but is reached by its name
     os.makedirs(args.data_dir, exist_ok=True)
+    args.bind = args.bind or "127.0.0.1"
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("node", help="run one region")
     p.add_argument("--port", type=int, default=6380)
-    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
+                                  "else 127.0.0.1)")
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--requirepass", default="")
     p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")

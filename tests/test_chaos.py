@@ -1,0 +1,269 @@
+"""The live chaos suite: its parts, a short run that must pass, and planted bugs it must catch.
+
+Each checker is shown to fail on a history that breaks its rule (a checker
+that never fails is not a checker); the relay's faults are checked on a plain
+TCP echo server; a short live run (three real regions, kill + partition +
+pause) passes; a region with a planted bug makes the matching checker fail.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+
+import pytest
+import redis
+
+from chaos import checkers
+from chaos.backends import ProcessBackend
+from chaos.history import FAIL, INFO, OK, History, Op
+from chaos.nemesis import KINDS, schedule
+from chaos.relay import RelayHub
+from chaos.run import RunConfig, run
+from chaos.workloads import CHURN, GROUPS, IDMP, LOG
+from chaos import report
+from node.testing import BraidProcess, wait_until
+
+
+# ------------------------------------------------------------------ histories by hand
+def op(f, key, region, t0, t1, outcome=OK, value=None, process="w", **args) -> Op:
+    return Op(process, f, region, key, t0, t1, outcome, value, args)
+
+
+def history(*ops: Op) -> History:
+    h = History()
+    h.ops = list(ops)
+    return h
+
+
+def dump(**keys) -> checkers.Dump:
+    """dump(log=[("1-1", "p1")], groups_key=...) -> a region dump."""
+    return keys
+
+
+def entries(*pairs, field="v") -> dict:
+    return {"entries": [[eid, {field: v}] for eid, v in pairs], "groups": []}
+
+
+def test_convergence_fails_on_any_difference():
+    a = {LOG: entries(("1-1", "p1"))}
+    assert checkers.convergence({1: a, 2: dict(a), 3: dict(a)}).ok
+    v = checkers.convergence({1: a, 2: {LOG: entries(("1-1", "p1"), ("2-1", "p2"))}, 3: a})
+    assert not v.ok and "region 2" in v.problems[0] and "2-1" in v.problems[0]
+    assert not checkers.convergence({1: a, 2: None}).ok  # a region that does not answer fails it too
+    grouped = {LOG: {"entries": [], "groups": ["g"]}}
+    assert not checkers.convergence({1: grouped, 2: {LOG: {"entries": [], "groups": []}}}).ok
+
+
+def test_lost_writes_fails_on_a_missing_or_changed_entry():
+    add = op("xadd", LOG, 1, 0.0, 0.1, value="5-1", payload="p1")
+    assert checkers.lost_writes(history(add), {LOG: entries(("5-1", "p1"))}).ok
+    assert not checkers.lost_writes(history(add), {LOG: entries()}).ok
+    assert not checkers.lost_writes(history(add), {LOG: entries(("5-1", "other"))}).ok
+
+
+def test_lost_writes_on_churn_needs_a_removal_that_could_have_seen_the_entry():
+    add = op("xadd", CHURN, 1, 1.0, 1.1, value="5-1", payload="c1")
+    early_del = op("del", CHURN, 2, 0.0, 0.5)        # completed before the XADD was invoked
+    late_del = op("del", CHURN, 2, 0.9, 2.0)         # overlaps it: may have observed it
+    low_trim = op("xtrim", CHURN, 3, 2.0, 2.1, minid="4-0")   # cutoff below the entry
+    xdel = op("xdel", CHURN, 3, 2.0, 2.1, id="5-1")
+    empty = {CHURN: entries()}
+    assert not checkers.lost_writes(history(add, early_del, low_trim), empty).ok
+    assert checkers.lost_writes(history(add, late_del), empty).ok
+    assert checkers.lost_writes(history(add, xdel), empty).ok
+    refused = op("del", CHURN, 2, 0.9, 2.0, outcome=FAIL)
+    assert not checkers.lost_writes(history(add, refused), empty).ok
+
+
+def test_observed_remove_fails_when_a_del_leaves_what_its_region_had():
+    add = op("xadd", CHURN, 1, 0.0, 0.1, value="5-1", payload="c1")
+    same_region_del = op("del", CHURN, 1, 0.2, 0.3)
+    other_region_del = op("del", CHURN, 2, 0.2, 0.3)
+    left = {CHURN: entries(("5-1", "c1"))}
+    assert not checkers.observed_remove(history(add, same_region_del), left).ok
+    assert checkers.observed_remove(history(add, other_region_del), left).ok  # may not have seen it yet
+
+
+def test_delete_wins_both_ways():
+    create = op("xgroup-create", GROUPS, 1, 0.0, 0.1, group="a")
+    later_destroy = op("xgroup-destroy", GROUPS, 1, 0.2, 0.3, group="a")
+    alive = {GROUPS: {"entries": [], "groups": ["a"]}}
+    gone = {GROUPS: {"entries": [], "groups": []}}
+    assert checkers.delete_wins(history(create), alive).ok
+    assert not checkers.delete_wins(history(create, later_destroy), alive).ok  # the destroy saw it: it wins
+    assert checkers.delete_wins(history(create, later_destroy), gone).ok
+    assert not checkers.delete_wins(history(create), gone).ok  # nothing could have removed it
+    elsewhere = op("del", GROUPS, 2, 0.0, 0.05)  # another region: may have been concurrent
+    assert checkers.delete_wins(history(create, elsewhere), gone).ok
+
+
+def test_strict_ids_fails_on_a_duplicate():
+    a = op("xadd", LOG, 1, 0, 0.1, value="5-1", payload="p1")
+    b = op("xadd", LOG, 2, 0, 0.1, value="5-2", payload="p2")
+    dup = op("xadd", LOG, 2, 0, 0.1, value="5-1", payload="p3")
+    assert checkers.strict_ids(history(a, b)).ok
+    assert not checkers.strict_ids(history(a, dup)).ok
+    retry = [op("xadd-idmp", IDMP, r, 0, 0.1, value="6-1", iid="i1") for r in (1, 2)]
+    assert checkers.strict_ids(history(*retry)).ok  # one iid, one entry: the same ID twice is right
+    other = op("xadd-idmp", IDMP, 1, 0, 0.1, value="6-1", iid="i2")
+    assert not checkers.strict_ids(history(retry[0], other)).ok
+
+
+def test_never_skips_fails_on_an_entry_never_delivered():
+    final = {LOG: entries(("5-1", "p1"), ("5-2", "p2"))}
+    read = op("read", LOG, 1, 0, 0.1, value=["5-1"])
+    claim = op("claim", LOG, 2, 0, 0.1, value=["5-2"])
+    assert checkers.never_skips(history(read, claim), final).ok
+    v = checkers.never_skips(history(read), final)
+    assert not v.ok and "5-2" in v.problems[0]
+    assert not checkers.never_skips(history(read, op("read", LOG, 2, 0, 0.1, INFO, None)), final).ok
+
+
+def test_idmp_fails_on_a_duplicate_or_a_lost_iid():
+    acked = op("xadd-idmp", IDMP, 1, 0, 0.1, value="6-1", iid="i1")
+    assert checkers.idmp(history(acked), {IDMP: entries(("6-1", "i1"), field="iid")}).ok
+    assert not checkers.idmp(history(acked), {IDMP: entries(("6-1", "i1"), ("6-2", "i1"), field="iid")}).ok
+    assert not checkers.idmp(history(acked), {IDMP: entries(field="iid")}).ok
+
+
+def test_history_round_trips_through_json():
+    h = history(op("xadd", LOG, 1, 0.0, 0.1, value="5-1", payload="p1"))
+    h.fault("kill", [2], "SIGKILL region 2")
+    h.sample(1, True, {1: 3, 2: 4})
+    h.mark("healed")
+    back = History.from_json(json.loads(json.dumps(h.to_json())))
+    assert back.ops == h.ops and back.faults == h.faults and back.samples == h.samples
+
+
+# ------------------------------------------------------------------ the nemesis and the relay
+def test_schedule_is_a_function_of_the_seed():
+    a = schedule(7, 120, [1, 2, 3], list(KINDS))
+    assert a == schedule(7, 120, [1, 2, 3], list(KINDS))
+    assert a != schedule(8, 120, [1, 2, 3], list(KINDS))
+    assert {s.kind for s in a} <= set(KINDS) and all(s.at + s.length <= 120 for s in a)
+    assert all(s.targets[0] != s.targets[1] for s in a if s.kind in ("partition", "one-way"))
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while data := self.request.recv(4096):
+            self.request.sendall(data)
+
+
+@pytest.fixture
+def echo_relay():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hub = RelayHub(seed=1)
+    relay = hub.add(1, 2, server.server_address)
+    yield hub, relay
+    hub.close()
+    server.shutdown()
+    server.server_close()
+
+
+def _connect(relay) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+    return s
+
+
+def test_relay_forwards_and_partitions(echo_relay):
+    hub, relay = echo_relay
+    with _connect(relay) as s:
+        s.sendall(b"hello")
+        assert s.recv(100) == b"hello"
+        hub.partition(1, 2)
+        assert s.recv(100) == b""  # the connection was cut
+    with _connect(relay) as s:
+        assert s.recv(100) == b""  # and new ones are refused while cut
+    hub.heal()
+    with _connect(relay) as s:
+        s.sendall(b"again")
+        assert s.recv(100) == b"again"
+
+
+def test_relay_one_way_hold_keeps_bytes_until_healed(echo_relay):
+    hub, relay = echo_relay
+    with _connect(relay) as s:
+        hub.hold(2, 1)  # what the listener sends back is held
+        s.sendall(b"ping")
+        wait_until(lambda: relay.forward.moved >= 4, 5, what="the forward direction still flows")
+        s.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            s.recv(100)  # the echo came back to the relay, which holds it
+        hub.heal()
+        s.settimeout(5)
+        assert s.recv(100) == b"ping"
+
+
+# ------------------------------------------------------------------ DEBUG fault injection
+def test_debug_is_refused_unless_enabled():
+    with BraidProcess() as p:
+        c = p.client()
+        with pytest.raises(redis.ResponseError, match="DEBUG command not allowed"):
+            c.execute_command("DEBUG", "CLOCK-OFFSET", 1000)
+
+
+def test_debug_faults_reach_the_region():
+    with BraidProcess(extra_args=["--enable-debug-command", "yes"]) as p:
+        c = p.client()
+        before = int(c.xadd("s", {"f": "v"}).split(b"-")[0])
+        c.execute_command("DEBUG", "CLOCK-OFFSET", 3_600_000)
+        ahead = int(c.xadd("s", {"f": "v"}).split(b"-")[0])
+        assert ahead >= before + 3_600_000
+        c.execute_command("DEBUG", "CLOCK-OFFSET", -7_200_000)  # a jump back: IDs keep growing
+        c.xadd("s", {"f": "v"}, id="*")
+        assert c.xlen("s") == 3
+        c.execute_command("DEBUG", "DISK-FULL", "yes")
+        with pytest.raises(redis.ResponseError, match="MISCONF"):
+            wait_until(lambda: not c.xadd("s", {"f": "v"}), 10, what="a full disk refusing writes")
+        c.execute_command("DEBUG", "DISK-FULL", "no")
+        wait_until(lambda: _writes(c), 10, what="writes accepted once the disk has room")
+        c.execute_command("DEBUG", "FSYNC-DELAY", 50)
+        assert c.xadd("s", {"f": "v"})
+        with pytest.raises(redis.ResponseError, match="value is not an integer"):
+            c.execute_command("DEBUG", "CLOCK-OFFSET", "soon")
+        with pytest.raises(redis.ResponseError, match="unknown subcommand"):
+            c.execute_command("DEBUG", "SEGFAULT")
+
+
+def _writes(c) -> bool:
+    try:
+        return bool(c.xadd("s", {"f": "v"}))
+    except redis.ResponseError:
+        return False
+
+
+# ------------------------------------------------------------------ live runs
+def _live(tmp_path, seed: int, duration: float, faults: list[str], bug: str | None = None):
+    backend = ProcessBackend(3, str(tmp_path / "regions"), bug=bug, seed=seed)
+    backend.start()
+    try:
+        return run(RunConfig(3, duration, seed, faults, bug=bug, out=str(tmp_path / "report")), backend)
+    finally:
+        backend.stop()
+
+
+def test_short_live_run_passes_and_reports(tmp_path):
+    result = _live(tmp_path, seed=11, duration=30, faults=["kill", "partition", "pause"])
+    assert result.ok, [v.summary for v in result.verdicts if not v.ok] + result.errors
+    assert {f.kind for f in result.history.faults} <= {"kill", "partition", "pause"}
+    assert result.history.faults, "the schedule injected no fault"
+    assert result.convergence_s is not None
+    paths = report.write_all(result, str(tmp_path / "report"))
+    with open(paths["json"]) as f:
+        data = json.load(f)
+    assert data["verdict"] == "pass" and len(data["verdicts"]) == 7 and data["history"]["ops"]
+    with open(paths["timeline"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("bug, checker", [("lost-delete", "convergence"), ("strict-dup", "unique IDs")])
+def test_a_planted_bug_fails_its_checker(tmp_path, bug, checker):
+    result = _live(tmp_path, seed=4, duration=12, faults=["one-way", "link-faults"], bug=bug)
+    failed = {v.name for v in result.verdicts if not v.ok}
+    assert checker in failed and not result.ok
