@@ -62,7 +62,8 @@ def _step(rng: random.Random, t: float, kind: str, length: float, regions: list[
         rest = rng.sample(regions, len(regions))
         bridge, others = rest[0], rest[1:]
         cut = max(1, len(others) // 2)
-        return Step(t, kind, (bridge,), length, {"sides": (sorted(others[:cut]), sorted(others[cut:]))})
+        left, right = sorted(others[:cut]), sorted(others[cut:])
+        return Step(t, kind, (bridge, *left, *right), length, {"sides": (left, right)})
     if kind == "link-faults":
         return Step(t, kind, tuple(regions), length,
                     {"delay_s": rng.uniform(0.01, 0.2), "jitter_s": rng.uniform(0.0, 0.1),
