@@ -27,7 +27,7 @@ up: venv
 	$(BIN)/braid up
 
 test: venv deps
-	$(BIN)/ruff check crdt node tests bench
+	$(BIN)/ruff check crdt node chaos pipeline tests bench
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv deps

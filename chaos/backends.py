@@ -183,6 +183,17 @@ class AttachBackend(Backend):
         self.addresses = {r.number: (r.host, r.port) for r in self.config.regions}
         self.names = {r.number: r.name for r in self.config.regions}
 
+    def start(self) -> None:
+        """Keep only the DEBUG faults every region accepts (it may run without --enable-debug-command,
+        or without an append-only file)."""
+        for probe, kinds in ((("CLOCK-OFFSET", 0), {"clock"}), (("FSYNC-DELAY", 0), {"disk-full", "slow-fsync"})):
+            for region in self.addresses:
+                try:
+                    self.debug(region, *probe)
+                except redis.ResponseError:
+                    self.faults = self.faults - kinds
+                    break
+
     def _replication(self, region: int, verb: str, peer: int) -> None:
         c = connect(self.addresses[region])
         try:

@@ -249,7 +249,7 @@ def _live(tmp_path, seed: int, duration: float, faults: list[str], bug: str | No
 
 
 def test_short_live_run_passes_and_reports(tmp_path):
-    result = _live(tmp_path, seed=11, duration=30, faults=["kill", "partition", "pause"])
+    result = _live(tmp_path, seed=11, duration=45, faults=["kill", "partition", "pause"])
     assert result.ok, [v.summary for v in result.verdicts if not v.ok] + result.errors
     assert {f.kind for f in result.history.faults} <= {"kill", "partition", "pause"}
     assert result.history.faults, "the schedule injected no fault"
