@@ -160,10 +160,12 @@ class Server:
         self.db.dirty = 0
         self.stats.reset()
 
-    def _log_command(self, argv: list[bytes], changed: bool, write: bool, reply: Any) -> None:
+    def _log_command(self, client: "ClientConnection", argv: list[bytes], changed: bool, write: bool,
+                     reply: Any) -> None:
         """Append a command that changed state, or is a write that did not fail."""
         if self.oplog is not None and not self.replaying and (changed or (write and type(reply) is not ReplyError)):
             self._append_command(self._clock, argv)
+            client.logged_upto = self.oplog.last_record  # its reply waits for this record (see flush)
 
     def _append_command(self, now: int, argv: list[bytes]) -> None:
         self.oplog.log_command(now, argv)
@@ -388,7 +390,7 @@ class Server:
                 log.exception("command %s failed", cmd.fullname)
                 reply = ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
             if cmd.name != "exec":  # EXEC's commands are logged one by one
-                self._log_command(argv, self.db.dirty != dirty, cmd.is_write, reply)
+                self._log_command(client, argv, self.db.dirty != dirty, cmd.is_write, reply)
         finally:
             if outermost:
                 self._clock = None
@@ -459,7 +461,8 @@ class Server:
             reply = blocked.retry()
             if blocked.argv is not None:  # a retry of XREADGROUP touches its consumer even unserved
                 cmd = cmdtable.lookup(blocked.argv)
-                self._log_command(blocked.argv, self.db.dirty != dirty, cmd is not None and cmd.is_write, reply)
+                self._log_command(client, blocked.argv, self.db.dirty != dirty, cmd is not None and cmd.is_write,
+                                  reply)
         if reply is not None:
             self._unblock(client, reply)
 
@@ -522,6 +525,7 @@ class ClientConnection(asyncio.Protocol):
         self.out = bytearray()
         self.in_exec = False
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
+        self.logged_upto = 0        # the last operation-log record this client's own commands appended
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
 
@@ -622,13 +626,17 @@ class ClientConnection(asyncio.Protocol):
 
         Records not yet handed to the OS are written once for every client served in
         this turn of the event loop (as Redis does before it sleeps), then the
-        replies go out: one write of the log instead of one per client.
+        replies go out: one write of the log instead of one per client.  Under
+        ``always`` a reply may depend on any record so far (a read can show another
+        client's write), so it waits for all of them to be on disk; otherwise a
+        reply waits for the records its own commands appended to reach the OS - a
+        failed write (a full disk) holds the writer's reply, not every reader's.
         """
         if not self.out or self.transport is None:
             return
         oplog = self.server.oplog
         if oplog is not None:
-            self.reply_needs = oplog.last_record  # the replies may depend on any record so far
+            self.reply_needs = oplog.last_record if oplog.policy == "always" else self.logged_upto
             if oplog.written < self.reply_needs or not oplog.durable(self.reply_needs):
                 self.reply_held = True
                 self.server.flush_after_log_write(self)

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -555,19 +556,23 @@ def test_a_full_disk_refuses_writes_then_loses_nothing_once_space_is_back(tmp_pa
         return real_write(fd, data)
 
     monkeypatch.setattr(aof.os, "write", write)
-    with InProcessServer(Config(dir=str(tmp_path))) as srv:
-        c = srv.client()
+    with InProcessServer(Config(dir=str(tmp_path))) as srv, ThreadPoolExecutor(1) as pool:
+        c, writer = srv.client(), srv.client()
         acked = [c.xadd("s", {"n": "before"})]
         full.set()
-        acked.append(c.xadd("s", {"n": "while full"}))  # everysec: acknowledged, held in memory
+        # everysec: applied, but its record did not reach the OS, so its reply waits for the disk
+        while_full = pool.submit(writer.xadd, "s", {"n": "while full"})
+        wait_until(lambda: c.info("persistence")["aof_last_write_status"] == "err", 10, what="the write failing")
         with pytest.raises(redis.ResponseError, match="MISCONF Errors writing to the AOF file: write failed"):
             c.xadd("s", {"n": "refused"})
-        assert c.info("persistence")["aof_last_write_status"] == "err"
-        assert c.xrange("s", "-", "+")  # reads go on
+        assert len(c.xrange("s", "-", "+")) == 2  # reads go on, and see the entry in memory
+        assert not while_full.done()  # not acknowledged while a crash could lose it
         full.clear()
+        acked.append(while_full.result(timeout=20))  # acknowledged once the cron wrote it
         wait_until(lambda: c.info("persistence")["aof_last_write_status"] == "ok", 10, what="the cron writing again")
         acked.append(c.xadd("s", {"n": "after"}))
         c.close()
+        writer.close()
     assert reload(str(tmp_path))[0] == [b"s"]
     with InProcessServer(Config(dir=str(tmp_path))) as srv:
         c = srv.client()

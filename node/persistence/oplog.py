@@ -43,7 +43,11 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
 A failed write or fsync stops the region accepting writes (``MISCONF``) until
 the cron manages to write and fsync again (in a worker thread, as the
 ``everysec`` fsync); replies held for ``always`` stay held until then, since
-what they acknowledge is not on disk.
+what they acknowledge is not on disk.  Under ``everysec`` and ``no`` the reply
+of a command whose record could not be written is held too (until the cron
+writes it): a process crash meanwhile would lose it, so it is not acknowledged.
+(Redis sends it; the chaos suite caught Braid doing the same, a region killed
+while its disk was full losing acknowledged entries.)  Readers are not held.
 """
 
 from __future__ import annotations
@@ -179,8 +183,12 @@ class OperationLog:
         self._synced_to(self.written)
 
     def durable(self, record: int) -> bool:
-        """May a reply that depends on records up to ``record`` leave now?"""
-        return self.policy != "always" or self.synced >= record
+        """May a reply that depends on records up to ``record`` leave now?
+
+        ``always``: once they are on disk.  Otherwise once they reached the OS: a write
+        that failed (a full disk) holds the reply until the cron manages to write and
+        fsync them, so a process crash meanwhile cannot lose what a client was told."""
+        return self.synced >= record if self.policy == "always" else self.written >= record
 
     def after_sync(self, record: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once records up to ``record`` are on disk (``always``)."""
