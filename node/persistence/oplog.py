@@ -46,8 +46,8 @@ the cron manages to write and fsync again (in a worker thread, as the
 what they acknowledge is not on disk.  Under ``everysec`` and ``no`` the reply
 of a command whose record could not be written is held too (until the cron
 writes it): a process crash meanwhile would lose it, so it is not acknowledged.
-(Redis sends it; the chaos suite caught Braid doing the same, a region killed
-while its disk was full losing acknowledged entries.)  Readers are not held.
+(Redis sends it, and so did Braid until the chaos suite's lost-write checker
+made the case plain: a region killed while its disk is full.)  Readers are not held.
 """
 
 from __future__ import annotations
