@@ -14,8 +14,12 @@ ships, in batches, every envelope of the local causal log the peer has not
 acknowledged (relayed operations of third regions included, so a cut link heals
 through any region that talks to both), and a receiver that hands incoming
 envelopes to :class:`crdt.causal.CausalLog` (which applies each exactly once and
-in causal order) and acknowledges with its version vector.  Dialers reconnect
-with exponential backoff and jitter.  Messages are gzip-compressed.
+in causal order) and acknowledges with its version vector.  What to send, what
+a batch or an ack means and when a full resync is needed are decided by the pure
+:class:`crdt.sync.LinkState` (the deterministic simulation, chaos/sim/, runs the
+same decisions over a seeded network); :class:`Link` only converts protobuf,
+queues frames and waits.  Dialers reconnect with exponential backoff and jitter.
+Messages are gzip-compressed.
 
 Only what is safely logged leaves: ``sendable`` (set by the region from its
 operation log) bounds how far into the causal log links may send, so a peer
@@ -51,7 +55,8 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from crdt.causal import CausalLog, Envelope, merge
+from crdt.causal import CausalLog, Envelope
+from crdt.sync import LinkState
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -81,20 +86,31 @@ def _no_resync(*_args):
 
 
 class Link:
-    """One established stream with a peer, whichever side dialed."""
+    """One established stream with a peer, whichever side dialed: a thin adapter that moves
+    frames for :class:`crdt.sync.LinkState`, which makes every decision."""
 
     def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int]) -> None:
         self.hub = hub
         self.peer = peer
-        self.acked = hub.peer_acked.setdefault(peer, {})  # what the peer told us it has applied
-        self.acked.clear()
-        self.acked.update(peer_vv)  # (it may have lost some in a crash: its Hello says what it holds)
-        self.sent = dict(peer_vv)   # what we already put on the wire
-        self.position = hub.causal.base  # how far into the causal log we looked (absolute)
-        self.unacked_from = hub.causal.base  # no envelope before this position is unacknowledged
+        # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
+        # its Hello says what it holds now (it may have lost some in a crash)
+        self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}))
         self.resync: list[bytes] = []  # chunks of a full-resync image being received
         self.wakeup = asyncio.Event()
         self.wakeup.set()
+
+    # the state's registers, read by the hub, the region's status and tests
+    @property
+    def acked(self) -> dict[int, int]:
+        return self.state.acked
+
+    @acked.setter
+    def acked(self, vv: dict[int, int]) -> None:
+        self.state.acked = vv
+
+    @property
+    def position(self) -> int:
+        return self.state.position
 
     async def send_image(self, out: asyncio.Queue) -> None:
         """Full resync: the peer lacks operations this region trimmed; send everything."""
@@ -105,12 +121,10 @@ class Link:
         for at in range(0, max(len(image), 1), RESYNC_CHUNK):
             chunk = image[at:at + RESYNC_CHUNK]
             await out.put(pb.Frame(resync=pb.Resync(data=chunk, last=at + RESYNC_CHUNK >= len(image))))
-        self.sent = dict(vv)
-        self.position = end
+        self.state.image_sent(vv, end)
 
     async def send_loop(self, out: asyncio.Queue) -> None:
-        causal = self.hub.causal
-        if causal.lacks_dropped(self.acked) and not self.hub.is_cut(self.peer):
+        if self.state.starts_with_image() and not self.hub.is_cut(self.peer):
             await self.send_image(out)
         while True:
             await self.wakeup.wait()
@@ -118,57 +132,33 @@ class Link:
             self.wakeup.clear()
             if self.hub.is_cut(self.peer):
                 continue
-            # only the log's new part: it is append-only and in causal order
-            if self.position < causal.base and causal.lacks_dropped(merge(self.acked, self.sent)):
-                raise ConnectionResetError("the peer needs trimmed operations: reconnect for a full resync")
-            fresh = causal.since(self.position, self.hub.sendable_upto())
-            self.position = max(self.position, causal.base) + len(fresh)
-            sent, acked = self.sent, self.acked
-            missing = [e for e in fresh if e.n > sent.get(e.origin, 0) and e.n > acked.get(e.origin, 0)]
+            missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
             for i in range(0, len(missing), BATCH):
                 chunk = missing[i:i + BATCH]
                 await out.put(pb.Frame(batch=pb.Batch(envelopes=[to_proto(e) for e in chunk])))
-                for e in chunk:
-                    if e.n > self.sent.get(e.origin, 0):
-                        self.sent[e.origin] = e.n
 
     async def on_frame(self, frame: pb.Frame, out: asyncio.Queue) -> None:
         kind = frame.WhichOneof("body")
         if self.hub.is_cut(self.peer):
             return  # nothing crosses a cut link; it is being closed
         if kind == "batch":
-            sent, acked = self.sent, self.acked
-            for m in frame.batch.envelopes:
-                if m.n > sent.get(m.origin, 0):
-                    sent[m.origin] = m.n  # the peer has it: never echo it back
-                if m.n > acked.get(m.origin, 0):
-                    acked[m.origin] = m.n  # nor count it as the peer's lag
-                self.hub.deliver(from_proto(m))
+            for env in self.state.on_batch([from_proto(m) for m in frame.batch.envelopes]):
+                self.hub.deliver(env)
             await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
         elif kind == "ack":
-            for o, n in frame.ack.vv.items():
-                if n > self.acked.get(o, 0):
-                    self.acked[o] = n
+            self.state.on_ack(dict(frame.ack.vv))
         elif kind == "resync":
             self.resync.append(frame.resync.data)
             if frame.resync.last:
                 image, self.resync = b"".join(self.resync), []
                 if not self.hub.install_image(image):
                     raise ConnectionResetError("a full resync was not needed: start the link again")
-                self.sent = merge(self.sent, self.hub.causal.vv)  # it has all the image holds
+                self.state.image_installed(self.hub.causal.vv)
                 await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
-
 
     def lag(self, now: float) -> tuple[int, float]:
         """(operations the peer has not acknowledged, age in ms of the oldest of them)."""
-        causal, times, acked = self.hub.causal, self.hub.arrivals, self.acked
-        log_, base = causal.log, causal.base
-        i = max(self.unacked_from, base) - base
-        while i < len(log_) and log_[i].n <= acked.get(log_[i].origin, 0):
-            i += 1
-        self.unacked_from = base + i
-        behind = sum(1 for e in log_[i:] if e.n > acked.get(e.origin, 0))
-        return behind, (now - times[i]) * 1000 if behind else 0.0
+        return self.state.lag(self.hub.arrivals, now)
 
 
 class _Servicer(pb_grpc.ReplicationServicer):
@@ -259,7 +249,7 @@ class ReplicationHub:
         self.resyncs_received += 1
         self.arrivals = [time.monotonic()] * len(self.causal.log)
         for link in self.links.values():
-            link.position = link.unacked_from = self.causal.base
+            link.state.log_replaced()
         self.wake()
 
     def wake(self) -> None:

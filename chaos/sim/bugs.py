@@ -1,0 +1,100 @@
+"""Planted bugs: each breaks one rule for the length of a schedule, and one checker must notice.
+
+A checker that never fails is not a checker.  ``--bug NAME`` runs a schedule
+with one of these patches in place (applied at run time to the module that
+holds the rule, undone afterwards; production code never knows).
+``tests/test_sim.py`` requires each to be caught by its checker within a
+bounded number of seeds.
+
+===============  ================================================  ===============
+bug              what it breaks                                    caught by
+===============  ================================================  ===============
+no-deps          causal delivery applies an operation as soon as   causal
+                 it is next from its origin, without waiting for
+                 its dependencies from other origins
+lying-fsync      the simulated disk's fsync returns success        durability
+                 without making the bytes durable
+trim-unobserved  DEL and trims remove every entry of the key       observed-remove
+                 where they are applied, not only what the
+                 deleting region had observed
+strict-dup       strict mode mints IDs without the region's        strict-ids
+                 number (sequence = top + 1)
+skip-late        XREADGROUP ``>`` uses one cursor for the merged   never-skip
+                 stream instead of one per origin log
+===============  ================================================  ===============
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from crdt import causal, groups, idgen, ops
+from crdt.ids import MAX_ID
+
+from . import disk
+
+
+def _no_deps_ready(self, env) -> bool:
+    return env.n == self.vv.get(env.origin, 0) + 1
+
+
+def _lying_fsync(self) -> None:
+    self.fsyncs += 1  # says it did; the cache stays volatile
+
+
+def _remove_everything(keys, key, s, cutoffs):
+    return _real_remove_upto(keys, key, s, {origin: MAX_ID for origin in s.logs})
+
+
+def _seq_without_region(floor: int, region: int, stride: int) -> int:
+    return floor + 1
+
+
+def _one_cursor_read(s, g, consumer, count, noack, now):
+    out = groups.read_new(s, g, consumer, g.last_id, count, noack, now)
+    for _id, _flat in out:  # keep the per-origin cursors XACK's watermark reads
+        for origin, log in s.logs.items():
+            if log.get(_id) is not None:
+                g.cursors[origin] = _id
+    return out
+
+
+def _one_cursor_has_new(s, g) -> bool:
+    return bool(s.length) and s.top_id() > g.last_id
+
+
+_real_remove_upto = ops._remove_upto
+
+BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
+    "no-deps": ("causal", [(causal.CausalLog, "_ready", _no_deps_ready)]),
+    "lying-fsync": ("durability", [(disk.SimFile, "fsync", _lying_fsync)]),
+    "trim-unobserved": ("observed-remove", [(ops, "_remove_upto", _remove_everything)]),
+    "strict-dup": ("strict-ids", [(idgen, "regional_seq", _seq_without_region)]),
+    "skip-late": ("never-skip", [(groups, "read_new_per_origin", _one_cursor_read),
+                                 (groups, "has_new_per_origin", _one_cursor_has_new)]),
+}
+
+
+def catches(bug: str) -> str:
+    """The checker that must report ``bug``."""
+    return BUGS[bug][0]
+
+
+@contextlib.contextmanager
+def planted(bug: str | None) -> Iterator[None]:
+    """Run the body with ``bug`` in place (None: no bug)."""
+    if bug is None:
+        yield
+        return
+    if bug not in BUGS:
+        raise ValueError(f"unknown bug {bug!r} (known: {', '.join(BUGS)})")
+    patches = BUGS[bug][1]
+    saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
+    try:
+        for target, name, replacement in patches:
+            setattr(target, name, replacement)
+        yield
+    finally:
+        for target, name, original in saved:
+            setattr(target, name, original)

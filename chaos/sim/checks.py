@@ -1,0 +1,399 @@
+"""What must hold after a schedule heals: one function per rule, each a verdict with reasons.
+
+Theory of operation
+-------------------
+The checkers run once every fault is lifted and the world has gone quiet
+(every region up and connected, nothing in flight).  They read the regions'
+real state (keyspaces, causal logs, consumer groups) and the client history
+(chaos/sim/workload.py), and each returns a :class:`Verdict`: ok, or a short
+explanation and the offending IDs / operations.
+
+=================  ===================================================================
+check              rule
+=================  ===================================================================
+exceptions         the regions' code never raised (an event that raises is recorded and
+                   the world goes on)
+liveness           the heal settled: every region holds the same version vector and
+                   nothing waits in a causal log
+convergence        every region's replicated state is identical: entries per key and
+                   origin log, groups (creation dot, XACK watermarks), IDMP maps
+durability         every operation a region promised was durable - by replying
+                   (``appendfsync always``; ``no`` across process crashes) or by an
+                   fsync that returned (``everysec``) - is in every region's history,
+                   byte for byte, under its dot; a lost one would be minted again
+strict-ids         two regions never mint the same ID (``*`` and milliseconds-only
+                   IDs, in strict and semi-strict mode): in the history and in the
+                   final state
+idmp               a (producer, iid) is added at most once, retries at other
+                   regions included: no two entries carry the same write
+observed-remove    seed 003: an entry that is gone was removed by an operation that
+                   had observed it (DEL / trim per-origin tops, XDEL IDs, the IDMP
+                   conflict rule) and an entry a DEL or trim had observed is gone; a
+                   group exists iff its creation saw every DEL / DESTROY of it
+                   (delete wins), the highest such creation
+causal             every region applied each origin's operations in order and each
+                   after its dependencies (the order of its causal log)
+never-skip         XREADGROUP ``>`` never skips: at every region, every entry of
+                   every group is delivered there (history, pending list, or a final
+                   drain) or covered by a replicated XACK watermark
+=================  ===================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from crdt import ops
+from crdt.causal import dominates
+from crdt.ids import MIN_ID, MAX_ID
+from node import opcodec
+
+from .workload import Call, delivered_ids, parse_id
+
+if TYPE_CHECKING:
+    from .region import SimRegion
+    from .world import Simulation
+
+CHECKS = ("exceptions", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
+          "never-skip")
+MAX_LISTED = 8  # offending items listed per verdict
+
+
+@dataclass
+class Verdict:
+    check: str
+    ok: bool
+    explanation: str = ""
+    offending: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        if self.ok:
+            return f"  ok    {self.check}"
+        lines = [f"  FAIL  {self.check}: {self.explanation}"]
+        lines += [f"          {o}" for o in self.offending[:MAX_LISTED]]
+        if len(self.offending) > MAX_LISTED:
+            lines.append(f"          ... and {len(self.offending) - MAX_LISTED} more")
+        return "\n".join(lines)
+
+
+def _verdict(check: str, problems: list[str], explanation: str) -> Verdict:
+    return Verdict(check, not problems, explanation if problems else "", problems)
+
+
+def _id(i: tuple[int, int]) -> str:
+    return f"{i[0]}-{i[1]}"
+
+
+# ------------------------------------------------------------------ promises (durability)
+class Promises:
+    """Operations a region promised are durable: (origin, n) -> the operation's bytes, and why."""
+
+    def __init__(self) -> None:
+        self.ops: dict[tuple[int, int], bytes] = {}
+        self.why: dict[tuple[int, int], str] = {}
+        self._upto: dict[int, int] = {}
+        self._own: dict[int, tuple[int, int, list]] = {}  # region -> (incarnation, log scanned, own envelopes)
+
+    def _own_envelopes(self, region: "SimRegion") -> list:
+        incarnation, scanned, own = self._own.get(region.number, (-1, 0, []))
+        if incarnation != region.incarnation:
+            scanned, own = 0, []
+        log = region.causal.log
+        own.extend(e for e in log[scanned:] if e.origin == region.number)
+        self._own[region.number] = (region.incarnation, len(log), own)
+        return own
+
+    def hold(self, region: "SimRegion", upto_n: int, why: str) -> None:
+        start = self._upto.get(region.number, 0)
+        if upto_n <= start:
+            return
+        own = self._own_envelopes(region)
+        for n in range(start + 1, upto_n + 1):
+            env = own[n - 1]
+            self.ops[(region.number, n)] = env.op
+            self.why[(region.number, n)] = why
+        self._upto[region.number] = upto_n
+
+
+# ------------------------------------------------------------------ helpers
+def canonical(region: "SimRegion") -> dict:
+    """The replicated state of a region, in a form two regions can be compared by."""
+    keys = region.server.db.keys
+    out = {}
+    for key in sorted(keys):
+        s = keys[key]
+        entries = {o: [(i, tuple(flat)) for i, flat in log.range(MIN_ID, MAX_ID)]
+                   for o, log in sorted(s.logs.items()) if log.length}
+        groups = {name: (g.created_dot, sorted(g.watermarks.items())) for name, g in sorted(s.groups.items())}
+        out[key] = (entries, groups, _idmp(s.idmp))
+    kept = {key: _idmp(m) for key, m in sorted(keys.idmp_kept.items())}
+    return {"keys": out, "idmp_kept": kept}
+
+
+def _idmp(state) -> dict:
+    return {pid: sorted(m.items()) for pid, m in sorted(state.producers.items())}
+
+
+def _entries(region: "SimRegion") -> list[tuple[bytes, int, tuple[int, int], list]]:
+    """(key, origin, id, fields) of every live entry."""
+    keys = region.server.db.keys
+    return [(key, o, i, flat) for key in sorted(keys) for o, log in sorted(keys[key].logs.items())
+            for i, flat in log.range(MIN_ID, MAX_ID)]
+
+
+def _writes(history: list[Call]) -> dict[bytes, Call]:
+    """Field value ``w<uid>`` -> the (first) call that wrote it."""
+    out: dict[bytes, Call] = {}
+    for call in history:
+        if call.kind == "xadd":
+            out.setdefault(call.argv[-1], call)
+    return out
+
+
+# ------------------------------------------------------------------ the checks
+def check_liveness(sim: "Simulation") -> Verdict:
+    problems = []
+    if not sim.settled:
+        problems.append(f"the heal did not settle within {sim.sched.events} events")
+    regions = list(sim.regions.values())
+    down = [r.number for r in regions if not r.up]
+    if down:
+        problems.append(f"regions down after the heal: {down}")
+        return _verdict("liveness", problems, "the cluster did not settle")
+    vvs = {r.number: dict(sorted(r.causal.vv.items())) for r in regions}
+    if len({tuple(v.items()) for v in vvs.values()}) > 1:
+        problems.append("version vectors differ: " + "; ".join(f"r{n} {v}" for n, v in vvs.items()))
+    for r in regions:
+        if r.causal.pending:
+            problems.append(f"r{r.number} holds {len(r.causal.pending)} operations it never applied: "
+                            f"{sorted(r.causal.pending)[:5]}")
+    return _verdict("liveness", problems, "the cluster did not settle")
+
+
+def check_convergence(sim: "Simulation") -> Verdict:
+    regions = [r for r in sim.regions.values() if r.up]
+    if len(regions) < 2:
+        return Verdict("convergence", True)
+    first, dumps = regions[0], {r.number: canonical(r) for r in regions}
+    problems = []
+    for r in regions[1:]:
+        a, b = dumps[first.number], dumps[r.number]
+        for key in sorted(set(a["keys"]) | set(b["keys"])):
+            if a["keys"].get(key) != b["keys"].get(key):
+                problems.append(f"key {key.decode()}: r{first.number} {_brief(a['keys'].get(key))} "
+                                f"!= r{r.number} {_brief(b['keys'].get(key))}")
+        if a["idmp_kept"] != b["idmp_kept"]:
+            problems.append(f"IDMP maps of dropped keys: r{first.number} {a['idmp_kept']} != r{r.number} "
+                            f"{b['idmp_kept']}")
+    return _verdict("convergence", problems, "regions hold different replicated state")
+
+
+def _brief(state) -> str:
+    if state is None:
+        return "(absent)"
+    entries, groups, idmp = state
+    logs = {o: [_id(i) for i, _ in rows] for o, rows in entries.items()}
+    return f"entries {logs} groups {groups} idmp {idmp}"
+
+
+def check_durability(sim: "Simulation") -> Verdict:
+    promises = sim.promises
+    logs = {r.number: {e.dot: e.op for e in r.causal.log} for r in sim.regions.values() if r.up}
+    problems = []
+    for dot in sorted(promises.ops):
+        want = promises.ops[dot]
+        bad = [n for n, log in sorted(logs.items()) if log.get(dot) != want]
+        if bad:
+            problems.append(f"operation {dot[0]}.{dot[1]} ({_op(want)}), promised by {promises.why[dot]}: "
+                            f"regions {bad} hold {'another operation' if any(dot in logs[n] for n in bad) else 'nothing'}"
+                            " under that dot")
+    return _verdict("durability", problems, "an operation a region promised was durable was lost")
+
+
+def _op(raw: bytes) -> str:
+    try:
+        op = opcodec.decode(raw)
+    except (ValueError, TypeError, KeyError):
+        return "undecodable"
+    if type(op) is ops.AddEntry:
+        return f"XADD {op.key.decode()} {_id(op.id)}"
+    return f"{type(op).__name__} {op.key.decode()}"
+
+
+def check_strict_ids(sim: "Simulation") -> Verdict:
+    problems = []
+    minted: dict[tuple[bytes, tuple[int, int]], Call] = {}
+    for call in sim.workload.history:
+        if call.kind != "xadd" or call.status != "ok" or call.dot is None or not call.extra.get("auto"):
+            continue
+        key = (call.argv[1], parse_id(call.reply))
+        other = minted.setdefault(key, call)
+        if other.region != call.region:
+            problems.append(f"{key[0].decode()} {_id(key[1])} minted by r{other.region} (#{other.uid}) "
+                            f"and r{call.region} (#{call.uid})")
+    writes = _writes(sim.workload.history)
+    region = next((r for r in sim.regions.values() if r.up), None)
+    if region is not None:
+        seen: dict[tuple[bytes, tuple[int, int]], int] = {}
+        for key, origin, i, flat in _entries(region):
+            call = writes.get(flat[-1])
+            if call is None or not call.extra.get("auto"):
+                continue
+            if (key, i) in seen and seen[(key, i)] != origin:
+                problems.append(f"{key.decode()} holds {_id(i)} in the logs of r{seen[(key, i)]} and r{origin}")
+            seen[(key, i)] = origin
+    return _verdict("strict-ids", problems, "two regions minted the same entry ID")
+
+
+def check_idmp(sim: "Simulation") -> Verdict:
+    region = next((r for r in sim.regions.values() if r.up), None)
+    if region is None:
+        return Verdict("idmp", True)
+    writes = _writes(sim.workload.history)
+    holders: dict[bytes, list[str]] = {}
+    for key, origin, i, flat in _entries(region):
+        call = writes.get(flat[-1])
+        if call is not None and "idmp" in call.extra:
+            holders.setdefault(flat[-1], []).append(f"{key.decode()} {_id(i)} (r{origin})")
+    problems = [f"{w.decode()} {writes[w].extra['idmp']} added {len(h)} times: {', '.join(h)}"
+                for w, h in sorted(holders.items()) if len(h) > 1]
+    return _verdict("idmp", problems, "an idempotent XADD was added more than once")
+
+
+def check_observed_remove(sim: "Simulation") -> Verdict:
+    region = next((r for r in sim.regions.values() if r.up), None)
+    if region is None:
+        return Verdict("observed-remove", True)
+    history = [opcodec.decode(e.op) for e in region.causal.log]
+    present = {(key, o, i) for key, o, i, _ in _entries(region)}
+    problems = _entry_removals(history, present) + _group_outcomes(history, region)
+    return _verdict("observed-remove", problems,
+                    "a removal took what it had not observed, missed what it had, or a concurrent "
+                    "group creation beat a delete")
+
+
+def _entry_removals(history: list, present: set) -> list[str]:
+    observed: dict[bytes, list[dict]] = {}   # key -> per-origin tops of every DEL and trim
+    named: dict[bytes, set] = {}              # key -> IDs some XDEL removed
+    adds = []
+    for op in history:
+        t = type(op)
+        if t is ops.AddEntry:
+            adds.append(op)
+        elif t is ops.DeleteKey and op.observed is not None:
+            observed.setdefault(op.key, []).append(op.observed)
+        elif t is ops.Trim and op.cutoffs is not None:
+            observed.setdefault(op.key, []).append(op.cutoffs)
+        elif t is ops.DeleteEntries:
+            named.setdefault(op.key, set()).update(op.ids)
+    idmp_winner: dict[tuple, tuple[int, int]] = {}
+    for op in adds:
+        if op.pid is not None:
+            k = (op.key, op.pid, op.iid)
+            idmp_winner[k] = min(idmp_winner.get(k, op.id), op.id)
+    problems = []
+    for op in adds:
+        covered = any(tops.get(op.origin, MIN_ID) >= op.id for tops in observed.get(op.key, ()))
+        here = (op.key, op.origin, op.id) in present
+        if here and covered:
+            problems.append(f"{op.key.decode()} {_id(op.id)} (r{op.origin}) survived a DEL/trim that had observed it")
+        lost_idmp = op.pid is not None and idmp_winner[(op.key, op.pid, op.iid)] < op.id
+        if not here and not (covered or op.id in named.get(op.key, ()) or lost_idmp):
+            problems.append(f"{op.key.decode()} {_id(op.id)} (r{op.origin}) is gone, but no DEL, trim or XDEL "
+                            "had observed it")
+    return problems
+
+
+def _group_outcomes(history: list, region: "SimRegion") -> list[str]:
+    contexts: dict[tuple, list[dict]] = {}  # (key, group or None for every group) -> contexts
+    creations: dict[tuple[bytes, bytes], list] = {}
+    for op in history:
+        t = type(op)
+        if t is ops.DeleteKey and op.context is not None:
+            contexts.setdefault((op.key, None), []).append(op.context)
+        elif t is ops.DestroyGroup and op.context is not None:
+            contexts.setdefault((op.key, op.group), []).append(op.context)
+        elif t is ops.CreateGroup and op.deps is not None:
+            creations.setdefault((op.key, op.group), []).append(op)
+    keys = region.server.db.keys
+    problems = []
+    for (key, group), made in sorted(creations.items()):
+        applying = contexts.get((key, None), []) + contexts.get((key, group), [])
+        survivors = [op.dot for op in made if all(dominates(op.deps, ctx) for ctx in applying)]
+        want = max(survivors) if survivors else None
+        s = keys.get(key)
+        g = s.groups.get(group) if s is not None else None
+        have = g.created_dot if g is not None else None
+        if want != have:
+            problems.append(f"group {key.decode()}/{group.decode()}: the creation that saw every delete is "
+                            f"{want}, the region holds {have}")
+    return problems
+
+
+def check_causal(sim: "Simulation") -> Verdict:
+    problems = []
+    for r in sim.regions.values():
+        if not r.up:
+            continue
+        vv: dict[int, int] = {}
+        for pos, e in enumerate(r.causal.log):
+            missing = [f"{o}.{n}" for o, n in e.deps if o != e.origin and vv.get(o, 0) < n]
+            if e.n != vv.get(e.origin, 0) + 1 or missing:
+                problems.append(f"r{r.number} applied {e.origin}.{e.n} at log position {pos} before "
+                                f"{', '.join(missing) or f'{e.origin}.{vv.get(e.origin, 0) + 1}'}")
+            vv[e.origin] = max(vv.get(e.origin, 0), e.n)
+    return _verdict("causal", problems, "an operation was applied before what it depends on")
+
+
+def check_never_skip(sim: "Simulation") -> Verdict:
+    """Drains every group at every region (so it runs last: it changes local group state)."""
+    delivered: dict[tuple, set] = {}
+    for call in sim.workload.history:
+        if call.kind == "xreadgroup" and call.status == "ok":
+            k = (call.region, call.extra["key"], call.extra["group"], call.extra["created"])
+            delivered.setdefault(k, set()).update(parse_id(i) for i in delivered_ids(call))
+    problems = []
+    for r in sim.regions.values():
+        if not r.up:
+            continue
+        keys = r.server.db.keys
+        for key in sorted(keys):
+            s = keys[key]
+            for name in sorted(s.groups):
+                g = s.groups[name]
+                drained = r.read([b"XREADGROUP", b"GROUP", name, b"final-drain", b"STREAMS", key, b">"])
+                seen = delivered.get((r.number, key, name, g.created_dot), set()) | set(g.pel)
+                if isinstance(drained, list):
+                    seen |= {parse_id(row[0]) for _k, rows in drained for row in rows}
+                for o, log in sorted(s.logs.items()):
+                    mark = g.watermarks.get(o, MIN_ID)
+                    for i, _flat in log.range(MIN_ID, MAX_ID):
+                        if i not in seen and i > mark:
+                            problems.append(f"r{r.number} group {key.decode()}/{name.decode()} never delivered "
+                                            f"{_id(i)} (r{o}'s log; watermark {_id(mark)})")
+    return _verdict("never-skip", problems, "XREADGROUP > skipped an entry")
+
+
+def check_exceptions(sim: "Simulation") -> Verdict:
+    return _verdict("exceptions", list(sim.sched.errors), "the regions' code raised while the world ran")
+
+
+def run_checks(sim: "Simulation") -> list[Verdict]:
+    """Every check, in an order where the last (never-skip) may change local group state."""
+    verdicts = [check_exceptions(sim), check_liveness(sim)]
+    if any(not r.up for r in sim.regions.values()):
+        return verdicts
+    for check in (check_convergence, check_durability, check_strict_ids, check_idmp, check_observed_remove,
+                  check_causal, check_never_skip):
+        verdicts.append(_guarded(check, sim))
+    return verdicts
+
+
+def _guarded(check, sim: "Simulation") -> Verdict:
+    """A check that cannot even read the state (a region's code broke it) fails with the reason."""
+    name = check.__name__.removeprefix("check_").replace("_", "-")
+    try:
+        return check(sim)
+    except Exception as e:
+        return Verdict(name, False, f"the state cannot be read: {type(e).__name__}: {e}")

@@ -1,0 +1,237 @@
+"""Seeded client operations against random regions, and the history they leave.
+
+Theory of operation
+-------------------
+Each step, one client sends one command to one region (chosen by the world's
+random generator; a region that is down refuses the connection).  Every
+operation is recorded as a :class:`Call`: invoked at a virtual time, then
+``ok`` (a reply), ``err`` (an error reply: definite, nothing changed),
+``info`` (no reply: the region crashed first, the write may or may not have
+happened) or ``refused`` (the region was down).  Writes carry a unique field
+value ``w<uid>`` so an entry can be traced back to the call that added it.
+
+The mix: XADD (``*``, a milliseconds-only ID, a full ID, sometimes with a
+MAXLEN trim), XADD IDMP (a call that gets no reply is retried with the same
+producer and iid at another region, as a client fails over), XDEL, XTRIM
+(MAXLEN / MINID), DEL, XGROUP CREATE (from 0, MKSTREAM) / DESTROY, XREADGROUP
+``>`` followed later by XACK of what it read - unless the consumer "crashes"
+and never acknowledges - and the ID mode tuned between strict and semi-strict
+on every region that is up (as ``braid-admin tune`` does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from node.resp.encoder import ReplyError
+
+from .region import INDETERMINATE
+
+if TYPE_CHECKING:
+    from .world import Simulation
+
+KEYS = (b"k0", b"k1")
+GROUPS = (b"g0", b"g1")
+PRODUCERS = (b"p0", b"p1", b"p2")
+MIX = (("xadd", 30), ("xadd_idmp", 10), ("xdel", 5), ("xtrim", 5), ("del", 3), ("group_create", 6),
+       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 1))
+
+
+@dataclass
+class Call:
+    uid: int
+    kind: str
+    region: int
+    argv: list[bytes]
+    invoked: int
+    status: str = "invoke"   # ok | err | info | refused
+    reply: Any = None
+    done: int | None = None
+    dot: tuple[int, int] | None = None   # the AddEntry an XADD issued (region, n)
+    extra: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        args = " ".join(a.decode("utf-8", "replace") for a in self.argv)
+        return f"#{self.uid} r{self.region} {args}"
+
+
+def parse_id(raw: bytes) -> tuple[int, int]:
+    ms, seq = raw.split(b"-")
+    return int(ms), int(seq)
+
+
+class Workload:
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.rng = sim.rng
+        self.history: list[Call] = []
+        self.consumers: dict[int, int] = {}   # region -> consumer generation (a crash starts a new one)
+        self.iids = 0
+        self._kinds = [k for k, _ in MIX]
+        self._weights = [w for _, w in MIX]
+
+    # ------------------------------------------------------------ one step
+    def step(self, step: int) -> None:
+        kind = self.rng.choices(self._kinds, self._weights)[0]
+        region = self.rng.choice(sorted(self.sim.regions))
+        getattr(self, f"_{kind}")(region)
+
+    def issue(self, kind: str, region: int, argv: list[bytes], on_done=None, **extra) -> Call:
+        """Send ``argv`` to ``region``; the call is recorded and completes when the reply arrives."""
+        sim = self.sim
+        call = Call(len(self.history) + 1, kind, region, argv, sim.sched.now, extra=extra)
+        self.history.append(call)
+        r = sim.regions[region]
+        if not r.up:
+            self._done(call, "refused", None, on_done)
+            return call
+        before = r.own_n()
+        incarnation = r.incarnation
+
+        def issued() -> int:
+            """This region's own operations once the command ran (taken right after it ran)."""
+            own = call.extra.setdefault("own_n", r.own_n())
+            if own > before and kind == "xadd":
+                call.dot = (region, before + 1)
+            return own
+
+        def reply(value: Any) -> None:
+            if value is INDETERMINATE:
+                self._done(call, "info", None, on_done)
+                return
+            own = issued()
+            status = "err" if isinstance(value, ReplyError) else "ok"
+            if status == "ok" and sim.config.fsync != "everysec" and r.incarnation == incarnation:
+                sim.promise(r, own, f"acknowledged {call.describe()}")  # always / no: a reply is a promise
+            self._done(call, status, value, on_done)
+
+        if kind == "xreadgroup":
+            s = r.server.db.keys.get(argv[-2])
+            g = s.groups.get(argv[2]) if s is not None else None
+            call.extra["created"] = g.created_dot if g is not None else None
+        r.call(argv, reply)
+        if r.up:
+            issued()
+        return call
+
+    def _done(self, call: Call, status: str, reply: Any, on_done) -> None:
+        call.status, call.reply, call.done = status, reply, self.sim.sched.now
+        self.sim.sched.log(f"{call.describe()} -> {status} {_show(reply)}")
+        if on_done is not None:
+            on_done(call)
+
+    # ------------------------------------------------------------ the operations
+    def _fields(self) -> list[bytes]:
+        return [b"w", b"w%d" % (len(self.history) + 1)]
+
+    def _xadd(self, region: int) -> None:
+        key = self.rng.choice(KEYS)
+        roll = self.rng.random()
+        now = self.sim.sched.now
+        if roll < 0.8:
+            id_arg, auto = b"*", True
+        elif roll < 0.9:
+            id_arg, auto = b"%d" % now, True  # milliseconds only: the region derives the sequence
+        else:
+            id_arg, auto = b"%d-%d" % (now, self.rng.randint(0, 40)), False
+        trim = [b"MAXLEN", b"=", b"%d" % self.rng.randint(2, 8)] if self.rng.random() < 0.1 else []
+        self.issue("xadd", region, [b"XADD", key, *trim, id_arg, *self._fields()], auto=auto, key=key)
+
+    def _xadd_idmp(self, region: int, attempt: int = 0, argv: list[bytes] | None = None) -> None:
+        if argv is None:
+            self.iids += 1
+            key = self.rng.choice(KEYS)
+            pid = self.rng.choice(PRODUCERS)
+            argv = [b"XADD", key, b"IDMP", pid, b"i%d" % self.iids, b"*", *self._fields()]
+
+        def failover(call: Call) -> None:
+            if call.status in ("info", "refused") and attempt < 3:
+                others = [n for n in sorted(self.sim.regions) if n != region]
+                self.sim.sched.after(self.rng.randint(1, 50), self._xadd_idmp,
+                                     self.rng.choice(others), attempt + 1, argv)
+
+        self.issue("xadd", region, argv, on_done=failover, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
+
+    def _entry_ids(self, region: int, key: bytes) -> list[bytes]:
+        r = self.sim.regions[region]
+        if not r.up:
+            return []
+        rows = r.read([b"XRANGE", key, b"-", b"+", b"COUNT", b"30"])
+        return [row[0] for row in rows] if isinstance(rows, list) else []
+
+    def _xdel(self, region: int) -> None:
+        key = self.rng.choice(KEYS)
+        ids = self._entry_ids(region, key)
+        target = self.rng.choice(ids) if ids else b"1-1"
+        self.issue("xdel", region, [b"XDEL", key, target])
+
+    def _xtrim(self, region: int) -> None:
+        key = self.rng.choice(KEYS)
+        ids = self._entry_ids(region, key)
+        if ids and self.rng.random() < 0.4:
+            argv = [b"XTRIM", key, b"MINID", self.rng.choice(ids)]
+        else:
+            argv = [b"XTRIM", key, b"MAXLEN", b"%d" % self.rng.randint(0, 6)]
+        self.issue("xtrim", region, argv)
+
+    def _del(self, region: int) -> None:
+        self.issue("del", region, [b"DEL", self.rng.choice(KEYS)])
+
+    def _group_create(self, region: int) -> None:
+        argv = [b"XGROUP", b"CREATE", self.rng.choice(KEYS), self.rng.choice(GROUPS), b"0", b"MKSTREAM"]
+        self.issue("group_create", region, argv)
+
+    def _group_destroy(self, region: int) -> None:
+        self.issue("group_destroy", region, [b"XGROUP", b"DESTROY", self.rng.choice(KEYS), self.rng.choice(GROUPS)])
+
+    def _consumer(self, region: int) -> bytes:
+        return b"c%d-%d" % (region, self.consumers.get(region, 0))
+
+    def _xreadgroup(self, region: int) -> None:
+        key, group = self.rng.choice(KEYS), self.rng.choice(GROUPS)
+        consumer = self._consumer(region)
+        argv = [b"XREADGROUP", b"GROUP", group, consumer, b"COUNT", b"%d" % self.rng.randint(1, 6),
+                b"STREAMS", key, b">"]
+
+        def then_ack(call: Call) -> None:
+            ids = delivered_ids(call)
+            if not ids:
+                return
+            if self.rng.random() < 0.2:
+                self.consumers[region] = self.consumers.get(region, 0) + 1
+                self.sim.sched.log(f"consumer {consumer.decode()} at r{region} crashes: never acknowledges")
+                return
+            acked = [i for i in ids if self.rng.random() < 0.85]
+            if acked:
+                self.sim.sched.after(self.rng.randint(1, 200), self._xack, region, key, group, acked)
+
+        self.issue("xreadgroup", region, argv, on_done=then_ack, key=key, group=group)
+
+    def _xack(self, region: int, key: bytes, group: bytes, ids: list[bytes]) -> None:
+        self.issue("xack", region, [b"XACK", key, group, *ids])
+
+    def _tune(self, region: int) -> None:
+        mode = self.rng.choice((b"strict", b"semi-strict"))
+        for number in sorted(self.sim.regions):
+            self.issue("tune", number, [b"BRAID.CONFIG", b"SET", b"crdt_xadd_id_uniqueness_mode", mode])
+
+
+def delivered_ids(call: Call) -> list[bytes]:
+    """The entry IDs an XREADGROUP reply handed out."""
+    if call.status != "ok" or not isinstance(call.reply, list):
+        return []
+    return [row[0] for _key, rows in call.reply for row in rows]
+
+
+def _show(reply: Any) -> str:
+    if reply is None:
+        return ""
+    if isinstance(reply, ReplyError):
+        return f"({reply.message[:60]})"
+    if isinstance(reply, bytes):
+        return reply.decode("utf-8", "replace")
+    if isinstance(reply, list) and reply and isinstance(reply[0], list) and len(reply[0]) == 2 \
+            and isinstance(reply[0][1], list):
+        return "[" + " ".join(row[0].decode() for _k, rows in reply for row in rows) + "]"
+    return repr(reply)[:60]

@@ -1,0 +1,390 @@
+"""The simulated world: a virtual clock, a seeded scheduler, a seeded network, faults.
+
+Theory of operation
+-------------------
+Everything in one schedule is driven by one ``random.Random(seed)`` and one
+event queue ordered by (virtual time, insertion number): no wall clock, no
+threads, no sockets, so a seed is a schedule and the same seed gives the same
+trace byte for byte.
+
+Network model.  Each pair of regions keeps one connection, dialed by the lower
+number, as the real regions do; at the handshake both ends build a
+:class:`crdt.sync.LinkState` from the other's version vector (the Hello and the
+Welcome).  Frames (a batch of envelopes, an ack) travel in a direction with a
+seeded delay.  The real link is a gRPC stream over TCP, which never loses,
+duplicates or reorders a frame: a frame that is *lost* is modelled honestly as a
+broken connection - both ends drop their link state and the dialer reconnects
+after a backoff, from fresh version vectors.  *Duplication* and *reordering*
+are applied to frames within a connection anyway: that is stronger than TCP,
+and proves the link logic and causal delivery do not depend on order (the same
+envelope also reaches a region along several relay paths).  Frames of a closed
+connection are discarded on arrival.
+
+Partitions cut pairs (a whole region, or one pair: with three regions that is a
+bridge, the third region relaying): connections break and redialing fails until
+the cut heals.  A *clog* delays every frame sent in one direction until it
+unclogs, without breaking the connection (a one-way partition, as long as it
+lasts); *swizzle-clog* (FoundationDB) clogs a random subset of directions one
+by one, then unclogs them in random order.  Crashes are the machine's (unsynced
+writes lost or torn, see disk.py) or, under ``appendfsync no`` (which promises
+nothing across a machine crash), the process's; the region restarts later from
+its file.  Clock faults skew a region's clock or jump it backwards.
+
+A schedule has an active phase (client operations, faults) and a heal phase
+(every fault lifted, every region restarted and connected, no client
+operations) that runs until the event queue is empty; then the checkers judge
+(chaos/sim/checks.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crdt.sync import LinkState
+from node.cluster_config import ClusterConfig, RegionSpec
+from node.transport.replication import BATCH
+
+from .region import SimRegion
+
+FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "drop", "dup", "reorder")
+POLICIES = ("always", "everysec", "no")
+START_MS = 1_000_000   # the virtual clock's first reading (ms)
+MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything a schedule depends on besides the seed (the replay command spells it out)."""
+
+    seed: int
+    steps: int = 150
+    regions: int = 3
+    fsync: str = "always"
+    faults: tuple[str, ...] = FAULTS
+    bug: str | None = None
+
+    def command(self) -> str:
+        parts = [f"braid-chaos sim --seed {self.seed} --steps {self.steps} --regions {self.regions}",
+                 f"--fsync {self.fsync}"]
+        if self.faults != FAULTS:
+            parts.append(f"--faults {','.join(self.faults) or 'none'}")
+        if self.bug:
+            parts.append(f"--bug {self.bug}")
+        return " ".join(parts)
+
+
+class Scheduler:
+    """A virtual clock and the events due on it."""
+
+    def __init__(self) -> None:
+        self.now = START_MS
+        self.events = 0
+        self.trace: list[str] = []
+        self.errors: list[str] = []
+        self._queue: list = []
+        self._order = itertools.count()
+
+    def at(self, when: int, fn: Callable, *args) -> None:
+        heapq.heappush(self._queue, (when, next(self._order), fn, args))
+
+    def after(self, delay: int, fn: Callable, *args) -> None:
+        self.at(self.now + delay, fn, *args)
+
+    def run(self, max_events: int | None = None) -> bool:
+        """Run events in time order; True when the queue emptied (False: ``max_events`` hit)."""
+        budget = max_events
+        while self._queue:
+            if budget is not None:
+                if budget <= 0:
+                    return False
+                budget -= 1
+            when, _order, fn, args = heapq.heappop(self._queue)
+            self.now = max(self.now, when)
+            self.events += 1
+            try:
+                fn(*args)
+            except Exception as e:  # a region's code failed: judged by the "exceptions" check
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                error = f"{type(e).__name__}: {e} (in {fn.__name__}, at {where.filename}:{where.lineno})"
+                self.errors.append(error)
+                self.log(f"EXCEPTION {error}")
+        return True
+
+    def log(self, text: str) -> None:
+        self.trace.append(f"{self.now - START_MS:>7} {text}")
+
+
+@dataclass
+class NetworkFaults:
+    drop: float = 0.0      # a frame lost: the connection breaks
+    dup: float = 0.0       # a frame arrives twice
+    reorder: float = 0.0   # a frame may overtake or be overtaken
+
+
+@dataclass
+class Network:
+    """Connections between regions, cuts (partitions) and clogs, and frames in flight."""
+
+    faults: NetworkFaults = field(default_factory=NetworkFaults)
+    cuts: dict[frozenset, int] = field(default_factory=dict)      # pair -> how many partitions cut it
+    clogged_until: dict[tuple[int, int], int] = field(default_factory=dict)  # direction -> time
+    conn: dict[frozenset, int] = field(default_factory=dict)      # pair -> current connection id
+    last_arrival: dict[tuple[int, int], int] = field(default_factory=dict)  # FIFO per direction
+    ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def is_cut(self, a: int, b: int) -> bool:
+        return self.cuts.get(frozenset((a, b)), 0) > 0
+
+
+class Simulation:
+    """N regions, the network between them, a workload and faults, from one seed."""
+
+    def __init__(self, config: SimConfig) -> None:
+        from .checks import Promises
+        from .workload import Workload
+
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.sched = Scheduler()
+        self.net = Network()
+        faults = set(config.faults)
+        self.net.faults = NetworkFaults(0.01 if "drop" in faults else 0.0, 0.03 if "dup" in faults else 0.0,
+                                        0.08 if "reorder" in faults else 0.0)
+        specs = [RegionSpec(f"region-{i}", i, "sim", 0, 0) for i in range(1, config.regions + 1)]
+        cluster = ClusterConfig("sim", "db", "sim-token", 16, specs, appendfsync=config.fsync)
+        self.regions = {s.number: SimRegion(self, cluster, s, config.fsync) for s in specs}
+        self.promises = Promises()
+        self.workload = Workload(self)
+        self.active = True
+        self.settled = False
+
+    # ------------------------------------------------------------ running
+    def run(self) -> None:
+        for region in self.regions.values():
+            region.boot()
+        for a, b in self.pairs():
+            self.connect(a, b)
+        self.sched.after(0, self.client_step, 0)
+        self.settled = self.sched.run(MAX_EVENTS)  # the last step starts the heal phase
+
+    def client_step(self, step: int) -> None:
+        if step >= self.config.steps:
+            self.heal()
+            return
+        self.workload.step(step)
+        if self.rng.random() < 0.12:
+            self.inject_fault()
+        self.sched.after(self.rng.randint(1, 15), self.client_step, step + 1)
+
+    def heal(self) -> None:
+        """Lift every fault, restart every region, connect every pair; then only the system runs."""
+        self.active = False
+        self.sched.log("heal: faults lifted, every region up and connected")
+        self.net.cuts.clear()
+        self.net.clogged_until.clear()
+        self.net.faults = NetworkFaults()
+        for region in self.regions.values():
+            if not region.up:
+                self.restart(region.number, region.incarnation)
+        for a, b in self.pairs():
+            self.connect(a, b)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        numbers = sorted(self.regions)
+        return [(a, b) for a in numbers for b in numbers if a < b]
+
+    # ------------------------------------------------------------ links
+    def connect(self, a: int, b: int) -> None:
+        """The dialer (``a``, the lower number) reaches ``b``: both ends start a link from Hello/Welcome."""
+        ra, rb = self.regions[a], self.regions[b]
+        pair = frozenset((a, b))
+        if not (ra.up and rb.up) or self.net.is_cut(a, b) or pair in self.net.conn:
+            return
+        conn = next(self.net.ids)
+        self.net.conn[pair] = conn
+        self.net.last_arrival.pop((a, b), None)
+        self.net.last_arrival.pop((b, a), None)
+        hub_a, hub_b = ra.server.db.aa.hub, rb.server.db.aa.hub
+        ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}))
+        rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}))
+        self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
+                       f"welcome vv {_vv(rb.causal.vv)}")
+        self.pump(ra)
+        self.pump(rb)
+
+    def disconnect(self, a: int, b: int, why: str) -> None:
+        pair = frozenset((a, b))
+        if self.net.conn.pop(pair, None) is None:
+            return
+        for x, y in ((a, b), (b, a)):
+            self.regions[x].links.pop(y, None)
+        self.sched.log(f"link {min(a, b)}-{max(a, b)} down: {why}")
+        self.sched.after(self.rng.randint(20, 300), self.connect, min(a, b), max(a, b))
+
+    def pump(self, region: SimRegion) -> None:
+        """Send each link of ``region`` what it decides to send (only durable operations leave)."""
+        if not region.up:
+            return
+        upto = region.server.db.aa.hub.sendable_upto()
+        for peer, link in list(region.links.items()):
+            envelopes = link.outgoing(upto)
+            for i in range(0, len(envelopes), BATCH):
+                self.send(region.number, peer, ("batch", envelopes[i:i + BATCH]))
+
+    def send(self, a: int, b: int, frame: tuple) -> None:
+        net, rng = self.net, self.rng
+        conn = net.conn.get(frozenset((a, b)))
+        if conn is None:
+            return
+        if rng.random() < net.faults.drop:
+            self.disconnect(a, b, f"a frame {a}->{b} was lost")
+            return
+        now = self.sched.now
+        when = now + rng.randint(1, 20)
+        clog = net.clogged_until.get((a, b), 0)
+        if clog > now:
+            when = max(when, clog + rng.randint(0, 5))
+        if rng.random() < net.faults.reorder:
+            when += rng.randint(0, 40)  # may overtake or be overtaken
+        else:
+            when = max(when, net.last_arrival.get((a, b), 0))
+            net.last_arrival[(a, b)] = when
+        self.sched.at(when, self.arrive, a, b, conn, frame)
+        if rng.random() < net.faults.dup:
+            self.sched.at(when + rng.randint(0, 40), self.arrive, a, b, conn, frame)
+
+    def arrive(self, a: int, b: int, conn: int, frame: tuple) -> None:
+        if self.net.conn.get(frozenset((a, b))) != conn:
+            return  # the connection it travelled on is closed
+        region = self.regions[b]
+        link = region.links[a]
+        kind, body = frame
+        if kind == "ack":
+            link.on_ack(body)
+            return
+        hub = region.server.db.aa.hub
+        before = dict(region.causal.vv)
+        for env in link.on_batch(body):
+            hub.deliver(env)
+        applied = {o: n for o, n in region.causal.vv.items() if n > before.get(o, 0)}
+        self.sched.log(f"r{b} <- r{a} batch {_dots(body)}; applied {_vv(applied) or 'nothing new'}")
+        self.send(b, a, ("ack", dict(region.causal.vv)))
+        region.end_turn()
+
+    # ------------------------------------------------------------ durability promises
+    def promise(self, region: SimRegion, upto_n: int, why: str) -> None:
+        self.promises.hold(region, upto_n, why)
+
+    # ------------------------------------------------------------ faults
+    def inject_fault(self) -> None:
+        kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock") if k in self.config.faults]
+        if not kinds:
+            return
+        kind = self.rng.choice(kinds)
+        getattr(self, f"_fault_{kind}")()
+
+    def _fault_crash(self) -> None:
+        up = [r for r in self.regions.values() if r.up]
+        if not up:
+            return
+        region = self.rng.choice(up)
+        machine = self.config.fsync != "no"  # ``no`` promises nothing across a machine crash
+        for peer in list(region.links):
+            self.disconnect(region.number, peer, f"region {region.number} crashed")
+        what = region.crash(machine)
+        self.sched.log(f"CRASH r{region.number} ({'machine' if machine else 'process'}): {what}")
+        self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
+
+    def restart(self, number: int, incarnation: int) -> None:
+        region = self.regions[number]
+        if region.up or region.incarnation != incarnation:
+            return
+        cut = region.boot()
+        self.sched.log(f"RESTART r{number}: replayed its file (torn tail cut: {cut} bytes), vv {_vv(region.causal.vv)}")
+        for peer in sorted(self.regions):
+            if peer != number:
+                self.sched.after(self.rng.randint(5, 100), self.connect, min(number, peer), max(number, peer))
+
+    def _fault_partition(self) -> None:
+        numbers = sorted(self.regions)
+        if self.rng.random() < 0.5:
+            victim = self.rng.choice(numbers)
+            pairs = [(min(victim, o), max(victim, o)) for o in numbers if o != victim]
+            what = f"region {victim} isolated"
+        else:
+            pairs = [self.rng.choice(self.pairs())]
+            what = f"pair {pairs[0][0]}-{pairs[0][1]} cut (the others bridge it)"
+        duration = self.rng.randint(50, 3000)
+        self.sched.log(f"PARTITION {what} for {duration} ms")
+        for a, b in pairs:
+            pair = frozenset((a, b))
+            self.net.cuts[pair] = self.net.cuts.get(pair, 0) + 1
+            self.disconnect(a, b, "partitioned")
+        self.sched.after(duration, self._unpartition, pairs)
+
+    def _unpartition(self, pairs: list[tuple[int, int]]) -> None:
+        if not self.active:
+            return  # the heal already lifted every cut
+        for a, b in pairs:
+            pair = frozenset((a, b))
+            self.net.cuts[pair] -= 1
+            if not self.net.cuts[pair]:
+                del self.net.cuts[pair]
+                self.sched.log(f"partition of {a}-{b} healed")
+                self.connect(a, b)
+
+    def _directions(self) -> list[tuple[int, int]]:
+        return [(a, b) for a in sorted(self.regions) for b in sorted(self.regions) if a != b]
+
+    def _clog(self, a: int, b: int, until: int) -> None:
+        if not self.active:
+            return
+        self.net.clogged_until[(a, b)] = max(self.net.clogged_until.get((a, b), 0), until)
+        self.sched.log(f"CLOG {a}->{b} until t={until - START_MS}")
+
+    def _fault_clog(self) -> None:
+        a, b = self.rng.choice(self._directions())
+        self._clog(a, b, self.sched.now + self.rng.randint(20, 2000))
+
+    def _fault_swizzle(self) -> None:
+        """FoundationDB's swizzle-clog: clog a random subset one by one, unclog in random order."""
+        directions = self._directions()
+        chosen = self.rng.sample(directions, self.rng.randint(1, len(directions)))
+        t = self.sched.now
+        starts = []
+        for a, b in chosen:
+            t += self.rng.randint(5, 100)
+            starts.append((t, a, b))
+        ends = [t + self.rng.randint(50, 1500) for _ in chosen]
+        order = list(range(len(chosen)))
+        self.rng.shuffle(order)
+        ends.sort()
+        self.sched.log(f"SWIZZLE-CLOG {', '.join(f'{a}->{b}' for a, b in chosen)}")
+        for i, idx in enumerate(order):
+            start, a, b = starts[idx]
+            self.sched.at(start, self._clog, a, b, max(ends[i], start + 1))
+
+    def _fault_clock(self) -> None:
+        region = self.rng.choice(list(self.regions.values()))
+        if self.rng.random() < 0.5:
+            region.skew = self.rng.randint(-3000, 3000)
+            self.sched.log(f"CLOCK r{region.number} skewed to {region.skew:+d} ms")
+        else:
+            jump = self.rng.randint(100, 5000)
+            region.skew -= jump
+            self.sched.log(f"CLOCK r{region.number} jumps back {jump} ms (skew {region.skew:+d} ms)")
+
+
+def _vv(vv: dict[int, int]) -> str:
+    return ",".join(f"{o}:{n}" for o, n in sorted(vv.items()))
+
+
+def _dots(envelopes) -> str:
+    if len(envelopes) <= 4:
+        return " ".join(f"{e.origin}.{e.n}" for e in envelopes)
+    return f"{envelopes[0].origin}.{envelopes[0].n} .. {envelopes[-1].origin}.{envelopes[-1].n} ({len(envelopes)})"
