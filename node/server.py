@@ -168,8 +168,9 @@ class Server:
             client.logged_upto = self.oplog.last_record  # its reply waits for this record (see flush)
 
     def _append_command(self, now: int, argv: list[bytes]) -> None:
-        self.oplog.log_command(now, argv)
-        if self.db.aa is not None:
+        aa = self.db.aa
+        self.oplog.log_command(now, argv, None if aa is None else aa.mode)
+        if aa is not None:
             self.db.aa.logged(self.oplog.last_record)  # its operations leave once it is durable
 
     # ------------------------------------------------------------ snapshots

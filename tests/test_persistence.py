@@ -474,6 +474,32 @@ def _crdt(c) -> dict:
     return dict(line.split(":", 1) for line in text.splitlines())
 
 
+def test_a_full_id_accepted_before_the_id_mode_changed_is_replayed_under_its_mode():
+    """Found by the deterministic simulation: the replay used today's ID mode (strict) for a
+    full-ID XADD accepted under semi-strict, refused it, and re-minted later dots."""
+    from node.testing import LocalCluster
+
+    with LocalCluster(2) as cluster:
+        r1, r2 = cluster.clients()
+        r1.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "semi-strict")
+        r1.xadd("s", {"f": "v"}, id="5-3")
+        r1.execute_command("BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", "strict")
+        r1.xadd("s", {"f": "w"})
+        cluster.sync_wait()
+        before = r1.xrange("s")
+        r1.close()
+        cluster.procs[0].kill()
+        cluster.procs[0].restart()
+        r1 = cluster.procs[0].client()
+        assert r1.xrange("s") == before
+        assert r1.execute_command("BRAID.CONFIG", "GET", "crdt_xadd_id_uniqueness_mode") == b"strict"
+        r1.xadd("s", {"f": "after"})  # a new dot: region 2 applies it (a re-minted one it would drop)
+        cluster.sync_wait()
+        assert r2.xrange("s") == r1.xrange("s") and len(r1.xrange("s")) == 3
+        for c in (r1, r2):
+            c.close()
+
+
 def test_a_region_away_past_the_backlog_gets_a_full_resync_and_keeps_its_own_writes():
     from node.testing import LocalCluster
 

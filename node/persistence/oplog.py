@@ -5,8 +5,9 @@ Theory of operation
 Every change to a region's state becomes one record of the append-only file
 (format in :mod:`node.persistence.aof`), in the order the event loop made it:
 
-* ``OP_LOCAL`` ``[b"c", now_ms, argv]``: a command this region executed that
-  changed, or may have changed, its state.  Commands are deterministic
+* ``OP_LOCAL`` ``[b"c", now_ms, argv]`` (``[b"c", now_ms, argv, id_mode]`` in a
+  region of a cluster): a command this region executed that changed, or may
+  have changed, its state.  Commands are deterministic
   functions of (state, argv, clock) - the server pins the clock for the length
   of a command - so running them again in the same order rebuilds the state
   exactly: entries and groups, and what stays in this region (consumers, the
@@ -63,6 +64,7 @@ import msgspec
 
 from crdt.causal import Envelope
 
+from ..cluster_config import ID_MODES
 from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
 
 log = logging.getLogger("braid.persistence")
@@ -74,8 +76,10 @@ _decode = msgspec.msgpack.Decoder().decode
 
 
 # ------------------------------------------------------------------ records
-def command_record(now_ms: int, argv: list[bytes]) -> bytes:
-    return _encode([b"c", now_ms, argv])
+def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None) -> bytes:
+    """A command with the clock it ran with and, in a region of a cluster, the ID mode
+    (``crdt_xadd_id_uniqueness_mode``) in force: both decide what it does."""
+    return _encode([b"c", now_ms, argv] if id_mode is None else [b"c", now_ms, argv, id_mode.encode()])
 
 
 def idmp_expiry_record(now_ms: int) -> bytes:
@@ -86,16 +90,18 @@ def remote_record(env: Envelope) -> bytes:
     return _encode([b"r", env.origin, env.n, [list(d) for d in env.deps], env.op])
 
 
-def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None]:
-    """``(tag, now_ms, argv or None)`` of an OP_LOCAL record (ValueError if malformed)."""
+def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None, str | None]:
+    """``(tag, now_ms, argv or None, ID mode or None)`` of an OP_LOCAL record (ValueError if malformed)."""
     rec = _decode(payload)
     if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in (b"c", b"x") or type(rec[1]) is not int:
         raise ValueError("malformed local record")
     if rec[0] == b"c":
-        if len(rec) != 3 or not rec[2] or not all(type(a) is bytes for a in rec[2]):
+        if len(rec) not in (3, 4) or not rec[2] or not all(type(a) is bytes for a in rec[2]):
             raise ValueError("malformed command record")
-        return b"c", rec[1], rec[2]
-    return b"x", rec[1], None
+        if len(rec) == 4 and (type(rec[3]) is not bytes or rec[3].decode("latin-1") not in ID_MODES):
+            raise ValueError("malformed ID mode in a command record")
+        return b"c", rec[1], rec[2], rec[3].decode() if len(rec) == 4 else None
+    return b"x", rec[1], None, None
 
 
 def decode_remote(payload: bytes) -> Envelope:
@@ -130,8 +136,8 @@ class OperationLog:
         self.fsync_delay_s = 0.0
 
     # ------------------------------------------------------------ appending
-    def log_command(self, now_ms: int, argv: list[bytes]) -> None:
-        self.file.append(OP_LOCAL, command_record(now_ms, argv))
+    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None) -> None:
+        self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode))
 
     def log_idmp_expiry(self, now_ms: int) -> None:
         self.file.append(OP_LOCAL, idmp_expiry_record(now_ms))
