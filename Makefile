@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,pipeline]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -22,6 +22,9 @@ deps:
 	@# the packaged service is not wanted: tests start their own servers
 	@-systemctl disable --now redis-server >/dev/null 2>&1 || true
 	@-service redis-server stop >/dev/null 2>&1 || true
+	@# Java 17 for Spark (the pipeline tests run a local Spark)
+	@command -v java >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
 
 up: venv
 	$(BIN)/braid up
@@ -34,6 +37,7 @@ bench: venv deps
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.replication
 	$(BIN)/python -m bench.durability
+	$(BIN)/python -m bench.pipeline
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -100,6 +100,12 @@ def cmd_check_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from pipeline.examples import rides  # Spark is an optional dependency: only this command needs it
+
+    return rides.main(args.args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
     parser.add_argument("--log-level", default="INFO")
@@ -136,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", help="the log directory")
     p.add_argument("--fix", action="store_true", help="cut a torn tail record")
     p.set_defaults(fn=cmd_check_log)
+
+    p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
+    p.add_argument("example", choices=["rides"], help="rides: seed 000's unified log (pipeline/examples/rides.py)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the example's own options (--help lists them)")
+    p.set_defaults(fn=cmd_pipeline)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")

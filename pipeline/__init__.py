@@ -1,0 +1,19 @@
+"""Braid's Spark connector and example jobs.
+
+- ``pipeline.datasource.BraidDataSource``: ``format("braid")`` for
+  ``spark.read`` / ``readStream`` (``pipeline/source.py``) and ``df.write`` /
+  ``writeStream`` (``pipeline/sink.py``).
+- ``pipeline.session``: a SparkSession with the source registered.
+- ``pipeline.examples.rides``: seed 000's unified log on Spark.
+
+Importing this package does not import pyspark; :func:`register` does.
+"""
+
+from __future__ import annotations
+
+
+def register(spark) -> None:
+    """Make ``format("braid")`` available in ``spark``."""
+    from .datasource import BraidDataSource
+
+    spark.dataSource.register(BraidDataSource)

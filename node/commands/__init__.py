@@ -107,7 +107,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug")
+FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins")
 
 
 def load_all() -> dict[bytes, Command]:

@@ -1,0 +1,158 @@
+"""Reads of one origin log: XORIGINS, XRANGEORIGIN, XSPLITORIGIN (Braid's own).
+
+Theory of operation
+-------------------
+A key holds one entry log per origin region (``crdt/stream.py``), and every
+Redis read merges them by ID.  A merged read cannot resume exactly: an entry
+minted at region 2 with a *lower* ID than region 1's entries already read may
+reach this region later ("late arrival", seed 003's XREAD caveat), and a
+cursor of one ID would skip it.  Each origin log on its own, though, only ever
+grows at its top: its origin appends with increasing IDs and replication
+delivers one origin's operations in order.  So "the entries of origin ``o``
+after ID ``c``" is a cursor that never skips and never repeats; the Spark
+source (``pipeline/source.py``) keeps one per key and origin.
+
+- ``XORIGINS key`` lists the key's origin logs (number, live entries, first
+  live ID, highest ID stored): what a reader needs to know how far to read.
+- ``XRANGEORIGIN key origin start end [COUNT n]`` is XRANGE on one origin log,
+  with XRANGE's bounds (``-``, ``+``, ``(`` exclusive, incomplete IDs), COUNT
+  rules and reply.
+- ``XSPLITORIGIN key origin start end size`` cuts that range into consecutive
+  runs of ``size`` live entries and answers each run's last ID and length
+  (``[[id, n], ...]``; the last run may be shorter).  Whole blocks are counted
+  from their live-entry counter without decoding, so planning a read of
+  millions of entries costs a walk over the blocks, not a read of the entries.
+
+A standalone region has one origin log, numbered by ``region`` (1 by default).
+Every key is a stream, so there is no WRONGTYPE; a missing key or origin answers
+an empty array.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import islice
+
+from crdt.blocks import EntryLog
+from crdt.ids import U64, InvalidID, StreamID, decr, fmt, incr, parse_interval_id
+
+from ..resp.encoder import NULL_ARRAY, ReplyError
+from . import command
+from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int
+
+ERR_NOT_POSITIVE = "ERR value is out of range, must be positive"
+
+
+def _origin_log(client, key: bytes, origin_arg: bytes) -> EntryLog | None:
+    origin = parse_int(origin_arg)
+    if origin < 0:
+        raise ReplyError(ERR_NOT_POSITIVE)
+    s = client.server.db.keys.get(key)
+    return None if s is None else s.logs.get(origin)
+
+
+def _interval(start_arg: bytes, end_arg: bytes) -> tuple[StreamID, StreamID]:
+    """XRANGE's bounds, inclusive, with XRANGE's errors."""
+    try:
+        start, start_ex = parse_interval_id(start_arg, 0)
+        end, end_ex = parse_interval_id(end_arg, U64)
+    except InvalidID as e:
+        raise ReplyError(str(e)) from None
+    if start_ex:
+        start = incr(start)
+        if start is None:
+            raise ReplyError("ERR invalid start ID for the interval")
+    if end_ex:
+        end = decr(end)
+        if end is None:
+            raise ReplyError("ERR invalid end ID for the interval")
+    return start, end
+
+
+@command("xorigins", 2, "readonly fast", (1, 1, 1), group="stream", since="0.1.0",
+         summary="Lists a stream's origin logs (Braid): per origin region its number, live entries, "
+                 "first live ID and highest ID stored.",
+         complexity="O(R) with R being the number of origin regions.")
+def xorigins(client, argv: list[bytes]):
+    s = client.server.db.keys.get(argv[1])
+    if s is None:
+        return []
+    out = []
+    for origin, log in sorted(s.logs.items()):
+        first, last = log.first_live(), log.last_any()
+        out.append({b"origin": origin, b"length": log.length,
+                    b"first-entry-id": fmt(first or (0, 0)), b"last-id": fmt(last or (0, 0))})
+    return out
+
+
+@command("xrangeorigin", -5, "readonly", (1, 1, 1), group="stream", since="0.1.0",
+         summary="Returns the entries of one origin region's log of a stream within a range of IDs (Braid).",
+         complexity="O(N) with N being the number of elements being returned.")
+def xrangeorigin(client, argv: list[bytes]):
+    start, end = _interval(argv[3], argv[4])
+    count = -1
+    j = 5
+    while j < len(argv):
+        if argv[j].lower() == b"count" and j + 1 < len(argv):
+            count = parse_int(argv[j + 1], ERR_NOT_INT)
+            count = max(count, 0)
+            j += 2
+        else:
+            raise ReplyError(ERR_SYNTAX)
+    log = _origin_log(client, argv[1], argv[2])
+    if log is None:
+        return []
+    if count == 0:
+        return NULL_ARRAY  # as XRANGE ... COUNT 0
+    entries = log.range(start, end)
+    return fmt_entries(entries if count < 0 else islice(entries, count))
+
+
+@command("xsplitorigin", 6, "readonly", (1, 1, 1), group="stream", since="0.1.0",
+         summary="Cuts the entries of one origin region's log within a range of IDs into runs of at most "
+                 "size entries; returns each run's last ID and length (Braid).",
+         complexity="O(B + S) with B the number of blocks in the range and S the number of runs, "
+                    "plus decoding the blocks where runs end.")
+def xsplitorigin(client, argv: list[bytes]):
+    start, end = _interval(argv[3], argv[4])
+    size = parse_int(argv[5])
+    if size <= 0:
+        raise ReplyError(ERR_NOT_POSITIVE)
+    log = _origin_log(client, argv[1], argv[2])
+    if log is None or start > end:
+        return []
+    return [[fmt(last), n] for last, n in split_runs(log, start, end, size)]
+
+
+def split_runs(log: EntryLog, start: StreamID, end: StreamID, size: int) -> list[tuple[StreamID, int]]:
+    """Consecutive runs of ``size`` live entries in [start, end]: (last ID, length) each.
+
+    A block lying wholly inside the range whose live entries all fit in the
+    current run is added by its counter; only blocks where a run ends, or
+    that the range cuts, are read entry by entry.  A run may end on a block's
+    last ID even when that entry is deleted: a boundary only has to order the
+    live entries, not be one.
+    """
+    runs: list[tuple[StreamID, int]] = []
+    n, last = 0, None
+    blocks = log.blocks
+    first_block = max(bisect_right(log.firsts, start) - 1, 0)
+    for block in blocks[first_block:bisect_right(log.firsts, end)]:
+        if block.last < start:
+            continue
+        inside = start <= block.first and block.last <= end
+        if inside and n + block.live < size:
+            n += block.live
+            last = block.last
+            continue
+        for eid, _flat in log.range(max(start, block.first), min(end, block.last)):
+            n += 1
+            last = eid
+            if n == size:
+                runs.append((last, n))
+                n = 0
+        if inside:
+            last = block.last
+    if n:
+        runs.append((last, n))
+    return runs

@@ -1,0 +1,1 @@
+"""Example jobs on Braid and Spark."""

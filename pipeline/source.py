@@ -1,0 +1,252 @@
+"""The reader of ``format("braid")``: streaming (``readStream``) and batch (``read``).
+
+Theory of operation
+-------------------
+An offset is one cursor per key and origin log (``pipeline/braid.py``), not one
+ID per key as spark-redis keeps: under Active-Active an entry can reach the
+region after entries of other regions with higher IDs were read, and only a
+per-origin cursor is sure to read it.
+
+- ``latestOffset`` (driver) asks the region for the top of every origin log
+  (``XORIGINS``).  With a row limit (``maxRowsPerBatch``, Spark's admission
+  control ``ReadMaxRows``) the budget is shared evenly by the logs that have
+  something new, oldest cursor first, and ``XSPLITORIGIN`` turns each log's
+  share into an end ID without reading the entries.  Under
+  ``Trigger.AvailableNow`` the tops are captured once and never exceeded.
+- ``partitions`` (driver) cuts each log's range into ranges of at most
+  ``partitionSize`` entries (``XSPLITORIGIN`` again): one Spark task each.
+- ``read`` (executor) opens its own connection and pages through its range
+  with ``XRANGEORIGIN ... COUNT readCount``, yielding one Arrow record batch
+  per page.
+
+A restart from the checkpoint resumes at the committed cursors, so no entry is
+skipped or read twice.  Every task reads from the region the offsets were
+planned at (``url``): another region may not have received those entries yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import accumulate, chain
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from . import braid
+from .braid import LogRange, Offsets
+
+SCHEMA = "key string, id string, origin int, fields map<string,string>, timestamp timestamp"
+
+# The Arrow form Spark expects of SCHEMA (pyspark's to_arrow_schema(..., timezone="UTC")).
+ARROW_SCHEMA = pa.schema([
+    ("key", pa.string()),
+    ("id", pa.string()),
+    ("origin", pa.int32()),
+    ("fields", pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string()))),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+])
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    url: str
+    keys: tuple[str, ...]
+    pattern: str | None
+    starting: str
+    ending: str
+    max_rows_per_batch: int | None
+    partition_size: int
+    read_count: int
+
+    @classmethod
+    def parse(cls, options) -> "ReadOptions":
+        keys = tuple(k.strip() for k in options.get("keys", "").split(",") if k.strip())
+        pattern = options.get("keyPattern") or None
+        if not keys and not pattern:
+            raise ValueError("braid: name the streams to read with option keys (comma-separated) or keyPattern")
+        limit = options.get("maxRowsPerBatch")
+        return cls(
+            url=options.get("url", "redis://127.0.0.1:6379"),
+            keys=keys, pattern=pattern,
+            starting=options.get("startingPosition", "earliest"),
+            ending=options.get("endingPosition", "latest"),
+            max_rows_per_batch=_positive(limit, "maxRowsPerBatch") if limit is not None else None,
+            partition_size=_positive(options.get("partitionSize", "100000"), "partitionSize"),
+            read_count=_positive(options.get("readCount", "10000"), "readCount"),
+        )
+
+
+def _positive(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"braid: option {name} must be a positive integer, got {text!r}")
+    return value
+
+
+class BraidRange(InputPartition):
+    """One Spark task: a range of one origin log (picklable, sent to an executor)."""
+
+    def __init__(self, url: str, log_range: LogRange, read_count: int) -> None:
+        super().__init__(log_range)
+        self.url, self.range, self.read_count = url, log_range, read_count
+
+
+def read_range(part: BraidRange) -> Iterator[pa.RecordBatch]:
+    """Page through one origin log's range (runs on an executor, with its own connection)."""
+    r = part.range
+    conn = braid.connect(part.url)
+    try:
+        after = r.after
+        while True:
+            rows = conn.execute_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto,
+                                        "COUNT", part.read_count)
+            if not rows:
+                return
+            yield to_record_batch(r.key, int(r.origin), rows)
+            if len(rows) < part.read_count:
+                return
+            after = rows[-1][0].decode()
+    finally:
+        conn.close()
+
+
+def to_record_batch(key: str, origin: int, rows: list) -> pa.RecordBatch:
+    """XRANGE-style rows [[id, [f1, v1, ...]], ...] -> a record batch of SCHEMA.
+
+    Columns are built whole (no per-row Arrow calls): the fields of every row
+    are chained into one list, whose even and odd items are the map's keys and
+    values, with offsets from each row's field count.
+    """
+    n = len(rows)
+    ids = [row[0] for row in rows]
+    flats = [row[1] for row in rows]
+    pairs = list(chain.from_iterable(flats))
+    offsets = pa.array(list(accumulate((len(f) >> 1 for f in flats), initial=0)), pa.int32())
+    fields = pa.MapArray.from_arrays(offsets, pa.array(pairs[0::2], pa.string()), pa.array(pairs[1::2], pa.string()),
+                                     type=ARROW_SCHEMA.field("fields").type)
+    micros = [int(i[:i.index(b"-")]) * 1000 for i in ids]
+    return pa.RecordBatch.from_arrays([
+        pa.repeat(pa.scalar(key, pa.string()), n),
+        pa.array(ids, pa.string()),
+        pa.repeat(pa.scalar(origin, pa.int32()), n),
+        fields,
+        pa.array(micros, ARROW_SCHEMA.field("timestamp").type),
+    ], schema=ARROW_SCHEMA)
+
+
+def _position(conn, keys: list[str], text: str) -> Offsets:
+    """earliest / latest / a JSON offset -> cursors."""
+    if text == "earliest":
+        return {}
+    if text == "latest":
+        return braid.origin_tops(conn, keys)
+    return braid.parse_offsets(text)
+
+
+class BraidBatchReader(DataSourceReader):
+    """``spark.read.format("braid")``: the entries between two positions, as a DataFrame."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[BraidRange]:
+        opts = self.options
+        conn = braid.connect(opts.url)
+        try:
+            keys = braid.resolve_keys(conn, opts.keys, opts.pattern)
+            start = _position(conn, keys, opts.starting)
+            end = _position(conn, keys, opts.ending)
+            ranges = braid.plan_ranges(conn, start, end, opts.partition_size)
+        finally:
+            conn.close()
+        return [BraidRange(opts.url, r, opts.read_count) for r in ranges]
+
+    def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
+        return read_range(partition)
+
+
+class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("braid")``: micro-batches between per-origin cursors."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._conn = None
+        self._available_now: Offsets | None = None  # Trigger.AvailableNow's target
+
+    @property
+    def conn(self):
+        if self._conn is None:
+            self._conn = braid.connect(self.options.url)
+        return self._conn
+
+    def _tops(self) -> Offsets:
+        opts = self.options
+        return braid.origin_tops(self.conn, braid.resolve_keys(self.conn, opts.keys, opts.pattern))
+
+    def initialOffset(self) -> Offsets:
+        opts = self.options
+        if opts.starting == "earliest":
+            return {}
+        if opts.starting == "latest":
+            return self._tops()
+        return braid.parse_offsets(opts.starting)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_rows_per_batch
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._tops()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        tops = self._available_now if self._available_now is not None else self._tops()
+        end = _advance(start, tops)
+        if isinstance(limit, ReadMaxRows):
+            end = self._admit(start, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> Offsets:
+        return self._tops()
+
+    def _admit(self, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+        """At most ``max_rows`` entries past ``start``: an even share per log with news."""
+        logs = braid.pending_logs(start, end)[:max_rows]
+        if not logs:
+            return end
+        share = max_rows // len(logs)
+        admitted = {key: dict(origins) for key, origins in start.items()}
+        for (key, origin), runs in zip(logs, braid.split_runs(self.conn, start, end, logs, share)):
+            if runs:
+                admitted.setdefault(key, {})[origin] = runs[0][0]
+        return admitted
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[BraidRange]:
+        opts = self.options
+        ranges = braid.plan_ranges(self.conn, start, end, opts.partition_size)
+        return [BraidRange(opts.url, r, opts.read_count) for r in ranges]
+
+    def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
+        return read_range(partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to release: a stream is a log, entries stay for other readers."""
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _advance(start: Offsets, tops: Offsets) -> Offsets:
+    """Every cursor moved up to its log's top; a log never moves back (a trim may lower a top)."""
+    end = {key: dict(origins) for key, origins in start.items()}
+    for key, origins in tops.items():
+        mine = end.setdefault(key, {})
+        for origin, top in origins.items():
+            mine[origin] = braid.later(top, braid.cursor(start, key, origin))
+    return end
