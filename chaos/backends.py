@@ -172,7 +172,33 @@ class ProcessBackend(Backend):
             self.relays.close()
 
 
-class AttachBackend(Backend):
+class LinkControls:
+    """Partitions through the regions' own link controls (``BRAID.REPLICATION PAUSE PEER``):
+    for backends that cannot put a relay in front of each link.  One stream per pair, so
+    cutting it at one end cuts it both ways."""
+
+    addresses: dict[int, tuple[str, int]]
+    names: dict[int, str]
+
+    def partition(self, a: int, b: int) -> None:
+        c = connect(self.addresses[a])
+        try:
+            c.execute_command("BRAID.REPLICATION", "PAUSE", "PEER", self.names[b])
+        finally:
+            c.close()
+
+    def heal_network(self) -> None:
+        for address in self.addresses.values():
+            c = connect(address)
+            try:
+                c.execute_command("BRAID.REPLICATION", "RESUME")
+            except (redis.RedisError, OSError):
+                pass  # a region that is down has nothing paused
+            finally:
+                c.close()
+
+
+class AttachBackend(LinkControls, Backend):
     """An already running cluster: link cuts through the regions' own replication controls."""
 
     faults = DEBUG_FAULTS | {"partition", "bridge"}
@@ -193,26 +219,6 @@ class AttachBackend(Backend):
                 except redis.ResponseError:
                     self.faults = self.faults - kinds
                     break
-
-    def _replication(self, region: int, verb: str, peer: int) -> None:
-        c = connect(self.addresses[region])
-        try:
-            c.execute_command("BRAID.REPLICATION", verb, "PEER", self.names[peer])
-        finally:
-            c.close()
-
-    def partition(self, a: int, b: int) -> None:
-        self._replication(a, "PAUSE", b)  # one stream per pair: cutting one end cuts both ways
-
-    def heal_network(self) -> None:
-        for a in self.addresses:
-            c = connect(self.addresses[a])
-            try:
-                c.execute_command("BRAID.REPLICATION", "RESUME")
-            except (redis.RedisError, OSError):
-                pass
-            finally:
-                c.close()
 
     def heal_all(self) -> None:
         self.heal_network()

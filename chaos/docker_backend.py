@@ -23,13 +23,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import redis
 import yaml
 
 from node.cluster_config import ClusterConfig, load
 
-from .backends import DEBUG_FAULTS, Backend
-from .workloads import connect
+from .backends import DEBUG_FAULTS, Backend, LinkControls
 
 CONTAINER_RESP_PORT = 6379
 
@@ -100,7 +98,7 @@ def check_deployment(compose_file: str) -> list[str]:
     return problems
 
 
-class DockerBackend(Backend):
+class DockerBackend(LinkControls, Backend):
     faults = DEBUG_FAULTS | {"kill", "pause", "partition", "bridge"}
 
     def __init__(self, compose_file: str, cluster_file: str | None = None) -> None:
@@ -144,23 +142,6 @@ class DockerBackend(Backend):
         c.reload()
         if c.status == "paused":
             c.unpause()
-
-    def partition(self, a: int, b: int) -> None:
-        c = connect(self.addresses[a])
-        try:
-            c.execute_command("BRAID.REPLICATION", "PAUSE", "PEER", self.names[b])
-        finally:
-            c.close()
-
-    def heal_network(self) -> None:
-        for address in self.addresses.values():
-            c = connect(address)
-            try:
-                c.execute_command("BRAID.REPLICATION", "RESUME")
-            except (redis.RedisError, OSError):
-                pass
-            finally:
-                c.close()
 
     def heal_all(self) -> None:
         for region in self.containers:

@@ -22,6 +22,17 @@ Offsets = dict[str, dict[str, str]]
 NOTHING_READ = "0-0"
 
 
+def positive_option(text: str, name: str) -> int:
+    """A reader's or writer's option that must be a positive integer (ValueError names it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"braid: option {name} must be a positive integer, got {text!r}")
+    return value
+
+
 def connect(url: str) -> redis.Redis:
     """A connection to the region at ``url`` (redis://host:port[/0], rediss:// for TLS)."""
     return redis.Redis.from_url(url, protocol=2, socket_timeout=120, socket_connect_timeout=30)

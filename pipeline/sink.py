@@ -84,20 +84,10 @@ class WriteOptions:
             key=key, key_column=key_column,
             producer=options.get("producerId"),
             id_columns=id_columns,
-            idmp_block=_positive(options.get("idmpBlock", "100"), "idmpBlock"),
-            batch_size=_positive(options.get("batchSize", "1000"), "batchSize"),
+            idmp_block=braid.positive_option(options.get("idmpBlock", "100"), "idmpBlock"),
+            batch_size=braid.positive_option(options.get("batchSize", "1000"), "batchSize"),
             stats_key=options.get("statsKey"),
         )
-
-
-def _positive(text: str, name: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"braid: option {name} must be a positive integer, got {text!r}")
-    return value
 
 
 @dataclass

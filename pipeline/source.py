@@ -72,20 +72,10 @@ class ReadOptions:
             keys=keys, pattern=pattern,
             starting=options.get("startingPosition", "earliest"),
             ending=options.get("endingPosition", "latest"),
-            max_rows_per_batch=_positive(limit, "maxRowsPerBatch") if limit is not None else None,
-            partition_size=_positive(options.get("partitionSize", "100000"), "partitionSize"),
-            read_count=_positive(options.get("readCount", "10000"), "readCount"),
+            max_rows_per_batch=braid.positive_option(limit, "maxRowsPerBatch") if limit is not None else None,
+            partition_size=braid.positive_option(options.get("partitionSize", "100000"), "partitionSize"),
+            read_count=braid.positive_option(options.get("readCount", "10000"), "readCount"),
         )
-
-
-def _positive(text: str, name: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"braid: option {name} must be a positive integer, got {text!r}")
-    return value
 
 
 class BraidRange(InputPartition):

@@ -34,11 +34,11 @@ from bisect import bisect_right
 from itertools import islice
 
 from crdt.blocks import EntryLog
-from crdt.ids import U64, InvalidID, StreamID, decr, fmt, incr, parse_interval_id
+from crdt.ids import StreamID, fmt
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command
-from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int
+from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_interval
 
 ERR_NOT_POSITIVE = "ERR value is out of range, must be positive"
 
@@ -49,24 +49,6 @@ def _origin_log(client, key: bytes, origin_arg: bytes) -> EntryLog | None:
         raise ReplyError(ERR_NOT_POSITIVE)
     s = client.server.db.keys.get(key)
     return None if s is None else s.logs.get(origin)
-
-
-def _interval(start_arg: bytes, end_arg: bytes) -> tuple[StreamID, StreamID]:
-    """XRANGE's bounds, inclusive, with XRANGE's errors."""
-    try:
-        start, start_ex = parse_interval_id(start_arg, 0)
-        end, end_ex = parse_interval_id(end_arg, U64)
-    except InvalidID as e:
-        raise ReplyError(str(e)) from None
-    if start_ex:
-        start = incr(start)
-        if start is None:
-            raise ReplyError("ERR invalid start ID for the interval")
-    if end_ex:
-        end = decr(end)
-        if end is None:
-            raise ReplyError("ERR invalid end ID for the interval")
-    return start, end
 
 
 @command("xorigins", 2, "readonly fast", (1, 1, 1), group="stream", since="0.1.0",
@@ -89,7 +71,7 @@ def xorigins(client, argv: list[bytes]):
          summary="Returns the entries of one origin region's log of a stream within a range of IDs (Braid).",
          complexity="O(N) with N being the number of elements being returned.")
 def xrangeorigin(client, argv: list[bytes]):
-    start, end = _interval(argv[3], argv[4])
+    start, end = parse_interval(argv[3], argv[4])
     count = -1
     j = 5
     while j < len(argv):
@@ -114,7 +96,7 @@ def xrangeorigin(client, argv: list[bytes]):
          complexity="O(B + S) with B the number of blocks in the range and S the number of runs, "
                     "plus decoding the blocks where runs end.")
 def xsplitorigin(client, argv: list[bytes]):
-    start, end = _interval(argv[3], argv[4])
+    start, end = parse_interval(argv[3], argv[4])
     size = parse_int(argv[5])
     if size <= 0:
         raise ReplyError(ERR_NOT_POSITIVE)

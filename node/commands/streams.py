@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from crdt import idgen, ops
 from crdt.blocks import TrimSpec
 from crdt.idmp import auto_iid
-from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id
+from crdt.ids import U64, InvalidID, StreamID, parse_id
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, container, subcommand
-from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_stream_id, string2ll
+from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_interval, parse_stream_id, string2ll
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
 
@@ -213,19 +213,7 @@ def _range(client, argv: list[bytes], rev: bool):
         start_arg, end_arg = argv[3], argv[2]
     else:
         start_arg, end_arg = argv[2], argv[3]
-    try:
-        start, start_ex = parse_interval_id(start_arg, 0)
-        end, end_ex = parse_interval_id(end_arg, U64)
-    except InvalidID as e:
-        raise ReplyError(str(e)) from None
-    if start_ex:
-        start = incr(start)
-        if start is None:
-            raise ReplyError("ERR invalid start ID for the interval")
-    if end_ex:
-        end = decr(end)
-        if end is None:
-            raise ReplyError("ERR invalid end ID for the interval")
+    start, end = parse_interval(start_arg, end_arg)
     count = -1
     argc = len(argv)
     j = 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crdt.ids import InvalidID, StreamID, parse_id, string2ll
+from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id, string2ll
 
 from ..resp.encoder import ReplyError
 
@@ -23,6 +23,25 @@ def parse_stream_id(arg: bytes, missing_seq: int = 0, *, strict: bool = False) -
         return parse_id(arg, missing_seq, strict=strict)[0]
     except InvalidID as e:
         raise ReplyError(str(e)) from None
+
+
+def parse_interval(start_arg: bytes, end_arg: bytes) -> tuple[StreamID, StreamID]:
+    """XRANGE's bounds (``-``, ``+``, incomplete IDs, ``(`` exclusive) as an inclusive
+    interval, with XRANGE's errors (``xrangeGenericCommand``)."""
+    try:
+        start, start_ex = parse_interval_id(start_arg, 0)
+        end, end_ex = parse_interval_id(end_arg, U64)
+    except InvalidID as e:
+        raise ReplyError(str(e)) from None
+    if start_ex:
+        start = incr(start)
+        if start is None:
+            raise ReplyError("ERR invalid start ID for the interval")
+    if end_ex:
+        end = decr(end)
+        if end is None:
+            raise ReplyError("ERR invalid end ID for the interval")
+    return start, end
 
 
 def fmt_entries(entries) -> list:
