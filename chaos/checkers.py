@@ -13,10 +13,10 @@ So each rule below only convicts on what the history proves:
 * **convergence**: every region's dump is identical (entries and their IDs,
   fields, key existence, group names).
 * **lost writes**: an acknowledged XADD to ``chaos:log`` (never deleted) is in
-  the final state with its payload.  On ``chaos:churn`` an acknowledged entry
-  may be missing only if some removal could have observed it: an XDEL of it,
-  or a DEL/XTRIM that had not completed before the XADD was invoked (for
-  XTRIM MINID: a cutoff above the entry).
+  the final state with its payload.  On ``chaos:churn`` and ``chaos:trimmed``
+  an acknowledged entry may be missing only if some removal could have
+  observed it: an XDEL of it, or a DEL/XTRIM that had not completed before the
+  XADD was invoked (for XTRIM MINID: a cutoff above the entry).
 * **observed-remove**: a DEL acknowledged at region R removes every entry R
   had acknowledged before the DEL was invoked.
 * **delete-wins**: a group is alive at the end only if some create of it was
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from crdt.ids import parse_id
 
 from .history import FAIL, OK, History, Op
-from .workloads import CHURN, GROUPS, IDMP, LOG
+from .workloads import CHURN, GROUPS, IDMP, LOG, TRIMMED
 
 # A region's state as the checkers see it: key -> {"entries": [[id, {field: value}]], "groups": [names]}
 Dump = dict[str, dict]
@@ -108,15 +108,17 @@ def lost_writes(history: History, final: Dump) -> Verdict:
             problems.append(f"{op.process} added {op.value} at region {op.region} (t={op.t1:.2f}s): acknowledged, lost")
         elif got.get("v") != op.args["payload"]:
             problems.append(f"{op.value} holds {got} instead of payload {op.args['payload']!r}")
-    churn = _ids(final, CHURN)
-    removals = history.select("del", "xtrim", "xdel", key=CHURN)
-    churn_adds = history.select("xadd", key=CHURN, outcome=OK)
-    for op in churn_adds:
-        if op.value not in churn and not any(_could_remove(r, op) for r in removals if r.outcome != FAIL):
-            problems.append(f"{op.process} added {op.value} to {CHURN} at region {op.region} (t={op.t1:.2f}s): "
-                            "gone, and no removal could have observed it")
-    return _verdict("no lost writes", problems,
-                    f"{len(adds)} acknowledged entries of {LOG} present; {len(churn_adds)} of {CHURN} explained")
+    explained = 0
+    for key in (CHURN, TRIMMED):
+        left = _ids(final, key)
+        removals = [r for r in history.select("del", "xtrim", "xdel", key=key) if r.outcome != FAIL]
+        for op in history.select("xadd", key=key, outcome=OK):
+            explained += 1
+            if op.value not in left and not any(_could_remove(r, op) for r in removals):
+                problems.append(f"{op.process} added {op.value} to {key} at region {op.region} (t={op.t1:.2f}s): "
+                                "gone, and no removal could have observed it")
+    return _verdict("no lost writes", problems, f"{len(adds)} acknowledged entries of {LOG} present; "
+                                                f"{explained} of {CHURN} and {TRIMMED} explained")
 
 
 def _could_remove(removal: Op, add: Op) -> bool:
@@ -170,7 +172,7 @@ def delete_wins(history: History, final: Dump) -> Verdict:
 
 def strict_ids(history: History) -> Verdict:
     problems: list[str] = []
-    for key in (LOG, CHURN):
+    for key in (LOG, CHURN, TRIMMED):
         seen = Counter(op.value for op in history.select("xadd", key=key, outcome=OK))
         problems += [f"{key}: ID {eid} was minted {n} times" for eid, n in seen.items() if n > 1]
     by_id: dict[str, set] = defaultdict(set)

@@ -17,6 +17,9 @@ key                   written by, and what is checked there
 ``chaos:churn``       the churner: XADD, XDEL, XTRIM MAXLEN/MINID and DEL, all
                       concurrent.  Checked: an entry is gone only if a removal could
                       have observed it; a DEL removes what its own region had.
+``chaos:trimmed``     the trimmer: the same without DEL, so that a deletion a region
+                      failed to apply is never hidden by a later DEL of everything
+                      (convergence checks it).
 ``chaos:groups``      the group churner: XGROUP CREATE/DESTROY and DEL.  Checked:
                       delete-wins - a group is alive only if a create outlived every
                       removal that observed it.
@@ -40,7 +43,7 @@ from redis.retry import Retry
 
 from .history import FAIL, INFO, OK, History
 
-LOG, IDMP, CHURN, GROUPS = "chaos:log", "chaos:idmp", "chaos:churn", "chaos:groups"
+LOG, IDMP, CHURN, TRIMMED, GROUPS = "chaos:log", "chaos:idmp", "chaos:churn", "chaos:trimmed", "chaos:groups"
 GROUP = "g"
 MODES = ("strict", "semi-strict")
 
@@ -189,35 +192,35 @@ def claim_ids(c: redis.Redis, consumer: str, min_idle_ms: int, count: int = 50,
 
 
 class Churner(Worker):
-    """XADD, XDEL, XTRIM and DEL on chaos:churn, at random regions."""
+    """XADD, XDEL, XTRIM and (if ``dels``) DEL on one key, at random regions."""
 
-    def __init__(self, *a, **kw) -> None:
+    def __init__(self, *a, key: str, dels: bool, **kw) -> None:
         super().__init__(*a, **kw)
+        self.key, self.dels = key, dels
         self.count, self.added = 0, []
 
     def step(self) -> None:
-        region, roll = self.rng.choice(self.regions), self.rng.random()
+        key, region, roll = self.key, self.rng.choice(self.regions), self.rng.random()
         if roll < 0.80:
             self.count += 1
             payload = f"{self.name}-{self.count}"
-            outcome, eid = self.call("xadd", region, CHURN, lambda c: _text(c.execute_command(
-                "XADD", CHURN, "*", "v", payload)), payload=payload)
+            outcome, eid = self.call("xadd", region, key, lambda c: _text(c.execute_command(
+                "XADD", key, "*", "v", payload)), payload=payload)
             if outcome == OK:
                 self.added.append(eid)
         elif roll < 0.90 and self.added:
             eid = self.rng.choice(self.added[-20:])  # recent: older ones are mostly trimmed or deleted
-            self.call("xdel", region, CHURN, lambda c: c.execute_command("XDEL", CHURN, eid), id=eid)
-        elif roll < 0.97:
+            self.call("xdel", region, key, lambda c: c.execute_command("XDEL", key, eid), id=eid)
+        elif roll < 0.97 or not self.dels:
             if self.rng.random() < 0.5:
                 n = self.rng.randint(5, 40)
-                self.call("xtrim", region, CHURN, lambda c: c.execute_command("XTRIM", CHURN, "MAXLEN", n),
-                          maxlen=n)
+                self.call("xtrim", region, key, lambda c: c.execute_command("XTRIM", key, "MAXLEN", n), maxlen=n)
             elif self.added:
                 cutoff = self.rng.choice(self.added[-40:])
-                self.call("xtrim", region, CHURN, lambda c: c.execute_command("XTRIM", CHURN, "MINID", cutoff),
+                self.call("xtrim", region, key, lambda c: c.execute_command("XTRIM", key, "MINID", cutoff),
                           minid=cutoff)
         else:
-            self.call("del", region, CHURN, lambda c: c.execute_command("DEL", CHURN))
+            self.call("del", region, key, lambda c: c.execute_command("DEL", key))
 
 
 class GroupChurner(Worker):
@@ -259,7 +262,8 @@ def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, i
     for i in range(consumers):
         workers.append(Consumer(f"consumer-{i}", home=regions[(i + 1) % len(regions)], **common))
     workers += [IdmpProducer("idmp-0", **common), IdmpProducer("idmp-1", **common),
-                Churner("churner", **common), GroupChurner("groups", **common), ModeFlipper("modes", **common)]
+                Churner("churner", key=CHURN, dels=True, **common), Churner("trimmer", key=TRIMMED, dels=False, **common),
+                GroupChurner("groups", **common), ModeFlipper("modes", **common)]
     for w in workers:
         w.start()
     return workers
