@@ -9,6 +9,15 @@ the current time (``expire(now_ms)``, run by the server once a second).  IDs
 minted with ``*`` grow with time, so insertion order is time order and expiry
 stops at the first young entry.  ``auto_iid`` is IDMPAUTO's content hash: the
 XOR of XXH128(field || value) over all pairs, so field order does not matter.
+
+In an Active-Active database an iid also remembers the dot of the add that
+recorded it, and leaves the map - past the size or the time window - only once
+that add is causally stable (``expire(now_ms, stable)``): every region has
+applied it, so every add of the same iid concurrent with it has arrived here
+too and met it (crdt/ops.py's conflict rule: the smaller ID wins).  Letting it
+go earlier, at a different moment at each region, made a late concurrent
+duplicate a conflict at one region and a new entry at another: the regions
+diverged.  The map may so exceed ``maxsize`` while a region is cut off.
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ def auto_iid(flat: Sequence[bytes]) -> bytes:
 
 
 class IdmpState:
-    __slots__ = ("duration", "maxsize", "producers", "iids_added", "iids_duplicates")
+    __slots__ = ("duration", "maxsize", "producers", "iids_added", "iids_duplicates", "dots")
 
     def __init__(self, duration: int = 100, maxsize: int = 100) -> None:
         self.duration = duration
@@ -59,35 +68,60 @@ class IdmpState:
         self.producers: dict[bytes, OrderedDict[bytes, StreamID]] = {}
         self.iids_added = 0
         self.iids_duplicates = 0
+        self.dots: dict[tuple[bytes, bytes], tuple[int, int]] = {}  # Active-Active: (pid, iid) -> dot of its add
+
+    def __setstate__(self, state) -> None:
+        """Snapshots made before ``dots`` existed load with none."""
+        self.dots = {}
+        for name, value in (state[1] if isinstance(state, tuple) else state).items():
+            setattr(self, name, value)
 
     def lookup(self, pid: bytes, iid: bytes) -> StreamID | None:
         m = self.producers.get(pid)
         return None if m is None else m.get(iid)
 
-    def record(self, pid: bytes, iid: bytes, id_: StreamID) -> None:
+    def dot_of(self, pid: bytes, iid: bytes) -> tuple[int, int] | None:
+        return self.dots.get((pid, iid))
+
+    def record(self, pid: bytes, iid: bytes, id_: StreamID, dot: tuple[int, int] | None = None) -> None:
+        """Remember an iid's entry.  With a ``dot`` (Active-Active) the size window is
+        kept by ``expire`` once the add is stable, not here."""
         m = self.producers.get(pid)
         if m is None:
             m = self.producers[pid] = OrderedDict()
         m[iid] = id_
         self.iids_added += 1
+        if dot is not None:
+            self.dots[(pid, iid)] = dot
+            return
         while len(m) > self.maxsize:
-            m.popitem(last=False)
+            old, _ = m.popitem(last=False)
+            self.dots.pop((pid, old), None)
 
-    def replace(self, pid: bytes, iid: bytes, id_: StreamID) -> None:
+    def replace(self, pid: bytes, iid: bytes, id_: StreamID, dot: tuple[int, int] | None = None) -> None:
         """Point a tracked iid at another entry (multi-region conflict rule, crdt/ops.py)."""
         self.producers[pid][iid] = id_
+        if dot is not None:
+            self.dots[(pid, iid)] = dot
 
-    def expire(self, now_ms: int) -> int:
-        """Forget iids whose entries are older than the duration; returns how many."""
+    def expire(self, now_ms: int, stable: dict[int, int] | None = None) -> int:
+        """Forget iids whose entries are older than the duration; returns how many.
+
+        With ``stable`` (Active-Active: what every region has applied), also the
+        oldest iids past ``maxsize``, and only those whose add is stable."""
         horizon = now_ms - self.duration * 1000
         dropped = 0
         for pid in list(self.producers):
             m = self.producers[pid]
             while m:
                 iid, id_ = next(iter(m.items()))
-                if id_[0] >= horizon:
+                if id_[0] >= horizon and (stable is None or len(m) <= self.maxsize):
                     break
+                dot = self.dots.get((pid, iid))
+                if stable is not None and dot is not None and dot[1] > stable.get(dot[0], 0):
+                    break  # a concurrent add of it may still be on its way
                 m.popitem(last=False)
+                self.dots.pop((pid, iid), None)
                 dropped += 1
             if not m:
                 del self.producers[pid]
@@ -99,6 +133,7 @@ class IdmpState:
         if maxsize is not None:
             self.maxsize = maxsize
         self.producers.clear()
+        self.dots.clear()
 
     @property
     def pids_tracked(self) -> int:

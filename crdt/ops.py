@@ -108,6 +108,11 @@ class AddEntry(Op):
     fields: list
     pid: bytes | None = None
     iid: bytes | None = None
+    # Multi-region IDMP: the add's dot and its issuer's version vector before it, so a
+    # region can tell a concurrent duplicate (one wins) from an add made after the
+    # issuer forgot the iid (both stay) - whatever its own map still remembers.
+    dot: tuple | None = None
+    deps: dict | None = None
 
 
 @dataclass(slots=True)
@@ -240,11 +245,11 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
                 keys.id_floor[op.key] = op.id
             if op.pid is not None:
                 held = s.idmp.lookup(op.pid, op.iid)
-                if held is not None and held != op.id:
+                if held is not None and held != op.id and not _added_after(s.idmp, op):
                     return _idmp_conflict(keys, s, op, held, limits)
         s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
         if op.pid is not None:
-            s.idmp.record(op.pid, op.iid, op.id)
+            s.idmp.record(op.pid, op.iid, op.id, op.dot)
         return op.id
     if t is DeleteKey:
         if op.observed is None:
@@ -348,19 +353,32 @@ def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
 # gives the same entries and groups everywhere (tests/test_convergence.py).
 
 
+def _added_after(idmp, op: AddEntry) -> bool:
+    """Did ``op``'s issuer add it after applying the add the map holds for its iid?
+
+    Then it is no duplicate: the issuer no longer remembered the iid (its map had
+    let it go: past the producer's size or time window) and added a new entry on
+    purpose, which every region keeps.  A region lets an iid go only once its add
+    is causally stable (crdt/idmp.py), so a *concurrent* duplicate always finds it.
+    """
+    dot = idmp.dot_of(op.pid, op.iid)
+    return op.deps is not None and dot is not None and op.deps.get(dot[0], 0) >= dot[1]
+
+
 def _idmp_conflict(keys: Keyspace, s: Stream, op: AddEntry, held: StreamID, limits: Limits) -> StreamID:
     """One (producer, iid) reached two regions concurrently, so two entries were added.
 
     Rule: the entry with the smaller ID wins everywhere; the other is never added,
     or removed where it already was.  Every region ends with the same single entry
-    and the same IDMP map, whatever the order the two additions arrive in.
+    and the same IDMP map, whatever the order the two additions arrive in.  (It holds
+    because no region forgets an iid before every concurrent add of it has arrived.)
     """
     if held < op.id:
         _drop_if_empty(keys, op.key, s)  # the loser arrives second: not added
         return held
     s.delete_ids([held])  # the loser was here first
     s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
-    s.idmp.replace(op.pid, op.iid, op.id)
+    s.idmp.replace(op.pid, op.iid, op.id, op.dot)
     return op.id
 
 

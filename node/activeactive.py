@@ -136,10 +136,13 @@ class ActiveActive:
             self.hub.trim(k)
         return k
 
+    def stable(self) -> dict[int, int]:
+        """What every region of the database has applied (crdt/causal.py: causal stability)."""
+        return self.causal.stable([r.number for r in self.cluster.regions])
+
     def collect_garbage(self) -> int:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
-        stable = self.causal.stable([r.number for r in self.cluster.regions])
-        return ops.collect_garbage(self.server.db.keys, stable)
+        return ops.collect_garbage(self.server.db.keys, self.stable())
 
     def resync_image(self) -> tuple[bytes, dict]:
         """This region's whole state and backlog, for a peer that lacks trimmed operations."""

@@ -17,7 +17,8 @@ from crdt.blocks import TrimSpec
 
 # kind of each field after ``key``: raw (as is), id, ids, id_map, vv, dot, spec, blist
 OPS: list[tuple[type, dict[str, str]]] = [
-    (ops.AddEntry, {"origin": "raw", "id": "id", "fields": "blist", "pid": "raw", "iid": "raw"}),
+    (ops.AddEntry, {"origin": "raw", "id": "id", "fields": "blist", "pid": "raw", "iid": "raw", "dot": "dot",
+                    "deps": "vv"}),
     (ops.Trim, {"spec": "spec", "strategy": "raw", "cutoffs": "id_map"}),
     (ops.DeleteEntries, {"ids": "ids", "strategy": "raw"}),
     (ops.DeleteKey, {"observed": "id_map", "context": "vv"}),

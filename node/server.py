@@ -273,15 +273,17 @@ class Server:
         if self.oplog is not None and not self.replaying:
             self._append_command(self.now_ms(), argv)
 
-    def expire_idmp(self, now: int) -> int:
-        """Seed 002's time-based IDMP expiry over every stream; returns how many iids went."""
+    def expire_idmp(self, now: int, stable: dict[int, int] | None = None) -> int:
+        """Seed 002's time-based IDMP expiry over every stream; returns how many iids went.
+        ``stable`` (a region of a cluster): only adds every region has applied go, and
+        the size window is kept here too (crdt/idmp.py)."""
         dropped = 0
         for s in self.db.keys.values():
             if s.idmp.producers:
-                dropped += s.idmp.expire(now)
+                dropped += s.idmp.expire(now, stable)
         kept = self.db.keys.idmp_kept  # maps of dropped keys expire too, then go
         for key in list(kept):
-            dropped += kept[key].expire(now)
+            dropped += kept[key].expire(now, stable)
             if not kept[key].producers:
                 del kept[key]
         return dropped
@@ -342,8 +344,9 @@ class Server:
         while True:
             await asyncio.sleep(1)
             with self.clock_pinned() as now:
-                if self.expire_idmp(now) and self.oplog is not None:
-                    self.oplog.log_idmp_expiry(now)
+                stable = self.db.aa.stable() if self.db.aa is not None else None
+                if self.expire_idmp(now, stable) and self.oplog is not None:
+                    self.oplog.log_idmp_expiry(now, stable)
             if self.oplog is not None:
                 self.oplog.tick()
                 self._auto_snapshot()

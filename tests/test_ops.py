@@ -71,3 +71,51 @@ def test_rename_moves_everything():
     assert keys[b"dst"].range(MIN_ID, MAX_ID) == [((1, 0), [b"f", b"v"])]
     assert list(keys[b"dst"].groups) == [b"g"]
     assert ops.apply(keys, ops.RenameKey(b"nope", b"x")) is False
+
+
+# ------------------------------------------------------------------ IDMP across regions
+PID, X = b"producer", b"iid-x"
+
+
+def _idmp_add(origin: int, n: int, id_, iid: bytes = X, deps: dict | None = None) -> ops.AddEntry:
+    return ops.AddEntry(b"k", origin, id_, [b"iid", iid], PID, iid, dot=(origin, n), deps=deps or {})
+
+
+def _entries(keys: ops.Keyspace) -> list:
+    return [e[0] for e in keys[b"k"].range(MIN_ID, MAX_ID)]
+
+
+def test_a_concurrent_idmp_duplicate_converges_even_past_the_size_window():
+    """Found by the chaos suite (braid-chaos run --faults pause --seed 11): region 1 let the
+    iid go (its producer's map passed IDMP-MAXSIZE) before region 2's concurrent duplicate
+    arrived, so region 1 kept both entries while region 2 kept one."""
+    limits = ops.Limits(idmp_maxsize=2)
+    a = _idmp_add(1, 1, (10, 1))                       # region 1's add of X
+    b = _idmp_add(2, 1, (5, 2))                        # region 2's, concurrent (deps: nothing of region 1)
+    others = [_idmp_add(1, n, (10 + n, 1), iid=b"other-%d" % n, deps={1: n - 1}) for n in range(2, 6)]
+    r1, r2 = ops.Keyspace(active_active=True), ops.Keyspace(active_active=True)
+    for op in [a, *others, b]:
+        ops.apply(r1, op, limits)
+    for op in [b, a, *others]:
+        ops.apply(r2, op, limits)
+    assert _entries(r1) == _entries(r2) and (10, 1) not in _entries(r1) and (5, 2) in _entries(r1)
+    assert r1[b"k"].idmp.lookup(PID, X) == r2[b"k"].idmp.lookup(PID, X) == (5, 2)
+    assert len(r1[b"k"].idmp.producers[PID]) == 5  # past IDMP-MAXSIZE until the adds are stable
+
+
+def test_an_iid_leaves_the_map_only_once_stable_and_a_later_add_is_kept_everywhere():
+    limits = ops.Limits(idmp_maxsize=1)
+    a = _idmp_add(1, 1, (10, 1))
+    newer = _idmp_add(1, 2, (11, 1), iid=b"newer", deps={1: 1})
+    r1, r3 = ops.Keyspace(active_active=True), ops.Keyspace(active_active=True)
+    for keys in (r1, r3):
+        ops.apply(keys, a, limits)
+        ops.apply(keys, newer, limits)
+    m1 = r1[b"k"].idmp
+    assert m1.expire(0, stable={1: 0}) == 0 and m1.lookup(PID, X) == (10, 1)  # not stable: kept
+    assert m1.expire(0, stable={1: 2}) == 1 and m1.lookup(PID, X) is None     # stable and past the size
+    # region 2 had let X go too, and adds it again on purpose, after seeing region 1's add
+    again = _idmp_add(2, 1, (20, 2), deps={1: 2})
+    ops.apply(r1, again, limits)   # forgot X: a new entry
+    ops.apply(r3, again, limits)   # still holds X -> (10, 1), but the add came after it: kept too
+    assert _entries(r1) == _entries(r3) == [(10, 1), (11, 1), (20, 2)]

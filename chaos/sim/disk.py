@@ -134,8 +134,8 @@ class SimOperationLog:
     def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None) -> None:
         self._append(aof.OP_LOCAL, command_record(now_ms, argv, id_mode))
 
-    def log_idmp_expiry(self, now_ms: int) -> None:
-        self._append(aof.OP_LOCAL, idmp_expiry_record(now_ms))
+    def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
+        self._append(aof.OP_LOCAL, idmp_expiry_record(now_ms, stable))
 
     def log_remote(self, env: Envelope) -> None:
         self._append(aof.OP_REPLICATED, remote_record(env))

@@ -190,7 +190,10 @@ def xadd(client, argv: list[bytes]):
             new_id = idgen.explicit(last, a.id, a.seq_given)
     except idgen.IdError as e:
         raise ReplyError(str(e)) from None
-    db.apply(ops.AddEntry(key, server.region, new_id, flat, a.pid, iid))
+    add = ops.AddEntry(key, server.region, new_id, flat, a.pid, iid)
+    if aa is not None and a.pid is not None:
+        add.deps, add.dot = aa.creation()  # lets every region tell a concurrent duplicate (crdt/idmp.py)
+    db.apply(add)
     if a.trims:
         _trim(db, key, a)
     return b"%d-%d" % new_id

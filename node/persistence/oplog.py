@@ -82,16 +82,18 @@ def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None) -
     return _encode([b"c", now_ms, argv] if id_mode is None else [b"c", now_ms, argv, id_mode.encode()])
 
 
-def idmp_expiry_record(now_ms: int) -> bytes:
-    return _encode([b"x", now_ms])
+def idmp_expiry_record(now_ms: int, stable: dict[int, int] | None = None) -> bytes:
+    """The cron's IDMP expiry; in a region of a cluster with the stable vector it used."""
+    return _encode([b"x", now_ms] if stable is None else [b"x", now_ms, sorted(stable.items())])
 
 
 def remote_record(env: Envelope) -> bytes:
     return _encode([b"r", env.origin, env.n, [list(d) for d in env.deps], env.op])
 
 
-def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None, str | None]:
-    """``(tag, now_ms, argv or None, ID mode or None)`` of an OP_LOCAL record (ValueError if malformed)."""
+def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None, str | dict | None]:
+    """``(tag, now_ms, argv or None, extra)`` of an OP_LOCAL record (ValueError if malformed);
+    extra: a command's ID mode, an expiry's stable vector, or None."""
     rec = _decode(payload)
     if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in (b"c", b"x") or type(rec[1]) is not int:
         raise ValueError("malformed local record")
@@ -101,6 +103,11 @@ def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None, str | 
         if len(rec) == 4 and (type(rec[3]) is not bytes or rec[3].decode("latin-1") not in ID_MODES):
             raise ValueError("malformed ID mode in a command record")
         return b"c", rec[1], rec[2], rec[3].decode() if len(rec) == 4 else None
+    if len(rec) == 3:
+        try:
+            return b"x", rec[1], None, {int(o): int(n) for o, n in rec[2]}
+        except (TypeError, ValueError):
+            raise ValueError("malformed stable vector in an IDMP expiry record") from None
     return b"x", rec[1], None, None
 
 
@@ -139,8 +146,8 @@ class OperationLog:
     def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None) -> None:
         self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode))
 
-    def log_idmp_expiry(self, now_ms: int) -> None:
-        self.file.append(OP_LOCAL, idmp_expiry_record(now_ms))
+    def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
+        self.file.append(OP_LOCAL, idmp_expiry_record(now_ms, stable))
 
     def log_remote(self, env: Envelope) -> None:
         self.file.append(OP_REPLICATED, remote_record(env))

@@ -135,14 +135,14 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> tuple[int
 
 
 def _replay_local(server: "Server", client, payload: bytes) -> None:
-    tag, now, argv, id_mode = decode_local(payload)
+    tag, now, argv, extra = decode_local(payload)
     with server.clock_pinned(now):
         if tag == b"c":
-            if id_mode is not None and server.db.aa is not None:
-                server.db.aa.mode = id_mode  # the mode it ran with, not today's (a full ID may be refused now)
+            if extra is not None and server.db.aa is not None:
+                server.db.aa.mode = extra  # the mode it ran with, not today's (a full ID may be refused now)
             server.call(client, argv)  # a Blocked reply is dropped: nothing waits during a load
         else:
-            server.expire_idmp(now)
+            server.expire_idmp(now, extra)
 
 
 def _replay_remote(server: "Server", payload: bytes) -> None:
