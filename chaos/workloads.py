@@ -92,6 +92,8 @@ class Worker(threading.Thread):
             self._clients.pop(region, None)  # a broken connection is not reused
             self.history.complete(op, INFO, type(e).__name__)
             return INFO, None
+        if isinstance(value, bytes):
+            value = _text(value)  # replies such as b"OK" are recorded as text (the JSON report)
         self.history.complete(op, OK, value)
         return OK, value
 
