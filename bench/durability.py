@@ -29,6 +29,7 @@ import time
 from rich.console import Console
 
 from node.cluster import ping
+from node.testing import replication_status
 
 from .run import (PAYLOAD, START_DEADLINE, BraidServer, RedisServer, fill, machine, parse_benchmark)
 
@@ -121,8 +122,7 @@ def full_resync(entries: int) -> dict:
 
 
 def _crdt(c) -> dict:
-    text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
-    return dict(line.split(":", 1) for line in text.splitlines())
+    return replication_status(c)
 
 
 def _trimmed(c) -> int:

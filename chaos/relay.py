@@ -66,8 +66,6 @@ class Relay:
     cut: bool = False
     forward: Direction = field(default_factory=Direction)
     backward: Direction = field(default_factory=Direction)
-    connections: int = 0
-    resets: int = 0
 
     def direction(self, src: int) -> Direction:
         return self.forward if src == self.dialer else self.backward
@@ -117,7 +115,6 @@ class _Pipe:
             if self.relay.cut:
                 return
             if d.reset_p and self.rng.random() < d.reset_p:
-                self.relay.resets += 1
                 self.close()
                 return
             try:
@@ -167,7 +164,6 @@ class RelayHub:
         except OSError:
             writer.close()  # the listener is down (killed or paused): the dialer retries
             return
-        relay.connections += 1
         pipe = _Pipe(relay, self._rng, ((reader, writer), (sr, sw)))
         pipes = self._pipes[(relay.dialer, relay.listener)]
         pipes.add(pipe)

@@ -18,12 +18,13 @@ Phases (each marked in the history, so the report's timeline shows them):
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 
 import redis
+
+from node.testing import replication_status, version_vector
 
 from . import checkers
 from .history import History
@@ -128,14 +129,12 @@ def replication_state(address) -> tuple[dict[int, int], int] | None:
     """(version vector, operations pending) of a region, or None if it does not answer."""
     c = connect(address, timeout=0.5)
     try:
-        text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
+        status = replication_status(c)
     except (redis.RedisError, OSError):
         return None
     finally:
         c.close()
-    fields = dict(line.split(":", 1) for line in text.splitlines())
-    vv = {int(o): int(n) for o, n in (p.split("=") for p in fields["crdt_vv"].split(",") if p)}
-    return vv, int(fields["crdt_pending"])
+    return version_vector(status), int(status["crdt_pending"])
 
 
 def _sample(addresses: dict, history: History, stop: threading.Event) -> None:
@@ -199,8 +198,3 @@ def dump_region(address) -> checkers.Dump | None:
         return None
     finally:
         c.close()
-
-
-def report_dir(config: RunConfig) -> str:
-    os.makedirs(config.out, exist_ok=True)
-    return config.out

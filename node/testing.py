@@ -59,6 +59,17 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: s
         time.sleep(interval)
 
 
+def replication_status(client: redis.Redis) -> dict[str, str]:
+    """A region's ``BRAID.REPLICATION STATUS`` (the ``INFO crdt`` fields) as a dict."""
+    text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
+    return dict(line.split(":", 1) for line in text.splitlines())
+
+
+def version_vector(status: dict[str, str]) -> dict[int, int]:
+    """The ``crdt_vv`` field of a status, as origin -> operations applied."""
+    return {int(o): int(n) for o, n in (p.split("=") for p in status["crdt_vv"].split(",") if p)}
+
+
 class _ServerProcess:
     """A server subprocess on a free port, stopped with SIGTERM then SIGKILL."""
 
@@ -204,12 +215,8 @@ class LocalCluster:
         """Return when every region has applied the same operations (no sleeping)."""
         clients = self.clients()
 
-        def status(c) -> dict:
-            text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
-            return dict(line.split(":", 1) for line in text.splitlines())
-
         def same() -> bool:
-            states = [status(c) for c in clients]
+            states = [replication_status(c) for c in clients]
             return (len({st["crdt_vv"] for st in states}) == 1
                     and all(st["crdt_pending"] == "0" for st in states))
 

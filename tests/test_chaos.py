@@ -12,6 +12,7 @@ import json
 import socket
 import socketserver
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -218,10 +219,18 @@ def test_debug_faults_reach_the_region():
         c.execute_command("DEBUG", "CLOCK-OFFSET", -7_200_000)  # a jump back: IDs keep growing
         c.xadd("s", {"f": "v"}, id="*")
         assert c.xlen("s") == 3
-        c.execute_command("DEBUG", "DISK-FULL", "yes")
-        with pytest.raises(redis.ResponseError, match="MISCONF"):
-            wait_until(lambda: not c.xadd("s", {"f": "v"}), 10, what="a full disk refusing writes")
-        c.execute_command("DEBUG", "DISK-FULL", "no")
+        writer = p.client()
+        with ThreadPoolExecutor(1) as pool:
+            c.execute_command("DEBUG", "DISK-FULL", "yes")
+            held = pool.submit(writer.xadd, "s", {"f": "held"})  # applied, but its record cannot be written
+            wait_until(lambda: c.info("persistence")["aof_last_write_status"] == "err", 10,
+                       what="the append-only file failing to be written")
+            with pytest.raises(redis.ResponseError, match="MISCONF"):
+                c.xadd("s", {"f": "v"})  # writes are refused while the disk is full
+            assert not held.done()  # and the applied one is not acknowledged
+            c.execute_command("DEBUG", "DISK-FULL", "no")
+            assert held.result(timeout=20)  # acknowledged once the cron wrote it
+        writer.close()
         wait_until(lambda: _writes(c), 10, what="writes accepted once the disk has room")
         c.execute_command("DEBUG", "FSYNC-DELAY", 50)
         assert c.xadd("s", {"f": "v"})

@@ -12,7 +12,7 @@ import threading
 import pytest
 import redis
 
-from node.testing import LocalCluster, wait_until
+from node.testing import LocalCluster, replication_status, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -271,8 +271,7 @@ def test_xsetid_fails_below_the_current_id(cluster, regions):
 
 
 def _link(client, peer: int) -> str:
-    text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
-    status = dict(line.split(":", 1) for line in text.splitlines())
+    status = replication_status(client)
     return dict(kv.split("=") for kv in status[f"crdt_peer_{peer}"].split(","))["link"]
 
 
@@ -305,8 +304,7 @@ def test_pausing_a_link_names_a_real_peer(cluster, regions):
 
 
 def _refused(client) -> int:
-    text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
-    return int(dict(line.split(":", 1) for line in text.splitlines())["crdt_refused_handshakes"])
+    return int(replication_status(client)["crdt_refused_handshakes"])
 
 
 @pytest.mark.parametrize("wrong", ["token", "cluster_id"])

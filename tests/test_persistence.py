@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from node.config import Config
 from node.persistence.aof import scan
-from node.testing import BraidProcess, InProcessServer, wait_until
+from node.testing import BraidProcess, InProcessServer, replication_status, wait_until
 from tests.differential import RawClient
 from tests.test_differential_hypothesis import KEYS, PRELUDE, commands
 
@@ -470,8 +470,7 @@ def test_config_get_and_set_of_the_persistence_settings(tmp_path):
 
 
 def _crdt(c) -> dict:
-    text = c.execute_command("BRAID.REPLICATION", "STATUS").decode()
-    return dict(line.split(":", 1) for line in text.splitlines())
+    return replication_status(c)
 
 
 def test_a_full_id_accepted_before_the_id_mode_changed_is_replayed_under_its_mode():

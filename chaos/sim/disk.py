@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from crdt.causal import Envelope
 from node.persistence import aof
-from node.persistence.oplog import command_record, idmp_expiry_record, remote_record
+from node.persistence.oplog import DurabilityRules, command_record, idmp_expiry_record, remote_record
 
 
 class SimFile:
@@ -114,7 +114,7 @@ def read_back(file: SimFile) -> tuple[list[tuple[int, int, bytes]], int]:
     return records, cut
 
 
-class SimOperationLog:
+class SimOperationLog(DurabilityRules):
     """``OperationLog``'s interface over a :class:`SimFile`, with fsyncs that take virtual time."""
 
     def __init__(self, file: SimFile, policy: str, records: int) -> None:
@@ -139,11 +139,6 @@ class SimOperationLog:
 
     def log_remote(self, env: Envelope) -> None:
         self._append(aof.OP_REPLICATED, remote_record(env))
-
-    def durable(self, record: int) -> bool:
-        """May a reply that depends on records up to ``record`` leave now?  (The real rule:
-        ``always`` once fsynced, otherwise once written to the OS.)"""
-        return self.synced >= record if self.policy == "always" else self.written >= record
 
     def _append(self, kind: int, payload: bytes) -> None:
         self._buffer.append(aof.encode_record(kind, payload))
@@ -173,10 +168,3 @@ class SimOperationLog:
         self.file.fsync()
         self.synced = max(self.synced, target or 0)
         self._tell_durable()
-
-    def _tell_durable(self) -> None:
-        mark = self.written if self.policy == "no" else self.synced
-        if mark > self._durable_told:
-            self._durable_told = mark
-            if self.on_durable is not None:
-                self.on_durable(mark)

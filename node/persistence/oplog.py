@@ -119,7 +119,36 @@ def decode_remote(payload: bytes) -> Envelope:
 
 
 # ------------------------------------------------------------------ the log
-class OperationLog:
+class DurabilityRules:
+    """When a reply may leave and what may leave for other regions, from ``policy``,
+    ``written`` (records handed to the OS) and ``synced`` (records on disk).  The
+    deterministic simulation's log (chaos/sim/disk.py) keeps the same rules."""
+
+    policy: str
+    written: int
+    synced: int
+    _durable_told: int
+    on_durable: "Callable[[int], None] | None"
+
+    def durable(self, record: int) -> bool:
+        """May a reply that depends on records up to ``record`` leave now?
+
+        ``always``: once they are on disk.  Otherwise once they reached the OS: a write
+        that failed (a full disk) holds the reply until the cron manages to write and
+        fsync them, so a process crash meanwhile cannot lose what a client was told."""
+        return self.synced >= record if self.policy == "always" else self.written >= record
+
+    def _tell_durable(self) -> None:
+        # what may leave for other regions: only what a machine crash cannot take back
+        # (on disk), except under ``no``, which gives that up (what reached the OS)
+        mark = self.written if self.policy == "no" else self.synced
+        if mark > self._durable_told:
+            self._durable_told = mark
+            if self.on_durable is not None:
+                self.on_durable(mark)
+
+
+class OperationLog(DurabilityRules):
     """The open log of a running region, with its fsync policy and group commit."""
 
     def __init__(self, directory: str, policy: str, segment_size: int | None = None, scanned=None) -> None:
@@ -176,15 +205,6 @@ class OperationLog:
         self._tell_durable()
         return True
 
-    def _tell_durable(self) -> None:
-        # what may leave for other regions: only what a machine crash cannot take back
-        # (on disk), except under ``no``, which gives that up (what reached the OS)
-        mark = self.written if self.policy == "no" else self.synced
-        if mark > self._durable_told:
-            self._durable_told = mark
-            if self.on_durable is not None:
-                self.on_durable(mark)
-
     def fsync_now(self) -> None:
         if self.synced >= self.written or self.error is not None:
             return
@@ -194,14 +214,6 @@ class OperationLog:
             self._failed("fsync", e)
             return
         self._synced_to(self.written)
-
-    def durable(self, record: int) -> bool:
-        """May a reply that depends on records up to ``record`` leave now?
-
-        ``always``: once they are on disk.  Otherwise once they reached the OS: a write
-        that failed (a full disk) holds the reply until the cron manages to write and
-        fsync them, so a process crash meanwhile cannot lose what a client was told."""
-        return self.synced >= record if self.policy == "always" else self.written >= record
 
     def after_sync(self, record: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once records up to ``record`` are on disk (``always``)."""
