@@ -89,7 +89,9 @@ class Worker(threading.Thread):
             self.history.complete(op, FAIL, str(e))
             return FAIL, str(e)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
-            self._clients.pop(region, None)  # a broken connection is not reused
+            broken = self._clients.pop(region, None)  # a broken connection is not reused
+            if broken is not None:
+                broken.close()  # nor left open: a run with many timeouts would exhaust file descriptors
             self.history.complete(op, INFO, type(e).__name__)
             return INFO, None
         if isinstance(value, bytes):
