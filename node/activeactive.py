@@ -2,9 +2,9 @@
 
 It owns the region's causal log (crdt/causal.py) and replication hub
 (node/transport/replication.py), publishes every replicated operation the region applies,
-applies the operations other regions send (waking blocked readers), and gives
-commands what the multi-region rules need: the ID mode, a deletion's context,
-a group creation's dependencies.
+applies the operations other regions send (waking blocked readers), and holds
+what the multi-region resolver (crdt/resolve.py) reads: the ID mode, the region's
+number and stride, and the causal log's version vector.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from crdt import ops
-from crdt.blocks import TrimSpec
 from crdt.causal import CausalLog, Envelope
-from crdt.ids import MAX_ID, MIN_ID, StreamID, decr
 
 from . import opcodec
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
@@ -215,45 +213,6 @@ class ActiveActive:
             server.schedule_log_write()
         self.server.db.apply_remote(op)
         self.server.serve_ready_keys()
-
-    def context(self) -> dict[int, int]:
-        """A deletion's context: this region's version vector including the deletion."""
-        ctx = dict(self.causal.vv)
-        ctx[self.region] = ctx.get(self.region, 0) + 1
-        return ctx
-
-    def creation(self) -> tuple[dict[int, int], tuple[int, int]]:
-        """A group creation's dependencies and dot."""
-        deps = dict(self.causal.vv)
-        return deps, (self.region, deps.get(self.region, 0) + 1)
-
-    # ------------------------------------------------------------ resolution
-    @staticmethod
-    def observed(s) -> dict[int, StreamID]:
-        """The top of every origin log this region holds (deleted entries included)."""
-        return {o: top for o, log_ in s.logs.items() if (top := log_.last_any()) is not None}
-
-    @staticmethod
-    def trim_cutoffs(s, spec: TrimSpec) -> dict[int, StreamID]:
-        """A trim resolved into per-origin cutoffs over what this region holds.
-
-        Active-Active trims are exact (``~`` may keep more, so removing precisely is
-        allowed) and honour LIMIT; they never remove an entry this region has not seen.
-        """
-        if spec.maxlen is not None:
-            excess = s.length - spec.maxlen
-        else:
-            excess = s.count_between(MIN_ID, decr(spec.minid) or MIN_ID) if spec.minid != MIN_ID else 0
-        if spec.limit:
-            excess = min(excess, spec.limit)
-        cutoffs: dict[int, StreamID] = {}
-        if excess <= 0:
-            return cutoffs
-        for n, (eid, origin, _flat) in enumerate(s.merged(MIN_ID, MAX_ID)):
-            if n >= excess:
-                break
-            cutoffs[origin] = eid
-        return cutoffs
 
     # ------------------------------------------------------------ database settings
     def tune(self, database: str, name: str, value: str) -> None:

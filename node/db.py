@@ -8,7 +8,7 @@ hands the operation to the pure apply rules in :mod:`crdt.ops`.
 
 from __future__ import annotations
 
-from crdt import ops
+from crdt import ops, resolve
 from crdt.stream import Stream
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -19,6 +19,8 @@ class Database:
         self.limits = limits or ops.Limits()
         self.keys: ops.Keyspace = ops.Keyspace(active_active=active_active)  # key -> Stream
         self.aa = None  # this region's ActiveActive part, when it belongs to a cluster
+        # how commands resolve into operations: Redis's rules, or the multi-region ones
+        self.resolver: resolve.SingleRegion = resolve.SingleRegion()
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
         self.versions: dict[bytes, int] = {}  # WATCH: key -> version at last change
         self._clock = 0

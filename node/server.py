@@ -31,7 +31,7 @@ import signal
 import time
 from typing import Any
 
-from crdt import ops
+from crdt import ops, resolve
 
 from . import commands as cmdtable
 from .blocking import Blocked, BlockingRegistry
@@ -77,6 +77,7 @@ class Server:
             cfg, me = cluster
             self.region = me.number
             self.db.aa = ActiveActive(self, cfg, me)
+            self.db.resolver = resolve.ActiveActive(self.db.aa)
         self.stats = Stats()
         self.blocking = BlockingRegistry()
         self.clients: dict[int, ClientConnection] = {}

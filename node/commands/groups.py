@@ -8,7 +8,6 @@ Redis's ``t_stream.c`` so that the same bad input gets the same error.
 
 from __future__ import annotations
 
-from crdt import groups as cg
 from crdt import ops
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
 from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, incr, parse_id, parse_interval_id, decr
@@ -81,15 +80,7 @@ def xgroup_create(client, argv: list[bytes]):
     if s is not None and argv[3] in s.groups:
         raise ReplyError("BUSYGROUP Consumer Group name already exists")
     db = client.server.db
-    if db.aa is None:
-        db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream))
-    else:
-        deps, dot = db.aa.creation()
-        # "$": start after what this region holds of each origin log; logs it has not
-        # seen yet start from the beginning, so `>` skips nothing that arrives late
-        cursors = (db.aa.observed(s) if s is not None else {}) if argv[4] == b"$" else None
-        db.apply(ops.CreateGroup(argv[2], argv[3], last, entries_read, mkstream,
-                                 deps=deps, dot=dot, cursors=cursors))
+    db.apply(db.resolver.create_group(argv[2], argv[3], s, last, entries_read, mkstream, argv[4] == b"$"))
     return "OK"
 
 
@@ -115,8 +106,7 @@ def xgroup_destroy(client, argv: list[bytes]):
     if group is None:
         return 0
     db = client.server.db
-    context = db.aa.context() if db.aa is not None else None
-    db.apply(ops.DestroyGroup(argv[2], argv[3], context=context))
+    db.apply(db.resolver.destroy_group(argv[2], argv[3]))
     return 1
 
 
@@ -190,13 +180,9 @@ def xack(client, argv: list[bytes]):
 
 
 def _replicate_acks(db, key: bytes, name: bytes, s, group) -> None:
-    """Seed 003: acknowledgements replicate only as a consecutive watermark per origin log."""
-    if db.aa is None:
-        return
-    for origin in list(s.logs):
-        mark = cg.ack_watermark(s, group, origin)
-        if mark is not None:
-            db.apply(ops.AckWatermark(key, name, origin, mark, group.created_dot))
+    """What acknowledgements replicate, if anything (crdt/resolve.py: per-origin watermarks)."""
+    for op in db.resolver.ack_watermarks(key, name, s, group):
+        db.apply(op)
 
 
 def parse_ids_option(argv: list[bytes], start: int) -> tuple[str, list[bytes]]:

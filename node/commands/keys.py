@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import xxhash
 
-from crdt import ops
-from crdt.ids import MAX_ID, MIN_ID
 
 from ..resp.encoder import ReplyError
 from . import command
@@ -84,10 +82,7 @@ def delete_key(db, key: bytes) -> bool:
     s = db.keys.get(key)
     if s is None:
         return False
-    if db.aa is None:
-        db.apply(ops.DeleteKey(key))
-    else:
-        db.apply(ops.DeleteKey(key, observed=db.aa.observed(s), context=db.aa.context()))
+    db.apply(db.resolver.delete_key(key, s))
     return True
 
 
@@ -127,34 +122,10 @@ def _rename(client, argv: list[bytes], nx: bool):
         return 0 if nx else "OK"
     if nx and dst in db.keys:
         return 0
-    if db.aa is not None:
-        _rename_active_active(db, src, dst, s)
-        return 1 if nx else "OK"
-    # The stream moves as a whole (entries, groups, IDMP maps): the
-    # single-region rule; Active-Active rules for RENAME come with replication.
-    db.apply(ops.RenameKey(src, dst))
+    for op in db.resolver.rename(db.keys, src, dst):  # Active-Active: crdt/resolve.py says how
+        db.apply(op)
     db.touch(dst)
     return 1 if nx else "OK"
-
-
-def _rename_active_active(db, src: bytes, dst: bytes, s) -> None:
-    """RENAME in an Active-Active database (seed 003).
-
-    The entries this region sees under ``src`` are added under ``dst`` with their
-    IDs (as entries of this region; entries sharing an ID collapse into one), after
-    an observed-remove of whatever ``dst`` held; then ``src`` is deleted the
-    observed-remove way.  Consumer groups are not carried over: RENAME drops all
-    consumer-group information.  Entries added to ``src`` concurrently elsewhere stay there.
-    """
-    entries, last = [], None
-    for eid, flat in s.range(MIN_ID, MAX_ID):
-        if eid != last:
-            entries.append((eid, list(flat)))
-            last = eid
-    delete_key(db, dst)
-    for eid, flat in entries:
-        db.apply(ops.AddEntry(dst, db.aa.region, eid, flat))
-    delete_key(db, src)
 
 
 @command("rename", 3, "write", (1, 2, 1), group="generic", since="1.0.0",

@@ -176,38 +176,24 @@ def xadd(client, argv: list[bytes]):
                 db.dirty += 1
                 db.touch(key, ready=False)
                 return b"%d-%d" % found
-    aa = db.aa
-    last = db.keys.top_id(key) if aa is not None else (s.last_id if s is not None else (0, 0))
+    rules = db.resolver
+    last = rules.top_id(db.keys, key)
     if last == (U64, U64):
         raise ReplyError(idgen.ERR_EXHAUSTED)
     try:
-        if aa is not None:
-            seq_given = a.seq_given and not a.ms_only
-            new_id = idgen.choose(aa.mode, last, server.now_ms(), aa.region, aa.stride, a.id, seq_given)
-        elif a.id is None:
-            new_id = idgen.next_auto(last, server.now_ms())
-        else:
-            new_id = idgen.explicit(last, a.id, a.seq_given)
+        new_id = rules.new_id(last, server.now_ms(), a.id, a.seq_given, a.ms_only)
     except idgen.IdError as e:
         raise ReplyError(str(e)) from None
-    add = ops.AddEntry(key, server.region, new_id, flat, a.pid, iid)
-    if aa is not None and a.pid is not None:
-        add.deps, add.dot = aa.creation()  # lets every region tell a concurrent duplicate (crdt/idmp.py)
-    db.apply(add)
+    db.apply(rules.add_entry(key, server.region, new_id, flat, a.pid, iid))
     if a.trims:
         _trim(db, key, a)
     return b"%d-%d" % new_id
 
 
 def _trim(db, key: bytes, a: "AddTrimArgs") -> int:
-    """One region: Redis's trim.  Active-Active: the same request resolved into
-    per-origin cutoffs of what this region has seen (crdt/ops.py, Trim)."""
-    if db.aa is None:
-        return db.apply(ops.Trim(key, a.spec(), a.strategy))
-    cutoffs = db.aa.trim_cutoffs(db.keys[key], a.spec())
-    if not cutoffs:
-        return 0
-    return db.apply(ops.Trim(key, a.spec(), ops.KEEPREF, cutoffs=cutoffs))
+    """A trim as the database's resolver (crdt/resolve.py) decides it."""
+    op = db.resolver.trim(db.keys[key], key, a.spec(), a.strategy)
+    return 0 if op is None else db.apply(op)
 
 
 def _range(client, argv: list[bytes], rev: bool):

@@ -1,0 +1,194 @@
+"""Resolving a command into operations, one resolver per kind of database (pure).
+
+Theory of operation
+-------------------
+A write command parses its arguments, then asks the database's resolver for the
+fully determined operations (crdt/ops.py) that carry out the request against the
+current state; the handler applies them one at a time.  The handler never asks
+which kind of database it runs in: that choice is made once, when the region is
+built, by picking a resolver.
+
+- :class:`SingleRegion` is Redis's own behaviour: IDs by Redis's rule, a trim as
+  Redis's ``streamTrim``, a DEL that drops everything, RENAME moving the stream
+  with its groups.
+- :class:`ActiveActive` applies the multi-region rules: IDs by the database's ID
+  mode with the region's number in the sequence (crdt/idgen.py); a DEL is an
+  observed-remove carrying the top of every origin log this region holds and its
+  version vector including the deletion (the delete-wins context for groups); a
+  trim is resolved into per-origin cutoffs of what this region has seen (exact:
+  ``~`` may keep more, so removing precisely is allowed); a group creation
+  carries its dependencies and dot, and ``$`` starts it after what this region
+  holds of each origin log (logs it has not seen start at the beginning, so ``>``
+  skips nothing that arrives late); XACK replicates as per-origin watermarks.
+
+Operations that depend on the version vector (contexts, dots) must be resolved
+right before they are applied, after the previous one was: every method resolves
+one step, and :meth:`rename` is a generator the handler drives.  Nothing here
+reads a clock: ``now_ms`` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from . import groups as cg
+from . import idgen, ops
+from .blocks import TrimSpec
+from .causal import CausalLog
+from .ids import MAX_ID, MIN_ID, StreamID, decr
+from .stream import Stream
+
+
+class SingleRegion:
+    """One Redis-compatible region."""
+
+    active_active = False
+
+    def top_id(self, keys: ops.Keyspace, key: bytes) -> StreamID:
+        """The ID a new entry of ``key`` must exceed."""
+        s = keys.get(key)
+        return s.last_id if s is not None else (0, 0)
+
+    def new_id(self, last: StreamID, now_ms: int, wanted: StreamID | None, seq_given: bool,
+               ms_only: bool) -> StreamID:
+        """XADD's ID: ``wanted`` None means ``*`` (IdError with Redis's text if refused)."""
+        return idgen.next_auto(last, now_ms) if wanted is None else idgen.explicit(last, wanted, seq_given)
+
+    def add_entry(self, key: bytes, region: int, id_: StreamID, flat: list, pid: bytes | None,
+                  iid: bytes | None) -> ops.AddEntry:
+        return ops.AddEntry(key, region, id_, flat, pid, iid)
+
+    def trim(self, s: Stream, key: bytes, spec: TrimSpec, strategy: str) -> ops.Trim | None:
+        """The trim to apply, or None when there is nothing to remove."""
+        return ops.Trim(key, spec, strategy)
+
+    def delete_key(self, key: bytes, s: Stream) -> ops.DeleteKey:
+        return ops.DeleteKey(key)
+
+    def create_group(self, key: bytes, group: bytes, s: Stream | None, last: StreamID, entries_read: int,
+                     mkstream: bool, from_top: bool) -> ops.CreateGroup:
+        return ops.CreateGroup(key, group, last, entries_read, mkstream)
+
+    def destroy_group(self, key: bytes, group: bytes) -> ops.DestroyGroup:
+        return ops.DestroyGroup(key, group)
+
+    def ack_watermarks(self, key: bytes, name: bytes, s: Stream, group) -> Iterator[ops.AckWatermark]:
+        """What an XACK that acknowledged something replicates: nothing in one region."""
+        return iter(())
+
+    def rename(self, keys: ops.Keyspace, src: bytes, dst: bytes) -> Iterator[ops.Op]:
+        """The stream moves as a whole (entries, groups, IDMP maps)."""
+        yield ops.RenameKey(src, dst)
+
+
+class RegionRules(Protocol):
+    """What the multi-region resolver reads of its region (node/activeactive.py has them)."""
+
+    causal: CausalLog
+    mode: str          # crdt_xadd_id_uniqueness_mode, changed by the admin CLI
+    region: int        # this region's number
+    stride: int        # the cluster's ID stride
+
+
+class ActiveActive(SingleRegion):
+    """A region of an Active-Active database; reads ``rules`` live (the ID mode can be tuned)."""
+
+    active_active = True
+
+    def __init__(self, rules: RegionRules) -> None:
+        self.rules = rules
+
+    def top_id(self, keys: ops.Keyspace, key: bytes) -> StreamID:
+        return keys.top_id(key)  # never below an ID this region held for the key, even deleted
+
+    def new_id(self, last: StreamID, now_ms: int, wanted: StreamID | None, seq_given: bool,
+               ms_only: bool) -> StreamID:
+        r = self.rules
+        return idgen.choose(r.mode, last, now_ms, r.region, r.stride, wanted, seq_given and not ms_only)
+
+    def add_entry(self, key: bytes, region: int, id_: StreamID, flat: list, pid: bytes | None,
+                  iid: bytes | None) -> ops.AddEntry:
+        add = ops.AddEntry(key, region, id_, flat, pid, iid)
+        if pid is not None:
+            add.deps, add.dot = self.creation()  # lets every region tell a concurrent duplicate (crdt/idmp.py)
+        return add
+
+    def trim(self, s: Stream, key: bytes, spec: TrimSpec, strategy: str) -> ops.Trim | None:
+        cutoffs = trim_cutoffs(s, spec)
+        return ops.Trim(key, spec, ops.KEEPREF, cutoffs=cutoffs) if cutoffs else None
+
+    def delete_key(self, key: bytes, s: Stream) -> ops.DeleteKey:
+        return ops.DeleteKey(key, observed=observed(s), context=self.context())
+
+    def create_group(self, key: bytes, group: bytes, s: Stream | None, last: StreamID, entries_read: int,
+                     mkstream: bool, from_top: bool) -> ops.CreateGroup:
+        deps, dot = self.creation()
+        cursors = (observed(s) if s is not None else {}) if from_top else None
+        return ops.CreateGroup(key, group, last, entries_read, mkstream, deps=deps, dot=dot, cursors=cursors)
+
+    def destroy_group(self, key: bytes, group: bytes) -> ops.DestroyGroup:
+        return ops.DestroyGroup(key, group, context=self.context())
+
+    def ack_watermarks(self, key: bytes, name: bytes, s: Stream, group) -> Iterator[ops.AckWatermark]:
+        """Acknowledgements replicate only as a consecutive watermark per origin log."""
+        for origin in list(s.logs):
+            mark = cg.ack_watermark(s, group, origin)
+            if mark is not None:
+                yield ops.AckWatermark(key, name, origin, mark, group.created_dot)
+
+    def rename(self, keys: ops.Keyspace, src: bytes, dst: bytes) -> Iterator[ops.Op]:
+        """The entries this region sees under ``src`` are added under ``dst`` with their IDs (as
+        entries of this region; entries sharing an ID collapse into one), after an
+        observed-remove of whatever ``dst`` held; then ``src`` is deleted the observed-remove
+        way.  Consumer groups are not carried over: RENAME drops all consumer-group
+        information.  Entries added to ``src`` concurrently elsewhere stay there."""
+        entries, last = [], None
+        for eid, flat in keys[src].range(MIN_ID, MAX_ID):
+            if eid != last:
+                entries.append((eid, list(flat)))
+                last = eid
+        if dst in keys:
+            yield self.delete_key(dst, keys[dst])
+        for eid, flat in entries:
+            yield ops.AddEntry(dst, self.rules.region, eid, flat)
+        if src in keys:
+            yield self.delete_key(src, keys[src])
+
+    # ------------------------------------------------------------ what the rules read
+    def context(self) -> dict[int, int]:
+        """A deletion's context: this region's version vector including the deletion."""
+        r = self.rules
+        ctx = dict(r.causal.vv)
+        ctx[r.region] = ctx.get(r.region, 0) + 1
+        return ctx
+
+    def creation(self) -> tuple[dict[int, int], tuple[int, int]]:
+        """An operation's dependencies (the version vector before it) and its dot."""
+        r = self.rules
+        deps = dict(r.causal.vv)
+        return deps, (r.region, deps.get(r.region, 0) + 1)
+
+
+def observed(s: Stream) -> dict[int, StreamID]:
+    """The top of every origin log held (deleted entries included)."""
+    return {o: top for o, log_ in s.logs.items() if (top := log_.last_any()) is not None}
+
+
+def trim_cutoffs(s: Stream, spec: TrimSpec) -> dict[int, StreamID]:
+    """A trim resolved into per-origin cutoffs over what is held: exact, honouring LIMIT,
+    never removing an entry not seen here."""
+    if spec.maxlen is not None:
+        excess = s.length - spec.maxlen
+    else:
+        excess = s.count_between(MIN_ID, decr(spec.minid) or MIN_ID) if spec.minid != MIN_ID else 0
+    if spec.limit:
+        excess = min(excess, spec.limit)
+    cutoffs: dict[int, StreamID] = {}
+    if excess <= 0:
+        return cutoffs
+    for n, (eid, origin, _flat) in enumerate(s.merged(MIN_ID, MAX_ID)):
+        if n >= excess:
+            break
+        cutoffs[origin] = eid
+    return cutoffs

@@ -1,0 +1,89 @@
+"""The two resolvers (crdt/resolve.py): one region's Redis rules, and the multi-region ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crdt import ops
+from crdt.blocks import TrimSpec
+from crdt.causal import CausalLog
+from crdt.resolve import ActiveActive, SingleRegion
+
+
+@dataclass
+class Rules:
+    causal: CausalLog = field(default_factory=lambda: CausalLog(2))
+    mode: str = "strict"
+    region: int = 2
+    stride: int = 16
+
+
+def _apply_all(keys, resolver, rules, steps):
+    """Apply resolved operations one by one, stamping each as the region does."""
+    out = []
+    for op in steps:
+        ops.apply(keys, op)
+        rules.causal.stamp(b"op")
+        out.append(op)
+    return out
+
+
+def _stream(keys, key, ids, origin=1):
+    for i in ids:
+        ops.apply(keys, ops.AddEntry(key, origin, (i, origin), [b"f", b"v"]))
+
+
+def test_single_region_follows_redis():
+    keys = ops.Keyspace()
+    _stream(keys, b"s", [5, 6])
+    r = SingleRegion()
+    assert r.top_id(keys, b"s") == (6, 1)
+    assert r.new_id((6, 1), 3, None, False, False) == (6, 2)  # the clock behind the top: next sequence
+    assert r.delete_key(b"s", keys[b"s"]) == ops.DeleteKey(b"s")
+    assert list(r.rename(keys, b"s", b"t")) == [ops.RenameKey(b"s", b"t")]
+    assert list(r.ack_watermarks(b"s", b"g", keys[b"s"], None)) == []
+    assert r.trim(keys[b"s"], b"s", TrimSpec(maxlen=5), ops.KEEPREF) is not None  # even with nothing to trim
+
+
+def test_active_active_ids_carry_the_region_number():
+    rules = Rules()
+    r = ActiveActive(rules)
+    assert r.new_id((0, 0), 115, None, False, False) == (115, 2)
+    assert r.new_id((115, 2), 115, None, False, False) == (115, 18)
+    rules.mode = "liberal"  # the resolver reads the tuned mode live
+    assert r.new_id((115, 2), 115, None, False, False) == (115, 3)
+
+
+def test_active_active_trim_resolves_cutoffs_or_nothing():
+    keys = ops.Keyspace(active_active=True)
+    _stream(keys, b"s", [1, 2, 3], origin=1)
+    _stream(keys, b"s", [4], origin=3)
+    r = ActiveActive(Rules())
+    assert r.trim(keys[b"s"], b"s", TrimSpec(maxlen=4), ops.KEEPREF) is None
+    op = r.trim(keys[b"s"], b"s", TrimSpec(maxlen=1), ops.ACKED)
+    assert op.cutoffs == {1: (3, 1)} and op.strategy == ops.KEEPREF
+
+
+def test_active_active_rename_resolves_each_step_after_the_previous():
+    rules = Rules()
+    keys = ops.Keyspace(active_active=True)
+    _stream(keys, b"src", [1, 2])
+    _stream(keys, b"dst", [9])
+    r = ActiveActive(rules)
+    done = _apply_all(keys, r, rules, r.rename(keys, b"src", b"dst"))
+    assert [type(op) for op in done] == [ops.DeleteKey, ops.AddEntry, ops.AddEntry, ops.DeleteKey]
+    first, last = done[0], done[-1]
+    assert first.context == {2: 1} and first.observed == {1: (9, 1)}
+    assert last.context == {2: 4}  # resolved after the three operations before it were applied
+    assert b"src" not in keys and [e[0] for e in keys[b"dst"].range((0, 0), (2**64 - 1,) * 2)] == [(1, 1), (2, 1)]
+
+
+def test_active_active_group_creation_carries_deps_dot_and_cursors():
+    rules = Rules()
+    rules.causal.stamp(b"earlier")
+    keys = ops.Keyspace(active_active=True)
+    _stream(keys, b"s", [7], origin=3)
+    op = ActiveActive(rules).create_group(b"s", b"g", keys[b"s"], (7, 3), 0, False, from_top=True)
+    assert op.deps == {2: 1} and op.dot == (2, 2) and op.cursors == {3: (7, 3)}
+    op = ActiveActive(rules).create_group(b"s", b"g", keys[b"s"], (0, 0), 0, False, from_top=False)
+    assert op.cursors is None
