@@ -213,23 +213,25 @@ class ActiveActive:
         it) only once this returns.  One that cannot be decoded or applied stops the region
         (fail-stop, node/supervision.py): skipping it would leave this region diverged."""
         server = self.server
+        if server.failed is not None:
+            raise ApplyFailed(f"region {self.region} has fail-stopped: {server.failed}")
         try:
             if server.apply_faults:  # DEBUG APPLY-FAIL
                 server.apply_faults -= 1
                 raise InjectedFault("DEBUG APPLY-FAIL")
             op = opcodec.decode(env.op)
             server.db.apply_remote(op)
+            if server.oplog is not None and not server.replaying:
+                server.oplog.log_remote(env)
+                self.logged(server.oplog.last_record, self.causal.end + 1)  # relayed only once logged here
+                server.schedule_log_write()
+            server.serve_ready_keys()  # a reader served raising here must not leave it applied but uncounted
         except Exception as e:
             reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
                       f"{type(e).__name__}: {e}")
             if not server.replaying:  # a replay reports it as a record it cannot load
                 server.fail_stop(reason, e)
             raise ApplyFailed(reason) from e
-        if server.oplog is not None and not server.replaying:
-            server.oplog.log_remote(env)
-            self.logged(server.oplog.last_record, self.causal.end + 1)  # relayed only once logged here
-            server.schedule_log_write()
-        server.serve_ready_keys()
 
     def context(self) -> dict[int, int]:
         """A deletion's context: this region's version vector including the deletion."""

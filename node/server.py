@@ -371,6 +371,8 @@ class Server:
             except (NotImplementedError, RuntimeError):
                 pass
         self.shutdown_event = stop
+        if self.failed is not None:
+            stop.set()  # it fail-stopped while starting
         await stop.wait()
         await self.stop()
 
@@ -456,7 +458,7 @@ class Server:
             except ReplyError as e:
                 reply = e
             except Exception as e:
-                reply = self._handler_failed(cmd, e, self.db.dirty != dirty, outermost)
+                reply = self._handler_failed(cmd.fullname, e, self.db.dirty != dirty, outermost)
             if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
                 self._log_command(client, argv, self.db.dirty != dirty, cmd.is_write, reply)
         finally:
@@ -472,17 +474,18 @@ class Server:
             self._count_error(reply)
         return reply
 
-    def _handler_failed(self, cmd: cmdtable.Command, e: Exception, changed: bool, outermost: bool) -> Any:
+    def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
         """A handler raised (a bug).  Having changed nothing, it is answered with an error and
-        counted; after a change (or inside a transaction that made one) the region fail-stops:
+        counted; after a change (the dirty counter moved: issuing an operation moves it too,
+        see Database.apply), or inside a transaction that made one, the region fail-stops:
         the command is neither logged nor answered, and nothing after it runs."""
         if not changed and self.failed is None:
-            log.exception("command %s failed (it changed nothing: answered with an error)", cmd.fullname)
+            log.exception("command %s failed (it changed nothing: answered with an error)", name)
             self.stats.command_internal_errors += 1
-            return ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
+            return ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
         if self.replaying:  # the log does not replay as it ran: a load error (node/persistence/replay.py)
-            raise ValueError(f"{cmd.fullname} failed after it changed state: {type(e).__name__}: {e}") from e
-        self.fail_stop(f"command {cmd.fullname} failed after it changed state: {type(e).__name__}: {e}", e)
+            raise ValueError(f"{name} failed after it changed state: {type(e).__name__}: {e}") from e
+        self.fail_stop(f"command {name} failed after it changed state: {type(e).__name__}: {e}", e)
         if not outermost:
             raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
         return cmdtable.CLOSE_WITHOUT_REPLY
@@ -541,7 +544,13 @@ class Server:
     def _retry(self, client: "ClientConnection", blocked: Blocked) -> None:
         dirty = self.db.dirty
         with self.clock_pinned():
-            reply = blocked.retry()
+            try:
+                reply = blocked.retry()
+            except Exception as e:
+                name = blocked.argv[0].decode("utf-8", "replace").lower() if blocked.argv else "a blocked read"
+                reply = self._handler_failed(name, e, self.db.dirty != dirty, True)
+                if reply is cmdtable.CLOSE_WITHOUT_REPLY:
+                    return
             if blocked.argv is not None:  # a retry of XREADGROUP touches its consumer even unserved
                 cmd = cmdtable.lookup(blocked.argv)
                 self._log_command(client, blocked.argv, self.db.dirty != dirty, cmd is not None and cmd.is_write,

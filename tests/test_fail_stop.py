@@ -6,8 +6,9 @@
   relayed, and a restart converges with the other regions.
 - A handler that raises after changing state stops an in-process region: no
   reply, and neither its record nor the unwritten records of its turn reach
-  the log (a restart does not see them); inside EXEC nothing after it runs.  A
-  handler that raises having changed nothing is answered and counted.
+  the log (a restart does not see them); inside EXEC nothing after it runs; a
+  blocked read whose retry raises after serving does the same.  A handler that
+  raises having changed nothing is answered and counted.
 - A cron step that fails is counted in INFO and retried while the other steps
   keep running (the everysec fsync still happens); one that changes state and
   fails with a bug stops the region.
@@ -154,13 +155,13 @@ def test_a_failing_cron_step_is_counted_and_the_cron_keeps_running(tmp_path, cap
         c.xadd("s", {"f": "v"})
         wait_until(lambda: int(_info(c, "persistence")["aof_fsyncs"]) > fsyncs, 10,
                    what="the everysec fsync after the failed step")
-        # the log's own step failing twice: retried with backoff until the fsync happens
-        c.execute_command("DEBUG", "CRON-FAIL", "log-tick", "2")
+        # the log's own step failing: retried after a backoff, then the fsync happens
+        c.execute_command("DEBUG", "CRON-FAIL", "log-tick", "1")
         c.xadd("s", {"f": "w"})
         wait_until(lambda: _info(c, "persistence")["aof_pending_fsync"] == 0, 20, what="the fsync after retries")
-        assert _taskstat(c, "log-tick")["failures"] == 2
+        assert _taskstat(c, "log-tick")["failures"] == 1
         assert int(_taskstat(c, "idmp-expiry")["runs"]) >= 2  # it ran again after its failure
-        assert _info(c, "stats")["background_task_failures"] == 3
+        assert _info(c, "stats")["background_task_failures"] == 2
         assert srv.server.failed is None and not _fail_stop_records(caplog)
         assert any("background step idmp-expiry failed" in r.getMessage() and r.exc_info for r in caplog.records)
         c.close()
@@ -266,3 +267,23 @@ def test_a_fail_stop_in_the_simulation_is_a_crash_and_the_region_comes_back():
     assert all(e.startswith("FAIL-STOP r2:") for e in sim.sched.errors), sim.sched.errors
     failed = [name for name, v in verdicts.items() if name != "exceptions" and not v.ok]
     assert failed == [], [verdicts[n] for n in failed]  # and the restarted region converged
+
+
+def test_a_blocked_read_whose_retry_raises_after_serving_stops_the_region(tmp_path):
+    with InProcessServer(_debug_config(tmp_path)) as srv:
+        c = srv.client()
+        c.xgroup_create("s", "g", id="$", mkstream=True)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as reader:
+            reader.sendall(_resp("DEBUG", "RAISE-AFTER", "XREADGROUP", "GROUP", "g", "c", "BLOCK", "0",
+                                 "STREAMS", "s", ">"))
+            wait_until(lambda: c.info("clients")["blocked_clients"] == 1, 10, what="the reader blocked")
+            # serving the reader fails the turn: no reply to anyone
+            assert _raw_exchange(srv.port, _resp("XADD", "s", "*", "f", "v")) == b""
+            assert reader.recv(65536) == b""
+        assert srv.server.failed is not None and "failed after it changed state" in srv.server.failed
+        c.close()
+    with InProcessServer(Config(dir=str(tmp_path))) as again:
+        c = again.client()
+        assert c.xlen("s") == 0  # the turn that failed is not in the log
+        assert c.xinfo_groups("s")[0]["consumers"] == 0
+        c.close()

@@ -282,6 +282,7 @@ class Simulation:
         except Exception:
             if region.server.failed is None:
                 raise
+        if region.server.failed is not None:
             self.fail_stopped(region)  # an operation it could not apply: nothing acknowledged
             return
         applied = {o: n for o, n in region.causal.vv.items() if n > before.get(o, 0)}

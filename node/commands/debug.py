@@ -17,12 +17,13 @@ chaos suite cannot make from outside the process:
   error (retried with backoff) or another exception (a bug: a step that changes
   state then stops the region).
 * ``RAISE-AFTER command [arg ...]``: runs a command, then raises as a buggy handler
-  would: the region answers ``ERR internal error`` if the command changed
-  nothing, and fail-stops if it did.
+  would (a blocking read: once a retry serves it): the region answers ``ERR
+  internal error`` if the command changed nothing, and fail-stops if it did.
 """
 
 from __future__ import annotations
 
+from ..blocking import Blocked
 from ..resp.encoder import ReplyError
 from ..supervision import CRON_STEPS, InjectedFault
 from . import COMMANDS, container, subcommand
@@ -127,11 +128,21 @@ def debug_raise_after(client, argv: list[bytes]):
         cmd = cmd.subcommands.get(inner[1].lower())
     if cmd is None or cmd.handler is None or not cmd.check_arity(len(inner)) or cmd.name in ("exec", "debug"):
         raise ReplyError("ERR RAISE-AFTER needs a command with its arguments (not EXEC or DEBUG)")
+    fault = InjectedFault(f"DEBUG RAISE-AFTER {cmd.fullname}")
     try:
-        cmd.handler(client, inner)
+        reply = cmd.handler(client, inner)
     except ReplyError:
-        pass  # its own error: the fault is the raise below
-    raise InjectedFault(f"DEBUG RAISE-AFTER {cmd.fullname}")
+        raise fault from None  # its own error: the fault is the raise
+    if type(reply) is Blocked:  # a blocking read raises once a retry serves it
+        retry = reply.retry
+
+        def retry_then_raise():
+            if retry() is not None:
+                raise fault
+            return None
+        reply.retry = retry_then_raise
+        return reply
+    raise fault
 
 
 @subcommand("debug", "help", 2, "loading stale", since="0.1.0", summary="Shows helpful text about the different subcommands.",
