@@ -179,6 +179,25 @@ def test_a_cron_step_that_changes_state_failing_with_a_bug_stops_the_region(tmp_
         c.close()
 
 
+def test_a_long_lived_task_that_dies_stops_the_region_and_an_unseen_exception_is_counted(tmp_path, caplog):
+    with InProcessServer(Config(dir=str(tmp_path))) as srv:
+        async def dies():
+            raise RuntimeError("a task that should run forever")
+
+        def start_both():
+            asyncio.get_running_loop().call_soon(lambda: 1 / 0)  # a callback raising: the loop's handler sees it
+            srv.server.supervisor.watch(asyncio.ensure_future(dies()), "test-task")
+
+        srv.call(start_both)
+        wait_until(lambda: srv.server.failed is not None, 10, what="the fail-stop")
+        assert "the background task test-task ended: RuntimeError" in srv.server.failed
+        wait_until(lambda: srv.server.supervisor.steps.get("event-loop") is not None, 10, what="the loop's handler")
+        assert srv.server.supervisor.steps["event-loop"].last_error == "ZeroDivisionError"
+        assert srv.server.supervisor.failures == 2
+        [message] = _fail_stop_records(caplog)
+        assert "test-task" in message
+
+
 # ------------------------------------------------------------------ real regions
 def _log_text(proc) -> str:
     with open(proc.log_path, encoding="utf-8", errors="replace") as f:
