@@ -23,7 +23,7 @@ caller's ``apply`` *before* ``vv``, the log and ``seen`` take it in.  If
 brings it again), nothing after it is applied, and the exception reaches the
 caller - so an operation a region failed to apply is never counted as applied,
 never acknowledged and never relayed.  A region cannot skip an operation and
-stay convergent; the server stops instead (fail-stop, node/supervision.py).
+stay convergent: the region stops instead (fail-stop) and a restart resumes.
 
 The applied envelopes, in the order they were applied, form the region's log.
 That order is causal, so a peer can be sent "every envelope of the log it has
