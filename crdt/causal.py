@@ -16,6 +16,15 @@ So each operation is applied exactly once and after everything it depends on,
 whatever the network does (loss is healed by resending, duplication and
 reordering are absorbed here).
 
+Applying is the caller's, and an envelope counts as applied only once it is:
+:meth:`CausalLog.receive` hands each envelope that becomes ready to the
+caller's ``apply`` *before* ``vv``, the log and ``seen`` take it in.  If
+``apply`` raises, that envelope is forgotten (as if it never came: a resend
+brings it again), nothing after it is applied, and the exception reaches the
+caller - so an operation a region failed to apply is never counted as applied,
+never acknowledged and never relayed.  A region cannot skip an operation and
+stay convergent: the region stops instead (fail-stop) and a restart resumes.
+
 The applied envelopes, in the order they were applied, form the region's log.
 That order is causal, so a peer can be sent "every envelope of the log it has
 not applied" in log order - including operations of third regions, which is
@@ -38,6 +47,7 @@ only to judge late concurrent operations (delete contexts) can be dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,8 +147,16 @@ class CausalLog:
             return False
         return all(vv.get(o, 0) >= n for o, n in env.deps if o != env.origin)
 
-    def receive(self, env: Envelope) -> list[Envelope]:
-        """Accept an envelope from a peer; returns the envelopes now to apply, in order."""
+    def receive(self, env: Envelope, apply: Callable[[Envelope], Any] | None = None) -> list[Envelope]:
+        """Accept an envelope from a peer: apply it and every envelope it makes ready, in
+        causal order; returns them.
+
+        ``apply(e)`` runs before ``e`` counts as applied; only once it returns do ``vv``,
+        the log and ``seen`` take ``e`` in.  If it raises, ``e`` is dropped from
+        ``pending`` (as if it had never been delivered), the envelopes applied before it
+        stay applied, the rest stay pending, and the exception propagates.  Without
+        ``apply`` (pure models whose applying cannot fail) the envelopes are only counted.
+        """
         if env.n <= self.vv.get(env.origin, 0) or env.dot in self.pending:
             return []  # a duplicate
         self.pending[env.dot] = env
@@ -150,6 +168,8 @@ class CausalLog:
                 cand = self.pending[dot]
                 if self._ready(cand):
                     del self.pending[dot]
+                    if apply is not None:
+                        apply(cand)  # raises: cand is forgotten, nothing counts it
                     self.vv[cand.origin] = cand.n
                     self.log.append(cand)
                     self._saw(cand)

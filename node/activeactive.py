@@ -19,6 +19,7 @@ from crdt.causal import CausalLog, Envelope
 
 from . import opcodec
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
+from .supervision import ApplyFailed, InjectedFault
 from .transport.replication import ReplicationHub
 
 if TYPE_CHECKING:
@@ -92,10 +93,15 @@ class ActiveActive:
         self._unsafe.clear()
         self.hub.sendable = self.causal.end
 
-    def logged(self, record: int) -> None:
-        """Record ``record`` of the operation log holds what the causal log has now."""
-        if self.causal.end > self.hub.sendable_upto():
-            self._unsafe.append((record, self.causal.end))
+    def logged(self, record: int, end: int | None = None) -> None:
+        """Record ``record`` of the operation log holds what the causal log has now (or up to
+        absolute position ``end``: an operation of another region is logged before the causal
+        log counts it)."""
+        end = self.causal.end if end is None else end
+        if self._unsafe and self._unsafe[-1][1] > end:
+            end = self._unsafe[-1][1]  # a later record never holds less (a reader served inside an apply)
+        if end > self.hub.sendable_upto():
+            self._unsafe.append((record, end))
 
     def durable(self, record: int) -> None:
         """Records up to ``record`` are durable (per appendfsync): their operations may leave."""
@@ -201,18 +207,29 @@ class ActiveActive:
             self.hub.issue(opcodec.encode(op))
 
     def _on_apply(self, env: Envelope) -> None:
-        try:
-            op = opcodec.decode(env.op)
-        except (ValueError, TypeError, KeyError) as e:  # never apply what cannot be read
-            log.error("dropping an undecodable operation %s from region %d: %s", env.dot, env.origin, e)
-            return
+        """Apply and log an operation of another region; the causal log counts it (and relays
+        it) only once this returns.  One that cannot be decoded or applied stops the region
+        (fail-stop, node/supervision.py): skipping it would leave this region diverged."""
         server = self.server
-        if server.oplog is not None and not server.replaying:
-            server.oplog.log_remote(env)
-            self.logged(server.oplog.last_record)  # relayed only once logged here
-            server.schedule_log_write()
-        self.server.db.apply_remote(op)
-        self.server.serve_ready_keys()
+        if server.failed is not None:
+            raise ApplyFailed(f"region {self.region} has fail-stopped: {server.failed}")
+        try:
+            if server.apply_faults:  # DEBUG APPLY-FAIL
+                server.apply_faults -= 1
+                raise InjectedFault("DEBUG APPLY-FAIL")
+            op = opcodec.decode(env.op)
+            server.db.apply_remote(op)
+            if server.oplog is not None and not server.replaying:
+                server.oplog.log_remote(env)
+                self.logged(server.oplog.last_record, self.causal.end + 1)  # relayed only once logged here
+                server.schedule_log_write()
+            server.serve_ready_keys()  # a reader served raising here must not leave it applied but uncounted
+        except Exception as e:
+            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
+                      f"{type(e).__name__}: {e}")
+            if not server.replaying:  # a replay reports it as a record it cannot load
+                server.fail_stop(reason, e)
+            raise ApplyFailed(reason) from e
 
     # ------------------------------------------------------------ database settings
     def tune(self, database: str, name: str, value: str) -> None:

@@ -49,14 +49,17 @@ def cmd_node(args: argparse.Namespace) -> int:
     from .persistence.replay import LoadError
 
     try:
-        asyncio.run(run_server(server, args.bind, args.port))
+        status = asyncio.run(run_server(server, args.bind, args.port))
     except LoadError as e:
         print(f"braid: {e}", file=sys.stderr)
         return 1
     except OSError as e:
         print(f"braid: cannot listen on {args.bind}:{args.port}: {e.strerror}", file=sys.stderr)
         return 1
-    return 0
+    if server.failed is not None:
+        print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "
+              f"append-only file and catches up from its peers)", file=sys.stderr)
+    return status
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -111,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("node", help="run one region")
+    p = sub.add_parser("node", help="run one region",
+                       epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
+                              "data or listen; 2 for a bad cluster file or region; 70 when the region "
+                              "fail-stopped (its state may be wrong; restarting it replays its log)")
     p.add_argument("--port", type=int, default=6380)
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
                                   "else 127.0.0.1)")

@@ -17,6 +17,13 @@ Durability (node/persistence/): a command runs with the clock pinned (every
 changed state is appended to the operation log with that clock, so replaying
 the log rebuilds the state.  Replies leave only when the log allows it
 (``appendfsync always``: after the fsync that covers them).
+
+Fail-stop (node/supervision.py): a region whose state may be wrong - a handler
+that raised after changing state, an operation of another region it could not
+apply, a failed background step that changes state - stops at once
+(:meth:`Server.fail_stop`) without writing or answering the failing turn; a
+restart replays the log.  The cron's steps and the long-lived tasks run under
+a :class:`node.supervision.Supervisor`.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError, encode
 from .resp.parser import ProtocolError, RequestParser
+from .supervision import EXIT_FAIL_STOP, RegionStopped, Supervisor
 
 log = logging.getLogger("braid.server")
 
@@ -56,6 +64,7 @@ class Stats:
         self.total_commands_processed = 0
         self.total_error_replies = 0
         self.unexpected_error_replies = 0
+        self.command_internal_errors = 0  # handlers that raised having changed nothing (answered ERR)
         self.net_input_bytes = 0
         self.net_output_bytes = 0
         self.command_calls: dict[str, list[int]] = {}  # name -> [calls, usec, rejected, failed]
@@ -100,6 +109,9 @@ class Server:
         self.log_base_size = 0     # log size just after the last snapshot (auto snapshots grow from it)
         self._clock: int | None = None
         self.clock_offset_ms = 0   # DEBUG CLOCK-OFFSET: a skewed region (chaos tests)
+        self.apply_faults = 0      # DEBUG APPLY-FAIL: operations of other regions still to fail to apply
+        self.failed: str | None = None  # why the region fail-stopped (node/supervision.py)
+        self.supervisor = Supervisor(self)
         cmdtable.load_all()
 
     # ------------------------------------------------------------ settings
@@ -258,6 +270,8 @@ class Server:
 
     def _write_log_then_reply(self) -> None:
         self._log_write_scheduled = False
+        if self.failed is not None:
+            return  # a fail-stop: this turn's records and replies are dropped
         clients, self._after_log_write = self._after_log_write, {}
         oplog = self.oplog
         if oplog is not None:
@@ -299,7 +313,9 @@ class Server:
                                                 reuse_address=True, backlog=511)
         self.port = self._server.sockets[0].getsockname()[1]
         self.config.set("port", self.port)
-        self._cron = loop.create_task(self._cron_loop())
+        if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
+            loop.set_exception_handler(self.supervisor.loop_exception)
+        self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
         if self.db.aa is not None:
             await self.db.aa.start()
 
@@ -309,7 +325,42 @@ class Server:
         if event is not None:
             event.set()  # serve_forever() stops the region
         else:
-            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.stop()))
+            asyncio.get_running_loop().call_soon(
+                lambda: self.supervisor.watch(asyncio.ensure_future(self.stop()), "shutdown"))
+
+    def fail_stop(self, reason: str, exc: BaseException | None = None) -> None:
+        """Stop the region now: its state may be wrong (node/supervision.py).
+
+        Nothing more is applied, logged, replicated or answered: this turn's records
+        not yet handed to the OS and the replies not yet sent are dropped (no client
+        was told about them; peers resend what was never acknowledged), clients and
+        links are closed, and the server stops; a process exits with EXIT_FAIL_STOP.
+        """
+        if self.failed is not None:
+            return
+        self.failed = reason
+        log.critical("FAIL-STOP: region %d stops: %s. Nothing more is applied, replicated, logged or "
+                     "answered. Restart the region: it replays its append-only file and catches up from "
+                     "its peers (exit status %d).", self.region, reason, EXIT_FAIL_STOP, exc_info=exc)
+        self._after_log_write.clear()
+        for c in list(self.clients.values()):
+            self.blocking.unpark(c)
+            c.closing = True
+            c.out.clear()
+            transport, c.transport = c.transport, None
+            if transport is not None:
+                transport.abort()
+        if self.db.aa is not None:
+            self.db.aa.hub.pause()  # nothing more crosses a link
+        if self._cron is not None:
+            self._cron.cancel()
+        if self._server is not None:
+            self._server.close()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not serving (the simulation): whoever drives the server sees ``failed``
+        self.shutdown()
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -321,6 +372,8 @@ class Server:
             except (NotImplementedError, RuntimeError):
                 pass
         self.shutdown_event = stop
+        if self.failed is not None:
+            stop.set()  # it fail-stopped while starting
         await stop.wait()
         await self.stop()
 
@@ -338,23 +391,35 @@ class Server:
         if self._bgsave is not None and not self._bgsave.done():
             await asyncio.wait([self._bgsave])  # a snapshot being written is finished, not torn
         if self.oplog is not None:
+            if self.failed is not None:
+                self.oplog.file.discard_unwritten()  # the failing turn never happened
             self.oplog.close()
 
     async def _cron_loop(self) -> None:
-        """Once a second: IDMP time-based expiry (seed 002's cron job), the everysec fsync."""
+        """Once a second, each step supervised (a failure is counted and retried with backoff,
+        or stops the region when the step changes state): IDMP time-based expiry (seed 002's
+        cron job), the log's tick (everysec fsync, MISCONF recovery), automatic snapshots,
+        backlog trimming and garbage collection."""
+        run = self.supervisor.run_step
         while True:
             await asyncio.sleep(1)
-            with self.clock_pinned() as now:
-                stable = self.db.aa.stable() if self.db.aa is not None else None
-                if self.expire_idmp(now, stable) and self.oplog is not None:
-                    self.oplog.log_idmp_expiry(now, stable)
+            now = time.monotonic()
+            run("idmp-expiry", self._cron_expire_idmp, True, now)
             if self.oplog is not None:
-                self.oplog.tick()
-                self._auto_snapshot()
-            if self.db.aa is not None:
-                self.db.aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]),
-                                        int(self.config["crdt-repl-backlog-ttl"]), time.monotonic())
-                self.db.aa.collect_garbage()
+                run("log-tick", self.oplog.tick, False, now)
+                run("auto-snapshot", self._auto_snapshot, False, now)
+            aa = self.db.aa
+            if aa is not None:
+                run("backlog-trim", lambda: aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]),
+                                                            int(self.config["crdt-repl-backlog-ttl"]),
+                                                            time.monotonic()), True, now)
+                run("gc", aa.collect_garbage, True, now)
+
+    def _cron_expire_idmp(self) -> None:
+        with self.clock_pinned() as now:
+            stable = self.db.aa.stable() if self.db.aa is not None else None
+            if self.expire_idmp(now, stable) and self.oplog is not None:
+                self.oplog.log_idmp_expiry(now, stable)
 
     # ------------------------------------------------------------ dispatch
     def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:
@@ -374,6 +439,8 @@ class Server:
             return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
         if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
             return self._reject(ReplyError("NOAUTH Authentication required."))
+        if self.failed is not None:
+            return cmdtable.CLOSE_WITHOUT_REPLY
         if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
             return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
         return self.execute(client, cmd, argv)
@@ -391,10 +458,9 @@ class Server:
                 reply = cmd.handler(client, argv)  # type: ignore[misc]
             except ReplyError as e:
                 reply = e
-            except Exception as e:  # a bug must not take the region down
-                log.exception("command %s failed", cmd.fullname)
-                reply = ReplyError(f"ERR internal error running '{cmd.fullname}': {type(e).__name__}")
-            if cmd.name != "exec":  # EXEC's commands are logged one by one
+            except Exception as e:
+                reply = self._handler_failed(cmd.fullname, e, self.db.dirty != dirty, outermost)
+            if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
                 self._log_command(client, argv, self.db.dirty != dirty, cmd.is_write, reply)
         finally:
             if outermost:
@@ -408,6 +474,22 @@ class Server:
             rec[3] += 1
             self._count_error(reply)
         return reply
+
+    def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
+        """A handler raised (a bug).  Having changed nothing, it is answered with an error and
+        counted; after a change (the dirty counter moved: issuing an operation moves it too,
+        see Database.apply), or inside a transaction that made one, the region fail-stops:
+        the command is neither logged nor answered, and nothing after it runs."""
+        if not changed and self.failed is None:
+            log.exception("command %s failed (it changed nothing: answered with an error)", name)
+            self.stats.command_internal_errors += 1
+            return ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
+        if self.replaying:  # the log does not replay as it ran: a load error (node/persistence/replay.py)
+            raise ValueError(f"{name} failed after it changed state: {type(e).__name__}: {e}") from e
+        self.fail_stop(f"command {name} failed after it changed state: {type(e).__name__}: {e}", e)
+        if not outermost:
+            raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
+        return cmdtable.CLOSE_WITHOUT_REPLY
 
     def _reject(self, err: ReplyError) -> ReplyError:
         self._count_error(err)
@@ -463,7 +545,13 @@ class Server:
     def _retry(self, client: "ClientConnection", blocked: Blocked) -> None:
         dirty = self.db.dirty
         with self.clock_pinned():
-            reply = blocked.retry()
+            try:
+                reply = blocked.retry()
+            except Exception as e:
+                name = blocked.argv[0].decode("utf-8", "replace").lower() if blocked.argv else "a blocked read"
+                reply = self._handler_failed(name, e, self.db.dirty != dirty, True)
+                if reply is cmdtable.CLOSE_WITHOUT_REPLY:
+                    return
             if blocked.argv is not None:  # a retry of XREADGROUP touches its consumer even unserved
                 cmd = cmdtable.lookup(blocked.argv)
                 self._log_command(client, blocked.argv, self.db.dirty != dirty, cmd is not None and cmd.is_write,
@@ -683,7 +771,9 @@ class ClientConnection(asyncio.Protocol):
 
 
 
-async def run_server(server: Server, host: str, port: int) -> None:
+async def run_server(server: Server, host: str, port: int) -> int:
+    """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status."""
     await server.start(host, port)
     log.info("braid region %d listening on %s:%d", server.region, host, server.port)
     await server.serve_forever()
+    return EXIT_FAIL_STOP if server.failed is not None else 0

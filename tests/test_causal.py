@@ -9,6 +9,7 @@ dependencies.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +104,61 @@ def test_trim_keeps_positions_absolute_and_knows_what_a_peer_lacks():
     assert log.lacks_dropped({1: 1}) and log.lacks_dropped({})
     assert not log.lacks_dropped({1: 2}) and not log.lacks_dropped({1: 5})
     assert log.missing({1: 3}) == log.since(3)
+
+
+# ------------------------------------------------------------------ an operation counts once applied
+class ApplyFailed(Exception):
+    pass
+
+
+def _state(log: CausalLog):
+    return (dict(log.vv), list(log.log), dict(log.pending), {o: dict(v) for o, v in log.seen.items()})
+
+
+def _failing_on(dot, applied: list):
+    def apply(env):
+        if env.dot == dot:
+            raise ApplyFailed(env.dot)
+        applied.append(env.dot)
+    return apply
+
+
+def test_an_envelope_counts_as_applied_only_after_apply_returns():
+    a, b = CausalLog(1), CausalLog(2)
+    e1, e2 = a.stamp("a1"), a.stamp("a2")
+    seen_when_applied = []
+    assert b.receive(e1, lambda env: seen_when_applied.append((env.dot, dict(b.vv), len(b.log)))) == [e1]
+    assert seen_when_applied == [((1, 1), {}, 0)]  # apply ran before the log took it in
+    assert b.receive(e2, lambda env: None) == [e2] and b.vv == {1: 2}
+
+
+def test_an_apply_that_raises_leaves_the_log_as_if_the_envelope_never_came():
+    a, b, c = CausalLog(1), CausalLog(2), CausalLog(3)
+    e1 = a.stamp("a1")
+    before = _state(c)
+    applied: list = []
+    with pytest.raises(ApplyFailed):
+        c.receive(e1, _failing_on((1, 1), applied))
+    assert _state(c) == before and applied == []
+    assert c.missing({}) == []  # nothing to relay to another region
+    assert c.receive(e1, _failing_on(None, applied)) == [e1]  # a resend is not taken for a duplicate
+    assert applied == [(1, 1)] and c.vv == {1: 1}
+    assert b.receive(e1) == [e1]
+    assert c.missing(b.vv) == []
+
+
+def test_a_failure_in_the_middle_of_a_batch_counts_only_what_was_applied():
+    """Operations made ready by one arrival are applied one by one: if the second fails,
+    the first stays applied, the failing one is forgotten, and the rest wait."""
+    a, c = CausalLog(1), CausalLog(3)
+    e1, e2, e3 = a.stamp("a1"), a.stamp("a2"), a.stamp("a3")
+    applied: list = []
+    assert c.receive(e3, _failing_on(None, applied)) == [] and c.receive(e2, _failing_on(None, applied)) == []
+    with pytest.raises(ApplyFailed):
+        c.receive(e1, _failing_on((1, 2), applied))
+    assert applied == [(1, 1)]
+    assert c.vv == {1: 1} and [e.dot for e in c.log] == [(1, 1)] and c.seen == {1: {1: 1}}
+    assert list(c.pending) == [(1, 3)]               # still waits for a2
+    assert [e.dot for e in c.missing({})] == [(1, 1)]  # only a1 may be relayed
+    assert c.receive(e2, _failing_on(None, applied)) == [e2, e3]
+    assert applied == [(1, 1), (1, 2), (1, 3)] and c.vv == {1: 3} and not c.pending

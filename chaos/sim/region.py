@@ -24,6 +24,11 @@ connection close) and crashes the file (see disk.py).  :meth:`SimRegion.boot`
 is a restart: the file's records, torn tail cut, are replayed by the real
 ``node.persistence.replay.replay`` into a fresh server, which then appends to
 the same file - exactly the path of a real restart, minus the directory scan.
+
+A fail-stop of the server (node/supervision.py: a command that raised after
+changing state, an operation it could not apply) is the process exiting: the
+world crashes the region as a process (what was written stays, this turn's
+unwritten records and unsent replies are gone) and restarts it later.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class SimRegion:
         # replies waiting for an fsync (appendfsync always): (record needed, callback, reply)
         self.held: list[tuple[int, Callable[[Any], None], Any]] = []
         self.fsync_own_n = 0          # this region's own operations the fsync in flight covers
+        self.fail_stops = 0           # times its server fail-stopped
 
     # ------------------------------------------------------------ state
     @property
@@ -115,6 +121,10 @@ class SimRegion:
     def call(self, argv: list[bytes], on_reply: Callable[[Any], None]) -> None:
         """Run one client command; ``on_reply`` gets the reply when the client would."""
         reply = self.server.call(self.client, argv)
+        if self.server.failed is not None:  # the process exits: no reply, this turn not written
+            self.sim.fail_stopped(self)
+            on_reply(INDETERMINATE)
+            return
         oplog = self.server.oplog
         needs = oplog.last_record
         self.end_turn()

@@ -30,6 +30,12 @@ writes lost or torn, see disk.py) or, under ``appendfsync no`` (which promises
 nothing across a machine crash), the process's; the region restarts later from
 its file.  Clock faults skew a region's clock or jump it backwards.
 
+A region whose server fail-stops (node/supervision.py) crashes as a process and
+restarts later, like a real region under a supervisor; the fail-stop is also
+reported as an error of the run (the "exceptions" check), since it means the
+code met a state or an operation it could not handle.  A region that keeps
+fail-stopping stays down after FAIL_STOP_RESTARTS restarts.
+
 A schedule has an active phase (client operations, faults) and a heal phase
 (every fault lifted, every region restarted and connected, no client
 operations) that runs until the event queue is empty; then the checkers judge
@@ -55,6 +61,7 @@ FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "drop", "dup", "reor
 POLICIES = ("always", "everysec", "no")
 START_MS = 1_000_000   # the virtual clock's first reading (ms)
 MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
+FAIL_STOP_RESTARTS = 3  # a region restarted this often after fail-stops stays down (the run fails anyway)
 
 
 @dataclass(frozen=True)
@@ -269,8 +276,15 @@ class Simulation:
             return
         hub = region.server.db.aa.hub
         before = dict(region.causal.vv)
-        for env in link.on_batch(body):
-            hub.deliver(env)
+        try:
+            for env in link.on_batch(body):
+                hub.deliver(env)
+        except Exception:
+            if region.server.failed is None:
+                raise
+        if region.server.failed is not None:
+            self.fail_stopped(region)  # an operation it could not apply: nothing acknowledged
+            return
         applied = {o: n for o, n in region.causal.vv.items() if n > before.get(o, 0)}
         self.sched.log(f"r{b} <- r{a} batch {_dots(body)}; applied {_vv(applied) or 'nothing new'}")
         self.send(b, a, ("ack", dict(region.causal.vv)))
@@ -299,6 +313,19 @@ class Simulation:
         what = region.crash(machine)
         self.sched.log(f"CRASH r{region.number} ({'machine' if machine else 'process'}): {what}")
         self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
+
+    def fail_stopped(self, region: SimRegion) -> None:
+        """``region``'s server fail-stopped: its process exits (a crash of the process), and
+        it restarts later from its file."""
+        reason = region.server.failed
+        self.sched.errors.append(f"FAIL-STOP r{region.number}: {reason}")
+        for peer in list(region.links):
+            self.disconnect(region.number, peer, f"region {region.number} fail-stopped")
+        what = region.crash(machine=False)
+        region.fail_stops += 1
+        self.sched.log(f"FAIL-STOP r{region.number}: {reason}; {what}")
+        if region.fail_stops <= FAIL_STOP_RESTARTS:
+            self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
 
     def restart(self, number: int, incarnation: int) -> None:
         region = self.regions[number]

@@ -11,12 +11,22 @@ chaos suite cannot make from outside the process:
 * ``DISK-FULL yes|no``: writes to the append-only file fail with ENOSPC; the
   region answers writes with MISCONF until the disk "frees up" and the cron
   manages to write the held records.
+* ``APPLY-FAIL n``: the next ``n`` operations of other regions fail to apply; the
+  region fail-stops at the first (node/supervision.py).
+* ``CRON-FAIL step n [IO|BUG]``: the next ``n`` runs of a cron step raise an I/O
+  error (retried with backoff) or another exception (a bug: a step that changes
+  state then stops the region).
+* ``RAISE-AFTER command [arg ...]``: runs a command, then raises as a buggy handler
+  would (a blocking read: once a retry serves it): the region answers ``ERR
+  internal error`` if the command changed nothing, and fail-stops if it did.
 """
 
 from __future__ import annotations
 
+from ..blocking import Blocked
 from ..resp.encoder import ReplyError
-from . import container, subcommand
+from ..supervision import CRON_STEPS, InjectedFault
+from . import COMMANDS, container, subcommand
 from .util import parse_int
 
 container("debug", -2, group="server", since="1.0.0",
@@ -75,6 +85,66 @@ def debug_disk_full(client, argv: list[bytes]):
     return "OK"
 
 
+@subcommand("debug", "apply-fail", 3, "admin noscript loading stale", since="0.1.0",
+            summary="Makes the next operations of other regions fail to apply (the region fail-stops).",
+            complexity="O(1)")
+def debug_apply_fail(client, argv: list[bytes]):
+    _allowed(client)
+    n = parse_int(argv[2])
+    if n < 0:
+        raise ReplyError("ERR the count must be zero or more")
+    if client.server.db.aa is None:
+        raise ReplyError("ERR this region is not part of an Active-Active database")
+    client.server.apply_faults = n
+    return "OK"
+
+
+@subcommand("debug", "cron-fail", -4, "admin noscript loading stale", since="0.1.0",
+            summary="Makes the next runs of a cron step raise an I/O error (IO) or a bug (BUG).",
+            complexity="O(1)")
+def debug_cron_fail(client, argv: list[bytes]):
+    _allowed(client)
+    step = argv[2].decode("utf-8", "replace").lower()
+    if step not in CRON_STEPS:
+        raise ReplyError(f"ERR unknown cron step '{step[:64]}' (known: {', '.join(CRON_STEPS)})")
+    n = parse_int(argv[3])
+    if n < 0 or len(argv) > 5:
+        raise ReplyError("ERR syntax error" if len(argv) > 5 else "ERR the count must be zero or more")
+    kind = argv[4].lower() if len(argv) == 5 else b"io"
+    if kind not in (b"io", b"bug"):
+        raise ReplyError("ERR syntax error")
+    client.server.supervisor.inject(step, n, kind == b"bug")
+    return "OK"
+
+
+@subcommand("debug", "raise-after", -3, "admin noscript loading stale", since="0.1.0",
+            summary="Runs a command, then raises as a buggy handler would.",
+            complexity="Depends on the command")
+def debug_raise_after(client, argv: list[bytes]):
+    _allowed(client)
+    inner = argv[2:]
+    cmd = COMMANDS.get(inner[0].lower())
+    if cmd is not None and cmd.subcommands and len(inner) >= 2:
+        cmd = cmd.subcommands.get(inner[1].lower())
+    if cmd is None or cmd.handler is None or not cmd.check_arity(len(inner)) or cmd.name in ("exec", "debug"):
+        raise ReplyError("ERR RAISE-AFTER needs a command with its arguments (not EXEC or DEBUG)")
+    fault = InjectedFault(f"DEBUG RAISE-AFTER {cmd.fullname}")
+    try:
+        reply = cmd.handler(client, inner)
+    except ReplyError:
+        raise fault from None  # its own error: the fault is the raise
+    if type(reply) is Blocked:  # a blocking read raises once a retry serves it
+        retry = reply.retry
+
+        def retry_then_raise():
+            if retry() is not None:
+                raise fault
+            return None
+        reply.retry = retry_then_raise
+        return reply
+    raise fault
+
+
 @subcommand("debug", "help", 2, "loading stale", since="0.1.0", summary="Shows helpful text about the different subcommands.",
             complexity="O(1)")
 def debug_help(client, argv: list[bytes]):
@@ -82,4 +152,8 @@ def debug_help(client, argv: list[bytes]):
             "CLOCK-OFFSET <milliseconds>", "    Move this region's wall clock (negative: back in time).",
             "FSYNC-DELAY <milliseconds>", "    Make every fsync of the append-only file wait this long.",
             "DISK-FULL <yes|no>", "    Make writes to the append-only file fail with ENOSPC, or stop that.",
+            "APPLY-FAIL <count>", "    Make the next operations of other regions fail to apply (fail-stop).",
+            "CRON-FAIL <step> <count> [IO|BUG]",
+            f"    Make the next runs of a cron step ({', '.join(CRON_STEPS)}) raise.",
+            "RAISE-AFTER <command> [<arg> ...]", "    Run a command, then raise as a buggy handler would.",
             "HELP", "    Print this help."]

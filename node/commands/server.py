@@ -132,6 +132,8 @@ def _section_stats(srv) -> list[str]:
         "pubsub_channels:0",
         f"total_error_replies:{st.total_error_replies}",
         f"unexpected_error_replies:{st.unexpected_error_replies}",
+        f"command_internal_errors:{st.command_internal_errors}",
+        *srv.supervisor.info_stats(),
     ]
 
 
@@ -157,6 +159,10 @@ def _section_errorstats(srv) -> list[str]:
     return [f"errorstat_{code}:count={n}" for code, n in sorted(srv.stats.error_codes.items())]
 
 
+def _section_taskstats(srv) -> list[str]:
+    return srv.supervisor.info_taskstats()
+
+
 def _section_cluster(srv) -> list[str]:
     return ["cluster_enabled:0"]
 
@@ -175,7 +181,7 @@ SECTIONS = {
     "server": _section_server, "clients": _section_clients, "memory": _section_memory,
     "persistence": _section_persistence, "stats": _section_stats,
     "replication": _section_replication, "cpu": _section_cpu,
-    "commandstats": _section_commandstats, "errorstats": _section_errorstats,
+    "commandstats": _section_commandstats, "errorstats": _section_errorstats, "taskstats": _section_taskstats,
     "cluster": _section_cluster, "keyspace": _section_keyspace, "crdt": _section_crdt,
 }
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication",

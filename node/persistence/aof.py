@@ -517,6 +517,11 @@ class AppendLog:
             dropped.append(path)
         return dropped
 
+    def discard_unwritten(self) -> None:
+        """Forget the records not yet handed to the OS (a fail-stop: nobody was told of them)."""
+        if self._segment is not None:
+            self._segment.pending.clear()
+
     def close(self) -> None:
         """Flush and fsync (as Redis does at shutdown), then close."""
         if self._segment is None:

@@ -231,9 +231,15 @@ class ReplicationHub:
         return env
 
     def deliver(self, env: Envelope) -> None:
-        for ready in self.causal.receive(env):
-            self.arrivals.append(time.monotonic())
+        """Hand ``env`` to the causal log, which has ``on_apply`` apply it and every envelope
+        it makes ready, each before counting it.  If applying one raises, the exception
+        propagates: that envelope and the ones after it are neither counted, acknowledged
+        nor relayed (the region fail-stops, node/supervision.py)."""
+        def apply(ready: Envelope) -> None:
             self.on_apply(ready)
+            self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
+
+        self.causal.receive(env, apply)
         self.wake()  # relay what arrived to the other peers
 
     def sendable_upto(self) -> int:
