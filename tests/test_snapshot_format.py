@@ -36,7 +36,7 @@ from sortedcontainers import SortedDict
 from xxhash import xxh3_64_intdigest
 
 from crdt.blocks import Block, EntryLog
-from crdt.causal import CausalLog, Envelope
+from crdt.causal import CausalLog
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
 from crdt.stream import Stream
@@ -84,6 +84,8 @@ class Region:
         """A new region holding a decoded state, as a restart installs it."""
         other = Region(self.server.region, cluster)
         other.now = self.now
+        other.server.config.values.update(self.server.config.values)  # the layout settings in force
+        other.server.config_changed()
         other.server.db.keys = s.keys
         if s.causal is not None:
             other.causal.take(s.causal)
@@ -168,11 +170,36 @@ def test_one_region_round_trips_exactly(script, followup):
     round_trip(r, None, followup)
 
 
+key_ = st.sampled_from(KEYS)
+group_ = st.sampled_from(["g1", "g2"])
+aa_command = st.one_of(
+    st.builds(lambda k, v: ["XADD", k, "*", "f", v], key_, st.sampled_from(["1", "v", "22"])),
+    st.builds(lambda k: ["XADD", k, "*", "other", "x", "f", "y"], key_),
+    st.builds(lambda k, p, i: ["XADD", k, "IDMP", p, i, "*", "f", "v"], key_, st.sampled_from(["p1", "p2"]),
+              st.sampled_from(["a", "b", "c"])),
+    st.builds(lambda k, n: ["XADD", k, "MAXLEN", "~", str(n), "*", "f", "v"], key_, st.integers(0, 4)),
+    st.builds(lambda k, n: ["XTRIM", k, "MAXLEN", str(n)], key_, st.integers(0, 6)),
+    st.builds(lambda k, g, i: ["XGROUP", "CREATE", k, g, i, "MKSTREAM"], key_, group_, st.sampled_from(["0", "$"])),
+    st.builds(lambda k, g: ["XGROUP", "DESTROY", k, g], key_, group_),
+    st.builds(lambda k, g, c, n: ["XREADGROUP", "GROUP", g, c, "COUNT", str(n), "STREAMS", k, ">"],
+              key_, group_, st.sampled_from(["alice", "bob"]), st.integers(1, 3)),
+    st.builds(lambda k, g: ["XAUTOCLAIM", k, g, "carol", "0", "0"], key_, group_),
+    st.builds(lambda k: ["DEL", k], key_),
+    st.builds(lambda k, n: ["XCFGSET", k, "IDMP-MAXSIZE", str(n)], key_, st.integers(1, 3)),
+    st.builds(lambda n: ["CONFIG", "SET", "stream-node-max-entries", str(n)], st.sampled_from([2, 3, 100])),
+)
+region_ = st.integers(1, 3)
 aa_step = st.one_of(
-    st.tuples(st.just("cmd"), st.integers(1, 3), st.one_of(commands(), more, more)),
-    st.tuples(st.just("deliver"), st.integers(1, 3), st.integers(1, 3), st.integers(0, 60)),
-    st.tuples(st.just("trim"), st.integers(1, 3), st.integers(1, 4)),
-    st.tuples(st.just("expire"), st.integers(1, 3), st.integers(0, 300_000)),
+    st.tuples(st.just("cmd"), region_, aa_command),
+    st.tuples(st.just("cmd"), region_, aa_command),
+    st.tuples(st.just("cmd"), region_, commands()),
+    st.tuples(st.just("xdel"), region_, key_, st.integers(0, 20)),
+    st.tuples(st.just("xack"), region_, key_, group_, st.integers(0, 20)),
+    st.tuples(st.just("deliver"), region_, region_, st.integers(0, 60)),
+    st.tuples(st.just("deliver"), region_, region_, st.integers(0, 60)),
+    st.tuples(st.just("sync"), region_, region_),
+    st.tuples(st.just("trim"), region_, st.integers(1, 4)),
+    st.tuples(st.just("expire"), region_, st.integers(0, 300_000)),
 )
 
 
@@ -181,10 +208,22 @@ def run_aa(regions: dict[int, Region], steps) -> None:
         kind, r = step[0], regions[step[1]]
         if kind == "cmd":
             r.call(*step[2])
+        elif kind in ("xdel", "xack"):  # an ID the region holds (a live entry, a pending one)
+            s = r.server.db.keys.get(step[2].encode())
+            g = None if s is None or kind == "xdel" else s.groups.get(step[3].encode())
+            ids = [i for i, _ in s.range((0, 0), (2**64 - 1, 2**64 - 1))] if kind == "xdel" and s else \
+                list(g.pel) if g is not None else []
+            if ids:
+                i = b"%d-%d" % ids[step[-1] % len(ids)]
+                r.call("XDEL", step[2], i) if kind == "xdel" else r.call("XACK", step[2], step[3], i)
         elif kind == "deliver":  # any envelope the source holds, in any order: some wait as pending
             src, dst = r, regions[step[2]]
             if src is not dst and src.causal.log:
                 dst.server.db.aa.hub.deliver(src.causal.log[step[3] % len(src.causal.log)])
+        elif kind == "sync":
+            if step[1] != step[2]:
+                for env in list(r.causal.log):
+                    regions[step[2]].server.db.aa.hub.deliver(env)
         elif kind == "trim":
             r.server.db.aa.hub.trim(min(step[2], len(r.causal.log)))
         else:
@@ -192,11 +231,22 @@ def run_aa(regions: dict[int, Region], steps) -> None:
             r.server.db.aa.collect_garbage()
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(aa_step, min_size=5, max_size=50), followup=st.lists(st.one_of(commands(), more), max_size=10))
+AA_PRELUDE = [["XADD", "s1", "*", "f", "1"], ["XADD", "s1", "*", "f", "2", "g", "x"], ["XADD", "s2", "*", "h", "1"],
+              ["XGROUP", "CREATE", "s1", "g1", "0"], ["XGROUP", "CREATE", "s2", "g2", "$"]]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(aa_step, min_size=30, max_size=80),
+       followup=st.lists(st.one_of(aa_command, commands()), max_size=10))
 def test_active_active_regions_round_trip_exactly(steps, followup):
     cluster = cluster_of(3)
     regions = {n: Region(n, cluster) for n in (1, 2, 3)}
+    for argv in AA_PRELUDE:
+        regions[1].call(*argv)
+    for n in (2, 3):
+        for env in regions[1].causal.log:
+            regions[n].server.db.aa.hub.deliver(env)
+        regions[n].call("XREADGROUP", "GROUP", "g1", "alice", "COUNT", "1", "STREAMS", "s1", ">")
     run_aa(regions, steps)
     for r in regions.values():
         round_trip(r, cluster, followup)
