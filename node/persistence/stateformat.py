@@ -303,27 +303,33 @@ def _log_in(key: bytes, ls: LogS, verify: bool) -> EntryLog:
     blocks, firsts = log.blocks, log.firsts
     length = 0
     prev_last = None
+    new_block = Block.__new__
     for bs in ls.blocks:
-        where = f"stream {key!r}, origin {ls.origin}, block {bs.first[0]}-{bs.first[1]}"
-        if bs.last < bs.first or (prev_last is not None and bs.first <= prev_last):
-            raise StateFormatError(f"{where}: blocks out of order")
-        if bs.live + bs.dead == 0 or len(bs.buf) < 3 or bs.buf[1:3] != b"\0\0" or bs.buf[0] > (DELETED | SAMEFIELDS):
-            raise StateFormatError(f"{where}: empty, or its first entry is not its first ID")
+        first, last, buf = bs.first, bs.last, bs.buf
+        if last < first or (prev_last is not None and first <= prev_last):
+            raise StateFormatError(f"{_where(key, ls, bs)}: blocks out of order")
+        if bs.live + bs.dead == 0 or len(buf) < 3 or buf[0] > (DELETED | SAMEFIELDS) or buf[1] or buf[2]:
+            raise StateFormatError(f"{_where(key, ls, bs)}: empty, or its first entry is not its first ID")
         if verify:
-            _check_entries(bs, where)
-        b = Block.__new__(Block)
-        b.first, b.last, b.fields, b.buf, b.live, b.dead, b.lp_base = (
-            bs.first, bs.last, bs.fields, bs.buf, bs.live, bs.dead, bs.lp_base)
+            _check_entries(bs, key, ls)
+        b = new_block(Block)
+        b.first, b.last, b.fields, b.buf, b.live, b.dead, b.lp_base = first, last, bs.fields, buf, bs.live, \
+            bs.dead, bs.lp_base
         blocks.append(b)
-        firsts.append(bs.first)
+        firsts.append(first)
         length += bs.live
-        prev_last = bs.last
+        prev_last = last
     log.length = length
     return log
 
 
-def _check_entries(bs: BlockS, where: str) -> None:
+def _where(key: bytes, ls: LogS, bs: BlockS) -> str:
+    return f"stream {key!r}, origin {ls.origin}, block {bs.first[0]}-{bs.first[1]}"
+
+
+def _check_entries(bs: BlockS, key: bytes, ls: LogS) -> None:
     """Walk a block's packed entries (crdt/blocks.py's layout) without building them."""
+    where = _where(key, ls, bs)
     buf, nf = bs.buf, len(bs.fields)
     fms, fseq = bs.first
     end = len(buf)
