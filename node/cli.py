@@ -103,10 +103,13 @@ def cmd_check_log(args: argparse.Namespace) -> int:
 def cmd_convert_snapshot(args: argparse.Namespace) -> int:
     """Exit 0: every file converted (or already current); 1: at least one could not be."""
     from .persistence.legacy import convert
-    from .persistence.snapshot import SnapshotError
+    from .persistence.snapshot import SnapshotError, list_snapshots
 
+    paths = []
+    for path in args.paths:  # a directory: every snapshot in it
+        paths += [p for _r, p in reversed(list_snapshots(path))] if os.path.isdir(path) else [path]
     failed = 0
-    for path in args.paths:
+    for path in paths:
         try:
             done = convert(path)
         except (OSError, SnapshotError) as e:
@@ -166,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("convert-snapshot",
                        help="rewrite snapshots of the old pickle format in the current format (your own files only)")
     p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="snapshot files (appendonlydir/snapshot-*.bsnap); each old file is kept as "
-                        "PATH.pickle-backup")
+                   help="snapshot files (appendonlydir/snapshot-*.bsnap) or directories holding them; "
+                        "each old file is kept as PATH.pickle-backup")
     p.set_defaults(fn=cmd_convert_snapshot)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")

@@ -562,9 +562,9 @@ def test_an_old_pickle_snapshot_stops_the_region_until_converted(tmp_path):
         assert c.info("persistence")["aof_loaded_snapshot_record"] == _record
         c.close()
 
-    res = subprocess.run([sys.executable, "-m", "node", "convert-snapshot", path, str(tmp_path / "missing")],
+    res = subprocess.run([sys.executable, "-m", "node", "convert-snapshot", str(log_dir), str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=60, env=env)
-    assert res.returncode == 1 and "already in the current format" in res.stdout
+    assert res.returncode == 1 and f"{path}: already in the current format" in res.stdout  # found in the directory
     assert "missing" in res.stderr
 
 

@@ -26,9 +26,12 @@ File layout (``snapshot-<R, 20 digits>.bsnap`` beside the segments)::
 Reading never runs code: the header and the body are read with msgspec decoders
 typed by fixed Structs, after the size, the checksum, the lengths and the format
 version were checked (stateformat.py says what else is checked, and what is
-trusted).  A file larger than ``MAX_SIZE`` is refused before it is read.  A file
-is written to a temporary file, fsynced and renamed, so a crash never leaves
-half a snapshot under the name.
+trusted).  A file larger than ``MAX_SIZE`` is refused before it is read (or
+hashed).  Every entry block of a full-resync image is walked entry by entry
+(``decode``'s default: a peer's bytes); a snapshot file a region loads at start
+is its own, checksummed, and :func:`read` skips that walk, which costs about a
+second per million entries.  A file is written to a temporary file, fsynced and
+renamed, so a crash never leaves half a snapshot under the name.
 
 Format versions: 2 is this one.  Version 1 (magic ``BRAIDSNAP1``) was a pickle
 of the core's objects; it is never read by a region: loading one fails with a
