@@ -103,6 +103,29 @@ def cmd_check_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert_snapshot(args: argparse.Namespace) -> int:
+    """Exit 0: every file converted (or already current); 1: at least one could not be."""
+    from .persistence.legacy import convert
+    from .persistence.snapshot import SnapshotError, list_snapshots
+
+    paths = []
+    for path in args.paths:  # a directory: every snapshot in it
+        paths += [p for _r, p in reversed(list_snapshots(path))] if os.path.isdir(path) else [path]
+    failed = 0
+    for path in paths:
+        try:
+            done = convert(path)
+        except (OSError, SnapshotError) as e:
+            print(f"braid convert-snapshot: {path}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            failed += 1
+            continue
+        if done is None:
+            print(f"{path}: already in the current format")
+        else:
+            print(f"{path}: converted (the old file is kept as {done[1]})")
+    return 1 if failed else 0
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from pipeline.examples import rides  # Spark is an optional dependency: only this command needs it
 
@@ -148,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", help="the log directory")
     p.add_argument("--fix", action="store_true", help="cut a torn tail record")
     p.set_defaults(fn=cmd_check_log)
+
+    p = sub.add_parser("convert-snapshot",
+                       help="rewrite snapshots of the old pickle format in the current format (your own files only)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="snapshot files (appendonlydir/snapshot-*.bsnap) or directories holding them; "
+                        "each old file is kept as PATH.pickle-backup")
+    p.set_defaults(fn=cmd_convert_snapshot)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
     p.add_argument("example", choices=["rides"], help="rides: seed 000's unified log (pipeline/examples/rides.py)")

@@ -436,22 +436,27 @@ def test_a_damaged_snapshot_stops_the_region_when_the_log_cannot_replace_it(tmp_
     assert res.returncode == 1 and "no valid snapshot" in res.stderr
 
 
-def test_a_snapshot_never_unpickles_foreign_code(tmp_path):
+def test_a_snapshot_body_is_never_unpickled(tmp_path):
+    """A pickle where the schema body belongs is unreadable (tests/test_snapshot_format.py has the exploit)."""
     import pickle
 
     from node.persistence import snapshot
 
     good = snapshot.encode({}, None, 1, 0, False, 1)
-    evil = bytearray(good)
-    body = pickle.dumps({"keys": os.system, "causal": None}, protocol=5)
     header_len = int.from_bytes(good[10:14], "little")
-    forged = bytes(good[:14 + header_len]) + body
+    body = pickle.dumps({"keys": os.system, "causal": None}, protocol=5)
+    import msgspec
+
+    header = msgspec.msgpack.decode(good[14:14 + header_len])
+    header["body_len"] = len(body)
+    h = msgspec.msgpack.encode(header)
+    forged = snapshot.MAGIC + len(h).to_bytes(4, "little") + h + body
     from xxhash import xxh3_64_intdigest
 
     forged += xxh3_64_intdigest(forged).to_bytes(8, "little")
-    with pytest.raises(snapshot.SnapshotError, match="may not contain"):
+    with pytest.raises(snapshot.SnapshotError, match="unreadable"):
         snapshot.decode(forged)
-    assert snapshot.decode(bytes(evil)).record == 1
+    assert snapshot.decode(good).record == 1
 
 
 def test_config_get_and_set_of_the_persistence_settings(tmp_path):

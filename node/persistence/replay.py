@@ -79,6 +79,10 @@ def _load_snapshot(server: "Server", directory: str, result) -> int:
             break  # the log no longer holds what follows this one, nor older ones
         try:
             s = snap.read(path)
+        except snap.LegacySnapshot:
+            raise LoadError(f"snapshot {path} is in the old pickle format (format version 1), which this "
+                            f"version does not load; convert it with `braid convert-snapshot {path}`, "
+                            "then start the region again") from None
         except (OSError, snap.SnapshotError) as e:
             log.error("skipping snapshot %s: %s", path, e)
             continue

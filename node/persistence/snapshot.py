@@ -6,34 +6,42 @@ A snapshot is the state after record R of the append-only file, so a restart
 is "load the newest valid snapshot, replay the records after R" and the
 segments holding only records <= R can be deleted (compaction).  It is taken
 between two commands on the event loop, so it is a consistent point in time;
-serialising is quick (entry blocks are stored as packed bytes: about 60 ms and
-6 MB for a million small entries) and only writing and fsyncing the file
-happen in a worker thread (BGSAVE), so clients barely notice.
+serialising is quick (entry blocks are stored as the packed bytes they are in
+memory) and only writing and fsyncing the file happen in a worker thread
+(BGSAVE), so clients barely notice.  A full-resync image sent to a peer is the
+same format (record 0).
 
 File layout (``snapshot-<R, 20 digits>.bsnap`` beside the segments)::
 
-    +------------+-------------+------------------+-----------------+------------+
-    | magic      | header len  | header           | body            | checksum   |
-    | 10 bytes   | u32 LE      | msgpack map      | pickle, proto 5 | u64 LE     |
-    +------------+-------------+------------------+-----------------+------------+
-    header: record R, created_ms, active_active, region, body_len
-    body:   {"keys": the Keyspace (entry blocks as stored, groups, PELs,
-             consumers, IDMP maps, multi-region contexts), "causal": the causal
-             log (version vector, operations, pending) or None}
+    +------------+-------------+------------------+------------------+------------+
+    | magic      | header len  | header           | body             | checksum   |
+    | BRAIDSTATE | u32 LE      | msgpack map      | msgpack, schema  | u64 LE     |
+    +------------+-------------+------------------+------------------+------------+
+    header: format (the body's schema version, FORMAT_VERSION), record R,
+            created_ms, active_active, region, body_len
+    body:   the keyspace and the causal log, in the schema of
+            node/persistence/stateformat.py
     checksum: xxh3_64 of everything before it
 
-The body is a pickle of the pure core's objects (crdt/): it follows the data
-structures exactly, with no second schema to keep in step.  It is read with an
-unpickler that only builds Braid's own core types and plain containers, so a
-damaged or foreign file cannot run code; it is written to a temporary file,
-fsynced and renamed, so a crash never leaves half a snapshot under the name.
+Reading never runs code: the header and the body are read with msgspec decoders
+typed by fixed Structs, after the size, the checksum, the lengths and the format
+version were checked (stateformat.py says what else is checked, and what is
+trusted).  A file larger than ``MAX_SIZE`` is refused before it is read (or
+hashed).  Every entry block of a full-resync image is walked entry by entry
+(``decode``'s default: a peer's bytes); a snapshot file a region loads at start
+is its own, checksummed, and :func:`read` skips that walk, which costs about a
+second per million entries.  A file is written to a temporary file, fsynced and
+renamed, so a crash never leaves half a snapshot under the name.
+
+Format versions: 2 is this one.  Version 1 (magic ``BRAIDSNAP1``) was a pickle
+of the core's objects; it is never read by a region: loading one fails with a
+:class:`LegacySnapshot` error naming ``braid convert-snapshot``, which converts
+an operator's own files (node/persistence/legacy.py).
 """
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 import re
 import struct
 from dataclasses import dataclass
@@ -41,15 +49,28 @@ from dataclasses import dataclass
 import msgspec
 from xxhash import xxh3_64_intdigest
 
-MAGIC = b"BRAIDSNAP1"
+from . import stateformat
+
+MAGIC = b"BRAIDSTATE"
+LEGACY_MAGIC = b"BRAIDSNAP1"  # format 1: a pickle (see node/persistence/legacy.py)
+FORMAT_VERSION = 2
 SUFFIX = ".bsnap"
+# The largest snapshot or image read: far above any state a region holds in memory, low enough
+# that a forged length cannot make a region allocate without bound.
+MAX_SIZE = 16 << 30
+_MAX_HEADER = 4096
 _NAME = re.compile(r"^snapshot-(\d{20})\.bsnap$")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_OVERHEAD = len(MAGIC) + _U32.size + _U64.size
 
 
 class SnapshotError(ValueError):
     pass
+
+
+class LegacySnapshot(SnapshotError):
+    """A snapshot in the old pickle format: converted by ``braid convert-snapshot``, never loaded."""
 
 
 @dataclass
@@ -62,47 +83,74 @@ class Snapshot:
     causal: object
 
 
+class Header(msgspec.Struct):
+    format: int
+    record: int
+    created_ms: int
+    active_active: bool
+    region: int
+    body_len: int
+
+
+class _Version(msgspec.Struct):
+    format: int
+
+
+_header_decoder = msgspec.msgpack.Decoder(Header)
+_version_decoder = msgspec.msgpack.Decoder(_Version)
+
+
 def encode(keys, causal, record: int, created_ms: int, active_active: bool, region: int) -> bytes:
-    body = pickle.dumps({"keys": keys, "causal": causal}, protocol=5)
-    header = msgspec.msgpack.encode({"record": record, "created_ms": created_ms, "active_active": active_active,
-                                     "region": region, "body_len": len(body)})
+    body = stateformat.encode(keys, causal)
+    header = msgspec.msgpack.encode(Header(FORMAT_VERSION, record, created_ms, active_active, region, len(body)))
     out = b"".join((MAGIC, _U32.pack(len(header)), header, body))
     return out + _U64.pack(xxh3_64_intdigest(out))
 
 
-def decode(data: bytes) -> Snapshot:
-    if len(data) < len(MAGIC) + _U32.size + _U64.size or not data.startswith(MAGIC):
+def decode(data: bytes, max_size: int | None = None, verify_blocks: bool = True) -> Snapshot:
+    """Read a snapshot or an image; SnapshotError (LegacySnapshot for the pickle format) if it is not one.
+
+    ``verify_blocks``: walk every entry block (stateformat.py); a file this region wrote
+    and checksummed may skip it, an image from a peer does not.
+    """
+    limit = MAX_SIZE if max_size is None else max_size
+    if data[:len(LEGACY_MAGIC)] == LEGACY_MAGIC:
+        raise LegacySnapshot("a snapshot in the old pickle format (format version 1), which this version "
+                             "does not load; `braid convert-snapshot PATH` converts it")
+    if len(data) < _OVERHEAD or data[:len(MAGIC)] != MAGIC:
         raise SnapshotError("not a Braid snapshot")
+    if len(data) > limit:
+        raise SnapshotError(f"{len(data)} bytes, larger than the largest snapshot read ({limit} bytes)")
+    view = memoryview(data)
     (checksum,) = _U64.unpack_from(data, len(data) - _U64.size)
-    if xxh3_64_intdigest(memoryview(data)[:-_U64.size]) != checksum:
+    if xxh3_64_intdigest(view[:-_U64.size]) != checksum:
         raise SnapshotError("checksum mismatch")
     at = len(MAGIC)
     (header_len,) = _U32.unpack_from(data, at)
     at += _U32.size
+    if header_len > min(_MAX_HEADER, len(data) - _OVERHEAD):
+        raise SnapshotError(f"a header of {header_len} bytes does not fit")
+    header_bytes = view[at:at + header_len]
     try:
-        header = msgspec.msgpack.decode(data[at:at + header_len])
-        body = _Unpickler(io.BytesIO(data[at + header_len:len(data) - _U64.size])).load()
-    except (msgspec.DecodeError, pickle.UnpicklingError, EOFError, AttributeError, TypeError) as e:
+        version = _version_decoder.decode(header_bytes).format
+    except msgspec.DecodeError as e:
+        raise SnapshotError(f"unreadable header: {e}") from None
+    if version != FORMAT_VERSION:
+        raise SnapshotError(f"format version {version}; this version of Braid reads format {FORMAT_VERSION}")
+    try:
+        header = _header_decoder.decode(header_bytes)
+    except msgspec.DecodeError as e:
+        raise SnapshotError(f"unreadable header: {e}") from None
+    body = view[at + header_len:len(data) - _U64.size]
+    if header.body_len != len(body):
+        raise SnapshotError(f"the header says {header.body_len} bytes of body, the file holds {len(body)}")
+    try:
+        keys, causal = stateformat.decode(body, verify_blocks)
+    except stateformat.StateFormatError as e:
         raise SnapshotError(f"unreadable: {e}") from None
-    return Snapshot(header["record"], header["created_ms"], header["active_active"], header["region"],
-                    body["keys"], body["causal"])
-
-
-_ALLOWED = {
-    ("copyreg", "__newobj__"), ("copyreg", "_reconstructor"), ("builtins", "object"),
-    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"), ("builtins", "getattr"),
-    ("collections", "OrderedDict"), ("collections", "deque"),
-    ("sortedcontainers.sorteddict", "SortedDict"), ("sortedcontainers.sortedlist", "SortedList"),
-}
-
-
-class _Unpickler(pickle.Unpickler):
-    """Builds only Braid's core types (crdt.*) and plain containers."""
-
-    def find_class(self, module: str, name: str):
-        if module.startswith("crdt.") or (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"a snapshot may not contain {module}.{name}")
+    if header.active_active != (causal is not None):
+        raise SnapshotError("the header and the body disagree on the kind of region")
+    return Snapshot(header.record, header.created_ms, header.active_active, header.region, keys, causal)
 
 
 # ------------------------------------------------------------------ files
@@ -138,9 +186,16 @@ def write(directory: str, data: bytes, record: int) -> str:
     return path
 
 
-def read(path: str) -> Snapshot:
+def read(path: str, max_size: int | None = None) -> Snapshot:
+    """Read a snapshot file this region wrote (checksummed: its blocks are not walked again)."""
+    limit = MAX_SIZE if max_size is None else max_size
     with open(path, "rb") as f:
-        return decode(f.read())
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:  # refused before it is read
+            if f.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
+                decode(LEGACY_MAGIC)  # raises LegacySnapshot
+            raise SnapshotError(f"{size} bytes, larger than the largest snapshot read ({limit} bytes)")
+        return decode(f.read(), limit, verify_blocks=False)
 
 
 def drop_older(directory: str, record: int) -> list[str]:
