@@ -452,7 +452,7 @@ class _Servicer(pb_grpc.ReplicationServicer):
             running.cancel()
             if hub._served.get(link.peer) is link.outbox:
                 del hub._served[link.peer]
-        error = running.exception() if running.done() and not running.cancelled() else None
+            error = running.exception() if running.done() and not running.cancelled() else None
         if isinstance(error, ProtocolError):  # tell the peer why (it logs it)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
@@ -588,7 +588,10 @@ class ReplicationHub:
             raise
         finally:
             for task in tasks:
-                task.cancel()
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: raised above, or moot once the link is over
+                else:
+                    task.cancel()
             if self.links.get(link.peer) is link:
                 del self.links[link.peer]
             link.outbox.close()
