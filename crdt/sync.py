@@ -38,11 +38,41 @@ with :meth:`LinkState.image_sent`.  If trimming overtakes a running link
 and resync at its next handshake.  The receiving end reports an installed
 image with :meth:`LinkState.image_installed`, and a log replaced under a
 running link with :meth:`LinkState.log_replaced`.
+
+Both ends know at the handshake whether an image comes: each announces the
+``floor`` of its backlog (the highest dropped ``n`` per origin), and
+:meth:`LinkState.peer_sends_image` is the sender's own rule seen from the
+receiving end.  An :class:`ImageAssembler` built with that answer refuses an
+image nobody announced, a second one, one larger than its stated total or than
+the receiver's cap, and pieces out of order or larger than a frame
+(:class:`ProtocolError`: the link ends and nothing of it is installed).
+
+Frames are bounded by bytes.  :func:`plan_frames` groups the envelopes to send
+into batches of at most a byte budget; an envelope larger than the budget goes
+alone, in parts, which a :class:`PartsAssembler` joins on the receiving end under
+strict rules (one operation at a time, the same dot in every part, offsets that
+follow each other, a total below the receiver's cap and parts that add up to it
+exactly) before anything of it is handed to the causal log.
+
+Progress.  :meth:`LinkState.on_ack` says whether an ack raised ``acked``, and
+:meth:`LinkState.unacknowledged` whether the peer was sent envelopes it has not
+acknowledged; a transport closes a link that stays unacknowledged without
+progress for too long (a peer that reads but never acknowledges, or never reads).
 """
 
 from __future__ import annotations
 
 from .causal import CausalLog, Envelope, VersionVector, merge
+
+
+# Upper bounds of what an envelope's header takes on the wire besides its operation bytes
+# (protobuf tags, lengths and varints of origin and n), and per dependency (one map entry).
+ENVELOPE_OVERHEAD = 40
+DEP_OVERHEAD = 24
+
+
+class ProtocolError(ConnectionError):
+    """A peer broke the link protocol: the link ends and nothing of the offending frames is applied."""
 
 
 class NeedsResync(ConnectionResetError):
@@ -69,9 +99,21 @@ class LinkState:
         self.unacked_from = causal.base  # no envelope before this position is unacknowledged
 
     # ------------------------------------------------------------ sending
-    def starts_with_image(self) -> bool:
-        """At the handshake: does the peer lack envelopes the backlog dropped (full resync)?"""
-        return self.causal.lacks_dropped(self.acked)
+    def starts_with_image(self, floor: VersionVector | None = None) -> bool:
+        """At the handshake: does the peer lack envelopes the backlog dropped (full resync)?
+
+        ``floor``: the backlog's floor this end announced at the handshake (the peer
+        expects an image by that one, see :meth:`peer_sends_image`); by default the
+        log's current floor."""
+        if floor is None:
+            return self.causal.lacks_dropped(self.acked)
+        return self.peer_sends_image(self.acked, floor)
+
+    @staticmethod
+    def peer_sends_image(vv: VersionVector, peer_floor: VersionVector) -> bool:
+        """The receiving end's view of :meth:`starts_with_image`: with ``vv`` announced at the
+        handshake, will a peer whose backlog's floor is ``peer_floor`` send an image first?"""
+        return any(vv.get(o, 0) < n for o, n in peer_floor.items())
 
     def outgoing(self, sendable_upto: int) -> list[Envelope]:
         """The envelopes to send now, in log order; they count as sent from here on."""
@@ -102,22 +144,31 @@ class LinkState:
                 acked[e.origin] = e.n   # nor count it as the peer's lag
         return envelopes
 
-    def on_ack(self, vv: VersionVector) -> None:
-        """The peer applied everything up to ``vv``."""
-        acked = self.acked
+    def on_ack(self, vv: VersionVector) -> bool:
+        """The peer applied everything up to ``vv``; returns whether that raised ``acked``."""
+        acked, raised = self.acked, False
         for o, n in vv.items():
             if n > acked.get(o, 0):
                 acked[o] = n
+                raised = True
+        return raised
 
     def image_installed(self, vv: VersionVector) -> None:
-        """This end installed the peer's image: the peer has everything it holds."""
+        """This end installed the peer's image, which held ``vv``: the peer has all of it
+        (``vv`` is the image's own, not this region's after its operations went on top)."""
         self.sent = merge(self.sent, vv)
+        self.on_ack(vv)
 
     def log_replaced(self) -> None:
         """This region's causal log was replaced (a full resync): look at it from its start."""
         self.position = self.unacked_from = self.causal.base
 
     # ------------------------------------------------------------ status
+    def unacknowledged(self) -> bool:
+        """Was the peer sent envelopes (or an image) it has not acknowledged yet?"""
+        acked = self.acked
+        return any(n > acked.get(o, 0) for o, n in self.sent.items())
+
     def lag(self, arrivals: list[float], now: float) -> tuple[int, float]:
         """(envelopes the peer has not acknowledged, age in ms of the oldest of them);
         ``arrivals[i]`` is when the log's i-th held envelope arrived (seconds)."""
@@ -129,3 +180,142 @@ class LinkState:
         self.unacked_from = base + i
         behind = sum(1 for e in log_[i:] if e.n > acked.get(e.origin, 0))
         return behind, (now - arrivals[i]) * 1000 if behind else 0.0
+
+
+# ---------------------------------------------------------------- frames bounded by bytes
+def wire_size(env: Envelope) -> int:
+    """An upper bound of the bytes ``env`` takes in a frame."""
+    return len(env.op) + ENVELOPE_OVERHEAD + DEP_OVERHEAD * len(env.deps)
+
+
+def plan_frames(envelopes: list[Envelope], budget: int) -> list[tuple[bool, list[Envelope]]]:
+    """Group ``envelopes`` (kept in order) into frames of at most ``budget`` bytes each:
+    ``(False, batch)``, or ``(True, [env])`` for an envelope too large for any frame, sent in parts."""
+    frames: list[tuple[bool, list[Envelope]]] = []
+    batch: list[Envelope] = []
+    size = 0
+    for env in envelopes:
+        n = wire_size(env)
+        if n > budget:
+            if batch:
+                frames.append((False, batch))
+                batch, size = [], 0
+            frames.append((True, [env]))
+            continue
+        if size + n > budget:
+            frames.append((False, batch))
+            batch, size = [], 0
+        batch.append(env)
+        size += n
+    if batch:
+        frames.append((False, batch))
+    return frames
+
+
+def part_size(env: Envelope, budget: int) -> int:
+    """Operation bytes in each part of ``env`` so that every part fits ``budget``."""
+    return budget - ENVELOPE_OVERHEAD - DEP_OVERHEAD * len(env.deps)
+
+
+class PartsAssembler:
+    """Joins the parts of one operation too large for a frame, refusing any that break the rules.
+
+    ``cap``: the largest operation this region accepts (it could not have made a larger
+    one itself); ``part_cap``: the largest part (a frame).  :meth:`add` returns the whole
+    envelope with the last part, None before; :class:`ProtocolError` on any violation."""
+
+    __slots__ = ("cap", "part_cap", "dot", "deps", "total", "chunks", "received")
+
+    def __init__(self, cap: int, part_cap: int) -> None:
+        self.cap, self.part_cap = cap, part_cap
+        self._reset()
+
+    def _reset(self) -> None:
+        self.dot: tuple[int, int] | None = None
+        self.deps: tuple[tuple[int, int], ...] = ()
+        self.total = 0
+        self.chunks: list[bytes] = []
+        self.received = 0  # bytes of the operation so far
+
+    @property
+    def open(self) -> bool:
+        """Has an operation started arriving and not ended?"""
+        return self.dot is not None
+
+    def add(self, origin: int, n: int, deps: VersionVector, total: int, offset: int, data: bytes,
+            last: bool) -> Envelope | None:
+        if self.dot is None:
+            if offset != 0:
+                raise ProtocolError(f"operation ({origin}, {n}) starts at offset {offset}, not 0")
+            if not 0 < total <= self.cap:
+                raise ProtocolError(f"operation ({origin}, {n}) of {total} bytes: this region "
+                                    f"accepts 1 to {self.cap}")
+            self.dot, self.deps, self.total = (origin, n), tuple(sorted(deps.items())), total
+        else:
+            if (origin, n) != self.dot:
+                raise ProtocolError(f"a part of operation ({origin}, {n}) inside operation {self.dot}")
+            if total != self.total:
+                raise ProtocolError(f"operation {self.dot} changed its length from {self.total} to {total}")
+            if offset != self.received:
+                raise ProtocolError(f"operation {self.dot}: a part at offset {offset}, expected {self.received}")
+            if deps:
+                raise ProtocolError(f"operation {self.dot}: dependencies after its first part")
+        if not data or len(data) > self.part_cap:
+            raise ProtocolError(f"operation {self.dot}: a part of {len(data)} bytes (1 to {self.part_cap})")
+        end = self.received + len(data)
+        if end > self.total or last != (end == self.total):
+            raise ProtocolError(f"operation {self.dot}: parts add up to {end} of {self.total} bytes "
+                                f"({'last' if last else 'not last'})")
+        self.chunks.append(data)
+        self.received = end
+        if not last:
+            return None
+        (origin, n), deps_, chunks = self.dot, self.deps, self.chunks
+        self._reset()
+        return Envelope(origin, n, deps_, b"".join(chunks))
+
+
+class ImageAssembler:
+    """Receives the one full-resync image a link may bring, if the handshake announced it.
+
+    ``announced``: :meth:`LinkState.peer_sends_image` at the handshake; ``cap``: the largest
+    image this region accepts; ``part_cap``: the largest piece (a frame).  :meth:`add` returns
+    the whole image with its last piece, None before; :class:`ProtocolError` on any violation,
+    before anything is kept of an image that was not announced or is too large."""
+
+    __slots__ = ("expected", "cap", "part_cap", "total", "chunks", "received")
+
+    def __init__(self, announced: bool, cap: int, part_cap: int) -> None:
+        self.expected, self.cap, self.part_cap = announced, cap, part_cap
+        self.total: int | None = None
+        self.chunks: list[bytes] = []
+        self.received = 0
+
+    @property
+    def pending(self) -> bool:
+        """Is an announced image still to come (nothing else may come before it)?"""
+        return self.expected
+
+    def add(self, total: int, offset: int, data: bytes, last: bool) -> bytes | None:
+        if not self.expected:
+            raise ProtocolError("a full-resync image the handshake did not announce")
+        if self.total is None:
+            if not 0 < total <= self.cap:
+                raise ProtocolError(f"a full-resync image of {total} bytes: this region accepts 1 to {self.cap}")
+            self.total = total
+        elif total != self.total:
+            raise ProtocolError(f"the full-resync image changed its length from {self.total} to {total}")
+        if offset != self.received:
+            raise ProtocolError(f"a full-resync piece at offset {offset}, expected {self.received}")
+        if not data or len(data) > self.part_cap:
+            raise ProtocolError(f"a full-resync piece of {len(data)} bytes (1 to {self.part_cap})")
+        end = self.received + len(data)
+        if end > self.total or last != (end == self.total):
+            raise ProtocolError(f"full-resync pieces add up to {end} of {self.total} bytes "
+                                f"({'last' if last else 'not last'})")
+        self.chunks.append(data)
+        self.received = end
+        if not last:
+            return None
+        image, self.chunks, self.expected = b"".join(self.chunks), [], False
+        return image

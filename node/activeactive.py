@@ -40,7 +40,8 @@ class ActiveActive:
         self.mode = cluster.id_mode
         self.causal = CausalLog(me.number)
         c = cluster
-        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply)
+        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply,
+                                  server.config)
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it is durable (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
@@ -297,6 +298,8 @@ class ActiveActive:
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
             f"crdt_full_resyncs_sent:{st['resyncs_sent']}",
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
+            f"crdt_link_protocol_errors:{self.hub.protocol_errors}",
+            f"crdt_link_stalls:{self.hub.stalls}",
             f"crdt_delete_contexts:{len(self.server.db.keys.key_contexts) + len(self.server.db.keys.group_contexts)}",
         ]
         for link in st["links"]:

@@ -65,6 +65,17 @@ SETTINGS: tuple[Setting, ...] = (
     # back needing more gets a full resync
     Setting("crdt-repl-backlog-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
     Setting("crdt-repl-backlog-ttl", "int", 3600, 0, (1 << 31) - 1),
+    # Active-Active replication links (node/transport/replication.py): operation bytes per
+    # frame (a larger operation travels in parts of this size); the largest gRPC message a
+    # region sends or accepts; HTTP/2 keepalive pings, so a peer that went dark is noticed in
+    # seconds; a link with unacknowledged operations and no progress for the stall timeout is
+    # closed and dialed again (0: never); the largest full-resync image a region accepts
+    Setting("crdt-repl-frame-bytes", "memory", 1024 * 1024, 64 * 1024, 256 * 1024 * 1024),
+    Setting("crdt-repl-max-message", "memory", 8 * 1024 * 1024, 1024 * 1024, (1 << 31) - 1, mutable=False),
+    Setting("crdt-repl-keepalive-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False),
+    Setting("crdt-repl-keepalive-timeout-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False),
+    Setting("crdt-repl-stall-timeout-ms", "int", 30000, 0, (1 << 31) - 1),
+    Setting("crdt-repl-max-image-size", "memory", 8 * 1024**3, 1024 * 1024, (1 << 63) - 1),
     # DEBUG's fault injection (clock skew, slow fsync, a full disk) for the chaos suite
     Setting("enable-debug-command", "enum", "no", choices=("no", "yes", "local"), mutable=False),
 )

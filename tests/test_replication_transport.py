@@ -3,17 +3,25 @@
 Three hubs, each with its own causal log: operations issued at one region reach
 the others exactly once; with the 1–3 link absent, 1 and 3 still converge
 through 2 (relay); a peer with a wrong token or cluster id is refused and
-nothing it sent is applied.
+nothing it sent is applied.  Frames are planned by bytes and large operations
+travel in parts; a peer with the right token that breaks the protocol (parts out
+of order, an image nobody announced or larger than stated...) is cut and nothing
+of it is applied; acks never wait for room; the watchdog closes a link whose
+peer reads but never acknowledges; keepalive notices a peer that froze.
 """
 
 from __future__ import annotations
 
 import asyncio
+import zlib
 
+import grpc
 import pytest
 
 from crdt.causal import CausalLog
 from node.transport.replication import ReplicationHub
+from proto import replication_pb2 as pb
+from proto import replication_pb2_grpc as pb_grpc
 
 TOKEN = "s3cret"
 
@@ -153,3 +161,319 @@ def test_a_dialer_keeps_dialing_whatever_ended_its_link():
         await two.stop()
 
     run(scenario())
+
+
+# ------------------------------------------------------------------ frames bounded by bytes
+def test_frames_are_planned_by_bytes_and_a_large_operation_goes_in_parts():
+    from crdt.causal import Envelope
+    from crdt.sync import plan_frames, wire_size
+
+    small = [Envelope(1, n, ((2, 3),), b"x" * 300) for n in range(1, 11)]
+    big = Envelope(1, 11, (), b"y" * 5000)
+    frames = plan_frames([*small[:5], big, *small[5:]], 1000)
+    assert [(parts, [e.n for e in envs]) for parts, envs in frames] == [
+        (False, [1, 2]), (False, [3, 4]), (False, [5]), (True, [11]), (False, [6, 7]), (False, [8, 9]),
+        (False, [10])]
+    assert all(sum(wire_size(e) for e in envs) <= 1000 for parts, envs in frames if not parts)
+
+
+def _parts(op: bytes, step: int, origin=2, n=1, deps=None):
+    return [dict(origin=origin, n=n, deps=(deps or {}) if at == 0 else {}, total=len(op), offset=at,
+                 data=op[at:at + step], last=at + step >= len(op)) for at in range(0, len(op), step)]
+
+
+def test_parts_join_into_the_operation_only_when_every_rule_holds():
+    from crdt.sync import PartsAssembler, ProtocolError
+
+    op = bytes(range(256)) * 40
+    joiner = PartsAssembler(cap=1 << 20, part_cap=4096)
+    got = [joiner.add(**p) for p in _parts(op, 1000, deps={1: 4})]
+    assert got[:-1] == [None] * (len(got) - 1) and got[-1].op == op and got[-1].deps == ((1, 4),)
+    assert not joiner.open
+
+    def broken(parts):
+        joiner = PartsAssembler(cap=1 << 20, part_cap=4096)
+        with pytest.raises(ProtocolError):
+            for p in parts:
+                joiner.add(**p)
+
+    good = _parts(op, 1000)
+    broken([good[0], good[2]])                                   # a gap
+    broken([good[1]])                                            # not from the start
+    broken([good[0], {**good[1], "n": 2}])                       # another dot
+    broken([good[0], {**good[1], "total": len(op) + 1}])         # another total
+    broken([good[0], {**good[1], "deps": {1: 1}}])               # dependencies after the first part
+    broken([good[0], {**good[1], "last": True}])                 # last before the total
+    broken(good[:-1] + [{**good[-1], "last": False}])            # the total reached, not last
+    broken(_parts(op, 5000))                                     # a part larger than a frame
+    broken(_parts(b"z" * (2 << 20), 4096))                       # a total above the cap
+    broken([{**good[0], "data": b""}])                           # an empty part
+
+
+def test_an_image_is_taken_only_when_announced_and_as_announced():
+    from crdt.sync import ImageAssembler, LinkState, ProtocolError
+
+    assert LinkState.peer_sends_image({1: 3}, {1: 4}) and not LinkState.peer_sends_image({1: 4}, {1: 4})
+    with pytest.raises(ProtocolError, match="did not announce"):
+        ImageAssembler(False, 1 << 20, 100).add(5, 0, b"12345", True)
+    with pytest.raises(ProtocolError, match="accepts 1 to"):
+        ImageAssembler(True, 1000, 100).add(1001, 0, b"x" * 100, False)
+    with pytest.raises(ProtocolError):
+        ImageAssembler(True, 1000, 100).add(5, 0, b"x" * 101, False)  # a piece larger than a frame
+    image = ImageAssembler(True, 1000, 100)
+    assert image.add(150, 0, b"a" * 100, False) is None
+    with pytest.raises(ProtocolError, match="add up to"):
+        image.add(150, 100, b"b" * 60, True)  # more than announced
+    image = ImageAssembler(True, 1000, 100)
+    image.add(150, 0, b"a" * 100, False)
+    assert image.add(150, 100, b"b" * 50, True) == b"a" * 100 + b"b" * 50
+    with pytest.raises(ProtocolError, match="did not announce"):
+        image.add(5, 0, b"12345", True)  # one image per link
+
+
+# ------------------------------------------------------------------ acks never wait
+def test_an_ack_never_waits_for_room_and_the_latest_one_goes_first():
+    from node.transport.replication import Outbox
+    from proto import replication_pb2 as pb
+
+    async def scenario():
+        out = Outbox(capacity=2000)
+        data = [pb.Frame(batch=pb.Batch(envelopes=[pb.Envelope(origin=1, n=i, op=b"x" * 1000)]))
+                for i in range(1, 4)]
+        await out.put(data[0])
+        await out.put(data[1])
+        blocked = asyncio.ensure_future(out.put(data[2]))  # full: the sender waits
+        await asyncio.sleep(0)
+        assert not blocked.done()
+        for n in (1, 2, 3):  # the receiver acknowledges three times without waiting
+            out.put_ack(pb.Frame(ack=pb.Ack(vv={2: n})))
+        first = await out.get()
+        assert first.WhichOneof("body") == "ack" and dict(first.ack.vv) == {2: 3}  # only the latest
+        assert (await out.get()).batch.envelopes[0].n == 1  # then data...
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 4})))
+        assert dict((await out.get()).ack.vv) == {2: 4}      # ...and acks take turns with it
+        assert (await out.get()).batch.envelopes[0].n == 2
+        await blocked  # room was made
+        assert (await out.get()).batch.envelopes[0].n == 3
+        out.close()
+        assert await out.get() is None
+
+    run(scenario())
+
+
+def test_two_regions_catching_up_large_backlogs_from_each_other_at_once():
+    """Small frames and a small outbox: each side's writer waits on the other's reader, which
+    never waits on its own writer (the old ack put into the sender's queue could stop both)."""
+    async def scenario():
+        from node.config import Config
+
+        small = Config(crdt_repl_frame_bytes=64 * 1024)
+        hubs, got = {}, {}
+        for r in (1, 2):
+            got[r] = []
+            hubs[r] = ReplicationHub(r, "c1", "db", TOKEN, CausalLog(r), got[r].append, small)
+        port = await hubs[2].serve()
+        try:
+            for r in (1, 2):
+                for i in range(1500):
+                    hubs[r].issue(b"%d-%d-" % (r, i) + bytes(8000))  # ~12 MB each way
+            hubs[1].dial(2, f"127.0.0.1:{port}")
+            await until(lambda: len(got[1]) == 1500 and len(got[2]) == 1500, 60)
+            assert [e.n for e in got[1]] == [e.n for e in got[2]] == list(range(1, 1501))
+        finally:
+            for h in hubs.values():
+                await h.stop()
+
+    run(scenario())
+
+
+# ------------------------------------------------------------------ forged peers
+async def _forge(port: int, frames) -> tuple[grpc.StatusCode, str]:
+    """A raw peer speaking the protocol: send ``frames``, read until the region ends the call."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.ReplicationStub(channel).Sync(timeout=20)
+        for frame in frames:
+            await call.write(frame)
+        try:
+            async for _reply in call:
+                pass
+        except grpc.aio.AioRpcError as e:
+            return e.code(), e.details()
+        return grpc.StatusCode.OK, ""
+
+
+def _hello(vv=None, floor=None, region=2):
+    return pb.Frame(hello=pb.Hello(cluster_id="c1", database="db", region=region, token=TOKEN,
+                                   vv=vv or {}, floor=floor or {}))
+
+
+def _fragments(op: bytes, step: int, changes: dict[int, dict] | None = None):
+    """The parts of ``op`` as frames; ``changes``: fields to change in some parts, by index."""
+    changes = changes or {}
+    return [pb.Frame(fragment=pb.Fragment(**{**p, **changes.get(i, {})})) for i, p in enumerate(_parts(op, step))]
+
+
+OP = bytes(range(256)) * 64  # 16 KB
+
+
+@pytest.mark.parametrize("case", ["gap", "other dot", "too long", "batch inside", "above the cap",
+                                  "part above a frame", "deps later", "unannounced image",
+                                  "image larger than stated", "image above the cap", "batch before the image",
+                                  "unreadable compressed batch"])
+def test_a_peer_that_breaks_the_protocol_is_cut_and_nothing_of_it_is_applied(case):
+    batch = pb.Frame(batch=pb.Batch(envelopes=[pb.Envelope(origin=2, n=1, op=b"sneaked")]))
+    frames = {
+        "gap": [_hello(), *_fragments(OP, 4096)[:1], *_fragments(OP, 4096)[2:]],
+        "other dot": [_hello(), *_fragments(OP, 4096, {1: {"n": 7}})],
+        "too long": [_hello(), *_fragments(OP, 4096, {3: {"last": False}}),
+                     pb.Frame(fragment=pb.Fragment(origin=2, n=1, total=len(OP), offset=len(OP), data=b"!",
+                                                   last=True))],
+        "batch inside": [_hello(), *_fragments(OP, 4096)[:2], batch],
+        "above the cap": [_hello(), pb.Frame(fragment=pb.Fragment(origin=2, n=1, total=1 << 40, offset=0,
+                                                                  data=b"x" * 100))],
+        "part above a frame": [_hello(), *_fragments(b"p" * (5 << 20), 5 << 20)],  # the frame cap is 4 MB
+        "deps later": [_hello(), *_fragments(OP, 4096, {1: {"deps": {1: 1}}})],
+        "unannounced image": [_hello(), pb.Frame(resync=pb.Resync(data=b"\x80\x04x", total=3, last=True))],
+        "image larger than stated": [_hello(floor={2: 5}),
+                                     pb.Frame(resync=pb.Resync(data=b"x" * 10, total=10)),
+                                     pb.Frame(resync=pb.Resync(data=b"x" * 10, total=10, offset=10, last=True))],
+        "image above the cap": [_hello(floor={2: 5}), pb.Frame(resync=pb.Resync(data=b"x", total=9 << 30))],
+        "batch before the image": [_hello(floor={2: 5}), batch],
+        "unreadable compressed batch": [_hello(), pb.Frame(batch_zlib=zlib.compress(b"\0" * (20 << 20), 9))],
+    }[case]
+
+    async def scenario():
+        hub, applied = make_hub(1)
+        installed = []
+        hub.install_image = lambda image: installed.append(image) or True
+        port = await hub.serve()
+        try:
+            code, details = await _forge(port, frames)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+            assert hub.protocol_errors == 1
+            assert applied == [] and installed == [] and hub.causal.vv == {} and hub.causal.pending == {}
+            # the same peer speaking correctly is served (the checks are not just refusing everything)
+            assert await _forge(port, [_hello(), *_fragments(OP, 4096), pb.Frame(hello=pb.Hello())]) \
+                == (grpc.StatusCode.INVALID_ARGUMENT, "an unexpected hello frame")
+            assert [e.op for e in applied] == [OP] and hub.causal.vv == {2: 1}
+        finally:
+            await hub.stop()
+
+    run(scenario())
+
+
+def test_an_announced_image_is_installed():
+    async def scenario():
+        hub, _ = make_hub(1)
+        installed = []
+        hub.install_image = lambda image: installed.append(image) or True
+        port = await hub.serve()
+        try:
+            image = b"i" * 10_000
+            pieces = [pb.Frame(resync=pb.Resync(data=image[at:at + 4000], total=len(image), offset=at,
+                                                last=at + 4000 >= len(image))) for at in range(0, len(image), 4000)]
+            await _forge(port, [_hello(floor={2: 5}), *pieces, pb.Frame(hello=pb.Hello())])
+            assert installed == [image] and hub.protocol_errors == 1  # the stray Hello ended it, after
+        finally:
+            await hub.stop()
+
+    run(scenario())
+
+
+# ------------------------------------------------------------------ the watchdog and keepalive
+class _SilentPeer(pb_grpc.ReplicationServicer):
+    """Welcomes, reads every frame, acknowledges nothing."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.frames = 0
+
+    async def Sync(self, request_iterator, context):  # noqa: N802 (gRPC's name)
+        self.calls += 1
+        await request_iterator.__anext__()
+        yield pb.Frame(welcome=pb.Welcome(region=2))
+        async for _frame in request_iterator:
+            self.frames += 1
+
+
+def test_the_watchdog_closes_a_link_whose_peer_reads_but_never_acknowledges():
+    async def scenario():
+        from node.config import Config
+
+        peer = _SilentPeer()
+        server = grpc.aio.server()
+        pb_grpc.add_ReplicationServicer_to_server(peer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        applied: list = []
+        hub = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), applied.append,
+                             Config(crdt_repl_stall_timeout_ms=300))
+        try:
+            hub.issue(b"never acknowledged")
+            hub.dial(2, f"127.0.0.1:{port}")
+            await until(lambda: hub.stalls >= 2)  # closed, dialed again, closed again
+            assert peer.calls >= 2 and peer.frames >= 2
+            idle = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), applied.append,
+                                  Config(crdt_repl_stall_timeout_ms=300))
+            idle.dial(2, f"127.0.0.1:{port}")  # nothing to acknowledge: no stall
+            await until(lambda: 2 in idle.links)
+            calls = peer.calls
+            await until(lambda: hub.stalls >= 4)  # (the first hub's link keeps stalling meanwhile)
+            assert idle.stalls == 0 and 2 in idle.links and peer.calls > calls
+            await idle.stop()
+        finally:
+            await hub.stop()
+            await server.stop(None)
+
+    run(scenario())
+
+
+_PEER = """
+import asyncio, sys
+from crdt.causal import CausalLog
+from node.config import Config
+from node.transport.replication import ReplicationHub
+
+async def main():
+    hub = ReplicationHub(2, "c1", "db", "s3cret", CausalLog(2), lambda e: None,
+                         Config(crdt_repl_keepalive_ms=200, crdt_repl_keepalive_timeout_ms=300))
+    print(await hub.serve(), flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_keepalive_notices_a_peer_that_froze():
+    """A frozen peer (SIGSTOP: its kernel still holds the connection, nothing answers) is seen
+    down by keepalive, with no operation in flight; it comes back when it thaws."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from node.config import Config
+
+    with subprocess.Popen([sys.executable, "-c", _PEER], stdout=subprocess.PIPE, env=os.environ) as proc:
+        try:
+            port = int(proc.stdout.readline())
+
+            async def scenario():
+                hub = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), lambda e: None,
+                                     Config(crdt_repl_keepalive_ms=200, crdt_repl_keepalive_timeout_ms=300,
+                                            crdt_repl_stall_timeout_ms=0))
+                hub.dial(2, f"127.0.0.1:{port}")
+                try:
+                    await until(lambda: 2 in hub.links)
+                    os.kill(proc.pid, signal.SIGSTOP)
+                    await until(lambda: 2 not in hub.links)
+                    os.kill(proc.pid, signal.SIGCONT)
+                    hub.issue(b"after the thaw")
+                    await until(lambda: 2 in hub.links and hub.links[2].acked.get(1) == 1)
+                finally:
+                    await hub.stop()
+
+            run(scenario())
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()

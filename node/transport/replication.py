@@ -4,22 +4,57 @@ Theory of operation
 -------------------
 Each pair of regions keeps one bidirectional ``Sync`` stream (proto/replication.proto).
 The region with the lower number dials; the other serves.  The dialer sends
-``Hello`` (cluster id, database, region, token, version vector); the server checks
-every field and either answers ``Welcome`` or ends the call with
+``Hello`` (cluster id, database, region, token, version vector, its backlog's
+floor, the largest message it accepts); the server checks every field and
+either answers ``Welcome`` (the same facts of its own) or ends the call with
 PERMISSION_DENIED - a mismatched peer is refused and logged, and nothing it sent
 is applied.
 
 After the handshake both ends run the same :class:`Link` logic: a sender that
-ships, in batches, every envelope of the local causal log the peer has not
-acknowledged (relayed operations of third regions included, so a cut link heals
-through any region that talks to both), and a receiver that hands incoming
-envelopes to :class:`crdt.causal.CausalLog` (which applies each exactly once and
-in causal order) and acknowledges with its version vector.  What to send, what
-a batch or an ack means and when a full resync is needed are decided by the pure
-:class:`crdt.sync.LinkState` (the deterministic simulation, chaos/sim/, runs the
-same decisions over a seeded network); :class:`Link` only converts protobuf,
-queues frames and waits.  Dialers reconnect with exponential backoff and jitter.
-Messages are gzip-compressed.
+ships every envelope of the local causal log the peer has not acknowledged
+(relayed operations of third regions included, so a cut link heals through any
+region that talks to both), and a receiver that hands incoming envelopes to
+:class:`crdt.causal.CausalLog` (which applies each exactly once and in causal
+order) and acknowledges with its version vector.  What to send, what a batch or
+an ack means, when a full resync is needed, how frames are cut and joined again
+are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
+chaos/sim/, runs the same decisions over a seeded network); :class:`Link` only
+converts protobuf, queues frames and waits.  Dialers reconnect with exponential
+backoff and jitter.
+
+Frames are bounded by bytes, never by a count: a Batch holds envelopes up to a
+budget (``crdt-repl-frame-bytes``, 1 MB), and an operation larger than that
+travels alone as Fragment parts, joined on the receiving end and checked part by
+part (one operation at a time, the same dot, offsets in order, a total no larger
+than the largest operation a client could make here: ``client-query-buffer-limit``
+or ``proto-max-bulk-len``, plus 1 MB of encoding).  Both ends set gRPC's message
+limit to ``crdt-repl-max-message`` (8 MB) and tell each other theirs in the
+handshake; the budget toward a peer is at most half of either limit, so no frame
+is ever refused for its size and an entry as large as ``proto-max-bulk-len``
+replicates.  Compression: gRPC's gzip is off (it would compress every message,
+and a 64 MB random value costs seconds per hop at ~30 MB/s); a Batch of 1 KB or
+more is zlib-compressed at level 1 in a worker thread and sent as
+``batch_zlib`` when that is smaller, decompressed on arrival with a bound (the
+message limit), so small operations still travel compressed; fragments and
+full-resync pieces go as they are.
+
+Writing never blocks reading.  Each link has an :class:`Outbox`: the data frames
+in order, bounded by bytes (the sender waits for room: backpressure), and one
+slot for the latest Ack.  An ack only raises a value, so a newer one replaces an
+older one and putting it never waits; the writer sends it before the next data
+frame (alternating with data, so neither starves).  A receiver therefore never
+waits for its own sender's queue, and two regions catching up at once cannot
+stop each other.
+
+Dead and stuck peers.  HTTP/2 keepalive pings run on both ends
+(``crdt-repl-keepalive-ms``, answered within ``crdt-repl-keepalive-timeout-ms``,
+5 s each; servers accept pings at that rate), so a peer that powered off or
+froze is noticed in seconds and the dialer dials again.  A watchdog closes a
+link that has unacknowledged operations, or frames its peer does not read, and
+no progress for ``crdt-repl-stall-timeout-ms`` (30 s): progress is an ack that
+raises what the peer acknowledged, or that reports more bytes of a fragmented
+operation or image received (``Ack.received``), so a large transfer on a slow
+link is not cut.  Closed links are logged and counted (``crdt_link_stalls``).
 
 Only what is safely logged leaves: ``sendable`` (set by the region from its
 operation log) bounds how far into the causal log links may send, so a peer
@@ -27,12 +62,19 @@ never holds an operation the region could lose in a crash and then mint again
 under the same dot.
 
 Full resync: a region trims its backlog (``trim``), so a peer that was away long
-may lack operations no longer held.  The side that sees this at the handshake
-(:meth:`crdt.causal.CausalLog.lacks_dropped`) sends its whole replicated state
-first, as ``Resync`` chunks built by ``make_image``; the peer hands them to
-``install_image`` and the stream continues from the image's version vector.
-What each peer acknowledged is kept across reconnections (``peer_acked``), so
-trimming knows what every peer holds.
+may lack operations no longer held.  Hello and Welcome carry each side's backlog
+floor, so both ends know at the handshake whether an image comes
+(:meth:`crdt.sync.LinkState.peer_sends_image`).  The side whose floor is above the
+other's version vector sends its whole replicated state first, as ``Resync``
+pieces of an image built by ``make_image`` (each stating the image's total length
+and its offset); the peer hands the joined image to ``install_image`` and the
+stream continues from the image's version vector.  An image nobody announced, a
+second one, one larger than its stated total or ``crdt-repl-max-image-size``
+(8 GB), pieces out of order or larger than a frame, a Batch arriving before the
+announced image, or a fragment stream that breaks its rules: each ends the link
+with a logged error (counted as ``crdt_link_protocol_errors``), before anything
+of it is decoded, applied or installed.  What each peer acknowledged is kept
+across reconnections (``peer_acked``), so trimming knows what every peer holds.
 
 Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
 the link to one peer (a partition, for maintenance and tests).  A cut link is
@@ -51,19 +93,80 @@ import hmac
 import logging
 import random
 import time
+import zlib
+from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import grpc
 
 from crdt.causal import CausalLog, Envelope
-from crdt.sync import LinkState
+from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, part_size, plan_frames
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
 log = logging.getLogger("braid.replication")
 
-BATCH = 256  # envelopes per Batch frame
-RESYNC_CHUNK = 1 << 20  # bytes of a full-resync image per frame (gRPC's default limit is 4 MB)
+BATCH = 256  # envelopes per frame in the deterministic simulation (chaos/sim/); gRPC links count bytes
+GRPC_DEFAULT_MESSAGE = 4 * 1024 * 1024  # what a peer that does not state its limit accepts
+MIN_BUDGET = 16 * 1024  # a frame budget below this is raised to it (parts must carry data)
+OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queued
+COMPRESS_FROM = 1024    # Batches smaller than this are not worth compressing
+FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper bound)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLimits:
+    """The settings a link runs with (node/config.py's ``crdt-repl-*`` rows)."""
+
+    frame_bytes: int = 1024 * 1024                  # operation bytes per frame
+    max_message: int = 8 * 1024 * 1024              # gRPC's message limit, both ways
+    max_op: int = 1024**3 + 1024 * 1024             # the largest operation accepted from a peer
+    max_image: int = 8 * 1024**3                    # the largest full-resync image accepted
+    keepalive_ms: int = 5000
+    keepalive_timeout_ms: int = 5000
+    stall_timeout_ms: int = 30000                   # 0: no watchdog
+
+    @classmethod
+    def from_config(cls, config) -> LinkLimits:
+        # a peer's operation is a command's arguments, re-encoded: as large as either limit allows
+        argv = max(int(config["client-query-buffer-limit"]), int(config["proto-max-bulk-len"]))
+        return cls(int(config["crdt-repl-frame-bytes"]), int(config["crdt-repl-max-message"]),
+                   argv + 1024 * 1024, int(config["crdt-repl-max-image-size"]),
+                   int(config["crdt-repl-keepalive-ms"]), int(config["crdt-repl-keepalive-timeout-ms"]),
+                   int(config["crdt-repl-stall-timeout-ms"]))
+
+    @property
+    def frame_cap(self) -> int:
+        """The largest frame body (a batch's envelopes, a part, a piece) a peer may send here."""
+        return self.max_message // 2
+
+    def budget(self, peer_max_message: int) -> int:
+        """Bytes per frame toward a peer: this region's budget, at most half of either limit."""
+        peer = peer_max_message or GRPC_DEFAULT_MESSAGE
+        return max(MIN_BUDGET, min(self.frame_bytes, self.frame_cap, peer // 2))
+
+    @property
+    def handshake_timeout(self) -> float:
+        return max(1.0, (self.keepalive_ms + self.keepalive_timeout_ms) / 1000)
+
+    def _common_options(self) -> list[tuple[str, int]]:
+        return [("grpc.max_send_message_length", self.max_message),
+                ("grpc.max_receive_message_length", self.max_message),
+                ("grpc.keepalive_time_ms", self.keepalive_ms),
+                ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+                ("grpc.http2.ping_timeout_ms", self.keepalive_timeout_ms),  # newer gRPC times pings by this one
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0)]  # an idle stream keeps pinging
+
+    def server_options(self) -> list[tuple[str, int]]:
+        # peers ping every keepalive_ms: never count that as abuse (no GOAWAY "too many pings")
+        return [*self._common_options(),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", max(1, self.keepalive_ms // 2)),
+                ("grpc.http2.max_ping_strikes", 0)]
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        return self._common_options()
 
 
 def to_proto(env: Envelope) -> pb.Envelope:
@@ -74,30 +177,103 @@ def from_proto(m: pb.Envelope) -> Envelope:
     return Envelope(m.origin, m.n, tuple(sorted(m.deps.items())), bytes(m.op))
 
 
-def _end_call(out: asyncio.Queue) -> None:
-    """Tell whoever drains ``out`` that the link is over (frames still queued are moot)."""
-    while out.full():
-        out.get_nowait()
-    out.put_nowait(None)
-
-
 def _no_resync(*_args):
     raise ConnectionError("this region cannot take part in a full resync")
 
 
+class LinkStalled(ConnectionError):
+    """The peer acknowledged nothing for too long while operations were in flight."""
+
+
+class Outbox:
+    """What a link writes: data frames in order, bounded by bytes (:meth:`put` waits for
+    room), and the latest Ack in a slot of its own (:meth:`put_ack` replaces it, never waits).
+
+    The writer (:meth:`get`) sends a waiting ack before the next data frame, but never two
+    acks in a row while data waits, so neither direction of the link starves the other."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity  # bytes of queued data frames before put() waits
+        self.frames: deque[tuple[pb.Frame, int]] = deque()
+        self.queued = 0
+        self.ack: pb.Frame | None = None
+        self.closed = False
+        self._ack_turn = True
+        self._readable = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def put(self, frame: pb.Frame) -> None:
+        """Queue a data frame, waiting while the queue holds ``capacity`` bytes or more."""
+        while self.queued >= self.capacity and not self.closed:
+            self._room.clear()
+            await self._room.wait()
+        if self.closed:
+            return  # the link is over: the sender is being stopped
+        size = frame.ByteSize()
+        self.frames.append((frame, size))
+        self.queued += size
+        self._readable.set()
+
+    def put_ack(self, frame: pb.Frame) -> None:
+        """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value)."""
+        self.ack = frame
+        self._readable.set()
+
+    def close(self) -> None:
+        """End the link: the writer gets None, a waiting sender returns."""
+        self.closed = True
+        self._readable.set()
+        self._room.set()
+
+    def backlogged(self) -> bool:
+        """Are data frames waiting for the peer to read?"""
+        return bool(self.frames)
+
+    async def get(self) -> pb.Frame | None:
+        """The next frame to write; None once the link is closed."""
+        while not self.closed:
+            if self.ack is not None and (self._ack_turn or not self.frames):
+                frame, self.ack = self.ack, None
+                self._ack_turn = False
+                return frame
+            if self.frames:
+                frame, size = self.frames.popleft()
+                self.queued -= size
+                self._room.set()
+                self._ack_turn = True
+                return frame
+            self._readable.clear()
+            await self._readable.wait()
+        return None
+
+
 class Link:
     """One established stream with a peer, whichever side dialed: a thin adapter that moves
-    frames for :class:`crdt.sync.LinkState`, which makes every decision."""
+    frames for :mod:`crdt.sync` (:class:`LinkState` and the assemblers), which decides."""
 
-    def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int]) -> None:
+    def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int], *,
+                 peer_floor: dict[int, int] | None = None, peer_max_message: int = 0,
+                 my_vv: dict[int, int] | None = None, my_floor: dict[int, int] | None = None) -> None:
+        """``peer_*``: what the peer's Hello or Welcome said; ``my_*``: what this end's said."""
         self.hub = hub
         self.peer = peer
+        limits = self.limits = hub.limits
         # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
         # its Hello says what it holds now (it may have lost some in a crash)
         self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}))
-        self.resync: list[bytes] = []  # chunks of a full-resync image being received
+        my_floor = dict(hub.causal.floor) if my_floor is None else my_floor
+        my_vv = dict(hub.causal.vv) if my_vv is None else my_vv
+        self.sends_image = self.state.starts_with_image(my_floor)  # decided by what the peer was told
+        self.image = ImageAssembler(LinkState.peer_sends_image(my_vv, peer_floor or {}),
+                                    limits.max_image, limits.frame_cap)
+        self.parts = PartsAssembler(limits.max_op, limits.frame_cap)
+        self.budget = limits.budget(peer_max_message)
+        self.outbox = Outbox(OUTBOX_FRAMES * self.budget)
         self.wakeup = asyncio.Event()
         self.wakeup.set()
+        self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
+        self.peer_received = 0               # the peer's last Ack.received
 
     # the state's registers, read by the hub, the region's status and tests
     @property
@@ -112,20 +288,44 @@ class Link:
     def position(self) -> int:
         return self.state.position
 
-    async def send_image(self, out: asyncio.Queue) -> None:
+    # ------------------------------------------------------------ sending
+    async def send_image(self) -> None:
         """Full resync: the peer lacks operations this region trimmed; send everything."""
         image, vv = self.hub.make_image()
         end = self.hub.causal.end  # the image holds the log up to here (made in this loop turn)
         log.warning("region %d lacks trimmed operations: full resync (%d bytes)", self.peer, len(image))
         self.hub.resyncs_sent += 1
-        for at in range(0, max(len(image), 1), RESYNC_CHUNK):
-            chunk = image[at:at + RESYNC_CHUNK]
-            await out.put(pb.Frame(resync=pb.Resync(data=chunk, last=at + RESYNC_CHUNK >= len(image))))
+        step, total = self.budget - FRAME_HEADER, len(image)
+        for at in range(0, total, step):
+            piece = image[at:at + step]
+            await self.outbox.put(pb.Frame(resync=pb.Resync(data=piece, last=at + step >= total,
+                                                            total=total, offset=at)))
         self.state.image_sent(vv, end)
 
-    async def send_loop(self, out: asyncio.Queue) -> None:
-        if self.state.starts_with_image() and not self.hub.is_cut(self.peer):
-            await self.send_image(out)
+    async def batch_frame(self, envelopes: list[Envelope]) -> pb.Frame:
+        """A Batch, zlib-compressed (off the event loop) when it is large enough and that helps."""
+        batch = pb.Batch(envelopes=[to_proto(e) for e in envelopes])
+        raw = batch.SerializeToString()
+        if len(raw) >= COMPRESS_FROM:
+            packed = await asyncio.to_thread(zlib.compress, raw, 1)
+            if len(packed) < len(raw):
+                return pb.Frame(batch_zlib=packed)
+        return pb.Frame(batch=batch)
+
+    async def send_parts(self, env: Envelope) -> None:
+        """An operation too large for a frame: its parts, one after another."""
+        op, step = env.op, part_size(env, self.budget)
+        total = len(op)
+        for at in range(0, total, step):
+            part = pb.Fragment(origin=env.origin, n=env.n, total=total, offset=at, data=op[at:at + step],
+                               last=at + step >= total)
+            if at == 0:
+                part.deps.update(env.deps)
+            await self.outbox.put(pb.Frame(fragment=part))
+
+    async def send_loop(self) -> None:
+        if self.sends_image and not self.hub.is_cut(self.peer):
+            await self.send_image()
         while True:
             await self.wakeup.wait()
             await asyncio.sleep(0)  # let operations issued in this loop turn join the batch
@@ -133,28 +333,87 @@ class Link:
             if self.hub.is_cut(self.peer):
                 continue
             missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
-            for i in range(0, len(missing), BATCH):
-                chunk = missing[i:i + BATCH]
-                await out.put(pb.Frame(batch=pb.Batch(envelopes=[to_proto(e) for e in chunk])))
+            for in_parts, envelopes in plan_frames(missing, self.budget):
+                if in_parts:
+                    await self.send_parts(envelopes[0])
+                else:
+                    await self.outbox.put(await self.batch_frame(envelopes))
 
-    async def on_frame(self, frame: pb.Frame, out: asyncio.Queue) -> None:
+    # ------------------------------------------------------------ receiving
+    def acknowledge(self, received: int = 0) -> None:
+        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)))
+
+    def deliver(self, envelopes: list[Envelope]) -> None:
+        for env in self.state.on_batch(envelopes):
+            self.hub.deliver(env)
+        self.acknowledge()
+
+    def unpack(self, packed: bytes) -> pb.Batch:
+        inflate = zlib.decompressobj()
+        try:
+            raw = inflate.decompress(packed, self.limits.max_message)
+            if inflate.unconsumed_tail or not inflate.eof:
+                raise ProtocolError("a compressed batch larger than the message limit, or cut short")
+            return pb.Batch.FromString(raw)
+        except (zlib.error, ValueError) as e:  # protobuf's DecodeError is a ValueError
+            raise ProtocolError(f"an unreadable compressed batch: {e}") from None
+
+    def on_frame(self, frame: pb.Frame) -> None:
+        """Take one frame from the peer; never waits (acks go to the outbox's slot)."""
         kind = frame.WhichOneof("body")
         if self.hub.is_cut(self.peer):
             return  # nothing crosses a cut link; it is being closed
+        if kind == "ack":
+            self.on_ack(frame.ack)
+            return
+        if self.parts.open and kind != "fragment":
+            raise ProtocolError(f"a {kind} frame among the parts of operation {self.parts.dot}")
+        if self.image.pending and kind != "resync":
+            raise ProtocolError(f"a {kind} frame before the announced full-resync image")
         if kind == "batch":
-            for env in self.state.on_batch([from_proto(m) for m in frame.batch.envelopes]):
-                self.hub.deliver(env)
-            await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
-        elif kind == "ack":
-            self.state.on_ack(dict(frame.ack.vv))
+            self.deliver([from_proto(m) for m in frame.batch.envelopes])
+        elif kind == "batch_zlib":
+            self.deliver([from_proto(m) for m in self.unpack(frame.batch_zlib).envelopes])
+        elif kind == "fragment":
+            f = frame.fragment
+            env = self.parts.add(f.origin, f.n, dict(f.deps), f.total, f.offset, f.data, f.last)
+            if env is None:
+                self.acknowledge(self.parts.received)
+            else:
+                self.deliver([env])
         elif kind == "resync":
-            self.resync.append(frame.resync.data)
-            if frame.resync.last:
-                image, self.resync = b"".join(self.resync), []
-                if not self.hub.install_image(image):
-                    raise ConnectionResetError("a full resync was not needed: start the link again")
-                self.state.image_installed(self.hub.causal.vv)
-                await out.put(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv)))
+            r = frame.resync
+            image = self.image.add(r.total, r.offset, r.data, r.last)
+            if image is None:
+                self.acknowledge(self.image.received)
+                return
+            if not self.hub.install_image(image):
+                raise ConnectionResetError("a full resync was not needed: start the link again")
+            self.state.image_installed(self.hub.image_vv)
+            self.acknowledge()
+        else:
+            raise ProtocolError(f"an unexpected {kind or 'empty'} frame")
+
+    def on_ack(self, ack: pb.Ack) -> None:
+        raised = self.state.on_ack(dict(ack.vv))
+        if raised or ack.received > self.peer_received:
+            self.progress_at = time.monotonic()
+        self.peer_received = ack.received
+
+    # ------------------------------------------------------------ the watchdog
+    def stalled(self, now: float, timeout_s: float) -> bool:
+        """Has the peer been owing acknowledgements (or reads) for ``timeout_s`` without progress?"""
+        if not (self.state.unacknowledged() or self.outbox.backlogged()):
+            self.progress_at = now  # nothing owed: idle time is not a stall
+            return False
+        return now - self.progress_at > timeout_s
+
+    async def watch(self) -> None:
+        while True:
+            timeout = self.hub.limits.stall_timeout_ms / 1000  # CONFIG SET applies at once
+            await asyncio.sleep(min(timeout / 4, 1.0) if timeout else 1.0)
+            if timeout and self.stalled(time.monotonic(), timeout):
+                raise LinkStalled(f"no progress in {timeout:g} s with operations unacknowledged")
 
     def lag(self, now: float) -> tuple[int, float]:
         """(operations the peer has not acknowledged, age in ms of the oldest of them)."""
@@ -167,7 +426,10 @@ class _Servicer(pb_grpc.ReplicationServicer):
 
     async def Sync(self, request_iterator, context):  # noqa: N802 (gRPC's name)
         hub = self.hub
-        first = await request_iterator.__anext__()
+        try:
+            first = await asyncio.wait_for(request_iterator.__anext__(), hub.limits.handshake_timeout)
+        except (asyncio.TimeoutError, StopAsyncIteration):
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello")
         hello = first.hello if first.WhichOneof("body") == "hello" else None
         reason = hub.check_hello(hello)
         if reason:
@@ -176,51 +438,63 @@ class _Servicer(pb_grpc.ReplicationServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
         if hub.is_cut(hello.region):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the link to this region is paused")
-        link = Link(hub, hello.region, dict(hello.vv))
-        out: asyncio.Queue = asyncio.Queue(maxsize=64)  # backpressure on the sender
-        await out.put(pb.Frame(welcome=pb.Welcome(region=hub.region, vv=hub.causal.vv)))
-        return_task = asyncio.ensure_future(hub.run_link(link, request_iterator, out))
-        hub._served[link.peer] = out
+        my_vv, my_floor = dict(hub.causal.vv), dict(hub.causal.floor)
+        link = Link(hub, hello.region, dict(hello.vv), peer_floor=dict(hello.floor),
+                    peer_max_message=hello.max_message, my_vv=my_vv, my_floor=my_floor)
+        yield pb.Frame(welcome=pb.Welcome(region=hub.region, vv=my_vv, floor=my_floor,
+                                          max_message=hub.limits.max_message))
+        running = asyncio.ensure_future(hub.run_link(link, request_iterator))
+        hub._served[link.peer] = link.outbox
         try:
-            while True:
-                frame = await out.get()
-                if frame is None:  # the link was cut: end this call
-                    return
+            while (frame := await link.outbox.get()) is not None:
                 yield frame
         finally:
-            return_task.cancel()
-            if hub._served.get(link.peer) is out:
+            running.cancel()
+            if hub._served.get(link.peer) is link.outbox:
                 del hub._served[link.peer]
+            error = running.exception() if running.done() and not running.cancelled() else None
+        if isinstance(error, ProtocolError):  # tell the peer why (it logs it)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
 
 class ReplicationHub:
     """A region's replication endpoint: serves peers, dials peers, relays."""
 
     def __init__(self, region: int, cluster_id: str, database: str, token: str,
-                 causal: CausalLog, on_apply: Callable[[Envelope], None]) -> None:
+                 causal: CausalLog, on_apply: Callable[[Envelope], None], config=None) -> None:
+        """``config``: the region's settings (node/config.py), read when links need them;
+        None: the defaults."""
         self.region = region
         self.cluster_id = cluster_id
         self.database = database
         self.token = token
         self.causal = causal
         self.on_apply = on_apply
+        self.config = config
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
         self.denied = 0   # handshakes peers refused to this region
+        self.protocol_errors = 0  # links ended because the peer broke the protocol
+        self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, the version vector it acknowledged
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
+        self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
-        self._served: dict[int, asyncio.Queue] = {}  # calls peers made to us, ended by putting None
+        self._served: dict[int, Outbox] = {}  # calls peers made to us, ended by closing the outbox
         self._peers: dict[int, str] = {}
         self._server: grpc.aio.Server | None = None
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
+
+    @property
+    def limits(self) -> LinkLimits:
+        return LinkLimits() if self.config is None else LinkLimits.from_config(self.config)
 
     # ------------------------------------------------------------ local side
     def issue(self, op: bytes) -> Envelope:
@@ -253,6 +527,7 @@ class ReplicationHub:
     def log_replaced(self) -> None:
         """After a full resync installed another log: every link looks at it from its start."""
         self.resyncs_received += 1
+        self.image_vv = dict(self.causal.vv)  # the image's own, before this region's go on top
         self.arrivals = [time.monotonic()] * len(self.causal.log)
         for link in self.links.values():
             link.state.log_replaced()
@@ -281,7 +556,7 @@ class ReplicationHub:
     # ------------------------------------------------------------ serving
     async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = ()) -> int:
         """Serve Replication, and the ``extra`` services (each ``.add_to(server)``), on one port."""
-        self._server = grpc.aio.server(compression=grpc.Compression.Gzip)
+        self._server = grpc.aio.server(options=self.limits.server_options())
         pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), self._server)
         for service in extra:
             service.add_to(self._server)
@@ -289,25 +564,43 @@ class ReplicationHub:
         await self._server.start()
         return self.port
 
-    async def run_link(self, link: Link, incoming, out: asyncio.Queue) -> None:
-        """Send and receive until either side stops; then the call ends (None on ``out``)."""
+    async def run_link(self, link: Link, incoming, writer=None) -> None:
+        """Send, receive and watch (and write: ``writer``, a coroutine) until one of them stops;
+        then the call ends (the outbox closes).
+
+        A protocol violation or a stall is logged and counted here, then raised."""
         self.links[link.peer] = link
 
         async def receive() -> None:
             async for frame in incoming:
-                await link.on_frame(frame, out)
+                link.on_frame(frame)
 
-        sender, receiver = asyncio.ensure_future(link.send_loop(out)), asyncio.ensure_future(receive())
+        tasks = {asyncio.ensure_future(link.send_loop()), asyncio.ensure_future(receive()),
+                 asyncio.ensure_future(link.watch())}
+        if writer is not None:
+            tasks.add(asyncio.ensure_future(writer))
         try:
-            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # a failure ends the link (a dialer reconnects)
+        except ProtocolError as e:
+            self.protocol_errors += 1
+            log.error("region %d broke the replication protocol, link closed (nothing of it applied): %s",
+                      link.peer, e)
+            raise
+        except LinkStalled as e:
+            self.stalls += 1
+            log.warning("link to region %d closed by the watchdog: %s", link.peer, e)
+            raise
         finally:
-            sender.cancel()
-            receiver.cancel()
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: raised above, or moot once the link is over
+                else:
+                    task.cancel()
             if self.links.get(link.peer) is link:
                 del self.links[link.peer]
-            _end_call(out)
+            link.outbox.close()
 
     # ------------------------------------------------------------ dialing
     def pause(self, peer: int | None = None) -> None:
@@ -317,7 +610,7 @@ class ReplicationHub:
         else:
             self.cut.add(peer)
         for p in [p for p in self._served if self.is_cut(p)]:
-            _end_call(self._served[p])
+            self._served[p].close()
         for p in [p for p in self._dialers if self.is_cut(p)]:
             self._dialers.pop(p).cancel()
 
@@ -349,34 +642,41 @@ class ReplicationHub:
                 if e.code() == grpc.StatusCode.PERMISSION_DENIED:
                     self.denied += 1
                     log.error("region %d refused this region: %s", peer, e.details())
+                elif e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    log.error("region %d ended the link: %s", peer, e.details())
                 else:
                     log.info("link to region %d down: %s", peer, e.code().name)
+            except (ProtocolError, LinkStalled):
+                pass  # logged and counted by run_link
             except Exception as e:  # whatever ended the link, the region keeps dialing
                 log.warning("link to region %d ended: %s", peer, e)
             await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
             delay = min(delay * 2, 1.0)
 
     async def _dial_once(self, peer: int, address: str) -> None:
-        async with grpc.aio.insecure_channel(address, compression=grpc.Compression.Gzip) as channel:
+        limits = self.limits
+        async with grpc.aio.insecure_channel(address, options=limits.channel_options()) as channel:
             call = pb_grpc.ReplicationStub(channel).Sync()
+            my_vv, my_floor = dict(self.causal.vv), dict(self.causal.floor)
             await call.write(pb.Frame(hello=pb.Hello(cluster_id=self.cluster_id, database=self.database,
-                                                     region=self.region, token=self.token,
-                                                     vv=self.causal.vv)))
+                                                     region=self.region, token=self.token, vv=my_vv,
+                                                     floor=my_floor, max_message=limits.max_message)))
             frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
-            first = await frames.__anext__()
-            if first.WhichOneof("body") != "welcome":
+            try:
+                first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
+            except asyncio.TimeoutError:
+                raise ConnectionError(f"region {peer} did not answer the handshake") from None
+            if first.WhichOneof("body") != "welcome" or first.welcome.region != peer:
                 raise ConnectionError(f"region {peer} did not welcome this region")
-            out: asyncio.Queue = asyncio.Queue(maxsize=64)
+            w = first.welcome
+            link = Link(self, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
+                        my_vv=my_vv, my_floor=my_floor)
 
             async def writer() -> None:
-                while (frame := await out.get()) is not None:
+                while (frame := await link.outbox.get()) is not None:
                     await call.write(frame)
 
-            writing = asyncio.ensure_future(writer())
-            try:
-                await self.run_link(Link(self, first.welcome.region, dict(first.welcome.vv)), frames, out)
-            finally:
-                writing.cancel()
+            await self.run_link(link, frames, writer())
 
     async def stop(self) -> None:
         for task in self._dialers.values():
