@@ -38,12 +38,13 @@ from .blocking import Blocked, BlockingRegistry
 from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError, encode
-from .resp.parser import ProtocolError, RequestParser
+from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
 
 log = logging.getLogger("braid.server")
 
 BRAID_VERSION = "0.1.0"
 REDIS_COMPAT_VERSION = "8.6.3"  # the Redis release whose stream semantics Braid implements
+UNAUTH_QUERY_BUFFER_LIMIT = 1024 * 1024  # a client that has not authenticated yet (as Redis)
 
 
 class Stats:
@@ -51,6 +52,8 @@ class Stats:
         self.reset()
         self.total_connections_received = 0
         self.rejected_connections = 0
+        self.client_qbuf_limit_disconnections = 0  # clients closed for their input (query buffer)
+        self.client_outbuf_limit_disconnections = 0  # and for replies they did not read
 
     def reset(self) -> None:
         self.total_commands_processed = 0
@@ -509,7 +512,7 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.id = next(server._client_ids)
-        self.parser = RequestParser(int(server.config["proto-max-bulk-len"]))
+        self.parser = RequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
         self.resp3 = False
         self.name: bytes = b""
@@ -532,6 +535,9 @@ class ClientConnection(asyncio.Protocol):
         self.logged_upto = 0        # the last operation-log record this client's own commands appended
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
+        self._multi_counted: list | None = None  # the MULTI queue _multi_bytes counted,
+        self._multi_seen = 0                     # how many of its commands,
+        self._multi_size = 0                     # and what they hold
 
     # ------------------------------------------------------------ session
     @property
@@ -574,13 +580,35 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.server.stats.net_input_bytes += len(data)
         self.parser.feed(data)
+        # What this client's input holds: the command being assembled (its parsed
+        # arguments and the buffer) and the commands queued by MULTI.  Redis counts
+        # the buffer and the queue; the parsed arguments count too, or a huge
+        # multibulk count followed by endless small bulks would grow without a bound.
         limit = int(self.server.config["client-query-buffer-limit"])
-        if self.parser.buffered > limit:
+        if self.needs_auth():
+            limit = min(limit, UNAUTH_QUERY_BUFFER_LIMIT)
+        held = self.parser.pending_bytes + self._multi_bytes()
+        if held > limit:
             log.warning("closing client %d: query buffer over %d bytes", self.id, limit)
+            self.server.stats.client_qbuf_limit_disconnections += 1
             self.close()
             return
         self.last_interaction = time.time()
         self.process_input()
+
+    def _multi_bytes(self) -> int:
+        """What the commands queued by MULTI hold, counted as the parser counts arguments;
+        only the commands queued since the last call are summed."""
+        queue = self.multi
+        if queue is None:
+            self._multi_counted = None
+            return 0
+        if self._multi_counted is not queue:
+            self._multi_counted, self._multi_seen, self._multi_size = queue, 0, 0
+        if self._multi_seen < len(queue):
+            self._multi_size += sum(len(a) + ARG_OVERHEAD for argv in queue[self._multi_seen:] for a in argv)
+            self._multi_seen = len(queue)
+        return self._multi_size
 
     def process_input(self) -> None:
         server = self.server
