@@ -574,6 +574,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.blocking.unpark(self)
+        self.server.db.unwatch(self.watched)
         self.server.clients.pop(self.id, None)
         self.closing = True
 

@@ -7,6 +7,8 @@ import socket
 
 import pytest
 
+from node.testing import wait_until
+
 
 MB = 1024 * 1024
 
@@ -76,3 +78,71 @@ def test_multi_queue_counts_against_the_query_buffer_limit(braid_proc, braid, sm
     assert closed, f"still connected after queueing {sent} bytes"
     assert braid.ping()
     assert braid.info("stats")["client_query_buffer_limit_disconnections"] >= 1
+
+
+# ---------------------------------------------------------------- WATCH
+# (connection, command) steps run on Braid and on Redis; each EXEC's reply must match.
+WATCH_SCENARIOS = {
+    "write to a watched key": [(0, "WATCH k"), (1, "XADD k 1-1 f v"), (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+    "nothing changed": [(1, "XADD k 1-1 f v"), (0, "WATCH k"), (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+    "deleted and recreated": [(1, "XADD k 1-1 f v"), (0, "WATCH k"), (1, "DEL k"), (1, "XADD k 2-1 f v"),
+                              (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+    "watched while missing, then created": [(0, "WATCH k"), (1, "XADD k 1-1 f v"), (0, "MULTI"), (0, "EXEC")],
+    "FLUSHALL of a watched key": [(1, "XADD k 1-1 f v"), (0, "WATCH k"), (1, "FLUSHALL"), (0, "MULTI"),
+                                  (0, "PING"), (0, "EXEC")],
+    "FLUSHALL of a missing watched key": [(0, "WATCH k"), (1, "XADD other 1-1 f v"), (1, "FLUSHALL"),
+                                          (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+    "another client unwatches the same key": [(0, "WATCH k"), (1, "WATCH k"), (1, "UNWATCH"),
+                                              (1, "XADD k 1-1 f v"), (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+    "another client's EXEC releases its watch": [(0, "WATCH k"), (1, "WATCH k"), (1, "MULTI"), (1, "EXEC"),
+                                                 (1, "XADD k 1-1 f v"), (0, "MULTI"), (0, "EXEC")],
+    "watch again after EXEC": [(0, "WATCH k"), (1, "XADD k 1-1 f v"), (0, "MULTI"), (0, "EXEC"),
+                               (0, "WATCH k"), (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+    "RESET releases": [(0, "WATCH k"), (0, "RESET"), (1, "XADD k 1-1 f v"), (0, "MULTI"), (0, "PING"),
+                       (0, "EXEC")],
+    "DISCARD releases": [(0, "WATCH k"), (0, "MULTI"), (0, "DISCARD"), (1, "XADD k 1-1 f v"), (0, "MULTI"),
+                         (0, "PING"), (0, "EXEC")],
+    "XDEL of a missing ID changes nothing": [(1, "XADD k 1-1 f v"), (0, "WATCH k"), (1, "XDEL k 9-9"),
+                                             (0, "MULTI"), (0, "PING"), (0, "EXEC")],
+}
+
+
+@pytest.mark.parametrize("steps", WATCH_SCENARIOS.values(), ids=WATCH_SCENARIOS.keys())
+def test_watch_semantics_match_redis(braid_proc, redis_proc, braid, ref, steps):
+    from tests.differential import RawClient
+
+    sides = {port: [RawClient(port), RawClient(port)] for port in (braid_proc.port, redis_proc.port)}
+    try:
+        for conn, command in steps:
+            argv = command.split()
+            got, want = (sides[port][conn].call(*argv) for port in (braid_proc.port, redis_proc.port))
+            assert got == want, f"{command}: braid {got!r}, redis {want!r}"
+    finally:
+        for clients in sides.values():
+            for c in clients:
+                c.close()
+
+
+def test_watch_versions_are_kept_only_while_watched():
+    """Keys nobody watches cost nothing; a watch ends with EXEC, UNWATCH, RESET or the
+    connection.  (Before, a version stayed for every key ever changed.)"""
+    from node.testing import InProcessServer
+    from tests.differential import RawClient
+
+    with InProcessServer() as srv:
+        c = srv.client()
+        for i in range(2000):
+            c.xadd(f"k{i}", {"f": "v"})
+        c.delete(*[f"k{i}" for i in range(0, 2000, 2)])
+        assert srv.call(lambda: len(srv.server.db.watched)) == 0
+
+        watcher = RawClient(srv.port)
+        watcher.call("WATCH", "k1", "k3", "gone")
+        assert srv.call(lambda: sorted(srv.server.db.watched)) == [b"gone", b"k1", b"k3"]
+        c.xadd("k1", {"f": "v"})
+        watcher.call("UNWATCH")
+        assert srv.call(lambda: len(srv.server.db.watched)) == 0
+        watcher.call("WATCH", "k5")
+        watcher.close()  # the disconnection releases it
+        wait_until(lambda: srv.call(lambda: len(srv.server.db.watched)) == 0, what="watch released")
+        c.close()
