@@ -47,6 +47,9 @@ class ActiveActive:
         self._unsafe: deque[tuple[int, int]] = deque()
         self.hub.make_image = self.resync_image
         self.hub.install_image = self.install_image
+        # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
+        self._backlog_bytes = 0
+        self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
 
     @property
     def region(self) -> int:
@@ -118,7 +121,7 @@ class ActiveActive:
         peers = [p.number for p in self.cluster.regions if p.number != self.region]
         acked = [self.hub.peer_acked.get(p, {}) for p in peers]
         log_, arrivals = self.causal.log, self.hub.arrivals
-        size = sum(len(e.op) for e in log_) if max_bytes else 0
+        size = self.backlog_bytes()
         # never what has not left yet, nor what a connected peer has not been sent
         stop = min([len(log_), self.hub.sendable_upto() - self.causal.base,
                     *(link.position - self.causal.base for link in self.hub.links.values())])
@@ -134,7 +137,25 @@ class ActiveActive:
             k += 1
         if k:
             self.hub.trim(k)
+            log_ = self.causal.log
+            self._backlog_bytes = size
+            self._counted = (self.causal.base, self.causal.end, log_[0] if log_ else None)
         return k
+
+    def backlog_bytes(self) -> int:
+        """Bytes of the operations in the backlog.  Counted as they join it (each call adds
+        the operations appended since the last), not summed over the whole backlog every
+        second; counted again only when the log was trimmed or replaced elsewhere (a full
+        resync, a snapshot load)."""
+        causal = self.causal
+        log_, base, end = causal.log, causal.base, causal.end
+        counted_base, counted_end, first = self._counted
+        if base != counted_base or end < counted_end or (counted_end > base and log_[0] is not first):
+            counted_end, self._backlog_bytes = base, 0
+        if counted_end < end:
+            self._backlog_bytes += sum(len(e.op) for e in log_[counted_end - base:])
+        self._counted = (base, end, log_[0] if log_ else None)
+        return self._backlog_bytes
 
     def stable(self) -> dict[int, int]:
         """What every region of the database has applied (crdt/causal.py: causal stability)."""

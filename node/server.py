@@ -281,10 +281,15 @@ class Server:
         ``stable`` (a region of a cluster): only adds every region has applied go, and
         the size window is kept here too (crdt/idmp.py)."""
         dropped = 0
-        for s in self.db.keys.values():
-            if s.idmp.producers:
+        keys = self.db.keys
+        index = keys.idmp_keys()  # only the keys that hold maps: not a walk over every key
+        for key in list(index):
+            s = keys.get(key)
+            if s is not None and s.idmp.producers:
                 dropped += s.idmp.expire(now, stable)
-        kept = self.db.keys.idmp_kept  # maps of dropped keys expire too, then go
+            if s is None or not s.idmp.producers:
+                index.discard(key)
+        kept = keys.idmp_kept  # maps of dropped keys expire too, then go
         for key in list(kept):
             dropped += kept[key].expire(now, stable)
             if not kept[key].producers:

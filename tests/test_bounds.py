@@ -146,3 +146,99 @@ def test_watch_versions_are_kept_only_while_watched():
         watcher.close()  # the disconnection releases it
         wait_until(lambda: srv.call(lambda: len(srv.server.db.watched)) == 0, what="watch released")
         c.close()
+
+
+# ---------------------------------------------------------------- once-a-second work
+class _CountedKeyspace:
+    """Counts how often the whole keyspace is walked (a wrapper around the real one)."""
+
+    def __init__(self, keys) -> None:
+        self.walks = 0
+        cls = type(keys)
+        outer = self
+
+        class Counted(cls):
+            def values(self):
+                outer.walks += 1
+                return super().values()
+
+            def items(self):
+                outer.walks += 1
+                return super().items()
+
+            def __iter__(self):
+                outer.walks += 1
+                return super().__iter__()
+
+        keys.__class__ = Counted
+
+
+def _server(cluster: bool = False):
+    from node.cluster_config import local_cluster
+    from node.config import Config
+    from node.server import Server
+
+    if not cluster:
+        return Server(Config())
+    cfg = local_cluster(3, 17000)  # never started: no sockets
+    return Server(Config(), cluster=(cfg, cfg.regions[0]))
+
+
+def test_idmp_expiry_visits_only_keys_with_maps():
+    """The once-a-second IDMP expiry walks the keys that hold maps, not every key.
+    (Before, it walked every stream every second.)"""
+    from crdt import ops
+
+    srv = _server()
+    keys, limits = srv.db.keys, srv.db.limits
+    for i in range(500):
+        ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (1, 0), [b"f", b"v"]), limits)
+    for i in range(3):
+        ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (5000, 0), [b"f", b"v"], pid=b"p", iid=b"i%d" % i), limits)
+    ops.apply(keys, ops.RenameKey(b"k0", new_key=b"renamed"), limits)  # its maps move with it
+    counter = _CountedKeyspace(keys)
+    assert srv.expire_idmp(1000) == 0  # first use builds the index from every stream
+    counter.walks = 0
+    assert srv.expire_idmp(2000) == 0
+    assert srv.expire_idmp(3000) == 0
+    assert counter.walks == 0
+    assert keys.idmp_keys() == {b"renamed", b"k1", b"k2"}
+    ops.apply(keys, ops.AddEntry(b"late", 1, (9000, 0), [b"f", b"v"], pid=b"p", iid=b"x"), limits)
+    assert srv.expire_idmp(5000 + 100 * 1000 + 1) == 3  # the duration (100 s) passed for the first three
+    assert keys.idmp_keys() == {b"late"} and counter.walks == 0
+    assert srv.expire_idmp(9000 + 100 * 1000 + 1) == 1
+    assert keys.idmp_keys() == set()
+
+
+class _CountedOp(bytes):
+    """An operation's bytes that count how often their size is asked."""
+
+    asked = 0
+
+    def __len__(self) -> int:
+        _CountedOp.asked += 1
+        return super().__len__()
+
+
+def test_backlog_trim_counts_only_new_operations():
+    """The once-a-second backlog trim keeps a running byte count instead of summing
+    every operation of the backlog each time.  (Before, it summed them all.)"""
+    srv = _server(cluster=True)
+    aa = srv.db.aa
+    for i in range(1000):
+        aa.hub.issue(_CountedOp(b"%04d" % i))
+    _CountedOp.asked = 0
+    assert aa.trim_backlog(1 << 30, 0, 0.0) == 0  # nothing left for peers yet
+    assert _CountedOp.asked == 1000  # counted once, as they joined
+    _CountedOp.asked = 0
+    assert aa.trim_backlog(1 << 30, 0, 0.0) == 0
+    assert _CountedOp.asked == 0
+    for i in range(10):
+        aa.hub.issue(_CountedOp(b"%04d" % i))
+    assert aa.trim_backlog(1 << 30, 0, 0.0) == 0
+    assert _CountedOp.asked == 10 and aa.backlog_bytes() == 1010 * 4
+    # over the size limit: the oldest go, and the count follows
+    assert aa.trim_backlog(400, 0, 0.0) == 910
+    assert aa.backlog_bytes() == 400 == sum(len(e.op) for e in aa.causal.log)
+    aa.causal.trim(50)  # trimmed elsewhere (a resync): counted again
+    assert aa.backlog_bytes() == 200
