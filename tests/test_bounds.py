@@ -242,3 +242,65 @@ def test_backlog_trim_counts_only_new_operations():
     assert aa.backlog_bytes() == 400 == sum(len(e.op) for e in aa.causal.log)
     aa.causal.trim(50)  # trimmed elsewhere (a resync): counted again
     assert aa.backlog_bytes() == 200
+
+
+# ---------------------------------------------------------------- what waits for a region
+def test_metadata_waiting_for_a_region_is_reported():
+    """IDMP maps past their size and delete contexts wait until every region has applied
+    what they guard: while a region is cut off they grow.  INFO and braid-admin status
+    report their sizes and the region holding them back; they shrink once it is back."""
+    import os
+    import subprocess
+    import sys
+
+    from node.testing import LocalCluster, replication_status
+
+    status = replication_status
+    with LocalCluster(3) as cluster:
+        r1, r2, r3 = cluster.clients()
+        try:
+            r1.execute_command("XADD", "s", "*", "f", "v")
+            r1.execute_command("XCFGSET", "s", "IDMP-MAXSIZE", "5")
+            cluster.sync_wait()
+            r3.execute_command("BRAID.REPLICATION", "PAUSE")
+            for i in range(30):
+                r1.execute_command("XADD", "s", "IDMP", "p", f"iid-{i}", "*", "f", "v")
+            for i in range(4):
+                r1.xadd(f"gone-{i}", {"f": "v"})
+                r1.delete(f"gone-{i}")
+            wait_until(lambda: status(r2)["crdt_vv"] == status(r1)["crdt_vv"], what="region 2 caught up")
+            r2.xadd("from-2", {"f": "v"})  # region 2 says what it has applied; region 3 cannot
+
+            def held_back():
+                st = status(r1)
+                return (st["crdt_stability_held_by"] == "region-3" and int(st["crdt_delete_contexts"]) == 4
+                        and int(st["crdt_idmp_iids_tracked"]) == 30)
+            wait_until(held_back, what="region 3 holding the metadata back")
+            st = status(r1)
+            assert int(st["crdt_idmp_keys"]) == 1 and int(st["crdt_idmp_producers"]) == 1
+            assert "unstable_ops=0" in st["crdt_peer_2"] and "unstable_ops=0" not in st["crdt_peer_3"]
+            assert int(st["crdt_backlog_bytes"]) > 0
+
+            res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", cluster.file, "status"],
+                                 capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+            assert res.returncode == 0, res.stderr
+            row = next(line for line in res.stdout.splitlines() if "region-1 (1)" in line)
+            cells = [c.strip() for c in row.split("│")]
+            assert cells[-4:-1] == ["30", "4", "region-3"], row
+
+            r3.execute_command("BRAID.REPLICATION", "RESUME")
+            cluster.sync_wait()
+            r3.xadd("from-3", {"f": "v"})  # now region 3 tells what it has applied
+            r2.xadd("from-2", {"f": "v"})
+            cluster.sync_wait()
+
+            def collected():
+                st = status(r1)
+                return st["crdt_delete_contexts"] == "0" and st["crdt_idmp_iids_tracked"] == "5"
+            wait_until(collected, what="metadata collected once region 3 is back")
+            # what region 3 is not known to have applied: at most the writes concurrent with its last
+            unstable = dict(p.split("=") for p in status(r1)["crdt_peer_3"].split(","))["unstable_ops"]
+            assert int(unstable) <= 2
+        finally:
+            for c in (r1, r2, r3):
+                c.close()
