@@ -540,6 +540,7 @@ class ClientConnection(asyncio.Protocol):
         self.logged_upto = 0        # the last operation-log record this client's own commands appended
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
+        self.obuf_soft_since: float | None = None  # when unread replies passed the soft limit
         self._multi_counted: list | None = None  # the MULTI queue _multi_bytes counted,
         self._multi_seen = 0                     # how many of its commands,
         self._multi_size = 0                     # and what they hold
@@ -707,6 +708,27 @@ class ClientConnection(asyncio.Protocol):
             self.server.stats.net_output_bytes += len(self.out)
             self.transport.write(bytes(self.out))
             self.out.clear()
+            self._check_output_limit()
+
+    def _check_output_limit(self) -> None:
+        """Redis's ``client-output-buffer-limit`` for normal clients: replies the client has
+        not read (what the socket did not take) past the hard limit, or past the soft one
+        for longer than its seconds, close the connection; it would grow without a bound."""
+        unread = self.transport.get_write_buffer_size()
+        hard, soft, seconds = self.server.config["client-output-buffer-limit"]["normal"]
+        over = hard and unread > hard
+        if soft and unread > soft:
+            now = time.monotonic()
+            if self.obuf_soft_since is None:
+                self.obuf_soft_since = now
+            over = over or now - self.obuf_soft_since > seconds
+        else:
+            self.obuf_soft_since = None
+        if over:
+            log.warning("closing client %d: %d bytes of replies it does not read", self.id, unread)
+            self.server.stats.client_outbuf_limit_disconnections += 1
+            self.closing = True
+            self.transport.abort()  # what is buffered would never leave
 
     def close(self) -> None:
         self.closing = True

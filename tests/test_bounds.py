@@ -3,6 +3,7 @@ once-a-second work does not grow with the data (each test failed before its fix)
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -304,3 +305,164 @@ def test_metadata_waiting_for_a_region_is_reported():
         finally:
             for c in (r1, r2, r3):
                 c.close()
+
+
+# ---------------------------------------------------------------- segment roll
+def _fsyncs_by_thread(monkeypatch) -> list[tuple[int, str]]:
+    """Note (thread, file name) of every fsync (the real one still runs)."""
+    import os
+    import threading
+
+    calls: list[tuple[int, str]] = []
+    real = os.fsync
+
+    def noting(fd):
+        calls.append((threading.get_ident(), os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", noting)
+    return calls
+
+
+def test_a_segment_roll_inside_an_append_leaves_the_fsync_to_a_worker(tmp_path, monkeypatch):
+    """A segment filling up during an append no longer fsyncs on the caller's thread
+    (the event loop).  (Before, the roll fsynced the finished segment right there.)"""
+    import threading
+
+    from node.persistence.aof import OP_LOCAL, AppendLog, scan, segment_name
+
+    calls = _fsyncs_by_thread(monkeypatch)
+    with AppendLog.open(str(tmp_path), segment_size=200) as log:
+        log.fsync()
+        calls.clear()
+        numbers = [log.append(OP_LOCAL, b"%03d" % i * 20) for i in range(20)]  # 73-byte records
+        assert not [c for c in calls if c[0] == threading.get_ident()]
+        log.fsync()  # waits for the seals
+    assert numbers == list(range(1, 21))
+    assert sorted(os.path.basename(p) for p in log.segments()) == [segment_name(n) for n in range(1, 21, 2)]
+    assert [r[0] for r in scan(str(tmp_path)).records] == numbers
+
+
+def _unsealed_log(directory, monkeypatch):
+    """A log whose last roll's seal has not run (its worker never started)."""
+    from node.persistence import aof
+
+    monkeypatch.setattr(aof._Seal, "start", lambda self: None)
+    log = aof.AppendLog.open(str(directory), segment_size=100)
+    for i in range(3):
+        log.append(aof.OP_LOCAL, b"%d" % i * 50)  # 63 bytes: one record per segment
+    log.flush()  # the records reached the OS
+    return log
+
+
+def test_records_after_an_unsealed_roll_are_durable_only_after_the_seal(tmp_path, monkeypatch):
+    from node.persistence import aof
+
+    log = _unsealed_log(tmp_path, monkeypatch)
+    names = sorted(os.listdir(tmp_path))
+    assert names == [aof.segment_name(1), aof.segment_name(2), aof.segment_name(3) + ".next"]
+    assert log.sealing() is not None
+    calls = _fsyncs_by_thread(monkeypatch)
+    log.fsync()  # what makes records durable seals the previous segment first
+    files = [name for _, name in calls]
+    assert files.index(aof.segment_name(2)) < files.index(aof.segment_name(3))
+    assert sorted(os.listdir(tmp_path)) == [aof.segment_name(n) for n in (1, 2, 3)]
+    assert log.sealing() is None
+    log.close()
+
+
+def test_a_crash_before_the_seal(tmp_path, monkeypatch):
+    """A process crash: the .next segment follows an intact one and is taken in.
+    A machine crash that tore the unsealed segment: the .next one goes with the torn tail."""
+    import shutil
+
+    from node.persistence import aof
+
+    log = _unsealed_log(tmp_path / "log", monkeypatch)
+    process_crash = shutil.copytree(tmp_path / "log", tmp_path / "process")
+    machine_crash = shutil.copytree(tmp_path / "log", tmp_path / "machine")
+    log.close()
+
+    result = aof.scan(str(process_crash))
+    assert [r[0] for r in result.records] == [1, 2, 3] and result.torn is None
+    with aof.AppendLog.open(str(process_crash), segment_size=100) as reopened:
+        assert reopened.append(aof.OP_LOCAL, b"four") == 4
+    assert sorted(os.listdir(process_crash)) == [aof.segment_name(n) for n in (1, 2, 3)]
+    assert [r[0] for r in aof.scan(str(process_crash)).records] == [1, 2, 3, 4]
+
+    second = machine_crash / aof.segment_name(2)
+    os.truncate(second, os.path.getsize(second) - 5)  # its tail never reached the disk
+    result = aof.scan(str(machine_crash))
+    assert result.torn == (str(second), 0) and result.discarded_next is not None
+    assert [r[0] for r in result.records] == [1]
+    with pytest.raises(aof.TornTail):
+        aof.AppendLog.open(str(machine_crash))
+    aof.truncate_torn(result)
+    assert sorted(os.listdir(machine_crash)) == [aof.segment_name(1), aof.segment_name(2)]
+    with aof.AppendLog.open(str(machine_crash), segment_size=100) as reopened:
+        assert reopened.append(aof.OP_LOCAL, b"again") == 2
+
+
+def test_operation_log_fsync_in_a_worker_covers_the_seal(tmp_path, monkeypatch):
+    """An operation log (everysec, in a region of a cluster) across many rolls: nothing
+    fsyncs on the event loop's thread, and ``synced`` covers every record once done."""
+    import asyncio
+    import threading
+
+    from node.persistence.oplog import OperationLog
+
+    async def run():
+        log = OperationLog(str(tmp_path), "everysec", segment_size=300)
+        log.replicating = True
+        durable = asyncio.Event()
+        log.on_durable = lambda mark: durable.set() if mark >= 40 else None
+        calls = _fsyncs_by_thread(monkeypatch)
+        for i in range(40):
+            log.log_command(1, [b"XADD", b"k", b"*", b"f", b"%d" % i * 20])
+            if i % 7 == 0:
+                assert log.write_out()
+                log.sync_for_replication()
+        assert log.write_out()
+        log.sync_for_replication()
+        await asyncio.wait_for(durable.wait(), 30)
+        assert log.synced == log.last_record == 40
+        assert not [c for c in calls if c[0] == threading.get_ident()]
+        log.close()
+
+    asyncio.run(run())
+
+
+# ---------------------------------------------------------------- replies nobody reads
+def test_a_client_that_never_reads_its_replies_is_closed(braid_proc, braid):
+    """client-output-buffer-limit for normal clients (Redis's syntax): replies the client
+    does not read pile up only to the limit.  (Before, they grew without a bound.)"""
+    assert braid.config_get("client-output-buffer-limit")["client-output-buffer-limit"].startswith(
+        "normal 1073741824 0 0 ")
+    for i in range(100):
+        braid.xadd("big", {"f": "x" * 1000})
+    before = braid.info("stats")["client_output_buffer_limit_disconnections"]
+    braid.config_set("client-output-buffer-limit", "normal 1mb 0 0")
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", braid_proc.port))
+        s.sendall(b"CLIENT SETNAME silent\r\n" + b"XRANGE big - +\r\n" * 500)  # ~50 MB of replies
+        wait_until(lambda: braid.info("stats")["client_output_buffer_limit_disconnections"] == before + 1,
+                   what="the silent client closed")
+        assert b"name=silent" not in braid.execute_command("CLIENT", "LIST")
+        s.close()
+        assert len(braid.xrange("big")) == 100
+    finally:
+        braid.config_set("client-output-buffer-limit", "normal 1gb 0 0")
+
+
+def test_client_output_buffer_limit_config_follows_redis(braid, ref):
+    for c in (braid, ref):
+        with pytest.raises(Exception, match="Wrong number of arguments in buffer limit configuration"):
+            c.config_set("client-output-buffer-limit", "normal 1mb 0")
+        with pytest.raises(Exception, match="Invalid client class specified in buffer limit configuration"):
+            c.config_set("client-output-buffer-limit", "other 1mb 0 0")
+        assert c.config_set("client-output-buffer-limit", "normal 0 0 0 replica 256mb 64mb 60")
+        assert c.config_get("client-output-buffer-limit")["client-output-buffer-limit"] == (
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60")
+    braid.config_set("client-output-buffer-limit", "normal 1gb 0 0")
