@@ -679,6 +679,7 @@ class ClientConnection(asyncio.Protocol):
             if oplog.written < self.reply_needs or not oplog.durable(self.reply_needs):
                 self.reply_held = True
                 self.server.flush_after_log_write(self)
+                self._check_output_limit()  # held replies count too (a failing disk holds them)
                 return
         self._send_out()
 
@@ -714,7 +715,7 @@ class ClientConnection(asyncio.Protocol):
         """Redis's ``client-output-buffer-limit`` for normal clients: replies the client has
         not read (what the socket did not take) past the hard limit, or past the soft one
         for longer than its seconds, close the connection; it would grow without a bound."""
-        unread = self.transport.get_write_buffer_size()
+        unread = self.transport.get_write_buffer_size() + len(self.out)
         hard, soft, seconds = self.server.config["client-output-buffer-limit"]["normal"]
         over = hard and unread > hard
         if soft and unread > soft:

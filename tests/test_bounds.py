@@ -466,3 +466,26 @@ def test_client_output_buffer_limit_config_follows_redis(braid, ref):
         assert c.config_get("client-output-buffer-limit")["client-output-buffer-limit"] == (
             "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60")
     braid.config_set("client-output-buffer-limit", "normal 1gb 0 0")
+
+
+def test_replies_held_for_a_failing_disk_count_against_the_output_limit():
+    """Under ``appendfsync always`` a full disk holds every reply; a client that keeps
+    sending meanwhile is closed at the limit instead of piling them up without a bound."""
+    from node.config import Config
+    from node.testing import InProcessServer
+
+    with InProcessServer(Config(appendfsync="always", enable_debug_command="yes")) as srv:
+        admin = srv.client()
+        for i in range(100):
+            admin.xadd("big", {"f": "x" * 1000})
+        admin.config_set("client-output-buffer-limit", "normal 1mb 0 0")
+        admin.execute_command("DEBUG", "DISK-FULL", "yes")
+        try:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(b"XADD k * f v\r\n" + b"XRANGE big - +\r\n" * 50)  # ~5 MB of replies, all held
+            wait_until(lambda: srv.call(lambda: srv.server.stats.client_outbuf_limit_disconnections) == 1,
+                       what="the client holding replies closed")
+            s.close()
+        finally:
+            admin.execute_command("DEBUG", "DISK-FULL", "no")
+            admin.close()
