@@ -163,7 +163,6 @@ LENGTH_LIMITS = [
     b"*1\r\n$536870913\r\n",
     b"*1\r\n$-0\r\n",
     b"*1\r\n$04\r\nPING\r\n",
-    b"*1\r\n$4\r\nPING\r\nPING\r\n",
 ]
 
 
