@@ -58,7 +58,8 @@ class Keyspace(dict):
     origin never mints an ID twice, even after the key was deleted, or a later
     observed-remove could take the new entry for the old one.  ``idmp_kept`` keeps
     a dropped key's IDMP maps (they outlive the key, until they expire), so every
-    region judges a late duplicate the same way.
+    region judges a late duplicate the same way.  :meth:`idmp_keys` indexes the keys
+    whose stream holds IDMP maps, so expiry visits those and not every key.
     """
 
     def stream(self, key: bytes, limits: "Limits") -> Stream:
@@ -69,6 +70,7 @@ class Keyspace(dict):
             kept = self.idmp_kept.pop(key, None)
             if kept is not None:
                 s.idmp = kept
+                self.note_idmp(key)
         return s
 
     def __init__(self, *args, active_active: bool = False, **kw) -> None:
@@ -78,6 +80,22 @@ class Keyspace(dict):
         self.group_contexts: dict[tuple[bytes, bytes], VersionVector] = {}
         self.id_floor: dict[bytes, StreamID] = {}
         self.idmp_kept: dict[bytes, object] = {}  # IDMP maps of dropped keys, restored on re-creation
+        self.idmp_index: set[bytes] | None = None  # see idmp_keys (None: not built yet)
+
+    def idmp_keys(self) -> set[bytes]:
+        """Keys whose stream may hold IDMP maps: every key that does, and maybe some that
+        no longer do (the caller drops those).  Built from every stream on first use - a
+        keyspace loaded from a snapshot or an image - then kept up to date by :func:`apply`."""
+        index = getattr(self, "idmp_index", None)  # a keyspace unpickled from before the index
+        if index is None:
+            index = self.idmp_index = {k for k, s in self.items() if s.idmp.producers}
+        return index
+
+    def note_idmp(self, key: bytes) -> None:
+        """The stream at ``key`` holds IDMP maps now."""
+        index = getattr(self, "idmp_index", None)
+        if index is not None:
+            index.add(key)
 
     def top_id(self, key: bytes) -> StreamID:
         """The ID a new entry of ``key`` must exceed."""
@@ -250,6 +268,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
         if op.pid is not None:
             s.idmp.record(op.pid, op.iid, op.id, op.dot)
+            keys.note_idmp(op.key)
         return op.id
     if t is DeleteKey:
         if op.observed is None:
@@ -260,6 +279,8 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         if stream is None:
             return False
         keys[op.new_key] = stream  # replaces any stream under the new name
+        if stream.idmp.producers:
+            keys.note_idmp(op.new_key)
         return True
     s = keys.get(op.key)
     if t is CreateGroup:
@@ -305,6 +326,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         return True
     if t is RecordIdmp:
         s.idmp.record(op.pid, op.iid, op.id)
+        keys.note_idmp(op.key)
         return True
     raise TypeError(f"unknown operation {op!r}")
 

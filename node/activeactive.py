@@ -47,6 +47,9 @@ class ActiveActive:
         self._unsafe: deque[tuple[int, int]] = deque()
         self.hub.make_image = self.resync_image
         self.hub.install_image = self.install_image
+        # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
+        self._backlog_bytes = 0
+        self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
 
     @property
     def region(self) -> int:
@@ -123,7 +126,7 @@ class ActiveActive:
         peers = [p.number for p in self.cluster.regions if p.number != self.region]
         acked = [self.hub.peer_acked.get(p, {}) for p in peers]
         log_, arrivals = self.causal.log, self.hub.arrivals
-        size = sum(len(e.op) for e in log_) if max_bytes else 0
+        size = self.backlog_bytes()
         # never what has not left yet, nor what a connected peer has not been sent
         stop = min([len(log_), self.hub.sendable_upto() - self.causal.base,
                     *(link.position - self.causal.base for link in self.hub.links.values())])
@@ -139,7 +142,25 @@ class ActiveActive:
             k += 1
         if k:
             self.hub.trim(k)
+            log_ = self.causal.log
+            self._backlog_bytes = size
+            self._counted = (self.causal.base, self.causal.end, log_[0] if log_ else None)
         return k
+
+    def backlog_bytes(self) -> int:
+        """Bytes of the operations in the backlog.  Counted as they join it (each call adds
+        the operations appended since the last), not summed over the whole backlog every
+        second; counted again only when the log was trimmed or replaced elsewhere (a full
+        resync, a snapshot load)."""
+        causal = self.causal
+        log_, base, end = causal.log, causal.base, causal.end
+        counted_base, counted_end, first = self._counted
+        if base != counted_base or end < counted_end or (counted_end > base and log_[0] is not first):
+            counted_end, self._backlog_bytes = base, 0
+        if counted_end < end:
+            self._backlog_bytes += sum(len(e.op) for e in log_[counted_end - base:])
+        self._counted = (base, end, log_[0] if log_ else None)
+        return self._backlog_bytes
 
     def stable(self) -> dict[int, int]:
         """What every region of the database has applied (crdt/causal.py: causal stability)."""
@@ -261,9 +282,33 @@ class ActiveActive:
         return "\n".join(line for line in self.cluster.to_toml().splitlines() if not line.startswith("token"))
 
     # ------------------------------------------------------------ status (INFO crdt, braid-admin)
+    def unstable_ops(self) -> dict[int, int]:
+        """Per other region: how many operations applied here it is not yet known to have
+        applied (crdt/causal.py's ``seen``).  Causal stability waits for the largest of
+        these, and with it IDMP maps past their size and delete contexts (both kept until
+        every region has applied what they guard)."""
+        vv, seen = self.causal.vv, self.causal.seen
+        out = {}
+        for r in self.cluster.regions:
+            if r.number != self.region:
+                view = seen.get(r.number, {})
+                out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
+        return out
+
+    def metadata_sizes(self) -> dict:
+        """What waits for causal stability: IDMP maps (keys holding them, producers, iids,
+        dropped keys' maps included) and delete contexts."""
+        keys = self.server.db.keys
+        maps = [s.idmp for k in keys.idmp_keys() if (s := keys.get(k)) is not None and s.idmp.producers]
+        maps += list(keys.idmp_kept.values())
+        return {"idmp_keys": len(maps), "idmp_producers": sum(m.pids_tracked for m in maps),
+                "idmp_iids_tracked": sum(m.iids_tracked for m in maps),
+                "delete_contexts": len(keys.key_contexts) + len(keys.group_contexts)}
+
     def status(self) -> dict:
         """This region's replication state; field names are admin.proto's RegionStatus."""
         now = time.monotonic()
+        unstable = self.unstable_ops()
         links = []
         for peer in self.cluster.regions:
             if peer.number == self.region:
@@ -272,7 +317,7 @@ class ActiveActive:
             state = "paused" if self.hub.is_cut(peer.number) else "down" if link is None else "up"
             behind, age_ms = link.lag(now) if state == "up" else (0, 0.0)
             links.append({"peer": peer.name, "number": peer.number, "state": state,
-                          "lag_ops": behind, "lag_ms": age_ms})
+                          "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number]})
         return {
             "name": self.me.name, "number": self.region, "cluster_id": self.cluster.cluster_id,
             "database": self.cluster.database, "id_mode": self.mode, "paused": self.paused,
@@ -281,6 +326,8 @@ class ActiveActive:
             "resp_address": f"{self.me.host}:{self.me.port}",
             "backlog_ops": len(self.causal.log), "backlog_trimmed": self.causal.base,
             "resyncs_sent": self.hub.resyncs_sent, "resyncs_received": self.hub.resyncs_received,
+            "backlog_bytes": self.backlog_bytes(), **self.metadata_sizes(),
+            "stability_held_by": [r.name for r in self.cluster.regions if unstable.get(r.number)],
         }
 
     def info_lines(self) -> list[str]:
@@ -296,16 +343,22 @@ class ActiveActive:
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
             f"crdt_backlog_ops:{st['backlog_ops']}",
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
+            f"crdt_backlog_bytes:{st['backlog_bytes']}",
             f"crdt_full_resyncs_sent:{st['resyncs_sent']}",
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
             f"crdt_link_protocol_errors:{self.hub.protocol_errors}",
             f"crdt_link_stalls:{self.hub.stalls}",
-            f"crdt_delete_contexts:{len(self.server.db.keys.key_contexts) + len(self.server.db.keys.group_contexts)}",
+            f"crdt_delete_contexts:{st['delete_contexts']}",
+            f"crdt_idmp_keys:{st['idmp_keys']}",
+            f"crdt_idmp_producers:{st['idmp_producers']}",
+            f"crdt_idmp_iids_tracked:{st['idmp_iids_tracked']}",
+            f"crdt_stability_held_by:{','.join(st['stability_held_by'])}",
         ]
         for link in st["links"]:
             line = f"crdt_peer_{link['number']}:name={link['peer']},link={link['state']}"
             if link["state"] == "up":
                 line += f",lag_ops={link['lag_ops']},lag_ms={link['lag_ms']:.0f}"
+            line += f",unstable_ops={link['unstable_ops']}"
             lines.append(line)
         return lines
 

@@ -105,23 +105,26 @@ def _vv(st) -> str:
 
 def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
     regions = Table(title=f"cluster {cfg.cluster_id}, database {cfg.database}")
-    for col in ("region", "address", "mode", "sync", "version vector", "pending", "keys"):
+    for col in ("region", "address", "mode", "sync", "version vector", "pending", "keys", "backlog (bytes)",
+                "idmp iids", "delete contexts", "stability held by"):
         regions.add_column(col, no_wrap=col in ("region", "address"))
     links = Table(title="links")
-    for col in ("region", "peer", "state", "lag (ops)", "lag (ms)"):
+    for col in ("region", "peer", "state", "lag (ops)", "lag (ms)", "unstable (ops)"):
         links.add_column(col)
     found, failures = _statuses(cfg)
     for r in cfg.regions:
         st = found.get(r.name)
         if st is None:
-            regions.add_row(f"{r.name} ({r.number})", f"{r.host}:{r.port}", "-", "unreachable", "-", "-", "-")
+            regions.add_row(f"{r.name} ({r.number})", f"{r.host}:{r.port}", "-", "unreachable",
+                            *["-"] * 7)
             continue
         regions.add_row(f"{r.name} ({r.number})", st.resp_address, st.id_mode, "paused" if st.paused else "active",
-                        _vv(st), str(st.pending), str(st.keys))
+                        _vv(st), str(st.pending), str(st.keys), str(st.backlog_bytes), str(st.idmp_iids_tracked),
+                        str(st.delete_contexts), ",".join(st.stability_held_by) or "-")
         for link in st.links:
             up = link.state == "up"
             links.add_row(r.name, link.peer, link.state, str(link.lag_ops) if up else "-",
-                          f"{link.lag_ms:.0f}" if up else "-")
+                          f"{link.lag_ms:.0f}" if up else "-", str(link.unstable_ops))
     console.print(regions)
     console.print(links)
     for failure in failures:

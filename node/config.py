@@ -32,7 +32,7 @@ def parse_memory(v: bytes) -> int | None:
 @dataclass(slots=True)
 class Setting:
     name: str
-    kind: str  # int | memory | bool | enum | string
+    kind: str  # int | memory | bool | enum | string | obuf (client-output-buffer-limit)
     default: object
     lo: int = 0
     hi: int = (1 << 63) - 1
@@ -49,6 +49,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("maxclients", "int", 10000, 1, (1 << 32) - 1),
     Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
     Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
+    # per client class: (hard, soft, soft seconds); Braid's clients are all "normal".  Redis
+    # sets no limit for normal clients; Braid closes one whose unread replies pass 1 GB
+    Setting("client-output-buffer-limit", "obuf",
+            {"normal": (1024**3, 0, 0), "slave": (256 * 1024**2, 64 * 1024**2, 60),
+             "pubsub": (32 * 1024**2, 8 * 1024**2, 60)}),
     Setting("stream-node-max-entries", "int", 100, 0, (1 << 63) - 1),
     Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
     Setting("stream-idmp-duration", "int", 100, 1, 86400),
@@ -101,6 +106,8 @@ class Config:
         s, v = BY_NAME[name], self.values[name]
         if s.kind == "bool":
             return b"yes" if v else b"no"
+        if s.kind == "obuf":
+            return " ".join(f"{c} {h} {so} {sec}" for c, (h, so, sec) in v.items()).encode()
         return str(v).encode()
 
     def matching(self, pattern: bytes) -> list[str]:
@@ -126,12 +133,32 @@ class Config:
             if low not in (b"yes", b"no"):
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")
             return low == b"yes"
+        if s.kind == "obuf":
+            return self._parse_obuf(name, raw)
         if s.kind == "enum":
             low = raw.decode("latin-1").lower()
             if low not in s.choices:
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: {', '.join(s.choices)}")
             return low
         return raw.decode("utf-8", "surrogateescape")
+
+    def _parse_obuf(self, name: str, raw: bytes) -> dict:
+        """Redis's ``<class> <hard> <soft> <soft seconds>`` groups; classes not named keep theirs."""
+        words = raw.split()
+        failed = f"CONFIG SET failed (possibly related to argument '{name}') - "
+        if not words or len(words) % 4:
+            raise ConfigError(failed + "Wrong number of arguments in buffer limit configuration.")
+        limits = dict(self.values[name])
+        for i in range(0, len(words), 4):
+            cls = words[i].decode("latin-1").lower()
+            cls = "slave" if cls == "replica" else cls
+            if cls not in limits:
+                raise ConfigError(failed + "Invalid client class specified in buffer limit configuration.")
+            hard, soft, secs = parse_memory(words[i + 1]), parse_memory(words[i + 2]), string2ll(words[i + 3])
+            if hard is None or soft is None or secs is None or secs < 0:
+                raise ConfigError(failed + "Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+            limits[cls] = (hard, soft, secs)
+        return limits
 
     def set(self, name: str, value: object) -> None:
         self.values[name] = value

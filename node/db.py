@@ -2,7 +2,14 @@
 
 It owns the bookkeeping around the pure state: the changes-since-last-save
 counter, per-key versions for WATCH, and the set of keys made "ready" for
-blocked readers.  Replicated changes go through :meth:`Database.apply`, which
+blocked readers.
+
+WATCH versions exist only for keys some client watches (``watched``: key ->
+[version, watchers]), as Redis keeps its ``watched_keys`` table: a change to a
+watched key (a write, a DEL, a FLUSHALL of it, a replicated operation) moves
+its version; a key nobody watches costs nothing, so touching millions of keys
+keeps no memory.  A client releases its keys at EXEC, DISCARD, UNWATCH, RESET
+and when it disconnects (:meth:`Database.unwatch`).  Replicated changes go through :meth:`Database.apply`, which
 hands the operation to the pure apply rules in :mod:`crdt.ops`.
 """
 
@@ -22,7 +29,7 @@ class Database:
         # how commands resolve into operations: Redis's rules, or the multi-region ones
         self.resolver: resolve.SingleRegion = resolve.SingleRegion()
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
-        self.versions: dict[bytes, int] = {}  # WATCH: key -> version at last change
+        self.watched: dict[bytes, list[int]] = {}  # WATCH: key -> [version, watchers], while watched
         self._clock = 0
         self.ready: set[bytes] = set()  # keys with news for blocked clients
 
@@ -34,13 +41,35 @@ class Database:
 
     def touch(self, key: bytes, ready: bool = True) -> None:
         """Record a modification: WATCH sees it, blocked readers are woken."""
-        self._clock += 1
-        self.versions[key] = self._clock
+        entry = self.watched.get(key)
+        if entry is not None:
+            self._clock += 1
+            entry[0] = self._clock
         if ready:
             self.ready.add(key)
 
-    def version(self, key: bytes) -> int:
-        return self.versions.get(key, 0)
+    def watch(self, key: bytes) -> int:
+        """A client starts watching ``key``; returns the version EXEC compares with."""
+        entry = self.watched.get(key)
+        if entry is None:
+            entry = self.watched[key] = [self._clock, 0]
+        entry[1] += 1
+        return entry[0]
+
+    def version(self, key: bytes) -> int | None:
+        """The version of a watched key (None: nobody watches it)."""
+        entry = self.watched.get(key)
+        return None if entry is None else entry[0]
+
+    def unwatch(self, keys: dict[bytes, int]) -> None:
+        """A client stops watching ``keys`` (its WATCH table, emptied here)."""
+        for key in keys:
+            entry = self.watched.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self.watched[key]
+        keys.clear()
 
     def apply(self, op: "ops.Op") -> object:
         """Apply a replicated operation and do the bookkeeping it implies.

@@ -45,13 +45,14 @@ from .blocking import Blocked, BlockingRegistry
 from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError, encode
-from .resp.parser import ProtocolError, RequestParser
+from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
 from .supervision import EXIT_FAIL_STOP, RegionStopped, Supervisor
 
 log = logging.getLogger("braid.server")
 
 BRAID_VERSION = "0.1.0"
 REDIS_COMPAT_VERSION = "8.6.3"  # the Redis release whose stream semantics Braid implements
+UNAUTH_QUERY_BUFFER_LIMIT = 1024 * 1024  # a client that has not authenticated yet (as Redis)
 
 
 class Stats:
@@ -59,6 +60,8 @@ class Stats:
         self.reset()
         self.total_connections_received = 0
         self.rejected_connections = 0
+        self.client_qbuf_limit_disconnections = 0  # clients closed for their input (query buffer)
+        self.client_outbuf_limit_disconnections = 0  # and for replies they did not read
 
     def reset(self) -> None:
         self.total_commands_processed = 0
@@ -293,10 +296,15 @@ class Server:
         ``stable`` (a region of a cluster): only adds every region has applied go, and
         the size window is kept here too (crdt/idmp.py)."""
         dropped = 0
-        for s in self.db.keys.values():
-            if s.idmp.producers:
+        keys = self.db.keys
+        index = keys.idmp_keys()  # only the keys that hold maps: not a walk over every key
+        for key in list(index):
+            s = keys.get(key)
+            if s is not None and s.idmp.producers:
                 dropped += s.idmp.expire(now, stable)
-        kept = self.db.keys.idmp_kept  # maps of dropped keys expire too, then go
+            if s is None or not s.idmp.producers:
+                index.discard(key)
+        kept = keys.idmp_kept  # maps of dropped keys expire too, then go
         for key in list(kept):
             dropped += kept[key].expire(now, stable)
             if not kept[key].producers:
@@ -598,7 +606,7 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.id = next(server._client_ids)
-        self.parser = RequestParser(int(server.config["proto-max-bulk-len"]))
+        self.parser = RequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
         self.resp3 = False
         self.name: bytes = b""
@@ -621,6 +629,10 @@ class ClientConnection(asyncio.Protocol):
         self.logged_upto = 0        # the last operation-log record this client's own commands appended
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
+        self.obuf_soft_since: float | None = None  # when unread replies passed the soft limit
+        self._multi_counted: list | None = None  # the MULTI queue _multi_bytes counted,
+        self._multi_seen = 0                     # how many of its commands,
+        self._multi_size = 0                     # and what they hold
 
     # ------------------------------------------------------------ session
     @property
@@ -657,19 +669,42 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.blocking.unpark(self)
+        self.server.db.unwatch(self.watched)
         self.server.clients.pop(self.id, None)
         self.closing = True
 
     def data_received(self, data: bytes) -> None:
         self.server.stats.net_input_bytes += len(data)
         self.parser.feed(data)
+        # What this client's input holds: the command being assembled (its parsed
+        # arguments and the buffer) and the commands queued by MULTI.  Redis counts
+        # the buffer and the queue; the parsed arguments count too, or a huge
+        # multibulk count followed by endless small bulks would grow without a bound.
         limit = int(self.server.config["client-query-buffer-limit"])
-        if self.parser.buffered > limit:
+        if self.needs_auth():
+            limit = min(limit, UNAUTH_QUERY_BUFFER_LIMIT)
+        held = self.parser.pending_bytes + self._multi_bytes()
+        if held > limit:
             log.warning("closing client %d: query buffer over %d bytes", self.id, limit)
+            self.server.stats.client_qbuf_limit_disconnections += 1
             self.close()
             return
         self.last_interaction = time.time()
         self.process_input()
+
+    def _multi_bytes(self) -> int:
+        """What the commands queued by MULTI hold, counted as the parser counts arguments;
+        only the commands queued since the last call are summed."""
+        queue = self.multi
+        if queue is None:
+            self._multi_counted = None
+            return 0
+        if self._multi_counted is not queue:
+            self._multi_counted, self._multi_seen, self._multi_size = queue, 0, 0
+        if self._multi_seen < len(queue):
+            self._multi_size += sum(len(a) + ARG_OVERHEAD for argv in queue[self._multi_seen:] for a in argv)
+            self._multi_seen = len(queue)
+        return self._multi_size
 
     def process_input(self) -> None:
         server = self.server
@@ -733,6 +768,7 @@ class ClientConnection(asyncio.Protocol):
             if oplog.written < self.reply_needs or not oplog.durable(self.reply_needs):
                 self.reply_held = True
                 self.server.flush_after_log_write(self)
+                self._check_output_limit()  # held replies count too (a failing disk holds them)
                 return
         self._send_out()
 
@@ -762,6 +798,27 @@ class ClientConnection(asyncio.Protocol):
             self.server.stats.net_output_bytes += len(self.out)
             self.transport.write(bytes(self.out))
             self.out.clear()
+            self._check_output_limit()
+
+    def _check_output_limit(self) -> None:
+        """Redis's ``client-output-buffer-limit`` for normal clients: replies the client has
+        not read (what the socket did not take) past the hard limit, or past the soft one
+        for longer than its seconds, close the connection; it would grow without a bound."""
+        unread = self.transport.get_write_buffer_size() + len(self.out)
+        hard, soft, seconds = self.server.config["client-output-buffer-limit"]["normal"]
+        over = hard and unread > hard
+        if soft and unread > soft:
+            now = time.monotonic()
+            if self.obuf_soft_since is None:
+                self.obuf_soft_since = now
+            over = over or now - self.obuf_soft_since > seconds
+        else:
+            self.obuf_soft_since = None
+        if over:
+            log.warning("closing client %d: %d bytes of replies it does not read", self.id, unread)
+            self.server.stats.client_outbuf_limit_disconnections += 1
+            self.closing = True
+            self.transport.abort()  # what is buffered would never leave
 
     def close(self) -> None:
         self.closing = True

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11proto/admin.proto\x12\x0b\x62raid.admin\"\x07\n\x05\x45mpty\"T\n\x04Link\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07lag_ops\x18\x04 \x01(\x04\x12\x0e\n\x06lag_ms\x18\x05 \x01(\x01\"\x9e\x03\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x04 \x01(\t\x12\x0f\n\x07id_mode\x18\x05 \x01(\t\x12\x0e\n\x06paused\x18\x06 \x01(\x08\x12-\n\x02vv\x18\x07 \x03(\x0b\x32!.braid.admin.RegionStatus.VvEntry\x12\x0f\n\x07pending\x18\x08 \x01(\x04\x12 \n\x05links\x18\t \x03(\x0b\x32\x11.braid.admin.Link\x12\x0c\n\x04keys\x18\n \x01(\x04\x12\x1a\n\x12refused_handshakes\x18\x0b \x01(\x04\x12\x14\n\x0cresp_address\x18\x0c \x01(\t\x12\x13\n\x0b\x62\x61\x63klog_ops\x18\r \x01(\x04\x12\x17\n\x0f\x62\x61\x63klog_trimmed\x18\x0e \x01(\x04\x12\x14\n\x0cresyncs_sent\x18\x0f \x01(\x04\x12\x18\n\x10resyncs_received\x18\x10 \x01(\x04\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x1b\n\x0b\x43lusterFile\x12\x0c\n\x04toml\x18\x01 \x01(\t\"@\n\x0f\x44\x61tabaseSetting\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"\x1c\n\x0cLinkSelector\x12\x0c\n\x04peer\x18\x01 \x01(\t2\xcf\x02\n\x05\x41\x64min\x12\x37\n\x06Status\x12\x12.braid.admin.Empty\x1a\x19.braid.admin.RegionStatus\x12\x37\n\x07\x43luster\x12\x12.braid.admin.Empty\x1a\x18.braid.admin.ClusterFile\x12?\n\x04Tune\x12\x1c.braid.admin.DatabaseSetting\x1a\x19.braid.admin.RegionStatus\x12H\n\x10PauseReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatus\x12I\n\x11ResumeReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11proto/admin.proto\x12\x0b\x62raid.admin\"\x07\n\x05\x45mpty\"j\n\x04Link\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07lag_ops\x18\x04 \x01(\x04\x12\x0e\n\x06lag_ms\x18\x05 \x01(\x01\x12\x14\n\x0cunstable_ops\x18\x06 \x01(\x04\"\xaf\x04\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x04 \x01(\t\x12\x0f\n\x07id_mode\x18\x05 \x01(\t\x12\x0e\n\x06paused\x18\x06 \x01(\x08\x12-\n\x02vv\x18\x07 \x03(\x0b\x32!.braid.admin.RegionStatus.VvEntry\x12\x0f\n\x07pending\x18\x08 \x01(\x04\x12 \n\x05links\x18\t \x03(\x0b\x32\x11.braid.admin.Link\x12\x0c\n\x04keys\x18\n \x01(\x04\x12\x1a\n\x12refused_handshakes\x18\x0b \x01(\x04\x12\x14\n\x0cresp_address\x18\x0c \x01(\t\x12\x13\n\x0b\x62\x61\x63klog_ops\x18\r \x01(\x04\x12\x17\n\x0f\x62\x61\x63klog_trimmed\x18\x0e \x01(\x04\x12\x14\n\x0cresyncs_sent\x18\x0f \x01(\x04\x12\x18\n\x10resyncs_received\x18\x10 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\x11 \x01(\x04\x12\x11\n\tidmp_keys\x18\x12 \x01(\x04\x12\x16\n\x0eidmp_producers\x18\x13 \x01(\x04\x12\x19\n\x11idmp_iids_tracked\x18\x14 \x01(\x04\x12\x17\n\x0f\x64\x65lete_contexts\x18\x15 \x01(\x04\x12\x19\n\x11stability_held_by\x18\x16 \x03(\t\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x1b\n\x0b\x43lusterFile\x12\x0c\n\x04toml\x18\x01 \x01(\t\"@\n\x0f\x44\x61tabaseSetting\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"\x1c\n\x0cLinkSelector\x12\x0c\n\x04peer\x18\x01 \x01(\t2\xcf\x02\n\x05\x41\x64min\x12\x37\n\x06Status\x12\x12.braid.admin.Empty\x1a\x19.braid.admin.RegionStatus\x12\x37\n\x07\x43luster\x12\x12.braid.admin.Empty\x1a\x18.braid.admin.ClusterFile\x12?\n\x04Tune\x12\x1c.braid.admin.DatabaseSetting\x1a\x19.braid.admin.RegionStatus\x12H\n\x10PauseReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatus\x12I\n\x11ResumeReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,17 +36,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMPTY']._serialized_start=34
   _globals['_EMPTY']._serialized_end=41
   _globals['_LINK']._serialized_start=43
-  _globals['_LINK']._serialized_end=127
-  _globals['_REGIONSTATUS']._serialized_start=130
-  _globals['_REGIONSTATUS']._serialized_end=544
-  _globals['_REGIONSTATUS_VVENTRY']._serialized_start=503
-  _globals['_REGIONSTATUS_VVENTRY']._serialized_end=544
-  _globals['_CLUSTERFILE']._serialized_start=546
-  _globals['_CLUSTERFILE']._serialized_end=573
-  _globals['_DATABASESETTING']._serialized_start=575
-  _globals['_DATABASESETTING']._serialized_end=639
-  _globals['_LINKSELECTOR']._serialized_start=641
-  _globals['_LINKSELECTOR']._serialized_end=669
-  _globals['_ADMIN']._serialized_start=672
-  _globals['_ADMIN']._serialized_end=1007
+  _globals['_LINK']._serialized_end=149
+  _globals['_REGIONSTATUS']._serialized_start=152
+  _globals['_REGIONSTATUS']._serialized_end=711
+  _globals['_REGIONSTATUS_VVENTRY']._serialized_start=670
+  _globals['_REGIONSTATUS_VVENTRY']._serialized_end=711
+  _globals['_CLUSTERFILE']._serialized_start=713
+  _globals['_CLUSTERFILE']._serialized_end=740
+  _globals['_DATABASESETTING']._serialized_start=742
+  _globals['_DATABASESETTING']._serialized_end=806
+  _globals['_LINKSELECTOR']._serialized_start=808
+  _globals['_LINKSELECTOR']._serialized_end=836
+  _globals['_ADMIN']._serialized_start=839
+  _globals['_ADMIN']._serialized_end=1174
 # @@protoc_insertion_point(module_scope)

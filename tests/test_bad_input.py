@@ -126,3 +126,67 @@ def test_many_clients_survive_one_bad_one(braid_proc):
     finally:
         for c in good:
             c.close()
+
+
+def _exchange_until(port: int, data: bytes, end: bytes = b"+PONG\r\n") -> tuple[bytes, bool]:
+    """Send bytes; read until the server closes the connection or the reply ends with ``end``."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(data)
+        out = b""
+        while not out.endswith(end):
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                return out, True
+            if not chunk:
+                return out, True
+            out += chunk
+        return out, False
+    finally:
+        s.close()
+
+
+# Multibulk and bulk lengths at and past Redis's limits; each ends with a PING, so a
+# request still waiting for bulks meets "expected '$'" and one that was skipped gets PONG.
+LENGTH_LIMITS = [
+    b"*2147483648\r\n",
+    b"*2147483647\r\nPING\r\n",
+    b"*1048577\r\nPING\r\n",
+    b"*-5\r\nPING\r\n",
+    b"*-2147483649\r\nPING\r\n",
+    b"*-9223372036854775808\r\nPING\r\n",
+    b"*9223372036854775808\r\n",
+    b"*-0\r\nPING\r\n",
+    b"*+1\r\nPING\r\n",
+    b"*01\r\nPING\r\n",
+    b"*1\r\n$536870913\r\n",
+    b"*1\r\n$-0\r\n",
+    b"*1\r\n$04\r\nPING\r\n",
+]
+
+
+@pytest.mark.parametrize("data", LENGTH_LIMITS)
+def test_length_limits_match_redis(braid_proc, redis_proc, data):
+    got = _exchange_until(braid_proc.port, data)
+    want = _exchange_until(redis_proc.port, data)
+    assert got == want
+    assert want[0].startswith((b"-ERR Protocol error", b"+PONG"))
+
+
+@pytest.mark.parametrize("data", [b"*11\r\n", b"*1\r\n$16385\r\n",
+                                  b"*1\r\n$4\r\nPING\r\n"])
+def test_unauthenticated_limits_match_redis(braid_proc, redis_proc, data):
+    """Before AUTH, Redis allows at most 10 arguments and bulks of 16384 bytes."""
+    admins = [braid_proc.client(), redis_proc.client()]
+    for c in admins:
+        c.config_set("requirepass", "secret")
+    try:
+        got = _exchange_until(braid_proc.port, data, end=b"\r\n")
+        want = _exchange_until(redis_proc.port, data, end=b"\r\n")
+        assert got == want and want[0].startswith((b"-ERR Protocol error", b"-NOAUTH"))
+    finally:
+        for c in admins:
+            c.execute_command("AUTH", "secret")
+            c.config_set("requirepass", "")
+            c.close()

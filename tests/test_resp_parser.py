@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.resp.parser import ProtocolError, RequestParser, split_args
+from node.resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser, split_args
 
 
 def parse_all(data: bytes, chunks: list[int] | None = None, **kw) -> list[list[bytes]]:
@@ -112,3 +112,55 @@ def test_any_chunking_gives_the_same_commands(cmds, cuts):
     data = b"".join(encode(c) for c in cmds)
     assert parse_all(data, chunks=cuts) == cmds
     assert parse_all(data) == cmds
+
+
+def test_parsed_arguments_count_as_pending_bytes():
+    """A huge multibulk count followed by small bulks: the arguments already parsed out
+    of the buffer count against the client's query-buffer limit (pending_bytes)."""
+    p = RequestParser()
+    data = b"*2147483647\r\n" + b"$1\r\na\r\n" * 1000
+    for i in range(len(data)):
+        p.feed(data[i:i + 1])
+        assert p.next_command() is None
+    assert p.buffered == 0
+    assert p.pending_bytes == 1000 * (1 + ARG_OVERHEAD)
+    p.feed(b"$3\r\nab")  # a partial bulk: its buffered bytes count too
+    assert p.next_command() is None
+    assert p.pending_bytes == 1000 * (1 + ARG_OVERHEAD) + 6
+
+
+def test_pending_bytes_drop_when_a_command_completes():
+    p = RequestParser()
+    data = encode([b"ECHO", b"x" * 100]) + b"*2\r\n$4\r\nECHO\r\n"
+    for i in range(len(data)):
+        p.feed(data[i:i + 1])
+        cmd = p.next_command()
+        if cmd is not None:
+            assert cmd == [b"ECHO", b"x" * 100]
+            assert p.pending_bytes == 0
+    assert p.pending_bytes == 4 + ARG_OVERHEAD
+
+
+@pytest.mark.parametrize("data,error", [
+    (b"*11\r\n", "Protocol error: unauthenticated multibulk length"),
+    (b"*1\r\n$16385\r\n", "Protocol error: unauthenticated bulk length"),
+    (b"*3000000000\r\n", "Protocol error: invalid multibulk length"),  # checked first, as in Redis
+])
+def test_unauthenticated_limits(data, error):
+    with pytest.raises(ProtocolError) as e:
+        parse_all(data, auth_required=lambda: True)
+    assert str(e.value) == error
+    if "unauthenticated" in error:  # an authenticated client: just an incomplete command
+        assert parse_all(data, auth_required=lambda: False) == []
+
+
+def test_unauthenticated_limits_follow_the_client_state():
+    """AUTH pipelined before a large command: the limit is asked when the length is read."""
+    authed = [False]
+    p = RequestParser(auth_required=lambda: not authed[0])
+    p.feed(encode([b"AUTH", b"pw"]) + encode([b"ECHO", b"x" * 20000]))
+    assert p.next_command() == [b"AUTH", b"pw"]
+    authed[0] = True
+    assert p.next_command() == [b"ECHO", b"x" * 20000]
+    assert parse_all(encode([b"ECHO"] * 10) + encode([b"x" * 16384]), auth_required=lambda: True) == [
+        [b"ECHO"] * 10, [b"x" * 16384]]

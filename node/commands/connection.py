@@ -110,7 +110,7 @@ def quit_(client, argv: list[bytes]):
 def reset(client, argv: list[bytes]):
     client.multi = None
     client.multi_error = False
-    client.watched.clear()
+    client.db.unwatch(client.watched)
     client.resp3 = False
     client.name = b""
     client.authenticated = False

@@ -125,6 +125,8 @@ def _section_stats(srv) -> list[str]:
         f"total_net_input_bytes:{st.net_input_bytes}",
         f"total_net_output_bytes:{st.net_output_bytes}",
         f"rejected_connections:{st.rejected_connections}",
+        f"client_query_buffer_limit_disconnections:{st.client_qbuf_limit_disconnections}",
+        f"client_output_buffer_limit_disconnections:{st.client_outbuf_limit_disconnections}",
         "expired_keys:0",
         "evicted_keys:0",
         "keyspace_hits:0",

@@ -4,8 +4,9 @@ Commands sent after MULTI are queued by the dispatcher (``Server.call``): a
 queue-time error (unknown command, wrong arity) marks the transaction so EXEC
 aborts it, as Redis does.  EXEC runs the queue atomically (the server is single
 threaded), with ``client.in_exec`` set so blocking reads answer at once instead
-of blocking.  WATCH records each key's version; EXEC returns a null array when
-any watched key changed since.
+of blocking.  WATCH records each key's version (node/db.py keeps versions only
+for watched keys); EXEC returns a null array when any watched key changed since.
+EXEC, DISCARD, UNWATCH, RESET and a disconnection release the client's keys.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def discard(client, argv: list[bytes]):
         raise ReplyError("ERR DISCARD without MULTI")
     client.multi = None
     client.multi_error = False
-    client.watched.clear()
+    client.db.unwatch(client.watched)
     return "OK"
 
 
@@ -43,11 +44,12 @@ def exec_(client, argv: list[bytes]):
         raise ReplyError("ERR EXEC without MULTI")
     queued, client.multi = client.multi, None
     aborted, client.multi_error = client.multi_error, False
-    watched, client.watched = client.watched, {}
+    db = client.server.db
+    changed = any(db.version(k) != v for k, v in client.watched.items())
+    db.unwatch(client.watched)  # released before the commands run, as Redis does
     if aborted:
         raise ReplyError("EXECABORT Transaction discarded because of previous errors.")
-    db = client.server.db
-    if any(db.version(k) != v for k, v in watched.items()):
+    if changed:
         return NULL_ARRAY
     replies = []
     client.in_exec = True
@@ -70,12 +72,13 @@ def watch(client, argv: list[bytes]):
         raise ReplyError("ERR WATCH inside MULTI is not allowed")
     db = client.server.db
     for key in argv[1:]:
-        client.watched.setdefault(key, db.version(key))
+        if key not in client.watched:
+            client.watched[key] = db.watch(key)
     return "OK"
 
 
 @command("unwatch", 1, "noscript loading stale fast allow-busy", group="transactions", since="2.2.0",
          summary="Forgets about watched keys of a transaction.", complexity="O(1)")
 def unwatch(client, argv: list[bytes]):
-    client.watched.clear()
+    client.db.unwatch(client.watched)
     return "OK"

@@ -18,6 +18,22 @@ starts when the current one would grow past ``segment_size`` (64 MiB by
 default); whole segments are the unit of compaction
 (:meth:`AppendLog.drop_segments_before`).
 
+Rolling to a new segment never waits for the disk on the caller's thread (the
+event loop): the finished segment's records are handed to the OS, the new
+segment is created as ``<name>.aof.next``, and a worker thread *seals* the
+finished one - fsync it, rename the new one to ``<name>.aof``, fsync the
+directory.  So a segment that has its real name always follows a segment that
+is on disk.  Whatever makes records durable (:meth:`AppendLog.fsync`, the
+fsync an operation log runs in a worker thread with :meth:`AppendLog.seal_wait`
+first) waits for the seal, so nothing in a ``.next`` segment counts as on disk
+before its predecessor is.  At start (:func:`scan`, :meth:`AppendLog.open`) a
+``.next`` segment that follows an intact last segment is part of the log (a
+process crash: its records had reached the OS) and gets its real name; after a
+torn one it is discarded with the torn tail (a machine crash before the seal:
+none of its records was on disk or acknowledged as such).  A segment that fills
+up before the previous seal is done waits for it (a segment filled within one
+fsync).
+
 One record::
 
     +----------------+----------------------------------+--------+-----------------+
@@ -57,7 +73,8 @@ offset; nothing is cut, because valid, acknowledged records would be lost:
   counts as corruption.  Bytes after a bad record that hold no valid record
   (a crash can leave a zero-filled tail) are part of the torn tail;
 * a bad or short record in a segment that is not the last: the writer fsyncs a
-  segment before it starts the next, so a crash cannot tear an earlier segment;
+  segment before the next gets its real name, so a crash cannot tear an earlier
+  segment;
 * a record whose checksum holds but whose kind is unknown (a newer Braid wrote
   it, or the bytes were deliberately changed: never cut);
 * a gap in record numbers between segments.
@@ -71,6 +88,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import threading
 from dataclasses import dataclass, field
 
 from xxhash import xxh3_64_intdigest
@@ -89,6 +107,7 @@ HEADER_SIZE = _PREFIX.size + 1  # + the kind byte: 13
 _KIND_AT = _PREFIX.size  # the kind byte's offset in a record; the checksummed bytes start there
 
 SEGMENT_SUFFIX = ".aof"
+NEXT_SUFFIX = ".next"  # a segment whose predecessor was not yet sealed (see the theory of operation)
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.aof$")
 _READ_CHUNK = 1024 * 1024
 # Looking for a valid record after damage (_record_follows) is bounded: bytes that
@@ -283,6 +302,7 @@ class ScanResult:
     records: list[tuple[int, int, bytes]] = field(default_factory=list)  # (number, kind, payload)
     torn: tuple[str, int] | None = None  # (path, offset) of a torn tail
     torn_reason: str = ""
+    discarded_next: str | None = None  # a .next segment after a torn tail: truncate_torn deletes it
 
     @property
     def last_record(self) -> int:
@@ -320,10 +340,26 @@ def scan(directory: str, *, collect: bool = True) -> ScanResult:
         count, torn = _scan_segment(path, first, is_last, records if collect else None)
         infos.append(SegmentInfo(path, first, count, os.path.getsize(path)))
         expected = first + count
+    discarded = None
+    unsealed = _next_segments(directory)
+    if unsealed:
+        path = os.path.join(directory, segment_name(expected) + NEXT_SUFFIX)
+        if len(unsealed) > 1 or not segments or (torn is None and unsealed != [path]):
+            raise CorruptLog(unsealed[0], 0, "a segment started during a roll does not follow the last segment")
+        if torn is None:  # its predecessor is intact: it is the log's last segment
+            count, torn = _scan_segment(path, expected, True, records if collect else None)
+            infos.append(SegmentInfo(path, expected, count, os.path.getsize(path)))
+        else:  # its predecessor lost records: it follows nothing, and was never on disk as such
+            discarded = unsealed[0]
     return ScanResult(
         os.path.abspath(directory), infos, records,
-        torn=torn[:2] if torn else None, torn_reason=torn[2] if torn else "",
+        torn=torn[:2] if torn else None, torn_reason=torn[2] if torn else "", discarded_next=discarded,
     )
+
+
+def _next_segments(directory: str) -> list[str]:
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                  if n.endswith(SEGMENT_SUFFIX + NEXT_SUFFIX))
 
 
 def _scan_segment(path: str, first: int, is_last: bool, records: list | None) -> tuple[int, tuple | None]:
@@ -358,10 +394,21 @@ def truncate_torn(result: ScanResult) -> int:
         f.truncate(offset)
         f.flush()
         os.fsync(f.fileno())
+    if result.discarded_next is not None:
+        os.remove(result.discarded_next)
+        _fsync_directory(os.path.dirname(result.discarded_next))
     return scanned.size - offset
 
 
 # ------------------------------------------------------------------- writing
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_directory(directory: str) -> None:
     """Make file creations and deletions in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -407,6 +454,48 @@ class SegmentWriter:
         os.close(self.fd)
 
 
+class _Seal:
+    """Puts a finished segment on disk off the event loop: fsync it, then give the
+    segment that follows it its real name (``<name>.aof.next`` -> ``<name>.aof``) and
+    fsync the directory.  Runs in its own thread; :meth:`complete` finishes it (or
+    tries again after a failure) in the calling thread."""
+
+    def __init__(self, old: SegmentWriter, unsealed: str, final: str, directory: str) -> None:
+        self.old, self.unsealed, self.final, self.directory = old, unsealed, final, directory
+        self.done = False
+        self.error: OSError | None = None
+        self._renamed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="braid-seal-segment", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.complete()
+        except OSError:
+            pass  # kept in ``error``; whoever needs the records on disk tries again
+
+    def complete(self) -> None:
+        """Wait for the seal (doing it again if it failed); raises OSError if it fails now."""
+        with self._lock:
+            if self.done:
+                return
+            try:
+                os.fsync(self.old.fd)
+                if not self._renamed:
+                    os.rename(self.unsealed, self.final)
+                    self._renamed = True
+                _fsync_directory(self.directory)
+            except OSError as e:
+                self.error = e
+                raise
+            self.error = None
+            self.old.close()
+            self.done = True
+
+
 class AppendLog:
     """A log directory opened for appending: ``AppendLog.open(dir)``."""
 
@@ -416,6 +505,7 @@ class AppendLog:
         self._segment: SegmentWriter | None = segment
         self._last_record = segment.first_record + segment.records - 1
         self._directory_dirty = new_file  # a segment file was created since the last fsync
+        self._seal: _Seal | None = None  # the previous segment being put on disk (see roll)
 
     @classmethod
     def open(cls, directory: str, *, segment_size: int = DEFAULT_SEGMENT_SIZE,
@@ -435,7 +525,13 @@ class AppendLog:
             segment = SegmentWriter(os.path.join(directory, segment_name(1)), 1, 0, 0, create=True)
             return cls(directory, segment, segment_size, new_file=True)
         last = result.segments[-1]
-        segment = SegmentWriter(last.path, last.first_record, last.records, last.size, create=False)
+        path = last.path
+        if path.endswith(NEXT_SUFFIX):  # left by a crash during a seal: finish it
+            _fsync_file(result.segments[-2].path)
+            path = path[: -len(NEXT_SUFFIX)]
+            os.rename(last.path, path)
+            _fsync_directory(directory)
+        segment = SegmentWriter(path, last.first_record, last.records, last.size, create=False)
         return cls(directory, segment, segment_size, new_file=False)
 
     @property
@@ -449,7 +545,7 @@ class AppendLog:
         segment = self._current()
         if segment.size and segment.size + len(record) > self.segment_size:
             try:
-                self.roll()
+                self._roll_unsealed()
             except OSError:
                 pass  # a full disk: keep appending here; the next record tries again
             segment = self._current()
@@ -473,19 +569,38 @@ class AppendLog:
         self._directory_dirty = True
 
     def fsync(self) -> None:
-        """Flush, fsync the current segment, and the directory if a segment was created."""
+        """Flush, fsync the current segment, and the directory if a segment was created
+        (after the previous segment's seal, waited for here)."""
+        self.seal_wait()
         self._current().fsync()
         if self._directory_dirty:
             _fsync_directory(self.directory)
             self._directory_dirty = False
 
-    def roll(self) -> None:
-        """Start a new segment (nothing to do while the current one is empty).
+    def sealing(self):
+        """The seal in progress as a blocking callable (None if there is none): an fsync of
+        the current segment run in another thread calls it first (see the theory of operation)."""
+        seal = self._seal
+        return None if seal is None or seal.done else seal.complete
 
-        The finished segment is fsynced first: otherwise a crash could keep the
-        new segment and lose the old one's tail, which :func:`scan` rightly
-        calls corruption.
-        """
+    def seal_wait(self) -> None:
+        """Wait for the previous segment's seal (trying it again if it failed; OSError if it fails)."""
+        seal = self._seal
+        if seal is not None:
+            seal.complete()
+            self._sealed()
+
+    def _sealed(self) -> None:
+        seal = self._seal
+        if seal is not None and seal.done:
+            self._seal = None
+            if self._segment is not None and self._segment.path == seal.unsealed:
+                self._segment.path = seal.final
+
+    def roll(self) -> None:
+        """Start a new segment now, with the finished one on disk (nothing to do while the
+        current one is empty).  Blocking: a snapshot ends the log here."""
+        self.seal_wait()
         old = self._current()
         if old.records == 0:
             return
@@ -497,16 +612,41 @@ class AppendLog:
         self._segment = new
         self._directory_dirty = True
 
+    def _roll_unsealed(self) -> None:
+        """Start a new segment because the current one is full, sealing the finished one in
+        a worker thread: its records go to the OS here, its fsync runs there."""
+        self._sealed()
+        if self._seal is not None:  # filled within one fsync: wait for the previous seal
+            self.seal_wait()
+        old = self._current()
+        if old.records == 0:
+            return
+        old.flush()
+        first = self._last_record + 1
+        final = os.path.join(self.directory, segment_name(first))
+        new = SegmentWriter(final + NEXT_SUFFIX, first, 0, 0, create=True)  # if this fails, the old one stays
+        self._segment = new
+        self._directory_dirty = True
+        self._seal = _Seal(old, new.path, final, self.directory)
+        self._seal.start()
+
     def segments(self) -> list[str]:
-        """Paths of the segment files, in log order."""
-        return [path for _, path in list_segments(self.directory)]
+        """Paths of the segment files, in log order (the current one maybe still ``.next``)."""
+        self._sealed()
+        paths = [path for _, path in list_segments(self.directory)]
+        seal = self._seal
+        if seal is not None and seal.unsealed not in paths and os.path.exists(seal.unsealed):
+            paths.append(seal.unsealed)
+        return paths
 
     def drop_segments_before(self, record_number: int) -> list[str]:
         """Delete the segments whose records all precede ``record_number``; returns their paths.
 
         The current segment is never deleted.  Oldest first, with a directory fsync
-        after each, so a crash leaves a suffix of the log and never a gap.
+        after each, so a crash leaves a suffix of the log and never a gap.  A seal in
+        progress is finished first, so the segments have their real names.
         """
+        self.seal_wait()
         segments = list_segments(self.directory)
         dropped = []
         for (_, path), (next_first, _) in zip(segments, segments[1:]):

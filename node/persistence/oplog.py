@@ -227,8 +227,9 @@ class OperationLog(DurabilityRules):
         target = self.written
         fd = os.dup(self.file.fileno())  # the segment may be rolled while the thread works
         directory_dirty = self.file.take_directory_dirty()
+        seal = self.file.sealing()  # a finished segment still being put on disk goes first (aof.py)
         task = asyncio.get_running_loop().run_in_executor(None, _fsync, fd, self.directory if directory_dirty else None,
-                                                          self.fsync_delay_s)
+                                                          self.fsync_delay_s, seal)
         task.add_done_callback(lambda fut: self._fsynced(fut, target, directory_dirty))
 
     def _fsynced(self, fut: asyncio.Future, target: int, directory_dirty: bool) -> None:
@@ -291,10 +292,12 @@ class OperationLog(DurabilityRules):
             self._failed("fsync", e)
 
 
-def _fsync(fd: int, directory: str | None, delay_s: float = 0.0) -> None:
+def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[[], None] | None = None) -> None:
     if delay_s:
         time.sleep(delay_s)  # a slow disk (DEBUG FSYNC-DELAY): this runs in a worker thread
     try:
+        if seal is not None:
+            seal()
         os.fsync(fd)
     finally:
         os.close(fd)

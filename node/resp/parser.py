@@ -16,15 +16,33 @@ limits, so this is a small parser of its own that reproduces
 ``networking.c``: the same limits, the same ``Protocol error: ...`` texts.
 After a :class:`ProtocolError` the server replies with the error and closes
 the connection, as Redis does.
+
+Memory: :attr:`RequestParser.pending_bytes` is what the command being
+assembled holds - the arguments already parsed out of the buffer (their bytes
+plus :data:`ARG_OVERHEAD` each) and the bytes still buffered.  The server
+closes a client whose ``pending_bytes`` (plus its queued MULTI commands) passes
+``client-query-buffer-limit``.  Redis counts only its query buffer (and the
+MULTI queue), so a ``*2147483647`` followed by endless one-byte bulks grows its
+argument array without a bound; Braid counts the parsed arguments too.  While
+``auth_required()`` says the client has not authenticated, Redis's tighter
+limits apply: at most 10 arguments and bulks of at most 16384 bytes
+(``Protocol error: unauthenticated multibulk length`` / ``bulk length``).
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
 
 from crdt.ids import string2ll
 
 INLINE_MAX = 64 * 1024  # PROTO_INLINE_MAX_SIZE
 MBULK_BIG_ARG = 32 * 1024
 INT_MAX = (1 << 31) - 1
+UNAUTH_MAX_ARGS = 10        # an unauthenticated client's multibulk count (Redis's authRequired checks)
+UNAUTH_MAX_BULK = 16 * 1024  # and bulk length
+# what one parsed argument costs beyond its bytes: a bytes object's header and its list slot
+ARG_OVERHEAD = sys.getsizeof(b"") + 8
 
 
 def _length(b: bytes) -> int | None:
@@ -39,14 +57,17 @@ class ProtocolError(Exception):
 
 
 class RequestParser:
-    __slots__ = ("buf", "pos", "max_bulk_len", "_argv", "_remaining")
+    __slots__ = ("buf", "pos", "max_bulk_len", "auth_required", "_argv", "_remaining", "_argv_bytes")
 
-    def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
+    def __init__(self, max_bulk_len: int = 512 * 1024 * 1024,
+                 auth_required: Callable[[], bool] | None = None) -> None:
         self.buf: bytes | bytearray = b""
         self.pos = 0
         self.max_bulk_len = max_bulk_len
+        self.auth_required = auth_required  # asked when a length is read: the unauthenticated limits apply
         self._argv: list[bytes] | None = None  # multibulk being read
         self._remaining = 0
+        self._argv_bytes = 0  # what the arguments parsed into _argv hold (see pending_bytes)
 
     def feed(self, data: bytes) -> None:
         # Common case: nothing left over, so parse the received bytes object
@@ -70,6 +91,11 @@ class RequestParser:
     @property
     def buffered(self) -> int:
         return len(self.buf) - self.pos
+
+    @property
+    def pending_bytes(self) -> int:
+        """Memory the command being assembled holds: its parsed arguments and the buffer."""
+        return len(self.buf) - self.pos + self._argv_bytes
 
     def next_command(self) -> list[bytes] | None:
         """The next complete command, or None if more bytes are needed."""
@@ -95,6 +121,7 @@ class RequestParser:
             if not self._read_bulks():
                 return None
             argv, self._argv = self._argv, None
+            self._argv_bytes = 0
             return argv
 
     # ------------------------------------------------------------ multibulk
@@ -108,6 +135,8 @@ class RequestParser:
         n = _length(bytes(buf[pos + 1 : nl]))
         if n is None or n > INT_MAX:
             raise ProtocolError("Protocol error: invalid multibulk length")
+        if n > UNAUTH_MAX_ARGS and self.auth_required is not None and self.auth_required():
+            raise ProtocolError("Protocol error: unauthenticated multibulk length")
         self.pos = nl + 2
         return n
 
@@ -119,6 +148,7 @@ class RequestParser:
         size = len(buf)
         pos = self.pos
         remaining = self._remaining
+        held = self._argv_bytes
         while remaining:
             if pos >= size:
                 break
@@ -139,14 +169,17 @@ class RequestParser:
                     raise ProtocolError("Protocol error: invalid bulk length")
             if n > self.max_bulk_len:
                 raise ProtocolError("Protocol error: invalid bulk length")
+            if n > UNAUTH_MAX_BULK and self.auth_required is not None and self.auth_required():
+                raise ProtocolError("Protocol error: unauthenticated bulk length")
             start = nl + 2
             end = start + n
             if end + 2 > size:
                 break
             argv.append(bytes(buf[start:end]) if copy else buf[start:end])
+            held += n + ARG_OVERHEAD
             pos = end + 2
             remaining -= 1
-        self.pos, self._remaining = pos, remaining
+        self.pos, self._remaining, self._argv_bytes = pos, remaining, held
         return not remaining
 
     # ------------------------------------------------------------ inline
