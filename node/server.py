@@ -71,6 +71,7 @@ class Server:
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
         self.db = Database(self._limits(), active_active=cluster is not None)
+        self.db.own_ops = []  # what commands resolved into, for the operation log (_log_command)
         if cluster is not None:
             from .activeactive import ActiveActive
 
@@ -162,16 +163,36 @@ class Server:
 
     def _log_command(self, client: "ClientConnection", argv: list[bytes], changed: bool, write: bool,
                      reply: Any) -> None:
-        """Append a command that changed state, or is a write that did not fail."""
-        if self.oplog is not None and not self.replaying and (changed or (write and type(reply) is not ReplyError)):
-            self._append_command(self._clock, argv)
-            client.logged_upto = self.oplog.last_record  # its reply waits for this record (see flush)
+        """Append what a command did (node/persistence/oplog.py): the operations it applied
+        when they are all it did (``RESOLVED`` commands), else the command with them, if it
+        changed state or is a write that did not fail."""
+        db = self.db
+        own = db.own_ops
+        if own:
+            db.own_ops = []  # the next command's start here
+        oplog = self.oplog
+        if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
+            return
+        if cmdtable.is_resolved(argv):
+            if own:
+                oplog.log_own(own)
+                if db.aa is not None:
+                    db.aa.logged(oplog.last_record)  # its operations leave once it is durable
+            elif not changed:
+                return  # applied nothing, changed nothing
+            elif argv[0].lower() == b"xadd":  # answered from the IDMP map: it counted a duplicate
+                oplog.log_idmp_duplicate(self._clock, argv[1])
+            else:
+                self._append_command(self._clock, argv)
+        else:
+            self._append_command(self._clock, argv, own or ())
+        client.logged_upto = oplog.last_record  # its reply waits for this record (see flush)
 
-    def _append_command(self, now: int, argv: list[bytes]) -> None:
+    def _append_command(self, now: int, argv: list[bytes], own: list | tuple = ()) -> None:
         aa = self.db.aa
-        self.oplog.log_command(now, argv, None if aa is None else aa.mode)
+        self.oplog.log_command(now, argv, None if aa is None else aa.mode, own)
         if aa is not None:
-            self.db.aa.logged(self.oplog.last_record)  # its operations leave once it is durable
+            aa.logged(self.oplog.last_record)  # its operations leave once it is durable
 
     # ------------------------------------------------------------ snapshots
     def _snapshot_now(self) -> tuple[bytes, int, str]:

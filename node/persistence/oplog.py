@@ -59,13 +59,18 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 from crdt.causal import Envelope
 
+from .. import opcodec
 from ..cluster_config import ID_MODES
 from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
+
+if TYPE_CHECKING:
+    from crdt import ops
 
 log = logging.getLogger("braid.persistence")
 
@@ -76,10 +81,41 @@ _decode = msgspec.msgpack.Decoder().decode
 
 
 # ------------------------------------------------------------------ records
-def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None) -> bytes:
-    """A command with the clock it ran with and, in a region of a cluster, the ID mode
-    (``crdt_xadd_id_uniqueness_mode``) in force: both decide what it does."""
-    return _encode([b"c", now_ms, argv] if id_mode is None else [b"c", now_ms, argv, id_mode.encode()])
+FORMAT = 2  # written by this version: tags o and L (see the module docstring); 1: tag c
+
+_TAGS_LOCAL = (b"c", b"L", b"x", b"d")
+
+
+def own_entry(op: "ops.Op", env: Envelope | None, sent: "ops.Op") -> "bytes | list":
+    """One operation this region applied, as an ``o`` or ``L`` record holds it.
+
+    ``env``: the envelope it was sent in (None: it stayed here); ``sent``: the operation
+    sent, when it is not ``op`` itself (a delete whose strategy only this region can judge).
+    """
+    if env is None:
+        return opcodec.encode(op)
+    if sent is op:
+        return [env.op, env.n, env.deps]
+    return [env.op, env.n, env.deps, opcodec.encode(op)]
+
+
+def own_record(own: list) -> bytes:
+    """``[b"o", [entry, ...]]``: the operations one command resolved into (``own``: the
+    ``(op, envelope, sent)`` triples :meth:`node.db.Database.apply` collected)."""
+    return _encode([b"o", [own_entry(*t) for t in own]])
+
+
+def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> bytes:
+    """``[b"L", now_ms, argv, id_mode, [entry, ...]]``: a command with region-local effects,
+    the clock it ran with, the ID mode in force (nil in one region) and the operations it
+    applied (replayed instead of the ones it computes again)."""
+    return _encode([b"L", now_ms, argv, None if id_mode is None else id_mode.encode(),
+                    [own_entry(*t) for t in own]])
+
+
+def idmp_duplicate_record(now_ms: int, key: bytes) -> bytes:
+    """``[b"d", now_ms, key]``: an XADD answered from the IDMP map, which counts the duplicate."""
+    return _encode([b"d", now_ms, key])
 
 
 def idmp_expiry_record(now_ms: int, stable: dict[int, int] | None = None) -> bytes:
@@ -91,31 +127,88 @@ def remote_record(env: Envelope) -> bytes:
     return _encode([b"r", env.origin, env.n, [list(d) for d in env.deps], env.op])
 
 
-def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None, str | dict | None]:
-    """``(tag, now_ms, argv or None, extra)`` of an OP_LOCAL record (ValueError if malformed);
-    extra: a command's ID mode, an expiry's stable vector, or None."""
-    rec = _decode(payload)
-    if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in (b"c", b"x") or type(rec[1]) is not int:
-        raise ValueError("malformed local record")
-    if rec[0] == b"c":
-        if len(rec) not in (3, 4) or not rec[2] or not all(type(a) is bytes for a in rec[2]):
-            raise ValueError("malformed command record")
-        if len(rec) == 4 and (type(rec[3]) is not bytes or rec[3].decode("latin-1") not in ID_MODES):
-            raise ValueError("malformed ID mode in a command record")
-        return b"c", rec[1], rec[2], rec[3].decode() if len(rec) == 4 else None
-    if len(rec) == 3:
+class OwnOperation(NamedTuple):
+    """An operation of this region, as logged: ``op`` the bytes sent (or, when it stayed
+    here, applied); ``n``/``deps`` its dot's counter and dependencies (None: not sent);
+    ``applied`` the bytes applied here when they differ from ``op``."""
+
+    op: bytes
+    n: int | None = None
+    deps: tuple | None = None
+    applied: bytes | None = None
+
+
+class LocalRecord(NamedTuple):
+    """An OP_LOCAL record: ``tag`` c (format 1: a command), L (a command with its
+    operations ``own``), x (an IDMP expiry with its ``stable`` vector, if any), d (an
+    IDMP duplicate of the key ``argv[0]``)."""
+
+    tag: bytes
+    now_ms: int
+    argv: list | None = None
+    id_mode: str | None = None
+    own: list | None = None     # None: a format-1 command, whose operations are re-derived
+    stable: dict | None = None
+
+
+def _decode_own(entries) -> list[OwnOperation]:
+    if not isinstance(entries, list):
+        raise ValueError("malformed operation list")
+    out = []
+    for e in entries:
+        if type(e) is bytes:
+            out.append(OwnOperation(e))
+            continue
+        if (not isinstance(e, list) or len(e) not in (3, 4) or type(e[0]) is not bytes or type(e[1]) is not int
+                or not isinstance(e[2], list) or (len(e) == 4 and type(e[3]) is not bytes)):
+            raise ValueError("malformed operation in a record")
         try:
-            return b"x", rec[1], None, {int(o): int(n) for o, n in rec[2]}
+            deps = tuple((int(o), int(n)) for o, n in e[2])
         except (TypeError, ValueError):
-            raise ValueError("malformed stable vector in an IDMP expiry record") from None
-    return b"x", rec[1], None, None
+            raise ValueError("malformed dependencies of an operation in a record") from None
+        out.append(OwnOperation(e[0], e[1], deps, e[3] if len(e) == 4 else None))
+    return out
 
 
-def decode_remote(payload: bytes) -> Envelope:
+def decode_local(payload: bytes) -> LocalRecord:
+    """An OP_LOCAL record (ValueError if malformed)."""
     rec = _decode(payload)
+    if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in _TAGS_LOCAL or type(rec[1]) is not int:
+        raise ValueError("malformed local record")
+    tag = rec[0]
+    if tag == b"x":
+        if len(rec) == 3:
+            try:
+                return LocalRecord(tag, rec[1], stable={int(o): int(n) for o, n in rec[2]})
+            except (TypeError, ValueError):
+                raise ValueError("malformed stable vector in an IDMP expiry record") from None
+        return LocalRecord(tag, rec[1])
+    if tag == b"d":
+        if len(rec) != 3 or type(rec[2]) is not bytes:
+            raise ValueError("malformed IDMP duplicate record")
+        return LocalRecord(tag, rec[1], [rec[2]])
+    if len(rec) not in ((3, 4) if tag == b"c" else (5,)) or not isinstance(rec[2], list) or not rec[2] \
+            or not all(type(a) is bytes for a in rec[2]):
+        raise ValueError("malformed command record")
+    mode = rec[3] if len(rec) > 3 else None
+    if mode is not None and (type(mode) is not bytes or mode.decode("latin-1") not in ID_MODES):
+        raise ValueError("malformed ID mode in a command record")
+    own = _decode_own(rec[4]) if tag == b"L" else None
+    return LocalRecord(tag, rec[1], rec[2], None if mode is None else mode.decode(), own)
+
+
+def decode_replicated(payload: bytes) -> "Envelope | list[OwnOperation]":
+    """An OP_REPLICATED record: another region's envelope (``r``), or this region's own
+    operations (``o``) (ValueError if malformed)."""
+    rec = _decode(payload)
+    if isinstance(rec, list) and len(rec) == 2 and rec[0] == b"o":
+        return _decode_own(rec[1])
     if not isinstance(rec, list) or len(rec) != 5 or rec[0] != b"r" or type(rec[4]) is not bytes:
         raise ValueError("malformed replicated record")
-    return Envelope(int(rec[1]), int(rec[2]), tuple((int(o), int(n)) for o, n in rec[3]), rec[4])
+    try:
+        return Envelope(int(rec[1]), int(rec[2]), tuple((int(o), int(n)) for o, n in rec[3]), rec[4])
+    except (TypeError, ValueError):
+        raise ValueError("malformed replicated record") from None
 
 
 # ------------------------------------------------------------------ the log
@@ -172,8 +265,14 @@ class OperationLog(DurabilityRules):
         self.fsync_delay_s = 0.0
 
     # ------------------------------------------------------------ appending
-    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None) -> None:
-        self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode))
+    def log_own(self, own: list) -> None:
+        self.file.append(OP_REPLICATED, own_record(own))
+
+    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> None:
+        self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode, own))
+
+    def log_idmp_duplicate(self, now_ms: int, key: bytes) -> None:
+        self.file.append(OP_LOCAL, idmp_duplicate_record(now_ms, key))
 
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self.file.append(OP_LOCAL, idmp_expiry_record(now_ms, stable))
