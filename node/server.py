@@ -13,9 +13,11 @@ clients blocked on keys that the batch touched.  Shutdown is handled in one
 place (:meth:`Server.stop`).
 
 Durability (node/persistence/): a command runs with the clock pinned (every
-``now_ms()`` in it answers the same), and a command that changed or may have
-changed state is appended to the operation log with that clock, so replaying
-the log rebuilds the state.  Replies leave only when the log allows it
+``now_ms()`` in it answers the same); what it did is appended to the operation
+log - the operations it resolved into (collected by ``Database.apply``), and,
+for a command that also changed region-local state, the command with that
+clock - so replaying the log rebuilds the state without resolving anything
+again (node/persistence/oplog.py).  Replies leave only when the log allows it
 (``appendfsync always``: after the fsync that covers them).
 """
 

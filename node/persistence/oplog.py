@@ -3,25 +3,75 @@
 Theory of operation
 -------------------
 Every change to a region's state becomes one record of the append-only file
-(format in :mod:`node.persistence.aof`), in the order the event loop made it:
+(format in :mod:`node.persistence.aof`), in the order the event loop made it.
+What a command *decided* - the ID of a new entry, the entries a trim removes, an
+IDMP duplicate, a delete's context - is logged as its outcome, never as the
+command that decided it: a replay applies the outcome again, so a newer version
+that would decide differently (another ID, another trim cutoff, another IDMPAUTO
+hash) cannot re-write history.  In a region of a cluster that history is shared:
+an operation this region sent is held by its peers under its dot ``(region, n)``,
+and a replay that rebuilt other content under the same dot would leave this
+region different from them for good, without an error.
 
-* ``OP_LOCAL`` ``[b"c", now_ms, argv]`` (``[b"c", now_ms, argv, id_mode]`` in a
-  region of a cluster): a command this region executed that changed, or may
-  have changed, its state.  Commands are deterministic
-  functions of (state, argv, clock) - the server pins the clock for the length
-  of a command - so running them again in the same order rebuilds the state
-  exactly: entries and groups, and what stays in this region (consumers, the
-  PEL, XGROUP SETID, XSETID).  The operations such a command sends to other
-  regions are not logged separately: the replay issues them again, and since
-  the causal log is rebuilt in the same order they get the same dots.
-* ``OP_LOCAL`` ``[b"x", now_ms]``: the server's once-a-second IDMP expiry, a
-  change no command makes.
+Records (format 2, written by this version; the tag is the first element):
+
+* ``OP_REPLICATED`` ``[b"o", [entry, ...]]``: this region's own operations
+  (:mod:`crdt.ops`), everything one command resolved into, in the order they were
+  applied.  An entry is the operation's bytes as :mod:`node.opcodec` encodes them
+  for the wire - encoded once, in :meth:`node.activeactive.ActiveActive.publish`,
+  and the same bytes go to the file and to the peers - either alone (bytes: an
+  operation that stayed in this region: any operation of a single region, or a
+  region-local one such as XSETID's in a cluster, or one that changed nothing) or
+  as ``[op, n, deps]``: sent under the dot ``(region, n)`` with dependencies
+  ``deps`` (the version vector it was issued at, as sorted pairs).  A fourth
+  element holds the operation as applied here when it differs from the one sent:
+  a delete under ``DELREF``/``ACKED`` judged by this region's PELs is sent as the
+  IDs it removed.  Replay applies each operation (:func:`crdt.ops.apply`), then,
+  for one that was sent, the causal log stamps the logged bytes again, and the
+  dot and dependencies it gives must be the logged ones: anything else means the
+  file and the region's history disagree, and the region does not start (a
+  ``LoadError`` naming the record).  Commands whose whole effect is their
+  operations are listed in ``node.commands.RESOLVED``: XADD, XDEL, XDELEX, XTRIM,
+  XSETID, XCFGSET, XIDMPRECORD, DEL, UNLINK, RENAME, FLUSH*, XGROUP CREATE/DESTROY.
+  (A single region's trim operation is Redis's request - MAXLEN/MINID, ``~``,
+  LIMIT - which :func:`crdt.ops.apply` evaluates on the stream; in a cluster it is
+  resolved at the command into per-origin cutoffs, and those are logged.)
+* ``OP_LOCAL`` ``[b"L", now_ms, argv, id_mode, [entry, ...]]``: a command that
+  changed region-local state (consumers, the PEL, delivery counts, a group's
+  cursors and last-delivered ID: XREADGROUP, XACK, XACKDEL, XCLAIM, XAUTOCLAIM,
+  XGROUP SETID/CREATECONSUMER/DELCONSUMER, a layout ``CONFIG SET``...), with the
+  clock it ran with (the server pins it for the length of a command), the ID mode
+  in force in a cluster (nil in a single region) and the operations it applied,
+  as in ``o``.  Replay runs the command again for its local part - local state is
+  a deterministic function of (state, argv, clock) - but its operations come from
+  the record: while it runs, :meth:`node.db.Database.apply` hands each operation
+  it computes to the replay, which applies (and stamps) the next logged one
+  instead, in order.  A computed operation that differs from its logged
+  counterpart is counted (``LoadReport.differences``, a warning in the server's
+  log); one without a counterpart is neither applied nor stamped; logged ones the
+  command no longer computes are applied after it.
+* ``OP_LOCAL`` ``[b"d", now_ms, key]``: an XADD answered from the key's IDMP map
+  (it counts a duplicate and changes nothing else).
+* ``OP_LOCAL`` ``[b"x", now_ms]`` (``[b"x", now_ms, stable]`` in a cluster): the
+  server's once-a-second IDMP expiry, a change no command makes, with the stable
+  vector it used.
 * ``OP_REPLICATED`` ``[b"r", origin, n, deps, op]``: an operation of another
   region, logged when it is applied (so in causal order); replay hands it to
   the causal log and applies it as the replication link did.
 
 So the in-memory causal log - the replication feed - is exactly what replaying
 the file rebuilds, and the file is its durable form.
+
+Format 1, and reading an old file.  Before operations were logged, every
+command was an ``OP_LOCAL`` ``[b"c", now_ms, argv]`` (``[b"c", now_ms, argv,
+id_mode]`` in a cluster) and its operations were not in the file.  Such records
+are still read, and replayed as they were then: the command runs again and
+resolves its operations again, with the clock and the ID mode logged.  A file
+may hold both: a region upgraded in place appends format-2 records after its
+format-1 ones (the next snapshot makes the old ones unnecessary).  The format is
+carried by the tags: format 2 added ``o``, ``L`` and ``d``; a version that adds
+another tag makes an older reader stop with "malformed record" naming the
+record, never misread it.
 
 When a record reaches the disk is ``appendfsync``, as in Redis:
 
