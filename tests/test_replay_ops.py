@@ -192,6 +192,19 @@ def test_a_logged_operation_the_causal_log_stamps_with_another_dot_stops_the_reg
         Region(str(bad), 1)
 
 
+@pytest.mark.parametrize("entry,number,why", [
+    (b"\x93\x63\xc4\x01s\x01", None, "undecodable operation"),        # an operation tag no version has
+    ([b"\x94\x03\xc4\x01s\xc0\xc0", 1, []], None, "not part of an Active-Active database"),  # sent, yet one region
+    (b"\x94\x03\xc4\x01s\x01\x02", None, "undecodable operation"),  # DeleteKey with an observed map that is no map
+])
+def test_a_malformed_operation_record_stops_the_load_naming_it(tmp_path, entry, number, why):
+    log = aof.AppendLog.open(str(tmp_path / "appendonlydir"))
+    log.append(aof.OP_REPLICATED, msgspec.msgpack.encode([b"o", [entry]]))
+    log.close()
+    with pytest.raises(LoadError, match=f"record 1 of the append-only file cannot be replayed: .*{why}"):
+        Region(str(tmp_path), number)
+
+
 def _v1_command(now_ms: int, argv: list[str], id_mode: str | None = None) -> bytes:
     rec = [b"c", now_ms, [a.encode() for a in argv]]
     return msgspec.msgpack.encode(rec if id_mode is None else [*rec, id_mode.encode()])

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from crdt import ops
 
 from .. import opcodec
@@ -177,25 +179,33 @@ def apply_own(server: "Server", number: int, entry: OwnOperation) -> object:
     """
     op = _decoded(entry.op if entry.applied is None else entry.applied)
     db = server.db
-    result = ops.apply(db.keys, op, db.limits)
-    if entry.n is not None:
-        aa = db.aa
+    aa = db.aa
+    if entry.n is not None:  # checked first: nothing is applied or stamped under a wrong dot
         if aa is None:
             raise ValueError("an operation sent to other regions, but this region is not part of an "
                              "Active-Active database")
+        vv = aa.causal.vv
+        n, deps = vv.get(aa.region, 0) + 1, tuple(sorted(vv.items()))
+        if n != entry.n or deps != entry.deps:
+            raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}) and dependencies "
+                             f"{dict(entry.deps)}, but the causal log stamps it ({aa.region}, {n}) with {dict(deps)}")
+    try:
+        result = ops.apply(db.keys, op, db.limits)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"the operation cannot be applied: {type(e).__name__}: {e}") from None
+    if entry.n is not None:
         env = aa.hub.issue(entry.op)
-        if env.n != entry.n or env.deps != entry.deps:
-            raise ValueError(f"the operation was logged with dot ({env.origin}, {entry.n}) and dependencies "
-                             f"{dict(entry.deps)}, but the causal log stamps it ({env.origin}, {env.n}) with "
-                             f"{dict(env.deps)}")
+        if env.n != entry.n or env.deps != entry.deps:  # the check above is CausalLog.stamp's rule
+            raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}), but the causal log "
+                             f"stamped it ({env.origin}, {env.n})")
     return result
 
 
 def _decoded(data: bytes):
     try:
         return opcodec.decode(data)
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise ValueError(f"undecodable operation: {e}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, msgspec.DecodeError) as e:
+        raise ValueError(f"undecodable operation: {type(e).__name__}: {e}") from None
 
 
 class LoggedOperations:
