@@ -224,9 +224,12 @@ class ActiveActive:
         return True
 
     # ------------------------------------------------------------ operations
-    def publish(self, op: ops.Op) -> None:
+    def publish(self, op: ops.Op) -> Envelope | None:
+        """Send an operation this region applied; returns its envelope (None: it stays here).
+        The operation log records the envelope's bytes: encoded once, for the wire and the file."""
         if isinstance(op, REPLICATED):
-            self.hub.issue(opcodec.encode(op))
+            return self.hub.issue(opcodec.encode(op))
+        return None
 
     def _on_apply(self, env: Envelope) -> None:
         """Apply and log an operation of another region; the causal log counts it (and relays

@@ -71,18 +71,34 @@ class Database:
                     del self.watched[key]
         keys.clear()
 
+    # The operation log (node/persistence/oplog.py) records what commands resolved into:
+    # ``own_ops`` collects (operation, envelope it was sent in or None, operation sent)
+    # for every operation applied since the server last logged a command (None: not
+    # collected); ``logged_ops``, set while a replay runs a logged command again, supplies
+    # the operations it logged, applied instead of the ones the command computes now.
+    own_ops: "list | None" = None
+    logged_ops = None
+
     def apply(self, op: "ops.Op") -> object:
-        """Apply a replicated operation and do the bookkeeping it implies.
+        """Apply an operation a command resolved and do the bookkeeping it implies.
 
         Only an operation that changed something counts as a change (Redis's
-        dirty counter and WATCH ignore, e.g., an XDEL of a missing ID).
+        dirty counter and WATCH ignore, e.g., an XDEL of a missing ID), and only
+        such an operation is sent to other regions.
         """
+        if self.logged_ops is not None:
+            return self.logged_ops.instead_of(op)
         result = ops.apply(self.keys, op, self.limits)
+        env = None
+        sent = op
         if any(r == 1 for r in result) if type(result) is list else result:
             self.dirty += 1
             self.touch(op.key)
             if self.aa is not None:
-                self.aa.publish(ops.replicated_form(op, result))
+                sent = ops.replicated_form(op, result)
+                env = self.aa.publish(sent)
+        if self.own_ops is not None:
+            self.own_ops.append((op, env, sent))
         return result
 
     def apply_remote(self, op: "ops.Op") -> None:

@@ -13,9 +13,11 @@ clients blocked on keys that the batch touched.  Shutdown is handled in one
 place (:meth:`Server.stop`).
 
 Durability (node/persistence/): a command runs with the clock pinned (every
-``now_ms()`` in it answers the same), and a command that changed or may have
-changed state is appended to the operation log with that clock, so replaying
-the log rebuilds the state.  Replies leave only when the log allows it
+``now_ms()`` in it answers the same); what it did is appended to the operation
+log - the operations it resolved into (collected by ``Database.apply``), and,
+for a command that also changed region-local state, the command with that
+clock - so replaying the log rebuilds the state without resolving anything
+again (node/persistence/oplog.py).  Replies leave only when the log allows it
 (``appendfsync always``: after the fsync that covers them).
 
 Fail-stop (node/supervision.py): a region whose state may be wrong - a handler
@@ -83,6 +85,7 @@ class Server:
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
         self.db = Database(self._limits(), active_active=cluster is not None)
+        self.db.own_ops = []  # what commands resolved into, for the operation log (_log_command)
         if cluster is not None:
             from .activeactive import ActiveActive
 
@@ -178,16 +181,36 @@ class Server:
 
     def _log_command(self, client: "ClientConnection", argv: list[bytes], changed: bool, write: bool,
                      reply: Any) -> None:
-        """Append a command that changed state, or is a write that did not fail."""
-        if self.oplog is not None and not self.replaying and (changed or (write and type(reply) is not ReplyError)):
-            self._append_command(self._clock, argv)
-            client.logged_upto = self.oplog.last_record  # its reply waits for this record (see flush)
+        """Append what a command did (node/persistence/oplog.py): the operations it applied
+        when they are all it did (``RESOLVED`` commands), else the command with them, if it
+        changed state or is a write that did not fail."""
+        db = self.db
+        own = db.own_ops
+        if own:
+            db.own_ops = []  # the next command's start here
+        oplog = self.oplog
+        if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
+            return
+        if cmdtable.is_resolved(argv):
+            if own:
+                oplog.log_own(own)
+                if db.aa is not None:
+                    db.aa.logged(oplog.last_record)  # its operations leave once it is durable
+            elif not changed:
+                return  # applied nothing, changed nothing
+            elif argv[0].lower() == b"xadd":  # answered from the IDMP map: it counted a duplicate
+                oplog.log_idmp_duplicate(self._clock, argv[1])
+            else:
+                self._append_command(self._clock, argv)
+        else:
+            self._append_command(self._clock, argv, own or ())
+        client.logged_upto = oplog.last_record  # its reply waits for this record (see flush)
 
-    def _append_command(self, now: int, argv: list[bytes]) -> None:
+    def _append_command(self, now: int, argv: list[bytes], own: list | tuple = ()) -> None:
         aa = self.db.aa
-        self.oplog.log_command(now, argv, None if aa is None else aa.mode)
+        self.oplog.log_command(now, argv, None if aa is None else aa.mode, own)
         if aa is not None:
-            self.db.aa.logged(self.oplog.last_record)  # its operations leave once it is durable
+            aa.logged(self.oplog.last_record)  # its operations leave once it is durable
 
     # ------------------------------------------------------------ snapshots
     def _snapshot_now(self) -> tuple[bytes, int, str]:

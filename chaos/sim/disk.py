@@ -12,7 +12,7 @@ crash of the *process* keeps the cache too (the OS survives).
 
 :class:`SimOperationLog` stands in for ``node.persistence.oplog.OperationLog``
 inside a simulated :class:`node.server.Server`: the server logs through the same
-methods, the records are the real ones (``oplog.command_record`` and friends
+methods, the records are the real ones (``oplog.own_record`` and friends
 framed by ``aof.encode_record``), and durability is reported the same way
 (``on_durable`` tells the region which records may leave for other regions:
 fsynced ones, or written ones under ``appendfsync no``).  Time is the world's:
@@ -32,7 +32,8 @@ from collections.abc import Callable
 
 from crdt.causal import Envelope
 from node.persistence import aof
-from node.persistence.oplog import DurabilityRules, command_record, idmp_expiry_record, remote_record
+from node.persistence.oplog import (DurabilityRules, command_record, idmp_duplicate_record, idmp_expiry_record,
+                                    own_record, remote_record)
 
 
 class SimFile:
@@ -131,8 +132,14 @@ class SimOperationLog(DurabilityRules):
         self._durable_told = records
 
     # ------------------------------------------------------------ what the server calls
-    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None) -> None:
-        self._append(aof.OP_LOCAL, command_record(now_ms, argv, id_mode))
+    def log_own(self, own: list) -> None:
+        self._append(aof.OP_REPLICATED, own_record(own))
+
+    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> None:
+        self._append(aof.OP_LOCAL, command_record(now_ms, argv, id_mode, own))
+
+    def log_idmp_duplicate(self, now_ms: int, key: bytes) -> None:
+        self._append(aof.OP_LOCAL, idmp_duplicate_record(now_ms, key))
 
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self._append(aof.OP_LOCAL, idmp_expiry_record(now_ms, stable))

@@ -10,7 +10,8 @@ aborts with ``raise ReplyError("ERR ...")``.  Blocking commands may return a
 
 Metadata follows Redis's command table (``COMMAND INFO`` shows it): arity
 (positive = exact, negative = at least), flags, and the first/last/step key
-positions clients use to find keys.
+positions clients use to find keys.  ``resolved`` (Braid's own, from
+:data:`RESOLVED`) marks a command whose whole effect is the operations it applies.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Command:
     handler: Handler | None = None
     subcommands: dict[bytes, "Command"] = field(default_factory=dict)
     parent: "Command | None" = None
+    resolved: bool = False  # see RESOLVED
 
     @property
     def fullname(self) -> str:
@@ -59,6 +61,15 @@ class Command:
 
 COMMANDS: dict[bytes, Command] = {}
 
+# Commands whose whole effect is the operations (crdt/ops.py) they apply: the operation
+# log records those operations and not the command (node/persistence/oplog.py), so a
+# replay never resolves them again.  A command that also changes region-local state
+# (consumers, the PEL, cursors, settings), or an XADD answered from its IDMP map (it
+# counts the duplicate), is logged as a command with the operations it applied.
+RESOLVED = frozenset({"xadd", "xdel", "xdelex", "xtrim", "xsetid", "xcfgset", "xidmp|cfgset", "xidmprecord",
+                      "del", "unlink", "rename", "renamenx", "flushdb", "flushall",
+                      "xgroup|create", "xgroup|destroy"})
+
 # A handler's reply meaning "send nothing and close the connection" (SHUTDOWN, as Redis).
 CLOSE_WITHOUT_REPLY = object()
 
@@ -76,7 +87,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
         cmd = COMMANDS.get(name.encode())
         if cmd is None:
             cmd = Command(name, arity, _flags(flags), *keys, group=group, summary=summary,
-                          since=since, complexity=complexity, acl=_flags(acl))
+                          since=since, complexity=complexity, acl=_flags(acl), resolved=name in RESOLVED)
             COMMANDS[name.encode()] = cmd
         cmd.handler = fn
         return fn
@@ -100,7 +111,8 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     def register(fn: Handler) -> Handler:
         p = COMMANDS[parent.encode()]
         sub = Command(name, arity, _flags(flags), *keys, group=p.group, summary=summary,
-                      since=since, complexity=complexity, acl=_flags(acl), handler=fn, parent=p)
+                      since=since, complexity=complexity, acl=_flags(acl), handler=fn, parent=p,
+                      resolved=f"{parent}|{name}" in RESOLVED)
         p.subcommands[name.encode()] = sub
         return fn
 
@@ -122,3 +134,11 @@ def load_all() -> dict[bytes, Command]:
 
 def lookup(argv: list[bytes]) -> Command | None:
     return COMMANDS.get(argv[0].lower())
+
+
+def is_resolved(argv: list[bytes]) -> bool:
+    """Is ``argv`` (a command that ran) one of :data:`RESOLVED`?"""
+    cmd = COMMANDS.get(argv[0].lower())
+    if cmd is not None and cmd.subcommands:
+        cmd = cmd.subcommands.get(argv[1].lower()) if len(argv) >= 2 else None
+    return cmd is not None and cmd.resolved

@@ -42,8 +42,9 @@ One record::
     +----------------+----------------------------------+--------+-----------------+
     0                4                                  12       13         13 + length
 
-    kind 1  OP_REPLICATED   an operation of crdt/ops.py, sent to the other regions
-    kind 2  OP_LOCAL        a region-local change (consumers, the PEL): not replicated
+    kind 1  OP_REPLICATED   operations of crdt/ops.py: this region's own, or another region's
+    kind 2  OP_LOCAL        a region-local change (a command touching consumers, the PEL...)
+    (the payloads, and the format version their tags carry: node/persistence/oplog.py)
     any other kind is corruption.
 
 The checksum covers the kind byte and the payload, which lie next to each other,

@@ -3,25 +3,75 @@
 Theory of operation
 -------------------
 Every change to a region's state becomes one record of the append-only file
-(format in :mod:`node.persistence.aof`), in the order the event loop made it:
+(format in :mod:`node.persistence.aof`), in the order the event loop made it.
+What a command *decided* - the ID of a new entry, the entries a trim removes, an
+IDMP duplicate, a delete's context - is logged as its outcome, never as the
+command that decided it: a replay applies the outcome again, so a newer version
+that would decide differently (another ID, another trim cutoff, another IDMPAUTO
+hash) cannot re-write history.  In a region of a cluster that history is shared:
+an operation this region sent is held by its peers under its dot ``(region, n)``,
+and a replay that rebuilt other content under the same dot would leave this
+region different from them for good, without an error.
 
-* ``OP_LOCAL`` ``[b"c", now_ms, argv]`` (``[b"c", now_ms, argv, id_mode]`` in a
-  region of a cluster): a command this region executed that changed, or may
-  have changed, its state.  Commands are deterministic
-  functions of (state, argv, clock) - the server pins the clock for the length
-  of a command - so running them again in the same order rebuilds the state
-  exactly: entries and groups, and what stays in this region (consumers, the
-  PEL, XGROUP SETID, XSETID).  The operations such a command sends to other
-  regions are not logged separately: the replay issues them again, and since
-  the causal log is rebuilt in the same order they get the same dots.
-* ``OP_LOCAL`` ``[b"x", now_ms]``: the server's once-a-second IDMP expiry, a
-  change no command makes.
+Records (format 2, written by this version; the tag is the first element):
+
+* ``OP_REPLICATED`` ``[b"o", [entry, ...]]``: this region's own operations
+  (:mod:`crdt.ops`), everything one command resolved into, in the order they were
+  applied.  An entry is the operation's bytes as :mod:`node.opcodec` encodes them
+  for the wire - encoded once, in :meth:`node.activeactive.ActiveActive.publish`,
+  and the same bytes go to the file and to the peers - either alone (bytes: an
+  operation that stayed in this region: any operation of a single region, or a
+  region-local one such as XSETID's in a cluster, or one that changed nothing) or
+  as ``[op, n, deps]``: sent under the dot ``(region, n)`` with dependencies
+  ``deps`` (the version vector it was issued at, as sorted pairs).  A fourth
+  element holds the operation as applied here when it differs from the one sent:
+  a delete under ``DELREF``/``ACKED`` judged by this region's PELs is sent as the
+  IDs it removed.  Replay applies each operation (:func:`crdt.ops.apply`), then,
+  for one that was sent, the causal log stamps the logged bytes again, and the
+  dot and dependencies it gives must be the logged ones: anything else means the
+  file and the region's history disagree, and the region does not start (a
+  ``LoadError`` naming the record).  Commands whose whole effect is their
+  operations are listed in ``node.commands.RESOLVED``: XADD, XDEL, XDELEX, XTRIM,
+  XSETID, XCFGSET, XIDMPRECORD, DEL, UNLINK, RENAME, FLUSH*, XGROUP CREATE/DESTROY.
+  (A single region's trim operation is Redis's request - MAXLEN/MINID, ``~``,
+  LIMIT - which :func:`crdt.ops.apply` evaluates on the stream; in a cluster it is
+  resolved at the command into per-origin cutoffs, and those are logged.)
+* ``OP_LOCAL`` ``[b"L", now_ms, argv, id_mode, [entry, ...]]``: a command that
+  changed region-local state (consumers, the PEL, delivery counts, a group's
+  cursors and last-delivered ID: XREADGROUP, XACK, XACKDEL, XCLAIM, XAUTOCLAIM,
+  XGROUP SETID/CREATECONSUMER/DELCONSUMER, a layout ``CONFIG SET``...), with the
+  clock it ran with (the server pins it for the length of a command), the ID mode
+  in force in a cluster (nil in a single region) and the operations it applied,
+  as in ``o``.  Replay runs the command again for its local part - local state is
+  a deterministic function of (state, argv, clock) - but its operations come from
+  the record: while it runs, :meth:`node.db.Database.apply` hands each operation
+  it computes to the replay, which applies (and stamps) the next logged one
+  instead, in order.  A computed operation that differs from its logged
+  counterpart is counted (``LoadReport.differences``, a warning in the server's
+  log); one without a counterpart is neither applied nor stamped; logged ones the
+  command no longer computes are applied after it.
+* ``OP_LOCAL`` ``[b"d", now_ms, key]``: an XADD answered from the key's IDMP map
+  (it counts a duplicate and changes nothing else).
+* ``OP_LOCAL`` ``[b"x", now_ms]`` (``[b"x", now_ms, stable]`` in a cluster): the
+  server's once-a-second IDMP expiry, a change no command makes, with the stable
+  vector it used.
 * ``OP_REPLICATED`` ``[b"r", origin, n, deps, op]``: an operation of another
   region, logged when it is applied (so in causal order); replay hands it to
   the causal log and applies it as the replication link did.
 
 So the in-memory causal log - the replication feed - is exactly what replaying
 the file rebuilds, and the file is its durable form.
+
+Format 1, and reading an old file.  Before operations were logged, every
+command was an ``OP_LOCAL`` ``[b"c", now_ms, argv]`` (``[b"c", now_ms, argv,
+id_mode]`` in a cluster) and its operations were not in the file.  Such records
+are still read, and replayed as they were then: the command runs again and
+resolves its operations again, with the clock and the ID mode logged.  A file
+may hold both: a region upgraded in place appends format-2 records after its
+format-1 ones (the next snapshot makes the old ones unnecessary).  The format is
+carried by the tags: format 2 added ``o``, ``L`` and ``d``; a version that adds
+another tag makes an older reader stop with "malformed record" naming the
+record, never misread it.
 
 When a record reaches the disk is ``appendfsync``, as in Redis:
 
@@ -59,13 +109,18 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 from crdt.causal import Envelope
 
+from .. import opcodec
 from ..cluster_config import ID_MODES
 from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
+
+if TYPE_CHECKING:
+    from crdt import ops
 
 log = logging.getLogger("braid.persistence")
 
@@ -76,10 +131,41 @@ _decode = msgspec.msgpack.Decoder().decode
 
 
 # ------------------------------------------------------------------ records
-def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None) -> bytes:
-    """A command with the clock it ran with and, in a region of a cluster, the ID mode
-    (``crdt_xadd_id_uniqueness_mode``) in force: both decide what it does."""
-    return _encode([b"c", now_ms, argv] if id_mode is None else [b"c", now_ms, argv, id_mode.encode()])
+FORMAT = 2  # written by this version: tags o and L (see the module docstring); 1: tag c
+
+_TAGS_LOCAL = (b"c", b"L", b"x", b"d")
+
+
+def own_entry(op: "ops.Op", env: Envelope | None, sent: "ops.Op") -> "bytes | list":
+    """One operation this region applied, as an ``o`` or ``L`` record holds it.
+
+    ``env``: the envelope it was sent in (None: it stayed here); ``sent``: the operation
+    sent, when it is not ``op`` itself (a delete whose strategy only this region can judge).
+    """
+    if env is None:
+        return opcodec.encode(op)
+    if sent is op:
+        return [env.op, env.n, env.deps]
+    return [env.op, env.n, env.deps, opcodec.encode(op)]
+
+
+def own_record(own: list) -> bytes:
+    """``[b"o", [entry, ...]]``: the operations one command resolved into (``own``: the
+    ``(op, envelope, sent)`` triples :meth:`node.db.Database.apply` collected)."""
+    return _encode([b"o", [own_entry(*t) for t in own]])
+
+
+def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> bytes:
+    """``[b"L", now_ms, argv, id_mode, [entry, ...]]``: a command with region-local effects,
+    the clock it ran with, the ID mode in force (nil in one region) and the operations it
+    applied (replayed instead of the ones it computes again)."""
+    return _encode([b"L", now_ms, argv, None if id_mode is None else id_mode.encode(),
+                    [own_entry(*t) for t in own]])
+
+
+def idmp_duplicate_record(now_ms: int, key: bytes) -> bytes:
+    """``[b"d", now_ms, key]``: an XADD answered from the IDMP map, which counts the duplicate."""
+    return _encode([b"d", now_ms, key])
 
 
 def idmp_expiry_record(now_ms: int, stable: dict[int, int] | None = None) -> bytes:
@@ -91,31 +177,88 @@ def remote_record(env: Envelope) -> bytes:
     return _encode([b"r", env.origin, env.n, [list(d) for d in env.deps], env.op])
 
 
-def decode_local(payload: bytes) -> tuple[bytes, int, list[bytes] | None, str | dict | None]:
-    """``(tag, now_ms, argv or None, extra)`` of an OP_LOCAL record (ValueError if malformed);
-    extra: a command's ID mode, an expiry's stable vector, or None."""
-    rec = _decode(payload)
-    if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in (b"c", b"x") or type(rec[1]) is not int:
-        raise ValueError("malformed local record")
-    if rec[0] == b"c":
-        if len(rec) not in (3, 4) or not rec[2] or not all(type(a) is bytes for a in rec[2]):
-            raise ValueError("malformed command record")
-        if len(rec) == 4 and (type(rec[3]) is not bytes or rec[3].decode("latin-1") not in ID_MODES):
-            raise ValueError("malformed ID mode in a command record")
-        return b"c", rec[1], rec[2], rec[3].decode() if len(rec) == 4 else None
-    if len(rec) == 3:
+class OwnOperation(NamedTuple):
+    """An operation of this region, as logged: ``op`` the bytes sent (or, when it stayed
+    here, applied); ``n``/``deps`` its dot's counter and dependencies (None: not sent);
+    ``applied`` the bytes applied here when they differ from ``op``."""
+
+    op: bytes
+    n: int | None = None
+    deps: tuple | None = None
+    applied: bytes | None = None
+
+
+class LocalRecord(NamedTuple):
+    """An OP_LOCAL record: ``tag`` c (format 1: a command), L (a command with its
+    operations ``own``), x (an IDMP expiry with its ``stable`` vector, if any), d (an
+    IDMP duplicate of the key ``argv[0]``)."""
+
+    tag: bytes
+    now_ms: int
+    argv: list | None = None
+    id_mode: str | None = None
+    own: list | None = None     # None: a format-1 command, whose operations are re-derived
+    stable: dict | None = None
+
+
+def _decode_own(entries) -> list[OwnOperation]:
+    if not isinstance(entries, list):
+        raise ValueError("malformed operation list")
+    out = []
+    for e in entries:
+        if type(e) is bytes:
+            out.append(OwnOperation(e))
+            continue
+        if (not isinstance(e, list) or len(e) not in (3, 4) or type(e[0]) is not bytes or type(e[1]) is not int
+                or not isinstance(e[2], list) or (len(e) == 4 and type(e[3]) is not bytes)):
+            raise ValueError("malformed operation in a record")
         try:
-            return b"x", rec[1], None, {int(o): int(n) for o, n in rec[2]}
+            deps = tuple((int(o), int(n)) for o, n in e[2])
         except (TypeError, ValueError):
-            raise ValueError("malformed stable vector in an IDMP expiry record") from None
-    return b"x", rec[1], None, None
+            raise ValueError("malformed dependencies of an operation in a record") from None
+        out.append(OwnOperation(e[0], e[1], deps, e[3] if len(e) == 4 else None))
+    return out
 
 
-def decode_remote(payload: bytes) -> Envelope:
+def decode_local(payload: bytes) -> LocalRecord:
+    """An OP_LOCAL record (ValueError if malformed)."""
     rec = _decode(payload)
+    if not isinstance(rec, list) or len(rec) < 2 or rec[0] not in _TAGS_LOCAL or type(rec[1]) is not int:
+        raise ValueError("malformed local record")
+    tag = rec[0]
+    if tag == b"x":
+        if len(rec) == 3:
+            try:
+                return LocalRecord(tag, rec[1], stable={int(o): int(n) for o, n in rec[2]})
+            except (TypeError, ValueError):
+                raise ValueError("malformed stable vector in an IDMP expiry record") from None
+        return LocalRecord(tag, rec[1])
+    if tag == b"d":
+        if len(rec) != 3 or type(rec[2]) is not bytes:
+            raise ValueError("malformed IDMP duplicate record")
+        return LocalRecord(tag, rec[1], [rec[2]])
+    if len(rec) not in ((3, 4) if tag == b"c" else (5,)) or not isinstance(rec[2], list) or not rec[2] \
+            or not all(type(a) is bytes for a in rec[2]):
+        raise ValueError("malformed command record")
+    mode = rec[3] if len(rec) > 3 else None
+    if mode is not None and (type(mode) is not bytes or mode.decode("latin-1") not in ID_MODES):
+        raise ValueError("malformed ID mode in a command record")
+    own = _decode_own(rec[4]) if tag == b"L" else None
+    return LocalRecord(tag, rec[1], rec[2], None if mode is None else mode.decode(), own)
+
+
+def decode_replicated(payload: bytes) -> "Envelope | list[OwnOperation]":
+    """An OP_REPLICATED record: another region's envelope (``r``), or this region's own
+    operations (``o``) (ValueError if malformed)."""
+    rec = _decode(payload)
+    if isinstance(rec, list) and len(rec) == 2 and rec[0] == b"o":
+        return _decode_own(rec[1])
     if not isinstance(rec, list) or len(rec) != 5 or rec[0] != b"r" or type(rec[4]) is not bytes:
         raise ValueError("malformed replicated record")
-    return Envelope(int(rec[1]), int(rec[2]), tuple((int(o), int(n)) for o, n in rec[3]), rec[4])
+    try:
+        return Envelope(int(rec[1]), int(rec[2]), tuple((int(o), int(n)) for o, n in rec[3]), rec[4])
+    except (TypeError, ValueError):
+        raise ValueError("malformed replicated record") from None
 
 
 # ------------------------------------------------------------------ the log
@@ -172,8 +315,14 @@ class OperationLog(DurabilityRules):
         self.fsync_delay_s = 0.0
 
     # ------------------------------------------------------------ appending
-    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None) -> None:
-        self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode))
+    def log_own(self, own: list) -> None:
+        self.file.append(OP_REPLICATED, own_record(own))
+
+    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> None:
+        self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode, own))
+
+    def log_idmp_duplicate(self, now_ms: int, key: bytes) -> None:
+        self.file.append(OP_LOCAL, idmp_duplicate_record(now_ms, key))
 
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self.file.append(OP_LOCAL, idmp_expiry_record(now_ms, stable))

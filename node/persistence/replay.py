@@ -10,9 +10,20 @@ record - a crash in the middle of a write - is cut when ``aof-load-truncated``
 is yes (the default, as in Redis) and stops the region otherwise; damage
 anywhere else always stops it, with the file and offset in the message, and
 nothing is loaded.  Then every record is replayed in order
-(:mod:`node.persistence.oplog` says what the records are): commands run again
-through the server with the clock they first ran with, operations of other
-regions go through the causal log as when they arrived.
+(:mod:`node.persistence.oplog` says what the records are):
+
+* this region's own operations (``o``) are applied as logged, and those it sent
+  are stamped again by the causal log, which must give each the dot it was logged
+  with (else the region does not start, naming the record);
+* a command with region-local effects (``L``) runs again through the server with
+  the clock and ID mode it first ran with, for its local part; the operations it
+  applied are the logged ones, used in order instead of those it computes now
+  (:class:`LoggedOperations`: any difference is counted and reported, a computed
+  operation without a logged counterpart is neither applied nor stamped);
+* a format-1 command (``c``, written before operations were logged) runs again
+  as it did then, operations included;
+* an operation of another region (``r``) goes through the causal log as when it
+  arrived; an IDMP expiry (``x``) runs with its clock and stable vector.
 """
 
 from __future__ import annotations
@@ -23,9 +34,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from crdt import ops
+
+from .. import opcodec
 from . import snapshot as snap
 from .aof import OP_LOCAL, CorruptLog, scan, truncate_torn
-from .oplog import decode_local, decode_remote
+from .oplog import OwnOperation, decode_local, decode_replicated
 
 if TYPE_CHECKING:
     from ..server import Server
@@ -40,8 +56,10 @@ class LoadError(Exception):
 @dataclass(frozen=True)
 class LoadReport:
     records: int = 0          # replayed from the log
-    commands: int = 0
-    remote: int = 0
+    commands: int = 0         # command records (run again for their region-local part)
+    remote: int = 0           # operations of other regions
+    own: int = 0              # records of this region's own operations
+    differences: int = 0      # operations replayed commands computed differently than logged
     truncated_bytes: int = 0
     snapshot_record: int = 0  # the snapshot loaded: the state after this record (0: none)
     scanned: object = field(default=None, compare=False, repr=False)  # the clean scan, for appending
@@ -67,8 +85,9 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
                     cut, path, offset, result.torn_reason)
     base = _load_snapshot(server, directory, result)
     tail = [r for r in result.records if r[0] > base]
-    commands, remote = replay(server, tail)
-    return LoadReport(len(tail), commands, remote, cut, base, None if cut else result)
+    counts = replay(server, tail)
+    return LoadReport(len(tail), counts.commands, counts.remote, counts.own, counts.differences, cut, base,
+                      None if cut else result)
 
 
 def _load_snapshot(server: "Server", directory: str, result) -> int:
@@ -109,48 +128,179 @@ def install(server: "Server", s: "snap.Snapshot", path: str) -> None:
         aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
 
 
-def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> tuple[int, int]:
-    """Apply records in order; returns (commands, operations of other regions)."""
+@dataclass
+class ReplayCounts:
+    commands: int = 0
+    remote: int = 0
+    own: int = 0
+    differences: int = 0
+
+
+def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCounts:
+    """Apply records in order; returns what was replayed."""
     from ..server import ClientConnection
 
     client = ClientConnection(server)  # no socket: replies are dropped
     client.authenticated = True
-    commands = remote = 0
+    counts = ReplayCounts()
     settings = dict(server.config.values)  # a replayed CONFIG SET lasts only for the replay
     server.replaying = True
     try:
         for number, kind, payload in records:
             try:
                 if kind == OP_LOCAL:
-                    _replay_local(server, client, payload)
-                    commands += 1
+                    counts.differences += _replay_local(server, client, number, payload)
+                    counts.commands += 1
                 else:
-                    _replay_remote(server, payload)
-                    remote += 1
+                    rec = decode_replicated(payload)
+                    if type(rec) is list:
+                        for entry in rec:
+                            apply_own(server, number, entry)
+                        counts.own += 1
+                    else:
+                        _replay_remote(server, rec)
+                        counts.remote += 1
             except ValueError as e:
                 raise LoadError(f"record {number} of the append-only file cannot be replayed: {e}") from None
     finally:
         server.replaying = False
+        server.db.logged_ops = None
         server.config.values.update(settings)
         server.config_changed()
         if server.db.aa is not None:
             server.db.aa.mode = server.db.aa.cluster.id_mode  # the setting in force now
-    return commands, remote
+    if counts.differences:
+        log.warning("%d operations computed by replayed commands differ from the logged ones (a newer version "
+                    "resolves them differently): the logged ones were applied", counts.differences)
+    return counts
 
 
-def _replay_local(server: "Server", client, payload: bytes) -> None:
-    tag, now, argv, extra = decode_local(payload)
-    with server.clock_pinned(now):
-        if tag == b"c":
-            if extra is not None and server.db.aa is not None:
-                server.db.aa.mode = extra  # the mode it ran with, not today's (a full ID may be refused now)
-            server.call(client, argv)  # a Blocked reply is dropped: nothing waits during a load
+def apply_own(server: "Server", number: int, entry: OwnOperation) -> object:
+    """Apply one of this region's logged operations; stamp it again if it was sent.
+
+    ValueError when the causal log does not give it the dot it was logged with: the
+    log and this region's history disagree, so the region must not start.
+    """
+    op = _decoded(entry.op if entry.applied is None else entry.applied)
+    db = server.db
+    aa = db.aa
+    if entry.n is not None:  # checked first: nothing is applied or stamped under a wrong dot
+        if aa is None:
+            raise ValueError("an operation sent to other regions, but this region is not part of an "
+                             "Active-Active database")
+        vv = aa.causal.vv
+        n, deps = vv.get(aa.region, 0) + 1, tuple(sorted(vv.items()))
+        if n != entry.n or deps != entry.deps:
+            raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}) and dependencies "
+                             f"{dict(entry.deps)}, but the causal log stamps it ({aa.region}, {n}) with {dict(deps)}")
+    try:
+        result = ops.apply(db.keys, op, db.limits)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"the operation cannot be applied: {type(e).__name__}: {e}") from None
+    if entry.n is not None:
+        env = aa.hub.issue(entry.op)
+        if env.n != entry.n or env.deps != entry.deps:  # the check above is CausalLog.stamp's rule
+            raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}), but the causal log "
+                             f"stamped it ({env.origin}, {env.n})")
+    return result
+
+
+def _decoded(data: bytes):
+    try:
+        return opcodec.decode(data)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, msgspec.DecodeError) as e:
+        raise ValueError(f"undecodable operation: {type(e).__name__}: {e}") from None
+
+
+class LoggedOperations:
+    """While a command record (``L``) is replayed: the operations it logged, in order.
+
+    :meth:`node.db.Database.apply` hands each operation the command computes now to
+    :meth:`instead_of`, which applies the next logged one instead (an operation is
+    history: what this region applied, and sent under a dot peers hold).  A computed
+    operation that differs from its logged counterpart, or has none, counts as a
+    difference; one without a counterpart is neither applied nor stamped.  Logged
+    operations the command no longer computes are applied at the end (:meth:`finish`).
+    An error is kept and raised after the command: inside it a handler would turn
+    it into an error reply.
+    """
+
+    def __init__(self, server: "Server", number: int, entries: list[OwnOperation]) -> None:
+        self.server = server
+        self.number = number
+        self.entries = entries
+        self.next = 0
+        self.differences = 0
+        self.error: ValueError | None = None
+
+    def instead_of(self, op: "ops.Op") -> object:
+        if self.error is None and self.next < len(self.entries):
+            entry = self.entries[self.next]
+            self.next += 1
+            if opcodec.encode(op) != (entry.op if entry.applied is None else entry.applied):
+                self.differences += 1
+            try:
+                return apply_own(self.server, self.number, entry)
+            except ValueError as e:
+                self.error = e
         else:
-            server.expire_idmp(now, extra)
+            self.differences += 1
+        return _unapplied(op)
+
+    def finish(self) -> None:
+        if self.error is not None:
+            raise self.error
+        while self.next < len(self.entries):
+            self.differences += 1
+            apply_own(self.server, self.number, self.entries[self.next])
+            self.next += 1
 
 
-def _replay_remote(server: "Server", payload: bytes) -> None:
-    env = decode_remote(payload)
+def _unapplied(op: "ops.Op") -> object:
+    """What a handler gets back for an operation that was not applied: "nothing changed"."""
+    if type(op) is ops.AddEntry:
+        return op.id
+    if type(op) is ops.DeleteEntries:
+        return [-1] * len(op.ids)
+    if type(op) is ops.Trim:
+        return 0
+    return False
+
+
+def _replay_local(server: "Server", client, number: int, payload: bytes) -> int:
+    """Replay an OP_LOCAL record; returns the differences found (see LoggedOperations)."""
+    rec = decode_local(payload)
+    with server.clock_pinned(rec.now_ms):
+        if rec.tag == b"x":
+            server.expire_idmp(rec.now_ms, rec.stable)
+            return 0
+        if rec.tag == b"d":
+            _count_idmp_duplicate(server, rec.argv[0])
+            return 0
+        if rec.id_mode is not None and server.db.aa is not None:
+            server.db.aa.mode = rec.id_mode  # the mode it ran with, not today's (a full ID may be refused now)
+        if rec.own is None:  # format 1: the command resolves its operations again
+            server.call(client, rec.argv)  # a Blocked reply is dropped: nothing waits during a load
+            return 0
+        logged = server.db.logged_ops = LoggedOperations(server, number, rec.own)
+        try:
+            server.call(client, rec.argv)
+        finally:
+            server.db.logged_ops = None
+        logged.finish()
+        return logged.differences
+
+
+def _count_idmp_duplicate(server: "Server", key: bytes) -> None:
+    keys = server.db.keys
+    s = keys.get(key)
+    idmp = s.idmp if s is not None else keys.idmp_kept.get(key)  # as XADD finds it
+    if idmp is None:
+        raise ValueError("an IDMP duplicate of a key with no IDMP map")
+    idmp.iids_duplicates += 1
+
+
+def _replay_remote(server: "Server", env) -> None:
     if server.db.aa is None:
         raise ValueError("an operation of another region, but this region is not part of an Active-Active database")
     server.db.aa.hub.deliver(env)
