@@ -110,15 +110,14 @@ UPGRADES = ("id-choice", "trim-cutoffs", "idmpauto-hash", "ack-watermark")
 
 def _upgrade_the_resolver(monkeypatch, upgrades) -> None:
     """A newer version that decides differently where a command resolves something."""
-    from crdt import groups, idgen
-    from node import activeactive
+    from crdt import groups, idgen, resolve
     from node.commands import streams
 
     if "id-choice" in upgrades:
         choose = idgen.choose
         monkeypatch.setattr(idgen, "choose", lambda mode, last, now, *a: choose(mode, last, now + 7_000, *a))
     if "trim-cutoffs" in upgrades:
-        monkeypatch.setattr(activeactive.ActiveActive, "trim_cutoffs", staticmethod(lambda s, spec: {}))
+        monkeypatch.setattr(resolve, "trim_cutoffs", lambda s, spec: {})
     if "idmpauto-hash" in upgrades:
         monkeypatch.setattr(streams, "auto_iid", lambda flat: b"another hash")
     if "ack-watermark" in upgrades:  # an XACK is a command record (it changes the PEL): its operation is logged

@@ -39,6 +39,7 @@ from crdt.blocks import Block, EntryLog
 from crdt.causal import CausalLog
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
+from crdt.ops import Keyspace
 from crdt.stream import Stream
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
@@ -98,7 +99,7 @@ def cluster_of(n: int) -> ClusterConfig:
 
 # ---------------------------------------------------------------- the whole object graph, as data
 _SHARED = (Block, EntryLog, Stream, ConsumerGroup, Consumer, Nack, IdmpState, CausalLog)
-_CACHES = {(EntryLog, "_cache")}  # rebuilt, never stored
+_CACHES = {(EntryLog, "_cache"), (Keyspace, "idmp_index")}  # rebuilt, never stored
 
 
 def deep(obj, seen: dict | None = None):
