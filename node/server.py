@@ -94,6 +94,7 @@ class Server:
             self.db.aa = ActiveActive(self, cfg, me)
             self.db.resolver = resolve.ActiveActive(self.db.aa)
         self.stats = Stats()
+        self._set_write_cap()
         self.blocking = BlockingRegistry()
         self.clients: dict[int, ClientConnection] = {}
         self._client_ids = itertools.count(1)
@@ -128,11 +129,22 @@ class Server:
 
     def config_changed(self) -> None:
         self.db.limits = self._limits()
+        self._set_write_cap()
         max_bulk = int(self.config["proto-max-bulk-len"])
         for c in self.clients.values():
             c.parser.max_bulk_len = max_bulk
         if self.oplog is not None:
             self.oplog.policy = self.config["appendfsync"]
+
+    def _set_write_cap(self) -> None:
+        """The largest write command whose log record is sure to fit (node/persistence/aof.py):
+        a record holds a command's arguments and its operations, each about as large as the
+        command.  With the default query-buffer limit (1 GB) every command fits and nothing
+        is checked; only a limit raised past about 2 GB makes the check (``call``) run."""
+        from .persistence.aof import MAX_PAYLOAD
+
+        cap = MAX_PAYLOAD // 2 - (1 << 16)
+        self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
 
     def wall_ms(self) -> int:
         """This region's wall clock in milliseconds: the system clock moved by ``clock_offset_ms``
@@ -474,6 +486,9 @@ class Server:
             return cmdtable.CLOSE_WITHOUT_REPLY
         if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
             return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
+        if self.write_cap is not None and cmd.is_write and sum(map(len, argv)) > self.write_cap:
+            return self._reject(ReplyError(f"ERR command of more than {self.write_cap} bytes: too large for "
+                                           "the append-only file (lower client-query-buffer-limit)"))
         return self.execute(client, cmd, argv)
 
     def execute(self, client: "ClientConnection", cmd: cmdtable.Command, argv: list[bytes]) -> Any:

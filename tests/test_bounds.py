@@ -489,3 +489,34 @@ def test_replies_held_for_a_failing_disk_count_against_the_output_limit():
         finally:
             admin.execute_command("DEBUG", "DISK-FULL", "no")
             admin.close()
+
+
+def test_every_command_the_query_buffer_admits_fits_one_log_record():
+    """A record holds a command's arguments and its operations: with the default limits the
+    largest command fits twice over, so no write is refused and none can fail to be logged
+    after it changed the state (which would stop the region)."""
+    from node.config import Config
+    from node.persistence import aof
+
+    limit = Config()["client-query-buffer-limit"]
+    assert 2 * int(limit) + (1 << 20) <= aof.MAX_PAYLOAD
+    assert int(Config()["proto-max-bulk-len"]) < aof.MAX_PAYLOAD // 2
+
+
+def test_a_write_too_large_for_one_log_record_is_refused_before_it_runs(monkeypatch):
+    """Raised past what a record holds, the query-buffer limit would admit a write the log
+    cannot take: it is refused with an error, nothing changes, and the region keeps serving."""
+    import redis
+
+    from node.persistence import aof
+    from node.testing import InProcessServer
+
+    monkeypatch.setattr(aof, "MAX_PAYLOAD", 4 << 20)
+    with InProcessServer() as srv:
+        c = srv.client()
+        c.config_set("client-query-buffer-limit", "64mb")  # the cap is computed from both
+        with pytest.raises(redis.ResponseError, match="too large for the append-only file"):
+            c.xadd("big", {"v": b"x" * (3 << 20)})
+        assert c.exists("big") == 0
+        assert c.xadd("big", {"v": b"x" * (1 << 20)})
+        assert c.xlen("big") == 1

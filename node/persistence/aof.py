@@ -49,8 +49,12 @@ One record::
 
 The checksum covers the kind byte and the payload, which lie next to each other,
 so it is computed over one contiguous slice.  The length is not covered; instead
-it is capped at :data:`MAX_PAYLOAD` (512 MiB, Redis's largest string), so a
-damaged length never makes a reader allocate or wait for gigabytes.
+it is capped at :data:`MAX_PAYLOAD` (what a u32 length can say, 4 GiB - 1), and a
+damaged length is found by the checksum of the bytes it claims (or, at the end of
+the file, as a torn record).  The cap is above every record a region writes: a
+command is at most ``client-query-buffer-limit`` (1 GB by default; a write
+command whose record could pass the cap is refused before it runs, see
+``Server.call``), and a record holds at most its arguments and its operations.
 
 :class:`RecordReader` is sans-IO (as ``node/resp/parser.py``): bytes go in with
 ``feed``, records come out of ``next_record``, so tests feed it one byte at a
@@ -100,7 +104,7 @@ KINDS = frozenset({OP_REPLICATED, OP_LOCAL})
 _KINDS_OR_ZERO = KINDS | {0}
 _KIND_BYTES = {k: bytes((k,)) for k in KINDS}
 
-MAX_PAYLOAD = 512 * 1024 * 1024
+MAX_PAYLOAD = (1 << 32) - 1  # the largest length the u32 field holds
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 
 _PREFIX = struct.Struct("<IQ")  # payload length, checksum
