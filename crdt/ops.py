@@ -146,6 +146,11 @@ class Trim(Op):
 class DeleteEntries(Op):
     ids: list
     strategy: str = KEEPREF
+    # Multi-region: per ID, the origin logs it was removed from at the issuer.  Two
+    # origins may hold the same ID (semi-strict and liberal modes); a region that held
+    # only one of them when it deleted must not remove the other elsewhere.  None:
+    # every log holding the ID (one region).
+    origins: list | None = None
 
 
 @dataclass(slots=True)
@@ -341,7 +346,9 @@ def replicated_form(op: Op, result: object) -> Op:
     after any XDEL).
     """
     if type(op) is DeleteEntries and op.strategy != KEEPREF:
-        return DeleteEntries(op.key, [i for i, r in zip(op.ids, result) if r == 1])
+        kept = [n for n, r in enumerate(result) if r == 1]
+        return DeleteEntries(op.key, [op.ids[n] for n in kept],
+                             origins=None if op.origins is None else [op.origins[n] for n in kept])
     return op
 
 
@@ -353,13 +360,13 @@ def _delete_entries(s: Stream, op: DeleteEntries) -> list[int]:
     yet is "still referenced" even when no entry has it.
     """
     out = []
-    for id_ in op.ids:
+    for i, id_ in enumerate(op.ids):
         if op.strategy == ACKED and is_referenced(s, id_):
             out.append(2)
             continue
         if op.strategy == DELREF:
             drop_references(s, id_)
-        out.append(1 if s.delete_ids([id_]) else -1)
+        out.append(1 if s.delete_ids([id_], None if op.origins is None else op.origins[i]) else -1)
     return out
 
 

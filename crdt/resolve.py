@@ -19,7 +19,8 @@ built, by picking a resolver.
   ``~`` may keep more, so removing precisely is allowed); a group creation
   carries its dependencies and dot, and ``$`` starts it after what this region
   holds of each origin log (logs it has not seen start at the beginning, so ``>``
-  skips nothing that arrives late); XACK replicates as per-origin watermarks.
+  skips nothing that arrives late); XACK replicates as per-origin watermarks; XDEL
+  names the origin logs it removes each ID from (two origins may hold one ID).
 
 Operations that depend on the version vector (contexts, dots) must be resolved
 right before they are applied, after the previous one was: every method resolves
@@ -65,6 +66,9 @@ class SingleRegion:
 
     def delete_key(self, key: bytes, s: Stream) -> ops.DeleteKey:
         return ops.DeleteKey(key)
+
+    def delete_entries(self, s: Stream, key: bytes, ids: list, strategy: str = ops.KEEPREF) -> ops.DeleteEntries:
+        return ops.DeleteEntries(key, ids, strategy)
 
     def create_group(self, key: bytes, group: bytes, s: Stream | None, last: StreamID, entries_read: int,
                      mkstream: bool, from_top: bool) -> ops.CreateGroup:
@@ -120,6 +124,12 @@ class ActiveActive(SingleRegion):
 
     def delete_key(self, key: bytes, s: Stream) -> ops.DeleteKey:
         return ops.DeleteKey(key, observed=observed(s), context=self.context())
+
+    def delete_entries(self, s: Stream, key: bytes, ids: list, strategy: str = ops.KEEPREF) -> ops.DeleteEntries:
+        """XDEL names the origin logs each ID is removed from here: where another origin's
+        entry has the same ID (semi-strict, liberal) and has not arrived yet, it survives."""
+        origins = [[o for o, log_ in s.logs.items() if log_.get(id_) is not None] for id_ in ids]
+        return ops.DeleteEntries(key, ids, strategy, origins=origins)
 
     def create_group(self, key: bytes, group: bytes, s: Stream | None, last: StreamID, entries_read: int,
                      mkstream: bool, from_top: bool) -> ops.CreateGroup:

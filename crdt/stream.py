@@ -77,12 +77,14 @@ class Stream:
         if self.first_id == MIN_ID:  # the stream was empty (IDs are > 0-0)
             self.first_id = id_
 
-    def delete_ids(self, ids: Sequence[StreamID]) -> int:
-        """XDEL: remove each ID from every log; returns the number removed."""
+    def delete_ids(self, ids: Sequence[StreamID], origins: Sequence[int] | None = None) -> int:
+        """XDEL: remove each ID from every log (or only from the logs of ``origins``);
+        returns the number removed."""
         deleted = 0
         first_hit = False
+        logs = list(self.logs.values()) if origins is None else [self.logs[o] for o in origins if o in self.logs]
         for id_ in ids:
-            for log in self.logs.values():
+            for log in logs:
                 if log.delete(id_):
                     deleted += 1
                     if id_ > self.max_deleted_id:

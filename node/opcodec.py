@@ -4,6 +4,8 @@ Each operation is a msgpack array ``[tag, key, field, ...]`` in the order of its
 dataclass fields; a table gives each field's kind so decoding restores the
 exact Python values (IDs back to tuples, version vectors to int-keyed dicts).
 Tags are positions in :data:`OPS`: append new operation types, never reorder.
+A new field goes at the end of its operation, with a default: an operation
+encoded before the field existed (an old file, an older peer) decodes with it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ OPS: list[tuple[type, dict[str, str]]] = [
     (ops.AddEntry, {"origin": "raw", "id": "id", "fields": "blist", "pid": "raw", "iid": "raw", "dot": "dot",
                     "deps": "vv"}),
     (ops.Trim, {"spec": "spec", "strategy": "raw", "cutoffs": "id_map"}),
-    (ops.DeleteEntries, {"ids": "ids", "strategy": "raw"}),
+    (ops.DeleteEntries, {"ids": "ids", "strategy": "raw", "origins": "raw"}),
     (ops.DeleteKey, {"observed": "id_map", "context": "vv"}),
     (ops.RenameKey, {"new_key": "raw"}),
     (ops.RecordIdmp, {"pid": "raw", "iid": "raw", "id": "id"}),
@@ -32,6 +34,9 @@ OPS: list[tuple[type, dict[str, str]]] = [
     (ops.ConfigureIdmp, {"duration": "raw", "maxsize": "raw"}),
 ]
 _TAGS = {cls: tag for tag, (cls, _kinds) in enumerate(OPS)}
+# fields an encoded operation must have: those without a default (later ones were added since)
+_REQUIRED = [sum(1 for f in dataclasses.fields(cls) if f.name != "key" and f.default is dataclasses.MISSING
+                 and f.default_factory is dataclasses.MISSING) for cls, _kinds in OPS]
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 
@@ -80,7 +85,7 @@ def encode(op: ops.Op) -> bytes:
 def decode(data: bytes) -> ops.Op:
     tag, key, *values = _decoder.decode(data)
     cls, kinds = OPS[tag]
-    if len(values) != len(kinds):
+    if not _REQUIRED[tag] <= len(values) <= len(kinds):
         raise ValueError(f"operation {cls.__name__} has {len(kinds)} fields, got {len(values)}")
     return cls(key, *(_in(k, v) for k, v in zip(kinds.values(), values)))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from crdt import ops
 from crdt.blocks import TrimSpec
 from crdt.causal import CausalLog
@@ -87,3 +89,31 @@ def test_active_active_group_creation_carries_deps_dot_and_cursors():
     assert op.deps == {2: 1} and op.dot == (2, 2) and op.cursors == {3: (7, 3)}
     op = ActiveActive(rules).create_group(b"s", b"g", keys[b"s"], (0, 0), 0, False, from_top=False)
     assert op.cursors is None
+
+
+def test_xdel_removes_an_id_only_from_the_origin_logs_it_was_removed_from():
+    """Two origins may hold one ID (semi-strict, liberal).  Region A deletes 5-0 while it holds
+    only origin 1's; region B holds both: B must keep origin 2's, as A will once it arrives."""
+    from node import opcodec
+
+    x = (5, 0)
+    a, b = ops.Keyspace(active_active=True), ops.Keyspace(active_active=True)
+    for keys in (a, b):
+        ops.apply(keys, ops.AddEntry(b"s", 1, x, [b"f", b"1"]))
+        ops.apply(keys, ops.AddEntry(b"s", 3, (9, 3), [b"f", b"9"]))
+    ops.apply(b, ops.AddEntry(b"s", 2, x, [b"f", b"2"]))
+    op = ActiveActive(Rules()).delete_entries(a[b"s"], b"s", [x])
+    sent = opcodec.decode(opcodec.encode(ops.replicated_form(op, ops.apply(a, op))))
+    ops.apply(b, sent)
+    ops.apply(a, ops.AddEntry(b"s", 2, x, [b"f", b"2"]))  # origin 2's entry reaches A late
+    for keys in (a, b):
+        assert [(e, o) for e, o, _f in keys[b"s"].merged((0, 0), (2**64 - 1,) * 2)] == [(x, 2), ((9, 3), 3)]
+
+
+def test_an_operation_encoded_before_a_field_was_added_decodes_with_its_default():
+    from node import opcodec
+
+    old = opcodec._encoder.encode([opcodec._TAGS[ops.DeleteEntries], b"s", [[5, 0]], ops.KEEPREF])
+    assert opcodec.decode(old) == ops.DeleteEntries(b"s", [(5, 0)], ops.KEEPREF, origins=None)
+    with pytest.raises(ValueError, match="fields"):
+        opcodec.decode(opcodec._encoder.encode([opcodec._TAGS[ops.DeleteEntries], b"s"]))

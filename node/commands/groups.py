@@ -227,7 +227,7 @@ def xackdel(client, argv: list[bytes]):
             out.append(-1)
             continue
         db.dirty += 1
-        res = db.apply(ops.DeleteEntries(argv[1], [id_], strategy))
+        res = db.apply(db.resolver.delete_entries(s, argv[1], [id_], strategy))
         out.append(2 if res == [2] else 1)
     if any(r != -1 for r in out) and argv[1] in db.keys:
         _replicate_acks(db, argv[1], argv[2], s, group)

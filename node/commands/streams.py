@@ -259,7 +259,7 @@ def xdel(client, argv: list[bytes]):
     if argv[1] not in db.keys:
         return 0
     ids = [parse_stream_id(a, strict=True) for a in argv[2:]]
-    res = db.apply(ops.DeleteEntries(argv[1], ids))
+    res = db.apply(db.resolver.delete_entries(db.keys[argv[1]], argv[1], ids))
     return sum(1 for r in res if r == 1)
 
 
@@ -274,7 +274,7 @@ def xdelex(client, argv: list[bytes]):
     if argv[1] not in db.keys:
         return [-1] * len(idargs)
     ids = [parse_stream_id(a, strict=True) for a in idargs]
-    return db.apply(ops.DeleteEntries(argv[1], ids, strategy))
+    return db.apply(db.resolver.delete_entries(db.keys[argv[1]], argv[1], ids, strategy))
 
 
 @command("xtrim", -4, "write", (1, 1, 1), group="stream", since="5.0.0",
