@@ -115,6 +115,22 @@ class LinkState:
         handshake, will a peer whose backlog's floor is ``peer_floor`` send an image first?"""
         return any(vv.get(o, 0) < n for o, n in peer_floor.items())
 
+    @staticmethod
+    def image_conflict(vv: VersionVector, floor: VersionVector, peer_vv: VersionVector,
+                       peer_floor: VersionVector) -> bool:
+        """Both ends dropped from their backlogs operations the other lacks (a long partition
+        overflowed both): an image either way would lose the receiver's dropped operations
+        (it holds them only in its state, which the image replaces), so neither is sent, nor
+        anything else (the peer could not apply it in causal order).  Symmetric: both ends
+        decide the same from the handshake.  Only a state merge could join the two."""
+        return LinkState.peer_sends_image(peer_vv, floor) and LinkState.peer_sends_image(vv, peer_floor)
+
+    @staticmethod
+    def image_loses(image_vv: VersionVector, floor: VersionVector) -> bool:
+        """Would installing an image holding ``image_vv`` lose operations this region dropped
+        from its backlog (``floor``), which it could not apply again on top?"""
+        return any(image_vv.get(o, 0) < n for o, n in floor.items())
+
     def outgoing(self, sendable_upto: int) -> list[Envelope]:
         """The envelopes to send now, in log order; they count as sent from here on."""
         causal = self.causal

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
+from crdt.sync import LinkState
 
 from . import opcodec
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
@@ -196,6 +197,11 @@ class ActiveActive:
         if not any(self.causal.vv.get(o, 0) < n for o, n in img.causal.floor.items()):
             log.info("refusing a full-resync image: nothing it holds is missing from the backlog")
             return False
+        if LinkState.image_loses(img.causal.vv, self.causal.floor):
+            # dropped here since the handshake: installing it would lose them (crdt/sync.py)
+            log.error("refusing a full-resync image that lacks operations this region dropped from its "
+                      "backlog (image %s, floor %s)", img.causal.vv, self.causal.floor)
+            return False
         old_keys, old_log = self.server.db.keys, self.causal.log + list(self.causal.pending.values())
         new_keys = img.keys
         for key, s in new_keys.items():
@@ -317,7 +323,8 @@ class ActiveActive:
             if peer.number == self.region:
                 continue
             link = self.hub.links.get(peer.number)
-            state = "paused" if self.hub.is_cut(peer.number) else "down" if link is None else "up"
+            state = ("paused" if self.hub.is_cut(peer.number) else "down" if link is None
+                     else "conflict" if link.conflict else "up")
             behind, age_ms = link.lag(now) if state == "up" else (0, 0.0)
             links.append({"peer": peer.name, "number": peer.number, "state": state,
                           "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number]})

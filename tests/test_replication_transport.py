@@ -13,12 +13,14 @@ peer reads but never acknowledges; keepalive notices a peer that froze.
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 
 import grpc
 import pytest
 
 from crdt.causal import CausalLog
+from crdt.sync import LinkState
 from node.transport.replication import ReplicationHub
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
@@ -477,3 +479,40 @@ def test_keepalive_notices_a_peer_that_froze():
         finally:
             os.kill(proc.pid, signal.SIGCONT)
             proc.kill()
+
+
+# ------------------------------------------------------------------ both backlogs overflowed
+def test_an_image_is_never_sent_when_both_regions_dropped_what_the_other_lacks():
+    """Regions 1 and 2 each issued operations the other never received, then dropped them
+    from their backlogs: an image either way would lose the receiver's dropped operations.
+    Both see it at the handshake, send nothing, and say so; a region that dropped only
+    what the other holds still sends its image."""
+    assert LinkState.image_conflict({1: 10}, {1: 5}, {2: 8}, {2: 3})
+    assert not LinkState.image_conflict({1: 10, 2: 8}, {1: 5}, {2: 8}, {2: 3})  # 1 holds what 2 dropped
+    assert LinkState.image_loses({1: 4}, {1: 5}) and not LinkState.image_loses({1: 5, 2: 1}, {1: 5})
+
+    async def scenario():
+        (one, got1), (two, got2) = make_hub(1), make_hub(2)
+        images = []
+        for hub in (one, two):
+            hub.make_image = lambda hub=hub: (b"image", dict(hub.causal.vv))
+            hub.install_image = lambda data: images.append(data) or True
+        for hub in (one, two):
+            for i in range(10):
+                hub.issue(b"op-%d" % i)
+            hub.trim(5)  # dropped before any peer received them
+        port = await two.serve()
+        try:
+            one.dial(2, f"127.0.0.1:{port}")
+            await until(lambda: 1 in two.links and 2 in one.links)
+            assert one.links[2].conflict and two.links[1].conflict
+            assert one.conflicts == {2} and two.conflicts == {1}
+            one.issue(b"later")  # owed to region 2, which cannot take it: not a stall either
+            assert not one.links[2].stalled(time.monotonic() + 3600, 1.0)
+            assert images == [] and got1 == [] and got2 == []  # nothing crossed, nothing was lost
+            assert one.resyncs_sent == two.resyncs_sent == 0
+        finally:
+            await one.stop()
+            await two.stop()
+
+    run(scenario())

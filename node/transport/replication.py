@@ -264,9 +264,21 @@ class Link:
         self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}))
         my_floor = dict(hub.causal.floor) if my_floor is None else my_floor
         my_vv = dict(hub.causal.vv) if my_vv is None else my_vv
-        self.sends_image = self.state.starts_with_image(my_floor)  # decided by what the peer was told
-        self.image = ImageAssembler(LinkState.peer_sends_image(my_vv, peer_floor or {}),
+        peer_floor = peer_floor or {}
+        # both ends dropped what the other lacks: no image either way, nothing sent (crdt/sync.py)
+        self.conflict = LinkState.image_conflict(my_vv, my_floor, peer_vv, peer_floor)
+        self.sends_image = self.state.starts_with_image(my_floor) and not self.conflict
+        self.image = ImageAssembler(LinkState.peer_sends_image(my_vv, peer_floor) and not self.conflict,
                                     limits.max_image, limits.frame_cap)
+        if self.conflict:
+            hub.conflicts.add(peer)
+            log.error("cannot sync with region %d: each region dropped from its replication backlog "
+                      "operations the other lacks (backlog floors %s here, %s there), so a full resync "
+                      "either way would lose data; both keep serving with their own data until an "
+                      "operator resolves it (see the README's 'Backlog and full resync')",
+                      peer, my_floor, peer_floor)
+        else:
+            hub.conflicts.discard(peer)
         self.parts = PartsAssembler(limits.max_op, limits.frame_cap)
         self.budget = limits.budget(peer_max_message)
         self.outbox = Outbox(OUTBOX_FRAMES * self.budget)
@@ -324,6 +336,8 @@ class Link:
             await self.outbox.put(pb.Frame(fragment=part))
 
     async def send_loop(self) -> None:
+        if self.conflict:
+            await asyncio.Event().wait()  # the link stays up (keepalive) and idle: nothing can cross it
         if self.sends_image and not self.hub.is_cut(self.peer):
             await self.send_image()
         while True:
@@ -403,8 +417,8 @@ class Link:
     # ------------------------------------------------------------ the watchdog
     def stalled(self, now: float, timeout_s: float) -> bool:
         """Has the peer been owing acknowledgements (or reads) for ``timeout_s`` without progress?"""
-        if not (self.state.unacknowledged() or self.outbox.backlogged()):
-            self.progress_at = now  # nothing owed: idle time is not a stall
+        if self.conflict or not (self.state.unacknowledged() or self.outbox.backlogged()):
+            self.progress_at = now  # nothing owed (or nothing can cross): idle time is not a stall
             return False
         return now - self.progress_at > timeout_s
 
@@ -481,6 +495,7 @@ class ReplicationHub:
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
+        self.conflicts: set[int] = set()    # peers each side dropped operations of the other for
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.paused = False          # every link cut
