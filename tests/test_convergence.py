@@ -501,3 +501,22 @@ def test_idmp_size_eviction_follows_each_regions_arrival_order():
     kept = [dict(r.keys[b"a"].idmp.producers[b"p1"]) for r in (r1, r2, r3)]
     assert kept[0] == kept[2] and set(kept[0]) == {b"i3", b"i2"} and set(kept[1]) == {b"i1", b"i3"}
     assert all(kept[0][i] == kept[1][i] for i in set(kept[0]) & set(kept[1]))
+
+
+@pytest.mark.xfail(strict=True, reason="XCFGSET (ConfigureIdmp) clears a key's IDMP maps where it is applied, so a "
+                   "concurrent duplicate arriving after it is kept there and resolved elsewhere")
+def test_xcfgset_concurrent_with_an_idmp_duplicate_converges():
+    """Found by the simulation (an XCFGSET in the workload): region 3 applies region 1's add of
+    iid i, then its own XCFGSET, which clears the key's maps; region 2's concurrent add of i
+    then looks new there and both entries stay, while regions 1 and 2 keep one."""
+    r1, r2, r3 = Region(1), Region(2), Region(3)
+    for r in (r1, r2, r3):
+        r.clock = 100
+    r1.xadd(b"k")
+    sync(r1, r2, r3)
+    r1.xadd_idmp(b"k", b"p", b"i")
+    r2.xadd_idmp(b"k", b"p", b"i")   # concurrent duplicate: one of the two must go everywhere
+    deliver(r1, r3)
+    r3.call(b"XCFGSET", b"k", b"IDMP-MAXSIZE", b"5")
+    sync(r1, r2, r3)
+    assert r1.xrange(b"k") == r2.xrange(b"k") == r3.xrange(b"k")
