@@ -250,6 +250,8 @@ class ConvergenceMachine(RuleBasedStateMachine):
           pid=st.sampled_from([b"p1", b"p2"]), iid=st.sampled_from([b"i1", b"i2", b"i3"]))
     def xadd_idmp(self, region, key, pid, iid):
         r = self.regions[region]
+        if not self._unique_ids(region, key):
+            return
         before = r.causal.vv.get(region, 0)
         new = r.xadd_idmp(key, pid, iid)
         if r.causal.vv.get(region, 0) > before:  # not a retry this region still knew: minted
