@@ -6,6 +6,10 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: up test deps venv bench clean
 
+# Property tests of the pure core, run a second time from a fresh random seed by `make test`
+PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py tests/test_ops.py \
+                  tests/test_blocks.py tests/test_causal.py tests/test_idgen.py
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -31,7 +35,13 @@ up: venv
 
 test: venv deps
 	$(BIN)/ruff check crdt node chaos pipeline tests bench
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@# the pure property tests once more, from a fresh seed (printed, so a failure replays)
+	seed=$${HYPOTHESIS_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
+	  replay="HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest --hypothesis-seed=$$seed $(PROPERTY_TESTS)"; \
+	  echo "property tests from a fresh seed: $$seed (replay: $$replay)"; \
+	  HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest -q --hypothesis-seed=$$seed $(PROPERTY_TESTS) \
+	  || { echo "FAILED from seed $$seed; replay: $$replay"; exit 1; }
 
 bench: venv deps
 	$(BIN)/python -m bench.run

@@ -54,10 +54,24 @@ def inproc():
         yield s
 
 
-# Hypothesis: CI runs a fixed, reproducible set of examples; a developer's run
-# explores new ones (HYPOTHESIS_PROFILE=deep explores many more).
+# Hypothesis profiles.  ``ci``: a fixed, reproducible set of examples (derandomized,
+# no database) - the first pass of `make test`.  ``fresh``: new random examples
+# from the seed given with --hypothesis-seed (the second pass of `make test` draws
+# one and prints it; `make test` prints the command that replays it).  ``deep``
+# explores many more.  HYPOTHESIS_PROFILE names the profile; without it, ``ci``
+# when CI is set and Hypothesis's default (random, with a local database) otherwise.
 from hypothesis import settings as _hyp_settings  # noqa: E402
 
 _hyp_settings.register_profile("ci", derandomize=True, database=None)
+_hyp_settings.register_profile("fresh", derandomize=False, database=None, print_blob=True)
 _hyp_settings.register_profile("deep", max_examples=3000)
-_hyp_settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default")
+_hyp_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_report_header(config):
+    seed = config.getoption("hypothesis_seed", None)
+    line = f"hypothesis profile: {HYPOTHESIS_PROFILE}"
+    if seed is not None:
+        line += f", seed {seed} (replay: HYPOTHESIS_PROFILE={HYPOTHESIS_PROFILE} pytest --hypothesis-seed={seed} ...)"
+    return line

@@ -85,25 +85,97 @@ def test_minid_and_acked_strategy():
     assert [i for i, _ in log.range((0, 0), (U64, U64))][:3] == [(2, 0), (3, 0), (6, 0)]
 
 
-@settings(max_examples=100, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "del", "trim"]), st.integers(0, 40)), max_size=80),
+class BlockModel:
+    """Redis's stream layout, written from its description and not from crdt/blocks.py: nodes of
+    at most ``max_entries`` entries (live and deleted), an XDEL flags an entry and a node with no
+    live entry goes; ``streamTrim`` removes whole nodes while the rest is still long enough (or,
+    for MINID, while the node's last entry is below it), stops at LIMIT, and - unless ``~`` -
+    then flags entries one by one in the first node that cannot go whole."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.nodes: list[list[list]] = []   # [[id, flat, deleted], ...] per node
+
+    @property
+    def length(self) -> int:
+        return sum(not dead for node in self.nodes for _i, _f, dead in node)
+
+    def live(self) -> list:
+        return [(i, f) for node in self.nodes for i, f, dead in node if not dead]
+
+    def append(self, id_, flat) -> None:
+        if not self.nodes or len(self.nodes[-1]) >= self.max_entries:
+            self.nodes.append([])
+        self.nodes[-1].append([id_, flat, False])
+
+    def delete(self, id_) -> bool:
+        for node in self.nodes:
+            for row in node:
+                if row[0] == id_ and not row[2]:
+                    row[2] = True
+                    if all(dead for _i, _f, dead in node):
+                        self.nodes.remove(node)
+                    return True
+        return False
+
+    def trim(self, maxlen, minid, approx: bool, limit: int) -> int:
+        removed = 0
+        while self.nodes:
+            if maxlen is not None and self.length <= maxlen:
+                break
+            node = self.nodes[0]
+            live = sum(not dead for _i, _f, dead in node)
+            if limit and removed + live > limit:
+                break
+            whole = self.length - live >= maxlen if maxlen is not None else node[-1][0] < minid
+            if whole:
+                self.nodes.pop(0)
+                removed += live
+                continue
+            if approx:
+                break
+            for row in node:
+                if (maxlen is not None and self.length <= maxlen) or (maxlen is None and row[0] >= minid):
+                    break
+                if not row[2]:
+                    row[2] = True
+                    removed += 1
+            break
+        return removed
+
+
+trims = st.one_of(
+    st.tuples(st.just("maxlen"), st.integers(0, 40), st.booleans(), st.sampled_from([0, 0, 3, 7])),
+    st.tuples(st.just("minid"), st.integers(0, 120), st.booleans(), st.sampled_from([0, 0, 3, 7])),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(script=st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 40)),
+                                 st.tuples(st.just("del"), st.integers(0, 40)), trims), max_size=120),
        max_entries=st.integers(1, 6))
-def test_log_matches_a_plain_model(ops, max_entries):
-    """Whatever the block layout, reads equal a sorted dict of live entries."""
-    log, model, top = EntryLog(), {}, 0
-    for op, n in ops:
+def test_log_matches_an_independent_model_of_the_node_layout(script, max_entries):
+    """Whatever the block layout, reads, counts, node counts and trims equal the model's."""
+    log, model, top = EntryLog(), BlockModel(max_entries), 0
+    for step in script:
+        op, n = step[0], step[1]
         if op == "add":
             top += 1 + n % 3
+            id_ = (top, n % 4)
             flat = [b"f", b"%d" % n] if n % 2 else [b"g%d" % n, b"v"]
-            log.append((top, n % 4), flat, max_entries, 4096)
-            model[(top, n % 4)] = flat
-        elif op == "del" and model:
-            k = sorted(model)[n % len(model)]
-            assert log.delete(k)
-            del model[k]
-        elif op == "trim":
-            removed = log.trim(TrimSpec(maxlen=n), None, True)
-            for k in sorted(model)[:removed]:
-                del model[k]
-        assert log.length == len(model)
-        assert list(log.range((0, 0), (U64, U64))) == sorted(model.items())
+            log.append(id_, flat, max_entries, 4096)
+            model.append(id_, flat)
+        elif op == "del":
+            live = model.live()
+            target = live[n % len(live)][0] if live else (n, 0)
+            assert log.delete(target) == model.delete(target)
+        else:
+            approx, limit = step[2], step[3]
+            maxlen, minid = (n, None) if op == "maxlen" else (None, (n, 0))
+            want = model.trim(maxlen, minid, approx, limit)
+            spec = TrimSpec(maxlen=maxlen, approx=approx, limit=limit) if maxlen is not None else \
+                TrimSpec(minid=minid, approx=approx, limit=limit)
+            assert log.trim(spec, None, True) == want, step
+        assert log.length == model.length
+        assert len(log.blocks) == len(model.nodes)
+        assert list(log.range((0, 0), (U64, U64))) == model.live()

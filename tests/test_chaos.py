@@ -152,16 +152,18 @@ class _Echo(socketserver.BaseRequestHandler):
     def handle(self):
         while data := self.request.recv(4096):
             self.request.sendall(data)
+            self.server.echoed.set()  # the echo is back in the relay's hands
 
 
 @pytest.fixture
 def echo_relay():
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
     server.daemon_threads = True
+    server.echoed = threading.Event()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     hub = RelayHub(seed=1)
     relay = hub.add(1, 2, server.server_address)
-    yield hub, relay
+    yield hub, relay, server
     hub.close()
     server.shutdown()
     server.server_close()
@@ -173,7 +175,7 @@ def _connect(relay) -> socket.socket:
 
 
 def test_relay_forwards_and_partitions(echo_relay):
-    hub, relay = echo_relay
+    hub, relay, _echo = echo_relay
     with _connect(relay) as s:
         s.sendall(b"hello")
         assert s.recv(100) == b"hello"
@@ -188,17 +190,22 @@ def test_relay_forwards_and_partitions(echo_relay):
 
 
 def test_relay_one_way_hold_keeps_bytes_until_healed(echo_relay):
-    hub, relay = echo_relay
+    hub, relay, echo = echo_relay
     with _connect(relay) as s:
         hub.hold(2, 1)  # what the listener sends back is held
         s.sendall(b"ping")
         wait_until(lambda: relay.forward.moved >= 4, 5, what="the forward direction still flows")
-        s.settimeout(0.3)
-        with pytest.raises(socket.timeout):
-            s.recv(100)  # the echo came back to the relay, which holds it
+        assert echo.echoed.wait(5), "the echo server never answered"
+        # the echo came back to the relay, which holds it: nothing moved back, nothing to read
+        assert relay.backward.moved == 0
+        s.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            s.recv(100)
         hub.heal()
+        s.setblocking(True)
         s.settimeout(5)
         assert s.recv(100) == b"ping"
+        wait_until(lambda: relay.backward.moved == 4, 5, what="the relay counting the healed bytes")
 
 
 # ------------------------------------------------------------------ DEBUG fault injection

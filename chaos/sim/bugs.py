@@ -21,6 +21,12 @@ strict-dup       strict mode mints IDs without the region's        strict-ids
                  number (sequence = top + 1)
 skip-late        XREADGROUP ``>`` uses one cursor for the merged   never-skip
                  stream instead of one per origin log
+gc-unstable      the cron's garbage collection drops every delete  observed-remove
+                 context, stable or not (a late concurrent group
+                 creation then survives where it should lose)
+no-resync        a link never starts with a full-resync image:     liveness
+                 a peer that lacks trimmed operations never gets
+                 them (run with the backlog fault)
 ===============  ================================================  ===============
 """
 
@@ -29,7 +35,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from crdt import causal, groups, idgen, ops
+from crdt import causal, groups, idgen, ops, sync
 from crdt.ids import MAX_ID
 
 from . import disk
@@ -64,6 +70,17 @@ def _one_cursor_has_new(s, g) -> bool:
     return bool(s.length) and s.top_id() > g.last_id
 
 
+def _collect_everything(keys, stable) -> int:
+    dropped = len(keys.key_contexts) + len(keys.group_contexts)
+    keys.key_contexts.clear()
+    keys.group_contexts.clear()
+    return dropped
+
+
+def _never_an_image(self) -> bool:
+    return False
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -73,7 +90,10 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "strict-dup": ("strict-ids", [(idgen, "regional_seq", _seq_without_region)]),
     "skip-late": ("never-skip", [(groups, "read_new_per_origin", _one_cursor_read),
                                  (groups, "has_new_per_origin", _one_cursor_has_new)]),
+    "gc-unstable": ("observed-remove", [(ops, "collect_garbage", _collect_everything)]),
+    "no-resync": ("liveness", [(sync.LinkState, "starts_with_image", _never_an_image)]),
 }
+NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
 
 
 def catches(bug: str) -> str:

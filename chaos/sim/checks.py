@@ -6,7 +6,8 @@ The checkers run once every fault is lifted and the world has gone quiet
 (every region up and connected, nothing in flight).  They read the regions'
 real state (keyspaces, causal logs, consumer groups) and the client history
 (chaos/sim/workload.py), and each returns a :class:`Verdict`: ok, or a short
-explanation and the offending IDs / operations.
+explanation and the offending IDs / operations.  A region's history is what its
+backlog trimmed followed by its causal log (``Simulation.history``).
 
 =================  ===================================================================
 check              rule
@@ -16,7 +17,7 @@ exceptions         the regions' code never raised (an event that raises is recor
 liveness           the heal settled: every region holds the same version vector and
                    nothing waits in a causal log
 convergence        every region's replicated state is identical: entries per key and
-                   origin log, groups (creation dot, XACK watermarks), IDMP maps
+                   origin log, groups (creation dot, XACK watermarks)
 durability         every operation a region promised was durable - by replying
                    (``appendfsync always``; ``no`` across process crashes) or by an
                    fsync that returned (``everysec``) - is in every region's history,
@@ -25,14 +26,17 @@ strict-ids         two regions never mint the same ID (``*`` and milliseconds-on
                    IDs, in strict and semi-strict mode): in the history and in the
                    final state
 idmp               a (producer, iid) is added at most once, retries at other
-                   regions included: no two entries carry the same write
+                   regions included: no two entries carry the same write; and an
+                   iid two regions' IDMP maps both hold names the same entry (which
+                   iids a map still holds depends on when its cron expired them)
 observed-remove    seed 003: an entry that is gone was removed by an operation that
                    had observed it (DEL / trim per-origin tops, XDEL IDs, the IDMP
                    conflict rule) and an entry a DEL or trim had observed is gone; a
                    group exists iff its creation saw every DEL / DESTROY of it
                    (delete wins), the highest such creation
 causal             every region applied each origin's operations in order and each
-                   after its dependencies (the order of its causal log)
+                   after its dependencies (the order of its causal log, from what
+                   its backlog trimmed)
 never-skip         XREADGROUP ``>`` never skips: at every region, every entry of
                    every group is delivered there (history, pending list, or a final
                    drain) or covered by a replicated XACK watermark
@@ -93,25 +97,14 @@ class Promises:
         self.ops: dict[tuple[int, int], bytes] = {}
         self.why: dict[tuple[int, int], str] = {}
         self._upto: dict[int, int] = {}
-        self._own: dict[int, tuple[int, int, list]] = {}  # region -> (incarnation, log scanned, own envelopes)
-
-    def _own_envelopes(self, region: "SimRegion") -> list:
-        incarnation, scanned, own = self._own.get(region.number, (-1, 0, []))
-        if incarnation != region.incarnation:
-            scanned, own = 0, []
-        log = region.causal.log
-        own.extend(e for e in log[scanned:] if e.origin == region.number)
-        self._own[region.number] = (region.incarnation, len(log), own)
-        return own
 
     def hold(self, region: "SimRegion", upto_n: int, why: str) -> None:
         start = self._upto.get(region.number, 0)
         if upto_n <= start:
             return
-        own = self._own_envelopes(region)
+        own = {e.n: e.op for e in region.sim.history(region) if e.origin == region.number}
         for n in range(start + 1, upto_n + 1):
-            env = own[n - 1]
-            self.ops[(region.number, n)] = env.op
+            self.ops[(region.number, n)] = own[n]
             self.why[(region.number, n)] = why
         self._upto[region.number] = upto_n
 
@@ -126,13 +119,17 @@ def canonical(region: "SimRegion") -> dict:
         entries = {o: [(i, tuple(flat)) for i, flat in log.range(MIN_ID, MAX_ID)]
                    for o, log in sorted(s.logs.items()) if log.length}
         groups = {name: (g.created_dot, sorted(g.watermarks.items())) for name, g in sorted(s.groups.items())}
-        out[key] = (entries, groups, _idmp(s.idmp))
-    kept = {key: _idmp(m) for key, m in sorted(keys.idmp_kept.items())}
-    return {"keys": out, "idmp_kept": kept}
+        out[key] = (entries, groups)
+    return {"keys": out}
 
 
-def _idmp(state) -> dict:
-    return {pid: sorted(m.items()) for pid, m in sorted(state.producers.items())}
+def idmp_maps(region: "SimRegion") -> dict[tuple[bytes, bytes, bytes], tuple[int, int]]:
+    """(key, producer, iid) -> entry ID of every iid the region's IDMP maps hold (live keys and
+    the maps kept for dropped keys)."""
+    keys = region.server.db.keys
+    states = [(key, s.idmp) for key, s in keys.items()] + list(keys.idmp_kept.items())
+    return {(key, pid, iid): id_ for key, state in states for pid, m in state.producers.items()
+            for iid, id_ in m.items()}
 
 
 def _entries(region: "SimRegion") -> list[tuple[bytes, int, tuple[int, int], list]]:
@@ -183,23 +180,20 @@ def check_convergence(sim: "Simulation") -> Verdict:
             if a["keys"].get(key) != b["keys"].get(key):
                 problems.append(f"key {key.decode()}: r{first.number} {_brief(a['keys'].get(key))} "
                                 f"!= r{r.number} {_brief(b['keys'].get(key))}")
-        if a["idmp_kept"] != b["idmp_kept"]:
-            problems.append(f"IDMP maps of dropped keys: r{first.number} {a['idmp_kept']} != r{r.number} "
-                            f"{b['idmp_kept']}")
     return _verdict("convergence", problems, "regions hold different replicated state")
 
 
 def _brief(state) -> str:
     if state is None:
         return "(absent)"
-    entries, groups, idmp = state
+    entries, groups = state
     logs = {o: [_id(i) for i, _ in rows] for o, rows in entries.items()}
-    return f"entries {logs} groups {groups} idmp {idmp}"
+    return f"entries {logs} groups {groups}"
 
 
 def check_durability(sim: "Simulation") -> Verdict:
     promises = sim.promises
-    logs = {r.number: {e.dot: e.op for e in r.causal.log} for r in sim.regions.values() if r.up}
+    logs = {r.number: {e.dot: e.op for e in sim.history(r)} for r in sim.regions.values() if r.up}
     problems = []
     for dot in sorted(promises.ops):
         want = promises.ops[dot]
@@ -225,7 +219,7 @@ def check_strict_ids(sim: "Simulation") -> Verdict:
     problems = []
     minted: dict[tuple[bytes, tuple[int, int]], Call] = {}
     for call in sim.workload.history:
-        if call.kind != "xadd" or call.status != "ok" or call.dot is None or not call.extra.get("auto"):
+        if call.kind != "xadd" or call.status != "ok" or call.dot is None or not _unique(call):
             continue
         key = (call.argv[1], parse_id(call.reply))
         other = minted.setdefault(key, call)
@@ -233,17 +227,23 @@ def check_strict_ids(sim: "Simulation") -> Verdict:
             problems.append(f"{key[0].decode()} {_id(key[1])} minted by r{other.region} (#{other.uid}) "
                             f"and r{call.region} (#{call.uid})")
     writes = _writes(sim.workload.history)
+    liberal = {c.argv[-1] for c in sim.workload.history if c.kind == "xadd" and not _unique(c)}  # retries too
     region = next((r for r in sim.regions.values() if r.up), None)
     if region is not None:
         seen: dict[tuple[bytes, tuple[int, int]], int] = {}
         for key, origin, i, flat in _entries(region):
             call = writes.get(flat[-1])
-            if call is None or not call.extra.get("auto"):
+            if call is None or flat[-1] in liberal:
                 continue
             if (key, i) in seen and seen[(key, i)] != origin:
                 problems.append(f"{key.decode()} holds {_id(i)} in the logs of r{seen[(key, i)]} and r{origin}")
             seen[(key, i)] = origin
     return _verdict("strict-ids", problems, "two regions minted the same entry ID")
+
+
+def _unique(call: Call) -> bool:
+    """An ID the region chose itself under strict or semi-strict: unique across regions."""
+    return bool(call.extra.get("auto")) and call.extra.get("mode") != "liberal"
 
 
 def check_idmp(sim: "Simulation") -> Verdict:
@@ -258,14 +258,22 @@ def check_idmp(sim: "Simulation") -> Verdict:
             holders.setdefault(flat[-1], []).append(f"{key.decode()} {_id(i)} (r{origin})")
     problems = [f"{w.decode()} {writes[w].extra['idmp']} added {len(h)} times: {', '.join(h)}"
                 for w, h in sorted(holders.items()) if len(h) > 1]
-    return _verdict("idmp", problems, "an idempotent XADD was added more than once")
+    named: dict[tuple, dict[tuple, list[int]]] = {}
+    for r in sim.regions.values():
+        for iid, id_ in idmp_maps(r).items():
+            named.setdefault(iid, {}).setdefault(id_, []).append(r.number)
+    problems += [f"{key.decode()} {pid.decode()}/{iid.decode()} names "
+                 f"{', '.join(f'{_id(i)} at r{ns}' for i, ns in sorted(ids.items()))}"
+                 for (key, pid, iid), ids in sorted(named.items()) if len(ids) > 1]
+    return _verdict("idmp", problems, "an idempotent XADD was added more than once, or regions' IDMP maps "
+                                      "name different entries for one iid")
 
 
 def check_observed_remove(sim: "Simulation") -> Verdict:
     region = next((r for r in sim.regions.values() if r.up), None)
     if region is None:
         return Verdict("observed-remove", True)
-    history = [opcodec.decode(e.op) for e in region.causal.log]
+    history = [opcodec.decode(e.op) for e in sim.history(region)]
     present = {(key, o, i) for key, o, i, _ in _entries(region)}
     problems = _entry_removals(history, present) + _group_outcomes(history, region)
     return _verdict("observed-remove", problems,
@@ -336,7 +344,7 @@ def check_causal(sim: "Simulation") -> Verdict:
     for r in sim.regions.values():
         if not r.up:
             continue
-        vv: dict[int, int] = {}
+        vv: dict[int, int] = dict(r.causal.floor)  # what the backlog trimmed was applied before
         for pos, e in enumerate(r.causal.log):
             missing = [f"{o}.{n}" for o, n in e.deps if o != e.origin and vv.get(o, 0) < n]
             if e.n != vv.get(e.origin, 0) + 1 or missing:

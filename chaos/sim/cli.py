@@ -21,7 +21,7 @@ import time
 
 from .bugs import BUGS
 from .run import Outcome, run_sim
-from .world import FAULTS, POLICIES, SimConfig
+from .world import DEFAULT_FAULTS, FAULTS, POLICIES, SimConfig
 
 TRACE_LINES = 400  # a minimal trace longer than this is printed from its tail
 
@@ -55,8 +55,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=SimConfig.steps, help="client operations per schedule")
     p.add_argument("--regions", type=int, default=SimConfig.regions)
     p.add_argument("--fsync", choices=POLICIES, default=SimConfig.fsync, help="appendfsync of every region")
-    p.add_argument("--faults", type=_faults, default=FAULTS,
-                   help=f"comma-separated fault kinds, or none (default: {','.join(FAULTS)})")
+    p.add_argument("--faults", type=_faults, default=DEFAULT_FAULTS,
+                   help=f"comma-separated fault kinds of {','.join(FAULTS)}, or none "
+                        f"(default: {','.join(DEFAULT_FAULTS)})")
     p.add_argument("--bug", choices=sorted(BUGS), help="plant a bug (chaos/sim/bugs.py)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run independent seeds in this many processes (0: one per CPU)")

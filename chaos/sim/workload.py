@@ -10,13 +10,20 @@ operation is recorded as a :class:`Call`: invoked at a virtual time, then
 happened) or ``refused`` (the region was down).  Writes carry a unique field
 value ``w<uid>`` so an entry can be traced back to the call that added it.
 
-The mix: XADD (``*``, a milliseconds-only ID, a full ID, sometimes with a
-MAXLEN trim), XADD IDMP (a call that gets no reply is retried with the same
-producer and iid at another region, as a client fails over), XDEL, XTRIM
-(MAXLEN / MINID), DEL, XGROUP CREATE (from 0, MKSTREAM) / DESTROY, XREADGROUP
-``>`` followed later by XACK of what it read - unless the consumer "crashes"
-and never acknowledges - and the ID mode tuned between strict and semi-strict
-on every region that is up (as ``braid-admin tune`` does).
+The mix: XADD (``*``, a milliseconds-only ID, a full ID - more often where the
+region's mode accepts them - sometimes with a MAXLEN or MINID trim, exact or
+``~``, with or without LIMIT), bursts of XADD (one key past 100 entries: blocks
+split), XADD IDMP (a call that gets no reply is retried with the same producer
+and iid at another region, as a client fails over; every region's IDMP window
+is set to one second and three iids per producer at the first step, so the
+cron's expiry drops iids within a schedule), XDEL, XTRIM (MAXLEN / MINID, exact or ``~``, LIMIT), DEL, XGROUP
+CREATE (from 0, MKSTREAM) / DESTROY, XREADGROUP ``>`` followed later by XACK of
+what it read - unless the consumer "crashes" and never acknowledges - and the
+ID mode tuned between strict, semi-strict and liberal on every region that is up (as ``braid-admin tune`` does).  Each XADD records the
+mode its region ran it under: liberal IDs may collide across regions.  Full IDs
+and the writes of a region in liberal mode go to key ``k2`` (two origins may
+hold one ID there), where there is no XDEL: an XDEL of such an ID diverges
+today (tests/test_convergence.py, test_xdel_of_an_id_two_origins_hold_converges).
 """
 
 from __future__ import annotations
@@ -32,10 +39,17 @@ if TYPE_CHECKING:
     from .world import Simulation
 
 KEYS = (b"k0", b"k1")
+# full IDs and liberal IDs go to their own key, where two origins may hold one ID: no XDEL
+# there (an XDEL of such an ID diverges today: XDEL replicates IDs without their origins)
+SHARED_IDS = b"k2"
 GROUPS = (b"g0", b"g1")
 PRODUCERS = (b"p0", b"p1", b"p2")
 MIX = (("xadd", 30), ("xadd_idmp", 10), ("xdel", 5), ("xtrim", 5), ("del", 3), ("group_create", 6),
-       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 1))
+       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 2), ("xadd_burst", 1))
+# set at every region at the first step: an IDMP window of one second and three iids per
+# producer (the cron's expiry drops iids within a schedule)
+LAYOUT = ((b"stream-idmp-duration", b"1"), (b"stream-idmp-maxsize", b"3"))
+MODES = (b"strict", b"semi-strict", b"liberal")
 
 
 @dataclass
@@ -73,6 +87,10 @@ class Workload:
 
     # ------------------------------------------------------------ one step
     def step(self, step: int) -> None:
+        if step == 0:
+            for number in sorted(self.sim.regions):
+                for name, value in LAYOUT:
+                    self.issue("layout", number, [b"CONFIG", b"SET", name, value])
         kind = self.rng.choices(self._kinds, self._weights)[0]
         region = self.rng.choice(sorted(self.sim.regions))
         getattr(self, f"_{kind}")(region)
@@ -106,6 +124,8 @@ class Workload:
                 sim.promise(r, own, f"acknowledged {call.describe()}")  # always / no: a reply is a promise
             self._done(call, status, value, on_done)
 
+        if kind == "xadd":
+            call.extra["mode"] = r.server.db.aa.mode
         if kind == "xreadgroup":
             s = r.server.db.keys.get(argv[-2])
             g = s.groups.get(argv[2]) if s is not None else None
@@ -125,31 +145,59 @@ class Workload:
     def _fields(self) -> list[bytes]:
         return [b"w", b"w%d" % (len(self.history) + 1)]
 
+    def _mode(self, region: int) -> bytes:
+        r = self.sim.regions[region]
+        return r.server.db.aa.mode.encode() if r.up else b"strict"
+
+    def _trim_args(self, region: int, key: bytes) -> list[bytes]:
+        """MAXLEN or MINID, exact or ``~`` (maybe with LIMIT)."""
+        approx = self.rng.random() < 0.5
+        ids = self._entry_ids(region, key)
+        if ids and self.rng.random() < 0.4:
+            args = [b"MINID", b"~" if approx else b"=", self.rng.choice(ids)]
+        else:
+            args = [b"MAXLEN", b"~" if approx else b"=", b"%d" % self.rng.randint(0, 8)]
+        if approx and self.rng.random() < 0.5:
+            args += [b"LIMIT", b"%d" % self.rng.randint(1, 20)]
+        return args
+
     def _xadd(self, region: int) -> None:
         key = self.rng.choice(KEYS)
         roll = self.rng.random()
         now = self.sim.sched.now
-        if roll < 0.8:
+        full = 0.3 if self._mode(region) != b"strict" else 0.1
+        if roll < 0.9 - full:
             id_arg, auto = b"*", True
-        elif roll < 0.9:
+        elif roll < 1.0 - full:
             id_arg, auto = b"%d" % now, True  # milliseconds only: the region derives the sequence
         else:
             id_arg, auto = b"%d-%d" % (now, self.rng.randint(0, 40)), False
-        trim = [b"MAXLEN", b"=", b"%d" % self.rng.randint(2, 8)] if self.rng.random() < 0.1 else []
+        if not auto or self._mode(region) == b"liberal":
+            key = SHARED_IDS
+        trim = self._trim_args(region, key) if self.rng.random() < 0.15 else []
         self.issue("xadd", region, [b"XADD", key, *trim, id_arg, *self._fields()], auto=auto, key=key)
+
+    def _xadd_burst(self, region: int) -> None:
+        """Many entries in one key at once: more than 100 split blocks at every node size."""
+        key = self.rng.choice(KEYS) if self._mode(region) != b"liberal" else SHARED_IDS
+        for _ in range(self.rng.randint(30, 120)):
+            self.issue("xadd", region, [b"XADD", key, b"*", *self._fields()], auto=True, key=key)
 
     def _xadd_idmp(self, region: int, attempt: int = 0, argv: list[bytes] | None = None) -> None:
         if argv is None:
             self.iids += 1
-            key = self.rng.choice(KEYS)
+            key = self.rng.choice(KEYS) if self._mode(region) != b"liberal" else SHARED_IDS
             pid = self.rng.choice(PRODUCERS)
             argv = [b"XADD", key, b"IDMP", pid, b"i%d" % self.iids, b"*", *self._fields()]
 
         def failover(call: Call) -> None:
             if call.status in ("info", "refused") and attempt < 3:
-                others = [n for n in sorted(self.sim.regions) if n != region]
-                self.sim.sched.after(self.rng.randint(1, 50), self._xadd_idmp,
-                                     self.rng.choice(others), attempt + 1, argv)
+                # not to a liberal region unless the key takes shared IDs (see SHARED_IDS)
+                others = [n for n in sorted(self.sim.regions)
+                          if n != region and (argv[1] == SHARED_IDS or self._mode(n) != b"liberal")]
+                if others:
+                    self.sim.sched.after(self.rng.randint(1, 50), self._xadd_idmp,
+                                         self.rng.choice(others), attempt + 1, argv)
 
         self.issue("xadd", region, argv, on_done=failover, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
 
@@ -167,16 +215,11 @@ class Workload:
         self.issue("xdel", region, [b"XDEL", key, target])
 
     def _xtrim(self, region: int) -> None:
-        key = self.rng.choice(KEYS)
-        ids = self._entry_ids(region, key)
-        if ids and self.rng.random() < 0.4:
-            argv = [b"XTRIM", key, b"MINID", self.rng.choice(ids)]
-        else:
-            argv = [b"XTRIM", key, b"MAXLEN", b"%d" % self.rng.randint(0, 6)]
-        self.issue("xtrim", region, argv)
+        key = self.rng.choice(KEYS + (SHARED_IDS,))
+        self.issue("xtrim", region, [b"XTRIM", key, *self._trim_args(region, key)])
 
     def _del(self, region: int) -> None:
-        self.issue("del", region, [b"DEL", self.rng.choice(KEYS)])
+        self.issue("del", region, [b"DEL", self.rng.choice(KEYS + (SHARED_IDS,))])
 
     def _group_create(self, region: int) -> None:
         argv = [b"XGROUP", b"CREATE", self.rng.choice(KEYS), self.rng.choice(GROUPS), b"0", b"MKSTREAM"]
@@ -212,7 +255,7 @@ class Workload:
         self.issue("xack", region, [b"XACK", key, group, *ids])
 
     def _tune(self, region: int) -> None:
-        mode = self.rng.choice((b"strict", b"semi-strict"))
+        mode = self.rng.choice(MODES)
         for number in sorted(self.sim.regions):
             self.issue("tune", number, [b"BRAID.CONFIG", b"SET", b"crdt_xadd_id_uniqueness_mode", mode])
 
