@@ -23,8 +23,8 @@ What is modelled:
   (refused, like Redis, when below the stream's top), bursts of entries,
   idempotent XADD with a producer and iid from a tiny alphabet (so retries land
   at other regions, before and after replication, before and after the iid
-  expired), XDEL (not in a key where two origins may hold one ID: that diverges
-  today, see test_xdel_of_an_id_two_origins_hold_converges), XTRIM MAXLEN /
+  expired), XDEL (also of an ID two origins hold: it names the logs it removed it
+  from, see test_xdel_of_an_id_two_origins_hold_converges), XTRIM MAXLEN /
   MINID, exact or ``~``, with or without LIMIT,
   DEL, XGROUP CREATE / DESTROY, XREADGROUP ``>`` and XACK by local consumers;
 - the cron's work at any region: IDMP expiry (time and size, with the region's
@@ -259,9 +259,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
 
     @rule(region=regions_st, key=st.sampled_from(STREAM_KEYS), pick=st.integers(0, 50))
     def xdel(self, region, key, pick):
-        if key in self.shared_ids:
-            return  # XDEL of an ID two origins hold diverges today (tests/test_convergence.py, xfail)
-        self.regions[region].xdel(key, pick)
+        self.regions[region].xdel(key, pick)  # also where two origins hold one ID: it names their logs
 
     @rule(region=regions_st, key=st.sampled_from(STREAM_KEYS), maxlen=st.integers(0, 4), approx=st.booleans(),
           limit=st.none() | st.integers(1, 3))

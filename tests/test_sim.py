@@ -20,7 +20,7 @@ from chaos.sim import SimConfig, run_sim
 from chaos.sim.bugs import BUGS, NEEDS_FAULTS, catches
 from chaos.sim.cli import main as sim_main
 from chaos.sim.disk import SimFile, read_back
-from chaos.sim.checks import canonical
+from chaos.sim.checks import canonical, run_checks
 from chaos.sim.world import DEFAULT_FAULTS, FAULTS, Simulation
 from crdt.causal import CausalLog
 from crdt.sync import LinkState, NeedsResync
@@ -164,6 +164,8 @@ def test_each_planted_bug_is_caught_by_its_checker(bug):
     for seed in range(1, SEEDS_PER_BUG + 1):
         if catches(bug) in run_sim(SimConfig(seed=seed, faults=faults, bug=bug)).failed:
             clean = run_sim(SimConfig(seed=seed, faults=faults))
+            if not clean.ok and _count(clean, "in conflict"):
+                continue  # both backlogs overflowed: the clean run cannot converge either (reported)
             assert clean.ok, f"seed {seed} fails without {bug} too: {clean.failed}"
             return
     pytest.fail(f"{catches(bug)} never caught {bug} in {SEEDS_PER_BUG} seeds")
@@ -171,9 +173,9 @@ def test_each_planted_bug_is_caught_by_its_checker(bug):
 
 def test_a_failure_prints_its_replay_command_and_a_minimal_trace():
     out = io.StringIO()
-    assert sim_main(["--seed", "2", "--bug", "skip-late"], out=out) == 1
+    assert sim_main(["--seed", "5", "--bug", "skip-late"], out=out) == 1
     text = out.getvalue()
-    assert "replay: braid-chaos sim --seed 2 --steps 150 --regions 3 --fsync always --bug skip-late" in text
+    assert "replay: braid-chaos sim --seed 5 --steps 150 --regions 3 --fsync always --bug skip-late" in text
     minimal = next(line for line in text.splitlines() if line.startswith("minimal: "))
     argv = minimal.removeprefix("minimal: braid-chaos sim ").split()
     again = io.StringIO()
@@ -185,7 +187,7 @@ def _count(outcome, text: str) -> int:
     return sum(text in line for line in outcome.trace)
 
 
-@pytest.mark.parametrize("seed", [2, 8, 15])
+@pytest.mark.parametrize("seed", [4, 15, 17])
 def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     """With the backlog bounded, a region that was away gets a full-resync image, installs it
     and snapshots it (a later restart starts from that snapshot); every check still passes."""
@@ -195,15 +197,30 @@ def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     assert _count(outcome, "installed r") and _count(outcome, "snapshot at record")
 
 
-@pytest.mark.xfail(strict=True, reason="two regions that both trimmed what the other lacks send each other an "
-                   "image; each install replaces the receiver's state and loses its trimmed operations")
 def test_mutual_full_resyncs_keep_both_sides_trimmed_operations():
     """Found with the backlog fault: regions 1 and 2, apart for a while, both trim past their
-    bound; at the reconnection each sends the other an image, region 1 installs region 2's
-    and its version vector falls back from 1:37 to 1:3, region 2 installs region 1's and
-    loses its 140 operations (tests/test_convergence.py has the three-step version)."""
+    bound; at the reconnection each sent the other an image, region 1 installed region 2's
+    and its version vector fell back from 1:37 to 1:3, region 2 installed region 1's and
+    lost its 140 operations.  An image is now refused when it lacks what the receiver
+    dropped, and the run converges through what the regions still hold."""
     outcome = run_sim(SimConfig(seed=239, faults=FAULTS))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+
+
+def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_nothing():
+    """Seed 2 with the backlog fault: region 1 and regions 2 and 3 each dropped operations
+    the other side lacks.  No image crosses either way (it would replace what the receiver
+    dropped), the conflict is reported at the handshake and by the liveness check, and every
+    operation a region promised as durable is still held by the region that issued it."""
+    sim = Simulation(SimConfig(seed=2, faults=FAULTS))
+    sim.run()
+    assert sim.conflicts, "the seed no longer makes both backlogs overflow"
+    assert any("in conflict" in line for line in sim.sched.trace)
+    for dot, op in sim.promises.ops.items():
+        issuer = sim.regions[dot[0]]
+        assert {e.dot: e.op for e in sim.history(issuer)}.get(dot) == op, f"{dot} lost at its own region"
+    liveness = next(v for v in run_checks(sim) if v.check == "liveness")
+    assert not liveness.ok and any("in conflict" in p for p in liveness.offending)
 
 
 def test_a_region_restarts_from_its_full_resync_snapshot():

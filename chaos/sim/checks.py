@@ -158,6 +158,9 @@ def check_liveness(sim: "Simulation") -> Verdict:
     if down:
         problems.append(f"regions down after the heal: {down}")
         return _verdict("liveness", problems, "the cluster did not settle")
+    for pair in sorted(sorted(p) for p in sim.conflicts):
+        problems.append(f"r{pair[0]} and r{pair[1]} each dropped from their backlogs operations the other "
+                        "lacks: their link is in conflict (reported, no image either way), so they cannot converge")
     vvs = {r.number: dict(sorted(r.causal.vv.items())) for r in regions}
     if len({tuple(v.items()) for v in vvs.values()}) > 1:
         problems.append("version vectors differ: " + "; ".join(f"r{n} {v}" for n, v in vvs.items()))

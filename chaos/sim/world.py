@@ -197,6 +197,7 @@ class Simulation:
         self.trimmed: dict[int, list[Envelope]] = {n: [] for n in self.regions}  # what each region's backlog dropped
         self.snapshots: dict[int, tuple[int, bytes]] = {}  # region -> (last record it holds, state)
         self.resyncs = 0
+        self.conflicts: set[frozenset] = set()  # links both ends of which dropped what the other lacks
         self.promises = Promises()
         self.workload = Workload(self)
         self.active = True
@@ -315,6 +316,15 @@ class Simulation:
         self.net.conn[pair] = conn
         self.net.last_arrival.pop((a, b), None)
         self.net.last_arrival.pop((b, a), None)
+        if LinkState.image_conflict(dict(ra.causal.vv), dict(ra.causal.floor), dict(rb.causal.vv),
+                                    dict(rb.causal.floor)):
+            # as the real link: no image either way (it would lose the receiver's dropped
+            # operations) and nothing else crosses; the link stays up, idle (crdt/sync.py)
+            self.conflicts.add(pair)
+            self.sched.log(f"link {a}-{b} up (connection {conn}) in conflict: both dropped operations the "
+                           f"other lacks (floors {_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}); nothing crosses")
+            return
+        self.conflicts.discard(pair)
         hub_a, hub_b = ra.server.db.aa.hub, rb.server.db.aa.hub
         ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}))
         rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}))
