@@ -43,6 +43,13 @@ pointwise minimum of that over every region: an operation at or below it has
 been seen by every region, and every operation concurrent with it has already
 been applied here (each region's operations arrive in order), so metadata kept
 only to judge late concurrent operations (delete contexts) can be dropped.
+
+A region that never writes would hold stability back for good if its view came
+only from its operations' dependencies, so a peer's acknowledgement counts too
+(:meth:`CausalLog.view`): a peer that acknowledged ``V`` has applied ``V``, and
+once this region holds every operation of that peer up to ``V[peer]`` it holds
+every operation the peer issued before acknowledging - the ones that could be
+concurrent with what ``V`` covers.  Before that, the acknowledgement waits.
 """
 
 from __future__ import annotations
@@ -99,9 +106,22 @@ class CausalLog:
         for origin, view in other.seen.items():
             self.seen[origin] = merge(self.seen.get(origin, {}), view)
 
-    def stable(self, regions) -> VersionVector:
-        """What every one of ``regions`` has seen, as far as this region knows."""
-        views = [self.vv if r == self.region else self.seen.get(r, {}) for r in regions]
+    def view(self, region: int, acked: VersionVector | None = None) -> VersionVector:
+        """What ``region`` is known to have applied: the dependencies of its last operation
+        applied here, raised by its acknowledgement ``acked`` once this region holds every
+        operation ``region`` issued before acknowledging (see the module's theory)."""
+        if region == self.region:
+            return self.vv
+        view = self.seen.get(region, {})
+        if acked and self.vv.get(region, 0) >= acked.get(region, 0):
+            view = merge(view, acked)
+        return view
+
+    def stable(self, regions, acked: dict[int, VersionVector] | None = None) -> VersionVector:
+        """What every one of ``regions`` has seen, as far as this region knows (``acked``: per
+        peer, the version vector it acknowledged on its link)."""
+        acked = acked or {}
+        views = [self.view(r, acked.get(r)) for r in regions]
         origins = set().union(*views) if views else set()
         return {o: min(v.get(o, 0) for v in views) for o in origins if all(v.get(o, 0) for v in views)}
 

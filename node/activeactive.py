@@ -165,7 +165,7 @@ class ActiveActive:
 
     def stable(self) -> dict[int, int]:
         """What every region of the database has applied (crdt/causal.py: causal stability)."""
-        return self.causal.stable([r.number for r in self.cluster.regions])
+        return self.causal.stable([r.number for r in self.cluster.regions], self.hub.peer_acked)
 
     def collect_garbage(self) -> int:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
@@ -296,11 +296,11 @@ class ActiveActive:
         applied (crdt/causal.py's ``seen``).  Causal stability waits for the largest of
         these, and with it IDMP maps past their size and delete contexts (both kept until
         every region has applied what they guard)."""
-        vv, seen = self.causal.vv, self.causal.seen
+        vv = self.causal.vv
         out = {}
         for r in self.cluster.regions:
             if r.number != self.region:
-                view = seen.get(r.number, {})
+                view = self.causal.view(r.number, self.hub.peer_acked.get(r.number))
                 out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
         return out
 

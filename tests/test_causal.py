@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crdt.causal import CausalLog, dominates, merge
+from crdt.causal import CausalLog, Envelope, dominates, merge
 
 REGIONS = (1, 2, 3)
 
@@ -162,3 +162,18 @@ def test_a_failure_in_the_middle_of_a_batch_counts_only_what_was_applied():
     assert [e.dot for e in c.missing({})] == [(1, 1)]  # only a1 may be relayed
     assert c.receive(e2, _failing_on(None, applied)) == [e2, e3]
     assert applied == [(1, 1), (1, 2), (1, 3)] and c.vv == {1: 3} and not c.pending
+
+
+def test_an_acknowledgement_counts_for_stability_once_the_peers_own_operations_are_here():
+    """A peer that never writes is known by its acknowledgements; but an acknowledgement of V
+    counts only once every operation the peer issued before it (up to V[peer]) is applied
+    here, since those may be concurrent with what V covers."""
+    me = CausalLog(1)
+    me.stamp(b"delete")  # 1.1
+    assert me.stable([1, 2]) == {}  # region 2 never wrote: nothing known of it
+    assert me.stable([1, 2], {2: {1: 1}}) == {1: 1}  # it acknowledged 1.1
+    # region 2 issued 2.1 (not here yet) before acknowledging 1.1: the ack waits for it
+    assert me.view(2, {1: 1, 2: 1}) == {}
+    assert me.stable([1, 2], {2: {1: 1, 2: 1}}) == {}
+    me.receive(Envelope(2, 1, (), b"op"))
+    assert me.stable([1, 2], {2: {1: 1, 2: 1}}) == {1: 1, 2: 1}
