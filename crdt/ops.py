@@ -268,7 +268,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
                 keys.id_floor[op.key] = op.id
             if op.pid is not None:
                 held = s.idmp.lookup(op.pid, op.iid)
-                if held is not None and held != op.id and not _added_after(s.idmp, op):
+                if held is not None and _another_entry(s.idmp, op, held) and not _added_after(s.idmp, op):
                     return _idmp_conflict(keys, s, op, held, limits)
         s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
         if op.pid is not None:
@@ -394,18 +394,36 @@ def _added_after(idmp, op: AddEntry) -> bool:
     return op.deps is not None and dot is not None and op.deps.get(dot[0], 0) >= dot[1]
 
 
+def _held_origin(idmp, op: AddEntry) -> int | None:
+    """The origin of the entry the map holds for ``op``'s iid (None: not known)."""
+    dot = idmp.dot_of(op.pid, op.iid)
+    return None if dot is None else dot[0]
+
+
+def _another_entry(idmp, op: AddEntry, held: StreamID) -> bool:
+    """Is the entry the map holds for the iid another one than ``op`` would add?  With full
+    or liberal IDs two regions may give the same ID to their adds: then the origins differ."""
+    if held != op.id:
+        return True
+    origin = _held_origin(idmp, op)
+    return origin is not None and origin != op.origin
+
+
 def _idmp_conflict(keys: Keyspace, s: Stream, op: AddEntry, held: StreamID, limits: Limits) -> StreamID:
     """One (producer, iid) reached two regions concurrently, so two entries were added.
 
-    Rule: the entry with the smaller ID wins everywhere; the other is never added,
-    or removed where it already was.  Every region ends with the same single entry
-    and the same IDMP map, whatever the order the two additions arrive in.  (It holds
-    because no region forgets an iid before every concurrent add of it has arrived.)
+    Rule: the entry with the smaller (ID, origin) wins everywhere - the origin breaks a
+    tie between equal IDs, which full and liberal IDs allow; the other is never added,
+    or removed (from its own origin log) where it already was.  Every region ends with
+    the same single entry and the same IDMP map, whatever the order the two additions
+    arrive in.  (It holds because no region forgets an iid before every concurrent add
+    of it has arrived.)
     """
-    if held < op.id:
+    held_origin = _held_origin(s.idmp, op)
+    if (held, -1 if held_origin is None else held_origin) < (op.id, op.origin):
         _drop_if_empty(keys, op.key, s)  # the loser arrives second: not added
         return held
-    s.delete_ids([held])  # the loser was here first
+    s.delete_ids([held], None if held_origin is None else [held_origin])  # the loser was here first
     s.add(op.origin, op.id, op.fields, limits.node_max_entries, limits.node_max_bytes)
     s.idmp.replace(op.pid, op.iid, op.id, op.dot)
     return op.id

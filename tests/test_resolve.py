@@ -117,3 +117,17 @@ def test_an_operation_encoded_before_a_field_was_added_decodes_with_its_default(
     assert opcodec.decode(old) == ops.DeleteEntries(b"s", [(5, 0)], ops.KEEPREF, origins=None)
     with pytest.raises(ValueError, match="fields"):
         opcodec.decode(opcodec._encoder.encode([opcodec._TAGS[ops.DeleteEntries], b"s"]))
+
+
+def test_concurrent_idempotent_adds_with_equal_ids_keep_one_entry_everywhere():
+    """Liberal or full IDs let two regions give one (producer, iid) the same ID: the origin
+    breaks the tie, so every region keeps the same single entry (found by the simulation)."""
+    x = (5, 0)
+    adds = [ops.AddEntry(b"s", o, x, [b"f", b"%d" % o], b"p", b"i", dot=(o, 1), deps={}) for o in (1, 2)]
+    a, b = ops.Keyspace(active_active=True), ops.Keyspace(active_active=True)
+    for keys, order in ((a, adds), (b, adds[::-1])):
+        for op in order:
+            ops.apply(keys, op)
+    for keys in (a, b):
+        assert [(e, o) for e, o, _f in keys[b"s"].merged((0, 0), (2**64 - 1,) * 2)] == [(x, 1)]
+        assert keys[b"s"].idmp.lookup(b"p", b"i") == x and keys[b"s"].idmp.dot_of(b"p", b"i") == (1, 1)

@@ -298,18 +298,18 @@ def _entry_removals(history: list, present: set) -> list[str]:
             observed.setdefault(op.key, []).append(op.cutoffs)
         elif t is ops.DeleteEntries:
             named.setdefault(op.key, set()).update(op.ids)
-    idmp_winner: dict[tuple, tuple[int, int]] = {}
+    idmp_winner: dict[tuple, tuple] = {}  # the smallest (ID, origin) wins (equal IDs: the origin decides)
     for op in adds:
         if op.pid is not None:
             k = (op.key, op.pid, op.iid)
-            idmp_winner[k] = min(idmp_winner.get(k, op.id), op.id)
+            idmp_winner[k] = min(idmp_winner.get(k, (op.id, op.origin)), (op.id, op.origin))
     problems = []
     for op in adds:
         covered = any(tops.get(op.origin, MIN_ID) >= op.id for tops in observed.get(op.key, ()))
         here = (op.key, op.origin, op.id) in present
         if here and covered:
             problems.append(f"{op.key.decode()} {_id(op.id)} (r{op.origin}) survived a DEL/trim that had observed it")
-        lost_idmp = op.pid is not None and idmp_winner[(op.key, op.pid, op.iid)] < op.id
+        lost_idmp = op.pid is not None and idmp_winner[(op.key, op.pid, op.iid)] < (op.id, op.origin)
         if not here and not (covered or op.id in named.get(op.key, ()) or lost_idmp):
             problems.append(f"{op.key.decode()} {_id(op.id)} (r{op.origin}) is gone, but no DEL, trim or XDEL "
                             "had observed it")
