@@ -236,10 +236,64 @@ class Block:
             append(((ms, seq), flat, bool(flags & DELETED), start))
         return out
 
+    def check(self) -> None:
+        """Walk the packed entries (the layout :meth:`decode` reads) without building them, and
+        raise ValueError unless they parse to the end with rising IDs below 2^64 and agree with
+        the block's last ID and counts: a block from a peer's image is checked once, so that
+        reads of it never meet a malformed one."""
+        buf, nf = self.buf, len(self.fields)
+        fms, fseq = self.first
+        end = len(buf)
+        i = count = dead = 0
+        pms, pseq = -1, 0
+        uv = _uvarint_tail
+        try:
+            while i < end:
+                flags = buf[i]
+                if flags > (DELETED | SAMEFIELDS):
+                    raise ValueError(f"entry {count} has unknown flags {flags}")
+                v = buf[i + 1]
+                i += 2
+                if v >= 0x80:
+                    v, i = uv(buf, i, v)
+                z = buf[i]
+                i += 1
+                if z >= 0x80:
+                    z, i = uv(buf, i, z)
+                ms, seq = fms + v, fseq + (-((z + 1) >> 1) if z & 1 else z >> 1)
+                if ms > _U64 or not 0 <= seq <= _U64 or ms < pms or (ms == pms and seq <= pseq):
+                    raise ValueError(f"entry {count} has ID {ms}-{seq} out of order or range")
+                pms, pseq = ms, seq
+                if flags & SAMEFIELDS:
+                    values = nf
+                else:
+                    n = buf[i]
+                    i += 1
+                    if n >= 0x80:
+                        n, i = uv(buf, i, n)
+                    values = 2 * n
+                for _ in range(values):  # each value takes at least one byte: bounded by the buffer
+                    n = buf[i]
+                    i += 1
+                    if n >= 0x80:
+                        n, i = uv(buf, i, n)
+                    i += n
+                if i > end:
+                    raise IndexError
+                count += 1
+                dead += flags & DELETED
+        except IndexError:
+            raise ValueError(f"entry {count} runs past the end of the block") from None
+        if (pms, pseq) != self.last or count != self.live + self.dead or dead != self.dead:
+            raise ValueError("the block's entries do not match its counts or its last ID")
+
     def mark_deleted(self, offset: int) -> None:
         self.buf[offset] |= DELETED
         self.live -= 1
         self.dead += 1
+
+
+_U64 = (1 << 64) - 1
 
 
 def _uvarint_tail(buf: bytes, i: int, first: int) -> tuple[int, int]:

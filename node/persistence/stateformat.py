@@ -310,11 +310,14 @@ def _log_in(key: bytes, ls: LogS, verify: bool) -> EntryLog:
             raise StateFormatError(f"{_where(key, ls, bs)}: blocks out of order")
         if bs.live + bs.dead == 0 or len(buf) < 3 or buf[0] > (DELETED | SAMEFIELDS) or buf[1] or buf[2]:
             raise StateFormatError(f"{_where(key, ls, bs)}: empty, or its first entry is not its first ID")
-        if verify:
-            _check_entries(bs, key, ls)
         b = new_block(Block)
         b.first, b.last, b.fields, b.buf, b.live, b.dead, b.lp_base = first, last, bs.fields, buf, bs.live, \
             bs.dead, bs.lp_base
+        if verify:
+            try:
+                b.check()
+            except ValueError as e:
+                raise StateFormatError(f"{_where(key, ls, bs)}: {e}") from None
         blocks.append(b)
         firsts.append(first)
         length += bs.live
@@ -325,73 +328,6 @@ def _log_in(key: bytes, ls: LogS, verify: bool) -> EntryLog:
 
 def _where(key: bytes, ls: LogS, bs: BlockS) -> str:
     return f"stream {key!r}, origin {ls.origin}, block {bs.first[0]}-{bs.first[1]}"
-
-
-def _check_entries(bs: BlockS, key: bytes, ls: LogS) -> None:
-    """Walk a block's packed entries (crdt/blocks.py's layout) without building them."""
-    where = _where(key, ls, bs)
-    buf, nf = bs.buf, len(bs.fields)
-    fms, fseq = bs.first
-    end = len(buf)
-    i = count = dead = 0
-    pms, pseq = -1, 0
-    uv = _uvarint
-    try:
-        while i < end:
-            flags = buf[i]
-            if flags > (DELETED | SAMEFIELDS):
-                raise StateFormatError(f"{where}: entry {count} has unknown flags {flags}")
-            v = buf[i + 1]
-            if v < 0x80:
-                i += 2
-            else:
-                v, i = uv(buf, i + 2, v)
-            z = buf[i]
-            i += 1
-            if z >= 0x80:
-                z, i = uv(buf, i, z)
-            ms = fms + v
-            seq = fseq + (-((z + 1) >> 1) if z & 1 else z >> 1)
-            if ms < pms or (ms == pms and seq <= pseq):
-                raise StateFormatError(f"{where}: entry {count} has ID {ms}-{seq} out of order")
-            pms, pseq = ms, seq
-            if flags & SAMEFIELDS:
-                values = nf
-            else:
-                n = buf[i]
-                i += 1
-                if n >= 0x80:
-                    n, i = uv(buf, i, n)
-                values = 2 * n
-            for _ in range(values):  # ends: each value takes at least one byte
-                n = buf[i]
-                if n < 0x80:
-                    i += n + 1
-                else:
-                    n, i = uv(buf, i + 1, n)
-                    i += n
-            if i > end:
-                raise IndexError
-            count += 1
-            dead += flags & DELETED
-    except IndexError:
-        raise StateFormatError(f"{where}: entry {count} runs past the end of the block") from None
-    if (pms, pseq) != bs.last or count != bs.live + bs.dead or dead != bs.dead:
-        raise StateFormatError(f"{where}: the block's entries do not match its counts or its last ID")
-
-
-def _uvarint(buf: bytearray, i: int, first: int) -> tuple[int, int]:
-    v = first & 0x7F
-    shift = 7
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, i
-        shift += 7
-        if shift > 63:
-            raise StateFormatError("a varint longer than 64 bits")
 
 
 def _group_in(key: bytes, gs: GroupS) -> ConsumerGroup:
