@@ -94,20 +94,12 @@ def convert(path: str) -> tuple[str, str] | None:
     check = snapshot.decode(new)  # what a region will load: refuse to write what it would refuse
     if check.record != old.record:
         raise snapshot.SnapshotError("the converted snapshot does not read back")
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(new)
-        f.flush()
-        os.fsync(f.fileno())
     backup = path + BACKUP_SUFFIX
-    if os.path.exists(backup):
-        os.remove(backup)
-    os.link(path, backup)
-    os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+
+    def keep_the_old_file() -> None:
+        if os.path.exists(backup):
+            os.remove(backup)
+        os.link(path, backup)
+
+    snapshot.replace_file(path, new, keep_the_old_file)
     return path, backup

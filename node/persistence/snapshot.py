@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -170,20 +171,28 @@ def list_snapshots(directory: str) -> list[tuple[int, str]]:
 
 
 def write(directory: str, data: bytes, record: int) -> str:
-    """Write atomically and durably (temporary file, fsync, rename, fsync the directory)."""
+    """Write the snapshot at ``record`` atomically and durably."""
     path = os.path.join(directory, file_name(record))
+    replace_file(path, data)
+    return path
+
+
+def replace_file(path: str, data: bytes, before_rename: Callable[[], None] | None = None) -> None:
+    """Put ``data`` at ``path`` atomically and durably: a temporary file, fsynced, renamed
+    over it (``before_rename`` runs just before), then the directory fsynced."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    if before_rename is not None:
+        before_rename()
     os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return path
 
 
 def read(path: str, max_size: int | None = None) -> Snapshot:
