@@ -191,8 +191,8 @@ class Server:
         self.db.dirty = 0
         self.stats.reset()
 
-    def _log_command(self, client: "ClientConnection", argv: list[bytes], changed: bool, write: bool,
-                     reply: Any) -> None:
+    def _log_command(self, client: "ClientConnection", cmd: "cmdtable.Command | None", argv: list[bytes],
+                     changed: bool, reply: Any) -> None:
         """Append what a command did (node/persistence/oplog.py): the operations it applied
         when they are all it did (``RESOLVED`` commands), else the command with them, if it
         changed state or is a write that did not fail."""
@@ -201,16 +201,17 @@ class Server:
         if own:
             db.own_ops = []  # the next command's start here
         oplog = self.oplog
+        write = cmd is not None and cmd.is_write
         if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
             return
-        if cmdtable.is_resolved(argv):
+        if cmd is not None and cmd.resolved:
             if own:
                 oplog.log_own(own)
                 if db.aa is not None:
                     db.aa.logged(oplog.last_record)  # its operations leave once it is durable
             elif not changed:
                 return  # applied nothing, changed nothing
-            elif argv[0].lower() == b"xadd":  # answered from the IDMP map: it counted a duplicate
+            elif cmd.name == "xadd":  # answered from the IDMP map: it counted a duplicate
                 oplog.log_idmp_duplicate(self._clock, argv[1])
             else:
                 self._append_command(self._clock, argv)
@@ -507,7 +508,7 @@ class Server:
             except Exception as e:
                 reply = self._handler_failed(cmd.fullname, e, self.db.dirty != dirty, outermost)
             if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
-                self._log_command(client, argv, self.db.dirty != dirty, cmd.is_write, reply)
+                self._log_command(client, cmd, argv, self.db.dirty != dirty, reply)
         finally:
             if outermost:
                 self._clock = None
@@ -599,8 +600,7 @@ class Server:
                 if reply is cmdtable.CLOSE_WITHOUT_REPLY:
                     return
             if blocked.argv is not None:  # a retry of XREADGROUP touches its consumer even unserved
-                cmd = cmdtable.lookup(blocked.argv)
-                self._log_command(client, blocked.argv, self.db.dirty != dirty, cmd is not None and cmd.is_write,
+                self._log_command(client, cmdtable.lookup(blocked.argv), blocked.argv, self.db.dirty != dirty,
                                   reply)
         if reply is not None:
             self._unblock(client, reply)

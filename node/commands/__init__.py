@@ -133,12 +133,8 @@ def load_all() -> dict[bytes, Command]:
 
 
 def lookup(argv: list[bytes]) -> Command | None:
-    return COMMANDS.get(argv[0].lower())
-
-
-def is_resolved(argv: list[bytes]) -> bool:
-    """Is ``argv`` (a command that ran) one of :data:`RESOLVED`?"""
+    """The command (or subcommand) ``argv`` runs, None if unknown."""
     cmd = COMMANDS.get(argv[0].lower())
     if cmd is not None and cmd.subcommands:
         cmd = cmd.subcommands.get(argv[1].lower()) if len(argv) >= 2 else None
-    return cmd is not None and cmd.resolved
+    return cmd
