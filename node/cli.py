@@ -132,6 +132,24 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return rides.main(args.args)
 
 
+def cmd_certs(args: argparse.Namespace) -> int:
+    from node.security.certs import create_cluster_certs
+
+    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    try:
+        made = create_cluster_certs(args.dir, regions, hosts=hosts, days=args.days, force=args.force)
+    except (ValueError, OSError) as e:
+        print(f"braid certs: {e}", file=sys.stderr)
+        return 2
+    print(f"cluster CA: {made.ca}")
+    for name, (crt, key) in made.regions.items():
+        print(f"{name}: {crt} {key}")
+    print(f"braid-admin: {made.admin[0]} {made.admin[1]}")
+    print(f"applications: {made.client[0]} {made.client[1]}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
     parser.add_argument("--log-level", default="INFO")
@@ -178,6 +196,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="snapshot files (appendonlydir/snapshot-*.bsnap) or directories holding them; "
                         "each old file is kept as PATH.pickle-backup")
     p.set_defaults(fn=cmd_convert_snapshot)
+
+    p = sub.add_parser("certs", help="make the certificates of a cluster (a CA, one per region, admin, client)")
+    csub = p.add_subparsers(dest="certs_cmd", required=True)
+    c = csub.add_parser("create", help="make a cluster CA (or reuse DIR's) and sign every certificate with it")
+    c.add_argument("--dir", required=True, help="where to write ca.crt, <region>.crt/.key, admin.*, client.*")
+    c.add_argument("--regions", required=True, help="comma-separated region names (the names the cluster file uses)")
+    c.add_argument("--hosts", default="localhost,127.0.0.1",
+                   help="host names and addresses clients use to reach the regions (subjectAltNames)")
+    c.add_argument("--days", type=int, default=825, help="validity of the issued certificates (default 825)")
+    c.add_argument("--force", action="store_true", help="re-issue certificates that already exist (keeps the CA)")
+    c.set_defaults(fn=cmd_certs)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
     p.add_argument("example", choices=["rides"], help="rides: seed 000's unified log (pipeline/examples/rides.py)")

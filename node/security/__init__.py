@@ -1,0 +1,1 @@
+"""Security: certificates, TLS contexts for clients and links, users and permissions."""
