@@ -2,9 +2,11 @@
 
 It owns the region's causal log (crdt/causal.py) and replication hub
 (node/transport/replication.py), publishes every replicated operation the region applies,
-applies the operations other regions send (waking blocked readers), and holds
-what the multi-region resolver (crdt/resolve.py) reads: the ID mode, the region's
-number and stride, and the causal log's version vector.
+and holds what the multi-region resolver (crdt/resolve.py) reads: the ID mode, the
+region's number and stride, and the causal log's version vector.  It sees the region
+only through the keyspace (``Database``) and the settings: applying another region's
+operation, and installing a full-resync image, are the region core's
+(node/core.py), which it reaches through the hub's ``on_apply`` / ``install_image``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
@@ -20,11 +22,7 @@ from crdt.sync import LinkState
 
 from . import opcodec
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
-from .supervision import ApplyFailed, InjectedFault
 from .transport.replication import ReplicationHub
-
-if TYPE_CHECKING:
-    from .server import Server
 
 log = logging.getLogger("braid.activeactive")
 
@@ -34,20 +32,24 @@ REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.Crea
 
 
 class ActiveActive:
-    def __init__(self, server: "Server", cluster: ClusterConfig, me: RegionSpec) -> None:
-        self.server = server
+    def __init__(self, db, config, cluster: ClusterConfig, me: RegionSpec) -> None:
+        """``db``: the region's Database (node/db.py); ``config``: its settings."""
+        self.db = db
+        self.config = config
         self.cluster = cluster
         self.me = me
         self.mode = cluster.id_mode
         self.causal = CausalLog(me.number)
         c = cluster
-        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply,
-                                  server.config)
+        # the region core sets on_apply and install_image (node/core.py)
+        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, _not_attached,
+                                  config)
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it is durable (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
-        self.hub.make_image = self.resync_image
-        self.hub.install_image = self.install_image
+        self.hub.make_image = lambda: self.resync_image(int(time.time() * 1000))
+        # a database setting tuned here that is also a server setting (appendfsync)
+        self.on_setting: Callable[[str, str], None] = lambda name, value: None
         # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
         self._backlog_bytes = 0
         self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
@@ -61,11 +63,11 @@ class ActiveActive:
         return self.cluster.stride
 
     # ------------------------------------------------------------ lifecycle
-    async def start(self) -> None:
+    async def start(self, host: str) -> None:
+        """Listen on ``host`` (where the RESP port listens) and dial the peers."""
         from .transport.admin import AdminServicer
 
-        # listen where the RESP port listens (--bind; by default the region's host)
-        await self.hub.serve(self.server.config["bind"], self.me.repl_port, extra=[AdminServicer(self)])
+        await self.hub.serve(host, self.me.repl_port, extra=[AdminServicer(self)])
         for peer in self.cluster.regions:
             if peer.number > self.me.number:  # the lower number dials
                 self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
@@ -118,19 +120,22 @@ class ActiveActive:
             self.hub.wake()
 
     # ------------------------------------------------------------ backlog and full resync
-    def trim_backlog(self, max_bytes: int, ttl_s: float, now: float) -> int:
+    def trim_backlog(self, max_bytes: int, ttl_s: float, now: float, link_positions: list[int] | None = None) -> int:
         """Drop the oldest operations every peer acknowledged, and any past the backlog's size or age.
 
         A peer that still lacked one of the latter gets a full resync when it comes back.
-        Returns how many were dropped.
+        Never drops what has not left yet, nor what a connected link has not sent
+        (``link_positions``: absolute causal-log positions of the running links; default
+        the hub's).  Returns how many were dropped.
         """
         peers = [p.number for p in self.cluster.regions if p.number != self.region]
         acked = [self.hub.peer_acked.get(p, {}) for p in peers]
         log_, arrivals = self.causal.log, self.hub.arrivals
         size = self.backlog_bytes()
+        positions = [link.position for link in self.hub.links.values()] if link_positions is None else link_positions
         # never what has not left yet, nor what a connected peer has not been sent
         stop = min([len(log_), self.hub.sendable_upto() - self.causal.base,
-                    *(link.position - self.causal.base for link in self.hub.links.values())])
+                    *(p - self.causal.base for p in positions)])
         k = 0
         while k < stop:
             e = log_[k]
@@ -169,40 +174,40 @@ class ActiveActive:
 
     def collect_garbage(self) -> int:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
-        return ops.collect_garbage(self.server.db.keys, self.stable())
+        return ops.collect_garbage(self.db.keys, self.stable())
 
-    def resync_image(self) -> tuple[bytes, dict]:
+    def resync_image(self, now_ms: int) -> tuple[bytes, dict]:
         """This region's whole state and backlog, for a peer that lacks trimmed operations."""
         from .persistence import snapshot
 
-        data = snapshot.encode(self.server.db.keys, self.causal, 0, int(time.time() * 1000), True, self.region)
+        data = snapshot.encode(self.db.keys, self.causal, 0, now_ms, True, self.region)
         return data, dict(self.causal.vv)
 
-    def install_image(self, data: bytes) -> bool:
+    def adopt_image(self, data: bytes) -> list[Envelope] | None:
         """Take a peer's image as this region's replicated state; keep what is this region's own.
 
         An image is taken only while this region lacks operations its sender trimmed:
         when two peers send one at once, the second finds nothing missing and is
-        refused (False), so the link starts again and catches up from the backlog
+        refused (None), so the link starts again and catches up from the backlog
         instead of replacing what the first image brought.
 
         Consumer groups keep their region-local state (consumers, PEL, cursors) when the
-        image has the same group (same creation); operations this region held that the
-        image lacks (its own among them) are applied again on top, so nothing is lost.
-        Then a snapshot makes the new state the base of the append-only file.
+        image has the same group (same creation).  Returns the operations this region held
+        (its own among them): the caller applies again on top those the image lacks, so
+        nothing is lost (``RegionCore.install_image``).
         """
         from .persistence import snapshot
 
         img = snapshot.decode(data)
         if not any(self.causal.vv.get(o, 0) < n for o, n in img.causal.floor.items()):
             log.info("refusing a full-resync image: nothing it holds is missing from the backlog")
-            return False
+            return None
         if LinkState.image_loses(img.causal.vv, self.causal.floor):
             # dropped here since the handshake: installing it would lose them (crdt/sync.py)
             log.error("refusing a full-resync image that lacks operations this region dropped from its "
                       "backlog (image %s, floor %s)", img.causal.vv, self.causal.floor)
-            return False
-        old_keys, old_log = self.server.db.keys, self.causal.log + list(self.causal.pending.values())
+            return None
+        old_keys, old_log = self.db.keys, self.causal.log + list(self.causal.pending.values())
         new_keys = img.keys
         for key, s in new_keys.items():
             old = old_keys.get(key)
@@ -212,22 +217,11 @@ class ActiveActive:
         for key, floor in old_keys.id_floor.items():  # never mint an ID this region minted before
             if floor > new_keys.id_floor.get(key, (0, 0)):
                 new_keys.id_floor[key] = floor
-        self.server.db.keys = new_keys
+        self.db.keys = new_keys
         self.causal.take(img.causal)
         self._unsafe.clear()
         self.hub.log_replaced()
-        for env in old_log:
-            if env.n > self.causal.vv.get(env.origin, 0):
-                self.hub.deliver(env)
-        server = self.server
-        if server.oplog is not None:
-            server.save(force=True)  # the old log does not lead here: the new state is the base
-            self.log_started()
-        for key in list(new_keys):
-            server.db.ready.add(key)
-        server.serve_ready_keys()
-        log.warning("installed a full-resync image: version vector %s", self.causal.vv)
-        return True
+        return old_log
 
     # ------------------------------------------------------------ operations
     def publish(self, op: ops.Op) -> Envelope | None:
@@ -236,31 +230,6 @@ class ActiveActive:
         if isinstance(op, REPLICATED):
             return self.hub.issue(opcodec.encode(op))
         return None
-
-    def _on_apply(self, env: Envelope) -> None:
-        """Apply and log an operation of another region; the causal log counts it (and relays
-        it) only once this returns.  One that cannot be decoded or applied stops the region
-        (fail-stop, node/supervision.py): skipping it would leave this region diverged."""
-        server = self.server
-        if server.failed is not None:
-            raise ApplyFailed(f"region {self.region} has fail-stopped: {server.failed}")
-        try:
-            if server.apply_faults:  # DEBUG APPLY-FAIL
-                server.apply_faults -= 1
-                raise InjectedFault("DEBUG APPLY-FAIL")
-            op = opcodec.decode(env.op)
-            server.db.apply_remote(op)
-            if server.oplog is not None and not server.replaying:
-                server.oplog.log_remote(env)
-                self.logged(server.oplog.last_record, self.causal.end + 1)  # relayed only once logged here
-                server.schedule_log_write()
-            server.serve_ready_keys()  # a reader served raising here must not leave it applied but uncounted
-        except Exception as e:
-            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
-                      f"{type(e).__name__}: {e}")
-            if not server.replaying:  # a replay reports it as a record it cannot load
-                server.fail_stop(reason, e)
-            raise ApplyFailed(reason) from e
 
     # ------------------------------------------------------------ database settings
     def tune(self, database: str, name: str, value: str) -> None:
@@ -283,8 +252,7 @@ class ActiveActive:
         if name == "crdt_xadd_id_uniqueness_mode":
             self.mode = value
         else:
-            self.server.config.set(name, value)
-            self.server.config_changed()
+            self.on_setting(name, value)
 
     def cluster_toml(self) -> str:
         """The cluster file this region runs with, token left out."""
@@ -307,7 +275,7 @@ class ActiveActive:
     def metadata_sizes(self) -> dict:
         """What waits for causal stability: IDMP maps (keys holding them, producers, iids,
         dropped keys' maps included) and delete contexts."""
-        keys = self.server.db.keys
+        keys = self.db.keys
         maps = [s.idmp for k in keys.idmp_keys() if (s := keys.get(k)) is not None and s.idmp.producers]
         maps += list(keys.idmp_kept.values())
         return {"idmp_keys": len(maps), "idmp_producers": sum(m.pids_tracked for m in maps),
@@ -332,7 +300,7 @@ class ActiveActive:
             "name": self.me.name, "number": self.region, "cluster_id": self.cluster.cluster_id,
             "database": self.cluster.database, "id_mode": self.mode, "paused": self.paused,
             "vv": dict(self.causal.vv), "pending": len(self.causal.pending), "links": links,
-            "keys": len(self.server.db.keys), "refused_handshakes": self.hub.refused,
+            "keys": len(self.db.keys), "refused_handshakes": self.hub.refused,
             "resp_address": f"{self.me.host}:{self.me.port}",
             "backlog_ops": len(self.causal.log), "backlog_trimmed": self.causal.base,
             "resyncs_sent": self.hub.resyncs_sent, "resyncs_received": self.hub.resyncs_received,
@@ -371,6 +339,10 @@ class ActiveActive:
             line += f",unstable_ops={link['unstable_ops']}"
             lines.append(line)
         return lines
+
+
+def _not_attached(env: Envelope) -> None:
+    raise RuntimeError("no region core applies operations for this hub")
 
 
 def _keep_local_group_state(g, old) -> None:

@@ -1,29 +1,30 @@
-"""One region's RESP server: connections, dispatch, transactions, blocking.
+"""One region's RESP server: the asyncio driver of a region core.
 
 Theory of operation
 -------------------
-bytes -> :class:`node.resp.parser.RequestParser` -> argv -> :meth:`Server.call`
-(command table lookup, arity, MULTI queueing, the handler) -> reply value ->
-:func:`node.resp.encoder.encode` -> bytes.  Each layer is separate, as in
-mini-redis; only :class:`ClientConnection` touches the socket.
+bytes -> :class:`node.resp.parser.RequestParser` -> argv -> ``RegionCore.call``
+(node/core.py: the command table, arity, MULTI queueing, the handler, the
+operation log) -> reply value -> :func:`node.resp.encoder.encode` -> bytes.
+Each layer is separate, as in mini-redis; only :class:`ClientConnection`
+touches the socket.
+
+:class:`Server` is a :class:`node.core.RegionCore` with the parts that need an
+event loop: the listening socket and client connections, blocking reads and
+their timers, the end of each turn (the log's records are written once for
+every client served in the turn, then the replies that may leave go out), the
+fsync and BGSAVE worker threads, the once-a-second cron task, the gRPC links
+of a cluster, signals and shutdown (handled in one place, :meth:`Server.stop`).
+The rules - what is logged, when a reply may leave, what the cron does, what
+stops the region - are the core's, shared with the deterministic simulation.
 
 Everything runs on one event loop thread, so a command sees and changes the
 keyspace atomically, as in Redis.  After each batch of input the server wakes
-clients blocked on keys that the batch touched.  Shutdown is handled in one
-place (:meth:`Server.stop`).
-
-Durability (node/persistence/): a command runs with the clock pinned (every
-``now_ms()`` in it answers the same); what it did is appended to the operation
-log - the operations it resolved into (collected by ``Database.apply``), and,
-for a command that also changed region-local state, the command with that
-clock - so replaying the log rebuilds the state without resolving anything
-again (node/persistence/oplog.py).  Replies leave only when the log allows it
-(``appendfsync always``: after the fsync that covers them).
+clients blocked on keys that the batch touched.
 
 Fail-stop (node/supervision.py): a region whose state may be wrong - a handler
 that raised after changing state, an operation of another region it could not
 apply, a failed background step that changes state - stops at once
-(:meth:`Server.fail_stop`) without writing or answering the failing turn; a
+(``RegionCore.fail_stop``) without writing or answering the failing turn; a
 restart replays the log.  The cron's steps and the long-lived tasks run under
 a :class:`node.supervision.Supervisor`.
 """
@@ -31,142 +32,50 @@ a :class:`node.supervision.Supervisor`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import itertools
 import logging
 import os
 import signal
 import time
 from typing import Any
 
-from crdt import ops, resolve
-
 from . import commands as cmdtable
-from .blocking import Blocked, BlockingRegistry
+from .blocking import Blocked
 from .config import Config
-from .db import Database
+from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
-from .supervision import EXIT_FAIL_STOP, RegionStopped, Supervisor
+from .supervision import EXIT_FAIL_STOP
+
+__all__ = ["BRAID_VERSION", "REDIS_COMPAT_VERSION", "ClientConnection", "Server", "Stats", "run_server",
+           "unknown_command_error"]
 
 log = logging.getLogger("braid.server")
 
-BRAID_VERSION = "0.1.0"
-REDIS_COMPAT_VERSION = "8.6.3"  # the Redis release whose stream semantics Braid implements
 UNAUTH_QUERY_BUFFER_LIMIT = 1024 * 1024  # a client that has not authenticated yet (as Redis)
 
 
-class Stats:
-    def __init__(self) -> None:
-        self.reset()
-        self.total_connections_received = 0
-        self.rejected_connections = 0
-        self.client_qbuf_limit_disconnections = 0  # clients closed for their input (query buffer)
-        self.client_outbuf_limit_disconnections = 0  # and for replies they did not read
-
-    def reset(self) -> None:
-        self.total_commands_processed = 0
-        self.total_error_replies = 0
-        self.unexpected_error_replies = 0
-        self.command_internal_errors = 0  # handlers that raised having changed nothing (answered ERR)
-        self.net_input_bytes = 0
-        self.net_output_bytes = 0
-        self.command_calls: dict[str, list[int]] = {}  # name -> [calls, usec, rejected, failed]
-        self.error_codes: dict[str, int] = {}
-
-
-class Server:
-    """A region server.  Holds no process-wide singletons: a shard is just a
-    Server owning some keys, and several can live in one process (tests do)."""
+class Server(RegionCore):
+    """A region server: a region core driven by an asyncio event loop."""
 
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one."""
-        self.config = config or Config()
-        self.region = region  # this region's origin number in every entry log
-        self.db = Database(self._limits(), active_active=cluster is not None)
-        self.db.own_ops = []  # what commands resolved into, for the operation log (_log_command)
-        if cluster is not None:
-            from .activeactive import ActiveActive
-
-            cfg, me = cluster
-            self.region = me.number
-            self.db.aa = ActiveActive(self, cfg, me)
-            self.db.resolver = resolve.ActiveActive(self.db.aa)
-        self.stats = Stats()
-        self._set_write_cap()
-        self.blocking = BlockingRegistry()
-        self.clients: dict[int, ClientConnection] = {}
-        self._client_ids = itertools.count(1)
+        super().__init__(config, region, cluster)
         self.start_time = time.time()
-        self.last_save = int(time.time())
         self.run_id = os.urandom(20).hex()
         self._server: asyncio.base_events.Server | None = None
         self._cron: asyncio.Task | None = None
         self.port = int(self.config["port"])
-        self.oplog = None          # node.persistence.oplog.OperationLog, when appendonly is yes
-        self.replaying = False     # loading the log: nothing is logged again
-        self.loading_report = None
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
         self._log_write_scheduled = False
-        self.saving = False        # a BGSAVE is writing its file
         self._bgsave: asyncio.Future | None = None
-        self.last_bgsave_ok = True
-        self.dirty_at_save = 0
-        self.log_base_size = 0     # log size just after the last snapshot (auto snapshots grow from it)
-        self._clock: int | None = None
-        self.clock_offset_ms = 0   # DEBUG CLOCK-OFFSET: a skewed region (chaos tests)
-        self.apply_faults = 0      # DEBUG APPLY-FAIL: operations of other regions still to fail to apply
-        self.failed: str | None = None  # why the region fail-stopped (node/supervision.py)
-        self.supervisor = Supervisor(self)
-        cmdtable.load_all()
 
     # ------------------------------------------------------------ settings
-    def _limits(self) -> ops.Limits:
-        c = self.config
-        return ops.Limits(int(c["stream-node-max-entries"]), int(c["stream-node-max-bytes"]),
-                          int(c["stream-idmp-duration"]), int(c["stream-idmp-maxsize"]))
-
     def config_changed(self) -> None:
-        self.db.limits = self._limits()
-        self._set_write_cap()
+        super().config_changed()
         max_bulk = int(self.config["proto-max-bulk-len"])
         for c in self.clients.values():
             c.parser.max_bulk_len = max_bulk
-        if self.oplog is not None:
-            self.oplog.policy = self.config["appendfsync"]
-
-    def _set_write_cap(self) -> None:
-        """The largest write command whose log record is sure to fit (node/persistence/aof.py):
-        a record holds a command's arguments and its operations, each about as large as the
-        command.  With the default query-buffer limit (1 GB) every command fits and nothing
-        is checked; only a limit raised past about 2 GB makes the check (``call``) run."""
-        from .persistence.aof import MAX_PAYLOAD
-
-        cap = MAX_PAYLOAD // 2 - (1 << 16)
-        self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
-
-    def wall_ms(self) -> int:
-        """This region's wall clock in milliseconds: the system clock moved by ``clock_offset_ms``
-        (``DEBUG CLOCK-OFFSET``, used by the chaos suite to skew a region or jump it backwards).
-        The deterministic simulation replaces it with a virtual clock."""
-        return int(time.time() * 1000) + self.clock_offset_ms
-
-    def now_ms(self) -> int:
-        """The clock commands see: pinned for the length of a command (and of its replay)."""
-        return self._clock if self._clock is not None else self.wall_ms()
-
-    @contextlib.contextmanager
-    def clock_pinned(self, now_ms: int | None = None):
-        """Pin ``now_ms()`` (to the current time by default); nested pins keep the outer one."""
-        if self._clock is not None:
-            yield self._clock
-            return
-        self._clock = self.wall_ms() if now_ms is None else now_ms
-        try:
-            yield self._clock
-        finally:
-            self._clock = None
 
     # ------------------------------------------------------------ persistence
     def open_log(self) -> None:
@@ -182,110 +91,20 @@ class Server:
         self.loading_report = (dataclasses.replace(report, scanned=None), time.monotonic() - t0)  # drop the records
         if report.records:
             log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
-        self.oplog = OperationLog(directory, self.config["appendfsync"], scanned=report.scanned)
-        self.log_base_size = self.oplog.size
-        if self.db.aa is not None:
-            self.db.aa.log_started()
-            self.oplog.on_durable = self.db.aa.durable
-            self.oplog.replicating = True
-        self.db.dirty = 0
-        self.stats.reset()
-
-    def _log_command(self, client: "ClientConnection", cmd: "cmdtable.Command | None", argv: list[bytes],
-                     changed: bool, reply: Any) -> None:
-        """Append what a command did (node/persistence/oplog.py): the operations it applied
-        when they are all it did (``RESOLVED`` commands), else the command with them, if it
-        changed state or is a write that did not fail."""
-        db = self.db
-        own = db.own_ops
-        if own:
-            db.own_ops = []  # the next command's start here
-        oplog = self.oplog
-        write = cmd is not None and cmd.is_write
-        if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
-            return
-        if cmd is not None and cmd.resolved:
-            if own:
-                oplog.log_own(own)
-                if db.aa is not None:
-                    db.aa.logged(oplog.last_record)  # its operations leave once it is durable
-            elif not changed:
-                return  # applied nothing, changed nothing
-            elif cmd.name == "xadd":  # answered from the IDMP map: it counted a duplicate
-                oplog.log_idmp_duplicate(self._clock, argv[1])
-            else:
-                self._append_command(self._clock, argv)
-        else:
-            self._append_command(self._clock, argv, own or ())
-        client.logged_upto = oplog.last_record  # its reply waits for this record (see flush)
-
-    def _append_command(self, now: int, argv: list[bytes], own: list | tuple = ()) -> None:
-        aa = self.db.aa
-        self.oplog.log_command(now, argv, None if aa is None else aa.mode, own)
-        if aa is not None:
-            aa.logged(self.oplog.last_record)  # its operations leave once it is durable
+        self.attach_log(OperationLog(directory, self.config["appendfsync"], scanned=report.scanned))
 
     # ------------------------------------------------------------ snapshots
-    def _snapshot_now(self) -> tuple[bytes, int, str]:
-        """Serialise the state after the log's last record; the log rolls so that record ends a segment."""
-        from .persistence import snapshot
-
-        if self.oplog is None:
-            raise ReplyError("ERR snapshots are the base of the append-only file: this region runs with appendonly no")
-        record = self.oplog.last_record
-        aa = self.db.aa
-        data = snapshot.encode(self.db.keys, aa.causal if aa is not None else None, record,
-                               int(time.time() * 1000), aa is not None, self.region)
-        try:
-            self.oplog.roll()
-        except OSError as e:
-            raise ReplyError(f"ERR snapshot failed: cannot start a new log segment: {e.strerror}") from None
-        return data, record, self.oplog.directory
-
-    def save(self, force: bool = False) -> None:
-        """SAVE: write a snapshot now (the loop waits), then compact the log.
-
-        ``force``: even while a BGSAVE runs (a full resync replaced the state: the
-        older snapshot being written cannot be the base any more).
-        """
-        from .persistence import snapshot
-
-        if self.saving and not force:
-            raise ReplyError("ERR Background save already in progress")
-        data, record, directory = self._snapshot_now()
-        try:
-            snapshot.write(directory, data, record)
-        except OSError as e:
-            self._saved(record, e)
-            raise ReplyError(f"ERR snapshot failed: {e.strerror}") from None
-        self._saved(record, None)
-
     def bgsave(self) -> None:
         """BGSAVE: serialise now (a consistent point), write and fsync in a worker thread."""
         from .persistence import snapshot
 
         if self.saving:
             raise ReplyError("ERR Background save already in progress")
-        data, record, directory = self._snapshot_now()
+        data, record = self.snapshot_now()
         self.saving = True
-        fut = asyncio.get_running_loop().run_in_executor(None, snapshot.write, directory, data, record)
-        fut.add_done_callback(lambda f: self._saved(record, f.exception()))
+        fut = asyncio.get_running_loop().run_in_executor(None, snapshot.write, self.oplog.directory, data, record)
+        fut.add_done_callback(lambda f: self.saved(record, f.exception()))
         self._bgsave = fut
-
-    def _saved(self, record: int, error: BaseException | None) -> None:
-        from .persistence import snapshot
-
-        self.saving = False
-        self.last_bgsave_ok = error is None
-        if error is not None:
-            log.error("snapshot at record %d failed: %s", record, error)
-            return
-        self.last_save = int(time.time())
-        self.dirty_at_save = self.db.dirty
-        if self.oplog is not None:
-            self.oplog.file.drop_segments_before(record + 1)  # the snapshot holds them now
-            snapshot.drop_older(self.oplog.directory, record)
-            self.log_base_size = self.oplog.size
 
     def _auto_snapshot(self) -> None:
         """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one."""
@@ -307,45 +126,25 @@ class Server:
             self._log_write_scheduled = True
             asyncio.get_running_loop().call_soon(self._write_log_then_reply)
 
+    def records_appended(self) -> None:
+        self.schedule_log_write()  # an operation of another region was logged: write it this turn
+
     def _write_log_then_reply(self) -> None:
+        """The end of a turn (``RegionCore.end_turn``): write the records, fsync as the
+        policy says (``always``: now, before the replies; ``everysec`` in a cluster: in a
+        worker thread, so operations can leave), then send the replies that may leave."""
         self._log_write_scheduled = False
         if self.failed is not None:
             return  # a fail-stop: this turn's records and replies are dropped
         clients, self._after_log_write = self._after_log_write, {}
-        oplog = self.oplog
-        if oplog is not None:
-            oplog.write_out()
+        if self.end_turn():
+            oplog = self.oplog
             if oplog.policy == "always":
                 oplog.fsync_now()
-            elif oplog.replicating:
+            else:
                 oplog.sync_for_replication()
         for client in clients.values():
             client.send_held()
-
-    def log_settings(self, argv: list[bytes]) -> None:
-        """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
-        if self.oplog is not None and not self.replaying:
-            self._append_command(self.now_ms(), argv)
-
-    def expire_idmp(self, now: int, stable: dict[int, int] | None = None) -> int:
-        """Seed 002's time-based IDMP expiry over every stream; returns how many iids went.
-        ``stable`` (a region of a cluster): only adds every region has applied go, and
-        the size window is kept here too (crdt/idmp.py)."""
-        dropped = 0
-        keys = self.db.keys
-        index = keys.idmp_keys()  # only the keys that hold maps: not a walk over every key
-        for key in list(index):
-            s = keys.get(key)
-            if s is not None and s.idmp.producers:
-                dropped += s.idmp.expire(now, stable)
-            if s is None or not s.idmp.producers:
-                index.discard(key)
-        kept = keys.idmp_kept  # maps of dropped keys expire too, then go
-        for key in list(kept):
-            dropped += kept[key].expire(now, stable)
-            if not kept[key].producers:
-                del kept[key]
-        return dropped
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int | None = None) -> None:
@@ -361,7 +160,7 @@ class Server:
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
         if self.db.aa is not None:
-            await self.db.aa.start()
+            await self.db.aa.start(self.config["bind"])  # where the RESP port listens
 
     def shutdown(self) -> None:
         """Stop the region once this turn of the event loop is done (SHUTDOWN)."""
@@ -372,20 +171,9 @@ class Server:
             asyncio.get_running_loop().call_soon(
                 lambda: self.supervisor.watch(asyncio.ensure_future(self.stop()), "shutdown"))
 
-    def fail_stop(self, reason: str, exc: BaseException | None = None) -> None:
-        """Stop the region now: its state may be wrong (node/supervision.py).
-
-        Nothing more is applied, logged, replicated or answered: this turn's records
-        not yet handed to the OS and the replies not yet sent are dropped (no client
-        was told about them; peers resend what was never acknowledged), clients and
-        links are closed, and the server stops; a process exits with EXIT_FAIL_STOP.
-        """
-        if self.failed is not None:
-            return
-        self.failed = reason
-        log.critical("FAIL-STOP: region %d stops: %s. Nothing more is applied, replicated, logged or "
-                     "answered. Restart the region: it replays its append-only file and catches up from "
-                     "its peers (exit status %d).", self.region, reason, EXIT_FAIL_STOP, exc_info=exc)
+    def on_fail_stop(self) -> None:
+        """A fail-stop (``RegionCore.fail_stop``): drop the replies not yet sent, close every
+        client and the listening socket, stop the cron, and stop the server."""
         self._after_log_write.clear()
         for c in list(self.clients.values()):
             self.blocking.unpark(c)
@@ -394,8 +182,6 @@ class Server:
             transport, c.transport = c.transport, None
             if transport is not None:
                 transport.abort()
-        if self.db.aa is not None:
-            self.db.aa.hub.pause()  # nothing more crosses a link
         if self._cron is not None:
             self._cron.cancel()
         if self._server is not None:
@@ -448,118 +234,14 @@ class Server:
         while True:
             await asyncio.sleep(1)
             now = time.monotonic()
-            run("idmp-expiry", self._cron_expire_idmp, True, now)
+            steps = self.cron_steps(now)  # the core's: IDMP expiry, backlog trim, GC
+            for name, step, changes_state in steps[:1]:
+                run(name, step, changes_state, now)
             if self.oplog is not None:
                 run("log-tick", self.oplog.tick, False, now)
                 run("auto-snapshot", self._auto_snapshot, False, now)
-            aa = self.db.aa
-            if aa is not None:
-                run("backlog-trim", lambda: aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]),
-                                                            int(self.config["crdt-repl-backlog-ttl"]),
-                                                            time.monotonic()), True, now)
-                run("gc", aa.collect_garbage, True, now)
-
-    def _cron_expire_idmp(self) -> None:
-        with self.clock_pinned() as now:
-            stable = self.db.aa.stable() if self.db.aa is not None else None
-            if self.expire_idmp(now, stable) and self.oplog is not None:
-                self.oplog.log_idmp_expiry(now, stable)
-
-    # ------------------------------------------------------------ dispatch
-    def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:
-        """Run one command for a client; returns the reply value."""
-        cmd = cmdtable.COMMANDS.get(argv[0].lower())
-        if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
-            return self._queue(client, cmd, argv)
-        if cmd is None:
-            return self._reject(unknown_command_error(argv))
-        if cmd.subcommands and len(argv) >= 2:
-            sub = cmd.subcommands.get(argv[1].lower())
-            if sub is None:
-                return self._reject(ReplyError(
-                    f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
-            cmd = sub
-        if not cmd.check_arity(len(argv)):
-            return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
-        if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
-            return self._reject(ReplyError("NOAUTH Authentication required."))
-        if self.failed is not None:
-            return cmdtable.CLOSE_WITHOUT_REPLY
-        if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
-            return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
-        if self.write_cap is not None and cmd.is_write and sum(map(len, argv)) > self.write_cap:
-            return self._reject(ReplyError(f"ERR command of more than {self.write_cap} bytes: too large for "
-                                           "the append-only file (lower client-query-buffer-limit)"))
-        return self.execute(client, cmd, argv)
-
-    def execute(self, client: "ClientConnection", cmd: cmdtable.Command, argv: list[bytes]) -> Any:
-        stats = self.stats
-        stats.total_commands_processed += 1
-        t0 = time.perf_counter_ns()
-        dirty = self.db.dirty
-        outermost = self._clock is None  # clock_pinned(), inlined: every command passes here
-        if outermost:
-            self._clock = self.wall_ms()
-        try:
-            try:
-                reply = cmd.handler(client, argv)  # type: ignore[misc]
-            except ReplyError as e:
-                reply = e
-            except Exception as e:
-                reply = self._handler_failed(cmd.fullname, e, self.db.dirty != dirty, outermost)
-            if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
-                self._log_command(client, cmd, argv, self.db.dirty != dirty, reply)
-        finally:
-            if outermost:
-                self._clock = None
-        rec = stats.command_calls.get(cmd.fullname)
-        if rec is None:
-            rec = stats.command_calls[cmd.fullname] = [0, 0, 0, 0]
-        rec[0] += 1
-        rec[1] += (time.perf_counter_ns() - t0) // 1000
-        if type(reply) is ReplyError:
-            rec[3] += 1
-            self._count_error(reply)
-        return reply
-
-    def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
-        """A handler raised (a bug).  Having changed nothing, it is answered with an error and
-        counted; after a change (the dirty counter moved: issuing an operation moves it too,
-        see Database.apply), or inside a transaction that made one, the region fail-stops:
-        the command is neither logged nor answered, and nothing after it runs."""
-        if not changed and self.failed is None:
-            log.exception("command %s failed (it changed nothing: answered with an error)", name)
-            self.stats.command_internal_errors += 1
-            return ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
-        if self.replaying:  # the log does not replay as it ran: a load error (node/persistence/replay.py)
-            raise ValueError(f"{name} failed after it changed state: {type(e).__name__}: {e}") from e
-        self.fail_stop(f"command {name} failed after it changed state: {type(e).__name__}: {e}", e)
-        if not outermost:
-            raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
-        return cmdtable.CLOSE_WITHOUT_REPLY
-
-    def _reject(self, err: ReplyError) -> ReplyError:
-        self._count_error(err)
-        return err
-
-    def _count_error(self, err: ReplyError) -> None:
-        self.stats.total_error_replies += 1
-        code = err.message.split(" ", 1)[0]
-        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
-
-    def _queue(self, client: "ClientConnection", cmd: cmdtable.Command | None, argv: list[bytes]) -> Any:
-        if cmd is None:
-            client.multi_error = True
-            return self._reject(unknown_command_error(argv))
-        target = cmd
-        if cmd.subcommands and len(argv) >= 2:
-            target = cmd.subcommands.get(argv[1].lower(), cmd)
-        if not target.check_arity(len(argv)):
-            client.multi_error = True
-            return self._reject(ReplyError(f"ERR wrong number of arguments for '{target.fullname}' command"))
-        assert client.multi is not None
-        client.multi.append(argv)
-        return "QUEUED"
+            for name, step, changes_state in steps[1:]:
+                run(name, step, changes_state, now)
 
     # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:
@@ -612,6 +294,9 @@ class Server:
         client.send(reply)
         client.resume()
 
+    def keys_ready(self) -> None:
+        self.serve_ready_keys()
+
     def serve_ready_keys(self) -> None:
         """Wake clients blocked on keys touched since the last call."""
         db = self.db
@@ -625,60 +310,21 @@ class Server:
                         self._retry(client, client.blocked)
 
 
-def _clip(b: bytes, n: int = 128) -> str:
-    return b[:n].decode("utf-8", "replace")
+class ClientConnection(Session, asyncio.Protocol):
+    """One client: a session (node/core.py) with its socket, parser and unsent replies."""
 
-
-def unknown_command_error(argv: list[bytes]) -> ReplyError:
-    args = ""
-    for a in argv[1:]:
-        if len(args) >= 128:
-            break
-        args += "'" + a[: 128 - len(args)].decode("utf-8", "replace") + "' "
-    return ReplyError(f"ERR unknown command '{_clip(argv[0])}', with args beginning with: {args}")
-
-
-class ClientConnection(asyncio.Protocol):
-    """One client: its socket, parser, protocol version and session state."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.id = next(server._client_ids)
+    def __init__(self, server: RegionCore) -> None:
+        super().__init__(server)
         self.parser = RequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
-        self.resp3 = False
-        self.name: bytes = b""
-        self.lib_name: bytes = b""
-        self.lib_ver: bytes = b""
-        self.authenticated = False
-        self.multi: list[list[bytes]] | None = None
-        self.multi_error = False
-        self.watched: dict[bytes, int] = {}
-        self.blocked: Blocked | None = None
-        self.closing = False
-        self.created = time.time()
-        self.last_interaction = self.created
-        self.last_command = b"NULL"
-        self.addr = "?:0"
-        self.laddr = "?:0"
         self.out = bytearray()
-        self.in_exec = False
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
-        self.logged_upto = 0        # the last operation-log record this client's own commands appended
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
         self.obuf_soft_since: float | None = None  # when unread replies passed the soft limit
         self._multi_counted: list | None = None  # the MULTI queue _multi_bytes counted,
         self._multi_seen = 0                     # how many of its commands,
         self._multi_size = 0                     # and what they hold
-
-    # ------------------------------------------------------------ session
-    @property
-    def db(self) -> Database:
-        return self.server.db
-
-    def needs_auth(self) -> bool:
-        return bool(self.server.config["requirepass"]) and not self.authenticated
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -792,20 +438,17 @@ class ClientConnection(asyncio.Protocol):
 
         Records not yet handed to the OS are written once for every client served in
         this turn of the event loop (as Redis does before it sleeps), then the
-        replies go out: one write of the log instead of one per client.  Under
-        ``always`` a reply may depend on any record so far (a read can show another
-        client's write), so it waits for all of them to be on disk; otherwise a
-        reply waits for the records its own commands appended to reach the OS - a
-        failed write (a full disk) holds the writer's reply, not every reader's.
+        replies go out: one write of the log instead of one per client.  Which
+        records a reply waits for is the core's rule (``RegionCore.reply_needs``).
         """
         if not self.out or self.transport is None:
             return
-        oplog = self.server.oplog
-        if oplog is not None:
-            self.reply_needs = oplog.last_record if oplog.policy == "always" else self.logged_upto
-            if oplog.written < self.reply_needs or not oplog.durable(self.reply_needs):
+        server = self.server
+        if server.oplog is not None:
+            self.reply_needs = server.reply_needs(self)
+            if not server.may_release(self.reply_needs):
                 self.reply_held = True
-                self.server.flush_after_log_write(self)
+                server.flush_after_log_write(self)
                 self._check_output_limit()  # held replies count too (a failing disk holds them)
                 return
         self._send_out()

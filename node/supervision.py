@@ -11,7 +11,7 @@ append-only file - which holds only whole turns the region finished - and
 catches up from the peers, which resend whatever this region never
 acknowledged.
 
-What stops a region (:meth:`node.server.Server.fail_stop`):
+What stops a region (:meth:`node.core.RegionCore.fail_stop`):
 
 * an operation of another region that cannot be decoded or applied
   (:class:`ApplyFailed`; the causal log has not counted it, see crdt/causal.py);
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .server import Server
+    from .core import RegionCore as Server  # the supervisor needs the core's failed / fail_stop only
 
 log = logging.getLogger("braid.supervision")
 
@@ -105,8 +105,9 @@ class Supervisor:
         return st
 
     # ------------------------------------------------------------ steps
-    def run_step(self, name: str, step: Callable[[], Any], changes_state: bool, now: float | None = None) -> None:
-        """Run one step of the cron unless it is backing off after a failure.
+    def run_step(self, name: str, step: Callable[[], Any], changes_state: bool, now: float | None = None) -> Any:
+        """Run one step of the cron unless it is backing off after a failure; returns what
+        the step returned (None when it did not run or failed).
 
         A failure is logged and counted, and the step backs off.  When the step changes
         state and the failure is not an I/O error, the state may be wrong: fail-stop.
@@ -122,7 +123,7 @@ class Supervisor:
                 if st.inject_bug:
                     raise InjectedFault(f"DEBUG CRON-FAIL {name}")
                 raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} (DEBUG CRON-FAIL {name})")
-            step()
+            result = step()
         except Exception as e:
             self._failed(name, e)
             st.consecutive += 1
@@ -134,8 +135,9 @@ class Supervisor:
             else:
                 log.error("background step %s failed (failure %d in a row): retrying in %.0fs",
                           name, st.consecutive, delay, exc_info=e)
-            return
+            return None
         st.consecutive = 0
+        return result
 
     def inject(self, name: str, count: int, bug: bool) -> None:
         """DEBUG CRON-FAIL: the next ``count`` runs of step ``name`` raise."""

@@ -1,15 +1,15 @@
 """Multi-region rules of the core: seed 003's tables and convergence.
 
-A :class:`Region` here is a real region server (``node.server.Server`` with its
+A :class:`Region` here is a real region server (``node.core.RegionCore`` with its
 Active-Active part) that is never started: no sockets, no event loop, no
-operation log.  Writes are real commands (``Server.call``: the command table,
+operation log.  Writes are real commands (``RegionCore.call``: the command table,
 the handlers that resolve them into operations under the region's ID mode, the
 causal log that stamps them), at a clock the test sets.  Replication is the
 test's: "delivering" hands an envelope of one region's causal log - the
 operation's bytes as the codec (node/opcodec.py) encoded them - to another
 region's replication hub, which decodes and applies it in causal order; "- Sync -"
 is delivering every envelope everywhere, by a full-resync image
-(``ActiveActive.resync_image`` / ``install_image``) where the sender trimmed
+(``RegionCore.resync_image`` / ``install_image``) where the sender trimmed
 operations the receiver lacks.  The Hypothesis test runs random writes,
 deletes, trims and group changes at three regions with random delivery order
 and duplication, then syncs and requires identical entries, groups and key
@@ -29,7 +29,7 @@ from crdt.sync import LinkState
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
 from node.resp.encoder import ReplyError
-from node.server import ClientConnection, Server
+from node.core import RegionCore, Session
 
 STRIDE = 16
 NUMBERS = (1, 2, 3)  # the regions of the database (a test may leave one silent)
@@ -47,10 +47,9 @@ class Region:
         specs = [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in NUMBERS]
         cluster = ClusterConfig("convergence", "db", "token", STRIDE, specs)
         self.number = number
-        self.server = Server(Config(), cluster=(cluster, specs[number - 1]))
-        self.server.wall_ms = lambda: self.clock
+        self.server = RegionCore(Config(), cluster=(cluster, specs[number - 1]), clock=lambda: self.clock)
         self.aa = self.server.db.aa
-        self.client = ClientConnection(self.server)
+        self.client = Session(self.server)
         self.client.authenticated = True
         self.clock = 0
         for name, value in (settings or {}).items():
@@ -155,8 +154,8 @@ def deliver(src: Region, dst: Region, pick: int | None = None) -> bool:
     if LinkState.image_conflict(src.causal.vv, src.causal.floor, dst.causal.vv, dst.causal.floor):
         return False  # both dropped what the other lacks: nothing crosses (crdt/sync.py)
     if src.causal.lacks_dropped(dst.causal.vv):
-        image, _vv = src.aa.resync_image()
-        if dst.aa.install_image(image):
+        image, _vv = src.server.resync_image()
+        if dst.server.install_image(image):
             return True
     lacking = src.causal.missing(dst.causal.vv)
     if not lacking:
@@ -479,8 +478,8 @@ def test_a_full_resync_never_loses_what_the_receiver_trimmed():
     installed lacked region 2's own trimmed entry, and its version vector went back (its next
     operation would reuse the dot 2.1).  Now nothing crosses, and nothing is lost."""
     r1, r2 = _both_dropped_what_the_other_lacks()
-    image, _vv = r1.aa.resync_image()
-    assert not r2.aa.install_image(image)  # refused: it lacks 2.1, which region 2 dropped
+    image, _vv = r1.server.resync_image()
+    assert not r2.server.install_image(image)  # refused: it lacks 2.1, which region 2 dropped
     sync(r1, r2)
     assert r1.causal.vv == {1: 1} and r2.causal.vv == {2: 1}
     assert r1.xrange(b"x") == [b"110-1"] and r2.xrange(b"x") == [b"120-2"]

@@ -274,7 +274,7 @@ def test_a_fail_stop_in_the_simulation_is_a_crash_and_the_region_comes_back():
     sim = Simulation(SimConfig(seed=5, steps=80, faults=()))
     for region in sim.regions.values():
         region.boot()
-    sim.regions[2].server.apply_faults = 1  # its first operation of another region fails
+    sim.regions[2].core.apply_faults = 1  # its first operation of another region fails
     for a, b in sim.pairs():
         sim.connect(a, b)
     sim.sched.after(0, sim.client_step, 0)

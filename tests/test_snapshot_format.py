@@ -1,7 +1,7 @@
 """Snapshots and full-resync images in the schema format (node/persistence/snapshot.py, stateformat.py).
 
-- Exact round trip: states built through the real command layer (a ``Server``
-  driven through ``Server.call`` with a pinned clock; Active-Active regions whose
+- Exact round trip: states built through the real command layer (a ``RegionCore``
+  driven through ``RegionCore.call`` with a pinned clock; Active-Active regions whose
   operations are delivered between them out of order, left pending, trimmed from
   the backlog) are encoded, decoded and compared object by object - every
   attribute of every core object, reached by walking their slots, so an attribute
@@ -45,7 +45,7 @@ from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
 from node.persistence import snapshot, stateformat
 from node.resp.encoder import to_bytes
-from node.server import ClientConnection, Server
+from node.core import RegionCore, Session
 from node.testing import InProcessServer
 from tests.test_differential_hypothesis import KEYS, PRELUDE, commands
 
@@ -54,12 +54,12 @@ T0 = 1_700_000_000_000
 
 # ---------------------------------------------------------------- regions without sockets
 class Region:
-    """A real server, never started: commands through ``Server.call`` with a pinned clock."""
+    """A real region core, no sockets: commands through ``RegionCore.call`` with a pinned clock."""
 
     def __init__(self, number: int = 1, cluster: ClusterConfig | None = None) -> None:
         me = None if cluster is None else next(r for r in cluster.regions if r.number == number)
-        self.server = Server(Config(appendonly=False), cluster=None if cluster is None else (cluster, me))
-        self.client = ClientConnection(self.server)
+        self.server = RegionCore(Config(appendonly=False), cluster=None if cluster is None else (cluster, me))
+        self.client = Session(self.server)
         self.client.authenticated = True
         self.now = T0
 
@@ -398,7 +398,7 @@ def test_the_exploit_pickle_is_refused_everywhere_and_runs_nothing(tmp_path):
     r = Region(1, cluster)
     for image in (as_legacy, as_current):
         with pytest.raises(snapshot.SnapshotError):
-            r.server.db.aa.install_image(image)
+            r.server.install_image(image)
     assert not target.exists()
 
 

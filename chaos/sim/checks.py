@@ -112,7 +112,7 @@ class Promises:
 # ------------------------------------------------------------------ helpers
 def canonical(region: "SimRegion") -> dict:
     """The replicated state of a region, in a form two regions can be compared by."""
-    keys = region.server.db.keys
+    keys = region.core.db.keys
     out = {}
     for key in sorted(keys):
         s = keys[key]
@@ -126,7 +126,7 @@ def canonical(region: "SimRegion") -> dict:
 def idmp_maps(region: "SimRegion") -> dict[tuple[bytes, bytes, bytes], tuple[int, int]]:
     """(key, producer, iid) -> entry ID of every iid the region's IDMP maps hold (live keys and
     the maps kept for dropped keys)."""
-    keys = region.server.db.keys
+    keys = region.core.db.keys
     states = [(key, s.idmp) for key, s in keys.items()] + list(keys.idmp_kept.items())
     return {(key, pid, iid): id_ for key, state in states for pid, m in state.producers.items()
             for iid, id_ in m.items()}
@@ -134,7 +134,7 @@ def idmp_maps(region: "SimRegion") -> dict[tuple[bytes, bytes, bytes], tuple[int
 
 def _entries(region: "SimRegion") -> list[tuple[bytes, int, tuple[int, int], list]]:
     """(key, origin, id, fields) of every live entry."""
-    keys = region.server.db.keys
+    keys = region.core.db.keys
     return [(key, o, i, flat) for key in sorted(keys) for o, log in sorted(keys[key].logs.items())
             for i, flat in log.range(MIN_ID, MAX_ID)]
 
@@ -327,7 +327,7 @@ def _group_outcomes(history: list, region: "SimRegion") -> list[str]:
             contexts.setdefault((op.key, op.group), []).append(op.context)
         elif t is ops.CreateGroup and op.deps is not None:
             creations.setdefault((op.key, op.group), []).append(op)
-    keys = region.server.db.keys
+    keys = region.core.db.keys
     problems = []
     for (key, group), made in sorted(creations.items()):
         applying = contexts.get((key, None), []) + contexts.get((key, group), [])
@@ -368,7 +368,7 @@ def check_never_skip(sim: "Simulation") -> Verdict:
     for r in sim.regions.values():
         if not r.up:
             continue
-        keys = r.server.db.keys
+        keys = r.core.db.keys
         for key in sorted(keys):
             s = keys[key]
             for name in sorted(s.groups):

@@ -11,8 +11,8 @@ a record whose last bytes are zeros: a sector that never reached the disk).  A
 crash of the *process* keeps the cache too (the OS survives).
 
 :class:`SimOperationLog` stands in for ``node.persistence.oplog.OperationLog``
-inside a simulated :class:`node.server.Server`: the server logs through the same
-methods, the records are the real ones (``oplog.own_record`` and friends
+inside a simulated region's :class:`node.core.RegionCore`: the core logs through the
+same methods, the records are the real ones (``oplog.own_record`` and friends
 framed by ``aof.encode_record``), and durability is reported the same way
 (``on_durable`` tells the region which records may leave for other regions:
 fsynced ones, or written ones under ``appendfsync no``).  Time is the world's:
@@ -44,6 +44,7 @@ class SimFile:
         self.cache = bytearray()
         self.record_ends: list[int] = []  # offsets in the cache where a written record ends
         self.fsyncs = 0
+        self.snapshot: tuple[int, bytes] | None = None  # (last record it holds, state): written whole
 
     def write(self, record: bytes) -> None:
         self.cache += record
@@ -168,6 +169,25 @@ class SimOperationLog(DurabilityRules):
             return None
         self.fsyncing = self.written
         return self.fsyncing
+
+    @property
+    def size(self) -> int:
+        return len(self.file.contents())
+
+    def roll(self) -> None:
+        """Before a snapshot: everything so far written and on disk (the real log ends a
+        segment, fsynced, so the snapshot's record is the last of one)."""
+        self.write_out()
+        self.file.fsync()
+        self.synced = self.written
+        self._tell_durable()
+
+    def write_snapshot(self, data: bytes, record: int) -> None:
+        """The snapshot is kept beside the file, durable at once (a crash never tears it)."""
+        self.file.snapshot = (record, data)
+
+    def drop_before_snapshot(self, record: int) -> None:
+        """The records stay: a restart replays those after the snapshot's record."""
 
     def fsync_done(self) -> None:
         """The fsync started by :meth:`begin_fsync` returned success."""

@@ -1,34 +1,36 @@
-"""One simulated region: the real server, on a simulated disk and a virtual clock.
+"""One simulated region: the real region core, on a simulated disk and a virtual clock.
 
 Theory of operation
 -------------------
-A :class:`SimRegion` holds a real :class:`node.server.Server` built with the
-cluster configuration, never started: no sockets, no event loop, no cron.
-Client commands go through ``Server.call`` (the command table, arity, the
-handlers, the operation log) with a :class:`node.server.ClientConnection` that
-has no transport; handlers read time only through ``now_ms()``, which reads
-``wall_ms()``, which this region points at the world's virtual clock plus its
-own skew (clock faults move the skew, backwards too).
+A :class:`SimRegion` drives a real :class:`node.core.RegionCore` - the same class
+the asyncio server drives - built with the cluster configuration: no sockets, no
+event loop.  Client commands go through ``RegionCore.call`` (the command table,
+arity, the handlers, the operation log) for a :class:`node.core.Session`;
+handlers read time only through ``now_ms()``, which reads the core's clock, here
+the world's virtual clock plus this region's skew (clock faults move the skew,
+backwards too).
 
-The server's operation log is a :class:`chaos.sim.disk.SimOperationLog`, so
-every record the server writes lands on this region's :class:`SimFile`.  The
-real server writes its records at the end of each turn of its event loop and
-then replies; here the world calls :meth:`SimRegion.end_turn` after every event
-that touched the region.  Under ``appendfsync always`` a reply waits for the
-fsync that covers the records it may depend on (``held``); fsyncs take virtual
-time, and start whenever records wait (``always``, and ``everysec`` in a
-cluster: operations leave for other regions only once fsynced).
+The core's operation log is a :class:`chaos.sim.disk.SimOperationLog`, so every
+record it writes lands on this region's :class:`SimFile`.  The server ends each
+turn of its event loop with ``RegionCore.end_turn`` (records to the OS, then
+an fsync if the policy wants one) and sends a reply once
+``RegionCore.may_release`` allows; here the world calls :meth:`SimRegion.end_turn`
+after every event that touched the region, with the same core calls, and a reply
+that may not leave yet waits (``held``) for the fsync that covers the records
+``RegionCore.reply_needs`` names.  Fsyncs take virtual time.
 
-A crash drops the server (held replies are never sent: their clients see the
+A crash drops the core (held replies are never sent: their clients see the
 connection close) and crashes the file (see disk.py).  :meth:`SimRegion.boot`
-is a restart: the file's records, torn tail cut, are replayed by the real
-``node.persistence.replay.replay`` into a fresh server, which then appends to
-the same file - exactly the path of a real restart, minus the directory scan.
+is a restart: the file's snapshot, if a full resync left one, is installed and
+the records after it, torn tail cut, are replayed by the real
+``node.persistence.replay`` into a fresh core, which then appends to the same
+file - exactly the path of a real restart, minus the directory scan.
 
-A fail-stop of the server (node/supervision.py: a command that raised after
-changing state, an operation it could not apply) is the process exiting: the
-world crashes the region as a process (what was written stays, this turn's
-unwritten records and unsent replies are gone) and restarts it later.
+A fail-stop of the core (node/supervision.py: a command that raised after
+changing state, an operation it could not apply, a state-changing cron step
+that failed) is the process exiting: the world crashes the region as a process
+(what was written stays, this turn's unwritten records and unsent replies are
+gone) and restarts it later.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
-from node.persistence.replay import replay
-from node.server import ClientConnection, Server
+from node.core import RegionCore, Session
+from node.persistence import replay, snapshot
 
 from .disk import SimFile, SimOperationLog, read_back
 
@@ -62,23 +64,23 @@ class SimRegion:
         self.policy = policy
         self.file = SimFile()
         self.skew = 0                 # ms this region's clock is ahead (negative: behind)
-        self.server: Server | None = None
-        self.client: ClientConnection | None = None
+        self.core: RegionCore | None = None
+        self.client: Session | None = None
         self.incarnation = 0          # restarts so far: events of an older life are ignored
         self.links: dict[int, "LinkState"] = {}
-        # replies waiting for an fsync (appendfsync always): (record needed, callback, reply)
+        # replies waiting for an fsync: (record needed, callback, reply)
         self.held: list[tuple[int, Callable[[Any], None], Any]] = []
         self.fsync_own_n = 0          # this region's own operations the fsync in flight covers
-        self.fail_stops = 0           # times its server fail-stopped
+        self.fail_stops = 0           # times its core fail-stopped
 
     # ------------------------------------------------------------ state
     @property
     def up(self) -> bool:
-        return self.server is not None
+        return self.core is not None
 
     @property
     def causal(self) -> "CausalLog":
-        return self.server.db.aa.causal
+        return self.core.db.aa.causal
 
     def wall_ms(self) -> int:
         return self.sim.sched.now + self.skew
@@ -88,20 +90,23 @@ class SimRegion:
 
     # ------------------------------------------------------------ life
     def boot(self) -> int:
-        """Start (again) from the file; returns how many torn bytes were cut."""
+        """Start (again) from the file, on top of its snapshot if it has one; returns how many
+        torn bytes were cut."""
         records, cut = read_back(self.file)
-        server = Server(Config(appendfsync=self.policy), cluster=(self.cluster, self.spec))
-        server.wall_ms = self.wall_ms  # the virtual clock
-        replay(server, records)
-        oplog = SimOperationLog(self.file, self.policy, len(records))
-        server.oplog = oplog
-        aa = server.db.aa
-        aa.log_started()  # everything loaded is on disk: it may leave
-        oplog.on_durable = aa.durable
-        oplog.replicating = True
-        server.schedule_log_write = _nothing  # end_turn writes the log after every event
-        self.server = server
-        self.client = ClientConnection(server)
+        settings = {"appendfsync": self.policy,
+                    # the world's backlog bound (the backlog fault; 0: none), and no age bound
+                    "crdt-repl-backlog-size": self.sim.backlog_bytes, "crdt-repl-backlog-ttl": 0}
+        core = RegionCore(Config(**settings), cluster=(self.cluster, self.spec), clock=self.wall_ms)
+        taken = self.file.snapshot
+        if taken is None:
+            replay.replay(core, records)
+        else:
+            record, data = taken
+            replay.install(core, snapshot.decode(data), f"r{self.number}'s snapshot")
+            replay.replay(core, [r for r in records if r[0] > record])
+        core.attach_log(SimOperationLog(self.file, self.policy, len(records)))
+        self.core = core
+        self.client = Session(core)
         self.client.authenticated = True
         self.incarnation += 1
         self.links.clear()
@@ -110,7 +115,7 @@ class SimRegion:
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""
         held, self.held = self.held, []
-        self.server = self.client = None
+        self.core = self.client = None
         self.links.clear()
         what = self.file.crash_machine(self.sim.rng) if machine else self.file.crash_process()
         for _needs, callback, _reply in held:
@@ -120,30 +125,28 @@ class SimRegion:
     # ------------------------------------------------------------ commands
     def call(self, argv: list[bytes], on_reply: Callable[[Any], None]) -> None:
         """Run one client command; ``on_reply`` gets the reply when the client would."""
-        reply = self.server.call(self.client, argv)
-        if self.server.failed is not None:  # the process exits: no reply, this turn not written
+        core = self.core
+        reply = core.call(self.client, argv)
+        if core.failed is not None:  # the process exits: no reply, this turn not written
             self.sim.fail_stopped(self)
             on_reply(INDETERMINATE)
             return
-        oplog = self.server.oplog
-        needs = oplog.last_record
+        needs = core.reply_needs(self.client)
         self.end_turn()
-        if oplog.durable(needs):
+        if core.may_release(needs):
             on_reply(reply)
         else:
             self.held.append((needs, on_reply, reply))
 
     def read(self, argv: list[bytes]) -> Any:
         """A read the workload makes to choose its next write (same turn, no log)."""
-        return self.server.call(self.client, argv)
+        return self.core.call(self.client, argv)
 
     # ------------------------------------------------------------ the end of a turn
     def end_turn(self) -> None:
-        """Write this turn's records to the OS, start an fsync if records wait, send what may leave."""
-        oplog = self.server.oplog
-        oplog.write_out()
-        if self.policy != "no":
-            target = oplog.begin_fsync()
+        """The core's end of turn; an fsync it wants takes virtual time; send what may leave."""
+        if self.core.end_turn():
+            target = self.core.oplog.begin_fsync()
             if target is not None:
                 self.fsync_own_n = self.own_n()
                 self.sim.sched.after(self.sim.rng.randint(1, 8), self._fsynced, self.incarnation)
@@ -152,15 +155,11 @@ class SimRegion:
     def _fsynced(self, incarnation: int) -> None:
         if incarnation != self.incarnation or not self.up:
             return  # the machine crashed while fsyncing: nothing was promised
-        oplog = self.server.oplog
-        oplog.fsync_done()
+        core = self.core
+        core.oplog.fsync_done()
         self.sim.promise(self, self.fsync_own_n, f"fsync at t={self.sim.sched.now}")
-        ready = [h for h in self.held if h[0] <= oplog.synced]
-        self.held = [h for h in self.held if h[0] > oplog.synced]
+        ready = [h for h in self.held if core.may_release(h[0])]
+        self.held = [h for h in self.held if not core.may_release(h[0])]
         for _needs, callback, reply in ready:
             callback(reply)
         self.end_turn()  # what was written meanwhile: the next fsync; and send what became durable
-
-
-def _nothing() -> None:
-    return None

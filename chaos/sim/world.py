@@ -30,29 +30,30 @@ writes lost or torn, see disk.py) or, under ``appendfsync no`` (which promises
 nothing across a machine crash), the process's; the region restarts later from
 its file.  Clock faults skew a region's clock or jump it backwards.
 
-A region whose server fail-stops (node/supervision.py) crashes as a process and
+A region whose core fail-stops (node/supervision.py) crashes as a process and
 restarts later, like a real region under a supervisor; the fail-stop is also
 reported as an error of the run (the "exceptions" check), since it means the
 code met a state or an operation it could not handle.  A region that keeps
 fail-stopping stays down after FAIL_STOP_RESTARTS restarts.
 
-The cron.  Each region that is up does its once-a-second work of the real
-server's cron (``Server._cron_loop``) every virtual second of the active phase:
-IDMP expiry by time and size with the region's stable vector (logged as the
-server logs it), trimming its replication backlog (``ActiveActive.trim_backlog``,
-never past what a connected peer has been sent), and garbage collection of the
-delete contexts every region has seen.  The backlog keeps only what every peer
-acknowledged; with the *backlog* fault it is also bounded by a few kilobytes
-(drawn per schedule), so a region that was away - crashed, partitioned - lacks
-trimmed operations at its next handshake, and the link starts with a
-full-resync image (``LinkState.starts_with_image``, ``ActiveActive.resync_image``
-on one side, ``install_image`` on the other); a trim that overtakes a running
-link ends it (``NeedsResync``) and the next handshake resyncs.  Installing an
-image makes the new state the base of the region's file: the simulated
-snapshot is kept by the world (durable at once, as the real SAVE is), and a
-restart installs it (``node.persistence.replay.install``) before replaying the
-records after it.  What a region trimmed stays known to the checkers
-(``Simulation.history``).
+The cron.  Each region that is up runs the state-changing steps of the real
+server's cron (``RegionCore.cron_steps``, under the region's supervisor) every
+virtual second of the active phase: IDMP expiry by time and size with the
+region's stable vector (logged as the server logs it), trimming its replication
+backlog (``ActiveActive.trim_backlog``, never past what a connected peer has been
+sent), and garbage collection of the delete contexts every region has seen.  The
+backlog keeps only what every peer acknowledged; with the *backlog* fault it is
+also bounded by a few kilobytes (drawn per schedule, as the region's
+``crdt-repl-backlog-size``), so a region that was away - crashed, partitioned -
+lacks trimmed operations at its next handshake, and the link starts with a
+full-resync image (``LinkState.starts_with_image``, ``RegionCore.resync_image``
+on one side, ``RegionCore.install_image`` on the other); a trim that overtakes a
+running link ends it (``NeedsResync``) and the next handshake resyncs.
+Installing an image makes the new state the base of the region's file through
+the core's own SAVE: the simulated log keeps the snapshot beside the file
+(durable at once, as the real SAVE's is), and a restart installs it
+(``node.persistence.replay.install``) before replaying the records after it.
+What a region trimmed stays known to the checkers (``Simulation.history``).
 
 A schedule has an active phase (client operations, faults, the cron) and a heal
 phase (every fault lifted, every region restarted and connected, no client
@@ -62,7 +63,6 @@ checkers judge (chaos/sim/checks.py).
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import random
@@ -73,11 +73,8 @@ from dataclasses import dataclass, field
 from crdt.causal import Envelope
 from crdt.sync import LinkState, NeedsResync
 from node.cluster_config import ClusterConfig, RegionSpec
-from node.persistence import replay as persistence_replay
-from node.persistence import snapshot
 from node.transport.replication import BATCH
 
-from . import region as region_module
 from .region import SimRegion
 
 FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "drop", "dup", "reorder", "backlog")
@@ -195,7 +192,6 @@ class Simulation:
         self.regions = {s.number: SimRegion(self, cluster, s, config.fsync) for s in specs}
         self.backlog_bytes = self.rng.choice(BACKLOG_BYTES) if "backlog" in faults else 0
         self.trimmed: dict[int, list[Envelope]] = {n: [] for n in self.regions}  # what each region's backlog dropped
-        self.snapshots: dict[int, tuple[int, bytes]] = {}  # region -> (last record it holds, state)
         self.resyncs = 0
         self.conflicts: set[frozenset] = set()  # links both ends of which dropped what the other lacks
         self.promises = Promises()
@@ -247,57 +243,34 @@ class Simulation:
     # ------------------------------------------------------------ booting and the cron
     def boot(self, region: SimRegion) -> int:
         """Start (again) from the region's file, on top of its snapshot if it has one."""
-        taken = self.snapshots.get(region.number)
-        if taken is None:
-            cut = region.boot()
-        else:
-            record, data = taken
-
-            def replay_after_snapshot(server, records):
-                persistence_replay.install(server, snapshot.decode(data), f"r{region.number}'s snapshot")
-                return persistence_replay.replay(server, [r for r in records if r[0] > record])
-
-            with _patched(region_module, "replay", replay_after_snapshot):
-                cut = region.boot()
-        region.server.save = lambda force=False, r=region: self._save(r)
+        cut = region.boot()
         if self.active:
             self.sched.after(self.rng.randint(1, CRON_MS), self.cron, region.number, region.incarnation)
         return cut
 
-    def _save(self, region: SimRegion) -> None:
-        """SAVE on the simulated disk: the records so far are made durable, and the state after
-        them is kept as the region's snapshot (a full resync calls it after installing an image)."""
-        oplog = region.server.oplog
-        oplog.write_out()
-        oplog.file.fsync()
-        oplog.synced = oplog.written
-        data, _vv = region.server.db.aa.resync_image()
-        self.snapshots[region.number] = (oplog.last_record, data)
-        self.sched.log(f"r{region.number} snapshot at record {oplog.last_record}")
-
     def cron(self, number: int, incarnation: int) -> None:
-        """The region's once-a-second work (``Server._cron_loop``): IDMP expiry, backlog, GC."""
+        """The region's once-a-second work: the core's cron steps (``RegionCore.cron_steps``:
+        IDMP expiry, backlog trim bounded by the running links, GC), each run under the
+        region's supervisor as the server runs them."""
         region = self.regions[number]
         if not self.active or not region.up or region.incarnation != incarnation:
             return
-        server = region.server
-        aa = server.db.aa
-        with server.clock_pinned() as now:
-            stable = aa.stable()
-            expired = server.expire_idmp(now, stable)
-            if expired:
-                server.oplog.log_idmp_expiry(now, stable)
-        log_before = list(aa.causal.log)
-        aa.hub.links = dict(region.links)  # the running links' positions bound the trim
-        try:
-            dropped = aa.trim_backlog(self.backlog_bytes, 0, 0.0)
-        finally:
-            aa.hub.links = {}
-        self.trimmed[number].extend(log_before[:dropped])
-        collected = aa.collect_garbage()
-        if expired or dropped or collected:
-            self.sched.log(f"r{number} cron: {expired} iids expired, {dropped} operations trimmed, "
-                           f"{collected} delete contexts collected")
+        core = region.core
+        causal = region.causal
+        log_before, base_before = list(causal.log), causal.base
+        now_s = self.sched.now / 1000
+        done = {}
+        for name, step, changes_state in core.cron_steps(now_s, [link.position for link in region.links.values()]):
+            done[name] = core.supervisor.run_step(name, step, changes_state, now_s)
+        if core.failed is not None:
+            self.fail_stopped(region)
+            return
+        if region.causal is causal:  # trimmed from the front: what went is still known to the checkers
+            self.trimmed[number].extend(log_before[:causal.base - base_before])
+        if any(done.values()):
+            self.sched.log(f"r{number} cron: {done.get('idmp-expiry') or 0} iids expired, "
+                           f"{done.get('backlog-trim') or 0} operations trimmed, "
+                           f"{done.get('gc') or 0} delete contexts collected")
         region.end_turn()
         self.sched.after(CRON_MS, self.cron, number, incarnation)
 
@@ -325,7 +298,7 @@ class Simulation:
                            f"other lacks (floors {_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}); nothing crosses")
             return
         self.conflicts.discard(pair)
-        hub_a, hub_b = ra.server.db.aa.hub, rb.server.db.aa.hub
+        hub_a, hub_b = ra.core.db.aa.hub, rb.core.db.aa.hub
         ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}))
         rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}))
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
@@ -338,7 +311,7 @@ class Simulation:
 
     def send_image(self, region: SimRegion, peer: int) -> None:
         """Full resync: the region's whole state, first on the link (``Link.send_image``)."""
-        data, vv = region.server.db.aa.resync_image()
+        data, vv = region.core.resync_image()
         region.links[peer].image_sent(vv, region.causal.end)
         self.sched.log(f"r{region.number} -> r{peer} full-resync image ({len(data)} bytes, vv {_vv(vv)})")
         self.send(region.number, peer, ("image", (data, list(self.trimmed[region.number]))))
@@ -356,7 +329,7 @@ class Simulation:
         """Send each link of ``region`` what it decides to send (only durable operations leave)."""
         if not region.up:
             return
-        upto = region.server.db.aa.hub.sendable_upto()
+        upto = region.core.db.aa.hub.sendable_upto()
         for peer, link in list(region.links.items()):
             try:
                 envelopes = link.outgoing(upto)
@@ -400,15 +373,15 @@ class Simulation:
         if kind == "image":
             self.install_image(region, a, *body)
             return
-        hub = region.server.db.aa.hub
+        hub = region.core.db.aa.hub
         before = dict(region.causal.vv)
         try:
             for env in link.on_batch(body):
                 hub.deliver(env)
         except Exception:
-            if region.server.failed is None:
+            if region.core.failed is None:
                 raise
-        if region.server.failed is not None:
+        if region.core.failed is not None:
             self.fail_stopped(region)  # an operation it could not apply: nothing acknowledged
             return
         applied = {o: n for o, n in region.causal.vv.items() if n > before.get(o, 0)}
@@ -417,7 +390,7 @@ class Simulation:
         region.end_turn()
 
     def install_image(self, region: SimRegion, sender: int, data: bytes, trimmed: list[Envelope]) -> None:
-        if not region.server.db.aa.install_image(data):  # nothing missing any more: start again
+        if not region.core.install_image(data):  # nothing missing any more: start again
             self.disconnect(region.number, sender, f"r{region.number} refused r{sender}'s image")
             return
         self.resyncs += 1
@@ -426,6 +399,7 @@ class Simulation:
         for link in region.links.values():
             link.log_replaced()
         self.sched.log(f"r{region.number} installed r{sender}'s image: vv {_vv(region.causal.vv)}")
+        self.sched.log(f"r{region.number} snapshot at record {region.file.snapshot[0]}: the image is the base of its file")
         self.send(region.number, sender, ("ack", dict(region.causal.vv)))
         region.end_turn()
 
@@ -454,9 +428,9 @@ class Simulation:
         self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
 
     def fail_stopped(self, region: SimRegion) -> None:
-        """``region``'s server fail-stopped: its process exits (a crash of the process), and
+        """``region``'s core fail-stopped: its process exits (a crash of the process), and
         it restarts later from its file."""
-        reason = region.server.failed
+        reason = region.core.failed
         self.sched.errors.append(f"FAIL-STOP r{region.number}: {reason}")
         for peer in list(region.links):
             self.disconnect(region.number, peer, f"region {region.number} fail-stopped")
@@ -544,16 +518,6 @@ class Simulation:
             jump = self.rng.randint(100, 5000)
             region.skew -= jump
             self.sched.log(f"CLOCK r{region.number} jumps back {jump} ms (skew {region.skew:+d} ms)")
-
-
-@contextlib.contextmanager
-def _patched(target, name: str, value):
-    saved = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, saved)
 
 
 def _vv(vv: dict[int, int]) -> str:

@@ -427,6 +427,19 @@ class OperationLog(DurabilityRules):
         elif self.policy == "always" and self._waiters:
             self._start_fsync()
 
+    def write_snapshot(self, data: bytes, record: int) -> None:
+        """Write a snapshot of the state after ``record`` beside the log (node/persistence/snapshot.py)."""
+        from . import snapshot
+
+        snapshot.write(self.directory, data, record)
+
+    def drop_before_snapshot(self, record: int) -> None:
+        """A snapshot of the state after ``record`` is on disk: the segments and older snapshots it replaces go."""
+        from . import snapshot
+
+        self.file.drop_segments_before(record + 1)
+        snapshot.drop_older(self.directory, record)
+
     def roll(self) -> None:
         """End the current segment here (fsynced) so the next record starts a new one."""
         self.file.roll()

@@ -44,7 +44,7 @@ from .aof import OP_LOCAL, CorruptLog, scan, truncate_torn
 from .oplog import OwnOperation, decode_local, decode_replicated
 
 if TYPE_CHECKING:
-    from ..server import Server
+    from ..core import RegionCore as Server  # replay needs the core only, never a running server
 
 log = logging.getLogger("braid.persistence")
 
@@ -138,9 +138,9 @@ class ReplayCounts:
 
 def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCounts:
     """Apply records in order; returns what was replayed."""
-    from ..server import ClientConnection
+    from ..core import Session
 
-    client = ClientConnection(server)  # no socket: replies are dropped
+    client = Session(server)  # no connection: replies are dropped
     client.authenticated = True
     counts = ReplayCounts()
     settings = dict(server.config.values)  # a replayed CONFIG SET lasts only for the replay

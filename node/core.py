@@ -1,0 +1,579 @@
+"""A region's core: what a region does, without sockets, timers or threads.
+
+Theory of operation
+-------------------
+A :class:`RegionCore` is one region's state and rules: the keyspace, the command
+table's dispatch (arity, MULTI queueing, the handlers), what a command or an
+operation of another region leaves in the operation log, when a reply may
+leave, the once-a-second work, fail-stop, and full-resync images.  It performs
+no I/O of its own: bytes reach it as arguments (``call`` for a client's
+command, ``apply_remote`` for another region's operation, via the causal log)
+and what it did comes back as effects a driver acts on:
+
+* the reply value (encoding it and writing it to a socket is the driver's);
+* records appended to the operation log object it was given
+  (:meth:`attach_log`) - the driver's end of turn hands them to the disk
+  (:meth:`end_turn`), and a reply leaves once :meth:`may_release` says the
+  records it depends on are durable enough (:meth:`reply_needs`);
+* envelopes stamped into the causal log: links send them once their record
+  is durable (``ActiveActive.durable``);
+* keys made ready for blocked readers (``db.ready``): :meth:`keys_ready` is
+  the driver's hook to serve them;
+* ``failed``: set when the region fail-stopped (node/supervision.py); the
+  driver's :meth:`on_fail_stop` closes what it owns.
+
+Two drivers run it.  :class:`node.server.Server` is the asyncio one: it adds
+the client sockets, blocking reads with their timers, the worker threads for
+fsync and BGSAVE, the cron task and the gRPC links.  The deterministic
+simulation (chaos/sim/region.py) drives the same class on a virtual clock and
+a simulated disk, so the rules above exist once.
+
+The clock commands see is pinned for the length of a command (and of its
+replay): every ``now_ms()`` inside one command answers the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from crdt import ops, resolve
+from crdt.causal import Envelope
+
+from . import commands as cmdtable
+from . import opcodec
+from .blocking import Blocked, BlockingRegistry
+from .config import Config
+from .db import Database
+from .resp.encoder import ReplyError
+from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor
+
+log = logging.getLogger("braid.server")
+
+BRAID_VERSION = "0.1.0"
+REDIS_COMPAT_VERSION = "8.6.3"  # the Redis release whose stream semantics Braid implements
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.reset()
+        self.total_connections_received = 0
+        self.rejected_connections = 0
+        self.client_qbuf_limit_disconnections = 0  # clients closed for their input (query buffer)
+        self.client_outbuf_limit_disconnections = 0  # and for replies they did not read
+
+    def reset(self) -> None:
+        self.total_commands_processed = 0
+        self.total_error_replies = 0
+        self.unexpected_error_replies = 0
+        self.command_internal_errors = 0  # handlers that raised having changed nothing (answered ERR)
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+        self.command_calls: dict[str, list[int]] = {}  # name -> [calls, usec, rejected, failed]
+        self.error_codes: dict[str, int] = {}
+
+
+class Session:
+    """One client's session state, without a connection: the protocol version, its name,
+    authentication, a MULTI queue, watched keys, a blocked read.  The server's
+    :class:`node.server.ClientConnection` adds the socket; a replay and the simulation
+    use a bare session (their replies go nowhere or to the simulated client)."""
+
+    def __init__(self, server: "RegionCore") -> None:
+        self.server = server
+        self.id = next(server._client_ids)
+        self.resp3 = False
+        self.name: bytes = b""
+        self.lib_name: bytes = b""
+        self.lib_ver: bytes = b""
+        self.authenticated = False
+        self.multi: list[list[bytes]] | None = None
+        self.multi_error = False
+        self.watched: dict[bytes, int] = {}
+        self.blocked: Blocked | None = None
+        self.closing = False
+        self.created = time.time()
+        self.last_interaction = self.created
+        self.last_command = b"NULL"
+        self.addr = "?:0"
+        self.laddr = "?:0"
+        self.in_exec = False
+        self.logged_upto = 0        # the last operation-log record this client's own commands appended
+
+    @property
+    def db(self) -> Database:
+        return self.server.db
+
+    def needs_auth(self) -> bool:
+        return bool(self.server.config["requirepass"]) and not self.authenticated
+
+
+class RegionCore:
+    """One region's state and rules (see the module's theory of operation).  Holds no
+    process-wide singletons: a shard is just a core owning some keys, and several can
+    live in one process (tests and the simulation do)."""
+
+    def __init__(self, config: Config | None = None, region: int = 1, cluster=None,
+                 clock: Callable[[], int] | None = None) -> None:
+        """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one.
+        ``clock``: the wall clock in milliseconds (default: the system's)."""
+        self.config = config or Config()
+        self.region = region  # this region's origin number in every entry log
+        self.db = Database(self._limits(), active_active=cluster is not None)
+        self.db.own_ops = []  # what commands resolved into, for the operation log (_log_command)
+        if clock is not None:
+            self.system_ms = clock
+        if cluster is not None:
+            from .activeactive import ActiveActive
+
+            cfg, me = cluster
+            self.region = me.number
+            aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me)
+            self.db.resolver = resolve.ActiveActive(aa)
+            aa.hub.on_apply = self.apply_remote
+            aa.hub.install_image = self.install_image
+            aa.on_setting = self._db_setting_changed
+        self.stats = Stats()
+        self._set_write_cap()
+        self.blocking = BlockingRegistry()
+        self.clients: dict[int, Session] = {}
+        self._client_ids = itertools.count(1)
+        self.oplog = None          # the operation log (node/persistence/oplog.py, or the simulation's)
+        self.replaying = False     # loading the log: nothing is logged again
+        self.loading_report = None
+        self.saving = False        # a BGSAVE is writing its file
+        self.last_bgsave_ok = True
+        self.last_save = int(time.time())
+        self.dirty_at_save = 0
+        self.log_base_size = 0     # log size just after the last snapshot (auto snapshots grow from it)
+        self._clock: int | None = None
+        self.clock_offset_ms = 0   # DEBUG CLOCK-OFFSET: a skewed region (chaos tests)
+        self.apply_faults = 0      # DEBUG APPLY-FAIL: operations of other regions still to fail to apply
+        self.failed: str | None = None  # why the region fail-stopped (node/supervision.py)
+        self.supervisor = Supervisor(self)
+        cmdtable.load_all()
+
+    @property
+    def aa(self):
+        """This region's Active-Active part (node/activeactive.py), None when standalone."""
+        return self.db.aa
+
+    # ------------------------------------------------------------ settings
+    def _limits(self) -> ops.Limits:
+        c = self.config
+        return ops.Limits(int(c["stream-node-max-entries"]), int(c["stream-node-max-bytes"]),
+                          int(c["stream-idmp-duration"]), int(c["stream-idmp-maxsize"]))
+
+    def config_changed(self) -> None:
+        self.db.limits = self._limits()
+        self._set_write_cap()
+        if self.oplog is not None:
+            self.oplog.policy = self.config["appendfsync"]
+
+    def _db_setting_changed(self, name: str, value: str) -> None:
+        """A database setting braid-admin tuned that is also a server setting (appendfsync)."""
+        self.config.set(name, value)
+        self.config_changed()
+
+    def _set_write_cap(self) -> None:
+        """The largest write command whose log record is sure to fit (node/persistence/aof.py):
+        a record holds a command's arguments and its operations, each about as large as the
+        command.  With the default query-buffer limit (1 GB) every command fits and nothing
+        is checked; only a limit raised past about 2 GB makes the check (``call``) run."""
+        from .persistence.aof import MAX_PAYLOAD
+
+        cap = MAX_PAYLOAD // 2 - (1 << 16)
+        self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
+
+    # ------------------------------------------------------------ the clock
+    @staticmethod
+    def system_ms() -> int:
+        return int(time.time() * 1000)
+
+    def wall_ms(self) -> int:
+        """This region's wall clock in milliseconds: the driver's clock moved by
+        ``clock_offset_ms`` (``DEBUG CLOCK-OFFSET``, used by the chaos suite to skew a
+        region or jump it backwards)."""
+        return self.system_ms() + self.clock_offset_ms
+
+    def now_ms(self) -> int:
+        """The clock commands see: pinned for the length of a command (and of its replay)."""
+        return self._clock if self._clock is not None else self.wall_ms()
+
+    @contextlib.contextmanager
+    def clock_pinned(self, now_ms: int | None = None):
+        """Pin ``now_ms()`` (to the current time by default); nested pins keep the outer one."""
+        if self._clock is not None:
+            yield self._clock
+            return
+        self._clock = self.wall_ms() if now_ms is None else now_ms
+        try:
+            yield self._clock
+        finally:
+            self._clock = None
+
+    # ------------------------------------------------------------ the operation log
+    def attach_log(self, oplog) -> None:
+        """Append to ``oplog`` from now on: everything loaded so far is in it (and may leave)."""
+        self.oplog = oplog
+        self.log_base_size = oplog.size
+        aa = self.db.aa
+        if aa is not None:
+            aa.log_started()
+            oplog.on_durable = aa.durable
+            oplog.replicating = True
+        self.db.dirty = 0
+        self.stats.reset()
+
+    def _log_command(self, client: Session, cmd: "cmdtable.Command | None", argv: list[bytes],
+                     changed: bool, reply: Any) -> None:
+        """Append what a command did (node/persistence/oplog.py): the operations it applied
+        when they are all it did (``RESOLVED`` commands), else the command with them, if it
+        changed state or is a write that did not fail."""
+        db = self.db
+        own = db.own_ops
+        if own:
+            db.own_ops = []  # the next command's start here
+        oplog = self.oplog
+        write = cmd is not None and cmd.is_write
+        if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
+            return
+        if cmd is not None and cmd.resolved:
+            if own:
+                oplog.log_own(own)
+                if db.aa is not None:
+                    db.aa.logged(oplog.last_record)  # its operations leave once it is durable
+            elif not changed:
+                return  # applied nothing, changed nothing
+            elif cmd.name == "xadd":  # answered from the IDMP map: it counted a duplicate
+                oplog.log_idmp_duplicate(self._clock, argv[1])
+            else:
+                self._append_command(self._clock, argv)
+        else:
+            self._append_command(self._clock, argv, own or ())
+        client.logged_upto = oplog.last_record  # its reply waits for this record (see reply_needs)
+
+    def _append_command(self, now: int, argv: list[bytes], own: list | tuple = ()) -> None:
+        aa = self.db.aa
+        self.oplog.log_command(now, argv, None if aa is None else aa.mode, own)
+        if aa is not None:
+            aa.logged(self.oplog.last_record)  # its operations leave once it is durable
+
+    def log_settings(self, argv: list[bytes]) -> None:
+        """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
+        if self.oplog is not None and not self.replaying:
+            self._append_command(self.now_ms(), argv)
+
+    # ------------------------------------------------------------ the end of a turn
+    def end_turn(self) -> bool:
+        """Hand this turn's records to the OS (before any reply leaves); returns whether an
+        fsync should start now: ``always`` (replies wait for it) and ``everysec`` in a
+        cluster (operations leave for other regions only once on disk)."""
+        oplog = self.oplog
+        if oplog is None or self.failed is not None:
+            return False
+        oplog.write_out()
+        return oplog.policy == "always" or (oplog.replicating and oplog.policy == "everysec")
+
+    def reply_needs(self, client: Session) -> int:
+        """The last record a reply to ``client`` may depend on.  Under ``always`` any record
+        so far (a read can show another client's write, so it waits for all of them to be
+        on disk); otherwise the records its own commands appended - a failed write (a full
+        disk) holds the writer's reply, not every reader's."""
+        oplog = self.oplog
+        if oplog is None:
+            return 0
+        return oplog.last_record if oplog.policy == "always" else client.logged_upto
+
+    def may_release(self, needs: int) -> bool:
+        """May a reply that depends on records up to ``needs`` leave now?"""
+        oplog = self.oplog
+        return oplog is None or (oplog.written >= needs and oplog.durable(needs))
+
+    # ------------------------------------------------------------ snapshots
+    def snapshot_now(self) -> tuple[bytes, int]:
+        """Serialise the state after the log's last record; the log rolls so that record ends a segment."""
+        from .persistence import snapshot
+
+        if self.oplog is None:
+            raise ReplyError("ERR snapshots are the base of the append-only file: this region runs with appendonly no")
+        record = self.oplog.last_record
+        aa = self.db.aa
+        data = snapshot.encode(self.db.keys, aa.causal if aa is not None else None, record,
+                               self.system_ms(), aa is not None, self.region)
+        try:
+            self.oplog.roll()
+        except OSError as e:
+            raise ReplyError(f"ERR snapshot failed: cannot start a new log segment: {e.strerror}") from None
+        return data, record
+
+    def save(self, force: bool = False) -> None:
+        """SAVE: write a snapshot now, then compact the log.
+
+        ``force``: even while a BGSAVE runs (a full resync replaced the state: the
+        older snapshot being written cannot be the base any more).
+        """
+        if self.saving and not force:
+            raise ReplyError("ERR Background save already in progress")
+        data, record = self.snapshot_now()
+        try:
+            self.oplog.write_snapshot(data, record)
+        except OSError as e:
+            self.saved(record, e)
+            raise ReplyError(f"ERR snapshot failed: {e.strerror}") from None
+        self.saved(record, None)
+
+    def saved(self, record: int, error: BaseException | None) -> None:
+        """A snapshot of the state after ``record`` was written (or failed): the log before it goes."""
+        self.saving = False
+        self.last_bgsave_ok = error is None
+        if error is not None:
+            log.error("snapshot at record %d failed: %s", record, error)
+            return
+        self.last_save = int(time.time())
+        self.dirty_at_save = self.db.dirty
+        if self.oplog is not None:
+            self.oplog.drop_before_snapshot(record)
+            self.log_base_size = self.oplog.size
+
+    # ------------------------------------------------------------ the once-a-second work
+    def expire_idmp(self, now: int, stable: dict[int, int] | None = None) -> int:
+        """Seed 002's time-based IDMP expiry over every stream; returns how many iids went.
+        ``stable`` (a region of a cluster): only adds every region has applied go, and
+        the size window is kept here too (crdt/idmp.py)."""
+        dropped = 0
+        keys = self.db.keys
+        index = keys.idmp_keys()  # only the keys that hold maps: not a walk over every key
+        for key in list(index):
+            s = keys.get(key)
+            if s is not None and s.idmp.producers:
+                dropped += s.idmp.expire(now, stable)
+            if s is None or not s.idmp.producers:
+                index.discard(key)
+        kept = keys.idmp_kept  # maps of dropped keys expire too, then go
+        for key in list(kept):
+            dropped += kept[key].expire(now, stable)
+            if not kept[key].producers:
+                del kept[key]
+        return dropped
+
+    def cron_expire_idmp(self) -> int:
+        """IDMP expiry with this region's clock and stable vector, logged as it ran."""
+        with self.clock_pinned() as now:
+            stable = self.db.aa.stable() if self.db.aa is not None else None
+            dropped = self.expire_idmp(now, stable)
+            if dropped and self.oplog is not None:
+                self.oplog.log_idmp_expiry(now, stable)
+        return dropped
+
+    def cron_trim_backlog(self, now: float, link_positions: list[int] | None = None) -> int:
+        """Trim the replication backlog per ``crdt-repl-backlog-size`` / ``-ttl``."""
+        aa = self.db.aa
+        if aa is None:
+            return 0
+        return aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]), int(self.config["crdt-repl-backlog-ttl"]),
+                               now, link_positions)
+
+    def cron_collect_garbage(self) -> int:
+        return self.db.aa.collect_garbage() if self.db.aa is not None else 0
+
+    def cron_steps(self, now: float, link_positions: list[int] | None = None) -> list[tuple[str, Callable[[], Any], bool]]:
+        """The cron's steps that change the region's state, in order, as (name, step,
+        changes state): each driver runs them once a second under the supervisor."""
+        steps: list[tuple[str, Callable[[], Any], bool]] = [("idmp-expiry", self.cron_expire_idmp, True)]
+        if self.db.aa is not None:
+            steps.append(("backlog-trim", lambda: self.cron_trim_backlog(now, link_positions), True))
+            steps.append(("gc", self.cron_collect_garbage, True))
+        return steps
+
+    # ------------------------------------------------------------ fail-stop
+    def fail_stop(self, reason: str, exc: BaseException | None = None) -> None:
+        """Stop the region now: its state may be wrong (node/supervision.py).
+
+        Nothing more is applied, logged, replicated or answered: this turn's records
+        not yet handed to the OS and the replies not yet sent are dropped (no client
+        was told about them; peers resend what was never acknowledged).  The driver
+        closes what it owns (:meth:`on_fail_stop`); a process exits with EXIT_FAIL_STOP.
+        """
+        if self.failed is not None:
+            return
+        self.failed = reason
+        log.critical("FAIL-STOP: region %d stops: %s. Nothing more is applied, replicated, logged or "
+                     "answered. Restart the region: it replays its append-only file and catches up from "
+                     "its peers (exit status %d).", self.region, reason, EXIT_FAIL_STOP, exc_info=exc)
+        if self.db.aa is not None:
+            self.db.aa.hub.pause()  # nothing more crosses a link
+        self.on_fail_stop()
+
+    def on_fail_stop(self) -> None:
+        """The driver's part of a fail-stop (the server closes clients, links and its port)."""
+
+    # ------------------------------------------------------------ dispatch
+    def call(self, client: Session, argv: list[bytes]) -> Any:
+        """Run one command for a client; returns the reply value."""
+        cmd = cmdtable.COMMANDS.get(argv[0].lower())
+        if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
+            return self._queue(client, cmd, argv)
+        if cmd is None:
+            return self._reject(unknown_command_error(argv))
+        if cmd.subcommands and len(argv) >= 2:
+            sub = cmd.subcommands.get(argv[1].lower())
+            if sub is None:
+                return self._reject(ReplyError(
+                    f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
+            cmd = sub
+        if not cmd.check_arity(len(argv)):
+            return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
+        if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
+            return self._reject(ReplyError("NOAUTH Authentication required."))
+        if self.failed is not None:
+            return cmdtable.CLOSE_WITHOUT_REPLY
+        if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
+            return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
+        if self.write_cap is not None and cmd.is_write and sum(map(len, argv)) > self.write_cap:
+            return self._reject(ReplyError(f"ERR command of more than {self.write_cap} bytes: too large for "
+                                           "the append-only file (lower client-query-buffer-limit)"))
+        return self.execute(client, cmd, argv)
+
+    def execute(self, client: Session, cmd: cmdtable.Command, argv: list[bytes]) -> Any:
+        stats = self.stats
+        stats.total_commands_processed += 1
+        t0 = time.perf_counter_ns()
+        dirty = self.db.dirty
+        outermost = self._clock is None  # clock_pinned(), inlined: every command passes here
+        if outermost:
+            self._clock = self.wall_ms()
+        try:
+            try:
+                reply = cmd.handler(client, argv)  # type: ignore[misc]
+            except ReplyError as e:
+                reply = e
+            except Exception as e:
+                reply = self._handler_failed(cmd.fullname, e, self.db.dirty != dirty, outermost)
+            if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
+                self._log_command(client, cmd, argv, self.db.dirty != dirty, reply)
+        finally:
+            if outermost:
+                self._clock = None
+        rec = stats.command_calls.get(cmd.fullname)
+        if rec is None:
+            rec = stats.command_calls[cmd.fullname] = [0, 0, 0, 0]
+        rec[0] += 1
+        rec[1] += (time.perf_counter_ns() - t0) // 1000
+        if type(reply) is ReplyError:
+            rec[3] += 1
+            self._count_error(reply)
+        return reply
+
+    def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
+        """A handler raised (a bug).  Having changed nothing, it is answered with an error and
+        counted; after a change (the dirty counter moved: issuing an operation moves it too,
+        see Database.apply), or inside a transaction that made one, the region fail-stops:
+        the command is neither logged nor answered, and nothing after it runs."""
+        if not changed and self.failed is None:
+            log.exception("command %s failed (it changed nothing: answered with an error)", name)
+            self.stats.command_internal_errors += 1
+            return ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
+        if self.replaying:  # the log does not replay as it ran: a load error (node/persistence/replay.py)
+            raise ValueError(f"{name} failed after it changed state: {type(e).__name__}: {e}") from e
+        self.fail_stop(f"command {name} failed after it changed state: {type(e).__name__}: {e}", e)
+        if not outermost:
+            raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
+        return cmdtable.CLOSE_WITHOUT_REPLY
+
+    def _reject(self, err: ReplyError) -> ReplyError:
+        self._count_error(err)
+        return err
+
+    def _count_error(self, err: ReplyError) -> None:
+        self.stats.total_error_replies += 1
+        code = err.message.split(" ", 1)[0]
+        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
+
+    def _queue(self, client: Session, cmd: cmdtable.Command | None, argv: list[bytes]) -> Any:
+        if cmd is None:
+            client.multi_error = True
+            return self._reject(unknown_command_error(argv))
+        target = cmd
+        if cmd.subcommands and len(argv) >= 2:
+            target = cmd.subcommands.get(argv[1].lower(), cmd)
+        if not target.check_arity(len(argv)):
+            client.multi_error = True
+            return self._reject(ReplyError(f"ERR wrong number of arguments for '{target.fullname}' command"))
+        assert client.multi is not None
+        client.multi.append(argv)
+        return "QUEUED"
+
+    def keys_ready(self) -> None:
+        """Serve readers blocked on the keys in ``db.ready`` (the server's; nothing blocks here)."""
+        self.db.ready.clear()
+
+    # ------------------------------------------------------------ other regions' operations
+    def apply_remote(self, env: Envelope) -> None:
+        """Apply and log an operation of another region; the causal log counts it (and relays
+        it) only once this returns.  One that cannot be decoded or applied stops the region
+        (fail-stop, node/supervision.py): skipping it would leave this region diverged."""
+        if self.failed is not None:
+            raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
+        aa = self.db.aa
+        try:
+            if self.apply_faults:  # DEBUG APPLY-FAIL
+                self.apply_faults -= 1
+                raise InjectedFault("DEBUG APPLY-FAIL")
+            op = opcodec.decode(env.op)
+            self.db.apply_remote(op)
+            if self.oplog is not None and not self.replaying:
+                self.oplog.log_remote(env)
+                aa.logged(self.oplog.last_record, aa.causal.end + 1)  # relayed only once logged here
+                self.records_appended()
+            self.keys_ready()  # a reader served raising here must not leave it applied but uncounted
+        except Exception as e:
+            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
+                      f"{type(e).__name__}: {e}")
+            if not self.replaying:  # a replay reports it as a record it cannot load
+                self.fail_stop(reason, e)
+            raise ApplyFailed(reason) from e
+
+    def records_appended(self) -> None:
+        """Records were appended outside a client's command (the server schedules its end of turn)."""
+
+    # ------------------------------------------------------------ full resync
+    def resync_image(self) -> tuple[bytes, dict]:
+        """This region's whole state and backlog, for a peer that lacks trimmed operations."""
+        return self.db.aa.resync_image(self.system_ms())
+
+    def install_image(self, data: bytes) -> bool:
+        """Take a peer's image as this region's replicated state (``ActiveActive.adopt_image``
+        says what is kept); then a snapshot makes it the base of the append-only file and
+        readers blocked on any key are served.  False: refused (nothing changed)."""
+        aa = self.db.aa
+        replayed = aa.adopt_image(data)
+        if replayed is None:
+            return False
+        for env in replayed:  # operations this region held that the image lacks, its own among them
+            if env.n > aa.causal.vv.get(env.origin, 0):
+                aa.hub.deliver(env)
+        if self.oplog is not None:
+            self.save(force=True)  # the old log does not lead here: the new state is the base
+            aa.log_started()
+        self.db.ready.update(self.db.keys)
+        self.keys_ready()
+        log.warning("installed a full-resync image: version vector %s", aa.causal.vv)
+        return True
+
+
+def _clip(b: bytes, n: int = 128) -> str:
+    return b[:n].decode("utf-8", "replace")
+
+
+def unknown_command_error(argv: list[bytes]) -> ReplyError:
+    args = ""
+    for a in argv[1:]:
+        if len(args) >= 128:
+            break
+        args += "'" + a[: 128 - len(args)].decode("utf-8", "replace") + "' "
+    return ReplyError(f"ERR unknown command '{_clip(argv[0])}', with args beginning with: {args}")

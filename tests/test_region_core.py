@@ -1,0 +1,130 @@
+"""The region core (node/core.py) driven by hand, with no event loop: its effects.
+
+The asyncio server and the simulation both drive :class:`node.core.RegionCore`; these
+tests drive it the way they do - a command, the end of the turn, an fsync that
+completes later, another region's operation - and check what comes back: the reply,
+the records on the (simulated) disk, when a reply may leave, the envelopes for the
+links, the keys woken for blocked readers, and a fail-stop.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.sim.disk import SimFile, SimOperationLog, read_back
+from crdt import ops
+from crdt.causal import CausalLog
+from node import opcodec
+from node.cluster_config import ClusterConfig, RegionSpec
+from node.config import Config
+from node.core import RegionCore, Session
+from node.persistence import replay
+from node.persistence.aof import OP_REPLICATED
+from node.persistence.oplog import decode_replicated
+from node.resp.encoder import ReplyError
+from node.server import Server
+
+T0 = 1_700_000_000_000
+
+
+def cluster() -> ClusterConfig:
+    specs = [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in (1, 2)]
+    return ClusterConfig("core", "db", "token", 16, specs)
+
+
+def region(policy: str, number: int = 1, file: SimFile | None = None) -> tuple[RegionCore, Session, SimFile]:
+    cfg = cluster()
+    clock = [T0]
+    core = RegionCore(Config(appendfsync=policy), cluster=(cfg, cfg.regions[number - 1]), clock=lambda: clock[0])
+    file = file or SimFile()
+    records, _cut = read_back(file)
+    replay.replay(core, records)
+    core.attach_log(SimOperationLog(file, policy, len(records)))
+    session = Session(core)
+    session.authenticated = True
+    return core, session, file
+
+
+def test_the_server_is_a_driver_of_the_same_core():
+    assert issubclass(Server, RegionCore)
+    for rule in ("call", "execute", "end_turn", "reply_needs", "may_release", "apply_remote", "install_image",
+                 "cron_steps", "fail_stop", "save"):
+        assert getattr(Server, rule) is getattr(RegionCore, rule), rule  # one rule, not a copy
+
+
+def test_under_always_a_reply_leaves_only_after_the_fsync_that_covers_its_record():
+    core, me, file = region("always")
+    reply = core.call(me, [b"XADD", b"k", b"*", b"f", b"v"])
+    assert reply == b"%d-1" % T0
+    needs = core.reply_needs(me)
+    assert needs == core.oplog.last_record == 1
+    assert not core.may_release(needs)  # not even written yet
+    assert core.end_turn() is True      # written; an fsync is wanted now
+    assert file.cache and not file.durable
+    assert not core.may_release(needs)
+    assert core.oplog.begin_fsync() == 1
+    # the operation may not leave for the other region before it is on disk either
+    assert core.aa.hub.sendable_upto() == 0
+    core.oplog.fsync_done()
+    assert core.may_release(needs)
+    assert core.aa.hub.sendable_upto() == 1
+    env = core.aa.causal.log[0]
+    assert (env.origin, env.n) == (1, 1)
+    assert opcodec.decode(env.op).key == b"k"
+    # the record holds the bytes that left: the operation as sent, under its dot
+    [(number, kind, payload)] = read_back(file)[0]
+    assert (number, kind) == (1, OP_REPLICATED)
+    [own] = decode_replicated(payload)
+    assert (own.n, own.op) == (1, env.op)
+
+
+def test_under_everysec_a_reply_waits_for_its_own_records_only():
+    core, writer, _file = region("everysec")
+    reader = Session(core)
+    reader.authenticated = True
+    core.call(writer, [b"XADD", b"k", b"*", b"f", b"v"])
+    assert core.call(reader, [b"XLEN", b"k"]) == 1
+    assert core.reply_needs(reader) == 0 and core.may_release(0)  # a read that logged nothing
+    assert not core.may_release(core.reply_needs(writer))       # the write is not written yet
+    assert core.end_turn() is True  # in a cluster: fsync soon so that the operation can leave
+    assert core.may_release(core.reply_needs(writer))           # reached the OS: the reply leaves
+
+
+def test_an_operation_of_another_region_is_applied_logged_and_wakes_its_key():
+    core, _me, file = region("always")
+    other = CausalLog(2)
+    op = ops.AddEntry(b"k", 2, (T0, 2), [b"f", b"v"])
+    env = other.stamp(opcodec.encode(op))
+    core.aa.hub.deliver(env)
+    assert core.aa.causal.vv == {2: 1}
+    assert core.db.keys[b"k"].length == 1
+    assert b"k" not in core.db.ready  # the core's keys_ready served (here: cleared) the woken key
+    core.end_turn()
+    [(_n, kind, payload)] = read_back(file)[0]
+    assert kind == OP_REPLICATED and decode_replicated(payload).dot == (2, 1)
+    # a restart replays it through the causal log: same version vector, same entry
+    core.oplog.begin_fsync()
+    core.oplog.fsync_done()
+    again, _s, _f = region("always", file=file)
+    assert again.aa.causal.vv == {2: 1} and again.db.keys[b"k"].length == 1
+
+
+def test_an_operation_that_cannot_be_applied_stops_the_region_and_is_not_counted():
+    core, me, _file = region("always")
+    other = CausalLog(2)
+    bad = other.stamp(b"\xff\x00 not an operation")
+    with pytest.raises(ValueError):
+        core.aa.hub.deliver(bad)
+    assert core.failed is not None and "cannot apply operation 2.1" in core.failed
+    assert core.aa.causal.vv.get(2, 0) == 0  # not counted: a restart asks the peer for it again
+    assert core.call(me, [b"PING"]) is not None
+    assert core.end_turn() is False  # nothing more is written
+
+
+def test_the_cron_steps_are_the_same_for_every_driver():
+    core, me, _file = region("always")
+    assert [name for name, _step, _changes in core.cron_steps(0.0)] == ["idmp-expiry", "backlog-trim", "gc"]
+    standalone = RegionCore(Config())
+    assert [name for name, _step, _changes in standalone.cron_steps(0.0)] == ["idmp-expiry"]
+    assert isinstance(core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"]), bytes)
+    assert not isinstance(core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"]), ReplyError)
