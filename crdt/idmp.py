@@ -18,6 +18,13 @@ too and met it (crdt/ops.py's conflict rule: the smaller ID wins).  Letting it
 go earlier, at a different moment at each region, made a late concurrent
 duplicate a conflict at one region and a new entry at another: the regions
 diverged.  The map may so exceed ``maxsize`` while a region is cut off.
+
+For the same reason XCFGSET (``configure``) does not drop an Active-Active
+map's iids at once: it marks them ``cleared``, they keep answering duplicates,
+and each goes at the next ``expire`` once its add is stable.  Dropping them on
+the spot let a concurrent duplicate arriving after the XCFGSET look new at that
+region while the others had resolved it as a duplicate.  A map of a standalone
+region (no dots) is cleared at once, as Redis does.
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ def auto_iid(flat: Sequence[bytes]) -> bytes:
 
 
 class IdmpState:
-    __slots__ = ("duration", "maxsize", "producers", "iids_added", "iids_duplicates", "dots")
+    __slots__ = ("duration", "maxsize", "producers", "iids_added", "iids_duplicates", "dots", "cleared")
 
     def __init__(self, duration: int = 100, maxsize: int = 100) -> None:
         self.duration = duration
@@ -69,10 +76,12 @@ class IdmpState:
         self.iids_added = 0
         self.iids_duplicates = 0
         self.dots: dict[tuple[bytes, bytes], tuple[int, int]] = {}  # Active-Active: (pid, iid) -> dot of its add
+        self.cleared: set[tuple[bytes, bytes]] = set()  # Active-Active: cleared by XCFGSET, go once stable
 
     def __setstate__(self, state) -> None:
         """Snapshots made before ``dots`` existed load with none."""
         self.dots = {}
+        self.cleared = set()
         for name, value in (state[1] if isinstance(state, tuple) else state).items():
             setattr(self, name, value)
 
@@ -91,6 +100,7 @@ class IdmpState:
             m = self.producers[pid] = OrderedDict()
         m[iid] = id_
         self.iids_added += 1
+        self.cleared.discard((pid, iid))  # a new add of it: no longer what an XCFGSET cleared
         if dot is not None:
             self.dots[(pid, iid)] = dot
             return
@@ -111,6 +121,8 @@ class IdmpState:
         oldest iids past ``maxsize``, and only those whose add is stable."""
         horizon = now_ms - self.duration * 1000
         dropped = 0
+        if self.cleared and stable is not None:
+            dropped += self._drop_cleared(stable)
         for pid in list(self.producers):
             m = self.producers[pid]
             while m:
@@ -122,18 +134,44 @@ class IdmpState:
                     break  # a concurrent add of it may still be on its way
                 m.popitem(last=False)
                 self.dots.pop((pid, iid), None)
+                self.cleared.discard((pid, iid))
                 dropped += 1
             if not m:
                 del self.producers[pid]
         return dropped
 
+    def _drop_cleared(self, stable: dict[int, int]) -> int:
+        """Forget the iids an XCFGSET cleared whose adds every region has applied."""
+        dropped = 0
+        for pid, iid in list(self.cleared):
+            dot = self.dots.get((pid, iid))
+            if dot is not None and dot[1] > stable.get(dot[0], 0):
+                continue  # a concurrent add of it may still be on its way
+            self.cleared.discard((pid, iid))
+            self.dots.pop((pid, iid), None)
+            m = self.producers.get(pid)
+            if m is not None and m.pop(iid, None) is not None:
+                dropped += 1
+                if not m:
+                    del self.producers[pid]
+        return dropped
+
     def configure(self, duration: int | None, maxsize: int | None) -> None:
+        """XCFGSET: new limits, and the maps cleared - at once for iids without a dot (a
+        standalone region), once stable for an Active-Active add (see the module's notes)."""
         if duration is not None:
             self.duration = duration
         if maxsize is not None:
             self.maxsize = maxsize
-        self.producers.clear()
-        self.dots.clear()
+        for pid in list(self.producers):
+            m = self.producers[pid]
+            for iid in list(m):
+                if (pid, iid) in self.dots:
+                    self.cleared.add((pid, iid))
+                else:
+                    del m[iid]
+            if not m:
+                del self.producers[pid]
 
     @property
     def pids_tracked(self) -> int:

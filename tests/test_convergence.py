@@ -517,12 +517,11 @@ def test_idmp_size_eviction_follows_each_regions_arrival_order():
     assert all(kept[0][i] == kept[1][i] for i in set(kept[0]) & set(kept[1]))
 
 
-@pytest.mark.xfail(strict=True, reason="XCFGSET (ConfigureIdmp) clears a key's IDMP maps where it is applied, so a "
-                   "concurrent duplicate arriving after it is kept there and resolved elsewhere")
 def test_xcfgset_concurrent_with_an_idmp_duplicate_converges():
     """Found by the simulation (an XCFGSET in the workload): region 3 applies region 1's add of
-    iid i, then its own XCFGSET, which clears the key's maps; region 2's concurrent add of i
-    then looks new there and both entries stay, while regions 1 and 2 keep one."""
+    iid i, then its own XCFGSET, which used to clear the key's maps at once; region 2's
+    concurrent add of i then looked new there and both entries stayed, while regions 1 and
+    2 kept one.  Now the cleared iids go only once stable."""
     r1, r2, r3 = Region(1), Region(2), Region(3)
     for r in (r1, r2, r3):
         r.clock = 100
@@ -532,8 +531,30 @@ def test_xcfgset_concurrent_with_an_idmp_duplicate_converges():
     r2.xadd_idmp(b"k", b"p", b"i")   # concurrent duplicate: one of the two must go everywhere
     deliver(r1, r3)
     r3.call(b"XCFGSET", b"k", b"IDMP-MAXSIZE", b"5")
+    assert r3.keys[b"k"].idmp.lookup(b"p", b"i") is not None  # cleared, but kept until stable
     sync(r1, r2, r3)
     assert r1.xrange(b"k") == r2.xrange(b"k") == r3.xrange(b"k")
+    assert len(r1.xrange(b"k")) == 2
+    for r in (r1, r2, r3):
+        r.xadd(b"b")                  # every region has seen every add: they are stable
+    sync(r1, r2, r3)
+    assert [r.expire_idmp() for r in (r1, r2, r3)] == [1, 1, 1]  # now the XCFGSET's clearing is done
+    for r in (r1, r2, r3):
+        assert r.keys[b"k"].idmp.producers == {} and r.keys[b"k"].idmp.cleared == set()
+    r2.xadd_idmp(b"k", b"p", b"i")    # a new add of the iid, after the clearing: a new entry everywhere
+    sync(r1, r2, r3)
+    assert r1.xrange(b"k") == r2.xrange(b"k") == r3.xrange(b"k") and len(r1.xrange(b"k")) == 3
+
+
+def test_xcfgset_clears_a_standalone_regions_maps_at_once():
+    core = RegionCore(Config())
+    me = Session(core)
+    assert core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"]) == core.call(
+        me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"])
+    assert core.call(me, [b"XCFGSET", b"k", b"IDMP-MAXSIZE", b"5"]) == "OK"
+    assert core.db.keys[b"k"].idmp.producers == {}
+    core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"])
+    assert core.db.keys[b"k"].length == 2
 
 
 def test_xdel_of_an_id_two_origins_hold_converges():

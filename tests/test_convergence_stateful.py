@@ -23,7 +23,7 @@ What is modelled:
   (refused, like Redis, when below the stream's top), bursts of entries,
   idempotent XADD with a producer and iid from a tiny alphabet (so retries land
   at other regions, before and after replication, before and after the iid
-  expired), XDEL (also of an ID two origins hold: it names the logs it removed it
+  expired; XCFGSET clears a key's maps meanwhile), XDEL (also of an ID two origins hold: it names the logs it removed it
   from, see test_xdel_of_an_id_two_origins_hold_converges), XTRIM MAXLEN /
   MINID, exact or ``~``, with or without LIMIT,
   DEL, XGROUP CREATE / DESTROY, XREADGROUP ``>`` and XACK by local consumers;
@@ -294,6 +294,12 @@ class ConvergenceMachine(RuleBasedStateMachine):
     @rule(region=regions_st, key=st.sampled_from(KEYS), group=st.sampled_from(GROUPS))
     def destroy_group(self, region, key, group):
         self.regions[region].destroy_group(key, group)
+
+    @rule(region=regions_st, key=st.sampled_from(STREAM_KEYS), maxsize=st.sampled_from([b"2", b"3"]))
+    def xcfgset(self, region, key, maxsize):
+        """XCFGSET clears the key's IDMP maps where it runs (its iids go once stable), while
+        duplicates of those iids may still be on their way (XCFGSET on a missing key is an error)."""
+        self.regions[region].call(b"XCFGSET", key, b"IDMP-MAXSIZE", maxsize, check=False)
 
     # ------------------------------------------------------------ local consumers
     def _groups_here(self, pending_only: bool = False) -> list[tuple[int, bytes, bytes]]:

@@ -27,6 +27,9 @@ gc-unstable      the cron's garbage collection drops every delete  observed-remo
 no-resync        a link never starts with a full-resync image:     liveness
                  a peer that lacks trimmed operations never gets
                  them (run with the backlog fault)
+xcfgset-clears   XCFGSET drops a key's IDMP iids at once, not      convergence
+                 once their adds are stable (a concurrent
+                 duplicate arriving later is then kept there only)
 ===============  ================================================  ===============
 """
 
@@ -35,7 +38,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from crdt import causal, groups, idgen, ops, sync
+from crdt import causal, groups, idgen, idmp, ops, sync
 from crdt.ids import MAX_ID
 
 from . import disk
@@ -81,6 +84,16 @@ def _never_an_image(self) -> bool:
     return False
 
 
+def _clear_at_once(self, duration, maxsize) -> None:
+    if duration is not None:
+        self.duration = duration
+    if maxsize is not None:
+        self.maxsize = maxsize
+    self.producers.clear()
+    self.dots.clear()
+    self.cleared.clear()
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -92,6 +105,7 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
                                  (groups, "has_new_per_origin", _one_cursor_has_new)]),
     "gc-unstable": ("observed-remove", [(ops, "collect_garbage", _collect_everything)]),
     "no-resync": ("liveness", [(sync.LinkState, "starts_with_image", _never_an_image)]),
+    "xcfgset-clears": ("convergence", [(idmp.IdmpState, "configure", _clear_at_once)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
 

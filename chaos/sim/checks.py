@@ -53,7 +53,7 @@ from crdt.causal import dominates
 from crdt.ids import MIN_ID, MAX_ID
 from node import opcodec
 
-from .workload import Call, delivered_ids, parse_id
+from .workload import XCFGSET_KEY, Call, delivered_ids, parse_id
 
 if TYPE_CHECKING:
     from .region import SimRegion
@@ -260,7 +260,7 @@ def check_idmp(sim: "Simulation") -> Verdict:
         if call is not None and "idmp" in call.extra:
             holders.setdefault(flat[-1], []).append(f"{key.decode()} {_id(i)} (r{origin})")
     problems = [f"{w.decode()} {writes[w].extra['idmp']} added {len(h)} times: {', '.join(h)}"
-                for w, h in sorted(holders.items()) if len(h) > 1]
+                for w, h in sorted(holders.items()) if len(h) > 1 and not _cleared_between(sim, writes[w])]
     named: dict[tuple, dict[tuple, list[int]]] = {}
     for r in sim.regions.values():
         for iid, id_ in idmp_maps(r).items():
@@ -270,6 +270,16 @@ def check_idmp(sim: "Simulation") -> Verdict:
                  for (key, pid, iid), ids in sorted(named.items()) if len(ids) > 1]
     return _verdict("idmp", problems, "an idempotent XADD was added more than once, or regions' IDMP maps "
                                       "name different entries for one iid")
+
+
+def _cleared_between(sim: "Simulation", first: "Call") -> bool:
+    """Did an XCFGSET clear the key's IDMP maps before the last retry of ``first``'s write?
+    Then a retry may rightly add the iid again (a region forgets the cleared iids once
+    every region applied their adds)."""
+    if first.argv[1] != XCFGSET_KEY:
+        return False
+    attempts = [c.invoked for c in sim.workload.history if c.kind == "xadd" and c.argv == first.argv]
+    return any(c.kind == "xcfgset" and c.invoked <= max(attempts) for c in sim.workload.history)
 
 
 def check_observed_remove(sim: "Simulation") -> Verdict:

@@ -45,10 +45,14 @@ SHARED_IDS = b"k2"
 GROUPS = (b"g0", b"g1")
 PRODUCERS = (b"p0", b"p1", b"p2")
 MIX = (("xadd", 30), ("xadd_idmp", 10), ("xdel", 5), ("xtrim", 5), ("del", 3), ("group_create", 6),
-       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 2), ("xadd_burst", 1))
+       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 2), ("xadd_burst", 1), ("xcfgset", 4))
 # set at every region at the first step: an IDMP window of one second and three iids per
 # producer (the cron's expiry drops iids within a schedule)
 LAYOUT = ((b"stream-idmp-duration", b"1"), (b"stream-idmp-maxsize", b"3"))
+# XCFGSET (the same window, and the key's IDMP maps cleared) races IDMP double sends in a
+# key of its own, which nothing deletes or trims (that would hide a divergence); a retry
+# after a clearing is rightly a new entry, so the idmp check excuses duplicates there
+XCFGSET_KEY = b"kc"
 MODES = (b"strict", b"semi-strict", b"liberal")
 
 
@@ -200,6 +204,12 @@ class Workload:
                                          self.rng.choice(others), attempt + 1, argv)
 
         self.issue("xadd", region, argv, on_done=failover, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
+        if attempt == 0 and self.rng.random() < 0.25:
+            # a double send (a producer that posts to two regions at once): a concurrent duplicate
+            others = [n for n in sorted(self.sim.regions)
+                      if n != region and (argv[1] == SHARED_IDS or self._mode(n) != b"liberal")]
+            if others:
+                self.issue("xadd", self.rng.choice(others), argv, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
 
     def _entry_ids(self, region: int, key: bytes) -> list[bytes]:
         r = self.sim.regions[region]
@@ -253,6 +263,25 @@ class Workload:
 
     def _xack(self, region: int, key: bytes, group: bytes, ids: list[bytes]) -> None:
         self.issue("xack", region, [b"XACK", key, group, *ids])
+
+    def _xcfgset(self, region: int) -> None:
+        """XCFGSET at one region, racing an IDMP producer that double-sends to the others
+        (the race a clearing must survive: a concurrent duplicate arriving after it)."""
+        argv = [b"XCFGSET", XCFGSET_KEY, b"IDMP-DURATION", LAYOUT[0][1], b"IDMP-MAXSIZE", LAYOUT[1][1]]
+        others = [n for n in sorted(self.sim.regions) if n != region and self._mode(n) != b"liberal"]
+        if len(others) >= 2 and self._mode(region) != b"liberal":
+            self.iids += 1
+            add = [b"XADD", XCFGSET_KEY, b"IDMP", self.rng.choice(PRODUCERS), b"i%d" % self.iids, b"*",
+                   *self._fields()]
+            first, second = self.rng.sample(others, 2)
+            self.issue("xadd", first, add, auto=True, key=XCFGSET_KEY, idmp=(add[3], add[4]))
+            self.sim.sched.after(self.rng.randint(0, 8), self._send_late, second, add)
+            self.sim.sched.after(self.rng.randint(5, 30), self.issue, "xcfgset", region, argv, None)
+        else:
+            self.issue("xcfgset", region, argv, key=XCFGSET_KEY)
+
+    def _send_late(self, region: int, argv: list[bytes]) -> None:
+        self.issue("xadd", region, argv, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
 
     def _tune(self, region: int) -> None:
         mode = self.rng.choice(MODES)

@@ -26,7 +26,8 @@ What is stored, per object (``crdt/`` holds the meaning of each field)::
                created_deps, created_dot, cursors, watermarks, acked_sent
     Consumer   name, seen_time, active_time
     Idmp       duration, maxsize, iids_added, iids_duplicates, producers (pid,
-               [(iid, entry id)] oldest first), dots ((pid, iid) -> dot)
+               [(iid, entry id)] oldest first), dots ((pid, iid) -> dot),
+               cleared ((pid, iid) an XCFGSET cleared; absent in older files)
     CausalLog  region, vv, log (the backlog), pending, base, floor, seen
     Envelope   origin, n, deps, op (the operation's codec bytes, node/opcodec.py)
 
@@ -140,6 +141,7 @@ class IdmpS(_S):
     iids_duplicates: int
     producers: list[ProducerS]
     dots: list[tuple[bytes, bytes, Dot]]
+    cleared: list[tuple[bytes, bytes]] = []  # iids an XCFGSET cleared, kept until stable (none: older files)
 
 
 class StreamS(_S):
@@ -229,7 +231,7 @@ def _group_out(g: ConsumerGroup) -> GroupS:
 def _idmp_out(m: IdmpState) -> IdmpS:
     return IdmpS(m.duration, m.maxsize, m.iids_added, m.iids_duplicates,
                  [ProducerS(pid, list(iids.items())) for pid, iids in m.producers.items()],
-                 [(pid, iid, dot) for (pid, iid), dot in m.dots.items()])
+                 [(pid, iid, dot) for (pid, iid), dot in m.dots.items()], sorted(m.cleared))
 
 
 def _envelope_out(e: Envelope) -> EnvelopeS:
@@ -371,6 +373,9 @@ def _idmp_in(ms: IdmpS) -> IdmpState:
             raise StateFormatError(f"IDMP producer {ps.pid!r} appears twice")
         m.producers[ps.pid] = OrderedDict(ps.iids)
     m.dots = {(pid, iid): dot for pid, iid, dot in ms.dots}
+    m.cleared = {(pid, iid) for pid, iid in ms.cleared if iid in m.producers.get(pid, ())}
+    if len(m.cleared) != len(ms.cleared):
+        raise StateFormatError("an IDMP iid marked cleared is not in its producer's map")
     return m
 
 
