@@ -48,6 +48,7 @@ from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
+from .security.acl import AccessControl
 from .supervision import EXIT_FAIL_STOP, RegionStopped, Supervisor
 
 log = logging.getLogger("braid.server")
@@ -120,6 +121,7 @@ class Server:
         self.failed: str | None = None  # why the region fail-stopped (node/supervision.py)
         self.supervisor = Supervisor(self)
         cmdtable.load_all()
+        self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
 
     # ------------------------------------------------------------ settings
     def _limits(self) -> ops.Limits:
@@ -468,6 +470,9 @@ class Server:
     # ------------------------------------------------------------ dispatch
     def call(self, client: "ClientConnection", argv: list[bytes]) -> Any:
         """Run one command for a client; returns the reply value."""
+        denied = self.acl.deny(self, client, argv)  # ACL: NOPERM before queueing or running
+        if denied is not None:
+            return self._reject(denied)
         cmd = cmdtable.COMMANDS.get(argv[0].lower())
         if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
             return self._queue(client, cmd, argv)
@@ -650,7 +655,8 @@ class ClientConnection(asyncio.Protocol):
         self.name: bytes = b""
         self.lib_name: bytes = b""
         self.lib_ver: bytes = b""
-        self.authenticated = False
+        self.user = server.acl.default  # as Redis: authenticated at once when default needs no password
+        self.authenticated = not server.acl.auth_required()
         self.multi: list[list[bytes]] | None = None
         self.multi_error = False
         self.watched: dict[bytes, int] = {}
@@ -678,7 +684,7 @@ class ClientConnection(asyncio.Protocol):
         return self.server.db
 
     def needs_auth(self) -> bool:
-        return bool(self.server.config["requirepass"]) and not self.authenticated
+        return not self.authenticated and self.server.acl.auth_required()
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

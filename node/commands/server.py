@@ -135,6 +135,7 @@ def _section_stats(srv) -> list[str]:
         f"total_error_replies:{st.total_error_replies}",
         f"unexpected_error_replies:{st.unexpected_error_replies}",
         f"command_internal_errors:{st.command_internal_errors}",
+        *srv.acl.info_lines(),
         *srv.supervisor.info_stats(),
     ]
 
@@ -256,6 +257,8 @@ def config_set(client, argv: list[bytes]):
             raise ReplyError(f"ERR {e}") from None
     for name, value in staged.items():
         cfg.set(name, value)
+    if "requirepass" in staged:  # the default user's password, as Redis's ACLUpdateDefaultUserPassword
+        client.server.acl.set_default_password(staged["requirepass"])
     client.server.config_changed()
     if LAYOUT_SETTINGS.intersection(staged):
         client.server.log_settings(argv)
