@@ -276,6 +276,7 @@ LAYOUT_SETTINGS = frozenset({"stream-node-max-entries", "stream-node-max-bytes",
             summary="Resets the server's statistics.", complexity="O(1)")
 def config_resetstat(client, argv: list[bytes]):
     client.server.stats.reset()
+    client.server.acl.reset_stats()
     return "OK"
 
 

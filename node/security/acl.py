@@ -870,6 +870,11 @@ class AccessControl:
         self.log_entries_created += 1
         del self.log[max_len:]
 
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT (Redis's resetServerStats clears these counters too)."""
+        for reason in self.denied:
+            self.denied[reason] = 0
+
     def info_lines(self) -> list[str]:
         d = self.denied
         return [f"acl_access_denied_auth:{d[DENIED_AUTH]}", f"acl_access_denied_cmd:{d[DENIED_CMD]}",
