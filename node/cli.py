@@ -46,15 +46,13 @@ def cmd_node(args: argparse.Namespace) -> int:
         cfg.set("appendfsync", fsync)
     if args.aclfile:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
-    server = Server(cfg, cluster=cluster)
-    if args.aclfile:
-        from .security.acl import load_acl_file
+    from .security.acl import AclFileError
 
-        users, error = load_acl_file(cfg["aclfile"])
-        if error is not None:  # as Redis: a broken ACL file stops the start, naming the line
-            print(f"braid node: aborting startup because of ACL errors: {error}", file=sys.stderr)
-            return 1
-        server.acl.install(users, ())
+    try:
+        server = Server(cfg, cluster=cluster)
+    except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
+        print(f"braid node: aborting startup because of ACL errors: {e}", file=sys.stderr)
+        return 1
     _event_loop_policy()
     from .persistence.replay import LoadError
 

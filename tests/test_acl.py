@@ -331,6 +331,14 @@ def test_acl_log_fields_and_grouping(admin, region):
     c.close()
 
 
+def test_command_info_shows_the_acl_categories(admin):
+    xadd = admin.call("COMMAND", "INFO", "xadd")[0]
+    assert xadd[6] == [b"@write", b"@stream", b"@fast"]
+    xgroup = admin.call("COMMAND", "INFO", "xgroup")[0]
+    create = next(s for s in xgroup[9] if s[0] == b"xgroup|create")
+    assert create[6] == [b"@write", b"@stream", b"@slow"]
+
+
 def test_acl_cat_and_genpass(admin):
     assert b"stream" in admin.call("ACL", "CAT") and len(admin.call("ACL", "CAT")) == 21
     stream = admin.call("ACL", "CAT", "stream")
@@ -343,9 +351,11 @@ def test_acl_cat_and_genpass(admin):
 # ---------------------------------------------------------------- the ACL file
 def test_acl_file_save_and_load_round_trip(tmp_path):
     path = tmp_path / "users.acl"
-    path.write_bytes(b"user default on nopass ~* &* +@all\n")
+    path.write_bytes(b"user default on nopass ~* &* +@all\nuser early on nopass ~e* +xlen\n")
     with InProcessServer(Config(aclfile=str(path))) as srv:
         c = RawClient(srv.port)
+        assert c.call("ACL", "USERS") == [b"default", b"early"]  # loaded at start
+        assert c.call("ACL", "DELUSER", "early") == 1
         assert c.call("ACL", "SETUSER", "alice", "on", ">pw", "%R~ro:*", "+@read", "-xlen", "(~w* +xadd)") == b"OK"
         listed = c.call("ACL", "LIST")
         assert c.call("ACL", "SAVE") == b"OK"

@@ -177,3 +177,25 @@ def test_generated_users_decide_and_report_as_redis(servers, braid_proc, redis_p
     assert braid.call("ACL", "USERS") == redis.call("ACL", "USERS")
     # the generator reaches both answers often enough to mean something
     assert refused > 0 and compared > 500 and 0.1 * compared < denied < 0.9 * compared
+
+
+def test_command_categories_match_redis(servers):
+    """COMMAND INFO's ACL categories (what +@category and ACL CAT use) for every command and
+    subcommand Braid shares with Redis."""
+    braid, redis = servers
+    from node.commands import COMMANDS
+
+    compared = 0
+    for cmd in COMMANDS.values():
+        want = redis.call("COMMAND", "INFO", cmd.name)[0]
+        if want is None:
+            continue  # Braid's own, or newer than 7.0
+        got = braid.call("COMMAND", "INFO", cmd.name)[0]
+        assert got[6] == want[6], cmd.name
+        subs = {s[0]: s[6] for s in want[9]}
+        for s in got[9]:
+            if s[0] in subs:
+                assert s[6] == subs[s[0]], s[0]
+                compared += 1
+        compared += 1
+    assert compared > 60

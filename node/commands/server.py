@@ -293,12 +293,21 @@ def config_help(client, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------- COMMAND
+def acl_categories(fullname: str) -> list[str]:
+    """The ACL categories the permission check uses (node/security/acl.py), in Redis's order,
+    as simple strings like Redis's addReplyCommandCategories."""
+    from ..security.acl import CATEGORIES, command_table
+
+    cats = command_table().by_name[fullname].categories
+    return ["@" + c for c in CATEGORIES if c in cats]
+
+
 def _command_info(cmd) -> list:
     return [
         cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.flags if f != "fast"] +
         ([b"fast"] if "fast" in cmd.flags else []),
         cmd.first_key, cmd.last_key, cmd.step,
-        [b"@" + (cmd.group.encode() if cmd.group != "generic" else b"keyspace")],
+        acl_categories(cmd.fullname),
         [], [],
         [_command_info(s) for s in cmd.subcommands.values()],
     ]

@@ -749,10 +749,16 @@ class LogEntry:
 GROUPING_MS = 60000  # ACL_LOG_GROUPING_MAX_TIME_DELTA
 
 
+class AclFileError(Exception):
+    """The ACL file named by ``aclfile`` cannot be used at start (Redis exits then too)."""
+
+
 class AccessControl:
     """One region's users, its ACL log and counters; the permission check of Server.call."""
 
     def __init__(self, config) -> None:
+        """The default user (its password ``requirepass``), then the ACL file if ``aclfile``
+        names one: a file with an error raises AclFileError (``braid node`` exits 1)."""
         self.config = config
         self.default = default_user()
         self.users: dict[str, User] = {"default": self.default}
@@ -761,6 +767,11 @@ class AccessControl:
         self.denied = {DENIED_AUTH: 0, DENIED_CMD: 0, DENIED_KEY: 0, DENIED_CHANNEL: 0}
         if config["requirepass"]:
             self.set_default_password(config["requirepass"])
+        if config["aclfile"]:
+            users, error = load_acl_file(config["aclfile"])
+            if error is not None:
+                raise AclFileError(error)
+            self.install(users, ())
 
     # -------------------------------------------------------- users
     def auth_required(self) -> bool:
