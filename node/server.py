@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 bytes -> :class:`node.resp.parser.RequestParser` -> argv -> :meth:`Server.call`
-(command table lookup, arity, MULTI queueing, the handler) -> reply value ->
-:func:`node.resp.encoder.encode` -> bytes.  Each layer is separate, as in
-mini-redis; only :class:`ClientConnection` touches the socket.
+(command table lookup, arity, the ACL check of node/security/acl.py, MULTI
+queueing, the handler) -> reply value -> :func:`node.resp.encoder.encode` ->
+bytes.  Each layer is separate, as in mini-redis; only :class:`ClientConnection`
+touches the socket.
 
 Everything runs on one event loop thread, so a command sees and changes the
 keyspace atomically, as in Redis.  After each batch of input the server wakes

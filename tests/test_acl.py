@@ -258,6 +258,17 @@ def test_deluser_closes_the_users_connections(admin, region):
     c.close()
 
 
+def test_client_kill_user(admin, region):
+    admin.call("ACL", "SETUSER", "worker", "on", "nopass", "+@all", "~*")
+    c = RawClient(region.port)
+    c.call("AUTH", "worker", "x")
+    assert admin.call("CLIENT", "KILL", "USER", "nosuch") == Err("ERR No such user 'nosuch'")
+    assert admin.call("CLIENT", "KILL", "USER", "worker") == 1
+    with pytest.raises((ConnectionError, OSError)):
+        c.call("PING")
+    c.close()
+
+
 def test_requirepass_is_the_default_users_password():
     with InProcessServer(Config(requirepass="s3cret")) as srv:
         c = RawClient(srv.port)

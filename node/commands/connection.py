@@ -251,6 +251,11 @@ def client_kill(client, argv: list[bytes]):
             victims = [c for c in victims if c.addr == val.decode("utf-8", "replace")]
         elif opt == b"laddr":
             victims = [c for c in victims if c.laddr == val.decode("utf-8", "replace")]
+        elif opt == b"user":
+            user = client.server.acl.users.get(val.decode("utf-8", "surrogateescape"))
+            if user is None:
+                raise ReplyError(f"ERR No such user '{val.decode('utf-8', 'replace')}'")
+            victims = [c for c in victims if c.user is user]
         elif opt == b"skipme":
             if val.lower() not in (b"yes", b"no"):
                 raise ReplyError(ERR_SYNTAX)
@@ -305,7 +310,7 @@ def client_help(client, argv: list[bytes]):
         b"KILL <ip:port>", b"    Kill connection made from <ip:port>.",
         b"KILL <option> <value> [<option> <value> [...]]",
         b"    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>,",
-        b"    TYPE NORMAL, SKIPME (YES|NO).",
+        b"    TYPE NORMAL, USER <username>, SKIPME (YES|NO).",
         b"LIST [TYPE NORMAL] [ID <id> [<id> ...]]", b"    Return information about client connections.",
         b"NO-EVICT (ON|OFF)", b"    Accepted for compatibility; Braid does not evict clients.",
         b"NO-TOUCH (ON|OFF)", b"    Accepted for compatibility; Braid keeps no LRU/LFU data.",
