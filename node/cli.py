@@ -44,7 +44,15 @@ def cmd_node(args: argparse.Namespace) -> int:
     fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
     if fsync:
         cfg.set("appendfsync", fsync)
-    server = Server(cfg, cluster=cluster)
+    if args.aclfile:
+        cfg.set("aclfile", os.path.abspath(args.aclfile))
+    from .security.acl import AclFileError
+
+    try:
+        server = Server(cfg, cluster=cluster)
+    except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
+        print(f"braid node: aborting startup because of ACL errors: {e}", file=sys.stderr)
+        return 1
     _event_loop_policy()
     from .persistence.replay import LoadError
 
@@ -157,13 +165,15 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("node", help="run one region",
                        epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
-                              "data or listen; 2 for a bad cluster file or region; 70 when the region "
+                              "data or its ACL file, or listen; 2 for a bad cluster file or region; 70 when the region "
                               "fail-stopped (its state may be wrong; restarting it replays its log)")
     p.add_argument("--port", type=int, default=6380)
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
                                   "else 127.0.0.1)")
     p.add_argument("--data-dir", default="./data")
-    p.add_argument("--requirepass", default="")
+    p.add_argument("--requirepass", default="", help="the default user's password")
+    p.add_argument("--aclfile", help="users and permissions, one 'user NAME RULES...' line each, as Redis's "
+                                     "ACL file (ACL LOAD / ACL SAVE use it); users are per region")
     p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")
     p.add_argument("--region", help="this region's name in the cluster file")
     p.add_argument("--appendonly", choices=["yes", "no"], default="yes",

@@ -45,7 +45,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bind", "string", "127.0.0.1", mutable=False),
     Setting("dir", "string", ".", mutable=False),
     Setting("databases", "int", 1, 1, 1, mutable=False),
-    Setting("requirepass", "string", ""),
+    Setting("requirepass", "string", ""),  # the default user's password (node/security/acl.py)
+    # users and permissions: the ACL file (ACL LOAD / SAVE), fixed at start as in Redis, and
+    # how many entries ACL LOG keeps
+    Setting("aclfile", "string", "", mutable=False),
+    Setting("acllog-max-len", "int", 128, 0, (1 << 63) - 1),
     Setting("maxclients", "int", 10000, 1, (1 << 32) - 1),
     Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
     Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A :class:`RegionCore` is one region's state and rules: the keyspace, the command
-table's dispatch (arity, MULTI queueing, the handlers), what a command or an
+table's dispatch (arity, the ACL check of node/security/acl.py, MULTI queueing, the
+handlers), what a command or an
 operation of another region leaves in the operation log, when a reply may
 leave, the once-a-second work, fail-stop, and full-resync images.  It performs
 no I/O of its own: bytes reach it as arguments (``call`` for a client's
@@ -50,6 +51,7 @@ from .blocking import Blocked, BlockingRegistry
 from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError
+from .security.acl import AccessControl
 from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor
 
 log = logging.getLogger("braid.server")
@@ -90,7 +92,8 @@ class Session:
         self.name: bytes = b""
         self.lib_name: bytes = b""
         self.lib_ver: bytes = b""
-        self.authenticated = False
+        self.user = server.acl.default  # as Redis: authenticated at once when default needs no password
+        self.authenticated = not server.acl.auth_required()
         self.multi: list[list[bytes]] | None = None
         self.multi_error = False
         self.watched: dict[bytes, int] = {}
@@ -109,7 +112,7 @@ class Session:
         return self.server.db
 
     def needs_auth(self) -> bool:
-        return bool(self.server.config["requirepass"]) and not self.authenticated
+        return not self.authenticated and self.server.acl.auth_required()
 
 
 class RegionCore:
@@ -156,6 +159,7 @@ class RegionCore:
         self.failed: str | None = None  # why the region fail-stopped (node/supervision.py)
         self.supervisor = Supervisor(self)
         cmdtable.load_all()
+        self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
 
     @property
     def aa(self):
@@ -415,6 +419,9 @@ class RegionCore:
     # ------------------------------------------------------------ dispatch
     def call(self, client: Session, argv: list[bytes]) -> Any:
         """Run one command for a client; returns the reply value."""
+        denied = self.acl.deny(self, client, argv)  # ACL: NOPERM before queueing or running
+        if denied is not None:
+            return self._reject(denied)
         cmd = cmdtable.COMMANDS.get(argv[0].lower())
         if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
             return self._queue(client, cmd, argv)

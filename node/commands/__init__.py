@@ -119,7 +119,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins")
+FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl")
 
 
 def load_all() -> dict[bytes, Command]:

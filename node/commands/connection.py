@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..resp.encoder import ReplyError, Verbatim
+from ..security.acl import DENIED_AUTH, WRONGPASS
 from . import command, container, subcommand
 from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, string2ll
 
@@ -23,11 +24,17 @@ def echo(client, argv: list[bytes]):
     return argv[1]
 
 
-def _check_password(client, user: bytes, password: bytes) -> None:
-    required = client.server.config["requirepass"]
-    if user.lower() != b"default" or password.decode("utf-8", "surrogateescape") != required:
-        raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
-    client.authenticated = True
+def _authenticate(client, argv0: bytes, user: bytes, password: bytes) -> bool:
+    """Redis's ACLAuthenticateUser: the client becomes ``user``; a failure is counted and logged
+    in ACL LOG (reason auth, object the command as sent)."""
+    ac = client.server.acl
+    found = ac.authenticate(user, password)
+    if found is None:
+        context = "multi" if client.in_exec or client.multi is not None else "toplevel"
+        ac.add_log(client, DENIED_AUTH, context, argv0, user)
+        return False
+    client.user, client.authenticated = found, True
+    return True
 
 
 @command("auth", -2, "noscript loading stale fast no-auth allow-busy", group="connection",
@@ -35,11 +42,12 @@ def _check_password(client, user: bytes, password: bytes) -> None:
 def auth(client, argv: list[bytes]):
     if len(argv) > 3:
         raise ReplyError(ERR_SYNTAX)
-    if len(argv) == 2 and not client.server.config["requirepass"]:
+    if len(argv) == 2 and client.server.acl.default.nopass:
         raise ReplyError("ERR AUTH <password> called without any password configured for the "
                          "default user. Are you sure your configuration is correct?")
     user, password = (b"default", argv[1]) if len(argv) == 2 else (argv[1], argv[2])
-    _check_password(client, user, password)
+    if not _authenticate(client, argv[0], user, password):
+        raise ReplyError(WRONGPASS)
     return "OK"
 
 
@@ -57,12 +65,13 @@ def hello(client, argv: list[bytes]):
         if ver < 2 or ver > 3:
             raise ReplyError("NOPROTO unsupported protocol version")
     name = None
+    credentials = None
     j = 2
     while j < len(argv):
         more = len(argv) - j - 1
         opt = argv[j].lower()
         if opt == b"auth" and more >= 2:
-            _check_password(client, argv[j + 1], argv[j + 2])
+            credentials = (argv[j + 1], argv[j + 2])
             j += 3
         elif opt == b"setname" and more >= 1:
             name = argv[j + 1]
@@ -70,6 +79,8 @@ def hello(client, argv: list[bytes]):
             j += 2
         else:
             raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode('utf-8', 'replace')}'")
+    if credentials is not None and not _authenticate(client, argv[0], *credentials):
+        raise ReplyError(WRONGPASS)
     if client.needs_auth():
         raise ReplyError("NOAUTH HELLO must be called with the client already authenticated, "
                          "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
@@ -113,7 +124,8 @@ def reset(client, argv: list[bytes]):
     client.db.unwatch(client.watched)
     client.resp3 = False
     client.name = b""
-    client.authenticated = False
+    client.user = client.server.acl.default  # clientSetDefaultAuth
+    client.authenticated = not client.server.acl.auth_required()
     return "RESET"
 
 
@@ -135,7 +147,7 @@ def client_info_line(c, now: float) -> bytes:
         f"age={int(now - c.created)} idle={int(now - c.last_interaction)} flags={flags} db=0 "
         f"sub=0 psub=0 ssub=0 multi={len(c.multi) if c.multi is not None else -1} "
         f"watch={len(c.watched)} qbuf={c.parser.buffered} qbuf-free=0 argv-mem=0 multi-mem=0 "
-        f"rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 "
+        f"rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={c.user.name if c.user is not None else '(superuser)'} redir=-1 "
         f"resp={3 if c.resp3 else 2} lib-name={c.lib_name.decode('utf-8', 'replace')} "
         f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}\n"
     ).encode()
@@ -239,6 +251,11 @@ def client_kill(client, argv: list[bytes]):
             victims = [c for c in victims if c.addr == val.decode("utf-8", "replace")]
         elif opt == b"laddr":
             victims = [c for c in victims if c.laddr == val.decode("utf-8", "replace")]
+        elif opt == b"user":
+            user = client.server.acl.users.get(val.decode("utf-8", "surrogateescape"))
+            if user is None:
+                raise ReplyError(f"ERR No such user '{val.decode('utf-8', 'replace')}'")
+            victims = [c for c in victims if c.user is user]
         elif opt == b"skipme":
             if val.lower() not in (b"yes", b"no"):
                 raise ReplyError(ERR_SYNTAX)
@@ -293,7 +310,7 @@ def client_help(client, argv: list[bytes]):
         b"KILL <ip:port>", b"    Kill connection made from <ip:port>.",
         b"KILL <option> <value> [<option> <value> [...]]",
         b"    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>,",
-        b"    TYPE NORMAL, SKIPME (YES|NO).",
+        b"    TYPE NORMAL, USER <username>, SKIPME (YES|NO).",
         b"LIST [TYPE NORMAL] [ID <id> [<id> ...]]", b"    Return information about client connections.",
         b"NO-EVICT (ON|OFF)", b"    Accepted for compatibility; Braid does not evict clients.",
         b"NO-TOUCH (ON|OFF)", b"    Accepted for compatibility; Braid keeps no LRU/LFU data.",

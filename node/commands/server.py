@@ -135,6 +135,7 @@ def _section_stats(srv) -> list[str]:
         f"total_error_replies:{st.total_error_replies}",
         f"unexpected_error_replies:{st.unexpected_error_replies}",
         f"command_internal_errors:{st.command_internal_errors}",
+        *srv.acl.info_lines(),
         *srv.supervisor.info_stats(),
     ]
 
@@ -256,6 +257,8 @@ def config_set(client, argv: list[bytes]):
             raise ReplyError(f"ERR {e}") from None
     for name, value in staged.items():
         cfg.set(name, value)
+    if "requirepass" in staged:  # the default user's password, as Redis's ACLUpdateDefaultUserPassword
+        client.server.acl.set_default_password(staged["requirepass"])
     client.server.config_changed()
     if LAYOUT_SETTINGS.intersection(staged):
         client.server.log_settings(argv)
@@ -273,6 +276,7 @@ LAYOUT_SETTINGS = frozenset({"stream-node-max-entries", "stream-node-max-bytes",
             summary="Resets the server's statistics.", complexity="O(1)")
 def config_resetstat(client, argv: list[bytes]):
     client.server.stats.reset()
+    client.server.acl.reset_stats()
     return "OK"
 
 
@@ -289,12 +293,21 @@ def config_help(client, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------- COMMAND
+def acl_categories(fullname: str) -> list[str]:
+    """The ACL categories the permission check uses (node/security/acl.py), in Redis's order,
+    as simple strings like Redis's addReplyCommandCategories."""
+    from ..security.acl import CATEGORIES, command_table
+
+    cats = command_table().by_name[fullname].categories
+    return ["@" + c for c in CATEGORIES if c in cats]
+
+
 def _command_info(cmd) -> list:
     return [
         cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.flags if f != "fast"] +
         ([b"fast"] if "fast" in cmd.flags else []),
         cmd.first_key, cmd.last_key, cmd.step,
-        [b"@" + (cmd.group.encode() if cmd.group != "generic" else b"keyspace")],
+        acl_categories(cmd.fullname),
         [], [],
         [_command_info(s) for s in cmd.subcommands.values()],
     ]
