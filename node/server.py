@@ -48,6 +48,7 @@ from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
+from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP, RegionStopped, Supervisor
 
 log = logging.getLogger("braid.server")
@@ -119,6 +120,7 @@ class Server:
         self.apply_faults = 0      # DEBUG APPLY-FAIL: operations of other regions still to fail to apply
         self.failed: str | None = None  # why the region fail-stopped (node/supervision.py)
         self.supervisor = Supervisor(self)
+        self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
         cmdtable.load_all()
 
     # ------------------------------------------------------------ settings
@@ -352,11 +354,14 @@ class Server:
         if self.oplog is None:
             self.open_log()
         loop = asyncio.get_running_loop()
+        plain = port is not None or self.port  # setting `port 0`: no plain port (start(host, 0): any free port)
         port = self.port if port is None else port
-        self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
-                                                reuse_address=True, backlog=511)
-        self.port = self._server.sockets[0].getsockname()[1]
-        self.config.set("port", self.port)
+        if plain:
+            self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
+                                                    reuse_address=True, backlog=511)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self.config.set("port", self.port)
+        await self.tls.start(host)
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
@@ -400,6 +405,7 @@ class Server:
             self._cron.cancel()
         if self._server is not None:
             self._server.close()
+        self.tls.close()
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -407,7 +413,7 @@ class Server:
         self.shutdown()
 
     async def serve_forever(self) -> None:
-        assert self._server is not None
+        assert self._server is not None or self.tls.port
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -428,6 +434,7 @@ class Server:
             await self.db.aa.stop()
         if self._server is not None:
             self._server.close()
+        await self.tls.stop()
         for c in list(self.clients.values()):
             c.close()
         if self._server is not None:
@@ -869,6 +876,9 @@ class ClientConnection(asyncio.Protocol):
 async def run_server(server: Server, host: str, port: int) -> int:
     """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status."""
     await server.start(host, port)
-    log.info("braid region %d listening on %s:%d", server.region, host, server.port)
+    if server._server is not None:
+        log.info("braid region %d listening on %s:%d", server.region, host, server.port)
+    if server.tls.port:
+        log.info("braid region %d TLS port on %s:%d", server.region, host, server.tls.port)
     await server.serve_forever()
     return EXIT_FAIL_STOP if server.failed is not None else 0

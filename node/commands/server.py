@@ -12,6 +12,7 @@ import time
 
 from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
+from ..security.tls import TLS_SETTINGS, UPDATE_FAILED, TlsConfigError
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
 from .util import ERR_SYNTAX
 
@@ -136,6 +137,7 @@ def _section_stats(srv) -> list[str]:
         f"unexpected_error_replies:{st.unexpected_error_replies}",
         f"command_internal_errors:{st.command_internal_errors}",
         *srv.supervisor.info_stats(),
+        *srv.tls.info_stats(),
     ]
 
 
@@ -254,8 +256,15 @@ def config_set(client, argv: list[bytes]):
             staged[name] = cfg.parse(name, argv[i + 1])
         except ConfigError as e:
             raise ReplyError(f"ERR {e}") from None
+    try:  # a TLS setting: the new context is built (its files checked) before anything changes
+        tls_change = client.server.tls.prepare(staged)
+    except TlsConfigError:
+        name = next(n for n in staged if n in TLS_SETTINGS)
+        raise ReplyError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {UPDATE_FAILED}") from None
     for name, value in staged.items():
         cfg.set(name, value)
+    if tls_change is not None:
+        client.server.tls.commit(tls_change)
     client.server.config_changed()
     if LAYOUT_SETTINGS.intersection(staged):
         client.server.log_settings(argv)
