@@ -141,8 +141,8 @@ class Config:
         if s.kind in ("int", "memory"):
             v = parse_memory(raw) if s.kind == "memory" else string2ll(raw)
             if v is None:
-                what = "memory" if s.kind == "memory" else "integer"
-                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be a {what}")
+                what = "must be a memory value" if s.kind == "memory" else "couldn't be parsed into an integer"
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument {what}")
             if not s.lo <= v <= s.hi:
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be between {s.lo} and {s.hi} inclusive")
             return v
