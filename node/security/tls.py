@@ -204,13 +204,11 @@ class _OpenSSL:
 
 
 # ------------------------------------------------------------------ refusals
-# why a handshake failed -> the INFO field that counts it
+# why a handshake failed -> the INFO field that counts it (README: "TLS for clients");
+# plain text is told by the connection's first byte, before OpenSSL sees it (_first_byte)
 REASONS = ("plaintext", "no_client_cert", "unknown_ca", "expired_cert", "bad_cert", "timeout", "other")
-_X509_EXPIRED = 10
+_X509_EXPIRED = (9, 10)  # not yet valid, expired
 _X509_UNKNOWN_ISSUER = (2, 18, 19, 20, 21)  # no issuer certificate / self-signed / not in the trusted CAs
-_PLAINTEXT = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL",
-              "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNEXPECTED_RECORD", "WRONG_SSL_VERSION",
-              "UNSUPPORTED_PROTOCOL", "RECORD_LENGTH_MISMATCH"}
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
@@ -219,18 +217,16 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return ("other" if exc.closed else "plaintext"), str(exc)
     if isinstance(exc, ssl.SSLCertVerificationError):
         code = exc.verify_code
-        kind = ("expired_cert" if code == _X509_EXPIRED else
+        kind = ("expired_cert" if code in _X509_EXPIRED else
                 "unknown_ca" if code in _X509_UNKNOWN_ISSUER else "bad_cert")
         return kind, f"client certificate refused: {exc.verify_message}"
     if isinstance(exc, ssl.SSLError):
         reason = exc.reason or ""
         if reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
             return "no_client_cert", "the client presented no certificate (tls-auth-clients yes)"
-        if reason in _PLAINTEXT:
-            return "plaintext", f"not a TLS client (plain text on the TLS port?): {reason}"
         if "CERTIFICATE" in reason:
             return "bad_cert", f"client certificate refused: {reason}"
-        return "other", reason or str(exc)
+        return "other", f"handshake failed: {reason or exc}"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or "taking longer" in str(exc):
         return "timeout", f"no complete handshake within {HANDSHAKE_TIMEOUT_S:g}s"
     return "other", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
