@@ -68,9 +68,6 @@ def cmd_node(args: argparse.Namespace) -> int:
         except ConfigError as e:
             print(f"braid node: --{name} {value}: {e}", file=sys.stderr)
             return 2
-    if not int(cfg["port"]) and not int(cfg["tls-port"]):
-        print("braid node: port 0 and tls-port 0: the region would not listen anywhere", file=sys.stderr)
-        return 1
     server = Server(cfg, cluster=cluster)
     try:
         server.tls.check()  # a bad certificate or key: a clear error now, not a traceback later
@@ -86,8 +83,10 @@ def cmd_node(args: argparse.Namespace) -> int:
         print(f"braid: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        where = f"{args.bind}:{args.port}" if not (e.strerror or "").startswith("tls-port") else args.bind
-        print(f"braid: cannot listen on {where}: {e.strerror}", file=sys.stderr)
+        what = e.strerror or str(e)
+        where = (f" on {args.bind}" if what.startswith("tls-port") else "" if what.startswith("port 0")
+                 else f" on {args.bind}:{args.port}")
+        print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
         return 1
     if server.failed is not None:
         print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "

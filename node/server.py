@@ -361,7 +361,7 @@ class Server:
                                                     reuse_address=True, backlog=511)
             self.port = self._server.sockets[0].getsockname()[1]
             self.config.set("port", self.port)
-        await self.tls.start(host)
+        await self.tls.start(host, bool(plain))
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")

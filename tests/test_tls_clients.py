@@ -298,8 +298,24 @@ def test_protocols_and_cipher_suites(tls_certs):
                 assert s.cipher()[0] == "TLS_CHACHA20_POLY1305_SHA256"
         with pytest.raises(redis.ResponseError, match="possibly related to argument 'tls-ciphersuites'"):
             admin.config_set("tls-ciphersuites", "NOT_A_SUITE")
+        # session resumption (TLS 1.2 here: its sessions are the server's cache or its tickets)
+        resuming = c.client_context(c.client)
+        resuming.maximum_version = ssl.TLSVersion.TLSv1_2
+
+        def reused_twice() -> list[bool]:
+            session, out = None, []
+            for _ in range(2):
+                with socket.create_connection(("127.0.0.1", n.tls_port), timeout=10) as raw:
+                    with resuming.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as s:
+                        s.sendall(PING)
+                        assert s.recv(1024) == b"+PONG\r\n"
+                        out.append(s.session_reused)
+                        session = s.session
+            return out
+
+        assert reused_twice() == [False, True]
         assert admin.config_set("tls-session-caching", "no")
-        assert tls_exchange(n.tls_port, ctx) == b"+PONG\r\n"
+        assert reused_twice() == [False, False]
         admin.close()
 
 
@@ -447,3 +463,8 @@ def test_braid_node_applies_the_cluster_files_region_settings(tls_certs, tmp_pat
     res = subprocess.run([sys.executable, "-m", "node", "node", "--config", path, "--region", "region-1",
                           "--data-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "tls-auth-clients" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_no_port_at_all_is_refused(tmp_path):
+    res = _node_exit(["--port", "0"], tmp_path)
+    assert res.returncode == 1 and "configured to not listen anywhere" in res.stderr, res.stderr

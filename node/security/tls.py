@@ -278,10 +278,13 @@ class ClientTls:
         if int(self.config["tls-port"]):
             self.context = build_context(self.config)
 
-    async def start(self, host: str) -> None:
-        """Listen on tls-port (nothing when it is 0)."""
+    async def start(self, host: str, plain: bool = True) -> None:
+        """Listen on tls-port (nothing when it is 0).  ``plain``: the plain port serves (else,
+        with tls-port 0 too, the region would not listen anywhere: an OSError, as Redis exits)."""
         self.host = host
         port = int(self.config["tls-port"])
+        if not port and not plain:
+            raise OSError(0, "port 0 and tls-port 0: configured to not listen anywhere")
         if not port:
             return
         if self.context is None:
