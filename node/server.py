@@ -413,7 +413,7 @@ class Server:
         self.shutdown()
 
     async def serve_forever(self) -> None:
-        assert self._server is not None or self.tls.port
+        assert self._server is not None or self.config["tls-port"]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -873,8 +873,9 @@ class ClientConnection(asyncio.Protocol):
 
 
 
-async def run_server(server: Server, host: str, port: int) -> int:
-    """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status."""
+async def run_server(server: Server, host: str, port: int | None) -> int:
+    """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status.
+    ``port`` None: the setting's (0: no plain port)."""
     await server.start(host, port)
     if server._server is not None:
         log.info("braid region %d listening on %s:%d", server.region, host, server.port)

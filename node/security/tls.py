@@ -3,14 +3,17 @@
 Theory of operation
 -------------------
 A region may serve RESP on two ports at once: the plain ``port`` (``port 0`` turns it
-off) and ``tls-port``.  The TLS port is an ordinary listener whose connections first go
-through a handshake (``loop.start_tls`` in a task of their own, bounded by
-``HANDSHAKE_TIMEOUT_S``); only a connection whose handshake completed becomes a client
-(:class:`node.server.ClientConnection`), so a client that sends plain text, stalls
-mid-handshake or presents a certificate the region does not accept never reaches the
-command layer and never holds up another connection.  Each refusal is logged once at
-WARNING with the peer's address and the reason, and counted (``INFO stats``, the
-``tls_handshake_failures*`` fields below).
+off; with ``tls-port 0`` too the region refuses to start) and ``tls-port``.  The TLS
+port has an accept loop of its own; every accepted socket gets a task that first looks
+at its first byte without reading it (a plain-text client is refused at once: OpenSSL
+would wait for the rest of a "record"), then hands the socket to
+``loop.connect_accepted_socket`` with the context and ``HANDSHAKE_TIMEOUT_S``, which
+returns once the handshake is done or raises why it failed.  Only a connection whose
+handshake completed becomes a client (:class:`node.server.ClientConnection`), so a
+client that sends plain text, stalls mid-handshake or presents a certificate the region
+does not accept never reaches the command layer and never holds up another connection.
+Each refusal is logged once at WARNING with the peer's address and the reason, and
+counted (``INFO stats``, the ``tls_handshake_failures*`` fields, :data:`REASONS`).
 
 The ``ssl.SSLContext`` is built from the settings, with Redis's meaning:
 
