@@ -468,3 +468,26 @@ def test_braid_node_applies_the_cluster_files_region_settings(tls_certs, tmp_pat
 def test_no_port_at_all_is_refused(tmp_path):
     res = _node_exit(["--port", "0"], tmp_path)
     assert res.returncode == 1 and "configured to not listen anywhere" in res.stderr, res.stderr
+
+
+def test_config_set_tls_port_moves_the_listener(tls_certs):
+    c = tls_certs
+    with TlsNode(c) as n:
+        admin = n.client()
+        old_port, new_port = n.tls_port, free_port()
+        assert admin.config_set("tls-port", new_port)
+        assert tls_exchange(new_port, c.client_context(c.client)) == b"+PONG\r\n"
+        wait_until(lambda: _is_free(old_port), 10, what="the old TLS port closed")
+        with socket.socket() as busy:  # a port someone else holds: Redis's reply, the listener stays
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)
+            with pytest.raises(redis.ResponseError, match=re.escape(
+                    "(possibly related to argument 'tls-port') - Unable to listen on this port")):
+                admin.config_set("tls-port", busy.getsockname()[1])
+        assert admin.config_get("tls-port") == {"tls-port": str(new_port)}
+        assert tls_exchange(new_port, c.client_context(c.client)) == b"+PONG\r\n"
+        assert admin.config_set("tls-port", 0)  # TLS off: the plain port serves on
+        wait_until(lambda: _is_free(new_port), 10, what="the TLS port closed")
+        assert admin.ping()
+        admin.close()
+

@@ -12,7 +12,7 @@ import time
 
 from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
-from ..security.tls import TLS_SETTINGS, UPDATE_FAILED, TlsConfigError
+from ..security.tls import TLS_SETTINGS, TlsConfigError
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
 from .util import ERR_SYNTAX
 
@@ -258,9 +258,9 @@ def config_set(client, argv: list[bytes]):
             raise ReplyError(f"ERR {e}") from None
     try:  # a TLS setting: the new context is built (its files checked) before anything changes
         tls_change = client.server.tls.prepare(staged)
-    except TlsConfigError:
-        name = next(n for n in staged if n in TLS_SETTINGS)
-        raise ReplyError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {UPDATE_FAILED}") from None
+    except TlsConfigError as e:
+        name = e.setting or next(n for n in staged if n in TLS_SETTINGS)
+        raise ReplyError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {e.reply}") from None
     for name, value in staged.items():
         cfg.set(name, value)
     if tls_change is not None:

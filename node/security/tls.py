@@ -61,11 +61,17 @@ FILE_SETTINGS = ("tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-ce
 _PROTOCOLS = {"tlsv1": ssl.TLSVersion.TLSv1, "tlsv1.1": ssl.TLSVersion.TLSv1_1,
               "tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
 _VERIFY = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "no": ssl.CERT_NONE}
-UPDATE_FAILED = "Unable to update TLS configuration. Check server logs."  # Redis's CONFIG SET reply
+UPDATE_FAILED = "Unable to update TLS configuration. Check server logs."  # Redis's CONFIG SET replies
+LISTEN_FAILED = "Unable to listen on this port. Check server logs."
 
 
 class TlsConfigError(ValueError):
-    """A TLS setting or file the region cannot use; the message names the setting and file."""
+    """A TLS setting or file the region cannot use; the message names the setting and file.
+    ``setting``/``reply``: what CONFIG SET's error names and says (Redis's words)."""
+
+    def __init__(self, message: str, setting: str | None = None, reply: str = UPDATE_FAILED) -> None:
+        super().__init__(message)
+        self.setting, self.reply = setting, reply
 
 
 # ------------------------------------------------------------------ the context
@@ -398,7 +404,7 @@ class ClientTls:
                 sock = self._bind(self.host, port)
             except OSError as e:
                 log.warning("CONFIG SET refused: cannot listen on %s: %s", self.host, e.strerror)
-                raise TlsConfigError(str(e.strerror)) from None
+                raise TlsConfigError(str(e.strerror), "tls-port", LISTEN_FAILED) from None
         return _Change(context, sock, port)
 
     def commit(self, change: _Change) -> None:
