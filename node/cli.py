@@ -8,8 +8,19 @@ import logging
 import os
 import sys
 
-from .config import Config
+from .config import Config, ConfigError
+from .security.tls import TlsConfigError
 from .server import Server, run_server
+
+# `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
+TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
+               "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+               "tls-prefer-server-ciphers", "tls-session-caching", "tls-session-cache-size",
+               "tls-session-cache-timeout")
+
+
+def _dest(name: str) -> str:
+    return name.replace("-", "_")
 
 
 def _event_loop_policy() -> None:
@@ -37,6 +48,12 @@ def cmd_node(args: argparse.Namespace) -> int:
     os.makedirs(args.data_dir, exist_ok=True)
     args.bind = args.bind or "127.0.0.1"
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
+    for name, value in (cluster[0].region_settings(cluster[1]) if cluster else {}).items():
+        try:  # the cluster file's [regions.config] (the command line's options come after it)
+            cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
+        except ConfigError as e:
+            print(f"braid node: {args.config}: region {cluster[1].name}: {name} = {value!r}: {e}", file=sys.stderr)
+            return 2
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
     cfg.set("appendonly", args.appendonly == "yes")
@@ -44,6 +61,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
     if fsync:
         cfg.set("appendfsync", fsync)
+    given = [(name, getattr(args, _dest(name))) for name in TLS_OPTIONS if getattr(args, _dest(name)) is not None]
+    for name, value in given:
+        try:
+            cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
+        except ConfigError as e:
+            print(f"braid node: --{name} {value}: {e}", file=sys.stderr)
+            return 2
     if args.aclfile:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
     from .security.acl import AclFileError
@@ -53,16 +77,24 @@ def cmd_node(args: argparse.Namespace) -> int:
     except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
         print(f"braid node: aborting startup because of ACL errors: {e}", file=sys.stderr)
         return 1
+    try:
+        server.tls.check()  # a bad certificate or key: a clear error now, not a traceback later
+    except TlsConfigError as e:
+        print(f"braid node: {e}", file=sys.stderr)
+        return 1
     _event_loop_policy()
     from .persistence.replay import LoadError
 
     try:
-        status = asyncio.run(run_server(server, args.bind, args.port))
+        status = asyncio.run(run_server(server, args.bind, int(cfg["port"]) or None))
     except LoadError as e:
         print(f"braid: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"braid: cannot listen on {args.bind}:{args.port}: {e.strerror}", file=sys.stderr)
+        what = e.strerror or str(e)
+        where = (f" on {args.bind}" if what.startswith("tls-port") else "" if what.startswith("port 0")
+                 else f" on {args.bind}:{args.port}")
+        print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
         return 1
     if server.failed is not None:
         print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "
@@ -182,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="allow DEBUG's fault injection (clock skew, slow fsync, full disk): chaos tests")
     p.add_argument("--appendfsync", choices=["always", "everysec", "no"],
                    help="when the log reaches the disk (default: the cluster file's, else everysec)")
+    tls = p.add_argument_group("TLS on the client port (Redis's settings; also CONFIG GET/SET and the cluster "
+                               "file's [regions.config]); --port 0 turns the plain port off")
+    for name in TLS_OPTIONS:
+        tls.add_argument(f"--{name}", dest=_dest(name), metavar="VALUE")
     p.set_defaults(fn=cmd_node)
 
     p = sub.add_parser("up", help="start a local cluster on loopback")
@@ -189,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-port", type=int, default=7001)
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--detach", action="store_true", help="return once the regions serve")
+    p.add_argument("--tls", action="store_true",
+                   help="certificates under DATA/tls/, TLS on a client port 200 above each plain one (kept on), "
+                        "mutual TLS between regions")
     p.set_defaults(fn=cmd_up)
 
     p = sub.add_parser("down", help="stop a cluster started with `braid up --detach`")

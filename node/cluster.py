@@ -10,6 +10,11 @@ stops the regions) or, with ``--detach``, records the process ids in
 id and token, RESP on ``--base-port``.., gRPC replication 100 ports above) and
 starts each region with ``braid node --config cluster.toml --region NAME``;
 ``--regions 1`` starts a standalone region (Redis's own ID rules).
+
+``--tls`` makes the cluster CA and the certificates under ``<data-dir>/tls/``
+(``node.security.certs``), writes the links' ``[tls]`` table and, per region, TLS on
+a client port 200 above the plain one (which stays on), and prints the
+``redis-cli --tls`` line for each region.
 """
 
 from __future__ import annotations
@@ -84,22 +89,51 @@ def _reuse_cluster(cluster_file: str, args: argparse.Namespace) -> bool:
     from .cluster_config import load, local_cluster
 
     wanted = local_cluster(args.regions, args.base_port)
+    if getattr(args, "tls", False):
+        with_tls(wanted, args.base_port)
     if os.path.exists(cluster_file):
         try:
             held = load(cluster_file)
         except (OSError, ValueError, KeyError) as e:
             print(f"braid up: {cluster_file}: {e}", file=sys.stderr)
             return False
-        shape = [(r.name, r.port, r.repl_port) for r in held.regions]
-        if shape == [(r.name, r.port, r.repl_port) for r in wanted.regions]:
+        shape = [(r.name, r.port, r.repl_port, r.config.get("tls-port")) for r in held.regions]
+        if shape == [(r.name, r.port, r.repl_port, r.config.get("tls-port")) for r in wanted.regions]:
             print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)}")
             return True
+        tls = "with" if any(r.config.get("tls-port") for r in held.regions) else "without"
         print(f"braid up: {os.path.dirname(cluster_file)} holds another cluster ({len(held.regions)} regions from "
-              f"port {held.regions[0].port if held.regions else '?'}): give another --data-dir or remove it",
-              file=sys.stderr)
+              f"port {held.regions[0].port if held.regions else '?'}, {tls} TLS): give another --data-dir or "
+              f"remove it", file=sys.stderr)
         return False
     wanted.save(cluster_file)
     return True
+
+
+TLS_DIR = "tls"  # under the data directory: the cluster CA and every certificate (braid up --tls)
+TLS_PORT_OFFSET = 200  # a region's TLS client port: its plain port + 200
+
+
+def tls_region_config(name: str, port: int) -> dict[str, str | int]:
+    """A region's client-port TLS settings as ``braid up --tls`` writes them (paths relative to the
+    data directory).  ``tls-auth-clients optional``: a client certificate is checked when one is
+    presented, and ``redis-cli --tls --cacert`` alone also connects."""
+    return {"tls-port": port + TLS_PORT_OFFSET, "tls-cert-file": f"{TLS_DIR}/{name}.crt",
+            "tls-key-file": f"{TLS_DIR}/{name}.key", "tls-ca-cert-file": f"{TLS_DIR}/ca.crt",
+            "tls-auth-clients": "optional"}
+
+
+def with_tls(cfg, base_port: int) -> None:
+    """TLS everywhere in a local cluster file: mutual TLS on the links, TLS on each client port."""
+    cfg.tls = {"ca": f"{TLS_DIR}/ca.crt", "cert_dir": TLS_DIR}
+    for r in cfg.regions:
+        r.config.update(tls_region_config(r.name, r.port))
+
+
+def tls_connect_line(data_dir: str, port: int) -> str:
+    d = os.path.join(data_dir, TLS_DIR)
+    return (f"redis-cli --tls --cacert {d}/ca.crt --cert {d}/client.crt --key {d}/client.key "
+            f"-p {port + TLS_PORT_OFFSET}")
 
 
 def up(args: argparse.Namespace) -> int:
@@ -115,6 +149,15 @@ def up(args: argparse.Namespace) -> int:
             return 1
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
     ports = [args.base_port + i for i in range(len(names))]
+    tls = getattr(args, "tls", False)
+    if tls:
+        from .security.certs import create_cluster_certs
+
+        try:  # an existing CA and certificates are kept (a restart, or new regions of the same CA)
+            create_cluster_certs(os.path.join(data_dir, TLS_DIR), names)
+        except (OSError, ValueError) as e:
+            print(f"braid up: cannot make the certificates: {e}", file=sys.stderr)
+            return 1
     for port in ports:
         if ping(port):
             print(f"braid up: port {port} is already serving (is a cluster running? try `braid down`)",
@@ -126,6 +169,10 @@ def up(args: argparse.Namespace) -> int:
         os.makedirs(rdir, exist_ok=True)
         log = open(os.path.join(rdir, "node.log"), "ab")
         extra = ["--config", cluster_file, "--region", name] if cluster_file else []
+        if tls and not cluster_file:  # a standalone region: its TLS settings on the command line
+            for key, value in tls_region_config(name, port).items():
+                value = os.path.join(data_dir, value) if key.endswith("-file") else value
+                extra += [f"--{key}", str(value)]
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "node", "node", "--port", str(port), "--data-dir", rdir, *extra],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=args.detach))
@@ -142,6 +189,11 @@ def up(args: argparse.Namespace) -> int:
         table.add_row(name, str(port), f"redis-cli -p {port}", os.path.join(data_dir, name, "node.log"))
     console = Console()
     console.print(table)
+    if tls:  # printed whole, never wrapped: each line is a command to copy
+        print("TLS client ports (a client certificate is optional: `redis-cli --tls --cacert "
+              f"{os.path.join(args.data_dir, TLS_DIR)}/ca.crt -p PORT` connects too):")
+        for name, port in zip(names, ports):
+            print(f"  {name}: {tls_connect_line(args.data_dir, port)}")
     if args.detach:
         with open(os.path.join(data_dir, PIDFILE), "w") as f:
             json.dump({"pids": [p.pid for p in procs], "ports": ports}, f)

@@ -13,16 +13,26 @@ Example (``deploy/cluster.example.toml``)::
     host = "127.0.0.1"
     port = 7001                # RESP
     repl_port = 7101           # gRPC: replication and the admin service
+    [regions.config]           # optional: server settings of this region, by their Redis names
+    tls-port = 7201            # file names are relative to the cluster file's directory
+    tls-cert-file = "tls/region-1.crt"
+    tls-key-file = "tls/region-1.key"
+    tls-ca-cert-file = "tls/ca.crt"
+
+``tls = false`` or a ``[tls]`` table says how the regions' links run (kept as written here).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import tomllib
 from dataclasses import dataclass, field
 
 
+# settings naming files: a cluster file's [regions.config] gives them relative to its own directory
+FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
 ID_MODES = ("strict", "semi-strict", "liberal")
 FSYNC_POLICIES = ("always", "everysec", "no")
 # Settings of the database that braid-admin tunes on every region: name -> (attribute below, values)
@@ -39,6 +49,9 @@ class RegionSpec:
     host: str
     port: int
     repl_port: int
+    # server settings of this region by their CONFIG GET names ([regions.config]), applied at
+    # start after the defaults and before the command line's options; file names as written
+    config: dict[str, str | int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -51,6 +64,9 @@ class ClusterConfig:
     id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
     appendfsync: str = "everysec"  # always | everysec | no, for every region
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
+    # links between regions: False for `tls = false`, the [tls] table as written, or None
+    # when the file says neither
+    tls: dict | bool | None = None
 
     def save(self, path: str | None = None) -> None:
         """Write the file (atomically: a reader never sees half of it)."""
@@ -69,6 +85,12 @@ class ClusterConfig:
         known = ", ".join(r.name for r in self.regions)
         raise ValueError(f"no region named {name!r} in the cluster file (regions: {known})")
 
+    def region_settings(self, region: RegionSpec) -> dict[str, str | int]:
+        """A region's [regions.config], file names resolved against the cluster file's directory."""
+        base = os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
+        return {name: (os.path.join(base, value) if name in FILE_SETTINGS and isinstance(value, str) and value
+                       else value) for name, value in region.config.items()}
+
     def validate(self) -> None:
         if self.id_mode not in ID_MODES:
             raise ValueError(f"id_mode must be one of {', '.join(ID_MODES)}")
@@ -85,10 +107,25 @@ class ClusterConfig:
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
                  f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
                  f'appendfsync = "{self.appendfsync}"', ""]
+        if self.tls is False:
+            lines += ["tls = false", ""]
+        elif isinstance(self.tls, dict):
+            lines += ["[tls]", *(f"{k} = {_toml_value(v)}" for k, v in self.tls.items()), ""]
         for r in self.regions:
             lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
                       f"port = {r.port}", f"repl_port = {r.repl_port}", ""]
+            if r.config:
+                lines += ["[regions.config]", *(f"{k} = {_toml_value(v)}" for k, v in r.config.items()), ""]
         return "\n".join(lines)
+
+
+def _toml_value(v: object) -> str:
+    """A TOML scalar: a bare key or integer, else a basic string (JSON's escapes are TOML's)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(str(v), ensure_ascii=False)
 
 
 def load(path: str) -> ClusterConfig:
@@ -100,11 +137,29 @@ def load(path: str) -> ClusterConfig:
         id_mode=str(data.get("id_mode", "strict")),
         appendfsync=str(data.get("appendfsync", "everysec")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
-                            int(r["port"]), int(r["repl_port"])) for r in data.get("regions", [])],
+                            int(r["port"]), int(r["repl_port"]), _region_config(r))
+                 for r in data.get("regions", [])],
         path=path,
+        tls=data.get("tls"),
     )
+    if cfg.tls is not None and cfg.tls is not False and not isinstance(cfg.tls, dict):
+        raise ValueError("tls must be false or a [tls] table")
     cfg.validate()
     return cfg
+
+
+def _region_config(region: dict) -> dict[str, str | int]:
+    table = region.get("config", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"region {region.get('name')}: config must be a table of settings")
+    out: dict[str, str | int] = {}
+    for name, value in table.items():
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        if not isinstance(value, (str, int)):
+            raise ValueError(f"region {region.get('name')}: config {name} must be a string or an integer")
+        out[str(name).lower()] = value
+    return out
 
 
 def local_cluster(regions: int, base_port: int) -> ClusterConfig:
@@ -112,6 +167,6 @@ def local_cluster(regions: int, base_port: int) -> ClusterConfig:
     cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16, [
         RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1)
         for i in range(1, regions + 1)
-    ])
+    ], tls=False)
     cfg.validate()
     return cfg

@@ -85,6 +85,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("crdt-repl-keepalive-timeout-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False),
     Setting("crdt-repl-stall-timeout-ms", "int", 30000, 0, (1 << 31) - 1),
     Setting("crdt-repl-max-image-size", "memory", 8 * 1024**3, 1024 * 1024, (1 << 63) - 1),
+    # TLS on the client port (node/security/tls.py), Redis's names, defaults and mutability:
+    # tls-port 0 is off; CONFIG SET of any of them builds a new context for new connections
+    Setting("tls-port", "int", 0, 0, 65535),
+    Setting("tls-cert-file", "string", ""),
+    Setting("tls-key-file", "string", ""),
+    Setting("tls-key-file-pass", "string", ""),
+    Setting("tls-ca-cert-file", "string", ""),
+    Setting("tls-ca-cert-dir", "string", ""),
+    Setting("tls-auth-clients", "enum", "yes", choices=("no", "yes", "optional")),
+    Setting("tls-protocols", "string", ""),
+    Setting("tls-ciphers", "string", ""),
+    Setting("tls-ciphersuites", "string", ""),
+    Setting("tls-prefer-server-ciphers", "bool", False),
+    Setting("tls-session-caching", "bool", True),
+    Setting("tls-session-cache-size", "int", 20 * 1024, 0, (1 << 31) - 1),
+    Setting("tls-session-cache-timeout", "int", 300, 0, (1 << 31) - 1),
     # DEBUG's fault injection (clock skew, slow fsync, a full disk) for the chaos suite
     Setting("enable-debug-command", "enum", "no", choices=("no", "yes", "local"), mutable=False),
 )
@@ -118,17 +134,19 @@ class Config:
         pat = pattern.decode("latin-1").lower()
         return [s.name for s in SETTINGS if fnmatch.fnmatchcase(s.name, pat)]
 
-    def parse(self, name: str, raw: bytes) -> object:
+    def parse(self, name: str, raw: bytes, starting: bool = False) -> object:
+        """A CONFIG SET value, checked as Redis checks it (``starting``: a value given at start,
+        which may also set the settings CONFIG SET cannot change)."""
         s = BY_NAME.get(name)
         if s is None:
             raise ConfigError(f"Unknown option or number of arguments for CONFIG SET - '{name}'")
-        if not s.mutable:
+        if not s.mutable and not starting:
             raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config")
         if s.kind in ("int", "memory"):
             v = parse_memory(raw) if s.kind == "memory" else string2ll(raw)
             if v is None:
-                what = "memory" if s.kind == "memory" else "integer"
-                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be a {what}")
+                what = "must be a memory value" if s.kind == "memory" else "couldn't be parsed into an integer"
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument {what}")
             if not s.lo <= v <= s.hi:
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be between {s.lo} and {s.hi} inclusive")
             return v

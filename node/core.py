@@ -160,6 +160,7 @@ class RegionCore:
         self.supervisor = Supervisor(self)
         cmdtable.load_all()
         self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
+        self.tls = None  # the TLS client port: the server's (node/security/tls.py); a core has no port
 
     @property
     def aa(self):

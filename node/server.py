@@ -45,6 +45,7 @@ from .config import Config
 from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
+from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
 
 __all__ = ["BRAID_VERSION", "REDIS_COMPAT_VERSION", "ClientConnection", "Server", "Stats", "run_server",
@@ -69,6 +70,7 @@ class Server(RegionCore):
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
         self._log_write_scheduled = False
         self._bgsave: asyncio.Future | None = None
+        self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
 
     # ------------------------------------------------------------ settings
     def config_changed(self) -> None:
@@ -151,11 +153,14 @@ class Server(RegionCore):
         if self.oplog is None:
             self.open_log()
         loop = asyncio.get_running_loop()
+        plain = port is not None or self.port  # setting `port 0`: no plain port (start(host, 0): any free port)
         port = self.port if port is None else port
-        self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
-                                                reuse_address=True, backlog=511)
-        self.port = self._server.sockets[0].getsockname()[1]
-        self.config.set("port", self.port)
+        if plain:
+            self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
+                                                    reuse_address=True, backlog=511)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self.config.set("port", self.port)
+        await self.tls.start(host, bool(plain))
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
@@ -186,6 +191,7 @@ class Server(RegionCore):
             self._cron.cancel()
         if self._server is not None:
             self._server.close()
+        self.tls.close()
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -193,7 +199,7 @@ class Server(RegionCore):
         self.shutdown()
 
     async def serve_forever(self) -> None:
-        assert self._server is not None
+        assert self._server is not None or self.config["tls-port"]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -214,6 +220,7 @@ class Server(RegionCore):
             await self.db.aa.stop()
         if self._server is not None:
             self._server.close()
+        await self.tls.stop()
         for c in list(self.clients.values()):
             c.close()
         if self._server is not None:
@@ -509,9 +516,13 @@ class ClientConnection(Session, asyncio.Protocol):
 
 
 
-async def run_server(server: Server, host: str, port: int) -> int:
-    """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status."""
+async def run_server(server: Server, host: str, port: int | None) -> int:
+    """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status.
+    ``port`` None: the setting's (0: no plain port)."""
     await server.start(host, port)
-    log.info("braid region %d listening on %s:%d", server.region, host, server.port)
+    if server._server is not None:
+        log.info("braid region %d listening on %s:%d", server.region, host, server.port)
+    if server.tls.port:
+        log.info("braid region %d TLS port on %s:%d", server.region, host, server.tls.port)
     await server.serve_forever()
     return EXIT_FAIL_STOP if server.failed is not None else 0

@@ -96,7 +96,7 @@ class _ServerProcess:
                 with open(self.log_path, "rb") as f:
                     tail = f.read()[-2000:].decode("utf-8", "replace")
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
-            return ping(self.port)
+            return self.answers()
 
         try:
             wait_until(ready, 30.0, what=f"{self.name} on port {self.port}")
@@ -105,6 +105,10 @@ class _ServerProcess:
             self.proc.wait(10)
             raise
         return self
+
+    def answers(self) -> bool:
+        """Is it serving yet (start() polls this)?"""
+        return ping(self.port)
 
     @property
     def pid(self) -> int:
@@ -146,10 +150,14 @@ class BraidProcess(_ServerProcess):
 
     def __init__(self, port: int | None = None, data_dir: str | None = None,
                  cluster_file: str | None = None, region: str | None = None,
-                 extra_args: list[str] = ()) -> None:
+                 extra_args: list[str] = (), ready=None) -> None:
         super().__init__(port, data_dir)
         self.cluster_file, self.region = cluster_file, region
         self.extra_args = list(extra_args)  # e.g. ["--appendfsync", "always"]
+        self.ready = ready  # what tells it serves, when not a PING on the plain port (e.g. `--port 0`)
+
+    def answers(self) -> bool:
+        return self.ready() if self.ready is not None else super().answers()
 
     def argv(self) -> list[str]:
         extra = ["--config", self.cluster_file, "--region", self.region] if self.cluster_file else []

@@ -13,6 +13,7 @@ the reader; it runs both on the driver (planning) and on executors (reading).
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -36,6 +37,22 @@ def positive_option(text: str, name: str) -> int:
 def connect(url: str) -> redis.Redis:
     """A connection to the region at ``url`` (redis://host:port[/0], rediss:// for TLS)."""
     return redis.Redis.from_url(url, protocol=2, socket_timeout=120, socket_connect_timeout=30)
+
+
+# reader and writer options for a rediss:// url -> redis-py's URL parameters
+TLS_OPTIONS = {"tlsCaCert": "ssl_ca_certs", "tlsCert": "ssl_certfile", "tlsKey": "ssl_keyfile"}
+
+
+def url_option(options) -> str:
+    """The ``url`` option, with the TLS options (the CA to trust, a client certificate and key)
+    added as redis-py's ``rediss://`` URL parameters, so executors connect with them too."""
+    url = options.get("url", "redis://127.0.0.1:6379")
+    extra = {param: options.get(name) for name, param in TLS_OPTIONS.items() if options.get(name)}
+    if not extra:
+        return url
+    if not url.startswith("rediss://"):
+        raise ValueError(f"braid: options {', '.join(TLS_OPTIONS)} need a rediss:// url, got {url!r}")
+    return url + ("&" if "?" in url else "?") + urlencode(extra)
 
 
 def id_tuple(id_: str | bytes) -> tuple[int, int]:

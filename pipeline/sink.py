@@ -80,7 +80,7 @@ class WriteOptions:
         if len([c for c in schema_names if c != key_column]) == 0:
             raise ValueError("braid: nothing to write: every row needs at least one field column")
         return cls(
-            url=options.get("url", "redis://127.0.0.1:6379"),
+            url=braid.url_option(options),
             key=key, key_column=key_column,
             producer=options.get("producerId"),
             id_columns=id_columns,

@@ -68,7 +68,7 @@ class ReadOptions:
             raise ValueError("braid: name the streams to read with option keys (comma-separated) or keyPattern")
         limit = options.get("maxRowsPerBatch")
         return cls(
-            url=options.get("url", "redis://127.0.0.1:6379"),
+            url=braid.url_option(options),
             keys=keys, pattern=pattern,
             starting=options.get("startingPosition", "earliest"),
             ending=options.get("endingPosition", "latest"),

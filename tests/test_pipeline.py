@@ -14,8 +14,9 @@ import tempfile
 from decimal import Decimal
 
 import pytest
+import redis
 
-from node.testing import LocalCluster, wait_until
+from node.testing import BraidProcess, LocalCluster, free_port, wait_until
 
 
 
@@ -231,6 +232,38 @@ def test_batch_writer_rerun_with_same_producer_and_key_column(spark, cluster, cl
         b"n": b"1", b"half": b"0.5"}
     reports = [(r["rows"], r["written"], r["duplicates"]) for r in stats(clients[0], "kc-stats")]
     assert reports == [("30", "30", "0"), ("30", "0", "30")]
+
+
+def test_reader_and_writer_over_tls(spark, tmp_dir):
+    """A region serving only TLS (client certificates required): rediss:// with the TLS options."""
+    from node.security.certs import create_cluster_certs
+
+    made = create_cluster_certs(os.path.join(tmp_dir, "tls"), ["region-1"])
+    tls_port = free_port()
+    args = ["--port", "0", "--tls-port", str(tls_port), "--tls-cert-file", made.regions["region-1"][0],
+            "--tls-key-file", made.regions["region-1"][1], "--tls-ca-cert-file", made.ca]
+    options = {"url": f"rediss://127.0.0.1:{tls_port}", "tlsCaCert": made.ca, "tlsCert": made.client[0],
+               "tlsKey": made.client[1]}
+
+    def conn() -> redis.Redis:
+        return redis.Redis(port=tls_port, ssl=True, ssl_ca_certs=made.ca, ssl_certfile=made.client[0],
+                           ssl_keyfile=made.client[1], socket_timeout=30)
+
+    def serving() -> bool:
+        try:
+            return conn().ping()
+        except redis.ConnectionError:
+            return False
+
+    with BraidProcess(extra_args=args, ready=serving):
+        (spark.range(0, 50).selectExpr("id AS n").write.format("braid").options(**options)
+         .option("key", "secure").mode("append").save())
+        rows = spark.read.format("braid").options(**options).option("keys", "secure").load().collect()
+        assert sorted(int(r.fields["n"]) for r in rows) == list(range(50))
+        assert conn().xlen("secure") == 50
+        with pytest.raises(Exception, match="need a rediss:// url"):
+            spark.read.format("braid").option("url", "redis://127.0.0.1:1").option("tlsCaCert", made.ca) \
+                .option("keys", "secure").load().collect()
 
 
 def test_bad_options_are_clear_errors(spark, cluster):

@@ -12,6 +12,7 @@ import time
 
 from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
+from ..security.tls import TLS_SETTINGS, TlsConfigError
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
 from .util import ERR_SYNTAX
 
@@ -137,6 +138,7 @@ def _section_stats(srv) -> list[str]:
         f"command_internal_errors:{st.command_internal_errors}",
         *srv.acl.info_lines(),
         *srv.supervisor.info_stats(),
+        *(srv.tls.info_stats() if srv.tls is not None else ()),
     ]
 
 
@@ -255,10 +257,18 @@ def config_set(client, argv: list[bytes]):
             staged[name] = cfg.parse(name, argv[i + 1])
         except ConfigError as e:
             raise ReplyError(f"ERR {e}") from None
+    try:  # a TLS setting: the new context is built (its files checked) before anything changes
+        tls = client.server.tls  # None: a region core without a client port (a replay, the simulation)
+        tls_change = tls.prepare(staged) if tls is not None else None
+    except TlsConfigError as e:
+        name = e.setting or next(n for n in staged if n in TLS_SETTINGS)
+        raise ReplyError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {e.reply}") from None
     for name, value in staged.items():
         cfg.set(name, value)
     if "requirepass" in staged:  # the default user's password, as Redis's ACLUpdateDefaultUserPassword
         client.server.acl.set_default_password(staged["requirepass"])
+    if tls_change is not None:
+        tls.commit(tls_change)
     client.server.config_changed()
     if LAYOUT_SETTINGS.intersection(staged):
         client.server.log_settings(argv)
