@@ -9,7 +9,9 @@ number and stride, and the causal log's version vector.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -41,8 +43,13 @@ class ActiveActive:
         self.mode = cluster.id_mode
         self.causal = CausalLog(me.number)
         c = cluster
+        tls = None
+        if c.tls is not None:  # TlsConfigError (a ValueError) names a file that cannot be used
+            from .transport.tls import LinkCredentials
+
+            tls = LinkCredentials(c.tls.ca, *c.tls.region_pair(me))
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, self._on_apply,
-                                  server.config)
+                                  server.config, tls=tls, names={r.number: r.name for r in c.regions})
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it is durable (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
@@ -66,12 +73,35 @@ class ActiveActive:
 
         # listen where the RESP port listens (--bind; by default the region's host)
         await self.hub.serve(self.server.config["bind"], self.me.repl_port, extra=[AdminServicer(self)])
+        if self.hub.tls is None:
+            log.warning("links between regions and the admin service are PLAIN TEXT (tls = false in the "
+                        "cluster file): the cluster token and every operation cross the network in clear; "
+                        "use a [tls] table anywhere but a loopback playground")
+        try:  # SIGHUP re-reads the certificate, key and CA bundle (as braid-admin tls reload does)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_on_signal)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (InProcessServer) or no signals here
         for peer in self.cluster.regions:
             if peer.number > self.me.number:  # the lower number dials
                 self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
 
     async def stop(self) -> None:
+        try:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
         await self.hub.stop()
+
+    def reload_tls(self) -> dict:
+        """Re-read this region's certificate, key and CA bundle; links handshake again.
+        ValueError (TlsConfigError too): nothing changed."""
+        return self.hub.reload_tls()
+
+    def _reload_on_signal(self) -> None:
+        try:
+            self.reload_tls()
+        except ValueError as e:
+            log.error("SIGHUP: TLS credentials not reloaded (the ones in use stay): %s", e)
 
     @property
     def paused(self) -> bool:
@@ -351,6 +381,7 @@ class ActiveActive:
             "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(st["vv"].items())),
             f"crdt_pending:{st['pending']}",
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
+            f"crdt_link_tls:{'mutual' if self.hub.tls is not None else 'off'}",
             f"crdt_backlog_ops:{st['backlog_ops']}",
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
             f"crdt_backlog_bytes:{st['backlog_bytes']}",

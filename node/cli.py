@@ -44,7 +44,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
     if fsync:
         cfg.set("appendfsync", fsync)
-    server = Server(cfg, cluster=cluster)
+    from .transport.tls import TlsConfigError
+
+    try:
+        server = Server(cfg, cluster=cluster)
+    except TlsConfigError as e:
+        print(f"braid node: TLS between regions: {e}", file=sys.stderr)
+        return 1
     _event_loop_policy()
     from .persistence.replay import LoadError
 
@@ -157,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("node", help="run one region",
                        epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
-                              "data or listen; 2 for a bad cluster file or region; 70 when the region "
+                              "data, listen or use its TLS certificate, key or CA bundle; 2 for a bad cluster file or region; 70 when the region "
                               "fail-stopped (its state may be wrong; restarting it replays its log)")
     p.add_argument("--port", type=int, default=6380)
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "

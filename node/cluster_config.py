@@ -13,6 +13,22 @@ Example (``deploy/cluster.example.toml``)::
     host = "127.0.0.1"
     port = 7001                # RESP
     repl_port = 7101           # gRPC: replication and the admin service
+
+Links between regions and the admin service are mutual TLS or, said explicitly,
+plain text; a file that says neither is refused::
+
+    tls = false                # plain text (loopback playgrounds; braid node warns)
+
+    [tls]                      # or mutual TLS (paths relative to this file's directory)
+    ca = "tls/ca.crt"          # the CA bundle every region and braid-admin trust
+    cert_dir = "tls"           # region R presents cert_dir/R.crt and cert_dir/R.key
+    admin_cert = "tls/admin.crt"   # what braid-admin presents (default cert_dir/admin.crt)
+    admin_key = "tls/admin.key"
+
+A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
+``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
+:class:`LinkTls` with absolute paths; ``to_toml`` writes them back relative to the
+file's directory.
 """
 
 from __future__ import annotations
@@ -32,6 +48,10 @@ DB_SETTINGS = {
 }
 
 
+TLS_CHOICE = ("say how regions talk: `tls = false` for plain text (loopback playgrounds only), "
+              "or a [tls] table for mutual TLS (ca, cert_dir; see `braid certs create`)")
+
+
 @dataclass(slots=True)
 class RegionSpec:
     name: str
@@ -39,6 +59,23 @@ class RegionSpec:
     host: str
     port: int
     repl_port: int
+    tls_cert: str | None = None  # this region's certificate, when not cert_dir/<name>.crt (absolute)
+    tls_key: str | None = None
+
+
+@dataclass(slots=True)
+class LinkTls:
+    """Mutual TLS on every replication and admin connection (absolute paths)."""
+
+    ca: str            # the CA bundle: every CA whose certificates are accepted
+    cert_dir: str      # region R's pair is cert_dir/R.crt, cert_dir/R.key unless its entry names one
+    admin_cert: str    # braid-admin's client certificate (CN braid-admin)
+    admin_key: str
+
+    def region_pair(self, region: RegionSpec) -> tuple[str, str]:
+        """The certificate and key ``region`` presents."""
+        return (region.tls_cert or os.path.join(self.cert_dir, f"{region.name}.crt"),
+                region.tls_key or os.path.join(self.cert_dir, f"{region.name}.key"))
 
 
 @dataclass(slots=True)
@@ -51,6 +88,7 @@ class ClusterConfig:
     id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
     appendfsync: str = "everysec"  # always | everysec | no, for every region
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
+    tls: LinkTls | None = None  # None: plain-text links (the file says tls = false)
 
     def save(self, path: str | None = None) -> None:
         """Write the file (atomically: a reader never sees half of it)."""
@@ -59,7 +97,7 @@ class ClusterConfig:
             return
         tmp = f"{path}.tmp"
         with open(tmp, "w") as f:
-            f.write(self.to_toml())
+            f.write(self.to_toml(os.path.dirname(os.path.abspath(path))))
         os.replace(tmp, path)
 
     def region(self, name: str) -> RegionSpec:
@@ -81,27 +119,78 @@ class ClusterConfig:
             if not 1 <= r.number < self.stride:
                 raise ValueError(f"region {r.name}: number must be between 1 and {self.stride - 1}")
 
-    def to_toml(self) -> str:
+    def to_toml(self, base: str | None = None) -> str:
+        """The file's text; paths relative to ``base`` (the file's directory) when given."""
+        def path(p: str) -> str:
+            return _quote(os.path.relpath(p, base) if base else p)
+
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
                  f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
-                 f'appendfsync = "{self.appendfsync}"', ""]
+                 f'appendfsync = "{self.appendfsync}"']
+        if self.tls is None:
+            lines += ["tls = false  # plain-text links between regions: loopback playgrounds only", ""]
+        else:
+            t = self.tls
+            lines += ["", "[tls]", f"ca = {path(t.ca)}", f"cert_dir = {path(t.cert_dir)}",
+                      f"admin_cert = {path(t.admin_cert)}", f"admin_key = {path(t.admin_key)}", ""]
         for r in self.regions:
             lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
-                      f"port = {r.port}", f"repl_port = {r.repl_port}", ""]
+                      f"port = {r.port}", f"repl_port = {r.repl_port}"]
+            if r.tls_cert:
+                lines.append(f"tls_cert = {path(r.tls_cert)}")
+            if r.tls_key:
+                lines.append(f"tls_key = {path(r.tls_key)}")
+            lines.append("")
         return "\n".join(lines)
+
+
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _link_tls(data: dict, base: str) -> LinkTls | None:
+    """The ``tls`` entry of a cluster file: False (plain text) or the [tls] table."""
+    if "tls" not in data:
+        raise ValueError(f"the cluster file does not say how regions talk: {TLS_CHOICE}")
+    t = data["tls"]
+    if t is False:
+        return None
+    if not isinstance(t, dict):
+        raise ValueError(f"tls = {t!r} is not a choice: {TLS_CHOICE}")
+    unknown = set(t) - {"ca", "cert_dir", "admin_cert", "admin_key"}
+    if unknown:
+        raise ValueError(f"[tls]: unknown setting(s) {', '.join(sorted(unknown))} "
+                         "(known: ca, cert_dir, admin_cert, admin_key)")
+    if "ca" not in t:
+        raise ValueError("[tls] needs ca = \"<the cluster CA bundle>\"")
+
+    def at(p) -> str:
+        if not isinstance(p, str) or not p:
+            raise ValueError(f"[tls]: {p!r} is not a path")
+        return os.path.normpath(os.path.join(base, p))
+
+    cert_dir = at(t.get("cert_dir", os.path.dirname(t["ca"]) or "."))
+    return LinkTls(at(t["ca"]), cert_dir, at(t.get("admin_cert", os.path.join(cert_dir, "admin.crt"))),
+                   at(t.get("admin_key", os.path.join(cert_dir, "admin.key"))))
 
 
 def load(path: str) -> ClusterConfig:
     with open(path, "rb") as f:
         data = tomllib.load(f)
+    base = os.path.dirname(os.path.abspath(path))
+
+    def pair(r: dict, key: str) -> str | None:
+        return os.path.normpath(os.path.join(base, str(r[key]))) if r.get(key) else None
+
     cfg = ClusterConfig(
         cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
         token=str(data["token"]), stride=int(data.get("stride", 16)),
         id_mode=str(data.get("id_mode", "strict")),
         appendfsync=str(data.get("appendfsync", "everysec")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
-                            int(r["port"]), int(r["repl_port"])) for r in data.get("regions", [])],
-        path=path,
+                            int(r["port"]), int(r["repl_port"]), pair(r, "tls_cert"), pair(r, "tls_key"))
+                 for r in data.get("regions", [])],
+        path=path, tls=_link_tls(data, base),
     )
     cfg.validate()
     return cfg
