@@ -27,7 +27,9 @@ from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
 TOKEN_KEY = "braid-token"
-ADMIN_NAME = "braid-admin"  # the common name of braid-admin's certificate (node/security/certs.py)
+ADMIN_NAME = "braid-admin"
+# words of gRPC's connection errors that mean the TLS handshake failed, not that nothing answered
+TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")  # the common name of braid-admin's certificate (node/security/certs.py)
 
 
 def _status(st: dict) -> pb.RegionStatus:
@@ -144,7 +146,7 @@ class AdminClient:
             code = e.code()
             unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
             details = e.details() or ""
-            if unreachable and ("handshake" in details.lower() or "ssl" in details.lower()):
+            if unreachable and any(w in details.lower() for w in TLS_FAILURE_WORDS):
                 raise AdminCallError(f"TLS handshake failed: {details}", False) from None
             raise AdminCallError("unreachable" if unreachable else details, unreachable) from None
 

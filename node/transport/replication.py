@@ -725,7 +725,8 @@ class ReplicationHub:
                 if e.code() == grpc.StatusCode.PERMISSION_DENIED:
                     self.denied += 1
                     log.error("region %d refused this region: %s", peer, e.details())
-                elif self.tls is not None and "handshake" in (e.details() or "").lower():
+                elif self.tls is not None and any(w in (e.details() or "").lower()
+                                                  for w in ("handshake", "ssl", "certificate", "verification")):
                     log.warning("no TLS link to region %d (%s): %s", peer, address, e.details())
                 elif e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     log.error("region %d ended the link: %s", peer, e.details())
