@@ -382,6 +382,7 @@ class ActiveActive:
             f"crdt_pending:{st['pending']}",
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
             f"crdt_link_tls:{'mutual' if self.hub.tls is not None else 'off'}",
+            f"crdt_denied_handshakes:{self.hub.denied}",
             f"crdt_backlog_ops:{st['backlog_ops']}",
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
             f"crdt_backlog_bytes:{st['backlog_bytes']}",

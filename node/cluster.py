@@ -7,7 +7,8 @@ stops the regions) or, with ``--detach``, records the process ids in
 ``<data-dir>/cluster.pids`` and returns; ``braid down`` stops them.
 
 ``--regions N`` (default 3) writes ``<data-dir>/cluster.toml`` (a fresh cluster
-id and token, RESP on ``--base-port``.., gRPC replication 100 ports above) and
+id and token, RESP on ``--base-port``.., gRPC replication 100 ports above, and
+``tls = false``: plain-text links, on loopback only) and
 starts each region with ``braid node --config cluster.toml --region NAME``;
 ``--regions 1`` starts a standalone region (Redis's own ID rules).
 """

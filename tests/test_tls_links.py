@@ -115,6 +115,40 @@ def test_braid_admin_checks_the_region_name(cluster, tmp_path):
     assert "region region-1" in res.stderr and "TLS handshake failed" in res.stderr
 
 
+def test_braid_admin_at_a_host_and_port_with_its_certificate(cluster):
+    r = cluster.config.regions[1]
+    base = [sys.executable, "-m", "node.admin_cli", "--host", r.host, "--port", str(r.repl_port),
+            "--token", cluster.config.token]
+    tls = ["--tls-ca", cluster.certs.ca, "--tls-cert", cluster.certs.admin[0], "--tls-key", cluster.certs.admin[1]]
+    res = subprocess.run([*base, *tls, "info", "db", "db"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "region-3 (number 3)" in res.stdout
+    plain = subprocess.run([*base, "info", "db", "db"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 1 and "cannot administer" in plain.stderr
+    partial = subprocess.run([*base, "--tls-ca", cluster.certs.ca, "status"], capture_output=True, text=True,
+                             timeout=60)
+    assert partial.returncode == 1 and "--tls-ca, --tls-cert and --tls-key together" in partial.stderr
+
+
+def test_a_region_checks_the_name_on_the_certificate_of_the_region_it_dials():
+    """Region-2 holds a valid certificate of the cluster CA, but for another name: region-1,
+    dialing it as region-2, refuses it."""
+    cluster = LocalCluster(2, tls=True)
+    ca = certs.load(cluster.certs.ca, os.path.join(cluster.certs.directory, "ca.key"))
+    impostor = certs.issue(ca, "region-9", hosts=list(certs.DEFAULT_HOSTS)).write(cluster.certs.directory, "impostor")
+    cluster.config.regions[1].tls_cert, cluster.config.regions[1].tls_key = impostor
+    with cluster:
+        r1, r2 = cluster.clients()
+        wait_until(lambda: refused(r1) > 0, 20, what="region-1 refusing region-2's certificate")
+        assert "the certificate of the region dialed as region-2 was refused" in region_log(cluster, 0)
+        assert "Hostname Verification" in region_log(cluster, 0)
+        r1.xadd("unseen", {"f": "v"})
+        assert "link=down" in replication_status(r1)["crdt_peer_2"]
+        assert r2.exists("unseen") == 0
+        r1.close()
+        r2.close()
+
+
 # ------------------------------------------------------------------ rogue regions
 def _rogue_file(cluster, tmp_path, case: str) -> str:
     """A cluster file for a process posing as region-1 (it dials regions 2 and 3)."""

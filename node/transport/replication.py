@@ -125,6 +125,8 @@ MIN_BUDGET = 16 * 1024  # a frame budget below this is raised to it (parts must 
 OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queued
 COMPRESS_FROM = 1024    # Batches smaller than this are not worth compressing
 FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper bound)
+# what gRPC's TLS reports when this end's check of the peer's certificate failed
+CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +482,7 @@ class _Servicer(pb_grpc.ReplicationServicer):
             running.cancel()
             if hub._served.get(link.peer) is link.outbox:
                 del hub._served[link.peer]
+                hub._served_ports.pop(link.peer, None)
             error = running.exception() if running.done() and not running.cancelled() else None
         if isinstance(error, ProtocolError):  # tell the peer why (it logs it)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
@@ -504,7 +507,7 @@ class ReplicationHub:
         self.config = config
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
-        self.denied = 0   # handshakes peers refused to this region
+        self.denied = 0   # handshakes peers refused to this region (at Hello, or ending the TLS handshake)
         self.protocol_errors = 0  # links ended because the peer broke the protocol
         self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
@@ -609,6 +612,11 @@ class ReplicationHub:
         self.refused += 1
         log.warning("refused a connection from %s: %s", address, reason)
 
+    def denied_by(self, address: str, reason: str) -> None:
+        """A peer gave up a TLS handshake with this region (it does not accept its certificate)."""
+        self.denied += 1
+        log.warning("a connection from %s ended: %s", address, reason)
+
     def reload_tls(self) -> dict:
         """Read the certificate, key and CA bundle again (TlsConfigError: nothing changed) and
         have every link handshake again with them: outgoing links are dialed anew, the
@@ -643,7 +651,7 @@ class ReplicationHub:
         # TLS: gRPC on a loopback port of its own, behind the front that does the handshakes
         backend = self._server.add_insecure_port("127.0.0.1:0")
         await self._server.start()
-        self.front = TlsFront(self.tls, backend, self.refuse, self.limits.handshake_timeout)
+        self.front = TlsFront(self.tls, backend, self.refuse, self.denied_by, self.limits.handshake_timeout)
         self.port = await self.front.start(host, port)
         return self.port
 
@@ -725,8 +733,11 @@ class ReplicationHub:
                 if e.code() == grpc.StatusCode.PERMISSION_DENIED:
                     self.denied += 1
                     log.error("region %d refused this region: %s", peer, e.details())
-                elif self.tls is not None and any(w in (e.details() or "").lower()
-                                                  for w in ("handshake", "ssl", "certificate", "verification")):
+                elif self.tls is not None and any(w in (e.details() or "") for w in CERTIFICATE_REFUSED):
+                    # this region's check of the peer's certificate failed: a refusal like any other
+                    self.refuse(address, f"the certificate of the region dialed as {self.names.get(peer, peer)} "
+                                         f"was refused: {e.details()}")
+                elif self.tls is not None and any(w in (e.details() or "").lower() for w in ("handshake", "ssl")):
                     log.warning("no TLS link to region %d (%s): %s", peer, address, e.details())
                 elif e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     log.error("region %d ended the link: %s", peer, e.details())

@@ -12,8 +12,10 @@ gRPC's C core, is what lets every refusal be seen: a certificate from another
 CA, an expired one, plain text on the TLS port, a handshake that stalls - each
 is logged with the peer's address and the reason and counted
 (``crdt_refused_handshakes``), and the connection is closed before a byte of
-it reaches gRPC.  A connection that opens and closes without sending a byte
-(a port probe) is no handshake and is not counted.
+it reaches gRPC.  A peer that gives up the handshake itself (it does not accept
+this region's certificate) is logged and counted apart
+(``crdt_denied_handshakes``); a connection that opens and closes without
+sending a byte (a port probe) is no handshake and is not counted.
 
 Who the peer is.  The front connects to the gRPC server from a fresh loopback
 port and records, under that port, the names the verified certificate stands
@@ -60,6 +62,9 @@ SPLICE_CHUNK = 256 * 1024  # bytes read at once from either side of a spliced co
 ALPN = ["h2"]              # gRPC speaks HTTP/2 and its clients insist it is negotiated
 PLAIN_TEXT_REASONS = {"HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL",
                       "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"}
+
+
+PEER_ENDED = "the peer ended the TLS handshake"  # it refused this region, rather than the reverse
 
 
 class TlsConfigError(ValueError):
@@ -181,7 +186,7 @@ def refusal_reason(e: BaseException) -> str | None:
             return "no client certificate presented"
         if reason.startswith("TLSV1_ALERT_") or reason.startswith("SSLV3_ALERT_"):
             alert = reason.split("ALERT_", 1)[1].replace("_", " ").lower()
-            return f"the peer ended the handshake ({alert}: it does not accept this region's certificate)"
+            return f"{PEER_ENDED} ({alert}): it does not accept this region's certificate"
         if isinstance(e, ssl.SSLEOFError):
             return None
         return f"TLS handshake failed: {reason or e}"
@@ -198,10 +203,11 @@ class TlsFront:
     sends before its handshake completes goes anywhere but the TLS layer."""
 
     def __init__(self, credentials: LinkCredentials, backend_port: int, on_refused: Callable[[str, str], None],
-                 handshake_timeout: float = 10.0) -> None:
+                 on_denied: Callable[[str, str], None], handshake_timeout: float = 10.0) -> None:
         self.credentials = credentials
         self.backend_port = backend_port
-        self.on_refused = on_refused  # (peer address, reason): logs and counts
+        self.on_refused = on_refused  # (peer address, reason): this region refused the peer
+        self.on_denied = on_denied    # (peer address, reason): the peer gave up on this region's certificate
         self.handshake_timeout = handshake_timeout
         self.identities: dict[int, Identity] = {}          # loopback port toward gRPC -> who is behind it
         self.connections: set[_TlsConnection] = set()
@@ -363,7 +369,7 @@ class _TlsConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         if not self.handshaken and self.received_any:
-            self._refuse("the peer closed the connection during the TLS handshake")
+            self._refuse(f"{PEER_ENDED} (it closed the connection): it may not accept this region's certificate")
         else:
             self.close()
         return False
@@ -380,7 +386,7 @@ class _TlsConnection(asyncio.Protocol):
                 self.close()  # connected and said nothing: not a handshake
 
     def _refuse(self, reason: str) -> None:
-        self.front.on_refused(self.address, reason)
+        (self.front.on_denied if reason.startswith(PEER_ENDED) else self.front.on_refused)(self.address, reason)
         self.close()
 
     def _connect_backend(self) -> None:
