@@ -163,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("node", help="run one region",
                        epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
-                              "data, listen or use its TLS certificate, key or CA bundle; 2 for a bad cluster file or region; 70 when the region "
-                              "fail-stopped (its state may be wrong; restarting it replays its log)")
+                              "data, listen, or use its TLS certificate, key or CA bundle; 2 for a bad cluster "
+                              "file or region; 70 when the region fail-stopped (its state may be wrong; "
+                              "restarting it replays its log)")
     p.add_argument("--port", type=int, default=6380)
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
                                   "else 127.0.0.1)")

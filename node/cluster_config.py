@@ -188,7 +188,8 @@ def load(path: str) -> ClusterConfig:
         id_mode=str(data.get("id_mode", "strict")),
         appendfsync=str(data.get("appendfsync", "everysec")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
-                            int(r["port"]), int(r["repl_port"]), pair(r, "tls_cert"), pair(r, "tls_key"))
+                            int(r["port"]), int(r["repl_port"]),
+                            tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"))
                  for r in data.get("regions", [])],
         path=path, tls=_link_tls(data, base),
     )

@@ -196,7 +196,7 @@ class LocalCluster:
 
         ports = free_ports(2 * len(self.config.regions))
         self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1],
-                                          r.tls_cert, r.tls_key)
+                                          tls_cert=r.tls_cert, tls_key=r.tls_key)
                                for i, r in enumerate(self.config.regions)]
         self.config.save(self.file)
         self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)
