@@ -153,7 +153,7 @@ class BraidProcess(_ServerProcess):
 
     def argv(self) -> list[str]:
         extra = ["--config", self.cluster_file, "--region", self.region] if self.cluster_file else []
-        return [sys.executable, "-m", "node", "--log-level", os.environ.get("BRAID_TEST_LOG_LEVEL", "WARNING"), "node",
+        return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
                 "--port", str(self.port), "--data-dir", self.data_dir, *extra, *self.extra_args]
 
     def stop_keeping_data(self) -> None:

@@ -93,12 +93,15 @@ def test_writes_replicate_and_braid_admin_works_over_mutual_tls(cluster, regions
     assert "[tls]" in text and 'ca = "tls/ca.crt"' in text  # relative to the file's directory
 
 
-def test_braid_admin_with_a_certificate_that_is_neither_admin_nor_region_is_refused(cluster, regions):
+def test_braid_admin_needs_the_admin_certificate_or_a_regions(cluster, regions):
     before = refused(regions[0])
     res = admin(cluster, "--tls-cert", cluster.certs.client[0], "--tls-key", cluster.certs.client[1], "status")
     assert res.returncode == 1
     assert "neither braid-admin's nor a region's" in res.stderr
     assert refused(regions[0]) > before
+    as_region = admin(cluster, "--tls-cert", cluster.certs.regions["region-3"][0],
+                      "--tls-key", cluster.certs.regions["region-3"][1], "info", "db", "db")
+    assert as_region.returncode == 0, as_region.stderr  # a region's certificate is accepted
 
 
 def test_braid_admin_checks_the_region_name(cluster, tmp_path):
