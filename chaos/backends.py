@@ -117,7 +117,8 @@ class ProcessBackend(Backend):
         regions = [RegionSpec(r.name, r.number, r.host,
                               r.port, self.relays.relays[(me.number, r.number)].port if r.number > me.number
                               else r.repl_port) for r in c.regions]
-        view = ClusterConfig(c.cluster_id, c.database, c.token, c.stride, regions, c.id_mode, c.appendfsync)
+        view = ClusterConfig(c.cluster_id, c.database, c.token, c.stride, regions, c.id_mode, c.appendfsync,
+                             tls=c.tls)
         path = os.path.join(self.workdir, f"{me.name}.toml")
         view.save(path)
         return path

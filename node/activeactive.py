@@ -11,7 +11,9 @@ operation, and installing a full-resync image, are the region core's
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,9 +43,14 @@ class ActiveActive:
         self.mode = cluster.id_mode
         self.causal = CausalLog(me.number)
         c = cluster
+        tls = None
+        if c.tls is not None:  # TlsConfigError (a ValueError) names a file that cannot be used
+            from .transport.tls import LinkCredentials
+
+            tls = LinkCredentials(c.tls.ca, *c.tls.region_pair(me))
         # the region core sets on_apply and install_image (node/core.py)
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, _not_attached,
-                                  config)
+                                  config, tls=tls, names={r.number: r.name for r in c.regions})
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it is durable (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
@@ -68,12 +75,35 @@ class ActiveActive:
         from .transport.admin import AdminServicer
 
         await self.hub.serve(host, self.me.repl_port, extra=[AdminServicer(self)])
+        if self.hub.tls is None:
+            log.warning("links between regions and the admin service are PLAIN TEXT (tls = false in the "
+                        "cluster file): the cluster token and every operation cross the network in clear; "
+                        "use a [tls] table anywhere but a loopback playground")
+        try:  # SIGHUP re-reads the certificate, key and CA bundle (as braid-admin tls reload does)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_on_signal)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (InProcessServer) or no signals here
         for peer in self.cluster.regions:
             if peer.number > self.me.number:  # the lower number dials
                 self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
 
     async def stop(self) -> None:
+        try:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
         await self.hub.stop()
+
+    def reload_tls(self) -> dict:
+        """Re-read this region's certificate, key and CA bundle; links handshake again.
+        ValueError (TlsConfigError too): nothing changed."""
+        return self.hub.reload_tls()
+
+    def _reload_on_signal(self) -> None:
+        try:
+            self.reload_tls()
+        except ValueError as e:
+            log.error("SIGHUP: TLS credentials not reloaded (the ones in use stay): %s", e)
 
     @property
     def paused(self) -> bool:
@@ -319,6 +349,8 @@ class ActiveActive:
             "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(st["vv"].items())),
             f"crdt_pending:{st['pending']}",
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
+            f"crdt_link_tls:{'mutual' if self.hub.tls is not None else 'off'}",
+            f"crdt_denied_handshakes:{self.hub.denied}",
             f"crdt_backlog_ops:{st['backlog_ops']}",
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
             f"crdt_backlog_bytes:{st['backlog_bytes']}",

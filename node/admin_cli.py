@@ -10,9 +10,14 @@ the region tells the rest.
     braid-admin replication pause --region region-2 [--peer region-3]
     braid-admin replication resume --region region-2 [--peer region-3]
     braid-admin sync wait --timeout 30
+    braid-admin tls reload --region region-2
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
-every region serves on its replication port and guards with the cluster token.
+every region serves on its replication port and guards with the cluster token and,
+when the cluster file has a ``[tls]`` table, mutual TLS: braid-admin presents the
+admin certificate the file names (``--tls-cert``/``--tls-key``/``--tls-ca`` override
+it, and give it with ``--host``/``--port``) and checks that each region's certificate
+names that region.
 ``tune`` changes every region; each region records the setting in its own cluster
 file, and braid-admin in the file it was given, so restarts keep it.
 """
@@ -29,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, load
-from .transport.admin import AdminCallError, AdminClient
+from .transport.admin import AdminCallError, AdminClient, AdminTls
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
 
@@ -40,8 +45,29 @@ class AdminError(Exception):
         self.unreachable = unreachable
 
 
+_TLS_FILES: dict[str, str] = {}  # ca, cert, key: the files braid-admin presents and trusts (empty: plain text)
+
+
+def _read_tls(paths: dict[str, str]) -> dict[str, bytes]:
+    out = {}
+    for what, path in paths.items():
+        try:
+            with open(path, "rb") as f:
+                out[what] = f.read()
+        except OSError as e:
+            raise AdminError(f"cannot read the TLS {what} file {path}: {e.strerror or e}") from None
+    return out
+
+
+def _tls(server_name: str | None) -> AdminTls | None:
+    if not _TLS_FILES:
+        return None
+    pem = _read_tls(_TLS_FILES)
+    return AdminTls(pem["ca"], pem["cert"], pem["key"], server_name)
+
+
 def _client(cfg: ClusterConfig, r: RegionSpec) -> AdminClient:
-    return AdminClient(f"{r.host}:{r.repl_port}", cfg.token)
+    return AdminClient(f"{r.host}:{r.repl_port}", cfg.token, tls=_tls(r.name))
 
 
 def _call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
@@ -54,11 +80,24 @@ def _call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
             raise AdminError(f"region {r.name} refused: {e}") from None
 
 
+def _use_tls(args, cfg: ClusterConfig | None) -> None:
+    """The admin certificate: the cluster file's, each part overridable by an option."""
+    _TLS_FILES.clear()
+    given = {"ca": args.tls_ca, "cert": args.tls_cert, "key": args.tls_key}
+    if cfg is not None and cfg.tls is not None:
+        _TLS_FILES.update(ca=cfg.tls.ca, cert=cfg.tls.admin_cert, key=cfg.tls.admin_key)
+    elif any(given.values()) and not all(given.values()):
+        raise AdminError("mutual TLS needs --tls-ca, --tls-cert and --tls-key together")
+    _TLS_FILES.update({k: v for k, v in given.items() if v})
+
+
 def _cluster(args) -> tuple[ClusterConfig, str | None]:
     if args.host or args.port:
         token = args.token or os.environ.get("BRAID_TOKEN", "")
         address = f"{args.host or '127.0.0.1'}:{args.port or 7101}"
-        with AdminClient(address, token) as c:
+        _use_tls(args, None)
+        # the first call checks the region's certificate against the host name dialed
+        with AdminClient(address, token, tls=_tls(None)) as c:
             try:
                 data = tomllib.loads(c.cluster_toml())
             except AdminCallError as e:
@@ -69,7 +108,9 @@ def _cluster(args) -> tuple[ClusterConfig, str | None]:
                              data.get("id_mode", "strict")), None
     path = args.cluster or DEFAULT_CLUSTER
     try:
-        return load(path), path
+        cfg = load(path)
+        _use_tls(args, cfg)
+        return cfg, path
     except FileNotFoundError:
         raise AdminError(f"no cluster file at {path} (give --cluster FILE or --host/--port)") from None
     except (ValueError, KeyError, tomllib.TOMLDecodeError) as e:
@@ -189,12 +230,26 @@ def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
         time.sleep(0.05)  # polling interval of a command-line wait
 
 
+def cmd_tls(args, cfg: ClusterConfig, path, console: Console) -> int:
+    r = _region(cfg, args.region)
+    if not _TLS_FILES:
+        raise AdminError("this cluster's links are plain text (tls = false): there are no certificates to reload")
+    st = _call(cfg, r, "reload_tls")
+    console.print(f"{r.name} reloaded its TLS credentials: certificate serial {st.cert_serial} "
+                  f"({', '.join(st.cert_names)}), valid until {st.cert_not_after}, "
+                  f"{st.ca_certificates} CA(s) trusted; its links handshake again")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database.")
     ap.add_argument("--cluster", help=f"cluster file (default {DEFAULT_CLUSTER})")
     ap.add_argument("--host", help="a region's host (with --port: its replication port)")
     ap.add_argument("--port", type=int)
     ap.add_argument("--token", help="the cluster token, with --host/--port (default $BRAID_TOKEN)")
+    ap.add_argument("--tls-ca", help="CA bundle to check regions' certificates with (default: the cluster file's)")
+    ap.add_argument("--tls-cert", help="certificate braid-admin presents (default: the cluster file's admin_cert)")
+    ap.add_argument("--tls-key", help="its key (default: the cluster file's admin_key)")
     sub = ap.add_subparsers(dest="verb", required=True)
     sub.add_parser("status", help="regions, links, version vectors").set_defaults(fn=cmd_status)
     p = sub.add_parser("info", help="info db <db>")
@@ -216,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=["wait"])
     p.add_argument("--timeout", type=float, default=30.0)
     p.set_defaults(fn=cmd_sync)
+    p = sub.add_parser("tls", help="tls reload --region NAME: re-read the region's certificate, key and CA bundle")
+    p.add_argument("action", choices=["reload"])
+    p.add_argument("--region", required=True)
+    p.set_defaults(fn=cmd_tls)
     args = ap.parse_args(argv)
     console = Console()
     try:

@@ -71,11 +71,15 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.aclfile:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
     from .security.acl import AclFileError
+    from .transport.tls import TlsConfigError as LinkTlsError
 
     try:
         server = Server(cfg, cluster=cluster)
     except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
         print(f"braid node: aborting startup because of ACL errors: {e}", file=sys.stderr)
+        return 1
+    except LinkTlsError as e:
+        print(f"braid node: TLS between regions: {e}", file=sys.stderr)
         return 1
     try:
         server.tls.check()  # a bad certificate or key: a clear error now, not a traceback later
@@ -197,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("node", help="run one region",
                        epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
-                              "data or its ACL file, or listen; 2 for a bad cluster file or region; 70 when the region "
-                              "fail-stopped (its state may be wrong; restarting it replays its log)")
+                              "data or its ACL file, listen, or use its TLS certificate, key or CA bundle; 2 for "
+                              "a bad cluster file or region; 70 when the region fail-stopped (its state may be "
+                              "wrong; restarting it replays its log)")
     p.add_argument("--port", type=int, default=6380)
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
                                   "else 127.0.0.1)")

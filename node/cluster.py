@@ -7,7 +7,8 @@ stops the regions) or, with ``--detach``, records the process ids in
 ``<data-dir>/cluster.pids`` and returns; ``braid down`` stops them.
 
 ``--regions N`` (default 3) writes ``<data-dir>/cluster.toml`` (a fresh cluster
-id and token, RESP on ``--base-port``.., gRPC replication 100 ports above) and
+id and token, RESP on ``--base-port``.., gRPC replication 100 ports above, and
+``tls = false``: plain-text links, on loopback only) and
 starts each region with ``braid node --config cluster.toml --region NAME``;
 ``--regions 1`` starts a standalone region (Redis's own ID rules).
 
@@ -90,7 +91,7 @@ def _reuse_cluster(cluster_file: str, args: argparse.Namespace) -> bool:
 
     wanted = local_cluster(args.regions, args.base_port)
     if getattr(args, "tls", False):
-        with_tls(wanted, args.base_port)
+        with_tls(wanted, os.path.dirname(os.path.abspath(cluster_file)))
     if os.path.exists(cluster_file):
         try:
             held = load(cluster_file)
@@ -123,9 +124,13 @@ def tls_region_config(name: str, port: int) -> dict[str, str | int]:
             "tls-auth-clients": "optional"}
 
 
-def with_tls(cfg, base_port: int) -> None:
-    """TLS everywhere in a local cluster file: mutual TLS on the links, TLS on each client port."""
-    cfg.tls = {"ca": f"{TLS_DIR}/ca.crt", "cert_dir": TLS_DIR}
+def with_tls(cfg, data_dir: str) -> None:
+    """TLS everywhere in a local cluster file (kept in ``data_dir``): mutual TLS on the links,
+    TLS on each client port."""
+    from .cluster_config import LinkTls
+
+    d = os.path.join(data_dir, TLS_DIR)
+    cfg.tls = LinkTls(os.path.join(d, "ca.crt"), d, os.path.join(d, "admin.crt"), os.path.join(d, "admin.key"))
     for r in cfg.regions:
         r.config.update(tls_region_config(r.name, r.port))
 

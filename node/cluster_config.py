@@ -19,7 +19,21 @@ Example (``deploy/cluster.example.toml``)::
     tls-key-file = "tls/region-1.key"
     tls-ca-cert-file = "tls/ca.crt"
 
-``tls = false`` or a ``[tls]`` table says how the regions' links run (kept as written here).
+Links between regions and the admin service are mutual TLS or, said explicitly,
+plain text; a file that says neither is refused::
+
+    tls = false                # plain text (loopback playgrounds; braid node warns)
+
+    [tls]                      # or mutual TLS (paths relative to this file's directory)
+    ca = "tls/ca.crt"          # the CA bundle every region and braid-admin trust
+    cert_dir = "tls"           # region R presents cert_dir/R.crt and cert_dir/R.key
+    admin_cert = "tls/admin.crt"   # what braid-admin presents (default cert_dir/admin.crt)
+    admin_key = "tls/admin.key"
+
+A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
+``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
+:class:`LinkTls` with absolute paths; ``to_toml`` writes them back relative to the
+file's directory.
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ import tomllib
 from dataclasses import dataclass, field
 
 
-# settings naming files: a cluster file's [regions.config] gives them relative to its own directory
+# settings of a region's [regions.config] that name files (relative to the cluster file)
 FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
 ID_MODES = ("strict", "semi-strict", "liberal")
 FSYNC_POLICIES = ("always", "everysec", "no")
@@ -42,6 +56,10 @@ DB_SETTINGS = {
 }
 
 
+TLS_CHOICE = ("say how regions talk: `tls = false` for plain text (loopback playgrounds only), "
+              "or a [tls] table for mutual TLS (ca, cert_dir; see `braid certs create`)")
+
+
 @dataclass(slots=True)
 class RegionSpec:
     name: str
@@ -49,9 +67,26 @@ class RegionSpec:
     host: str
     port: int
     repl_port: int
+    tls_cert: str | None = None  # this region's certificate, when not cert_dir/<name>.crt (absolute)
+    tls_key: str | None = None
     # server settings of this region by their CONFIG GET names ([regions.config]), applied at
     # start after the defaults and before the command line's options; file names as written
     config: dict[str, str | int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LinkTls:
+    """Mutual TLS on every replication and admin connection (absolute paths)."""
+
+    ca: str            # the CA bundle: every CA whose certificates are accepted
+    cert_dir: str      # region R's pair is cert_dir/R.crt, cert_dir/R.key unless its entry names one
+    admin_cert: str    # braid-admin's client certificate (CN braid-admin)
+    admin_key: str
+
+    def region_pair(self, region: RegionSpec) -> tuple[str, str]:
+        """The certificate and key ``region`` presents."""
+        return (region.tls_cert or os.path.join(self.cert_dir, f"{region.name}.crt"),
+                region.tls_key or os.path.join(self.cert_dir, f"{region.name}.key"))
 
 
 @dataclass(slots=True)
@@ -64,9 +99,7 @@ class ClusterConfig:
     id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
     appendfsync: str = "everysec"  # always | everysec | no, for every region
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
-    # links between regions: False for `tls = false`, the [tls] table as written, or None
-    # when the file says neither
-    tls: dict | bool | None = None
+    tls: LinkTls | None = None  # None: plain-text links (the file says tls = false)
 
     def save(self, path: str | None = None) -> None:
         """Write the file (atomically: a reader never sees half of it)."""
@@ -75,7 +108,7 @@ class ClusterConfig:
             return
         tmp = f"{path}.tmp"
         with open(tmp, "w") as f:
-            f.write(self.to_toml())
+            f.write(self.to_toml(os.path.dirname(os.path.abspath(path))))
         os.replace(tmp, path)
 
     def region(self, name: str) -> RegionSpec:
@@ -84,12 +117,6 @@ class ClusterConfig:
                 return r
         known = ", ".join(r.name for r in self.regions)
         raise ValueError(f"no region named {name!r} in the cluster file (regions: {known})")
-
-    def region_settings(self, region: RegionSpec) -> dict[str, str | int]:
-        """A region's [regions.config], file names resolved against the cluster file's directory."""
-        base = os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
-        return {name: (os.path.join(base, value) if name in FILE_SETTINGS and isinstance(value, str) and value
-                       else value) for name, value in region.config.items()}
 
     def validate(self) -> None:
         if self.id_mode not in ID_MODES:
@@ -103,20 +130,37 @@ class ClusterConfig:
             if not 1 <= r.number < self.stride:
                 raise ValueError(f"region {r.name}: number must be between 1 and {self.stride - 1}")
 
-    def to_toml(self) -> str:
+    def to_toml(self, base: str | None = None) -> str:
+        """The file's text; paths relative to ``base`` (the file's directory) when given."""
+        def path(p: str) -> str:
+            return _quote(os.path.relpath(p, base) if base else p)
+
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
                  f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
-                 f'appendfsync = "{self.appendfsync}"', ""]
-        if self.tls is False:
-            lines += ["tls = false", ""]
-        elif isinstance(self.tls, dict):
-            lines += ["[tls]", *(f"{k} = {_toml_value(v)}" for k, v in self.tls.items()), ""]
+                 f'appendfsync = "{self.appendfsync}"']
+        if self.tls is None:
+            lines += ["tls = false  # plain-text links between regions: loopback playgrounds only", ""]
+        else:
+            t = self.tls
+            lines += ["", "[tls]", f"ca = {path(t.ca)}", f"cert_dir = {path(t.cert_dir)}",
+                      f"admin_cert = {path(t.admin_cert)}", f"admin_key = {path(t.admin_key)}", ""]
         for r in self.regions:
             lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
-                      f"port = {r.port}", f"repl_port = {r.repl_port}", ""]
+                      f"port = {r.port}", f"repl_port = {r.repl_port}"]
+            if r.tls_cert:
+                lines.append(f"tls_cert = {path(r.tls_cert)}")
+            if r.tls_key:
+                lines.append(f"tls_key = {path(r.tls_key)}")
+            lines.append("")
             if r.config:
                 lines += ["[regions.config]", *(f"{k} = {_toml_value(v)}" for k, v in r.config.items()), ""]
         return "\n".join(lines)
+
+    def region_settings(self, region: RegionSpec) -> dict[str, str | int]:
+        """A region's [regions.config], file names resolved against the cluster file's directory."""
+        base = os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
+        return {name: (os.path.join(base, value) if name in FILE_SETTINGS and isinstance(value, str) and value
+                       else value) for name, value in region.config.items()}
 
 
 def _toml_value(v: object) -> str:
@@ -126,26 +170,6 @@ def _toml_value(v: object) -> str:
     if isinstance(v, int):
         return str(v)
     return json.dumps(str(v), ensure_ascii=False)
-
-
-def load(path: str) -> ClusterConfig:
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
-    cfg = ClusterConfig(
-        cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
-        token=str(data["token"]), stride=int(data.get("stride", 16)),
-        id_mode=str(data.get("id_mode", "strict")),
-        appendfsync=str(data.get("appendfsync", "everysec")),
-        regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
-                            int(r["port"]), int(r["repl_port"]), _region_config(r))
-                 for r in data.get("regions", [])],
-        path=path,
-        tls=data.get("tls"),
-    )
-    if cfg.tls is not None and cfg.tls is not False and not isinstance(cfg.tls, dict):
-        raise ValueError("tls must be false or a [tls] table")
-    cfg.validate()
-    return cfg
 
 
 def _region_config(region: dict) -> dict[str, str | int]:
@@ -162,11 +186,64 @@ def _region_config(region: dict) -> dict[str, str | int]:
     return out
 
 
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _link_tls(data: dict, base: str) -> LinkTls | None:
+    """The ``tls`` entry of a cluster file: False (plain text) or the [tls] table."""
+    if "tls" not in data:
+        raise ValueError(f"the cluster file does not say how regions talk: {TLS_CHOICE}")
+    t = data["tls"]
+    if t is False:
+        return None
+    if not isinstance(t, dict):
+        raise ValueError(f"tls = {t!r} is not a choice: {TLS_CHOICE}")
+    unknown = set(t) - {"ca", "cert_dir", "admin_cert", "admin_key"}
+    if unknown:
+        raise ValueError(f"[tls]: unknown setting(s) {', '.join(sorted(unknown))} "
+                         "(known: ca, cert_dir, admin_cert, admin_key)")
+    if "ca" not in t:
+        raise ValueError("[tls] needs ca = \"<the cluster CA bundle>\"")
+
+    def at(p) -> str:
+        if not isinstance(p, str) or not p:
+            raise ValueError(f"[tls]: {p!r} is not a path")
+        return os.path.normpath(os.path.join(base, p))
+
+    cert_dir = at(t.get("cert_dir", os.path.dirname(t["ca"]) or "."))
+    return LinkTls(at(t["ca"]), cert_dir, at(t.get("admin_cert", os.path.join(cert_dir, "admin.crt"))),
+                   at(t.get("admin_key", os.path.join(cert_dir, "admin.key"))))
+
+
+def load(path: str) -> ClusterConfig:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    base = os.path.dirname(os.path.abspath(path))
+
+    def pair(r: dict, key: str) -> str | None:
+        return os.path.normpath(os.path.join(base, str(r[key]))) if r.get(key) else None
+
+    cfg = ClusterConfig(
+        cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
+        token=str(data["token"]), stride=int(data.get("stride", 16)),
+        id_mode=str(data.get("id_mode", "strict")),
+        appendfsync=str(data.get("appendfsync", "everysec")),
+        regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
+                            int(r["port"]), int(r["repl_port"]),
+                            tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r))
+                 for r in data.get("regions", [])],
+        path=path, tls=_link_tls(data, base),
+    )
+    cfg.validate()
+    return cfg
+
+
 def local_cluster(regions: int, base_port: int) -> ClusterConfig:
     """The cluster ``braid up`` starts: regions on loopback, RESP on base_port.., gRPC on base_port+100.."""
     cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16, [
         RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1)
         for i in range(1, regions + 1)
-    ], tls=False)
+    ])
     cfg.validate()
     return cfg

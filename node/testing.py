@@ -178,13 +178,22 @@ class BraidProcess(_ServerProcess):
 
 
 class LocalCluster:
-    """N regions of an Active-Active database as real processes on loopback."""
+    """N regions of an Active-Active database as real processes on loopback.
 
-    def __init__(self, regions: int = 3, extra_args: list[str] = ()) -> None:
-        from .cluster_config import local_cluster
+    ``tls=True``: mutual TLS on every link and admin call, with a cluster CA and
+    certificates made in ``<dir>/tls`` (``self.certs``); else plain text (``tls = false``)."""
+
+    def __init__(self, regions: int = 3, extra_args: list[str] = (), tls: bool = False) -> None:
+        from .cluster_config import LinkTls, local_cluster
 
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
         self.config = local_cluster(regions, 0)
+        self.certs = None
+        if tls:
+            from .security.certs import create_cluster_certs
+
+            self.certs = create_cluster_certs(os.path.join(self.dir, "tls"), [r.name for r in self.config.regions])
+            self.config.tls = LinkTls(self.certs.ca, self.certs.directory, *self.certs.admin)
         self.file = os.path.join(self.dir, "cluster.toml")
         self.extra_args = list(extra_args)
         self.procs: list[BraidProcess] = []
@@ -194,7 +203,8 @@ class LocalCluster:
         from .cluster_config import RegionSpec
 
         ports = free_ports(2 * len(self.config.regions))
-        self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1])
+        self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1],
+                                          tls_cert=r.tls_cert, tls_key=r.tls_key)
                                for i, r in enumerate(self.config.regions)]
         self.config.save(self.file)
         self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)

@@ -59,6 +59,11 @@ class AdminStub:
                 request_serializer=proto_dot_admin__pb2.LinkSelector.SerializeToString,
                 response_deserializer=proto_dot_admin__pb2.RegionStatus.FromString,
                 _registered_method=True)
+        self.ReloadTls = channel.unary_unary(
+                '/braid.admin.Admin/ReloadTls',
+                request_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.TlsState.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -95,6 +100,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReloadTls(self, request, context):
+        """Re-reads the region's certificate, key and CA bundle (as SIGHUP does); every link
+        handshakes again with them. A file that cannot be used: FAILED_PRECONDITION, and the
+        credentials in use stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +136,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ResumeReplication,
                     request_deserializer=proto_dot_admin__pb2.LinkSelector.FromString,
                     response_serializer=proto_dot_admin__pb2.RegionStatus.SerializeToString,
+            ),
+            'ReloadTls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadTls,
+                    request_deserializer=proto_dot_admin__pb2.Empty.FromString,
+                    response_serializer=proto_dot_admin__pb2.TlsState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -259,6 +278,33 @@ class Admin:
             '/braid.admin.Admin/ResumeReplication',
             proto_dot_admin__pb2.LinkSelector.SerializeToString,
             proto_dot_admin__pb2.RegionStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReloadTls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/ReloadTls',
+            proto_dot_admin__pb2.Empty.SerializeToString,
+            proto_dot_admin__pb2.TlsState.FromString,
             options,
             channel_credentials,
             insecure,

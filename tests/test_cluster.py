@@ -15,9 +15,10 @@ import redis
 from node.testing import LocalCluster, replication_status, wait_until
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(3) as c:
+@pytest.fixture(scope="module", params=["plain", "mtls"])
+def cluster(request):
+    """The tables run over plain-text links and again over mutual TLS (tests/test_tls_links.py)."""
+    with LocalCluster(3, tls=request.param == "mtls") as c:
         yield c
 
 

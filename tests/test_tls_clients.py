@@ -405,7 +405,7 @@ def test_braid_up_tls_prints_redis_cli_lines_that_work(tmp_path):
         from node.cluster_config import load
 
         cfg = load(os.path.join(data, "cluster.toml"))
-        assert cfg.tls == {"ca": "tls/ca.crt", "cert_dir": "tls"}
+        assert (cfg.tls.ca, cfg.tls.cert_dir) == (os.path.join(data, "tls", "ca.crt"), os.path.join(data, "tls"))
         assert cfg.regions[1].config["tls-port"] == base + 201
         assert cfg.region_settings(cfg.regions[1])["tls-cert-file"] == os.path.join(data, "tls", "region-2.crt")
     finally:
@@ -434,18 +434,19 @@ def _is_free(port: int) -> bool:
 
 
 def test_cluster_file_keeps_region_settings_and_the_links_choice(tmp_path):
-    from node.cluster_config import load, local_cluster
+    from node.cluster_config import LinkTls, load, local_cluster
 
     cfg = local_cluster(2, 7001)
     cfg.regions[0].config = {"tls-port": 7201, "tls-cert-file": "tls/region-1.crt", "tls-auth-clients": "optional"}
     path = str(tmp_path / "cluster.toml")
     cfg.save(path)
     back = load(path)
-    assert back.tls is False and back.regions[0].config == cfg.regions[0].config and back.regions[1].config == {}
+    assert back.tls is None and back.regions[0].config == cfg.regions[0].config and back.regions[1].config == {}
     assert back.region_settings(back.regions[0])["tls-cert-file"] == str(tmp_path / "tls" / "region-1.crt")
-    back.tls = {"ca": "tls/ca.crt", "cert_dir": "tls", "admin_cert": "tls/admin.crt"}
+    back.tls = LinkTls(str(tmp_path / "tls" / "ca.crt"), str(tmp_path / "tls"), str(tmp_path / "tls" / "admin.crt"),
+                       str(tmp_path / "tls" / "admin.key"))
     back.save()
-    assert load(path).tls == back.tls
+    assert load(path).tls == back.tls and load(path).regions[0].config == cfg.regions[0].config
     with open(path, "a") as f:
         f.write('\n[regions.config]\n"tls-port" = [1]\n')  # a setting that is neither a string nor a number
     with pytest.raises(ValueError, match="must be a string or an integer"):

@@ -4,18 +4,22 @@ Theory of operation
 -------------------
 Every region serves ``Admin`` on its gRPC port, beside ``Replication``.  The
 service is a thin skin: each call checks the cluster token (metadata entry
-``braid-token``), then calls the region's :class:`node.activeactive.ActiveActive`,
+``braid-token``) and, with mutual TLS, that the caller's verified certificate is
+braid-admin's (CN ``braid-admin``) or a region's (node/transport/tls.py), then calls the region's :class:`node.activeactive.ActiveActive`,
 which holds the rules (what a status is, which settings exist, what pausing a
 link means).  The RESP commands ``BRAID.REPLICATION`` / ``BRAID.CONFIG`` call the
 same methods, so both routes always agree.
 
 :class:`AdminClient` is the blocking client braid-admin uses; it turns gRPC
-failures into :class:`AdminCallError` with a sentence a person can act on.
+failures into :class:`AdminCallError` with a sentence a person can act on.  With
+:class:`AdminTls` it presents braid-admin's certificate and checks that the region
+answering holds a certificate naming the region it meant to reach.
 """
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
 import grpc
 
@@ -23,6 +27,9 @@ from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
 TOKEN_KEY = "braid-token"
+ADMIN_NAME = "braid-admin"
+# words of gRPC's connection errors that mean the TLS handshake failed, not that nothing answered
+TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")  # the common name of braid-admin's certificate (node/security/certs.py)
 
 
 def _status(st: dict) -> pb.RegionStatus:
@@ -37,6 +44,15 @@ class AdminServicer(pb_grpc.AdminServicer):
         pb_grpc.add_AdminServicer_to_server(self, server)
 
     async def _check(self, context) -> None:
+        hub = self.region.hub
+        if hub.tls is not None:
+            caller = hub.caller(context.peer())
+            allowed = {ADMIN_NAME, *(r.name for r in self.region.cluster.regions)}
+            if caller is None or not caller.names & allowed:
+                who = ", ".join(sorted(caller.names)) if caller else "a caller outside the TLS port"
+                reason = f"admin call refused: the certificate of {who} is neither braid-admin's nor a region's"
+                hub.refuse(caller.address if caller else context.peer(), reason)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
         token = dict(context.invocation_metadata() or ()).get(TOKEN_KEY, "")
         if not hmac.compare_digest(token.encode(), self.region.cluster.token.encode()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
@@ -71,6 +87,25 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def ResumeReplication(self, request, context):  # noqa: N802
         return await self._links(request, context, "resume")
 
+    async def ReloadTls(self, request, context):  # noqa: N802
+        await self._check(context)
+        try:
+            state = self.region.reload_tls()
+        except ValueError as e:  # TlsConfigError too: the credentials in use stay
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return pb.TlsState(**state)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminTls:
+    """What braid-admin presents and trusts: PEM bytes, and the name the region's
+    certificate must carry (None: the host name dialed)."""
+
+    ca: bytes
+    cert: bytes
+    key: bytes
+    server_name: str | None = None
+
 
 class AdminCallError(Exception):
     """A call that failed; ``unreachable`` tells a down region from a refused request."""
@@ -83,11 +118,16 @@ class AdminCallError(Exception):
 class AdminClient:
     """Blocking client of one region's admin service."""
 
-    def __init__(self, address: str, token: str, timeout: float = 5.0) -> None:
+    def __init__(self, address: str, token: str, timeout: float = 5.0, tls: AdminTls | None = None) -> None:
         self.address = address
         self.timeout = timeout
         self._metadata = ((TOKEN_KEY, token),)
-        self._channel = grpc.insecure_channel(address)
+        if tls is None:
+            self._channel = grpc.insecure_channel(address)
+        else:
+            options = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
+            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert),
+                                                options=options)
         self._stub = pb_grpc.AdminStub(self._channel)
 
     def close(self) -> None:
@@ -105,7 +145,10 @@ class AdminClient:
         except grpc.RpcError as e:
             code = e.code()
             unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            raise AdminCallError("unreachable" if unreachable else e.details(), unreachable) from None
+            details = e.details() or ""
+            if unreachable and any(w in details.lower() for w in TLS_FAILURE_WORDS):
+                raise AdminCallError(f"TLS handshake failed: {details}", False) from None
+            raise AdminCallError("unreachable" if unreachable else details, unreachable) from None
 
     def status(self) -> pb.RegionStatus:
         return self._call("Status", pb.Empty())
@@ -121,3 +164,6 @@ class AdminClient:
 
     def resume(self, peer: str = "") -> pb.RegionStatus:
         return self._call("ResumeReplication", pb.LinkSelector(peer=peer))
+
+    def reload_tls(self) -> pb.TlsState:
+        return self._call("ReloadTls", pb.Empty())

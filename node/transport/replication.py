@@ -82,6 +82,16 @@ closed at once, its frames are neither sent nor applied, and the peer's attempts
 to reconnect are turned away with UNAVAILABLE until ``resume``; one side cutting
 is enough, since the pair shares one stream.
 
+Mutual TLS (``[tls]`` in the cluster file, node/transport/tls.py): the port peers
+dial is a TLS front that verifies each peer's certificate against the cluster CA
+bundle and splices the connection to this gRPC server on loopback; the servicer
+then checks that the certificate names the region the Hello claims.  Dialers use
+gRPC's TLS with the peer region's name as the name its certificate must carry.
+Every refusal - at the TLS handshake or at Hello - is logged with the peer's
+address and counted (``refused``: ``crdt_refused_handshakes``), and nothing the
+refused peer sent is applied.  ``reload_tls`` re-reads the certificate, key and
+CA bundle and has every link handshake again with them.
+
 The hub does not know what an operation means: envelopes carry it as bytes and
 ``on_apply`` is called with each envelope the causal log delivers.
 """
@@ -105,6 +115,8 @@ from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, 
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
+from .tls import Identity, LinkCredentials, TlsFront
+
 log = logging.getLogger("braid.replication")
 
 BATCH = 256  # envelopes per frame in the deterministic simulation (chaos/sim/); gRPC links count bytes
@@ -113,6 +125,8 @@ MIN_BUDGET = 16 * 1024  # a frame budget below this is raised to it (parts must 
 OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queued
 COMPRESS_FROM = 1024    # Batches smaller than this are not worth compressing
 FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper bound)
+# what gRPC's TLS reports when this end's check of the peer's certificate failed
+CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,10 +459,10 @@ class _Servicer(pb_grpc.ReplicationServicer):
         except (asyncio.TimeoutError, StopAsyncIteration):
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello")
         hello = first.hello if first.WhichOneof("body") == "hello" else None
-        reason = hub.check_hello(hello)
+        caller = hub.caller(context.peer())
+        reason = hub.check_hello(hello) or hub.check_certificate(hello, caller)
         if reason:
-            hub.refused += 1
-            log.warning("refused a replication peer: %s", reason)
+            hub.refuse(caller.address if caller else context.peer(), reason)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
         if hub.is_cut(hello.region):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the link to this region is paused")
@@ -459,6 +473,8 @@ class _Servicer(pb_grpc.ReplicationServicer):
                                           max_message=hub.limits.max_message))
         running = asyncio.ensure_future(hub.run_link(link, request_iterator))
         hub._served[link.peer] = link.outbox
+        if hub.front is not None:
+            hub._served_ports[link.peer] = hub.front.port_of(context.peer())
         try:
             while (frame := await link.outbox.get()) is not None:
                 yield frame
@@ -466,6 +482,7 @@ class _Servicer(pb_grpc.ReplicationServicer):
             running.cancel()
             if hub._served.get(link.peer) is link.outbox:
                 del hub._served[link.peer]
+                hub._served_ports.pop(link.peer, None)
             error = running.exception() if running.done() and not running.cancelled() else None
         if isinstance(error, ProtocolError):  # tell the peer why (it logs it)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
@@ -475,9 +492,12 @@ class ReplicationHub:
     """A region's replication endpoint: serves peers, dials peers, relays."""
 
     def __init__(self, region: int, cluster_id: str, database: str, token: str,
-                 causal: CausalLog, on_apply: Callable[[Envelope], None], config=None) -> None:
+                 causal: CausalLog, on_apply: Callable[[Envelope], None], config=None, *,
+                 tls: LinkCredentials | None = None, names: dict[int, str] | None = None) -> None:
         """``config``: the region's settings (node/config.py), read when links need them;
-        None: the defaults."""
+        None: the defaults.  ``tls``: this region's certificate, key and CA bundle (None:
+        plain-text links); ``names``: region number -> name, the name a peer's certificate
+        must carry."""
         self.region = region
         self.cluster_id = cluster_id
         self.database = database
@@ -487,7 +507,7 @@ class ReplicationHub:
         self.config = config
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
-        self.denied = 0   # handshakes peers refused to this region
+        self.denied = 0   # handshakes peers refused to this region (at Hello, or ending the TLS handshake)
         self.protocol_errors = 0  # links ended because the peer broke the protocol
         self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
@@ -503,6 +523,10 @@ class ReplicationHub:
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
         self._served: dict[int, Outbox] = {}  # calls peers made to us, ended by closing the outbox
         self._peers: dict[int, str] = {}
+        self.tls = tls
+        self.names = dict(names or {})
+        self.front: TlsFront | None = None
+        self._served_ports: dict[int, int | None] = {}  # peer -> the front's port its served link uses
         self._server: grpc.aio.Server | None = None
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
@@ -565,6 +589,51 @@ class ReplicationHub:
             return f"region number {hello.region} is this region's own"
         return ""
 
+    def check_certificate(self, hello: pb.Hello, caller: Identity | None) -> str:
+        """With TLS: does the caller's verified certificate name the region its Hello claims?"""
+        if self.tls is None:
+            return ""
+        if caller is None:
+            return "the call did not come through this region's TLS port"
+        claimed = self.names.get(hello.region)
+        if claimed is None:
+            return f"region number {hello.region} is not in the cluster file"
+        if claimed not in caller.names:
+            return (f"a certificate of {', '.join(sorted(caller.names)) or 'no name'} "
+                    f"cannot speak for {claimed} (region {hello.region})")
+        return ""
+
+    def caller(self, grpc_peer: str) -> Identity | None:
+        """Who made a call (None without TLS, or when it did not come through the TLS front)."""
+        return None if self.front is None else self.front.identity(grpc_peer)
+
+    def refuse(self, address: str, reason: str) -> None:
+        """A peer refused at the TLS handshake or at Hello: logged and counted."""
+        self.refused += 1
+        log.warning("refused a connection from %s: %s", address, reason)
+
+    def denied_by(self, address: str, reason: str) -> None:
+        """A peer gave up a TLS handshake with this region (it does not accept its certificate)."""
+        self.denied += 1
+        log.warning("a connection from %s ended: %s", address, reason)
+
+    def reload_tls(self) -> dict:
+        """Read the certificate, key and CA bundle again (TlsConfigError: nothing changed) and
+        have every link handshake again with them: outgoing links are dialed anew, the
+        connections peers dialed are closed (they dial again)."""
+        if self.tls is None:
+            raise ValueError("links are plain text here (tls = false): there are no certificates to reload")
+        self.tls.reload()
+        if self.front is not None:
+            self.front.drop({p for p in self._served_ports.values() if p is not None})
+        for peer in list(self._dialers):
+            self._dialers.pop(peer).cancel()
+        for peer, address in self._peers.items():
+            self.dial(peer, address)
+        log.warning("reloaded the TLS certificate (serial %s), its key and the CA bundle (%d CAs); "
+                    "links handshake again", self.tls.describe()["cert_serial"], self.tls.material.ca_count)
+        return self.tls.describe()
+
     def is_cut(self, peer: int) -> bool:
         return self.paused or peer in self.cut
 
@@ -575,8 +644,15 @@ class ReplicationHub:
         pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), self._server)
         for service in extra:
             service.add_to(self._server)
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if self.tls is None:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+            await self._server.start()
+            return self.port
+        # TLS: gRPC on a loopback port of its own, behind the front that does the handshakes
+        backend = self._server.add_insecure_port("127.0.0.1:0")
         await self._server.start()
+        self.front = TlsFront(self.tls, backend, self.refuse, self.denied_by, self.limits.handshake_timeout)
+        self.port = await self.front.start(host, port)
         return self.port
 
     async def run_link(self, link: Link, incoming, writer=None) -> None:
@@ -657,6 +733,12 @@ class ReplicationHub:
                 if e.code() == grpc.StatusCode.PERMISSION_DENIED:
                     self.denied += 1
                     log.error("region %d refused this region: %s", peer, e.details())
+                elif self.tls is not None and any(w in (e.details() or "") for w in CERTIFICATE_REFUSED):
+                    # this region's check of the peer's certificate failed: a refusal like any other
+                    self.refuse(address, f"the certificate of the region dialed as {self.names.get(peer, peer)} "
+                                         f"was refused: {e.details()}")
+                elif self.tls is not None and any(w in (e.details() or "").lower() for w in ("handshake", "ssl")):
+                    log.warning("no TLS link to region %d (%s): %s", peer, address, e.details())
                 elif e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     log.error("region %d ended the link: %s", peer, e.details())
                 else:
@@ -668,9 +750,21 @@ class ReplicationHub:
             await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
             delay = min(delay * 2, 1.0)
 
+    def _channel(self, peer: int, address: str) -> grpc.aio.Channel:
+        options = self.limits.channel_options()
+        if self.tls is None:
+            return grpc.aio.insecure_channel(address, options=options)
+        m = self.tls.material
+        credentials = grpc.ssl_channel_credentials(m.ca, m.key, m.cert)
+        # the peer's certificate must name the region dialed; a connection of its own per
+        # dial (no shared subchannel), so a re-dial after a reload handshakes again
+        options += [("grpc.ssl_target_name_override", self.names.get(peer, str(peer))),
+                    ("grpc.use_local_subchannel_pool", 1)]
+        return grpc.aio.secure_channel(address, credentials, options=options)
+
     async def _dial_once(self, peer: int, address: str) -> None:
         limits = self.limits
-        async with grpc.aio.insecure_channel(address, options=limits.channel_options()) as channel:
+        async with self._channel(peer, address) as channel:
             call = pb_grpc.ReplicationStub(channel).Sync()
             my_vv, my_floor = dict(self.causal.vv), dict(self.causal.floor)
             await call.write(pb.Frame(hello=pb.Hello(cluster_id=self.cluster_id, database=self.database,
@@ -697,5 +791,7 @@ class ReplicationHub:
         for task in self._dialers.values():
             task.cancel()
         self._dialers.clear()
+        if self.front is not None:
+            await self.front.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
