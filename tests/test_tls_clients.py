@@ -399,6 +399,12 @@ def test_braid_up_tls_prints_redis_cli_lines_that_work(tmp_path):
             assert argv[-2:] == ["-p", str(base + 200 + i)]
             res = subprocess.run(argv + ["XADD", f"s{i}", "*", "f", "v"], capture_output=True, text=True, timeout=30)
             assert res.returncode == 0 and re.fullmatch(r"\d+-\d+\n", res.stdout), (line, res)
+        # the links are mutual TLS: what region-1 took reaches region-2, and INFO says so
+        second = shlex.split(lines[1])
+        wait_until(lambda: subprocess.run(second + ["XLEN", "s0"], capture_output=True, text=True,
+                                          timeout=30).stdout == "1\n", 30, what="s0 replicated over mutual TLS")
+        info = subprocess.run(second + ["INFO", "crdt"], capture_output=True, text=True, timeout=30).stdout
+        assert "crdt_link_tls:mutual" in info and "link=up" in info, info
         # the CA alone also connects (tls-auth-clients optional)
         simple = ["redis-cli", "--tls", "--cacert", os.path.join(data, "tls", "ca.crt"), "-p", str(base + 200)]
         assert subprocess.run(simple + ["PING"], capture_output=True, text=True, timeout=30).stdout == "PONG\n"
