@@ -25,6 +25,13 @@ caller - so an operation a region failed to apply is never counted as applied,
 never acknowledged and never relayed.  A region cannot skip an operation and
 stay convergent: the region stops instead (fail-stop) and a restart resumes.
 
+What waits (``pending``) is counted (``pending_bytes``) so that the caller can
+bound it: a peer that keeps the protocol sends a region's log in causal order,
+so only duplicates and reordering ever wait; envelopes piling up past a bound
+come from a peer that does not.  :meth:`CausalLog.drop_pending` forgets them -
+safe, since nothing pending was counted, acknowledged or relayed, and a peer
+sends again what it was never acknowledged.
+
 The applied envelopes, in the order they were applied, form the region's log.
 That order is causal, so a peer can be sent "every envelope of the log it has
 not applied" in log order - including operations of third regions, which is
@@ -94,6 +101,7 @@ class CausalLog:
         self.vv: VersionVector = {}
         self.log: list[Envelope] = []
         self.pending: dict[tuple[int, int], Envelope] = {}
+        self.pending_bytes = 0         # what ``pending`` holds (operation bytes)
         self.base = 0                  # absolute position of log[0]: envelopes dropped so far
         self.floor: VersionVector = {}  # per origin, the highest n dropped from the log
         self.seen: dict[int, VersionVector] = {}  # per origin: its version vector at its last op here
@@ -102,6 +110,7 @@ class CausalLog:
         """Become ``other`` (a snapshot's or a full-resync image's log), keeping what this
         region knows of what others had seen (it only grows)."""
         self.vv, self.log, self.pending = other.vv, other.log, other.pending
+        self.pending_bytes = sum(len(e.op) for e in self.pending.values())
         self.base, self.floor = other.base, other.floor
         for origin, view in other.seen.items():
             self.seen[origin] = merge(self.seen.get(origin, {}), view)
@@ -180,6 +189,7 @@ class CausalLog:
         if env.n <= self.vv.get(env.origin, 0) or env.dot in self.pending:
             return []  # a duplicate
         self.pending[env.dot] = env
+        self.pending_bytes += len(env.op)
         out: list[Envelope] = []
         progress = True
         while progress:
@@ -188,6 +198,7 @@ class CausalLog:
                 cand = self.pending[dot]
                 if self._ready(cand):
                     del self.pending[dot]
+                    self.pending_bytes -= len(cand.op)
                     if apply is not None:
                         apply(cand)  # raises: cand is forgotten, nothing counts it
                     self.vv[cand.origin] = cand.n
@@ -196,6 +207,13 @@ class CausalLog:
                     out.append(cand)
                     progress = True
         return out
+
+    def drop_pending(self) -> int:
+        """Forget every envelope waiting for its dependencies (none was counted); returns how many."""
+        dropped = len(self.pending)
+        self.pending = {}
+        self.pending_bytes = 0
+        return dropped
 
     def missing(self, peer_vv: VersionVector) -> list[Envelope]:
         """Envelopes this region holds that a peer with ``peer_vv`` has not applied."""

@@ -85,6 +85,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("crdt-repl-keepalive-timeout-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False),
     Setting("crdt-repl-stall-timeout-ms", "int", 30000, 0, (1 << 31) - 1),
     Setting("crdt-repl-max-image-size", "memory", 8 * 1024**3, 1024 * 1024, (1 << 63) - 1),
+    # operations of other regions waiting for their dependencies: past either bound, the link
+    # that brought them broke the protocol (an honest peer sends in causal order)
+    Setting("crdt-repl-pending-max-ops", "int", 100000, 1, (1 << 31) - 1),
+    Setting("crdt-repl-pending-max-bytes", "memory", 2 * 1024**3, 1024 * 1024, (1 << 63) - 1),
     # TLS on the client port (node/security/tls.py), Redis's names, defaults and mutability:
     # tls-port 0 is off; CONFIG SET of any of them builds a new context for new connections
     Setting("tls-port", "int", 0, 0, 65535),

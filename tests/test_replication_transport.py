@@ -21,6 +21,7 @@ import pytest
 
 from crdt.causal import CausalLog
 from crdt.sync import LinkState
+from node.config import Config
 from node.transport.replication import ReplicationHub
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
@@ -358,6 +359,39 @@ def test_a_peer_that_breaks_the_protocol_is_cut_and_nothing_of_it_is_applied(cas
             assert await _forge(port, [_hello(), *_fragments(OP, 4096), pb.Frame(hello=pb.Hello())]) \
                 == (grpc.StatusCode.INVALID_ARGUMENT, "an unexpected hello frame")
             assert [e.op for e in applied] == [OP] and hub.causal.vv == {2: 1}
+        finally:
+            await hub.stop()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("bound", ["ops", "bytes"])
+def test_a_peer_piling_up_operations_that_can_never_apply_is_cut_and_they_are_dropped(bound):
+    """An honest peer sends in causal order, so what waits for its dependencies stays small.
+    A peer that sends operations whose predecessors never come would grow ``pending``
+    without a bound: past crdt-repl-pending-max-ops (or -bytes) its link ends, and what
+    waited is dropped (none of it was applied, counted or acknowledged)."""
+    size = 2000 if bound == "bytes" else 10
+    orphans = [pb.Envelope(origin=2, n=n, op=b"o" * size) for n in range(2, 2 + 12)]  # 2.1 never comes
+    config = Config(**{"crdt-repl-pending-max-ops": 10 if bound == "ops" else 1000,
+                       "crdt-repl-pending-max-bytes": 1024 * 1024})
+
+    async def scenario():
+        hub, applied = make_hub(1)
+        hub.config = config
+        if bound == "bytes":
+            config.set("crdt-repl-pending-max-bytes", 20_000)  # below the 24,000 bytes sent
+        port = await hub.serve()
+        try:
+            code, details = await _forge(port, [_hello(), pb.Frame(batch=pb.Batch(envelopes=orphans))])
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "never come" in details, (code, details)
+            assert hub.protocol_errors == 1
+            assert applied == [] and hub.causal.pending == {} and hub.causal.pending_bytes == 0
+            # the same operations with their predecessor apply, in order
+            first = pb.Envelope(origin=2, n=1, op=b"first")
+            await _forge(port, [_hello(), pb.Frame(batch=pb.Batch(envelopes=[first, *orphans[:5]])),
+                                pb.Frame(hello=pb.Hello())])
+            assert [e.n for e in applied] == [1, 2, 3, 4, 5, 6] and hub.causal.vv == {2: 6}
         finally:
             await hub.stop()
 

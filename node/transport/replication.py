@@ -140,6 +140,8 @@ class LinkLimits:
     keepalive_ms: int = 5000
     keepalive_timeout_ms: int = 5000
     stall_timeout_ms: int = 30000                   # 0: no watchdog
+    max_pending_ops: int = 100000                   # operations waiting for their dependencies
+    max_pending_bytes: int = 2 * 1024**3
 
     @classmethod
     def from_config(cls, config) -> LinkLimits:
@@ -148,7 +150,8 @@ class LinkLimits:
         return cls(int(config["crdt-repl-frame-bytes"]), int(config["crdt-repl-max-message"]),
                    argv + 1024 * 1024, int(config["crdt-repl-max-image-size"]),
                    int(config["crdt-repl-keepalive-ms"]), int(config["crdt-repl-keepalive-timeout-ms"]),
-                   int(config["crdt-repl-stall-timeout-ms"]))
+                   int(config["crdt-repl-stall-timeout-ms"]), int(config["crdt-repl-pending-max-ops"]),
+                   int(config["crdt-repl-pending-max-bytes"]))
 
     @property
     def frame_cap(self) -> int:
@@ -374,6 +377,13 @@ class Link:
     def deliver(self, envelopes: list[Envelope]) -> None:
         for env in self.state.on_batch(envelopes):
             self.hub.deliver(env)
+        causal, limits = self.hub.causal, self.limits
+        if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
+            # an honest peer sends in causal order: this one piles up what can never apply
+            dropped = causal.drop_pending()
+            raise ProtocolError(f"{dropped} operations waiting for dependencies that never come "
+                                f"(past crdt-repl-pending-max-ops {limits.max_pending_ops} or -bytes "
+                                f"{limits.max_pending_bytes}): dropped, none was applied")
         self.acknowledge()
 
     def unpack(self, packed: bytes) -> pb.Batch:
