@@ -1,0 +1,215 @@
+"""The member list and its agreement rules (crdt/membership.py), pure.
+
+Unit tests for each rule, then a Hypothesis state machine: several coordinators
+propose changes at once to members that receive promise requests, commits and
+aborts in any order (some never), and gossip newer lists; whatever happens, no
+two members ever hold different lists for one epoch.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from crdt.membership import (ACTIVATE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, Change,
+                             Membership, MembershipError)
+
+
+def three() -> Membership:
+    return Membership.initial(16, [(1, "region-1"), (2, "region-2"), (3, "region-3")])
+
+
+def agree(members: list[Membership], change: Change, coordinator: int = 1, frozen: int = 0) -> None:
+    """The whole protocol with every voter reachable."""
+    p = members[0].propose(change, (coordinator, 1))
+    voters = set(members[0].voters(change))
+    for m, n in zip(members, (1, 2, 3, 4, 5)):
+        if n in voters:
+            assert m.promise(p).ok
+    for m, n in zip(members, (1, 2, 3, 4, 5)):
+        if n in voters:
+            m.commit(p, frozen)
+
+
+def test_a_region_joins_catches_up_and_takes_writes():
+    ms = [three() for _ in range(3)]
+    agree(ms, Change(JOIN, 4, "region-4"))
+    assert all(m.epoch == 2 and m.status(4) == JOINING for m in ms)
+    assert not ms[0].writable(4) and ms[0].accepts(4, 1)  # its operations apply everywhere at once
+    assert ms[0].voters(Change(ACTIVATE, 4)) == [1, 2, 3, 4]  # the newcomer votes too from now on
+    new = three()
+    new.adopt(ms[0])  # the newcomer's copy, taken from the region that added it
+    agree([*ms, new], Change(ACTIVATE, 4))
+    assert all(m.writable(4) and m.epoch == 3 for m in [*ms, new])
+    assert ms[0].stability_regions() == [1, 2, 3, 4]
+
+
+def test_a_graceful_leave_then_its_removal():
+    ms = [three() for _ in range(3)]
+    agree(ms, Change(LEAVE, 3))
+    assert ms[0].status(3) == LEAVING and not ms[0].writable(3)
+    agree(ms, Change(REMOVE, 3), frozen=42)
+    assert ms[0].status(3) == REMOVED and ms[0].stability_regions() == [1, 2]
+    assert ms[0].accepts(3, 42) and not ms[0].accepts(3, 43)
+
+
+def test_a_forced_removal_does_not_ask_the_removed_region_and_freezes_its_operations():
+    ms = [three() for _ in range(3)]
+    change = Change(FORCE_REMOVE, 2)
+    assert ms[0].voters(change) == [1, 3]
+    p = ms[0].propose(change, (1, 1))
+    held = [ms[0].promise(p, held=7).held, ms[2].promise(p, held=9).held]
+    for m in (ms[0], ms[2]):
+        m.commit(p, max(held))
+    assert ms[0].accepts(2, 9) and not ms[0].accepts(2, 10)
+    assert ms[1].epoch == 1  # the removed region never heard of it; its handshake is refused (epoch)
+    assert not ms[0].accepts(5, 1)  # never a member
+
+
+@pytest.mark.parametrize("change, error", [
+    (Change(JOIN, 2, "other"), "is taken"),
+    (Change(JOIN, 16, "sixteen"), "from 1 to 15"),
+    (Change(JOIN, 4, "region-1"), "already a member"),
+    (Change(JOIN, 4, ""), "needs a name"),
+    (Change(ACTIVATE, 1), "is active: cannot activate"),
+    (Change(REMOVE, 1), "is active: cannot remove"),
+    (Change(LEAVE, 9), "not a member"),
+    (Change("rename", 1), "unknown membership change"),
+])
+def test_changes_that_cannot_be_made_are_refused(change, error):
+    with pytest.raises(MembershipError, match=error):
+        three().propose(change, (1, 1))
+
+
+def test_numbers_are_never_reused_and_the_last_active_region_cannot_leave():
+    m = Membership.initial(16, [(1, "a"), (2, "b")])
+    agree([m, Membership.initial(16, [(1, "a"), (2, "b")])], Change(FORCE_REMOVE, 2))
+    with pytest.raises(MembershipError, match="was removed"):
+        m.propose(Change(JOIN, 2, "b"), (1, 2))
+    m.check(Change(JOIN, 3, "b"))  # the name is free again, under a new number
+    with pytest.raises(MembershipError, match="last active region"):
+        m.propose(Change(LEAVE, 1), (1, 3))
+
+
+def test_one_proposal_per_epoch_is_promised_and_only_it_commits():
+    a, b = three(), three()
+    p = a.propose(Change(JOIN, 4, "x"), (1, 1))
+    q = a.propose(Change(JOIN, 5, "y"), (2, 1))
+    assert a.promise(p).ok and b.promise(q).ok
+    refused = a.promise(q)
+    assert not refused.ok and "another change for epoch 2" in refused.reason
+    with pytest.raises(MembershipError, match="did not promise"):
+        a.commit(q)
+    a.abort(p)
+    assert a.promise(q).ok  # the aborted promise no longer stands in the way
+    a.commit(q)
+    a.commit(q)  # again: nothing happens
+    with pytest.raises(MembershipError, match="made by another change"):
+        a.commit(p)
+    assert not a.promise(p).ok  # a proposal for an epoch already made is refused
+
+
+def test_a_member_that_missed_a_commit_adopts_the_newer_list():
+    a, b = three(), three()
+    p = a.propose(Change(LEAVE, 3), (1, 1))
+    assert a.promise(p).ok and b.promise(p).ok
+    a.commit(p)  # the coordinator stopped before b's commit
+    assert b.promise(b.propose(Change(LEAVE, 2), (2, 1))).ok is False  # b still backs p
+    assert b.adopt(a) and b.epoch == 2 and b.status(3) == LEAVING and b.promised is None
+    assert not b.adopt(a)  # nothing newer
+
+
+# ---------------------------------------------------------------- concurrent coordinators
+NUMBERS = (1, 2, 3, 4)
+EVERYONE = (1, 2, 3, 4, 5, 6)  # 5 and 6 may join: they start with the founders' list and learn by gossip
+CHANGES = st.sampled_from([Change(JOIN, 5, "five"), Change(JOIN, 6, "six"), Change(LEAVE, 2), Change(LEAVE, 3),
+                           Change(FORCE_REMOVE, 4), Change(FORCE_REMOVE, 1), Change(ACTIVATE, 5),
+                           Change(REMOVE, 2), Change(REMOVE, 3)])
+
+
+class ConcurrentChanges(RuleBasedStateMachine):
+    """Coordinators run the protocol over a network that delays, reorders and loses
+    messages; members also gossip their lists.  A coordinator commits only with every
+    voter's yes (as its own list names the voters) and aborts otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.members = {n: Membership.initial(16, [(k, f"region-{k}") for k in NUMBERS]) for n in EVERYONE}
+        self.inflight: list[tuple[str, int, object]] = []  # (kind, to, proposal or (proposal, frozen))
+        self.runs: dict[tuple, dict] = {}  # ballot -> the coordinator's view of its run
+        self.counter = 0
+
+    @rule(coordinator=st.sampled_from(NUMBERS), change=CHANGES)
+    def propose(self, coordinator, change):
+        m = self.members[coordinator]
+        self.counter += 1
+        try:
+            p = m.propose(change, (coordinator, self.counter))
+        except MembershipError:
+            return
+        voters = m.voters(change)
+        self.runs[p.ballot] = {"p": p, "voters": set(voters), "yes": {}, "no": False, "done": False}
+        self.inflight += [("promise", v, p) for v in voters]
+
+    @rule(data=st.data(), count=st.integers(1, 6))
+    def deliver(self, data, count):
+        """Up to ``count`` messages, each one of the three oldest (so they overtake each other)."""
+        for _ in range(count):
+            if self.inflight:
+                self._deliver_one(self.inflight.pop(data.draw(st.integers(0, min(2, len(self.inflight) - 1)))))
+
+    def _deliver_one(self, message) -> None:
+        kind, to, body = message
+        member = self.members[to]
+        if kind == "promise":
+            answer = member.promise(body, held=to)
+            run = self.runs[body.ballot]
+            if answer.ok:
+                run["yes"][to] = answer.held
+            else:
+                run["no"] = True
+        elif kind == "commit":
+            p, frozen = body
+            try:
+                member.commit(p, frozen)
+            except MembershipError:
+                pass  # refused here: it promised another change or moved on; gossip settles it
+        else:
+            member.abort(body)
+
+    @rule(data=st.data(), really=st.integers(0, 3))
+    def lose(self, data, really):
+        if self.inflight and not really:
+            self.inflight.pop(data.draw(st.integers(0, len(self.inflight) - 1)))
+
+    @rule(data=st.data())
+    def decide(self, data):
+        """A coordinator with every answer (or a no) commits or aborts, once."""
+        open_runs = [r for r in self.runs.values() if not r["done"] and (r["no"] or set(r["yes"]) == r["voters"])]
+        if not open_runs:
+            return
+        run = data.draw(st.sampled_from(open_runs))
+        run["done"] = True
+        p = run["p"]
+        if run["no"]:
+            self.inflight += [("abort", v, p) for v in run["voters"]]
+        else:
+            self.inflight += [("commit", v, (p, max(run["yes"].values()))) for v in run["voters"]]
+
+    @rule(a=st.sampled_from(EVERYONE), b=st.sampled_from(EVERYONE))
+    def gossip(self, a, b):
+        self.members[b].adopt(self.members[a])
+
+    @invariant()
+    def one_list_per_epoch(self):
+        by_epoch: dict[int, tuple] = {}
+        for m in self.members.values():
+            for epoch, p in m.changes.items():
+                assert by_epoch.setdefault(epoch, p) == p, f"epoch {epoch} made by two changes"
+            shown = (tuple(sorted(m.members.items())), tuple(sorted(m.frozen.items())))
+            seen = by_epoch.setdefault(("list", m.epoch), shown)
+            assert seen == shown, f"two lists at epoch {m.epoch}"
+
+
+TestConcurrentChanges = ConcurrentChanges.TestCase
