@@ -152,13 +152,15 @@ class Wan:
         return self._call(op="stats")["links"]
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(5)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait(5)
+        try:
+            self.proc.stdin.close()  # end of its control input: the delay line exits
+        except OSError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
         self.proc.stdout.close()
 
 
@@ -401,16 +403,17 @@ def _remove_namespace(ns: str) -> None:
     _ip("netns", "del", ns, check=False)
 
 
-def leftovers() -> dict[str, list[str]]:
-    """Namespaces and links with the harness's prefix that exist now."""
-    namespaces = re.findall(rf"^({PREFIX}\S*)", _ip("netns", "list", check=False).stdout, re.M)
-    links = re.findall(rf"^\d+: ({PREFIX}[^@:\s]*)", _ip("-o", "link", "show", check=False).stdout, re.M)
+def leftovers(slot: int | None = None) -> dict[str, list[str]]:
+    """Namespaces and links with the harness's prefix (of one slot, or of all) that exist now."""
+    stem = PREFIX if slot is None else rf"{PREFIX}{slot}[rvt]"
+    namespaces = re.findall(rf"^({stem}\S*)", _ip("netns", "list", check=False).stdout, re.M)
+    links = re.findall(rf"^\d+: ({stem}[^@:\s]*)", _ip("-o", "link", "show", check=False).stdout, re.M)
     return {"namespaces": namespaces, "links": links}
 
 
-def cleanup() -> dict[str, list[str]]:
-    """Remove every leftover of a harness run (processes in its namespaces, namespaces, links)."""
-    found = leftovers()
+def cleanup(slot: int | None = None) -> dict[str, list[str]]:
+    """Remove every leftover of harness runs, or of one slot: processes in its namespaces, namespaces, links."""
+    found = leftovers(slot)
     for ns in found["namespaces"]:
         _remove_namespace(ns)
     for link in found["links"]:
@@ -419,9 +422,10 @@ def cleanup() -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos.netns cleanup [SLOT]`` / ``python -m chaos.netns status``"""
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["cleanup"]:
-        removed = cleanup()
+    if argv[:1] == ["cleanup"] and len(argv) <= 2 and all(a.isdigit() for a in argv[1:]):
+        removed = cleanup(int(argv[1]) if len(argv) == 2 else None)
         print(f"removed {len(removed['namespaces'])} namespace(s) {' '.join(removed['namespaces'])}; "
               f"{len(removed['links'])} link(s) {' '.join(removed['links'])}")
         return 0
@@ -429,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         found = leftovers()
         print(f"namespaces: {' '.join(found['namespaces']) or '-'}\nlinks: {' '.join(found['links']) or '-'}")
         return 0
-    print("usage: python -m chaos.netns cleanup|status", file=sys.stderr)
+    print("usage: python -m chaos.netns cleanup [SLOT] | status", file=sys.stderr)
     return 2
 
 
