@@ -1,6 +1,7 @@
 """``braid-chaos``: the chaos suite's command line.
 
-``braid-chaos run``  a live run against real region processes (or a cluster
+``braid-chaos run``  a live run against real region processes (local, or each in
+                     its own network namespace behind an emulated WAN; or a cluster
                      file, or the Docker deployment); exit code 0 = pass.
 ``braid-chaos sim``  the deterministic simulation (see chaos/sim/).
 """

@@ -12,6 +12,7 @@ These tests need root (network namespaces): without it they fail, never skip.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -120,3 +121,18 @@ def test_per_pair_delays_and_errors_are_explicit():
     with pytest.raises(ValueError, match="2 to 15 regions"):
         NetnsCluster(1)
     assert issubclass(NetnsError, RuntimeError)
+
+
+def test_the_chaos_suite_passes_across_the_wan(tmp_path):
+    """``braid-chaos run --backend netns``: network faults are cut in the delay line."""
+    from chaos.cli import main
+
+    before = set(leftovers()["namespaces"])
+    out = tmp_path / "report"
+    code = main(["run", "--backend", "netns", "--wan-delay", "40ms", "--regions", "3", "--duration", "15",
+                 "--seed", "3", "--faults", "partition,one-way,bridge,kill", "--out", str(out)])
+    with open(out / "report.json") as f:
+        data = json.load(f)
+    assert code == 0 and data["verdict"] == "pass", [v["summary"] for v in data["verdicts"] if not v["ok"]]
+    assert {f["kind"] for f in data["history"]["faults"]} & {"partition", "one-way", "bridge"}
+    assert set(leftovers()["namespaces"]) <= before
