@@ -136,3 +136,14 @@ def test_the_chaos_suite_passes_across_the_wan(tmp_path):
     assert code == 0 and data["verdict"] == "pass", [v["summary"] for v in data["verdicts"] if not v["ok"]]
     assert {f["kind"] for f in data["history"]["faults"]} & {"partition", "one-way", "bridge"}
     assert set(leftovers()["namespaces"]) <= before
+
+
+@pytest.mark.parametrize("option, value, error", [("--wan-delay", "fast", "not a duration"),
+                                                  ("--wan-delay", "20s", "between 0 and 10 s"),
+                                                  ("--wan-loss", "1.5", r"not in \[0, 1\)")])
+def test_wan_options_are_checked(capsys, option, value, error):
+    from chaos.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["run", "--backend", "netns", option, value])
+    assert exit.value.code == 2 and re.search(error, capsys.readouterr().err)
