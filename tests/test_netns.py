@@ -52,6 +52,26 @@ def test_a_round_trip_between_regions_crosses_the_delay_line_twice(cluster, regi
         cluster.heal_network()
 
 
+def test_a_bandwidth_cap_paces_what_crosses_the_link(cluster, regions):
+    """100 KB sent from region 1's namespace to region 2 over a 100 KB/s link take at least a second."""
+    size, rate = 100_000, 100_000
+    probe = ("import socket,sys,time\n"
+             f"s=socket.create_connection(('{outer_address(2)}',6379),timeout=30)\n"
+             f"v=b'x'*{size}\n"
+             "cmd=b'*5\\r\\n$4\\r\\nXADD\\r\\n$2\\r\\nbw\\r\\n$1\\r\\n*\\r\\n$1\\r\\nf\\r\\n'"
+             "+b'$%d\\r\\n'%len(v)+v+b'\\r\\n'\n"
+             "t=time.monotonic()\ns.sendall(cmd)\nreply=s.recv(100)\nprint(time.monotonic()-t, reply[:1].decode())")
+    cluster.wan.set(1, 2, rate=rate)
+    try:
+        done = subprocess.run(["ip", "netns", "exec", cluster.procs[0].netns, sys.executable, "-c", probe],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        cluster.heal_network()
+    took, kind = done.stdout.split()
+    assert kind == "$" and float(took) >= size / rate  # the region answered with the new ID
+    assert regions[1].xlen("bw") == 1
+
+
 def test_a_network_partition_heals_and_converges(cluster, regions):
     r1, r2, r3 = regions
     cluster.cut(1, 3)
