@@ -149,7 +149,7 @@ def test_the_chaos_suite_passes_across_the_wan(tmp_path):
 
     before = set(leftovers()["namespaces"])
     out = tmp_path / "report"
-    code = main(["run", "--backend", "netns", "--wan-delay", "40ms", "--regions", "3", "--duration", "15",
+    code = main(["run", "--backend", "netns", "--wan-delay", "40ms", "--regions", "3", "--duration", "10",
                  "--seed", "3", "--faults", "partition,one-way,bridge,kill", "--out", str(out)])
     with open(out / "report.json") as f:
         data = json.load(f)
