@@ -13,6 +13,8 @@ RESP host and port), so every backend shares them.
   with ``--enable-debug-command``, skew clocks and fake a full or slow disk.
 * :class:`chaos.docker_backend.DockerBackend`: the compose deployment in
   ``deploy/``.
+* :class:`chaos.netns_backend.NetnsBackend`: regions as processes, each in its
+  own network namespace behind an emulated WAN (:mod:`chaos.netns`).
 
 Clock, disk-full and slow-fsync faults go through ``DEBUG`` (see
 ``node/commands/debug.py``) in every backend.

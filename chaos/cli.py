@@ -1,6 +1,7 @@
 """``braid-chaos``: the chaos suite's command line.
 
-``braid-chaos run``  a live run against real region processes (or a cluster
+``braid-chaos run``  a live run against real region processes (local, or each in
+                     its own network namespace behind an emulated WAN; or a cluster
                      file, or the Docker deployment); exit code 0 = pass.
 ``braid-chaos sim``  the deterministic simulation (see chaos/sim/).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -24,6 +26,30 @@ def _faults(text: str) -> list[str]:
     return kinds
 
 
+def _seconds(text: str) -> float:
+    """``40ms``, ``0.04s`` or ``0.04`` (seconds)."""
+    try:
+        if text.endswith("ms"):
+            value = float(text[:-2]) / 1000
+        else:
+            value = float(text[:-1] if text.endswith("s") else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 40ms or 0.04s)") from None
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 10 s")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a probability: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not in [0, 1)")
+    return value
+
+
 def _backend(args):
     from . import backends
 
@@ -31,10 +57,20 @@ def _backend(args):
         from .docker_backend import DockerBackend
 
         return DockerBackend(args.compose_file, args.cluster), None
+    if args.backend == "netns":
+        from .netns_backend import NetnsBackend
+
+        workdir = tempfile.mkdtemp(prefix="braid-chaos-")
+        return NetnsBackend(args.regions, workdir, args.fsync, args.bug, args.seed,
+                            args.wan_delay, args.wan_jitter, args.wan_loss), workdir
     if args.cluster:
         return backends.AttachBackend(args.cluster), None
     workdir = tempfile.mkdtemp(prefix="braid-chaos-")
     return backends.ProcessBackend(args.regions, workdir, args.fsync, args.bug, args.seed), workdir
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -47,8 +83,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console()
     config = RunConfig(args.regions, args.duration, args.seed, args.faults, args.fsync, args.bug, args.out)
     backend, workdir = _backend(args)
-    console.print(f"starting {args.regions} regions ({args.backend if not args.cluster else 'attached'}), "
+    where = "attached" if args.cluster else args.backend
+    if args.backend == "netns":
+        where += f", {args.wan_delay * 1000:g} ms one way between regions"
+    console.print(f"starting {args.regions} regions ({where}), "
                   f"seed {args.seed}" + (f", planted bug {args.bug}" if args.bug else ""))
+    signal.signal(signal.SIGTERM, _interrupt)  # a terminated run still stops its regions and cleans up
     try:
         backend.start()
         with Progress(TextColumn("[bold]faults phase"), BarColumn(), TextColumn("{task.description}"),
@@ -89,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsync", choices=["always", "everysec", "no"], default="everysec")
     p.add_argument("--bug", choices=sorted(BUGS), help="plant a known bug in every region (to see a checker fail)")
     p.add_argument("--cluster", help="attach to the running cluster of this cluster file instead of starting one")
-    p.add_argument("--backend", choices=["process", "docker"], default="process")
+    p.add_argument("--backend", choices=["process", "netns", "docker"], default="process",
+                   help="process: local processes, links through relays; netns: each region in its own network "
+                        "namespace behind an emulated WAN (root); docker: the compose deployment")
+    p.add_argument("--wan-delay", type=_seconds, default=0.04, help="netns: one-way delay of every link (40ms)")
+    p.add_argument("--wan-jitter", type=_seconds, default=0.0, help="netns: extra random delay per packet, up to this")
+    p.add_argument("--wan-loss", type=_probability, default=0.0, help="netns: probability a packet is lost")
     p.add_argument("--compose-file", default=os.path.join("deploy", "compose.yaml"))
     p.add_argument("--out", default="chaos-report", help="directory for report.json and timeline.png")
     p.add_argument("--keep", action="store_true", help="keep the regions' data directories and logs")
