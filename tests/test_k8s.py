@@ -291,6 +291,8 @@ def test_the_region_runs_with_options_braid_node_knows_and_least_privilege(rende
         options = {a for a in container["args"] if a.startswith("--")}
         assert options - known <= ARRIVING_OPTIONS, f"braid node does not know {options - known - ARRIVING_OPTIONS}"
         assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["runAsUser"] != 0
+        # an apply that changes every region's StatefulSet restarts none: the operator does, one at a time
+        assert sts["spec"]["updateStrategy"]["type"] == "OnDelete"
         for c in (container, *spec["initContainers"]):
             assert c["securityContext"]["readOnlyRootFilesystem"]
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
