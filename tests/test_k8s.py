@@ -25,11 +25,13 @@ import sys
 
 import kubernetes_validate
 import pytest
+import redis
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from node.cluster_config import load
+from node.testing import free_ports, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K8S = os.path.join(ROOT, "deploy", "k8s")
@@ -308,3 +310,80 @@ def test_the_region_runs_with_options_braid_node_knows_and_least_privilege(rende
         # what the region writes goes to volumes: its data, the cluster file braid-admin tune rewrites, /tmp
         writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
         assert {"/data", "/etc/braid", "/tmp"} <= writable
+
+
+def test_the_pod_starts_a_region_its_probes_find_ready(rendered, tmp_path):
+    """region-1's pod, laid out on this machine: the init container's cluster file, the
+    Secret's files where the pod mounts them, the container's command; the readiness
+    probe's own script must find the region ready, and the region links with mutual TLS.
+    Only what cannot be the pod's here changes: directories under tmp_path, free loopback
+    ports for the cluster file's (the peers' hosts loopback, where nothing answers), and
+    the loopback address for --bind."""
+    docs = rendered["one-cluster"]
+    sts = one(docs, "StatefulSet", "braid-region-1")
+    spec = sts["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (init,) = spec["initContainers"]
+    (secret,) = objects(docs, "Secret")
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    root = tmp_path / "pod"
+
+    def here(path: str) -> str:
+        return str(root) + path
+
+    # the volumes, as the pod mounts them
+    (cm,) = objects(docs, "ConfigMap")
+    for mount in init["volumeMounts"] + container["volumeMounts"]:
+        os.makedirs(here(mount["mountPath"]), exist_ok=True)
+        volume = volumes.get(mount["name"], {})
+        if "configMap" in volume:
+            for key, text in cm["data"].items():
+                (root / mount["mountPath"].lstrip("/") / key).write_text(text)
+        if "secret" in volume:
+            for item in volume["secret"]["items"]:
+                (root / mount["mountPath"].lstrip("/") / item["path"]).write_bytes(
+                    base64.b64decode(secret["data"][item["key"]]))
+    subprocess.run([sys.executable, "-c", init["command"][2], *map(here, init["command"][3:])], check=True)
+
+    args = [a.replace("$(BRAID_REGION)", "region-1") for a in container["args"]]
+    config = here(args[args.index("--config") + 1])
+    cfg = load(config)
+    resp, repl, *peer_ports = free_ports(2 + 2 * (len(cfg.regions) - 1))
+    pod_port = cfg.region("region-1").port
+    for r in cfg.regions:
+        r.host = "127.0.0.1"
+        r.port, r.repl_port = (resp, repl) if r.name == "region-1" else (peer_ports.pop(), peer_ports.pop())
+    cfg.save()
+    options = {a: i for i, a in enumerate(args) if a.startswith("--")}
+    args[options["--config"] + 1] = config
+    args[options["--data-dir"] + 1] = here(args[options["--data-dir"] + 1])
+    args[options["--bind"] + 1] = "127.0.0.1"
+    help_text = braid("node", "--help").stdout
+    for name in ARRIVING_OPTIONS & set(options):
+        i = args.index(name)
+        if name in help_text:
+            args[i + 1] = str(free_ports(1)[0])
+        else:
+            del args[i:i + 2]
+    log = tmp_path / "region.log"
+    with open(log, "wb") as out:
+        region = subprocess.Popen([sys.executable, "-m", "node", *args], stdout=out, stderr=subprocess.STDOUT)
+    probe = container["readinessProbe"]["exec"]["command"]
+    probe_script = probe[2].replace(f'("127.0.0.1", {pod_port})', f'("127.0.0.1", {resp})')
+
+    def ready() -> bool:
+        assert region.poll() is None, f"the region exited with {region.returncode}: {log.read_text()[-2000:]}"
+        return subprocess.run([sys.executable, "-c", probe_script], capture_output=True).returncode == 0
+
+    try:
+        wait_until(ready, 30.0, what="the readiness probe")
+        with redis.Redis(port=resp, socket_timeout=10) as r:
+            assert r.xadd("rides", {"km": "12"}).endswith(b"-1")  # region-1's strict IDs
+            crdt = r.info("crdt")
+        assert crdt["crdt_link_tls"] == "mutual"
+    finally:
+        region.terminate()
+        region.wait(30)
+    assert region.returncode == 0  # SIGTERM, as Kubernetes stops a pod: a clean exit
+    with open(config) as f:
+        assert "token-of-one-cluster" in f.read()
