@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     c.set_defaults(fn=cmd_certs)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
-    p.add_argument("example", choices=["rides"], help="rides: seed 000's unified log (pipeline/examples/rides.py)")
+    p.add_argument("example", choices=["rides"], help="rides: the Rocket Rides unified log (pipeline/examples/rides.py)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the example's own options (--help lists them)")
     p.set_defaults(fn=cmd_pipeline)
 

@@ -1,10 +1,10 @@
-"""Seed 000's unified log (Rocket Rides) on Spark and Braid.
+"""The unified log of Rocket Rides on Spark and Braid.
 
 Theory of operation
 -------------------
 - **Producer**: rides are posted to any region of the cluster as
   ``XADD rides IDMP rides-api <ride id> * id … distance … region …``.  The API
-  may send a ride twice (the seed's double sends, after a timeout); IDMP makes
+  may send a ride twice (double sends, after a timeout); IDMP makes
   the second send return the first entry's ID and add nothing, at any region.
 - **Streaming job**: reads ``rides`` with ``format("braid")`` (one cursor per
   origin log, checkpointed), keeps the running total distance and ride count,
@@ -12,7 +12,7 @@ Theory of operation
   Braid stream (``rides-totals``) with the idempotent writer, every micro-batch
   in complete mode.  The latest entry of each scope is the current total.
   Distances are decimals, so sums do not depend on the order rows are added.
-- **Reconciliation** (the seed's nightly job): recomputes the totals in batch
+- **Reconciliation** (the nightly job): recomputes the totals in batch
   from the whole log and compares them with the streaming job's latest totals.
 
 Killing the streaming job, or the region it reads from, and starting it again
