@@ -110,7 +110,7 @@ class CausalLog:
         """Become ``other`` (a snapshot's or a full-resync image's log), keeping what this
         region knows of what others had seen (it only grows)."""
         self.vv, self.log, self.pending = other.vv, other.log, other.pending
-        self.pending_bytes = sum(len(e.op) for e in self.pending.values())
+        self.pending_bytes = sum(_size(e.op) for e in self.pending.values())
         self.base, self.floor = other.base, other.floor
         for origin, view in other.seen.items():
             self.seen[origin] = merge(self.seen.get(origin, {}), view)
@@ -189,7 +189,7 @@ class CausalLog:
         if env.n <= self.vv.get(env.origin, 0) or env.dot in self.pending:
             return []  # a duplicate
         self.pending[env.dot] = env
-        self.pending_bytes += len(env.op)
+        self.pending_bytes += _size(env.op)
         out: list[Envelope] = []
         progress = True
         while progress:
@@ -198,7 +198,7 @@ class CausalLog:
                 cand = self.pending[dot]
                 if self._ready(cand):
                     del self.pending[dot]
-                    self.pending_bytes -= len(cand.op)
+                    self.pending_bytes -= _size(cand.op)
                     if apply is not None:
                         apply(cand)  # raises: cand is forgotten, nothing counts it
                     self.vv[cand.origin] = cand.n
@@ -218,3 +218,8 @@ class CausalLog:
     def missing(self, peer_vv: VersionVector) -> list[Envelope]:
         """Envelopes this region holds that a peer with ``peer_vv`` has not applied."""
         return [e for e in self.log if e.n > peer_vv.get(e.origin, 0)]
+
+
+def _size(op: Any) -> int:
+    """An operation's bytes (pure models carry other values: they count nothing)."""
+    return len(op) if isinstance(op, (bytes, bytearray, memoryview)) else 0
