@@ -38,15 +38,18 @@ DOCKER = "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else (shutil.whi
 READY = 90.0  # seconds: a deadline for polling, never a measured threshold
 
 
-def run(*cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+def run(*cmd: str, check: bool = True, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
 def compose(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run("docker-compose", "-p", PROJECT, "-f", COMPOSE, *args, check=check, timeout=timeout)
+    # docker-compose v1 is a Python program with Debian's docker library: a PYTHONPATH
+    # that holds another version of that library must not reach it
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return run("docker-compose", "-p", PROJECT, "-f", COMPOSE, *args, check=check, timeout=timeout, env=env)
 
 
 def inspect(container: str, template: str) -> str:
