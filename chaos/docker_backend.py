@@ -4,10 +4,10 @@ It shares the workloads, nemesis and checkers with the process backend; only
 how faults reach a region differs:
 
 * kill: ``docker kill --signal SIGKILL`` then ``docker start`` (the volume keeps
-  the region's log, as a crashed host's disk would).  The compose file's restart
-  policy may bring a killed region back before the nemesis does (Docker engines
-  since 23 restart a container after ``docker kill``; 20.10 treats it as a manual
-  stop): restarting one that is running, or restarting, is a no-op;
+  the region's log, as a crashed host's disk would).  Docker counts ``docker kill``
+  as a stop on purpose, so the compose file's restart policy leaves the region
+  down; should an engine restart it anyway, restarting a region that is running,
+  or restarting, is a no-op;
 * pause: ``docker pause`` / ``docker unpause`` (the cgroup freezer: SIGSTOP for
   a whole container);
 * partition and bridge: the regions' own link controls
