@@ -10,16 +10,18 @@ STAMP   := $(VENV)/.installed
 PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py tests/test_ops.py \
                   tests/test_blocks.py tests/test_causal.py tests/test_idgen.py
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,pipeline]'
+	$(BIN)/pip install -q -e '.[test,pipeline,docker]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 # System packages the tests and benchmarks use: Debian's redis-server (the
 # reference for differential tests) and redis-tools (redis-cli, redis-benchmark).
+# Docker (docker.io, docker-compose, debootstrap, a running dockerd and the images) is set up
+# by deploy/docker/build.sh, which tests/test_docker.py runs.
 deps:
 	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server redis-tools; }

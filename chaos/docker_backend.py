@@ -4,13 +4,22 @@ It shares the workloads, nemesis and checkers with the process backend; only
 how faults reach a region differs:
 
 * kill: ``docker kill --signal SIGKILL`` then ``docker start`` (the volume keeps
-  the region's log, as a crashed host's disk would);
+  the region's log, as a crashed host's disk would).  Docker counts ``docker kill``
+  as a stop on purpose, so the compose file's restart policy leaves the region
+  down; should an engine restart it anyway, restarting a region that is running,
+  or restarting, is a no-op;
 * pause: ``docker pause`` / ``docker unpause`` (the cgroup freezer: SIGSTOP for
   a whole container);
 * partition and bridge: the regions' own link controls
   (``BRAID.REPLICATION PAUSE PEER``), which cut one link both ways;
 * clock, disk-full, slow-fsync: ``DEBUG`` (the compose file starts regions with
   ``--enable-debug-command yes``).
+
+The deployment outlives a run, so :meth:`DockerBackend.start` first undoes what an
+interrupted run may have left (paused or stopped containers, cut links, DEBUG
+faults) and deletes the previous run's keys everywhere: the checkers judge what
+this run wrote, and entries, groups or IDMP records of the last one would read as
+skipped deliveries and duplicates.
 
 The compose file is the single source of truth: :class:`ComposePlan` reads the
 region services, their published RESP ports and the cluster file they mount,
@@ -21,13 +30,19 @@ machine without a Docker engine).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
+import redis
 import yaml
 
 from node.cluster_config import ClusterConfig, load
 
 from .backends import DEBUG_FAULTS, Backend, LinkControls
+from .workloads import CHURN, GROUPS, IDMP, LOG, TRIMMED, connect
+
+RUN_KEYS = (LOG, IDMP, CHURN, TRIMMED, GROUPS)
+READY_DEADLINE = 90.0  # seconds for a restarted region to serve and for the old keys to go
 
 CONTAINER_RESP_PORT = 6379
 
@@ -124,15 +139,66 @@ class DockerBackend(LinkControls, Backend):
                 self.containers[number] = found[0]
         except docker.errors.DockerException as e:
             raise SystemExit(f"braid-chaos: cannot reach a Docker engine: {e}")
+        self.heal_all()
+        self._until(self._all_serving, "every region answers PING")
+        self._until(self._previous_run_deleted, f"the previous run's keys ({', '.join(RUN_KEYS)}) are gone")
+
+    def _until(self, done, what: str) -> None:
+        deadline = time.monotonic() + READY_DEADLINE
+        while not done():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"braid-chaos: the deployment is not ready after {READY_DEADLINE:.0f}s: "
+                                 f"waiting until {what}")
+            time.sleep(0.2)
+
+    def _all_serving(self) -> bool:
+        for address in self.addresses.values():
+            c = connect(address)
+            try:
+                c.ping()
+            except (redis.RedisError, OSError):
+                return False
+            finally:
+                c.close()
+        return True
+
+    def _previous_run_deleted(self) -> bool:
+        """DEL the run's keys at every region (each removes what it has observed) until none has any."""
+        left = 0
+        for address in self.addresses.values():
+            c = connect(address)
+            try:
+                c.delete(*RUN_KEYS)
+                left += c.exists(*RUN_KEYS)
+            except (redis.RedisError, OSError):
+                return False
+            finally:
+                c.close()
+        return left == 0
 
     def kill(self, region: int) -> None:
-        self.containers[region].kill(signal="SIGKILL")
+        import docker
+
+        try:
+            self.containers[region].kill(signal="SIGKILL")
+        except docker.errors.APIError as e:
+            # between a crash and the restart policy's restart there is no process to kill
+            if e.status_code != 409:
+                raise
 
     def restart(self, region: int) -> None:
+        import docker
+
         c = self.containers[region]
         c.reload()
-        if c.status != "running":
+        if c.status in ("running", "restarting"):
+            return
+        try:
             c.start()
+        except docker.errors.APIError as e:
+            # the restart policy started it since reload()
+            if e.status_code != 409 and "already" not in str(e):
+                raise
 
     def pause(self, region: int) -> None:
         self.containers[region].pause()

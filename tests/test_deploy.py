@@ -84,3 +84,21 @@ def test_dockerfile_copies_what_exists_and_starts_a_region():
     for arg in entry[2:] + service_command:
         if arg.startswith("--"):
             assert arg in help_text, f"braid node does not know {shlex.quote(arg)}"
+
+
+def test_image_constraints_keep_pyproject_pins():
+    """deploy/docker/constraints.txt pins the image's packages; Braid's own pins must be among them."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        pins = {Requirement(r).name.lower(): str(Requirement(r).specifier)
+                for r in tomllib.load(f)["project"]["dependencies"]}
+    constraints = {}
+    for line in read(os.path.join(ROOT, "deploy", "docker", "constraints.txt")).splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"{line!r} pins no version"
+            constraints[name.lower()] = f"=={version}"
+    assert {name: constraints.get(name) for name in pins} == pins
