@@ -497,8 +497,9 @@ class RegionCore:
         rec[0] += 1
         rec[1] += elapsed // 1000
         timed = self.latency.get(name)  # empty unless metrics are on (node/metrics.py)
-        if timed is not None:
-            timed.observe_ns(elapsed)
+        if timed is not None:  # LatencyHistogram.observe_ns, inlined: this runs for every XADD
+            timed.counts[bisect_left(timed.bounds_ns, elapsed)] += 1
+            timed.sum_ns += elapsed
         if type(reply) is ReplyError:
             rec[3] += 1
             self._count_error(reply)

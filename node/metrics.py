@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
@@ -70,6 +71,7 @@ class RegionMetrics:
         self.registry.register(RegionCollector(self))
         ProcessCollector(registry=self.registry)  # process_* (CPU, memory, file descriptors)
         self._http: asyncio.base_events.Server | None = None
+        self._serving: set[asyncio.Task] = set()  # one per open scrape connection (stop() ends them)
         self.port = 0
 
     def scrape(self, accept: str = "") -> tuple[bytes, str]:
@@ -83,18 +85,25 @@ class RegionMetrics:
         try:
             self._http = await asyncio.start_server(self._serve, host, port, reuse_address=True,
                                                     limit=MAX_REQUEST_BYTES)
-        except OSError as e:
-            raise OSError(e.errno, f"metrics-port {port}: {e.strerror or e}") from None
+        except OSError as e:  # uvloop's strerror repeats the address: say only what went wrong
+            reason = os.strerror(e.errno) if e.errno else e.strerror or str(e)
+            raise OSError(e.errno, f"metrics-port {port}: {reason}") from None
         self.port = self._http.sockets[0].getsockname()[1]
         log.info("metrics on http://%s:%d/metrics", host, self.port)
 
     async def stop(self) -> None:
         if self._http is not None:
             self._http.close()
+            for task in list(self._serving):
+                task.cancel()  # a scraper still connected: its connection closes now
+            if self._serving:
+                await asyncio.wait(self._serving)
             await self._http.wait_closed()
             self._http = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._serving.add(task)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
             status, body, ctype = self._answer(head)
@@ -106,6 +115,7 @@ class RegionMetrics:
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass  # a scraper that went away or sent no request: only its own connection ends
         finally:
+            self._serving.discard(task)
             writer.close()
 
     def _answer(self, head: bytes) -> tuple[str, bytes, str]:
