@@ -23,6 +23,11 @@ and what it did comes back as effects a driver acts on:
 * ``failed``: set when the region fail-stopped (node/supervision.py); the
   driver's :meth:`on_fail_stop` closes what it owns.
 
+Every command's run time is counted (``Stats``, INFO's commandstats) and, for
+the commands a driver registered in ``latency`` (node/metrics.py does for XADD,
+XREADGROUP and XACK), put in a :class:`LatencyHistogram`: plain counters, no I/O,
+read by whoever drives the core, on its thread.
+
 Two drivers run it.  :class:`node.server.Server` is the asyncio one: it adds
 the client sockets, blocking reads with their timers, the worker threads for
 fsync and BGSAVE, the cron task and the gRPC links.  The deterministic

@@ -13,7 +13,9 @@ event loop: the listening socket and client connections, blocking reads and
 their timers, the end of each turn (the log's records are written once for
 every client served in the turn, then the replies that may leave go out), the
 fsync and BGSAVE worker threads, the once-a-second cron task, the gRPC links
-of a cluster, signals and shutdown (handled in one place, :meth:`Server.stop`).
+of a cluster, the Prometheus endpoint (``metrics-port``, node/metrics.py: served
+on this loop, so a scrape reads the state between two commands), signals and
+shutdown (handled in one place, :meth:`Server.stop`).
 The rules - what is logged, when a reply may leave, what the cron does, what
 stops the region - are the core's, shared with the deterministic simulation.
 
