@@ -302,6 +302,25 @@ class ActiveActive:
                 out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
         return out
 
+    def peer_lag(self, number: int, now: float) -> tuple[int, float]:
+        """(operations held here that region ``number`` has not acknowledged, age in ms of the
+        oldest of them), whatever its link's state: a running link's own count, else what the
+        peer last acknowledged (kept across reconnections) against the backlog, so the lag of
+        a paused or lost peer keeps growing (metrics, node/metrics.py).  Operations already
+        trimmed from the backlog are not counted (the peer will get a full resync)."""
+        link = self.hub.links.get(number)
+        if link is not None and not self.hub.is_cut(number):
+            return link.lag(now)
+        acked = self.hub.peer_acked.get(number, {})
+        log_, arrivals = self.causal.log, self.hub.arrivals
+        behind, oldest = 0, None
+        for i, e in enumerate(log_):
+            if e.origin != number and e.n > acked.get(e.origin, 0):
+                behind += 1
+                if oldest is None:
+                    oldest = i
+        return behind, (now - arrivals[oldest]) * 1000 if oldest is not None else 0.0
+
     def metadata_sizes(self) -> dict:
         """What waits for causal stability: IDMP maps (keys holding them, producers, iids,
         dropped keys' maps included) and delete contexts."""

@@ -23,6 +23,16 @@ def _dest(name: str) -> str:
     return name.replace("-", "_")
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return port
+
+
 def _event_loop_policy() -> None:
     try:
         import uvloop
@@ -70,6 +80,8 @@ def cmd_node(args: argparse.Namespace) -> int:
             return 2
     if args.aclfile:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
+    if args.metrics_port is not None:
+        cfg.set("metrics-port", args.metrics_port)
     from .security.acl import AclFileError
     from .transport.tls import TlsConfigError as LinkTlsError
 
@@ -96,7 +108,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         return 1
     except OSError as e:
         what = e.strerror or str(e)
-        where = (f" on {args.bind}" if what.startswith("tls-port") else "" if what.startswith("port 0")
+        where = (f" on {args.bind}" if what.startswith(("tls-port", "metrics-port")) else "" if what.startswith("port 0")
                  else f" on {args.bind}:{args.port}")
         print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
         return 1
@@ -211,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requirepass", default="", help="the default user's password")
     p.add_argument("--aclfile", help="users and permissions, one 'user NAME RULES...' line each, as Redis's "
                                      "ACL file (ACL LOAD / ACL SAVE use it); users are per region")
+    p.add_argument("--metrics-port", type=_port, metavar="PORT",
+                   help="serve Prometheus metrics at http://BIND:PORT/metrics (default: the cluster file's "
+                        "[regions.config] metrics-port, else 0: off)")
     p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")
     p.add_argument("--region", help="this region's name in the cluster file")
     p.add_argument("--appendonly", choices=["yes", "no"], default="yes",

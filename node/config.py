@@ -105,6 +105,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls-session-caching", "bool", True),
     Setting("tls-session-cache-size", "int", 20 * 1024, 0, (1 << 31) - 1),
     Setting("tls-session-cache-timeout", "int", 300, 0, (1 << 31) - 1),
+    # the Prometheus endpoint (node/metrics.py): GET /metrics on this port of `bind`; 0 is off
+    Setting("metrics-port", "int", 0, 0, 65535, mutable=False),
     # DEBUG's fault injection (clock skew, slow fsync, a full disk) for the chaos suite
     Setting("enable-debug-command", "enum", "no", choices=("no", "yes", "local"), mutable=False),
 )

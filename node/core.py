@@ -23,6 +23,11 @@ and what it did comes back as effects a driver acts on:
 * ``failed``: set when the region fail-stopped (node/supervision.py); the
   driver's :meth:`on_fail_stop` closes what it owns.
 
+Every command's run time is counted (``Stats``, INFO's commandstats) and, for
+the commands a driver registered in ``latency`` (node/metrics.py does for XADD,
+XREADGROUP and XACK), put in a :class:`LatencyHistogram`: plain counters, no I/O,
+read by whoever drives the core, on its thread.
+
 Two drivers run it.  :class:`node.server.Server` is the asyncio one: it adds
 the client sockets, blocking reads with their timers, the worker threads for
 fsync and BGSAVE, the cron task and the gRPC links.  The deterministic
@@ -39,6 +44,7 @@ import contextlib
 import itertools
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +83,24 @@ class Stats:
         self.net_output_bytes = 0
         self.command_calls: dict[str, list[int]] = {}  # name -> [calls, usec, rejected, failed]
         self.error_codes: dict[str, int] = {}
+
+
+class LatencyHistogram:
+    """Durations counted into fixed buckets (upper bounds in nanoseconds), as a Prometheus
+    histogram reads them (node/metrics.py).  Kept here, with no lock and no label
+    lookup, because a command's own time is taken on its way out of :meth:`RegionCore.execute`:
+    one bisect and two additions per call; whoever reads it runs on the same thread."""
+
+    __slots__ = ("bounds_ns", "counts", "sum_ns")
+
+    def __init__(self, bounds_s: tuple[float, ...]) -> None:
+        self.bounds_ns = tuple(round(b * 1e9) for b in bounds_s)
+        self.counts = [0] * (len(bounds_s) + 1)  # the last one: above every bound (+Inf)
+        self.sum_ns = 0
+
+    def observe_ns(self, ns: int) -> None:
+        self.counts[bisect_left(self.bounds_ns, ns)] += 1
+        self.sum_ns += ns
 
 
 class Session:
@@ -141,6 +165,9 @@ class RegionCore:
             aa.hub.install_image = self.install_image
             aa.on_setting = self._db_setting_changed
         self.stats = Stats()
+        # command name -> LatencyHistogram of its run time: filled by node/metrics.py when
+        # the region exports metrics, else empty (execute() then only looks it up)
+        self.latency: dict[str, LatencyHistogram] = {}
         self._set_write_cap()
         self.blocking = BlockingRegistry()
         self.clients: dict[int, Session] = {}
@@ -467,11 +494,17 @@ class RegionCore:
         finally:
             if outermost:
                 self._clock = None
-        rec = stats.command_calls.get(cmd.fullname)
+        elapsed = time.perf_counter_ns() - t0
+        name = cmd.fullname
+        rec = stats.command_calls.get(name)
         if rec is None:
-            rec = stats.command_calls[cmd.fullname] = [0, 0, 0, 0]
+            rec = stats.command_calls[name] = [0, 0, 0, 0]
         rec[0] += 1
-        rec[1] += (time.perf_counter_ns() - t0) // 1000
+        rec[1] += elapsed // 1000
+        timed = self.latency.get(name)  # empty unless metrics are on (node/metrics.py)
+        if timed is not None:  # LatencyHistogram.observe_ns, inlined: this runs for every XADD
+            timed.counts[bisect_left(timed.bounds_ns, elapsed)] += 1
+            timed.sum_ns += elapsed
         if type(reply) is ReplyError:
             rec[3] += 1
             self._count_error(reply)

@@ -13,7 +13,9 @@ event loop: the listening socket and client connections, blocking reads and
 their timers, the end of each turn (the log's records are written once for
 every client served in the turn, then the replies that may leave go out), the
 fsync and BGSAVE worker threads, the once-a-second cron task, the gRPC links
-of a cluster, signals and shutdown (handled in one place, :meth:`Server.stop`).
+of a cluster, the Prometheus endpoint (``metrics-port``, node/metrics.py: served
+on this loop, so a scrape reads the state between two commands), signals and
+shutdown (handled in one place, :meth:`Server.stop`).
 The rules - what is logged, when a reply may leave, what the cron does, what
 stops the region - are the core's, shared with the deterministic simulation.
 
@@ -71,6 +73,7 @@ class Server(RegionCore):
         self._log_write_scheduled = False
         self._bgsave: asyncio.Future | None = None
         self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
+        self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
 
     # ------------------------------------------------------------ settings
     def config_changed(self) -> None:
@@ -161,6 +164,11 @@ class Server(RegionCore):
             self.port = self._server.sockets[0].getsockname()[1]
             self.config.set("port", self.port)
         await self.tls.start(host, bool(plain))
+        if int(self.config["metrics-port"]) and self.metrics is None:
+            from .metrics import RegionMetrics
+
+            self.metrics = RegionMetrics(self)
+            await self.metrics.start(host, int(self.config["metrics-port"]))
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
@@ -221,6 +229,8 @@ class Server(RegionCore):
         if self._server is not None:
             self._server.close()
         await self.tls.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         for c in list(self.clients.values()):
             c.close()
         if self._server is not None:

@@ -511,6 +511,7 @@ class AppendLog:
         self._last_record = segment.first_record + segment.records - 1
         self._directory_dirty = new_file  # a segment file was created since the last fsync
         self._seal: _Seal | None = None  # the previous segment being put on disk (see roll)
+        self.appended_bytes = 0  # bytes of records appended since opened (metrics: bytes not yet fsynced)
 
     @classmethod
     def open(cls, directory: str, *, segment_size: int = DEFAULT_SEGMENT_SIZE,
@@ -555,6 +556,7 @@ class AppendLog:
                 pass  # a full disk: keep appending here; the next record tries again
             segment = self._current()
         segment.write(record)
+        self.appended_bytes += len(record)
         self._last_record += 1
         return self._last_record
 

@@ -304,6 +304,9 @@ class OperationLog(DurabilityRules):
         self.error: str | None = None          # last write/fsync failure, until one succeeds
         self.fsyncs = 0
         self.last_fsync_ms = 0
+        self.synced_bytes = 0  # of file.appended_bytes, how many are on disk
+        # told how long each fsync took, in nanoseconds (node/metrics.py's histogram; None: nobody asks)
+        self.on_fsync: Callable[[int], None] | None = None
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
         # told the last durable record (per the policy): replication sends only what is durable
@@ -357,12 +360,14 @@ class OperationLog(DurabilityRules):
     def fsync_now(self) -> None:
         if self.synced >= self.written or self.error is not None:
             return
+        target_bytes = self.file.appended_bytes
+        t0 = time.perf_counter_ns()
         try:
             self.file.fsync()
         except OSError as e:
             self._failed("fsync", e)
             return
-        self._synced_to(self.written)
+        self._synced_to(self.written, target_bytes, time.perf_counter_ns() - t0)
 
     def after_sync(self, record: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once records up to ``record`` are on disk (``always``)."""
@@ -373,15 +378,15 @@ class OperationLog(DurabilityRules):
         if self._syncing or self.error is not None or not self.write_out():
             return
         self._syncing = True
-        target = self.written
+        target, target_bytes = self.written, self.file.appended_bytes
         fd = os.dup(self.file.fileno())  # the segment may be rolled while the thread works
         directory_dirty = self.file.take_directory_dirty()
         seal = self.file.sealing()  # a finished segment still being put on disk goes first (aof.py)
         task = asyncio.get_running_loop().run_in_executor(None, _fsync, fd, self.directory if directory_dirty else None,
                                                           self.fsync_delay_s, seal)
-        task.add_done_callback(lambda fut: self._fsynced(fut, target, directory_dirty))
+        task.add_done_callback(lambda fut: self._fsynced(fut, target, target_bytes, directory_dirty))
 
-    def _fsynced(self, fut: asyncio.Future, target: int, directory_dirty: bool) -> None:
+    def _fsynced(self, fut: asyncio.Future, target: int, target_bytes: int, directory_dirty: bool) -> None:
         self._syncing = False
         err = fut.exception()
         if err is not None:
@@ -389,7 +394,7 @@ class OperationLog(DurabilityRules):
                 self.file.mark_directory_dirty()
             self._failed("fsync", err)
             return
-        self._synced_to(target)
+        self._synced_to(target, target_bytes, fut.result())
         ready = [cb for rec, cb in self._waiters if rec <= self.synced]
         self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
         for cb in ready:
@@ -403,11 +408,14 @@ class OperationLog(DurabilityRules):
         if self.policy == "everysec" and self.synced < self.file.last_record:
             self._start_fsync()
 
-    def _synced_to(self, target: int) -> None:
+    def _synced_to(self, target: int, target_bytes: int, took_ns: int) -> None:
         self.error = None
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)
         self.synced = max(self.synced, target)
+        self.synced_bytes = max(self.synced_bytes, target_bytes)
+        if self.on_fsync is not None:
+            self.on_fsync(took_ns)
         self._tell_durable()
 
     def _failed(self, what: str, e: BaseException) -> None:
@@ -444,6 +452,7 @@ class OperationLog(DurabilityRules):
         """End the current segment here (fsynced) so the next record starts a new one."""
         self.file.roll()
         self.written = self.synced = max(self.synced, self.file.last_record)
+        self.synced_bytes = self.file.appended_bytes
         self._tell_durable()
 
     def close(self) -> None:
@@ -454,7 +463,9 @@ class OperationLog(DurabilityRules):
             self._failed("fsync", e)
 
 
-def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[[], None] | None = None) -> None:
+def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[[], None] | None = None) -> int:
+    """Runs in a worker thread; returns how long it took in nanoseconds (an injected delay included)."""
+    t0 = time.perf_counter_ns()
     if delay_s:
         time.sleep(delay_s)  # a slow disk (DEBUG FSYNC-DELAY): this runs in a worker thread
     try:
@@ -469,3 +480,4 @@ def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[
             os.fsync(dfd)
         finally:
             os.close(dfd)
+    return time.perf_counter_ns() - t0
