@@ -174,6 +174,7 @@ def test_a_region_without_a_cluster_or_a_log_has_no_such_metrics_and_answers_onl
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing", timeout=30)
         assert e.value.code == 404
+        e.value.close()  # the error holds the response's socket
         req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
                                      headers={"Accept": "application/openmetrics-text; version=1.0.0"})
         with urllib.request.urlopen(req, timeout=30) as r:
