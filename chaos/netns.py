@@ -75,7 +75,7 @@ import redis
 
 from node.cluster import ping
 from node.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
-from node.testing import replication_status, wait_until
+from node.testing import wait_in_sync
 
 from .backends import RegionProcess
 
@@ -351,17 +351,7 @@ class NetnsCluster:
         return [p.client(**kw) for p in self.procs]
 
     def sync_wait(self, timeout: float = 30.0) -> None:
-        clients = self.clients()
-
-        def same() -> bool:
-            states = [replication_status(c) for c in clients]
-            return len({st["crdt_vv"] for st in states}) == 1 and all(st["crdt_pending"] == "0" for st in states)
-
-        try:
-            wait_until(same, timeout, what="regions in sync")
-        finally:
-            for c in clients:
-                c.close()
+        wait_in_sync(self.clients(), timeout)
 
     # ------------------------------------------------------------ teardown
     def stop(self) -> None:

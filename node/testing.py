@@ -33,6 +33,27 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def port_is_free(port: int) -> bool:
+    """Can a server bind ``port`` on loopback right now?"""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_base(span: int, offsets: tuple[int, ...] = (0, 100)) -> int:
+    """A base port such that base+offset .. base+offset+span-1 are free for every offset
+    (``braid up`` puts RESP at base, gRPC at base+100 and TLS at base+200)."""
+    for _ in range(200):
+        base = free_port()
+        wanted = [base + off + i for off in offsets for i in range(span)]
+        if max(wanted) < 65536 and all(port_is_free(p) for p in wanted):
+            return base
+    raise RuntimeError("no free port range")
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports free right now (all held open while choosing, so none repeats)."""
     socks = []
@@ -63,6 +84,20 @@ def replication_status(client: redis.Redis) -> dict[str, str]:
     """A region's ``BRAID.REPLICATION STATUS`` (the ``INFO crdt`` fields) as a dict."""
     text = client.execute_command("BRAID.REPLICATION", "STATUS").decode()
     return dict(line.split(":", 1) for line in text.splitlines())
+
+
+def wait_in_sync(clients: list[redis.Redis], timeout: float = 20.0) -> None:
+    """Return when every region behind ``clients`` has applied the same operations and
+    none waits for any (polling with a deadline); the clients are closed."""
+    def same() -> bool:
+        states = [replication_status(c) for c in clients]
+        return len({st["crdt_vv"] for st in states}) == 1 and all(st["crdt_pending"] == "0" for st in states)
+
+    try:
+        wait_until(same, timeout, what="regions in sync")
+    finally:
+        for c in clients:
+            c.close()
 
 
 def version_vector(status: dict[str, str]) -> dict[int, int]:
@@ -231,18 +266,7 @@ class LocalCluster:
 
     def sync_wait(self, timeout: float = 20.0) -> None:
         """Return when every region has applied the same operations (no sleeping)."""
-        clients = self.clients()
-
-        def same() -> bool:
-            states = [replication_status(c) for c in clients]
-            return (len({st["crdt_vv"] for st in states}) == 1
-                    and all(st["crdt_pending"] == "0" for st in states))
-
-        try:
-            wait_until(same, timeout, what="regions in sync")
-        finally:
-            for c in clients:
-                c.close()
+        wait_in_sync(self.clients(), timeout)
 
     def stop(self) -> None:
         for p in self.procs:

@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
 import redis
 
-from node.testing import wait_until
-
-
-def _free_port(span: int = 1) -> int:
-    """A base port such that base..base+span-1 and base+100.. are all free."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 100 + span > 65535:
-            continue
-        wanted = [base + i for i in range(span)] + [base + 100 + i for i in range(span)]
-        if all(_is_free(p) for p in wanted):
-            return base
-    raise RuntimeError("no free port range")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+from node.testing import free_port_base, port_is_free, wait_until
 
 
 def _braid(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -40,7 +16,7 @@ def _braid(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 def test_up_starts_three_regions_that_replicate(tmp_path):
-    port = _free_port(3)
+    port = free_port_base(3)
     data = str(tmp_path / "cluster")
     up = _braid("up", "--detach", "--base-port", str(port), "--data-dir", data)
     assert up.returncode == 0, up.stderr
@@ -58,7 +34,7 @@ def test_up_starts_three_regions_that_replicate(tmp_path):
         down = _braid("down", "--data-dir", data)
     assert down.returncode == 0, down.stderr
     for p in (port, port + 1, port + 2):
-        assert _is_free(p)
+        assert port_is_free(p)
     # a second `braid up` restarts the same cluster from its files
     again = _braid("up", "--detach", "--base-port", str(port), "--data-dir", data)
     assert again.returncode == 0 and "restarting the cluster" in again.stdout, again.stderr
@@ -73,7 +49,7 @@ def test_up_starts_three_regions_that_replicate(tmp_path):
 
 
 def test_up_one_region_is_standalone(tmp_path):
-    port = _free_port()
+    port = free_port_base(1)
     data = str(tmp_path / "one")
     assert _braid("up", "--detach", "--regions", "1", "--base-port", str(port), "--data-dir", data).returncode == 0
     try:
@@ -85,7 +61,7 @@ def test_up_one_region_is_standalone(tmp_path):
 
 
 def test_up_refuses_a_busy_port(tmp_path):
-    port = _free_port()
+    port = free_port_base(1)
     data = str(tmp_path / "c1")
     assert _braid("up", "--detach", "--regions", "1", "--base-port", str(port), "--data-dir", data).returncode == 0
     try:

@@ -22,7 +22,7 @@ import redis
 from cryptography import x509
 
 from node.security import certs
-from node.testing import BraidProcess, free_port, free_ports, wait_until
+from node.testing import BraidProcess, free_port, free_port_base, port_is_free, wait_until
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 
@@ -384,7 +384,7 @@ def test_tls_settings_render_as_redis_renders_them(braid, ref):
 
 # ------------------------------------------------------------------ braid up --tls
 def test_braid_up_tls_prints_redis_cli_lines_that_work(tmp_path):
-    base = _free_base(2)
+    base = free_port_base(2, (0, 100, 200))
     data = str(tmp_path / "cluster")
     up = subprocess.run([sys.executable, "-m", "node", "up", "--tls", "--detach", "--regions", "2",
                          "--base-port", str(base), "--data-dir", data], capture_output=True, text=True, timeout=90)
@@ -418,25 +418,6 @@ def test_braid_up_tls_prints_redis_cli_lines_that_work(tmp_path):
         down = subprocess.run([sys.executable, "-m", "node", "down", "--data-dir", data], capture_output=True,
                               text=True, timeout=60)
         assert down.returncode == 0, down.stderr
-
-
-def _free_base(span: int) -> int:
-    """A base port with base.., base+100.. and base+200.. free for ``span`` regions."""
-    for _ in range(200):
-        base = free_ports(1)[0]
-        wanted = [base + off + i for off in (0, 100, 200) for i in range(span)]
-        if max(wanted) < 65536 and all(_is_free(p) for p in wanted):
-            return base
-    raise RuntimeError("no free port range")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def test_cluster_file_keeps_region_settings_and_the_links_choice(tmp_path):
@@ -484,7 +465,7 @@ def test_config_set_tls_port_moves_the_listener(tls_certs):
         old_port, new_port = n.tls_port, free_port()
         assert admin.config_set("tls-port", new_port)
         assert tls_exchange(new_port, c.client_context(c.client)) == b"+PONG\r\n"
-        wait_until(lambda: _is_free(old_port), 10, what="the old TLS port closed")
+        wait_until(lambda: port_is_free(old_port), 10, what="the old TLS port closed")
         with socket.socket() as busy:  # a port someone else holds: Redis's reply, the listener stays
             busy.bind(("127.0.0.1", 0))
             busy.listen(1)
@@ -494,7 +475,7 @@ def test_config_set_tls_port_moves_the_listener(tls_certs):
         assert admin.config_get("tls-port") == {"tls-port": str(new_port)}
         assert tls_exchange(new_port, c.client_context(c.client)) == b"+PONG\r\n"
         assert admin.config_set("tls-port", 0)  # TLS off: the plain port serves on
-        wait_until(lambda: _is_free(new_port), 10, what="the TLS port closed")
+        wait_until(lambda: port_is_free(new_port), 10, what="the TLS port closed")
         assert admin.ping()
         admin.close()
 

@@ -103,6 +103,16 @@ def hash_password(password: bytes) -> str:
     return hashlib.sha256(password).hexdigest()
 
 
+def _rule_hash(op: bytes) -> str:
+    """The SHA-256 a password rule names: of the password (``>pass``, ``<pass``), or given
+    as 64 hex digits (``#hash``, ``!hash``; anything else is Redis's EBADMSG)."""
+    if op[:1] in (b">", b"<"):
+        return hash_password(op[1:])
+    if not _valid_hash(op[1:]):
+        raise RuleError("EBADMSG")
+    return op[1:].decode()
+
+
 def _valid_hash(h: bytes) -> bool:
     return len(h) == 64 and all(c in b"0123456789abcdef" for c in h)
 
@@ -537,22 +547,12 @@ class User:
             self.nopass = False
             self.passwords.clear()
         elif op[:1] in (b">", b"#"):
-            if op[:1] == b">":
-                h = hash_password(op[1:])
-            else:
-                if not _valid_hash(op[1:]):
-                    raise RuleError("EBADMSG")
-                h = op[1:].decode()
+            h = _rule_hash(op)
             if h not in self.passwords:
                 self.passwords.append(h)
             self.nopass = False
         elif op[:1] in (b"<", b"!"):
-            if op[:1] == b"<":
-                h = hash_password(op[1:])
-            else:
-                if not _valid_hash(op[1:]):
-                    raise RuleError("EBADMSG")
-                h = op[1:].decode()
+            h = _rule_hash(op)
             if h not in self.passwords:
                 raise RuleError("ENODEV")
             self.passwords.remove(h)
