@@ -49,7 +49,12 @@ What membership means for the other rules (crdt/causal.py, crdt/ops.py):
   operations any voter held (``frozen``): the remaining regions keep exchanging its
   operations up to that point, so they converge on the same set, and accept none
   beyond it (:meth:`Membership.accepts`); those are lost, and their count is what
-  the removed region had issued past ``frozen`` (unknown while it is away).
+  the removed region had issued past ``frozen`` (unknown while it is away).  From
+  its promise on, a voter of a forced removal takes no operation of the removed
+  region above what it held when it promised (``promised_held``), so no voter can
+  hold more than the ``frozen`` the coordinator computes from the promises.
+* A join carries the new region's address (``Change.endpoint``: host, client port,
+  replication port), so every member can reach it once the join is committed.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class Change:
     kind: str
     number: int
     name: str = ""  # a join names the new region
+    endpoint: tuple = ()  # a join: (host, client port, replication port) of the new region
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,7 @@ class Membership:
     members: dict[int, Member] = field(default_factory=dict)
     frozen: dict[int, int] = field(default_factory=dict)   # removed origin -> last operation accepted
     promised: Proposal | None = None                       # the proposal for epoch + 1 this region backs
+    promised_held: int = 0                                 # a forced removal promised: what it held then
     changes: dict[int, Proposal] = field(default_factory=dict)  # epoch -> the proposal that made it
 
     @classmethod
@@ -149,7 +156,17 @@ class Membership:
             return False
         if status == REMOVED:
             return n <= self.frozen.get(origin, 0)
+        p = self.promised
+        if p is not None and p.change.kind == FORCE_REMOVE and p.change.number == origin:
+            return n <= self.promised_held  # its removal is being agreed: frozen where this voter was
         return True
+
+    def admits(self, origin: int, n: int, deps) -> bool:
+        """May an envelope be applied here: its origin accepted (:meth:`accepts`) and every
+        region it depends on a member (``deps``: (region, n) pairs)?  A region never a member
+        at this epoch makes it wait for a newer list (the link restarts and the handshake
+        brings it)."""
+        return self.accepts(origin, n) and all(self.status(o) is not None for o, _ in deps)
 
     def voters(self, change: Change) -> list[int]:
         """The members whose promise a change needs."""
@@ -198,12 +215,14 @@ class Membership:
         except MembershipError as e:
             return Promise(False, str(e))
         self.promised = p
+        self.promised_held = held
         return Promise(True, held=held)
 
     def abort(self, p: Proposal) -> None:
         """The coordinator gave ``p`` up: the promise goes (another proposal may be backed)."""
         if self.promised == p:
             self.promised = None
+            self.promised_held = 0
 
     def commit(self, p: Proposal, frozen: int = 0) -> None:
         """Apply ``p``, the proposal this region promised: epoch + 1.  ``frozen``: for a
@@ -218,6 +237,13 @@ class Membership:
             raise MembershipError(f"this region did not promise the change for epoch {p.epoch}")
         self._apply(p, frozen)
 
+    def record(self, p: Proposal, frozen: int = 0) -> None:
+        """The coordinator's own copy of the list (it is no voter): apply ``p``, which every
+        voter promised and was asked to commit."""
+        if p.epoch != self.epoch + 1:
+            raise MembershipError(f"this list is at epoch {self.epoch}, the change made epoch {p.epoch}")
+        self._apply(p, frozen)
+
     def adopt(self, other: "Membership") -> bool:
         """Take a newer list (a peer's, at its handshake): every epoch of it was agreed.
         Returns whether anything changed."""
@@ -226,6 +252,7 @@ class Membership:
         self.epoch, self.members, self.frozen = other.epoch, dict(other.members), dict(other.frozen)
         self.changes = {**self.changes, **other.changes}
         self.promised = None
+        self.promised_held = 0
         return True
 
     def _apply(self, p: Proposal, frozen: int) -> None:
@@ -241,3 +268,4 @@ class Membership:
         self.epoch = p.epoch
         self.changes[p.epoch] = p
         self.promised = None
+        self.promised_held = 0

@@ -7,12 +7,27 @@ region's number and stride, and the causal log's version vector.  It sees the re
 only through the keyspace (``Database``) and the settings: applying another region's
 operation, and installing a full-resync image, are the region core's
 (node/core.py), which it reaches through the hub's ``on_apply`` / ``install_image``.
+
+Membership (crdt/membership.py holds the rules).  The region keeps the agreed member
+list (``membership``) and records every change in its cluster file.  It is the
+replication hub's gate (:class:`MembershipGate`): the handshake carries the epoch and
+the list; a peer with a newer list is believed (every epoch was agreed by every
+live member) and its list adopted; a peer that is not a member at this region's
+epoch, or was removed, is refused (logged, counted as ``membership_refused``); an
+operation of a removed region past its frozen point is dropped, one from a region
+this list does not know restarts the link (the handshake brings the newer list).
+A change - agreed here, or adopted - restarts every link, so both ends of each
+handshake again at the new epoch.  Writes are taken only while this region is
+``active``; a ``joining`` region, once it holds everything its peers held when it
+connected (``caught_up``), has itself activated (``node/membership_change.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import random
 import signal
 import time
 from collections import deque
@@ -20,10 +35,12 @@ from collections.abc import Callable
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
+from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOINING, LEAVING, LIVE, REMOVED, Change, Membership, \
+    MembershipError, Promise, Proposal
 from crdt.sync import LinkState
 
 from . import opcodec
-from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
+from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, membership_from_blob
 from .transport.replication import ReplicationHub
 
 log = logging.getLogger("braid.activeactive")
@@ -41,6 +58,13 @@ class ActiveActive:
         self.cluster = cluster
         self.me = me
         self.mode = cluster.id_mode
+        self.membership: Membership = cluster.membership()
+        self.membership_refused = 0   # handshakes refused: the peer is not a member (or was removed)
+        self.membership_dropped = 0   # operations of removed regions past their frozen point, dropped
+        self.activation: asyncio.Task | None = None
+        self.learning: asyncio.Task | None = None
+        self.on_purge: Callable[[], None] = lambda: None  # the server wipes its files and stops
+        self.admin_tls = None  # set by start(): what this region presents to other regions' admin service
         self.causal = CausalLog(me.number)
         c = cluster
         tls = None
@@ -51,6 +75,7 @@ class ActiveActive:
         # the region core sets on_apply and install_image (node/core.py)
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, _not_attached,
                                   config, tls=tls, names={r.number: r.name for r in c.regions})
+        self.hub.gate = MembershipGate(self)
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it is durable (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
@@ -75,6 +100,9 @@ class ActiveActive:
         from .transport.admin import AdminServicer
 
         await self.hub.serve(host, self.me.repl_port, extra=[AdminServicer(self)])
+        if self.hub.tls is not None:  # a joining region asks the others to activate it, as braid-admin would
+            m = self.hub.tls.material
+            self.admin_tls = (m.ca, m.cert, m.key)
         if self.hub.tls is None:
             log.warning("links between regions and the admin service are PLAIN TEXT (tls = false in the "
                         "cluster file): the cluster token and every operation cross the network in clear; "
@@ -83,11 +111,46 @@ class ActiveActive:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_on_signal)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (InProcessServer) or no signals here
-        for peer in self.cluster.regions:
-            if peer.number > self.me.number:  # the lower number dials
+        self._dial_peers()
+        self._watch_join()
+        self.learning = asyncio.get_running_loop().create_task(self._learn_membership())
+
+    async def _learn_membership(self) -> None:
+        """At start, ask every peer's admin service for its member list and adopt a newer one:
+        a region that comes back after it was removed (or missed a change while down) learns
+        it in its first second, even from peers that never dial it."""
+        from .membership_change import member_lists
+
+        try:
+            lists = await asyncio.to_thread(member_lists, self.cluster, [p.number for p in self.peers()],
+                                            self.admin_tls)
+        except Exception as e:  # a peer's odd answer must not stop the region
+            log.warning("could not ask the peers for their member lists: %s", e)
+            return
+        for blob in sorted(lists, key=lambda b: -json.loads(b)["epoch"])[:1]:
+            try:
+                self.adopt(blob)
+            except ValueError as e:
+                log.warning("a peer's member list was refused: %s", e)
+
+    def _dial_peers(self) -> None:
+        """Dial every live member with a higher number (the lower number dials); a removed
+        region dials nobody."""
+        if self.membership.status(self.region) in (None, REMOVED):
+            return
+        for peer in self.peers():
+            if peer.number > self.me.number:
                 self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
 
+    def peers(self) -> list[RegionSpec]:
+        """The other live members (active, joining, leaving)."""
+        return [r for r in self.cluster.regions if r.number != self.region and
+                self.membership.status(r.number) in LIVE]
+
     async def stop(self) -> None:
+        for task in (self.activation, self.learning):
+            if task is not None:
+                task.cancel()
         try:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         except (NotImplementedError, RuntimeError, ValueError):
@@ -158,7 +221,7 @@ class ActiveActive:
         (``link_positions``: absolute causal-log positions of the running links; default
         the hub's).  Returns how many were dropped.
         """
-        peers = [p.number for p in self.cluster.regions if p.number != self.region]
+        peers = [p.number for p in self.peers()]  # a removed region is waited for no more
         acked = [self.hub.peer_acked.get(p, {}) for p in peers]
         log_, arrivals = self.causal.log, self.hub.arrivals
         size = self.backlog_bytes()
@@ -199,8 +262,9 @@ class ActiveActive:
         return self._backlog_bytes
 
     def stable(self) -> dict[int, int]:
-        """What every region of the database has applied (crdt/causal.py: causal stability)."""
-        return self.causal.stable([r.number for r in self.cluster.regions], self.hub.peer_acked)
+        """What every live member has applied (crdt/causal.py: causal stability); a removed
+        region holds it back no more."""
+        return self.causal.stable(self.membership.stability_regions(), self.hub.peer_acked)
 
     def collect_garbage(self) -> int:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
@@ -296,10 +360,9 @@ class ActiveActive:
         every region has applied what they guard)."""
         vv = self.causal.vv
         out = {}
-        for r in self.cluster.regions:
-            if r.number != self.region:
-                view = self.causal.view(r.number, self.hub.peer_acked.get(r.number))
-                out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
+        for r in self.peers():
+            view = self.causal.view(r.number, self.hub.peer_acked.get(r.number))
+            out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
         return out
 
     def peer_lag(self, number: int, now: float) -> tuple[int, float]:
@@ -336,15 +399,17 @@ class ActiveActive:
         now = time.monotonic()
         unstable = self.unstable_ops()
         links = []
-        for peer in self.cluster.regions:
-            if peer.number == self.region:
-                continue
+        for peer in self.peers():
             link = self.hub.links.get(peer.number)
             state = ("paused" if self.hub.is_cut(peer.number) else "down" if link is None
                      else "conflict" if link.conflict else "up")
             behind, age_ms = link.lag(now) if state == "up" else (0, 0.0)
             links.append({"peer": peer.name, "number": peer.number, "state": state,
-                          "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number]})
+                          "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number],
+                          "peer_own_ops": self.hub.peer_acked.get(peer.number, {}).get(peer.number, 0)})
+        held, target = self.catch_up_progress()
+        members = [{"name": r.name, "number": r.number, "status": r.status, "host": r.host, "port": r.port,
+                    "repl_port": r.repl_port, "frozen": r.frozen} for r in self.cluster.regions]
         return {
             "name": self.me.name, "number": self.region, "cluster_id": self.cluster.cluster_id,
             "database": self.cluster.database, "id_mode": self.mode, "paused": self.paused,
@@ -354,7 +419,10 @@ class ActiveActive:
             "backlog_ops": len(self.causal.log), "backlog_trimmed": self.causal.base,
             "resyncs_sent": self.hub.resyncs_sent, "resyncs_received": self.hub.resyncs_received,
             "backlog_bytes": self.backlog_bytes(), **self.metadata_sizes(),
-            "stability_held_by": [r.name for r in self.cluster.regions if unstable.get(r.number)],
+            "stability_held_by": [r.name for r in self.peers() if unstable.get(r.number)],
+            "epoch": self.membership.epoch, "members": members, "writable": self.writable,
+            "catch_up_held": held, "catch_up_target": target, "membership_refused": self.membership_refused,
+            "membership_dropped": self.membership_dropped,
         }
 
     def info_lines(self) -> list[str]:
@@ -382,7 +450,13 @@ class ActiveActive:
             f"crdt_idmp_producers:{st['idmp_producers']}",
             f"crdt_idmp_iids_tracked:{st['idmp_iids_tracked']}",
             f"crdt_stability_held_by:{','.join(st['stability_held_by'])}",
+            f"crdt_membership_epoch:{st['epoch']}",
+            f"crdt_member_status:{self.membership.status(self.region) or 'none'}",
+            f"crdt_membership_refused:{st['membership_refused']}",
+            f"crdt_membership_dropped_ops:{st['membership_dropped']}",
         ]
+        if self.membership.status(self.region) == JOINING:
+            lines.append(f"crdt_catch_up:{st['catch_up_held']}/{st['catch_up_target']}")
         for link in st["links"]:
             line = f"crdt_peer_{link['number']}:name={link['peer']},link={link['state']}"
             if link["state"] == "up":
@@ -390,6 +464,188 @@ class ActiveActive:
             line += f",unstable_ops={link['unstable_ops']}"
             lines.append(line)
         return lines
+
+
+    # ------------------------------------------------------------ membership
+    @property
+    def writable(self) -> bool:
+        """May clients write here?  Only an active member (a joining one once it caught up)."""
+        status = self.membership.status(self.region)
+        return status == ACTIVE or (status == JOINING and self.caught_up())
+
+    def write_refusal(self) -> str:
+        """The error a write gets while this region may not take writes."""
+        status = self.membership.status(self.region)
+        if status == JOINING:
+            held, target = self.catch_up_progress()
+            return (f"LOADING this region is joining the database and catching up ({held} of {target} "
+                    "operations): it accepts writes once it holds everything its peers had")
+        if status == LEAVING:
+            return "READONLY this region is leaving the database: write to another region"
+        return (f"READONLY this region was removed from the database (membership epoch {self.membership.epoch}): "
+                "write to another region")
+
+    def caught_up(self) -> bool:
+        """A joining region holds everything each live peer held when they first handshook."""
+        held, target = self.catch_up_progress()
+        waiting = [p.number for p in self.peers() if self.membership.status(p.number) in (ACTIVE, LEAVING)]
+        if any(p not in self.hub.handshake_vv for p in waiting):
+            return False
+        return held >= target
+
+    def catch_up_progress(self) -> tuple[int, int]:
+        """(operations held, operations to hold) of what the peers held at their handshakes."""
+        target: dict[int, int] = {}
+        for p, vv in self.hub.handshake_vv.items():
+            for o, n in vv.items():
+                if o != self.region and n > target.get(o, 0):
+                    target[o] = n
+        vv = self.causal.vv
+        return sum(min(vv.get(o, 0), n) for o, n in target.items()), sum(target.values())
+
+    def promise(self, p: Proposal) -> Promise:
+        """A voter's answer to a proposed change (crdt/membership.py); a removal also says
+        how far this region holds the removed region's operations."""
+        held = self.causal.vv.get(p.change.number, 0)
+        answer = self.membership.promise(p, held)
+        if answer.ok and p.change.kind == FORCE_REMOVE:
+            self.hub.pause(p.change.number)  # take nothing more of it: frozen where this region is
+        return answer
+
+    def abort(self, p: Proposal) -> None:
+        self.membership.abort(p)
+        if p.change.kind == FORCE_REMOVE and self.membership.status(p.change.number) in LIVE:
+            self.hub.resume(p.change.number)
+
+    def commit(self, p: Proposal, frozen: int) -> None:
+        """Apply an agreed change (MembershipError: this region did not promise it)."""
+        before = Membership(self.membership.stride, self.membership.epoch, dict(self.membership.members),
+                            dict(self.membership.frozen))
+        endpoint = {p.change.number: p.change.endpoint} if p.change.endpoint else {}
+        self.membership.commit(p, frozen)
+        log.warning("membership epoch %d: %s of region %d%s", p.epoch, p.change.kind, p.change.number,
+                    f" ({p.change.name})" if p.change.name else "")
+        self._membership_changed(before, endpoint)
+
+    def adopt(self, blob: bytes) -> bool:
+        """Take a peer's newer member list (from a handshake, or braid-admin); returns whether it
+        was newer.  ValueError: it cannot be this database's list."""
+        other, endpoints = membership_from_blob(blob, self.membership.stride)
+        before = Membership(self.membership.stride, self.membership.epoch, dict(self.membership.members),
+                            dict(self.membership.frozen))
+        if not self.membership.adopt(other):
+            return False
+        log.warning("adopted membership epoch %d from a peer (this region was at epoch %d)", other.epoch, before.epoch)
+        self._membership_changed(before, endpoints)
+        return True
+
+    def _membership_changed(self, before: Membership, endpoints: dict[int, tuple]) -> None:
+        """Record the new list, follow it with the links (dial new members, drop removed ones,
+        handshake again with everyone at the new epoch) and, once removed, stop syncing."""
+        m = self.membership
+        self.cluster.take_membership(m, endpoints)
+        self.hub.names = {r.number: r.name for r in self.cluster.regions}
+        try:
+            self.cluster.save()
+        except OSError as e:
+            log.error("cannot record membership epoch %d in %s: %s (it is kept in memory; peers "
+                      "bring it again at the next handshake)", m.epoch, self.cluster.path, e)
+        if m.status(self.region) == REMOVED:
+            log.warning("this region was removed from the database at epoch %d: it syncs no more and "
+                        "refuses writes; purge it (braid-admin region purge) to add it again", m.epoch)
+            self.hub.retire()
+            return
+        for number in [n for n in self.hub.peer_numbers() if m.status(n) not in LIVE]:
+            self.hub.forget(number)
+        self.hub.relink()
+        self._dial_peers()
+        self._watch_join()
+
+    def purge(self, blob: bytes) -> None:
+        """Wipe this region's data so that it can be added again as a new member: only once it
+        is removed (``blob``: a member's list, which may say so); ValueError otherwise."""
+        if blob:
+            self.adopt(blob)
+        status = self.membership.status(self.region)
+        if status != REMOVED:
+            raise ValueError(f"region {self.me.name} is {status or 'not a member'} at membership epoch "
+                             f"{self.membership.epoch}: only a removed region can be purged")
+        self.on_purge()
+
+    def _watch_join(self) -> None:
+        """While this region is joining, have it activated once it caught up."""
+        if self.membership.status(self.region) != JOINING or (self.activation and not self.activation.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not serving (the simulation drives activation itself)
+        self.activation = loop.create_task(self._activate_when_caught_up())
+
+    async def _activate_when_caught_up(self) -> None:
+        from .membership_change import MembershipChangeError, agree_with_regions
+
+        delay = 0.05
+        while self.membership.status(self.region) == JOINING:
+            if self.caught_up():
+                try:
+                    m = self.membership
+                    await asyncio.to_thread(agree_with_regions, self.cluster,
+                                            Membership(m.stride, m.epoch, dict(m.members), dict(m.frozen)),
+                                            Change(ACTIVATE, self.region), (self.region, time.time_ns()),
+                                            self.admin_tls)
+                    continue
+                except (MembershipChangeError, MembershipError) as e:
+                    log.info("not activated yet: %s", e)
+            await asyncio.sleep(delay * (0.5 + random.random()))  # retry with backoff and jitter
+            delay = min(delay * 2, 2.0)
+
+
+class MembershipGate:
+    """What the replication hub asks at handshakes and per operation (see the module's theory)."""
+
+    def __init__(self, aa: ActiveActive) -> None:
+        self.aa = aa
+
+    def hello(self) -> tuple[int, bytes]:
+        """(epoch, member list) this region's Hello or Welcome carries."""
+        return self.aa.membership.epoch, self.aa.cluster.membership_blob()
+
+    def check_peer(self, peer: int, epoch: int, blob: bytes) -> str:
+        """At a handshake: '' to go on, else why the peer is refused (a newer list is adopted first)."""
+        aa = self.aa
+        if epoch > aa.membership.epoch and blob:
+            try:
+                aa.adopt(blob)
+            except ValueError as e:
+                return f"region {peer} sent {e}"
+        m = aa.membership
+        if m.status(aa.region) == REMOVED:
+            return f"region {aa.me.name} was removed from the database at membership epoch {m.epoch}"
+        status = m.status(peer)
+        if status == REMOVED:
+            spec = aa.cluster.by_number(peer)
+            name = spec.name if spec else str(peer)
+            return (f"region {peer} ({name}) was removed from the database (membership epoch {m.epoch}): "
+                    f"purge it (braid-admin region purge --region {name}) and add it again")
+        if status is None:
+            return f"region {peer} is not a member of the database at membership epoch {m.epoch}"
+        return ""
+
+    def refused(self) -> None:
+        self.aa.membership_refused += 1
+
+    def admits(self, env: Envelope) -> str:
+        """'' apply it; 'drop': an operation of a removed region past its frozen point (or of one
+        being force-removed past what this region held); 'behind': a region this list does
+        not know (the peer has a newer list)."""
+        m = self.aa.membership
+        if m.admits(env.origin, env.n, env.deps):
+            return ""
+        if m.status(env.origin) is not None and all(m.status(o) is not None for o, _ in env.deps):
+            self.aa.membership_dropped += 1
+            return "drop"
+        return "behind"
 
 
 def _not_attached(env: Envelope) -> None:

@@ -11,6 +11,9 @@ the region tells the rest.
     braid-admin replication resume --region region-2 [--peer region-3]
     braid-admin sync wait --timeout 30
     braid-admin tls reload --region region-2
+    braid-admin region add region-4 --host H --port 7004 --repl-port 7104 [--number N]
+    braid-admin region remove region-2 [--force] [--timeout 60]
+    braid-admin region purge --region region-2
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
@@ -20,12 +23,18 @@ it, and give it with ``--host``/``--port``) and checks that each region's certif
 names that region.
 ``tune`` changes every region; each region records the setting in its own cluster
 file, and braid-admin in the file it was given, so restarts keep it.
+
+``region`` changes the membership (crdt/membership.py, node/membership_change.py):
+braid-admin coordinates each change - every voter must promise it, or nothing
+changes anywhere - and records the new list in the file it was given; it first
+learns the newest list from the regions, so a stale file is brought up to date.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import time
 import tomllib
@@ -33,7 +42,11 @@ import tomllib
 from rich.console import Console
 from rich.table import Table
 
+from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED, Change, Member, Membership, \
+    MembershipError
+
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, load
+from .membership_change import MembershipChangeError, agree, clients
 from .transport.admin import AdminCallError, AdminClient, AdminTls
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
@@ -103,9 +116,10 @@ def _cluster(args) -> tuple[ClusterConfig, str | None]:
             except AdminCallError as e:
                 raise AdminError(f"cannot administer {address}: {e} (is it a region's replication port, "
                                  "and the cluster token given with --token or $BRAID_TOKEN?)") from None
-        regions = [RegionSpec(x["name"], x["number"], x["host"], x["port"], x["repl_port"]) for x in data["regions"]]
+        regions = [RegionSpec(x["name"], x["number"], x["host"], x["port"], x["repl_port"],
+                              status=x.get("status", "active"), frozen=x.get("frozen", 0)) for x in data["regions"]]
         return ClusterConfig(data["cluster_id"], data["database"], token, data["stride"], regions,
-                             data.get("id_mode", "strict")), None
+                             data.get("id_mode", "strict"), epoch=data.get("epoch", 1)), None
     path = args.cluster or DEFAULT_CLUSTER
     try:
         cfg = load(path)
@@ -129,15 +143,35 @@ def _check_db(cfg: ClusterConfig, db: str) -> None:
         raise AdminError(f"no database named {db!r} (this cluster's database is {cfg.database!r})")
 
 
-def _statuses(cfg: ClusterConfig) -> tuple[dict, list[str]]:
-    """Status of every reachable region (by name), and a sentence per failure."""
-    found, failures = {}, []
-    for r in cfg.regions:
-        try:
-            found[r.name] = _call(cfg, r, "status")
-        except AdminError as e:
-            failures.append(str(e))
-    return found, failures
+def _statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict, list[str]]:
+    """Status of every reachable member (by name), and a sentence per failure.  A region
+    with a newer member list than ``cfg``'s updates it (and the file at ``path``), and the
+    members it adds are asked too."""
+    found, failures, asked = {}, [], set()
+    while True:
+        todo = [r for r in cfg.live_regions() if r.number not in asked]
+        if not todo:
+            return found, failures
+        for r in todo:
+            asked.add(r.number)
+            try:
+                found[r.name] = _call(cfg, r, "status")
+            except AdminError as e:
+                failures.append(str(e))
+        newest = max(found.values(), key=lambda st: st.epoch, default=None)
+        if newest is not None and newest.epoch > cfg.epoch:
+            _take_members(cfg, newest)
+            if path is not None:
+                cfg.save(path)
+        for name in [name for name in found if cfg.region(name).status == REMOVED]:
+            del found[name]
+
+
+def _take_members(cfg: ClusterConfig, st) -> None:
+    """Record a region's member list (a RegionStatus) in ``cfg``."""
+    m = Membership(cfg.stride, st.epoch, {x.number: Member(x.number, x.name, x.status) for x in st.members},
+                   {x.number: x.frozen for x in st.members if x.status == REMOVED})
+    cfg.take_membership(m, {x.number: (x.host, x.port, x.repl_port) for x in st.members})
 
 
 def _vv(st) -> str:
@@ -145,23 +179,31 @@ def _vv(st) -> str:
 
 
 def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
-    regions = Table(title=f"cluster {cfg.cluster_id}, database {cfg.database}")
-    for col in ("region", "address", "mode", "sync", "version vector", "pending", "keys", "backlog (bytes)",
-                "idmp iids", "delete contexts", "stability held by"):
+    found, failures = _statuses(cfg, path)
+    regions = Table(title=f"cluster {cfg.cluster_id}, database {cfg.database}, membership epoch {cfg.epoch}")
+    for col in ("region", "member", "address", "mode", "sync", "version vector", "pending", "keys",
+                "backlog (bytes)", "idmp iids", "delete contexts", "stability held by"):
         regions.add_column(col, no_wrap=col in ("region", "address"))
     links = Table(title="links")
     for col in ("region", "peer", "state", "lag (ops)", "lag (ms)", "unstable (ops)"):
         links.add_column(col)
-    found, failures = _statuses(cfg)
     for r in cfg.regions:
-        st = found.get(r.name)
+        st = found.get(r.name) if r.live else None
+        member = r.status
+        if r.status == REMOVED:
+            regions.add_row(f"{r.name} ({r.number})", member, f"{r.host}:{r.port}", "-", "-",
+                            f"frozen at {r.frozen}", *["-"] * 6)
+            continue
         if st is None:
-            regions.add_row(f"{r.name} ({r.number})", f"{r.host}:{r.port}", "-", "unreachable",
+            regions.add_row(f"{r.name} ({r.number})", member, f"{r.host}:{r.port}", "-", "unreachable",
                             *["-"] * 7)
             continue
-        regions.add_row(f"{r.name} ({r.number})", st.resp_address, st.id_mode, "paused" if st.paused else "active",
-                        _vv(st), str(st.pending), str(st.keys), str(st.backlog_bytes), str(st.idmp_iids_tracked),
-                        str(st.delete_contexts), ",".join(st.stability_held_by) or "-")
+        if st.catch_up_target and r.status == "joining":
+            member += f" ({st.catch_up_held}/{st.catch_up_target} ops)"
+        regions.add_row(f"{r.name} ({r.number})", member, st.resp_address, st.id_mode,
+                        "paused" if st.paused else "active", _vv(st), str(st.pending), str(st.keys),
+                        str(st.backlog_bytes), str(st.idmp_iids_tracked), str(st.delete_contexts),
+                        ",".join(st.stability_held_by) or "-")
         for link in st.links:
             up = link.state == "up"
             links.add_row(r.name, link.peer, link.state, str(link.lag_ops) if up else "-",
@@ -175,10 +217,10 @@ def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
 
 def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
     _check_db(cfg, args.db)
-    console.print(f"database {cfg.database}: cluster {cfg.cluster_id}, {len(cfg.regions)} regions, "
-                  f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}")
-    found, failures = _statuses(cfg)
-    for r in cfg.regions:
+    found, failures = _statuses(cfg, path)
+    console.print(f"database {cfg.database}: cluster {cfg.cluster_id}, {len(cfg.live_regions())} regions, "
+                  f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}, membership epoch {cfg.epoch}")
+    for r in cfg.live_regions():
         st = found.get(r.name)
         detail = f"{st.keys} keys, {st.id_mode}, version vector {_vv(st)}" if st else "unreachable"
         console.print(f"  {r.name} (number {r.number}) {r.host}:{r.port}: {detail}")
@@ -190,7 +232,7 @@ def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
 def cmd_tune(args, cfg: ClusterConfig, path, console: Console) -> int:
     _check_db(cfg, args.db)
     unreachable = []
-    for r in cfg.regions:
+    for r in cfg.live_regions():
         try:
             _call(cfg, r, "tune", args.db, args.setting, args.value)  # the region checks the setting
         except AdminError as e:
@@ -220,7 +262,7 @@ def cmd_replication(args, cfg: ClusterConfig, path, console: Console) -> int:
 def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
     deadline = time.monotonic() + args.timeout
     while True:
-        found, _ = _statuses(cfg)
+        found, _ = _statuses(cfg, path)
         reachable = list(found.values())
         if reachable and len({_vv(st) for st in reachable}) == 1 and all(st.pending == 0 for st in reachable):
             console.print(f"in sync: {len(reachable)} reachable regions hold the same operations")
@@ -238,6 +280,137 @@ def cmd_tls(args, cfg: ClusterConfig, path, console: Console) -> int:
     console.print(f"{r.name} reloaded its TLS credentials: certificate serial {st.cert_serial} "
                   f"({', '.join(st.cert_names)}), valid until {st.cert_not_after}, "
                   f"{st.ca_certificates} CA(s) trusted; its links handshake again")
+    return 0
+
+
+# ---------------------------------------------------------------- membership
+def _ballot() -> tuple[int, int]:
+    return (0, secrets.randbits(62))  # braid-admin is no region: number 0, a counter unique to this run
+
+
+def _agree(cfg: ClusterConfig, path: str | None, change: Change, console: Console) -> tuple[int, list[str]]:
+    """Have every voter agree to ``change``; record it in ``cfg`` (and the file). Returns
+    (frozen point, voters the commit did not reach)."""
+    m = cfg.membership()
+    voters = clients(cfg, m.live(), _tls_tuple())
+    try:
+        p, frozen, unreached = agree(change, m, voters, _ballot(), {r.number: r.name for r in cfg.regions})
+    except (MembershipError, MembershipChangeError) as e:
+        raise AdminError(str(e)) from None
+    finally:
+        for c in voters.values():
+            c.close()
+    m.record(p, frozen)
+    cfg.take_membership(m, {change.number: change.endpoint} if change.endpoint else None)
+    if path is not None:
+        cfg.save(path)
+    for u in unreached:
+        print(f"braid-admin: the change was agreed, but its commit did not reach {u}: it learns the new "
+              "list at its next handshake with any member", file=sys.stderr)
+    return frozen, unreached
+
+
+def _tls_tuple() -> tuple[bytes, bytes, bytes] | None:
+    if not _TLS_FILES:
+        return None
+    pem = _read_tls(_TLS_FILES)
+    return pem["ca"], pem["cert"], pem["key"]
+
+
+def _all_reachable(cfg: ClusterConfig, path: str | None, what: str, but: int | None = None) -> dict:
+    found, failures = _statuses(cfg, path)
+    missing = [r.name for r in cfg.live_regions() if r.name not in found and r.number != but]
+    if missing:
+        raise AdminError(f"{what} needs every member reachable; {', '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not ({'; '.join(failures)}): nothing changed")
+    return found
+
+
+def cmd_region_add(args, cfg: ClusterConfig, path, console: Console) -> int:
+    _all_reachable(cfg, path, "adding a region")
+    used = {r.number for r in cfg.regions}
+    number = args.number
+    if number is None:
+        free = [n for n in range(1, cfg.stride) if n not in used]
+        if not free:
+            raise AdminError(f"every region number of this database is used: numbers go from 1 to {cfg.stride - 1} "
+                             f"(strict IDs: the stride is {cfg.stride}) and a removed region's number is never "
+                             "reused; this database cannot grow further (a new database with a larger stride can)")
+        number = free[0]
+    change = Change(JOIN, number, args.name, (args.region_host, args.region_port, args.repl_port))
+    _agree(cfg, path, change, console)
+    where = path or "the cluster file"
+    console.print(f"{args.name} joined the database as region {number} (membership epoch {cfg.epoch}, status "
+                  f"joining).\nStart it with: braid node --config {where} --region {args.name} --data-dir DIR\n"
+                  "It takes the data from its peers and accepts writes once it has caught up "
+                  "(braid-admin status shows its progress).")
+    return 0
+
+
+def _wait_handed_over(cfg: ClusterConfig, path, r: RegionSpec, timeout: float) -> int:
+    """Wait until every other member holds all of leaving region ``r``'s operations; returns their count."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found, _ = _statuses(cfg, path)
+        leaver = found.get(r.name)
+        if leaver is None:
+            raise AdminError(f"{r.name} is leaving but unreachable: its operations cannot be handed over "
+                             f"(run this again when it is back, or remove it with --force)")
+        total = leaver.vv.get(r.number, 0)
+        behind = [f"{name} ({st.vv.get(r.number, 0)} of {total})" for name, st in found.items()
+                  if name != r.name and st.vv.get(r.number, 0) < total]
+        missing = [x.name for x in cfg.live_regions() if x.name not in found]
+        if not behind and not missing:
+            return total
+        if time.monotonic() > deadline:
+            raise AdminError(f"{r.name} is leaving (it takes no writes), but after {timeout:g}s not every member "
+                             f"holds its operations: {', '.join(behind + [m + ' (unreachable)' for m in missing])}; "
+                             "run this again to finish")
+        time.sleep(0.05)  # polling interval of a command-line wait
+
+
+def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
+    r = _region(cfg, args.name)
+    if r.status == REMOVED:
+        raise AdminError(f"{r.name} (region {r.number}) was already removed")
+    if args.force:
+        found = _all_reachable(cfg, path, "a forced removal", but=r.number)
+        issued = max((link.peer_own_ops for st in found.values() for link in st.links if link.number == r.number),
+                     default=0)
+        frozen, _ = _agree(cfg, path, Change(FORCE_REMOVE, r.number), console)
+        lost = max(issued - frozen, 0)
+        console.print(f"{r.name} (region {r.number}) was removed by force at membership epoch {cfg.epoch}: the "
+                      f"others hold its operations up to {frozen} and keep them; {lost} operation(s) it was known "
+                      f"to have made beyond that are lost (it may have made more since it was last heard from). "
+                      f"If it comes back it is refused; wipe it with: braid-admin region purge --region {r.name}")
+        return 0
+    _all_reachable(cfg, path, "removing a region")
+    if r.status != LEAVING:
+        _agree(cfg, path, Change(LEAVE, r.number), console)
+        console.print(f"{r.name} is leaving: it takes no more writes; waiting until every member holds its operations")
+    total = _wait_handed_over(cfg, path, r, args.timeout)
+    _agree(cfg, path, Change(REMOVE, r.number), console)
+    console.print(f"{r.name} (region {r.number}) left the database at membership epoch {cfg.epoch}: every "
+                  f"member holds its {total} operations. Its process may be stopped.")
+    return 0
+
+
+def cmd_region_purge(args, cfg: ClusterConfig, path, console: Console) -> int:
+    named = [r for r in cfg.regions if r.name == args.region]
+    if not named:
+        raise AdminError(f"no region named {args.region!r} in the cluster file")
+    found, failures = _statuses(cfg, path)
+    r = next((x for x in cfg.regions if x.name == args.region and x.status == REMOVED), None)
+    if r is None:
+        live = cfg.region(args.region)
+        raise AdminError(f"{live.name} (region {live.number}) is {live.status}, not removed: remove it first "
+                         f"(braid-admin region remove {live.name} [--force])")
+    if not found:
+        raise AdminError(f"no member is reachable to confirm that {r.name} was removed ({'; '.join(failures)})")
+    _call(cfg, r, "purge", cfg.membership_blob())
+    console.print(f"{r.name} (region {r.number}) deleted its data and stopped. To bring it back: braid-admin region "
+                  f"add {r.name} --host {r.host} --port {r.port} --repl-port {r.repl_port}, then start it again "
+                  "with the updated cluster file (it gets a new number)")
     return 0
 
 
@@ -275,6 +448,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=["reload"])
     p.add_argument("--region", required=True)
     p.set_defaults(fn=cmd_tls)
+    p = sub.add_parser("region", help="region add|remove|purge: change the database's members")
+    rsub = p.add_subparsers(dest="action", required=True)
+    q = rsub.add_parser("add", help="add NAME --host H --port P --repl-port R [--number N]")
+    q.add_argument("name")
+    # dest: braid-admin's own --host/--port say which region to talk to
+    q.add_argument("--host", dest="region_host", required=True, help="the new region's host")
+    q.add_argument("--port", dest="region_port", type=int, required=True, help="its RESP port")
+    q.add_argument("--repl-port", type=int, required=True, help="its gRPC port (replication and admin)")
+    q.add_argument("--number", type=int, help="its region number (default: the lowest never used)")
+    q.set_defaults(fn=cmd_region_add)
+    q = rsub.add_parser("remove", help="remove NAME [--force]: gracefully, or at once when it is unreachable")
+    q.add_argument("name")
+    q.add_argument("--force", action="store_true",
+                   help="do not wait for it: its operations no other member holds are lost")
+    q.add_argument("--timeout", type=float, default=60.0, help="how long to wait for the hand-over (seconds)")
+    q.set_defaults(fn=cmd_region_remove)
+    q = rsub.add_parser("purge", help="purge --region NAME: wipe a removed region's data (it stops)")
+    q.add_argument("--region", required=True)
+    q.set_defaults(fn=cmd_region_purge)
     args = ap.parse_args(argv)
     console = Console()
     try:

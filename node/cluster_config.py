@@ -30,6 +30,20 @@ plain text; a file that says neither is refused::
     admin_cert = "tls/admin.crt"   # what braid-admin presents (default cert_dir/admin.crt)
     admin_key = "tls/admin.key"
 
+Membership.  Regions are added and removed while the database runs
+(``braid-admin region add/remove``, crdt/membership.py); every region records the
+agreed list in its own cluster file: ``epoch`` counts the changes so far, and a
+region's ``status`` is ``active`` (the default, not written), ``joining``,
+``leaving`` or ``removed`` - a removed region stays in the file with ``frozen``, the
+last of its operations the others accept, and its number is never used again::
+
+    epoch = 3
+    [[regions]]
+    name = "region-3"
+    number = 3
+    status = "removed"
+    frozen = 1234
+
 A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
 ``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
 :class:`LinkTls` with absolute paths; ``to_toml`` writes them back relative to the
@@ -48,6 +62,7 @@ from dataclasses import dataclass, field
 # settings of a region's [regions.config] that name files (relative to the cluster file)
 FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
 ID_MODES = ("strict", "semi-strict", "liberal")
+MEMBER_STATUSES = ("active", "joining", "leaving", "removed")
 FSYNC_POLICIES = ("always", "everysec", "no")
 # Settings of the database that braid-admin tunes on every region: name -> (attribute below, values)
 DB_SETTINGS = {
@@ -72,6 +87,12 @@ class RegionSpec:
     # server settings of this region by their CONFIG GET names ([regions.config]), applied at
     # start after the defaults and before the command line's options; file names as written
     config: dict[str, str | int] = field(default_factory=dict)
+    status: str = "active"  # active | joining | leaving | removed (crdt/membership.py)
+    frozen: int = 0         # removed: the last of its operations the other regions accept
+
+    @property
+    def live(self) -> bool:
+        return self.status != "removed"
 
 
 @dataclass(slots=True)
@@ -100,23 +121,67 @@ class ClusterConfig:
     appendfsync: str = "everysec"  # always | everysec | no, for every region
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
     tls: LinkTls | None = None  # None: plain-text links (the file says tls = false)
+    epoch: int = 1  # membership changes agreed so far, plus one (crdt/membership.py)
 
     def save(self, path: str | None = None) -> None:
         """Write the file (atomically: a reader never sees half of it)."""
         path = path or self.path
         if path is None:
             return
-        tmp = f"{path}.tmp"
+        tmp = f"{path}.{os.getpid()}.tmp"  # regions of a local cluster share one file
         with open(tmp, "w") as f:
             f.write(self.to_toml(os.path.dirname(os.path.abspath(path))))
         os.replace(tmp, path)
 
     def region(self, name: str) -> RegionSpec:
-        for r in self.regions:
-            if r.name == name:
+        """The region of that name: the member, or else the last removed one (a region purged
+        and added again under a new number keeps its name)."""
+        named = [r for r in self.regions if r.name == name]
+        for r in named:
+            if r.live:
                 return r
-        known = ", ".join(r.name for r in self.regions)
+        if named:
+            return named[-1]
+        known = ", ".join(r.name for r in self.regions if r.live)
         raise ValueError(f"no region named {name!r} in the cluster file (regions: {known})")
+
+    def by_number(self, number: int) -> RegionSpec | None:
+        for r in self.regions:
+            if r.number == number:
+                return r
+        return None
+
+    def live_regions(self) -> list[RegionSpec]:
+        """Every member not removed (active, joining, leaving)."""
+        return [r for r in self.regions if r.live]
+
+    # ------------------------------------------------------------ membership
+    def membership(self):
+        """The member list this file records (crdt/membership.py)."""
+        from crdt.membership import Member, Membership
+
+        return Membership(self.stride, self.epoch, {r.number: Member(r.number, r.name, r.status) for r in self.regions},
+                          {r.number: r.frozen for r in self.regions if not r.live})
+
+    def take_membership(self, m, endpoints: dict[int, tuple] | None = None) -> None:
+        """Record the list ``m`` (agreed, or adopted from a peer); ``endpoints``: (host, port,
+        repl_port) of regions this file does not list yet."""
+        endpoints = endpoints or {}
+        for number, member in sorted(m.members.items()):
+            spec = self.by_number(number)
+            if spec is None:
+                host, port, repl_port = endpoints[number]
+                spec = RegionSpec(member.name, number, host, int(port), int(repl_port))
+                self.regions.append(spec)
+            spec.status = member.status
+            spec.frozen = m.frozen.get(number, 0)
+        self.epoch = m.epoch
+
+    def membership_blob(self) -> bytes:
+        """The member list with every region's address, as the handshake carries it."""
+        return json.dumps({"epoch": self.epoch, "stride": self.stride, "regions": [
+            {"name": r.name, "number": r.number, "host": r.host, "port": r.port, "repl_port": r.repl_port,
+             "status": r.status, "frozen": r.frozen} for r in self.regions]}, separators=(",", ":")).encode()
 
     def validate(self) -> None:
         if self.id_mode not in ID_MODES:
@@ -126,9 +191,17 @@ class ClusterConfig:
         numbers = [r.number for r in self.regions]
         if len(set(numbers)) != len(numbers):
             raise ValueError("two regions share a number")
+        names = [r.name for r in self.regions if r.live]
+        if len(set(names)) != len(names):
+            raise ValueError("two regions share a name")
+        if self.epoch < 1:
+            raise ValueError("epoch must be 1 or more")
         for r in self.regions:
             if not 1 <= r.number < self.stride:
                 raise ValueError(f"region {r.name}: number must be between 1 and {self.stride - 1}")
+            if r.status not in MEMBER_STATUSES:
+                raise ValueError(f"region {r.name}: status must be one of {', '.join(MEMBER_STATUSES)}")
+
 
     def to_toml(self, base: str | None = None) -> str:
         """The file's text; paths relative to ``base`` (the file's directory) when given."""
@@ -137,7 +210,7 @@ class ClusterConfig:
 
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
                  f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
-                 f'appendfsync = "{self.appendfsync}"']
+                 f'appendfsync = "{self.appendfsync}"', f"epoch = {self.epoch}"]
         if self.tls is None:
             lines += ["tls = false  # plain-text links between regions: loopback playgrounds only", ""]
         else:
@@ -151,6 +224,10 @@ class ClusterConfig:
                 lines.append(f"tls_cert = {path(r.tls_cert)}")
             if r.tls_key:
                 lines.append(f"tls_key = {path(r.tls_key)}")
+            if r.status != "active":
+                lines.append(f'status = "{r.status}"')
+            if not r.live:
+                lines.append(f"frozen = {r.frozen}")
             lines.append("")
             if r.config:
                 lines += ["[regions.config]", *(f"{k} = {_toml_value(v)}" for k, v in r.config.items()), ""]
@@ -161,6 +238,32 @@ class ClusterConfig:
         base = os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
         return {name: (os.path.join(base, value) if name in FILE_SETTINGS and isinstance(value, str) and value
                        else value) for name, value in region.config.items()}
+
+
+def membership_from_blob(blob: bytes, stride: int):
+    """A peer's member list from its handshake: (Membership, endpoints of its regions).
+    ValueError when it cannot be one of this database's lists."""
+    from crdt.membership import STATUSES, Member, Membership
+
+    try:
+        data = json.loads(blob)
+        epoch, regions = int(data["epoch"]), data["regions"]
+        if int(data["stride"]) != stride:
+            raise ValueError(f"its stride is {data['stride']}, this database's is {stride}")
+        members, frozen, endpoints = {}, {}, {}
+        for r in regions:
+            number, status = int(r["number"]), str(r["status"])
+            if status not in STATUSES or not 1 <= number < stride or number in members:
+                raise ValueError(f"region {r!r} cannot be a member")
+            members[number] = Member(number, str(r["name"]), status)
+            if status == "removed":
+                frozen[number] = int(r.get("frozen", 0))
+            endpoints[number] = (str(r["host"]), int(r["port"]), int(r["repl_port"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"an unreadable member list: {e}") from None
+    if epoch < 1:
+        raise ValueError("an unreadable member list: epoch below 1")
+    return Membership(stride, epoch, members, frozen), endpoints
 
 
 def _toml_value(v: object) -> str:
@@ -231,9 +334,10 @@ def load(path: str) -> ClusterConfig:
         appendfsync=str(data.get("appendfsync", "everysec")),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
                             int(r["port"]), int(r["repl_port"]),
-                            tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r))
+                            tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r),
+                            status=str(r.get("status", "active")), frozen=int(r.get("frozen", 0)))
                  for r in data.get("regions", [])],
-        path=path, tls=_link_tls(data, base),
+        path=path, tls=_link_tls(data, base), epoch=int(data.get("epoch", 1)),
     )
     cfg.validate()
     return cfg

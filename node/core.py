@@ -467,6 +467,8 @@ class RegionCore:
             return self._reject(ReplyError("NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
+        if cmd.is_write and self.db.aa is not None and not self.db.aa.writable and not self.replaying:
+            return self._reject(ReplyError(self.db.aa.write_refusal()))  # joining, leaving or removed
         if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
             return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
         if self.write_cap is not None and cmd.is_write and sum(map(len, argv)) > self.write_cap:
@@ -545,6 +547,9 @@ class RegionCore:
         if not target.check_arity(len(argv)):
             client.multi_error = True
             return self._reject(ReplyError(f"ERR wrong number of arguments for '{target.fullname}' command"))
+        if target.is_write and self.db.aa is not None and not self.db.aa.writable:
+            client.multi_error = True
+            return self._reject(ReplyError(self.db.aa.write_refusal()))
         assert client.multi is not None
         client.multi.append(argv)
         return "QUEUED"

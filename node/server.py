@@ -74,6 +74,9 @@ class Server(RegionCore):
         self._bgsave: asyncio.Future | None = None
         self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
+        self.purging = False  # braid-admin region purge: the data files go once the region stopped
+        if self.db.aa is not None:
+            self.db.aa.on_purge = self.purge
 
     # ------------------------------------------------------------ settings
     def config_changed(self) -> None:
@@ -184,6 +187,13 @@ class Server(RegionCore):
             asyncio.get_running_loop().call_soon(
                 lambda: self.supervisor.watch(asyncio.ensure_future(self.stop()), "shutdown"))
 
+    def purge(self) -> None:
+        """A removed region's data is wiped (braid-admin region purge): it stops, then its
+        append-only directory (the log and the snapshots) is deleted."""
+        log.warning("purging this region: it stops, and its append-only directory is deleted")
+        self.purging = True
+        self.shutdown()
+
     def on_fail_stop(self) -> None:
         """A fail-stop (``RegionCore.fail_stop``): drop the replies not yet sent, close every
         client and the listening socket, stop the cron, and stop the server."""
@@ -241,6 +251,12 @@ class Server(RegionCore):
             if self.failed is not None:
                 self.oplog.file.discard_unwritten()  # the failing turn never happened
             self.oplog.close()
+            if self.purging:
+                import shutil
+
+                shutil.rmtree(self.oplog.directory, ignore_errors=True)
+                log.warning("purged: deleted %s; add the region again (braid-admin region add) and start it",
+                            self.oplog.directory)
 
     async def _cron_loop(self) -> None:
         """Once a second, each step supervised (a failure is counted and retried with backoff,

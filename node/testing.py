@@ -264,6 +264,32 @@ class LocalCluster:
     def clients(self, **kw) -> list[redis.Redis]:
         return [p.client(**kw) for p in self.procs]
 
+    def proc(self, name: str) -> BraidProcess:
+        return next(p for p in self.procs if p.region == name)
+
+    def admin(self, *argv: str) -> tuple[int, str]:
+        """Run braid-admin against this cluster's file, in this process: (exit code, output)."""
+        import contextlib
+        import io
+
+        from .admin_cli import main
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main(["--cluster", self.file, *argv])
+        return code, out.getvalue()
+
+    def add_region(self, name: str, start: bool = True) -> BraidProcess:
+        """``braid-admin region add`` a new region on free ports, then start it (it joins)."""
+        port, repl_port = free_ports(2)
+        code, out = self.admin("region", "add", name, "--host", "127.0.0.1", "--port", str(port),
+                               "--repl-port", str(repl_port))
+        if code != 0:
+            raise RuntimeError(f"braid-admin region add {name} failed: {out}")
+        proc = BraidProcess(port, os.path.join(self.dir, f"{name}-{port}"), self.file, name, self.extra_args)
+        self.procs.append(proc)
+        return proc.start() if start else proc
+
     def sync_wait(self, timeout: float = 20.0) -> None:
         """Return when every region has applied the same operations (no sleeping)."""
         wait_in_sync(self.clients(), timeout)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11proto/admin.proto\x12\x0b\x62raid.admin\"\x07\n\x05\x45mpty\"j\n\x04Link\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07lag_ops\x18\x04 \x01(\x04\x12\x0e\n\x06lag_ms\x18\x05 \x01(\x01\x12\x14\n\x0cunstable_ops\x18\x06 \x01(\x04\"\xaf\x04\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x04 \x01(\t\x12\x0f\n\x07id_mode\x18\x05 \x01(\t\x12\x0e\n\x06paused\x18\x06 \x01(\x08\x12-\n\x02vv\x18\x07 \x03(\x0b\x32!.braid.admin.RegionStatus.VvEntry\x12\x0f\n\x07pending\x18\x08 \x01(\x04\x12 \n\x05links\x18\t \x03(\x0b\x32\x11.braid.admin.Link\x12\x0c\n\x04keys\x18\n \x01(\x04\x12\x1a\n\x12refused_handshakes\x18\x0b \x01(\x04\x12\x14\n\x0cresp_address\x18\x0c \x01(\t\x12\x13\n\x0b\x62\x61\x63klog_ops\x18\r \x01(\x04\x12\x17\n\x0f\x62\x61\x63klog_trimmed\x18\x0e \x01(\x04\x12\x14\n\x0cresyncs_sent\x18\x0f \x01(\x04\x12\x18\n\x10resyncs_received\x18\x10 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\x11 \x01(\x04\x12\x11\n\tidmp_keys\x18\x12 \x01(\x04\x12\x16\n\x0eidmp_producers\x18\x13 \x01(\x04\x12\x19\n\x11idmp_iids_tracked\x18\x14 \x01(\x04\x12\x17\n\x0f\x64\x65lete_contexts\x18\x15 \x01(\x04\x12\x19\n\x11stability_held_by\x18\x16 \x03(\t\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x1b\n\x0b\x43lusterFile\x12\x0c\n\x04toml\x18\x01 \x01(\t\"@\n\x0f\x44\x61tabaseSetting\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"\x1c\n\x0cLinkSelector\x12\x0c\n\x04peer\x18\x01 \x01(\t\"d\n\x08TlsState\x12\x13\n\x0b\x63\x65rt_serial\x18\x01 \x01(\t\x12\x16\n\x0e\x63\x65rt_not_after\x18\x02 \x01(\t\x12\x12\n\ncert_names\x18\x03 \x03(\t\x12\x17\n\x0f\x63\x61_certificates\x18\x04 \x01(\r2\x87\x03\n\x05\x41\x64min\x12\x37\n\x06Status\x12\x12.braid.admin.Empty\x1a\x19.braid.admin.RegionStatus\x12\x37\n\x07\x43luster\x12\x12.braid.admin.Empty\x1a\x18.braid.admin.ClusterFile\x12?\n\x04Tune\x12\x1c.braid.admin.DatabaseSetting\x1a\x19.braid.admin.RegionStatus\x12H\n\x10PauseReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatus\x12I\n\x11ResumeReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatus\x12\x36\n\tReloadTls\x12\x12.braid.admin.Empty\x1a\x15.braid.admin.TlsStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11proto/admin.proto\x12\x0b\x62raid.admin\"\x07\n\x05\x45mpty\"\x80\x01\n\x04Link\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07lag_ops\x18\x04 \x01(\x04\x12\x0e\n\x06lag_ms\x18\x05 \x01(\x01\x12\x14\n\x0cunstable_ops\x18\x06 \x01(\x04\x12\x14\n\x0cpeer_own_ops\x18\x07 \x01(\x04\"u\n\x06Member\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x0c\n\x04port\x18\x05 \x01(\r\x12\x11\n\trepl_port\x18\x06 \x01(\r\x12\x0e\n\x06\x66rozen\x18\x07 \x01(\x04\"\xde\x05\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x04 \x01(\t\x12\x0f\n\x07id_mode\x18\x05 \x01(\t\x12\x0e\n\x06paused\x18\x06 \x01(\x08\x12-\n\x02vv\x18\x07 \x03(\x0b\x32!.braid.admin.RegionStatus.VvEntry\x12\x0f\n\x07pending\x18\x08 \x01(\x04\x12 \n\x05links\x18\t \x03(\x0b\x32\x11.braid.admin.Link\x12\x0c\n\x04keys\x18\n \x01(\x04\x12\x1a\n\x12refused_handshakes\x18\x0b \x01(\x04\x12\x14\n\x0cresp_address\x18\x0c \x01(\t\x12\x13\n\x0b\x62\x61\x63klog_ops\x18\r \x01(\x04\x12\x17\n\x0f\x62\x61\x63klog_trimmed\x18\x0e \x01(\x04\x12\x14\n\x0cresyncs_sent\x18\x0f \x01(\x04\x12\x18\n\x10resyncs_received\x18\x10 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\x11 \x01(\x04\x12\x11\n\tidmp_keys\x18\x12 \x01(\x04\x12\x16\n\x0eidmp_producers\x18\x13 \x01(\x04\x12\x19\n\x11idmp_iids_tracked\x18\x14 \x01(\x04\x12\x17\n\x0f\x64\x65lete_contexts\x18\x15 \x01(\x04\x12\x19\n\x11stability_held_by\x18\x16 \x03(\t\x12\r\n\x05\x65poch\x18\x17 \x01(\x04\x12$\n\x07members\x18\x18 \x03(\x0b\x32\x13.braid.admin.Member\x12\x10\n\x08writable\x18\x19 \x01(\x08\x12\x15\n\rcatch_up_held\x18\x1a \x01(\x04\x12\x17\n\x0f\x63\x61tch_up_target\x18\x1b \x01(\x04\x12\x1a\n\x12membership_refused\x18\x1c \x01(\x04\x12\x1a\n\x12membership_dropped\x18\x1d \x01(\x04\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xad\x01\n\x12MembershipProposal\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06number\x18\x03 \x01(\r\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0c\n\x04port\x18\x06 \x01(\r\x12\x11\n\trepl_port\x18\x07 \x01(\r\x12\x15\n\rballot_region\x18\x08 \x01(\x04\x12\x16\n\x0e\x62\x61llot_counter\x18\t \x01(\x04\"8\n\x0cPromiseReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0c\n\x04held\x18\x03 \x01(\x04\"U\n\x10MembershipCommit\x12\x31\n\x08proposal\x18\x01 \x01(\x0b\x32\x1f.braid.admin.MembershipProposal\x12\x0e\n\x06\x66rozen\x18\x02 \x01(\x04\"\x1d\n\nMemberList\x12\x0f\n\x07members\x18\x01 \x01(\x0c\"\x1b\n\x0b\x43lusterFile\x12\x0c\n\x04toml\x18\x01 \x01(\t\"@\n\x0f\x44\x61tabaseSetting\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"\x1c\n\x0cLinkSelector\x12\x0c\n\x04peer\x18\x01 \x01(\t\"d\n\x08TlsState\x12\x13\n\x0b\x63\x65rt_serial\x18\x01 \x01(\t\x12\x16\n\x0e\x63\x65rt_not_after\x18\x02 \x01(\t\x12\x12\n\ncert_names\x18\x03 \x03(\t\x12\x17\n\x0f\x63\x61_certificates\x18\x04 \x01(\r2\x86\x05\n\x05\x41\x64min\x12\x37\n\x06Status\x12\x12.braid.admin.Empty\x1a\x19.braid.admin.RegionStatus\x12\x37\n\x07\x43luster\x12\x12.braid.admin.Empty\x1a\x18.braid.admin.ClusterFile\x12?\n\x04Tune\x12\x1c.braid.admin.DatabaseSetting\x1a\x19.braid.admin.RegionStatus\x12H\n\x10PauseReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatus\x12I\n\x11ResumeReplication\x12\x19.braid.admin.LinkSelector\x1a\x19.braid.admin.RegionStatus\x12\x36\n\tReloadTls\x12\x12.braid.admin.Empty\x1a\x15.braid.admin.TlsState\x12\x45\n\x07Promise\x12\x1f.braid.admin.MembershipProposal\x1a\x19.braid.admin.PromiseReply\x12\x42\n\x06\x43ommit\x12\x1d.braid.admin.MembershipCommit\x1a\x19.braid.admin.RegionStatus\x12<\n\x05\x41\x62ort\x12\x1f.braid.admin.MembershipProposal\x1a\x12.braid.admin.Empty\x12\x34\n\x05Purge\x12\x17.braid.admin.MemberList\x1a\x12.braid.admin.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,20 +35,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGIONSTATUS_VVENTRY']._serialized_options = b'8\001'
   _globals['_EMPTY']._serialized_start=34
   _globals['_EMPTY']._serialized_end=41
-  _globals['_LINK']._serialized_start=43
-  _globals['_LINK']._serialized_end=149
-  _globals['_REGIONSTATUS']._serialized_start=152
-  _globals['_REGIONSTATUS']._serialized_end=711
-  _globals['_REGIONSTATUS_VVENTRY']._serialized_start=670
-  _globals['_REGIONSTATUS_VVENTRY']._serialized_end=711
-  _globals['_CLUSTERFILE']._serialized_start=713
-  _globals['_CLUSTERFILE']._serialized_end=740
-  _globals['_DATABASESETTING']._serialized_start=742
-  _globals['_DATABASESETTING']._serialized_end=806
-  _globals['_LINKSELECTOR']._serialized_start=808
-  _globals['_LINKSELECTOR']._serialized_end=836
-  _globals['_TLSSTATE']._serialized_start=838
-  _globals['_TLSSTATE']._serialized_end=938
-  _globals['_ADMIN']._serialized_start=941
-  _globals['_ADMIN']._serialized_end=1332
+  _globals['_LINK']._serialized_start=44
+  _globals['_LINK']._serialized_end=172
+  _globals['_MEMBER']._serialized_start=174
+  _globals['_MEMBER']._serialized_end=291
+  _globals['_REGIONSTATUS']._serialized_start=294
+  _globals['_REGIONSTATUS']._serialized_end=1028
+  _globals['_REGIONSTATUS_VVENTRY']._serialized_start=987
+  _globals['_REGIONSTATUS_VVENTRY']._serialized_end=1028
+  _globals['_MEMBERSHIPPROPOSAL']._serialized_start=1031
+  _globals['_MEMBERSHIPPROPOSAL']._serialized_end=1204
+  _globals['_PROMISEREPLY']._serialized_start=1206
+  _globals['_PROMISEREPLY']._serialized_end=1262
+  _globals['_MEMBERSHIPCOMMIT']._serialized_start=1264
+  _globals['_MEMBERSHIPCOMMIT']._serialized_end=1349
+  _globals['_MEMBERLIST']._serialized_start=1351
+  _globals['_MEMBERLIST']._serialized_end=1380
+  _globals['_CLUSTERFILE']._serialized_start=1382
+  _globals['_CLUSTERFILE']._serialized_end=1409
+  _globals['_DATABASESETTING']._serialized_start=1411
+  _globals['_DATABASESETTING']._serialized_end=1475
+  _globals['_LINKSELECTOR']._serialized_start=1477
+  _globals['_LINKSELECTOR']._serialized_end=1505
+  _globals['_TLSSTATE']._serialized_start=1507
+  _globals['_TLSSTATE']._serialized_end=1607
+  _globals['_ADMIN']._serialized_start=1610
+  _globals['_ADMIN']._serialized_end=2256
 # @@protoc_insertion_point(module_scope)

@@ -64,6 +64,26 @@ class AdminStub:
                 request_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_admin__pb2.TlsState.FromString,
                 _registered_method=True)
+        self.Promise = channel.unary_unary(
+                '/braid.admin.Admin/Promise',
+                request_serializer=proto_dot_admin__pb2.MembershipProposal.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.PromiseReply.FromString,
+                _registered_method=True)
+        self.Commit = channel.unary_unary(
+                '/braid.admin.Admin/Commit',
+                request_serializer=proto_dot_admin__pb2.MembershipCommit.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.RegionStatus.FromString,
+                _registered_method=True)
+        self.Abort = channel.unary_unary(
+                '/braid.admin.Admin/Abort',
+                request_serializer=proto_dot_admin__pb2.MembershipProposal.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Purge = channel.unary_unary(
+                '/braid.admin.Admin/Purge',
+                request_serializer=proto_dot_admin__pb2.MemberList.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -109,6 +129,34 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Promise(self, request, context):
+        """Membership changes: promise (one proposal per epoch), commit (only the promised one),
+        abort. A change that cannot be made here: the reply says why (ok = false).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Commit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Abort(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Purge(self, request, context):
+        """Wipes a removed region's data and stops it (it may then be added again). The list, a
+        member's, tells the region it was removed; a region that is a member: FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +189,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReloadTls,
                     request_deserializer=proto_dot_admin__pb2.Empty.FromString,
                     response_serializer=proto_dot_admin__pb2.TlsState.SerializeToString,
+            ),
+            'Promise': grpc.unary_unary_rpc_method_handler(
+                    servicer.Promise,
+                    request_deserializer=proto_dot_admin__pb2.MembershipProposal.FromString,
+                    response_serializer=proto_dot_admin__pb2.PromiseReply.SerializeToString,
+            ),
+            'Commit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Commit,
+                    request_deserializer=proto_dot_admin__pb2.MembershipCommit.FromString,
+                    response_serializer=proto_dot_admin__pb2.RegionStatus.SerializeToString,
+            ),
+            'Abort': grpc.unary_unary_rpc_method_handler(
+                    servicer.Abort,
+                    request_deserializer=proto_dot_admin__pb2.MembershipProposal.FromString,
+                    response_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'Purge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Purge,
+                    request_deserializer=proto_dot_admin__pb2.MemberList.FromString,
+                    response_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -305,6 +373,114 @@ class Admin:
             '/braid.admin.Admin/ReloadTls',
             proto_dot_admin__pb2.Empty.SerializeToString,
             proto_dot_admin__pb2.TlsState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Promise(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/Promise',
+            proto_dot_admin__pb2.MembershipProposal.SerializeToString,
+            proto_dot_admin__pb2.PromiseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Commit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/Commit',
+            proto_dot_admin__pb2.MembershipCommit.SerializeToString,
+            proto_dot_admin__pb2.RegionStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Abort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/Abort',
+            proto_dot_admin__pb2.MembershipProposal.SerializeToString,
+            proto_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Purge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/Purge',
+            proto_dot_admin__pb2.MemberList.SerializeToString,
+            proto_dot_admin__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

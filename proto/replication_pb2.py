@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17proto/replication.proto\x12\x11\x62raid.replication\"\x93\x01\n\x08\x45nvelope\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Envelope.DepsEntry\x12\n\n\x02op\x18\x04 \x01(\x0c\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x9c\x02\n\x05Hello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\r\x12\r\n\x05token\x18\x04 \x01(\t\x12,\n\x02vv\x18\x05 \x03(\x0b\x32 .braid.replication.Hello.VvEntry\x12\x32\n\x05\x66loor\x18\x06 \x03(\x0b\x32#.braid.replication.Hello.FloorEntry\x12\x13\n\x0bmax_message\x18\x07 \x01(\x04\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xed\x01\n\x07Welcome\x12\x0e\n\x06region\x18\x01 \x01(\r\x12.\n\x02vv\x18\x02 \x03(\x0b\x32\".braid.replication.Welcome.VvEntry\x12\x34\n\x05\x66loor\x18\x03 \x03(\x0b\x32%.braid.replication.Welcome.FloorEntry\x12\x13\n\x0bmax_message\x18\x04 \x01(\x04\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"7\n\x05\x42\x61tch\x12.\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1b.braid.replication.Envelope\"\xc2\x01\n\x08\x46ragment\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Fragment.DepsEntry\x12\r\n\x05total\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x0c\n\x04last\x18\x07 \x01(\x08\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"n\n\x03\x41\x63k\x12*\n\x02vv\x18\x01 \x03(\x0b\x32\x1e.braid.replication.Ack.VvEntry\x12\x10\n\x08received\x18\x02 \x01(\x04\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"C\n\x06Resync\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\r\n\x05total\x18\x03 \x01(\x04\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\xaf\x02\n\x05\x46rame\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x18.braid.replication.HelloH\x00\x12-\n\x07welcome\x18\x02 \x01(\x0b\x32\x1a.braid.replication.WelcomeH\x00\x12)\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x18.braid.replication.BatchH\x00\x12%\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x16.braid.replication.AckH\x00\x12+\n\x06resync\x18\x05 \x01(\x0b\x32\x19.braid.replication.ResyncH\x00\x12/\n\x08\x66ragment\x18\x06 \x01(\x0b\x32\x1b.braid.replication.FragmentH\x00\x12\x14\n\nbatch_zlib\x18\x07 \x01(\x0cH\x00\x42\x06\n\x04\x62ody2M\n\x0bReplication\x12>\n\x04Sync\x12\x18.braid.replication.Frame\x1a\x18.braid.replication.Frame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17proto/replication.proto\x12\x11\x62raid.replication\"\x93\x01\n\x08\x45nvelope\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Envelope.DepsEntry\x12\n\n\x02op\x18\x04 \x01(\x0c\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xbc\x02\n\x05Hello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\r\x12\r\n\x05token\x18\x04 \x01(\t\x12,\n\x02vv\x18\x05 \x03(\x0b\x32 .braid.replication.Hello.VvEntry\x12\x32\n\x05\x66loor\x18\x06 \x03(\x0b\x32#.braid.replication.Hello.FloorEntry\x12\x13\n\x0bmax_message\x18\x07 \x01(\x04\x12\r\n\x05\x65poch\x18\x08 \x01(\x04\x12\x0f\n\x07members\x18\t \x01(\x0c\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x8d\x02\n\x07Welcome\x12\x0e\n\x06region\x18\x01 \x01(\r\x12.\n\x02vv\x18\x02 \x03(\x0b\x32\".braid.replication.Welcome.VvEntry\x12\x34\n\x05\x66loor\x18\x03 \x03(\x0b\x32%.braid.replication.Welcome.FloorEntry\x12\x13\n\x0bmax_message\x18\x04 \x01(\x04\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0f\n\x07members\x18\x06 \x01(\x0c\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"7\n\x05\x42\x61tch\x12.\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1b.braid.replication.Envelope\"\xc2\x01\n\x08\x46ragment\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Fragment.DepsEntry\x12\r\n\x05total\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x0c\n\x04last\x18\x07 \x01(\x08\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"n\n\x03\x41\x63k\x12*\n\x02vv\x18\x01 \x03(\x0b\x32\x1e.braid.replication.Ack.VvEntry\x12\x10\n\x08received\x18\x02 \x01(\x04\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"C\n\x06Resync\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\r\n\x05total\x18\x03 \x01(\x04\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\xaf\x02\n\x05\x46rame\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x18.braid.replication.HelloH\x00\x12-\n\x07welcome\x18\x02 \x01(\x0b\x32\x1a.braid.replication.WelcomeH\x00\x12)\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x18.braid.replication.BatchH\x00\x12%\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x16.braid.replication.AckH\x00\x12+\n\x06resync\x18\x05 \x01(\x0b\x32\x19.braid.replication.ResyncH\x00\x12/\n\x08\x66ragment\x18\x06 \x01(\x0b\x32\x1b.braid.replication.FragmentH\x00\x12\x14\n\nbatch_zlib\x18\x07 \x01(\x0cH\x00\x42\x06\n\x04\x62ody2M\n\x0bReplication\x12>\n\x04Sync\x12\x18.braid.replication.Frame\x1a\x18.braid.replication.Frame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,31 +50,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENVELOPE_DEPSENTRY']._serialized_start=151
   _globals['_ENVELOPE_DEPSENTRY']._serialized_end=194
   _globals['_HELLO']._serialized_start=197
-  _globals['_HELLO']._serialized_end=481
-  _globals['_HELLO_VVENTRY']._serialized_start=394
-  _globals['_HELLO_VVENTRY']._serialized_end=435
-  _globals['_HELLO_FLOORENTRY']._serialized_start=437
-  _globals['_HELLO_FLOORENTRY']._serialized_end=481
-  _globals['_WELCOME']._serialized_start=484
-  _globals['_WELCOME']._serialized_end=721
-  _globals['_WELCOME_VVENTRY']._serialized_start=394
-  _globals['_WELCOME_VVENTRY']._serialized_end=435
-  _globals['_WELCOME_FLOORENTRY']._serialized_start=437
-  _globals['_WELCOME_FLOORENTRY']._serialized_end=481
-  _globals['_BATCH']._serialized_start=723
-  _globals['_BATCH']._serialized_end=778
-  _globals['_FRAGMENT']._serialized_start=781
-  _globals['_FRAGMENT']._serialized_end=975
+  _globals['_HELLO']._serialized_end=513
+  _globals['_HELLO_VVENTRY']._serialized_start=426
+  _globals['_HELLO_VVENTRY']._serialized_end=467
+  _globals['_HELLO_FLOORENTRY']._serialized_start=469
+  _globals['_HELLO_FLOORENTRY']._serialized_end=513
+  _globals['_WELCOME']._serialized_start=516
+  _globals['_WELCOME']._serialized_end=785
+  _globals['_WELCOME_VVENTRY']._serialized_start=426
+  _globals['_WELCOME_VVENTRY']._serialized_end=467
+  _globals['_WELCOME_FLOORENTRY']._serialized_start=469
+  _globals['_WELCOME_FLOORENTRY']._serialized_end=513
+  _globals['_BATCH']._serialized_start=787
+  _globals['_BATCH']._serialized_end=842
+  _globals['_FRAGMENT']._serialized_start=845
+  _globals['_FRAGMENT']._serialized_end=1039
   _globals['_FRAGMENT_DEPSENTRY']._serialized_start=151
   _globals['_FRAGMENT_DEPSENTRY']._serialized_end=194
-  _globals['_ACK']._serialized_start=977
-  _globals['_ACK']._serialized_end=1087
-  _globals['_ACK_VVENTRY']._serialized_start=394
-  _globals['_ACK_VVENTRY']._serialized_end=435
-  _globals['_RESYNC']._serialized_start=1089
-  _globals['_RESYNC']._serialized_end=1156
-  _globals['_FRAME']._serialized_start=1159
-  _globals['_FRAME']._serialized_end=1462
-  _globals['_REPLICATION']._serialized_start=1464
-  _globals['_REPLICATION']._serialized_end=1541
+  _globals['_ACK']._serialized_start=1041
+  _globals['_ACK']._serialized_end=1151
+  _globals['_ACK_VVENTRY']._serialized_start=426
+  _globals['_ACK_VVENTRY']._serialized_end=467
+  _globals['_RESYNC']._serialized_start=1153
+  _globals['_RESYNC']._serialized_end=1220
+  _globals['_FRAME']._serialized_start=1223
+  _globals['_FRAME']._serialized_end=1526
+  _globals['_REPLICATION']._serialized_start=1528
+  _globals['_REPLICATION']._serialized_end=1605
 # @@protoc_insertion_point(module_scope)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from crdt.membership import Change, MembershipError, Promise, Proposal
 from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
@@ -33,7 +34,20 @@ TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")  # the c
 
 
 def _status(st: dict) -> pb.RegionStatus:
-    return pb.RegionStatus(**{**st, "links": [pb.Link(**link) for link in st["links"]]})
+    return pb.RegionStatus(**{**st, "links": [pb.Link(**link) for link in st["links"]],
+                              "members": [pb.Member(**m) for m in st["members"]]})
+
+
+def proposal_to_proto(p: Proposal) -> pb.MembershipProposal:
+    c = p.change
+    host, port, repl_port = c.endpoint or ("", 0, 0)
+    return pb.MembershipProposal(epoch=p.epoch, kind=c.kind, number=c.number, name=c.name, host=host, port=port,
+                                 repl_port=repl_port, ballot_region=p.ballot[0], ballot_counter=p.ballot[1])
+
+
+def proposal_from_proto(m: pb.MembershipProposal) -> Proposal:
+    endpoint = (m.host, m.port, m.repl_port) if m.host else ()
+    return Proposal(m.epoch, Change(m.kind, m.number, m.name, endpoint), (m.ballot_region, m.ballot_counter))
 
 
 class AdminServicer(pb_grpc.AdminServicer):
@@ -94,6 +108,33 @@ class AdminServicer(pb_grpc.AdminServicer):
         except ValueError as e:  # TlsConfigError too: the credentials in use stay
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.TlsState(**state)
+
+
+    async def Promise(self, request, context):  # noqa: N802
+        await self._check(context)
+        answer = self.region.promise(proposal_from_proto(request))
+        return pb.PromiseReply(ok=answer.ok, reason=answer.reason, held=answer.held)
+
+    async def Commit(self, request, context):  # noqa: N802
+        await self._check(context)
+        try:
+            self.region.commit(proposal_from_proto(request.proposal), request.frozen)
+        except MembershipError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return _status(self.region.status())
+
+    async def Abort(self, request, context):  # noqa: N802
+        await self._check(context)
+        self.region.abort(proposal_from_proto(request))
+        return pb.Empty()
+
+    async def Purge(self, request, context):  # noqa: N802
+        await self._check(context)
+        try:
+            self.region.purge(request.members)
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return pb.Empty()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,3 +208,17 @@ class AdminClient:
 
     def reload_tls(self) -> pb.TlsState:
         return self._call("ReloadTls", pb.Empty())
+
+    # membership (node/membership_change.py drives these)
+    def promise(self, p: Proposal) -> Promise:
+        r = self._call("Promise", proposal_to_proto(p))
+        return Promise(r.ok, r.reason, r.held)
+
+    def commit(self, p: Proposal, frozen: int) -> pb.RegionStatus:
+        return self._call("Commit", pb.MembershipCommit(proposal=proposal_to_proto(p), frozen=frozen))
+
+    def abort(self, p: Proposal) -> None:
+        self._call("Abort", proposal_to_proto(p))
+
+    def purge(self, members: bytes) -> None:
+        self._call("Purge", pb.MemberList(members=members))

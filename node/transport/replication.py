@@ -198,6 +198,11 @@ def _no_resync(*_args):
     raise ConnectionError("this region cannot take part in a full resync")
 
 
+class MembershipBehind(ConnectionResetError):
+    """An operation of (or depending on) a region this region's member list does not know:
+    the link restarts, and the handshake brings the newer list."""
+
+
 class LinkStalled(ConnectionError):
     """The peer acknowledged nothing for too long while operations were in flight."""
 
@@ -279,6 +284,7 @@ class Link:
         # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
         # its Hello says what it holds now (it may have lost some in a crash)
         self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}))
+        hub.handshake_vv.setdefault(peer, dict(peer_vv))  # what the peer held when first met
         my_floor = dict(hub.causal.floor) if my_floor is None else my_floor
         my_vv = dict(hub.causal.vv) if my_vv is None else my_vv
         peer_floor = peer_floor or {}
@@ -471,6 +477,10 @@ class _Servicer(pb_grpc.ReplicationServicer):
         hello = first.hello if first.WhichOneof("body") == "hello" else None
         caller = hub.caller(context.peer())
         reason = hub.check_hello(hello) or hub.check_certificate(hello, caller)
+        if not reason and hub.gate is not None:
+            reason = hub.gate.check_peer(hello.region, hello.epoch, hello.members)
+            if reason:
+                hub.gate.refused()
         if reason:
             hub.refuse(caller.address if caller else context.peer(), reason)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
@@ -479,8 +489,9 @@ class _Servicer(pb_grpc.ReplicationServicer):
         my_vv, my_floor = dict(hub.causal.vv), dict(hub.causal.floor)
         link = Link(hub, hello.region, dict(hello.vv), peer_floor=dict(hello.floor),
                     peer_max_message=hello.max_message, my_vv=my_vv, my_floor=my_floor)
+        epoch, members = hub.membership_hello()
         yield pb.Frame(welcome=pb.Welcome(region=hub.region, vv=my_vv, floor=my_floor,
-                                          max_message=hub.limits.max_message))
+                                          max_message=hub.limits.max_message, epoch=epoch, members=members))
         running = asyncio.ensure_future(hub.run_link(link, request_iterator))
         hub._served[link.peer] = link.outbox
         if hub.front is not None:
@@ -540,6 +551,10 @@ class ReplicationHub:
         self._server: grpc.aio.Server | None = None
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
+        # membership (node/activeactive.py's MembershipGate): handshakes and operations pass it
+        self.gate = None
+        self.retired = False  # this region was removed from the database
+        self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
 
     @property
     def limits(self) -> LinkLimits:
@@ -557,7 +572,17 @@ class ReplicationHub:
         """Hand ``env`` to the causal log, which has ``on_apply`` apply it and every envelope
         it makes ready, each before counting it.  If applying one raises, the exception
         propagates: that envelope and the ones after it are neither counted, acknowledged
-        nor relayed (the region fail-stops, node/supervision.py)."""
+        nor relayed (the region fail-stops, node/supervision.py).  The membership gate
+        first drops an operation of a removed region past its frozen point, and ends the
+        link (:class:`MembershipBehind`) on one of a region it does not know."""
+        if self.gate is not None:
+            verdict = self.gate.admits(env)
+            if verdict == "drop":
+                return
+            if verdict == "behind":
+                raise MembershipBehind(f"operation {env.dot} of a region that is not a member here "
+                                       "(or that depends on one): handshake again for the newer member list")
+
         def apply(ready: Envelope) -> None:
             self.on_apply(ready)
             self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
@@ -585,6 +610,10 @@ class ReplicationHub:
     def wake(self) -> None:
         for link in self.links.values():
             link.wakeup.set()
+
+    def membership_hello(self) -> tuple[int, bytes]:
+        """(epoch, member list) for a Hello or Welcome: (0, b'') without a membership gate."""
+        return (0, b"") if self.gate is None else self.gate.hello()
 
     def check_hello(self, hello: pb.Hello | None) -> str:
         if hello is None:
@@ -645,7 +674,36 @@ class ReplicationHub:
         return self.tls.describe()
 
     def is_cut(self, peer: int) -> bool:
-        return self.paused or peer in self.cut
+        return self.paused or self.retired or peer in self.cut
+
+    # ------------------------------------------------------------ membership changes
+    def peer_numbers(self) -> set[int]:
+        return set(self._peers) | set(self._served) | set(self.links)
+
+    def relink(self) -> None:
+        """Every link handshakes again (a membership change: both ends meet at the new epoch)."""
+        for outbox in list(self._served.values()):
+            outbox.close()
+        for peer in list(self._dialers):
+            self._dialers.pop(peer).cancel()
+        for peer, address in list(self._peers.items()):
+            self.dial(peer, address)
+
+    def forget(self, peer: int) -> None:
+        """``peer`` is a member no more: stop dialing it and close its link."""
+        task = self._dialers.pop(peer, None)
+        if task is not None:
+            task.cancel()
+        self._peers.pop(peer, None)
+        outbox = self._served.get(peer)
+        if outbox is not None:
+            outbox.close()
+
+    def retire(self) -> None:
+        """This region was removed: no link, no dialing (peers are refused at Hello)."""
+        self.retired = True
+        for peer in list(self.peer_numbers()):
+            self.forget(peer)
 
     # ------------------------------------------------------------ serving
     async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = ()) -> int:
@@ -755,6 +813,8 @@ class ReplicationHub:
                     log.info("link to region %d down: %s", peer, e.code().name)
             except (ProtocolError, LinkStalled):
                 pass  # logged and counted by run_link
+            except MembershipBehind as e:
+                log.info("link to region %d restarts: %s", peer, e)
             except Exception as e:  # whatever ended the link, the region keeps dialing
                 log.warning("link to region %d ended: %s", peer, e)
             await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
@@ -777,9 +837,11 @@ class ReplicationHub:
         async with self._channel(peer, address) as channel:
             call = pb_grpc.ReplicationStub(channel).Sync()
             my_vv, my_floor = dict(self.causal.vv), dict(self.causal.floor)
+            epoch, members = self.membership_hello()
             await call.write(pb.Frame(hello=pb.Hello(cluster_id=self.cluster_id, database=self.database,
                                                      region=self.region, token=self.token, vv=my_vv,
-                                                     floor=my_floor, max_message=limits.max_message)))
+                                                     floor=my_floor, max_message=limits.max_message,
+                                                     epoch=epoch, members=members)))
             frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
             try:
                 first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
@@ -788,6 +850,14 @@ class ReplicationHub:
             if first.WhichOneof("body") != "welcome" or first.welcome.region != peer:
                 raise ConnectionError(f"region {peer} did not welcome this region")
             w = first.welcome
+            if self.gate is not None:
+                reason = self.gate.check_peer(peer, w.epoch, w.members)
+                if reason:
+                    self.gate.refused()
+                    self.refuse(address, reason)
+                    return
+            if self.is_cut(peer):
+                return  # the newer list it brought removed this region, or the peer
             link = Link(self, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
                         my_vv=my_vv, my_floor=my_floor)
 

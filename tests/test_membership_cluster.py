@@ -1,0 +1,155 @@
+"""Membership changes of a running database, with real region processes.
+
+A three-region cluster grows to four under write load (the new region catches up
+before it takes writes, then its writes reach everyone), shrinks by a graceful
+removal (nothing it acknowledged is lost) and by a forced removal of a killed
+region; that region, restarted, is refused and learns it was removed; purged, it
+is added again under a new number.  Every remaining region ends identical.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+import redis
+
+from node.testing import LocalCluster, wait_until
+
+KEY = b"orders"
+
+
+def info_field(client: redis.Redis, name: str) -> str:
+    info = client.info("crdt")
+    assert name in info, f"INFO crdt has no {name}"
+    return str(info[name])
+
+
+class Writers:
+    """One thread per region writing XADD without pause; every acknowledged ID is kept."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.acked: dict[str, list[bytes]] = {}
+        self.refused: dict[str, set[str]] = {}
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def write_at(self, name: str) -> None:
+        self.acked.setdefault(name, [])
+        self.refused.setdefault(name, set())
+        t = threading.Thread(target=self._run, args=(name,), daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def _run(self, name: str) -> None:
+        client = self.cluster.proc(name).client(socket_timeout=5)
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            try:
+                self.acked[name].append(client.xadd(KEY, {"region": name, "i": str(i)}))
+            except redis.exceptions.ReadOnlyError:
+                self.refused[name].add("READONLY")
+                return  # it left the database: write elsewhere
+            except (redis.ConnectionError, redis.TimeoutError):
+                return  # killed
+
+    def join(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+def ids_at(client: redis.Redis) -> set[bytes]:
+    return {i for i, _ in client.xrange(KEY)}
+
+
+@pytest.fixture
+def cluster():
+    with LocalCluster(3) as c:
+        yield c
+
+
+def test_grow_to_four_and_shrink_to_two_under_writes(cluster: LocalCluster, tmp_path):
+    writers = Writers(cluster)
+    for name in ("region-1", "region-2", "region-3"):
+        writers.write_at(name)
+    wait_until(lambda: all(len(writers.acked[n]) > 20 for n in ("region-1", "region-2", "region-3")), 30)
+
+    # ---- grow: region-4 joins under load, catches up, then takes writes
+    new = cluster.add_region("region-4")
+    c4 = new.client()
+    try:
+        c4.xadd(KEY, {"too": "early"})
+    except redis.exceptions.BusyLoadingError as e:  # LOADING: it is still catching up
+        assert "joining the database" in str(e)
+    wait_until(lambda: info_field(c4, "crdt_member_status") == "active", 60, what="region-4 to become active")
+    assert info_field(c4, "crdt_membership_epoch") == "3"  # join, then its activation
+    writers.write_at("region-4")
+    wait_until(lambda: len(writers.acked["region-4"]) > 20, 30)
+    mine = writers.acked["region-4"][0]
+    for c in cluster.clients():
+        wait_until(lambda c=c: mine in ids_at(c), 30, what="region-4's write everywhere")
+
+    # ---- a graceful removal under load: region-2 hands over everything it acknowledged
+    code, out = cluster.admin("region", "remove", "region-2")
+    assert code == 0, out
+    assert "left the database" in out
+    wait_until(lambda: not writers.threads[1].is_alive(), 10)  # its writer got READONLY
+    assert "READONLY" in writers.refused["region-2"]
+    c2 = cluster.proc("region-2").client()
+    assert info_field(c2, "crdt_member_status") == "removed"
+    with pytest.raises(redis.exceptions.ReadOnlyError, match="removed from the database"):
+        c2.xadd(KEY, {"late": "1"})
+
+    # ---- a forced removal of a killed region
+    stale = tmp_path / "stale-cluster.toml"
+    shutil.copy(cluster.file, stale)  # region-3's own copy: it never hears of its removal
+    cluster.proc("region-3").kill()
+    code, out = cluster.admin("region", "remove", "region-3", "--force")
+    assert code == 0, out
+    assert "removed by force" in out and "lost" in out
+
+    writers.join()
+    remaining = [cluster.proc(n).client() for n in ("region-1", "region-4")]
+    cluster_ids = None
+    for c in remaining:
+        wait_until(lambda c=c: int(info_field(c, "crdt_pending")) == 0, 30)
+    from node.testing import wait_in_sync
+
+    wait_in_sync(remaining, 30)
+    cluster_ids = [ids_at(c) for c in remaining]
+    assert cluster_ids[0] == cluster_ids[1]
+    for name in ("region-1", "region-2", "region-4"):  # every acknowledged write of a member that stayed or left
+        missing = set(writers.acked[name]) - cluster_ids[0]
+        assert not missing, f"{len(missing)} acknowledged writes of {name} lost"
+    for c in remaining:
+        assert info_field(c, "crdt_membership_epoch") == "6"  # 3, then leave, remove, force-remove
+        assert info_field(c, "crdt_stability_held_by") == ""   # nobody waits for the removed regions
+
+    # ---- the killed region comes back with its stale file: refused, and it learns it was removed
+    r3 = cluster.proc("region-3")
+    r3.cluster_file = str(stale)
+    r3.restart()
+    c3 = r3.client()
+    wait_until(lambda: info_field(c3, "crdt_member_status") == "removed", 30,
+               what="the removed region to learn it was removed")
+    with pytest.raises(redis.exceptions.ReadOnlyError, match="removed from the database"):
+        c3.xadd(KEY, {"late": "1"})
+    assert all(c.xlen(KEY) == len(cluster_ids[0]) for c in remaining)
+
+    # ---- purge it and add it again: a new number, the same name
+    code, out = cluster.admin("region", "purge", "--region", "region-3")
+    assert code == 0, out
+    wait_until(lambda: r3.proc.poll() is not None, 30, what="the purged region to stop")
+    r3.stop()  # it exited: this closes its log
+    cluster.procs.remove(r3)
+    again = cluster.add_region("region-3")
+    c3 = again.client()
+    wait_until(lambda: info_field(c3, "crdt_member_status") == "active", 60)
+    assert info_field(c3, "crdt_region") == "5"  # numbers are never reused
+    c3.xadd(KEY, {"back": "1"})
+    wait_in_sync([*remaining, c3], 30)
+    assert ids_at(c3) == ids_at(remaining[0])
