@@ -46,6 +46,9 @@ from .transport.replication import ReplicationHub
 log = logging.getLogger("braid.activeactive")
 
 # Operations other regions must see; the rest (XSETID, consumers, the PEL) stay local.
+# a promise whose coordinator neither commits nor aborts it lapses after this long
+PROMISE_TIMEOUT_S = 30.0
+
 REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.CreateGroup,
               ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp)
 
@@ -63,6 +66,7 @@ class ActiveActive:
         self.membership_dropped = 0   # operations of removed regions past their frozen point, dropped
         self.activation: asyncio.Task | None = None
         self.learning: asyncio.Task | None = None
+        self._promised_at = 0.0  # when the promise held now was made (monotonic seconds)
         self.on_purge: Callable[[], None] = lambda: None  # the server wipes its files and stops
         self.admin_tls = None  # set by start(): what this region presents to other regions' admin service
         self.causal = CausalLog(me.number)
@@ -503,11 +507,21 @@ class ActiveActive:
         vv = self.causal.vv
         return sum(min(vv.get(o, 0), n) for o, n in target.items()), sum(target.values())
 
-    def promise(self, p: Proposal) -> Promise:
+    def promise(self, p: Proposal, now: float | None = None) -> Promise:
         """A voter's answer to a proposed change (crdt/membership.py); a removal also says
-        how far this region holds the removed region's operations."""
+        how far this region holds the removed region's operations.  A promise left behind by
+        a coordinator that never came back lapses after PROMISE_TIMEOUT_S: it is aborted when
+        another proposal comes (safe: a commit needs the promise it commits)."""
+        now = time.monotonic() if now is None else now
+        held_promise = self.membership.promised
+        if held_promise is not None and held_promise != p and now - self._promised_at > PROMISE_TIMEOUT_S:
+            log.warning("the promise for epoch %d (%s of region %d) lapsed: its coordinator never committed "
+                        "nor aborted it", held_promise.epoch, held_promise.change.kind, held_promise.change.number)
+            self.abort(held_promise)
         held = self.causal.vv.get(p.change.number, 0)
         answer = self.membership.promise(p, held)
+        if answer.ok and held_promise != p:
+            self._promised_at = now
         if answer.ok and p.change.kind == FORCE_REMOVE:
             self.hub.pause(p.change.number)  # take nothing more of it: frozen where this region is
         return answer

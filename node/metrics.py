@@ -300,10 +300,16 @@ class RegionCollector:
         yield unstable
         applied = CounterMetricFamily("braid_operations_applied", "Operations applied here, by origin region "
                                       "(the version vector)", labels=["origin"])
-        names = {r.number: r.name for r in aa.cluster.regions}
+        # a region purged and added again keeps its name under a new number: the old one is told apart
+        names = {r.number: r.name if r.live else f"{r.name} (removed, {r.number})" for r in aa.cluster.regions}
         for origin, n in st["vv"].items():
             applied.add_metric([names.get(origin, str(origin))], n)
         yield applied
+        yield _gauge("braid_membership_epoch", "Membership changes agreed so far, plus one", st["epoch"])
+        yield _counter("braid_membership_refused", "Handshakes refused because the peer is not a member "
+                       "(never added, or removed)", st["membership_refused"])
+        yield _counter("braid_membership_dropped_operations", "Operations of removed regions past their frozen "
+                       "point, dropped", st["membership_dropped"])
         yield _gauge("braid_replication_paused", "1 while every link of this region is paused", int(st["paused"]))
         yield _gauge("braid_pending_operations", "Operations received that wait for the ones they depend on",
                      st["pending"])

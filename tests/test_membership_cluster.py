@@ -153,3 +153,73 @@ def test_grow_to_four_and_shrink_to_two_under_writes(cluster: LocalCluster, tmp_
     c3.xadd(KEY, {"back": "1"})
     wait_in_sync([*remaining, c3], 30)
     assert ids_at(c3) == ids_at(remaining[0])
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def members_everywhere(cluster: LocalCluster) -> set[tuple]:
+    """Each reachable region's (epoch, member list)."""
+    from node.transport.admin import AdminClient
+
+    out = set()
+    for r in cluster.config.regions:
+        with AdminClient(f"127.0.0.1:{r.repl_port}", cluster.config.token) as c:
+            st = c.status()
+        out.add((st.epoch, tuple((m.number, m.name, m.status) for m in st.members)))
+    return out
+
+
+def test_a_change_needs_every_member_and_then_changes_nothing(cluster: LocalCluster):
+    before = read(cluster.file)
+    cluster.proc("region-3").kill()
+    code, out = cluster.admin("region", "add", "region-4", "--host", "127.0.0.1", "--port", "1",
+                              "--repl-port", "2")
+    assert code == 1 and "every member reachable; region-3 is not" in out and "nothing changed" in out
+    code, out = cluster.admin("region", "remove", "region-2")
+    assert code == 1 and "region-3 is not" in out
+    assert read(cluster.file) == before
+    cluster.proc("region-3").restart()
+    assert members_everywhere(cluster) == {(1, ((1, "region-1", "active"), (2, "region-2", "active"),
+                                                (3, "region-3", "active")))}
+    code, out = cluster.admin("region", "add", "region-4", "--host", "127.0.0.1", "--port", "1",
+                              "--repl-port", "2", "--number", "16")
+    assert code == 1 and "region numbers go from 1 to 15" in out
+    code, out = cluster.admin("region", "purge", "--region", "region-2")
+    assert code == 1 and "is active, not removed" in out
+
+
+def test_concurrent_changes_never_leave_two_member_lists(cluster: LocalCluster):
+    """Several coordinators propose at once; every voter promises one proposal per epoch, so
+    at most one change per epoch takes effect and every region ends with the same list."""
+    from node.membership_change import MembershipChangeError, agree, clients
+    from crdt.membership import JOIN, Change, MembershipError
+
+    cfg = cluster.config
+    outcomes: list[str] = []
+
+    def coordinate(i: int) -> None:
+        m = cfg.membership()
+        voters = clients(cfg, m.live(), None)
+        try:
+            agree(Change(JOIN, 4 + i, f"new-{i}", ("127.0.0.1", 1, 2)), m, voters, (0, i), {})
+            outcomes.append("agreed")
+        except (MembershipChangeError, MembershipError) as e:
+            outcomes.append(str(e))
+        finally:
+            for c in voters.values():
+                c.close()
+
+    threads = [threading.Thread(target=coordinate, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(outcomes) == 4 and outcomes.count("agreed") <= 1, outcomes
+    lists = members_everywhere(cluster)
+    assert len(lists) == 1, lists
+    (epoch, members), = lists
+    assert epoch == 1 + outcomes.count("agreed")
+    assert len(members) == 3 + outcomes.count("agreed")
