@@ -48,6 +48,8 @@ log = logging.getLogger("braid.activeactive")
 # Operations other regions must see; the rest (XSETID, consumers, the PEL) stay local.
 # a promise whose coordinator neither commits nor aborts it lapses after this long
 PROMISE_TIMEOUT_S = 30.0
+# a region with no link up asks its peers for their member lists this often
+LEARN_EVERY_S = 5.0
 
 REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.CreateGroup,
               ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp)
@@ -67,6 +69,7 @@ class ActiveActive:
         self.activation: asyncio.Task | None = None
         self.learning: asyncio.Task | None = None
         self._promised_at = 0.0  # when the promise held now was made (monotonic seconds)
+        self._learn_soon = True   # ask the peers for their member lists (at start, after a refusal)
         self.on_purge: Callable[[], None] = lambda: None  # the server wipes its files and stops
         self.admin_tls = None  # set by start(): what this region presents to other regions' admin service
         self.causal = CausalLog(me.number)
@@ -115,14 +118,32 @@ class ActiveActive:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_on_signal)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (InProcessServer) or no signals here
+        if self.membership.status(self.region) == REMOVED:
+            self.hub.retire()
         self._dial_peers()
         self._watch_join()
-        self.learning = asyncio.get_running_loop().create_task(self._learn_membership())
+        self.hub.on_denied = self._denied
+        self.learning = asyncio.get_running_loop().create_task(self._keep_learning())
+
+    def _denied(self) -> None:
+        """A peer refused this region's handshake: perhaps it was removed meanwhile; ask."""
+        self._learn_soon = True
+
+    async def _keep_learning(self) -> None:
+        """Ask the peers for their member lists at start, after a peer refused this region, and
+        every LEARN_EVERY_S while no link is up: a region removed while it was down or cut off
+        learns it even from peers that never dial it (and then stops taking writes)."""
+        last = -LEARN_EVERY_S
+        while not self.hub.retired:
+            now = time.monotonic()
+            if self._learn_soon or (not self.hub.links and now - last >= LEARN_EVERY_S):
+                self._learn_soon = False
+                last = now
+                await self._learn_membership()
+            await asyncio.sleep(0.2)  # how often the conditions above are looked at
 
     async def _learn_membership(self) -> None:
-        """At start, ask every peer's admin service for its member list and adopt a newer one:
-        a region that comes back after it was removed (or missed a change while down) learns
-        it in its first second, even from peers that never dial it."""
+        """Ask every peer's admin service for its member list and adopt a newer one."""
         from .membership_change import member_lists
 
         try:

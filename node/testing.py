@@ -282,6 +282,10 @@ class LocalCluster:
     def add_region(self, name: str, start: bool = True) -> BraidProcess:
         """``braid-admin region add`` a new region on free ports, then start it (it joins)."""
         port, repl_port = free_ports(2)
+        if self.certs is not None:  # its certificate, from the cluster CA
+            from .security.certs import create_cluster_certs
+
+            create_cluster_certs(self.certs.directory, [name])
         code, out = self.admin("region", "add", name, "--host", "127.0.0.1", "--port", str(port),
                                "--repl-port", str(repl_port))
         if code != 0:

@@ -223,3 +223,18 @@ def test_concurrent_changes_never_leave_two_member_lists(cluster: LocalCluster):
     (epoch, members), = lists
     assert epoch == 1 + outcomes.count("agreed")
     assert len(members) == 3 + outcomes.count("agreed")
+
+
+def test_a_region_joins_a_cluster_with_mutual_tls():
+    """The newcomer's certificate comes from the cluster CA; it activates itself by calling the
+    other regions' admin service with that certificate."""
+    with LocalCluster(2, tls=True) as cluster:
+        c1 = cluster.proc("region-1").client()
+        c1.xadd(KEY, {"before": "1"})
+        new = cluster.add_region("region-3")
+        c3 = new.client()
+        wait_until(lambda: info_field(c3, "crdt_member_status") == "active", 60, what="region-3 active")
+        assert c3.xlen(KEY) == 1
+        mine = c3.xadd(KEY, {"after": "1"})
+        wait_until(lambda: mine in ids_at(c1), 30, what="region-3's write at region-1")
+        assert info_field(c3, "crdt_link_tls") == "mutual"

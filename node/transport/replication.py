@@ -553,6 +553,7 @@ class ReplicationHub:
         self.port = 0
         # membership (node/activeactive.py's MembershipGate): handshakes and operations pass it
         self.gate = None
+        self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
 
@@ -801,6 +802,7 @@ class ReplicationHub:
                 if e.code() == grpc.StatusCode.PERMISSION_DENIED:
                     self.denied += 1
                     log.error("region %d refused this region: %s", peer, e.details())
+                    self.on_denied()
                 elif self.tls is not None and any(w in (e.details() or "") for w in CERTIFICATE_REFUSED):
                     # this region's check of the peer's certificate failed: a refusal like any other
                     self.refuse(address, f"the certificate of the region dialed as {self.names.get(peer, peer)} "
