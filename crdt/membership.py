@@ -228,11 +228,16 @@ class Membership:
         """Apply ``p``, the proposal this region promised: epoch + 1.  ``frozen``: for a
         removal, the highest operation of the removed region any voter held (the remaining
         regions accept it up to there).  Committing ``p`` again is a no-op; committing a
-        proposal this region did not promise is refused (MembershipError)."""
+        proposal this region did not promise is refused (MembershipError).  A commit for an
+        epoch this region already adopted from a peer is a no-op: it made that epoch."""
         if self.changes.get(p.epoch) == p:
             return
         if p.epoch <= self.epoch:
-            raise MembershipError(f"epoch {p.epoch} was made by another change here")
+            if p.epoch in self.changes:
+                raise MembershipError(f"epoch {p.epoch} was made by another change here")
+            # adopted from a peer (a list carries no proposals): only one proposal per epoch
+            # can have every promise, so the epoch a commit names was made by it
+            return
         if self.promised != p:
             raise MembershipError(f"this region did not promise the change for epoch {p.epoch}")
         self._apply(p, frozen)

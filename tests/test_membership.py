@@ -213,3 +213,17 @@ class ConcurrentChanges(RuleBasedStateMachine):
 
 
 TestConcurrentChanges = ConcurrentChanges.TestCase
+
+
+def test_a_commit_for_an_epoch_adopted_from_a_peer_changes_nothing():
+    """A member that heard of the change from a peer first (its handshake carried the newer
+    list) then gets the coordinator's commit: the epoch was made by that proposal (one per
+    epoch can have every promise), so the commit is a no-op, not an error."""
+    a, b = three(), three()
+    p = a.propose(Change(JOIN, 4, "region-4"), (0, 7))
+    assert a.promise(p).ok and b.promise(p).ok
+    a.commit(p)
+    peer_list = Membership(a.stride, a.epoch, dict(a.members), dict(a.frozen))  # a list carries no proposals
+    assert b.adopt(peer_list)
+    b.commit(p)
+    assert b.epoch == 2 and b.status(4) == JOINING
