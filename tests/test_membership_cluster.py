@@ -238,3 +238,39 @@ def test_a_region_joins_a_cluster_with_mutual_tls():
         mine = c3.xadd(KEY, {"after": "1"})
         wait_until(lambda: mine in ids_at(c1), 30, what="region-3's write at region-1")
         assert info_field(c3, "crdt_link_tls") == "mutual"
+
+
+def test_a_removed_or_unknown_region_is_refused_at_the_handshake_and_counted():
+    import asyncio
+
+    import grpc
+
+    from proto import replication_pb2 as pb
+    from proto import replication_pb2_grpc as pb_grpc
+
+    with LocalCluster(2) as cluster:
+        cluster.proc("region-2").kill()
+        code, out = cluster.admin("region", "remove", "region-2", "--force")
+        assert code == 0, out
+        r1 = cluster.config.region("region-1")
+        cfg = cluster.config
+
+        async def hello(region: int, epoch: int) -> tuple[grpc.StatusCode, str]:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{r1.repl_port}") as channel:
+                call = pb_grpc.ReplicationStub(channel).Sync(timeout=20)
+                await call.write(pb.Frame(hello=pb.Hello(cluster_id=cfg.cluster_id, database=cfg.database,
+                                                         region=region, token=cfg.token, epoch=epoch)))
+                try:
+                    async for _ in call:
+                        pass
+                except grpc.aio.AioRpcError as e:
+                    return e.code(), e.details()
+                return grpc.StatusCode.OK, ""
+
+        code, details = asyncio.run(hello(2, 1))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "region 2 (region-2) was removed" in details
+        code, details = asyncio.run(hello(9, 2))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "not a member" in details
+        c1 = cluster.proc("region-1").client()
+        assert info_field(c1, "crdt_membership_refused") == "2"
+        assert c1.xadd(KEY, {"alone": "1"})  # the last active region takes writes
