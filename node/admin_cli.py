@@ -11,6 +11,7 @@ the region tells the rest.
     braid-admin replication resume --region region-2 [--peer region-3]
     braid-admin sync wait --timeout 30
     braid-admin tls reload --region region-2
+    braid-admin flush db db [--timeout 30] [--region region-1]
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
@@ -20,6 +21,12 @@ it, and give it with ``--host``/``--port``) and checks that each region's certif
 names that region.
 ``tune`` changes every region; each region records the setting in its own cluster
 file, and braid-admin in the file it was given, so restarts keep it.
+``flush`` empties the whole database (as Redis Enterprise's ``crdb-cli crdb flush``):
+every region must be reachable; braid-admin reads every region's version vector and
+has one region (``--region``, default the first of the cluster file) wait until it
+holds all of them, then flush as one observed-remove operation that every region
+applies.  So it removes everything acknowledged at any region before the call, where a
+FLUSHALL sent to one region removes only what that region had received.
 """
 
 from __future__ import annotations
@@ -241,6 +248,28 @@ def cmd_tls(args, cfg: ClusterConfig, path, console: Console) -> int:
     return 0
 
 
+def cmd_flush(args, cfg: ClusterConfig, path, console: Console) -> int:
+    _check_db(cfg, args.db)
+    if not args.timeout > 0:
+        raise AdminError("--timeout must be a positive number of seconds")
+    runner = _region(cfg, args.region) if args.region else cfg.regions[0]
+    found, failures = _statuses(cfg)
+    if failures:
+        raise AdminError("nothing flushed: a flush of the whole database needs every region; "
+                         + "; ".join(failures))
+    context: dict[int, int] = {}  # every operation acknowledged anywhere so far
+    for st in found.values():
+        for origin, n in st.vv.items():
+            context[origin] = max(context.get(origin, 0), n)
+    done = _call(cfg, runner, "flush", args.db, context, args.timeout)
+    covered = ",".join(f"{o}={n}" for o, n in sorted(context.items())) or "-"
+    console.print(f"database {args.db} flushed at {done.region}: {done.keys_removed} keys removed there, "
+                  f"covering every operation acknowledged before the call (version vector {covered}); "
+                  f"the flush is at {_vv(done)} and every region removes the same as it applies it "
+                  "(writes made meanwhile stay); `braid-admin sync wait` waits for that")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database.")
     ap.add_argument("--cluster", help=f"cluster file (default {DEFAULT_CLUSTER})")
@@ -275,6 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=["reload"])
     p.add_argument("--region", required=True)
     p.set_defaults(fn=cmd_tls)
+    p = sub.add_parser("flush", help="flush db <db> [--timeout S] [--region NAME]: empty the whole database "
+                                     "at every region (each must be reachable)")
+    p.add_argument("what", choices=["db"])
+    p.add_argument("db")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="how long the region may wait for operations it lacks (default 30)")
+    p.add_argument("--region", help="the region that runs the flush (default: the first of the cluster file)")
+    p.set_defaults(fn=cmd_flush)
     args = ap.parse_args(argv)
     console = Console()
     try:
