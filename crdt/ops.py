@@ -307,7 +307,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             n = len(keys)
             keys.clear()
             return n
-        return sum(_observed_remove_key(keys, key, tops, op.context) for key, tops in op.observed.items())
+        return _flush_keys(keys, op)
     if t is RenameKey:
         stream = keys.pop(op.key, None)
         if stream is None:
@@ -511,6 +511,11 @@ def _observed_remove_key(keys: Keyspace, key: bytes, observed: dict, context: di
         del s.groups[name]
     _remove_upto(keys, key, s, observed or {})
     return True
+
+
+def _flush_keys(keys: Keyspace, op: FlushKeys) -> int:
+    """A multi-region flush: the observed-remove of every key it names, with its one context."""
+    return sum(_observed_remove_key(keys, key, tops, op.context) for key, tops in op.observed.items())
 
 
 def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
