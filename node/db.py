@@ -93,7 +93,7 @@ class Database:
         env = None
         sent = op
         if any(r == 1 for r in result) if type(result) is list else result:
-            self.dirty += 1
+            self.dirty += result if type(op) is ops.FlushKeys else 1  # a flush: one change per key, as Redis counts
             for key in touched:
                 self.touch(key)
             if self.aa is not None:
