@@ -20,7 +20,8 @@ operation          made by                                        applies as
 AddEntry           XADD (after ID choice and IDMP check)          append to the origin's log
 Trim               XADD MAXLEN/MINID, XTRIM                       Redis's ``streamTrim``
 DeleteEntries      XDEL, XDELEX, XACKDEL                          flag / drop those IDs
-DeleteKey          DEL, UNLINK, FLUSH*                            drop the key
+DeleteKey          DEL, UNLINK                                    drop the key
+FlushKeys          FLUSHALL, FLUSHDB, ``braid-admin flush``       drop every key (one operation)
 RenameKey          RENAME, RENAMENX                               move the stream to a new name
 CreateGroup        XGROUP CREATE, XREADGROUP-less MKSTREAM        add the group
 DestroyGroup       XGROUP DESTROY                                 drop the group
@@ -29,6 +30,13 @@ AckWatermark       XACK (multi-region, when the watermark moves)  raise a group'
 ConfigureIdmp      XCFGSET / XIDMP CFGSET                         set duration/maxsize, clear maps
 RecordIdmp         XIDMPRECORD                                    remember (pid, iid) -> entry ID
 =================  =============================================  ===========
+
+A flush is one operation, not one DeleteKey per key: one record in the
+append-only file, one envelope on the wire, applied at once at every region, so
+no reader anywhere sees half a flushed database.  In an Active-Active database
+it is, key by key, exactly the observed-remove of DEL (see the multi-region
+rules below): it names every key the issuer held with the top of each origin log
+it had seen there, and carries one delete context for all of them.
 """
 
 from __future__ import annotations
@@ -163,6 +171,21 @@ class DeleteKey(Op):
 
 
 @dataclass(slots=True)
+class FlushKeys(Op):
+    """FLUSHALL / FLUSHDB (``key`` is unused: empty).
+
+    Multi-region: ``observed`` maps every key the issuer held to what DeleteKey's
+    ``observed`` would be for it (the top ID of each origin log it had seen), and
+    ``context`` is the issuer's version vector including this operation, the
+    delete-wins context of every one of those keys.  Keys it does not name are
+    untouched.  None: remove every key (one region, Redis's FLUSHALL).
+    """
+
+    observed: dict | None = None
+    context: dict | None = None
+
+
+@dataclass(slots=True)
 class RenameKey(Op):
     new_key: bytes
 
@@ -278,7 +301,13 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
     if t is DeleteKey:
         if op.observed is None:
             return keys.pop(op.key, None) is not None
-        return _observed_remove_key(keys, op)
+        return _observed_remove_key(keys, op.key, op.observed, op.context)
+    if t is FlushKeys:  # returns how many keys it removed here
+        if op.observed is None:
+            n = len(keys)
+            keys.clear()
+            return n
+        return _flush_keys(keys, op)
     if t is RenameKey:
         stream = keys.pop(op.key, None)
         if stream is None:
@@ -334,6 +363,14 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         keys.note_idmp(op.key)
         return True
     raise TypeError(f"unknown operation {op!r}")
+
+
+def touched_keys(keys: Keyspace, op: Op) -> list[bytes]:
+    """The keys applying ``op`` to ``keys`` may change (asked before applying it): WATCH and
+    blocked readers hear of each."""
+    if type(op) is FlushKeys:
+        return list(keys) if op.observed is None else list(op.observed)
+    return [op.key]
 
 
 def replicated_form(op: Op, result: object) -> Op:
@@ -462,16 +499,23 @@ def _survives(deps: VersionVector, *contexts: VersionVector | None) -> bool:
     return all(ctx is None or dominates(deps, ctx) for ctx in contexts)
 
 
-def _observed_remove_key(keys: Keyspace, op: DeleteKey) -> bool:
-    ctx = merge(keys.key_contexts.get(op.key, {}), op.context or {})
-    keys.key_contexts[op.key] = ctx
-    s = keys.get(op.key)
+def _observed_remove_key(keys: Keyspace, key: bytes, observed: dict, context: dict | None) -> bool:
+    """DEL of ``key`` (and a flush, key by key): entries up to ``observed`` go, groups
+    created before ``context`` go; the context is kept for later creations."""
+    ctx = merge(keys.key_contexts.get(key, {}), context or {})
+    keys.key_contexts[key] = ctx
+    s = keys.get(key)
     if s is None:
         return False
     for name in [n for n, g in s.groups.items() if not _survives(g.created_deps or {}, ctx)]:
         del s.groups[name]
-    _remove_upto(keys, op.key, s, op.observed or {})
+    _remove_upto(keys, key, s, observed or {})
     return True
+
+
+def _flush_keys(keys: Keyspace, op: FlushKeys) -> int:
+    """A multi-region flush: the observed-remove of every key it names, with its one context."""
+    return sum(_observed_remove_key(keys, key, tops, op.context) for key, tops in op.observed.items())
 
 
 def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:

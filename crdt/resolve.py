@@ -14,7 +14,8 @@ built, by picking a resolver.
 - :class:`ActiveActive` applies the multi-region rules: IDs by the database's ID
   mode with the region's number in the sequence (crdt/idgen.py); a DEL is an
   observed-remove carrying the top of every origin log this region holds and its
-  version vector including the deletion (the delete-wins context for groups); a
+  version vector including the deletion (the delete-wins context for groups), and a
+  flush is that observed-remove of every key held, in one operation; a
   trim is resolved into per-origin cutoffs of what this region has seen (exact:
   ``~`` may keep more, so removing precisely is allowed); a group creation
   carries its dependencies and dot, and ``$`` starts it after what this region
@@ -66,6 +67,10 @@ class SingleRegion:
 
     def delete_key(self, key: bytes, s: Stream) -> ops.DeleteKey:
         return ops.DeleteKey(key)
+
+    def flush(self, keys: ops.Keyspace) -> ops.FlushKeys:
+        """FLUSHALL / FLUSHDB: every key goes."""
+        return ops.FlushKeys(b"")
 
     def delete_entries(self, s: Stream, key: bytes, ids: list, strategy: str = ops.KEEPREF) -> ops.DeleteEntries:
         return ops.DeleteEntries(key, ids, strategy)
@@ -124,6 +129,11 @@ class ActiveActive(SingleRegion):
 
     def delete_key(self, key: bytes, s: Stream) -> ops.DeleteKey:
         return ops.DeleteKey(key, observed=observed(s), context=self.context())
+
+    def flush(self, keys: ops.Keyspace) -> ops.FlushKeys:
+        """One observed-remove of every key held here, with one context: what a DEL of
+        each key would remove, in one operation."""
+        return ops.FlushKeys(b"", observed={key: observed(s) for key, s in keys.items()}, context=self.context())
 
     def delete_entries(self, s: Stream, key: bytes, ids: list, strategy: str = ops.KEEPREF) -> ops.DeleteEntries:
         """XDEL names the origin logs each ID is removed from here: where another origin's

@@ -52,7 +52,7 @@ PROMISE_TIMEOUT_S = 30.0
 LEARN_EVERY_S = 5.0
 
 REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.CreateGroup,
-              ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp)
+              ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp, ops.FlushKeys)
 
 
 class ActiveActive:
@@ -89,6 +89,10 @@ class ActiveActive:
         self.hub.make_image = lambda: self.resync_image(int(time.time() * 1000))
         # a database setting tuned here that is also a server setting (appendfsync)
         self.on_setting: Callable[[str, str], None] = lambda name, value: None
+        # FLUSHALL run by the region core as a client's (logged, replicated); returns how many
+        # keys it removed; ValueError: not run (see flush_when_caught_up)
+        self.flush_database: Callable[[], int] = _no_flush
+        self.flushes_waiting = 0  # cluster-wide flushes waiting for operations (INFO crdt)
         # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
         self._backlog_bytes = 0
         self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
@@ -373,6 +377,45 @@ class ActiveActive:
         else:
             self.on_setting(name, value)
 
+    # ------------------------------------------------------------ the cluster-wide flush
+    async def flush_when_caught_up(self, database: str, context: dict[int, int], timeout_s: float,
+                                   poll_s: float = 0.01) -> tuple[int, dict[int, int]]:
+        """braid-admin flush: wait until this region has applied every operation ``context``
+        counts (braid-admin sends the pointwise maximum of every region's version vector), then
+        flush as a FLUSHALL sent here would.  Every entry acknowledged at any region before
+        braid-admin read the vectors is then removed everywhere; writes concurrent with the
+        flush survive (observed-remove).  Returns (keys removed, version vector after).
+        ValueError: another database; FlushNotReady: still lacking operations at the deadline
+        (nothing flushed)."""
+        if database != self.cluster.database:
+            raise ValueError(f"no database named {database!r} (this cluster's database is "
+                             f"{self.cluster.database!r})")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        if self.missing(context):
+            self.flushes_waiting += 1
+            try:
+                while self.missing(context):
+                    if loop.time() >= deadline:
+                        raise FlushNotReady(f"nothing flushed: after {timeout_s:g}s region {self.me.name} still "
+                                            f"lacks {self.describe_missing(context)}"
+                                            + (" (its replication is paused)" if self.paused else ""))
+                    await asyncio.sleep(poll_s)  # polled: operations arrive on this loop, between polls
+            finally:
+                self.flushes_waiting -= 1
+        removed = self.flush_database()
+        return removed, dict(self.causal.vv)
+
+    def missing(self, context: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """Per origin: (operations applied here, operations ``context`` counts) where fewer."""
+        vv = self.causal.vv
+        return {o: (vv.get(o, 0), n) for o, n in context.items() if vv.get(o, 0) < n}
+
+    def describe_missing(self, context: dict[int, int]) -> str:
+        names = {r.number: r.name for r in self.cluster.regions}
+        return ", ".join(f"operations {have + 1}..{want} of {names.get(o, f'region {o}')}"
+                         for o, (have, want) in sorted(self.missing(context).items()))
+
     def cluster_toml(self) -> str:
         """The cluster file this region runs with, token left out."""
         return "\n".join(line for line in self.cluster.to_toml().splitlines() if not line.startswith("token"))
@@ -479,6 +522,7 @@ class ActiveActive:
             f"crdt_member_status:{self.membership.status(self.region) or 'none'}",
             f"crdt_membership_refused:{st['membership_refused']}",
             f"crdt_membership_dropped_ops:{st['membership_dropped']}",
+            f"crdt_flushes_waiting:{self.flushes_waiting}",
         ]
         if self.membership.status(self.region) == JOINING:
             lines.append(f"crdt_catch_up:{st['catch_up_held']}/{st['catch_up_target']}")
@@ -681,6 +725,14 @@ class MembershipGate:
             self.aa.membership_dropped += 1
             return "drop"
         return "behind"
+
+
+class FlushNotReady(ValueError):
+    """A cluster-wide flush whose region still lacked operations when its time was up."""
+
+
+def _no_flush() -> int:
+    raise ValueError("no region core runs commands for this region")
 
 
 def _not_attached(env: Envelope) -> None:

@@ -14,6 +14,7 @@ the region tells the rest.
     braid-admin region add region-4 --host H --port 7004 --repl-port 7104 [--number N]
     braid-admin region remove region-2 [--force] [--timeout 60]
     braid-admin region purge --region region-2
+    braid-admin flush db db [--timeout 30] [--region region-1]
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
@@ -28,6 +29,12 @@ file, and braid-admin in the file it was given, so restarts keep it.
 braid-admin coordinates each change - every voter must promise it, or nothing
 changes anywhere - and records the new list in the file it was given; it first
 learns the newest list from the regions, so a stale file is brought up to date.
+``flush`` empties the whole database (as Redis Enterprise's ``crdb-cli crdb flush``):
+every region must be reachable; braid-admin reads every region's version vector and
+has one region (``--region``, default the first active member) wait until it
+holds all of them, then flush as one observed-remove operation that every region
+applies.  So it removes everything acknowledged at any region before the call, where a
+FLUSHALL sent to one region removes only what that region had received.
 """
 
 from __future__ import annotations
@@ -411,6 +418,28 @@ def cmd_region_purge(args, cfg: ClusterConfig, path, console: Console) -> int:
     console.print(f"{r.name} (region {r.number}) deleted its data and stopped. To bring it back: braid-admin region "
                   f"add {r.name} --host {r.host} --port {r.port} --repl-port {r.repl_port}, then start it again "
                   "with the updated cluster file (it gets a new number)")
+
+
+def cmd_flush(args, cfg: ClusterConfig, path, console: Console) -> int:
+    _check_db(cfg, args.db)
+    if not args.timeout > 0:
+        raise AdminError("--timeout must be a positive number of seconds")
+    found, failures = _statuses(cfg, path)
+    active = [r for r in cfg.live_regions() if r.status == "active"]
+    runner = _region(cfg, args.region) if args.region else (active or cfg.live_regions())[0]
+    if failures:
+        raise AdminError("nothing flushed: a flush of the whole database needs every region; "
+                         + "; ".join(failures))
+    context: dict[int, int] = {}  # every operation acknowledged anywhere so far
+    for st in found.values():
+        for origin, n in st.vv.items():
+            context[origin] = max(context.get(origin, 0), n)
+    done = _call(cfg, runner, "flush", args.db, context, args.timeout)
+    covered = ",".join(f"{o}={n}" for o, n in sorted(context.items())) or "-"
+    console.print(f"database {args.db} flushed at {done.region}: {done.keys_removed} keys removed there, "
+                  f"covering every operation acknowledged before the call (version vector {covered}); "
+                  f"the flush is at {_vv(done)} and every region removes the same as it applies it "
+                  "(writes made meanwhile stay); `braid-admin sync wait` waits for that")
     return 0
 
 
@@ -467,6 +496,14 @@ def main(argv: list[str] | None = None) -> int:
     q = rsub.add_parser("purge", help="purge --region NAME: wipe a removed region's data (it stops)")
     q.add_argument("--region", required=True)
     q.set_defaults(fn=cmd_region_purge)
+    p = sub.add_parser("flush", help="flush db <db> [--timeout S] [--region NAME]: empty the whole database "
+                                     "at every region (each must be reachable)")
+    p.add_argument("what", choices=["db"])
+    p.add_argument("db")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="how long the region may wait for operations it lacks (default 30)")
+    p.add_argument("--region", help="the region that runs the flush (default: the first active member)")
+    p.set_defaults(fn=cmd_flush)
     args = ap.parse_args(argv)
     console = Console()
     try:

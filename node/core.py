@@ -164,6 +164,7 @@ class RegionCore:
             aa.hub.on_apply = self.apply_remote
             aa.hub.install_image = self.install_image
             aa.on_setting = self._db_setting_changed
+            aa.flush_database = self.flush_database
         self.stats = Stats()
         # command name -> LatencyHistogram of its run time: filled by node/metrics.py when
         # the region exports metrics, else empty (execute() then only looks it up)
@@ -210,6 +211,20 @@ class RegionCore:
         """A database setting braid-admin tuned that is also a server setting (appendfsync)."""
         self.config.set(name, value)
         self.config_changed()
+
+    def flush_database(self) -> int:
+        """FLUSHALL run by the region itself (braid-admin flush db): exactly as a client's,
+        logged and replicated, with a session of its own that no ACL rule applies to.
+        Returns how many keys it removed; ValueError with the reply when it did not run."""
+        session = Session(self)
+        session.user, session.authenticated = None, True  # the region's own command, not a user's
+        before = len(self.db.keys)
+        reply = self.call(session, [b"FLUSHALL"])
+        if reply != "OK":
+            raise ValueError(reply.message if type(reply) is ReplyError else f"region {self.region} has stopped")
+        self.records_appended()  # written at the end of this turn, as a client's command would be
+        self.keys_ready()        # readers blocked on a removed key
+        return before - len(self.db.keys)
 
     def _set_write_cap(self) -> None:
         """The largest write command whose log record is sure to fit (node/persistence/aof.py):

@@ -17,7 +17,8 @@ import msgspec
 from crdt import ops
 from crdt.blocks import TrimSpec
 
-# kind of each field after ``key``: raw (as is), id, ids, id_map, vv, dot, spec, blist
+# kind of each field after ``key``: raw (as is), id, ids, id_map, vv, dot, spec, blist,
+# key_id_maps (key -> id_map, as pairs: a key is bytes)
 OPS: list[tuple[type, dict[str, str]]] = [
     (ops.AddEntry, {"origin": "raw", "id": "id", "fields": "blist", "pid": "raw", "iid": "raw", "dot": "dot",
                     "deps": "vv"}),
@@ -32,6 +33,7 @@ OPS: list[tuple[type, dict[str, str]]] = [
     (ops.AckWatermark, {"group": "raw", "origin": "raw", "id": "id", "created": "dot"}),
     (ops.SetStreamId, {"last_id": "id", "entries_added": "raw", "max_deleted_id": "id"}),
     (ops.ConfigureIdmp, {"duration": "raw", "maxsize": "raw"}),
+    (ops.FlushKeys, {"observed": "key_id_maps", "context": "vv"}),
 ]
 _TAGS = {cls: tag for tag, (cls, _kinds) in enumerate(OPS)}
 # fields an encoded operation must have: those without a default (later ones were added since)
@@ -52,6 +54,8 @@ def _out(kind: str, v):
         return {o: list(i) for o, i in v.items()}
     if kind == "vv":
         return dict(v)
+    if kind == "key_id_maps":
+        return [[key, _out("id_map", m)] for key, m in v.items()]
     if kind == "spec":
         return [v.maxlen, None if v.minid is None else list(v.minid), v.approx, v.limit]
     raise ValueError(kind)
@@ -68,12 +72,20 @@ def _in(kind: str, v):
         return {int(o): tuple(i) for o, i in v.items()}
     if kind == "vv":
         return {int(o): n for o, n in v.items()}
+    if kind == "key_id_maps":
+        return {_key(key): _in("id_map", m) for key, m in v}
     if kind == "blist":
         return list(v)
     if kind == "spec":
         maxlen, minid, approx, limit = v
         return TrimSpec(maxlen, None if minid is None else tuple(minid), approx, limit)
     raise ValueError(kind)
+
+
+def _key(v) -> bytes:
+    if type(v) is not bytes:
+        raise ValueError(f"a key must be bytes, got {type(v).__name__}")
+    return v
 
 
 def encode(op: ops.Op) -> bytes:

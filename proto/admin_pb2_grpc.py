@@ -84,6 +84,11 @@ class AdminStub:
                 request_serializer=proto_dot_admin__pb2.MemberList.SerializeToString,
                 response_deserializer=proto_dot_admin__pb2.Empty.FromString,
                 _registered_method=True)
+        self.Flush = channel.unary_unary(
+                '/braid.admin.Admin/Flush',
+                request_serializer=proto_dot_admin__pb2.FlushRequest.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.FlushResult.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -157,6 +162,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Flush(self, request, context):
+        """Waits until this region has applied every operation `context` counts (at most
+        `timeout_s`), then flushes the database as a FLUSHALL sent here would: one
+        observed-remove operation, logged and replicated, so every region removes what this
+        one held and nothing written concurrently elsewhere. Another database:
+        INVALID_ARGUMENT; operations still missing when the time is up: FAILED_PRECONDITION
+        naming them, and nothing is flushed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +226,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Purge,
                     request_deserializer=proto_dot_admin__pb2.MemberList.FromString,
                     response_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'Flush': grpc.unary_unary_rpc_method_handler(
+                    servicer.Flush,
+                    request_deserializer=proto_dot_admin__pb2.FlushRequest.FromString,
+                    response_serializer=proto_dot_admin__pb2.FlushResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -481,6 +503,33 @@ class Admin:
             '/braid.admin.Admin/Purge',
             proto_dot_admin__pb2.MemberList.SerializeToString,
             proto_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Flush(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/Flush',
+            proto_dot_admin__pb2.FlushRequest.SerializeToString,
+            proto_dot_admin__pb2.FlushResult.FromString,
             options,
             channel_credentials,
             insecure,

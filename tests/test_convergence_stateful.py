@@ -27,6 +27,8 @@ What is modelled:
   from, see test_xdel_of_an_id_two_origins_hold_converges), XTRIM MAXLEN /
   MINID, exact or ``~``, with or without LIMIT,
   DEL, XGROUP CREATE / DESTROY, XREADGROUP ``>`` and XACK by local consumers;
+- FLUSHALL at one region right after another region wrote an entry it lacks,
+  then full delivery (see the invariants);
 - the cron's work at any region: IDMP expiry (time and size, with the region's
   stable vector), garbage collection of delete contexts, and trimming the
   oldest operations of the replication backlog (at region 1 whoever lacks them,
@@ -38,7 +40,8 @@ What is modelled:
 - a reader that fails over: one consumer of group ``rg`` on key ``r`` reads at
   one region, acknowledges, and is redirected to another region, with or without
   a sync first.  Key ``r`` gets entries, deletions and trims from every region,
-  but no DEL and no group changes, so the group lives for the whole run.
+  but no DEL and no group changes, so the group lives until a FLUSHALL (which
+  removes it; it is created again and the reader starts over).
 
 Invariants:
 
@@ -54,6 +57,10 @@ Invariants:
   for a dropped key) names the same entry at both (which iids are still held
   differs: each region expires on its own clock, and past IDMP-MAXSIZE evicts
   the oldest arrivals, in the order it received them);
+- a FLUSHALL, once delivered everywhere, has removed at every region every entry
+  the flushing region had observed and every group of the keys it held, and no
+  entry it had not received (one every other region held live, not an idempotent
+  add that may lose to a duplicate): observed-remove, as DEL key by key;
 - XREADGROUP ``>`` never skips an entry (``test_xreadgroup_never_skips_an_entry``'s
   guarantee, with deletions): after the reader reads everything new at a region,
   every entry live there has been delivered to it at some region; at one region
@@ -77,6 +84,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from crdt.idgen import LIBERAL, SEMI_STRICT, STRICT, IdError
 from crdt.ids import MAX_ID, MIN_ID
+from crdt import ops
+from node import opcodec
 from tests.test_convergence import STRIDE, Region, deliver, sync
 
 REGIONS = (1, 2, 3)
@@ -294,6 +303,73 @@ class ConvergenceMachine(RuleBasedStateMachine):
     @rule(region=regions_st, key=st.sampled_from(KEYS), group=st.sampled_from(GROUPS))
     def destroy_group(self, region, key, group):
         self.regions[region].destroy_group(key, group)
+
+    @rule(region=regions_st, writer=regions_st, key=st.sampled_from(STREAM_KEYS))
+    def flushall(self, region, writer, key):
+        """FLUSHALL at one region right after another wrote an entry it has not received (it
+        may lack more), then full delivery: every entry the flushing region had observed is
+        gone everywhere, and so is every group of the keys it held (delete wins over
+        concurrent creations too); every entry it had not seen survives everywhere.  The
+        reader's group goes with the flush: it is created again and the reader starts over."""
+        f = self.regions[region]
+        if writer != region and self._unique_ids(writer, key):
+            w = self.regions[writer]
+            self._mint(w, key, w.xadd(key))
+        unseen = self._unseen_by(f)
+        before = f.causal.vv.get(region, 0)
+        assert f.call(b"FLUSHALL") == "OK"
+        assert not f.keys, "FLUSHALL left keys where it was sent"
+        if f.causal.vv.get(region, 0) == before:
+            return  # nothing was there to flush: nothing was sent
+        assert f.causal.vv[region] == before + 1, "a flush is one operation"
+        flush = opcodec.decode(f.causal.log[-1].op)
+        self._sync()
+        for r in self.regions.values():
+            for key_, tops in flush.observed.items():
+                s = r.keys.get(key_)
+                if s is None:
+                    continue
+                assert not s.groups, f"region {r.number}: a group of {key_!r} survived the flush"
+                for o, top in tops.items():
+                    log = s.logs.get(o)
+                    kept = [eid for eid, _ in log.range(MIN_ID, top)] if log is not None else []
+                    assert not kept, f"region {r.number}: {key_!r} kept {kept} that the flush had observed"
+            lost = unseen - self._live(r)
+            assert not lost, f"region {r.number}: the flush removed {sorted(lost)}, which it had not seen"
+        self.regions[region].create_group(R, RG)
+        self._sync()
+        self.reader_at = region
+        self.delivered, self.settled = set(), set()
+        self.delivered_at = {n: set() for n in REGIONS}
+
+    @staticmethod
+    def _live(region: Region) -> set[tuple]:
+        """(key, origin, ID) of every live entry."""
+        return {(key, o, eid) for key, s in region.keys.items() for o, log in s.logs.items()
+                for eid, _ in log.range(MIN_ID, MAX_ID)}
+
+    def _unseen_by(self, region: Region) -> set[tuple]:
+        """Entries whose add ``region`` has not applied and that are live at every region that
+        has: no removal of them can have been issued anywhere (its issuer would have removed
+        them there), so only a flush that ignored observed-remove could take them.
+        Idempotent adds are left out: an add that loses to a concurrent duplicate goes once
+        they meet."""
+        others = [r for r in self.regions.values() if r is not region]
+        live = {r.number: self._live(r) for r in others}
+        vv = region.causal.vv
+        unseen = set()
+        for r in others:  # an add this region lacks is in the backlog of whoever holds it
+            for env in r.causal.log:
+                if env.n <= vv.get(env.origin, 0):
+                    continue
+                op = opcodec.decode(env.op)
+                if type(op) is not ops.AddEntry or op.pid is not None:
+                    continue
+                entry = (op.key, op.origin, op.id)
+                holders = [h.number for h in others if h.causal.vv.get(env.origin, 0) >= env.n]
+                if all(entry in live[h] for h in holders):
+                    unseen.add(entry)
+        return unseen
 
     @rule(region=regions_st, key=st.sampled_from(STREAM_KEYS), maxsize=st.sampled_from([b"2", b"3"]))
     def xcfgset(self, region, key, maxsize):

@@ -28,6 +28,9 @@ SAMPLES = [
     ops.SetStreamId(b"k", (9, 9), 12, (3, 3)),
     ops.SetStreamId(b"k", (9, 9)),
     ops.ConfigureIdmp(b"k", 60, None),
+    ops.FlushKeys(b""),
+    ops.FlushKeys(b"", observed={b"a": {1: (9, 1), 2: (4, 2)}, b"": {}, b"\x00\xff": {3: (1, 3)}},
+                  context={1: 4, 2: 7, 3: 1}),
 ]
 
 
@@ -55,3 +58,5 @@ def test_malformed_input_is_an_error_not_a_crash():
         opcodec.decode(b"\xc1")
     with pytest.raises(ValueError):
         opcodec.decode(opcodec.encode(ops.RenameKey(b"a", b"b"))[:-2] + b"\x90\x90")
+    with pytest.raises(ValueError, match="key must be bytes"):  # a flush naming a key that is not one
+        opcodec.decode(opcodec._encoder.encode([opcodec._TAGS[ops.FlushKeys], b"", [[5, {}]], {1: 1}]))

@@ -22,7 +22,8 @@ def scripts(draw):
     """Plain tuples describing operations (no operation objects: each side builds its own)."""
     out, top = [], {k: 0 for k in KEYS}
     for _ in range(draw(st.integers(1, 60))):
-        kind = draw(st.sampled_from(["add", "add", "add", "trim", "del", "delkey", "group", "rename", "setid"]))
+        kind = draw(st.sampled_from(["add", "add", "add", "trim", "del", "delkey", "group", "rename", "setid",
+                                          "flush"]))
         key = draw(st.sampled_from(KEYS))
         if kind == "add":
             top[key] += draw(st.integers(1, 3))
@@ -35,6 +36,8 @@ def scripts(draw):
             out.append(("delkey", key))
         elif kind == "group":
             out.append(("group", key))
+        elif kind == "flush":
+            out.append(("flush", key))
         elif kind == "rename":
             out.append(("rename", key, draw(st.sampled_from(KEYS))))
             top = {k: max(top.values()) for k in KEYS}  # IDs must stay above any moved stream
@@ -58,6 +61,8 @@ def build(step: tuple) -> ops.Op:
         return ops.CreateGroup(key, b"g", MIN_ID, -1, mkstream=True)
     if kind == "rename":
         return ops.RenameKey(key, args[0])
+    if kind == "flush":
+        return ops.FlushKeys(b"")
     return ops.SetStreamId(key, (args[0], 0))
 
 
@@ -91,6 +96,8 @@ def model_step(model: dict, step: tuple, after: dict) -> None:
         live.pop((args[0], 0), None)
     elif kind == "delkey":
         model.pop(key, None)
+    elif kind == "flush":
+        model.clear()
     elif kind == "group":
         model.setdefault(key, {})
     elif kind == "rename" and live is not None:

@@ -21,6 +21,7 @@ import os
 import msgspec
 import pytest
 
+from node import opcodec
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
 from node.persistence import aof
@@ -235,6 +236,23 @@ def test_a_file_of_commands_from_before_operations_were_logged_still_loads(tmp_p
     upgraded.close()
     assert [t for _k, t in _tags(upgraded)] == [b"c"] * len(SCRIPT) + [b"o", b"L"]  # a mixed file
     assert Region(str(old), number).state() == expected
+
+
+def test_a_flushall_of_a_format_1_file_replays_key_by_key_as_it_was_sent(tmp_path):
+    """Format 1 resolved FLUSHALL into one DEL per key, each under its own dot (which peers
+    hold); a replay keeps that history, so the operations after it keep their dots too."""
+    old = tmp_path / "old"
+    log = aof.AppendLog.open(str(old / "appendonlydir"))
+    for argv in (["XADD", "a", "*", "f", "v"], ["XADD", "b", "*", "f", "v"], ["FLUSHALL"], ["XADD", "c", "*", "f", "v"]):
+        log.append(aof.OP_LOCAL, _v1_command(1_700_000_000_000, argv, "strict"))
+    log.close()
+    region = Region(str(old), 1)
+    kinds = [type(opcodec.decode(e[3])).__name__ for e in region.envelopes()]
+    assert kinds == ["AddEntry", "AddEntry", "DeleteKey", "DeleteKey", "AddEntry"]
+    assert region("KEYS", "*") == [b"c"]
+    region("FLUSHALL")  # this version's: one operation
+    assert type(opcodec.decode(region.envelopes()[-1][3])).__name__ == "FlushKeys"
+    assert dict(region.server.db.aa.causal.vv) == {1: 6}
 
 
 # ---------------------------------------------------------------- random histories of a cluster region

@@ -131,3 +131,50 @@ def test_concurrent_idempotent_adds_with_equal_ids_keep_one_entry_everywhere():
     for keys in (a, b):
         assert [(e, o) for e, o, _f in keys[b"s"].merged((0, 0), (2**64 - 1,) * 2)] == [(x, 1)]
         assert keys[b"s"].idmp.lookup(b"p", b"i") == x and keys[b"s"].idmp.dot_of(b"p", b"i") == (1, 1)
+
+
+def test_single_region_flush_removes_every_key():
+    keys = ops.Keyspace()
+    _stream(keys, b"a", [1])
+    _stream(keys, b"b", [2])
+    op = SingleRegion().flush(keys)
+    assert op == ops.FlushKeys(b"")
+    assert ops.touched_keys(keys, op) == [b"a", b"b"]
+    assert ops.apply(keys, op) == 2 and not keys
+
+
+def _ids(keys, key):
+    return [e[0] for e in keys[key].range((0, 0), (2**64 - 1,) * 2)] if key in keys else []
+
+
+def test_active_active_flush_is_the_observed_remove_of_every_key_in_one_operation():
+    """A flush names each key this region holds with what a DEL of it would carry, and one
+    context; applied at another region it removes exactly that: entries it had not seen
+    survive, a key it did not know is untouched, and a concurrent group creation loses
+    (delete wins), as with DEL."""
+    rules = Rules()
+    issuer, other = ops.Keyspace(active_active=True), ops.Keyspace(active_active=True)
+    for keys in (issuer, other):
+        _stream(keys, b"a", [1, 2], origin=1)
+        _stream(keys, b"b", [3], origin=3)
+    r = ActiveActive(rules)
+    rules.causal.stamp(b"op")  # this region applied one operation of its own before
+    op = r.flush(issuer)
+    assert op == ops.FlushKeys(b"", observed={b"a": {1: (2, 1)}, b"b": {3: (3, 3)}}, context={2: 2})
+    # meanwhile, at the other region: a later entry of origin 1, a group created on a key
+    # (concurrent: its dependencies lack the flush), and a key the issuer never saw
+    concurrent = ops.CreateGroup(b"b", b"g", (0, 0), 0, deps={1: 5}, dot=(1, 6))
+    _stream(other, b"a", [4], origin=1)
+    assert ops.apply(other, concurrent) is True
+    _stream(other, b"c", [5], origin=1)
+    assert ops.apply(issuer, op) == 2 and not issuer
+    assert issuer.key_contexts == {b"a": {2: 2}, b"b": {2: 2}}  # kept for the garbage collector
+    assert ops.apply(other, op) == 2
+    assert _ids(other, b"a") == [(4, 1)]      # added after what the issuer saw
+    assert b"b" not in other                  # the concurrent group creation lost
+    assert _ids(other, b"c") == [(5, 1)]      # a key the issuer did not know
+    assert other.key_contexts == {b"a": {2: 2}, b"b": {2: 2}}
+    # at the issuer the concurrent creation arrives after the flush and loses too; one made
+    # after the flush was seen stays
+    assert ops.apply(issuer, concurrent) is False
+    assert ops.apply(issuer, ops.CreateGroup(b"b", b"g", (0, 0), 0, deps={1: 5, 2: 2}, dot=(1, 7))) is True

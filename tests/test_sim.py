@@ -173,9 +173,9 @@ def test_each_planted_bug_is_caught_by_its_checker(bug):
 
 def test_a_failure_prints_its_replay_command_and_a_minimal_trace():
     out = io.StringIO()
-    assert sim_main(["--seed", "3", "--bug", "skip-late"], out=out) == 1
+    assert sim_main(["--seed", "5", "--bug", "skip-late"], out=out) == 1
     text = out.getvalue()
-    assert "replay: braid-chaos sim --seed 3 --steps 150 --regions 3 --fsync always --bug skip-late" in text
+    assert "replay: braid-chaos sim --seed 5 --steps 150 --regions 3 --fsync always --bug skip-late" in text
     minimal = next(line for line in text.splitlines() if line.startswith("minimal: "))
     argv = minimal.removeprefix("minimal: braid-chaos sim ").split()
     again = io.StringIO()
@@ -187,7 +187,7 @@ def _count(outcome, text: str) -> int:
     return sum(text in line for line in outcome.trace)
 
 
-@pytest.mark.parametrize("seed", [8, 14, 15])
+@pytest.mark.parametrize("seed", [1, 4, 14])
 def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     """With the backlog bounded, a region that was away gets a full-resync image, installs it
     and snapshots it (a later restart starts from that snapshot); every check still passes."""
@@ -208,11 +208,11 @@ def test_mutual_full_resyncs_keep_both_sides_trimmed_operations():
 
 
 def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_nothing():
-    """Seed 21 with the backlog fault: two sides each dropped operations
+    """Seed 18 with the backlog fault: two sides each dropped operations
     the other side lacks.  No image crosses either way (it would replace what the receiver
     dropped), the conflict is reported at the handshake and by the liveness check, and every
     operation a region promised as durable is still held by the region that issued it."""
-    sim = Simulation(SimConfig(seed=21, faults=FAULTS))
+    sim = Simulation(SimConfig(seed=18, faults=FAULTS))
     sim.run()
     assert sim.conflicts, "the seed no longer makes both backlogs overflow"
     assert any("in conflict" in line for line in sim.sched.trace)
@@ -226,7 +226,7 @@ def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_noth
 def test_a_region_restarts_from_its_full_resync_snapshot():
     """An installed image is the base of the region's file: a restart installs the snapshot and
     replays only the records after it, and comes back with the same state and version vector."""
-    sim = Simulation(SimConfig(seed=8, faults=FAULTS))
+    sim = Simulation(SimConfig(seed=14, faults=FAULTS))
     sim.run()
     snapshotted = [n for n, r in sorted(sim.regions.items()) if r.file.snapshot is not None]
     assert snapshotted, "no region installed an image"
@@ -240,7 +240,7 @@ def test_a_region_restarts_from_its_full_resync_snapshot():
 
 def test_the_cron_expires_iids_and_collects_delete_contexts():
     expired = collected = 0
-    for seed in range(1, 9):
+    for seed in range(9, 17):
         outcome = run_sim(SimConfig(seed=seed))
         assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
         expired += sum(" 0 iids expired" not in line for line in outcome.trace if "cron:" in line)

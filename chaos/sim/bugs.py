@@ -30,6 +30,10 @@ no-resync        a link never starts with a full-resync image:     liveness
 xcfgset-clears   XCFGSET drops a key's IDMP iids at once, not      convergence
                  once their adds are stable (a concurrent
                  duplicate arriving later is then kept there only)
+flush-unobserved a FLUSHALL removes every entry of the keys it     convergence
+                 names where it is applied, not only what the
+                 flushing region had observed (a concurrent write
+                 then survives only where it arrived after it)
 ===============  ================================================  ===============
 """
 
@@ -94,6 +98,11 @@ def _clear_at_once(self, duration, maxsize) -> None:
     self.cleared.clear()
 
 
+def _flush_everything(keys, op) -> int:
+    return sum(ops._observed_remove_key(keys, key, {origin: MAX_ID for origin in s.logs}, op.context)
+               for key in op.observed if (s := keys.get(key)) is not None)
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -106,6 +115,7 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "gc-unstable": ("observed-remove", [(ops, "collect_garbage", _collect_everything)]),
     "no-resync": ("liveness", [(sync.LinkState, "starts_with_image", _never_an_image)]),
     "xcfgset-clears": ("convergence", [(idmp.IdmpState, "configure", _clear_at_once)]),
+    "flush-unobserved": ("convergence", [(ops, "_flush_keys", _flush_everything)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
 

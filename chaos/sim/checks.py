@@ -30,10 +30,12 @@ idmp               a (producer, iid) is added at most once, retries at other
                    iid two regions' IDMP maps both hold names the same entry (which
                    iids a map still holds depends on when its cron expired them)
 observed-remove    seed 003: an entry that is gone was removed by an operation that
-                   had observed it (DEL / trim per-origin tops, XDEL IDs, the IDMP
-                   conflict rule) and an entry a DEL or trim had observed is gone; a
-                   group exists iff its creation saw every DEL / DESTROY of it
-                   (delete wins), the highest such creation
+                   had observed it (DEL / FLUSHALL / trim per-origin tops, XDEL IDs,
+                   the IDMP conflict rule) and an entry a DEL, FLUSHALL or trim had
+                   observed is gone (an acknowledged XADD a later flush had observed
+                   is removed, not lost); a group exists iff its creation saw every
+                   DEL / FLUSHALL / DESTROY of it (delete wins), the highest such
+                   creation
 causal             every region applied each origin's operations in order and each
                    after its dependencies (the order of its causal log, from what
                    its backlog trimmed)
@@ -215,6 +217,8 @@ def _op(raw: bytes) -> str:
         return "undecodable"
     if type(op) is ops.AddEntry:
         return f"XADD {op.key.decode()} {_id(op.id)}"
+    if type(op) is ops.FlushKeys:
+        return f"FLUSHALL of {len(op.observed or ())} keys"
     return f"{type(op).__name__} {op.key.decode()}"
 
 
@@ -304,6 +308,9 @@ def _entry_removals(history: list, present: set) -> list[str]:
             adds.append(op)
         elif t is ops.DeleteKey and op.observed is not None:
             observed.setdefault(op.key, []).append(op.observed)
+        elif t is ops.FlushKeys and op.observed is not None:  # a DEL of every key it names
+            for key, tops in op.observed.items():
+                observed.setdefault(key, []).append(tops)
         elif t is ops.Trim and op.cutoffs is not None:
             observed.setdefault(op.key, []).append(op.cutoffs)
         elif t is ops.DeleteEntries:
@@ -333,6 +340,9 @@ def _group_outcomes(history: list, region: "SimRegion") -> list[str]:
         t = type(op)
         if t is ops.DeleteKey and op.context is not None:
             contexts.setdefault((op.key, None), []).append(op.context)
+        elif t is ops.FlushKeys and op.context is not None:
+            for key in op.observed:
+                contexts.setdefault((key, None), []).append(op.context)
         elif t is ops.DestroyGroup and op.context is not None:
             contexts.setdefault((op.key, op.group), []).append(op.context)
         elif t is ops.CreateGroup and op.deps is not None:

@@ -18,7 +18,8 @@ and iid at another region, as a client fails over; every region's IDMP window
 is set to one second and three iids per producer at the first step, so the
 cron's expiry drops iids within a schedule), XDEL, XTRIM (MAXLEN / MINID, exact or ``~``, LIMIT), DEL, XGROUP
 CREATE (from 0, MKSTREAM) / DESTROY, XREADGROUP ``>`` followed later by XACK of
-what it read - unless the consumer "crashes" and never acknowledges - and the
+what it read - unless the consumer "crashes" and never acknowledges -, a rare FLUSHALL
+(one observed-remove of every key the region holds), and the
 ID mode tuned between strict, semi-strict and liberal on every region that is up (as ``braid-admin tune`` does).  Each XADD records the
 mode its region ran it under: liberal IDs may collide across regions.  Full IDs
 and the writes of a region in liberal mode go to key ``k2`` (two origins may
@@ -45,7 +46,11 @@ SHARED_IDS = b"k2"
 GROUPS = (b"g0", b"g1")
 PRODUCERS = (b"p0", b"p1", b"p2")
 MIX = (("xadd", 30), ("xadd_idmp", 10), ("xdel", 5), ("xtrim", 5), ("del", 3), ("group_create", 6),
-       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 2), ("xadd_burst", 1), ("xcfgset", 4))
+       ("group_destroy", 2), ("xreadgroup", 14), ("tune", 2), ("xadd_burst", 1), ("xcfgset", 4),
+       ("flushall", 1))
+# of the steps that draw ``flushall``, the share that sends it (about one schedule in two has
+# one): a flush empties the state every other check judges
+FLUSHALL_SHARE = 0.5
 # set at every region at the first step: an IDMP window of one second and three iids per
 # producer (the cron's expiry drops iids within a schedule)
 LAYOUT = ((b"stream-idmp-duration", b"1"), (b"stream-idmp-maxsize", b"3"))
@@ -230,6 +235,14 @@ class Workload:
 
     def _del(self, region: int) -> None:
         self.issue("del", region, [b"DEL", self.rng.choice(KEYS + (SHARED_IDS,))])
+
+    def _flushall(self, region: int) -> None:
+        """FLUSHALL at one region: one observed-remove of every key it holds; writes it has not
+        received yet (concurrent ones) survive.  Otherwise an XADD, so the mix stays as it was."""
+        if self.rng.random() < FLUSHALL_SHARE:
+            self.issue("flushall", region, [b"FLUSHALL"])
+        else:
+            self._xadd(region)
 
     def _group_create(self, region: int) -> None:
         argv = [b"XGROUP", b"CREATE", self.rng.choice(KEYS), self.rng.choice(GROUPS), b"0", b"MKSTREAM"]

@@ -444,11 +444,19 @@ def dbsize(client, argv: list[bytes]):
 def _flush(client, argv: list[bytes]):
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"async", b"sync")):
         raise ReplyError(ERR_SYNTAX)
-    from .keys import delete_key
-
     db = client.server.db
-    for key in list(db.keys):
-        delete_key(db, key)
+    if not db.keys:
+        return "OK"
+    if client.server.replaying and db.logged_ops is None:
+        # a command record of format 1 (node/persistence/oplog.py): the version that wrote it
+        # deleted key by key, one operation - and one dot, which peers hold - per key
+        from .keys import delete_key
+
+        for key in list(db.keys):
+            delete_key(db, key)
+        return "OK"
+    # one operation (crdt/ops.py FlushKeys): one record, one envelope, applied at once everywhere
+    db.apply(db.resolver.flush(db.keys))
     return "OK"
 
 

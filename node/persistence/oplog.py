@@ -66,7 +66,8 @@ Format 1, and reading an old file.  Before operations were logged, every
 command was an ``OP_LOCAL`` ``[b"c", now_ms, argv]`` (``[b"c", now_ms, argv,
 id_mode]`` in a cluster) and its operations were not in the file.  Such records
 are still read, and replayed as they were then: the command runs again and
-resolves its operations again, with the clock and the ID mode logged.  A file
+resolves its operations again, with the clock and the ID mode logged (FLUSHALL as
+then too: one DEL per key, not today's single flush operation, so the dots stay).  A file
 may hold both: a region upgraded in place appends format-2 records after its
 format-1 ones (the next snapshot makes the old ones unnecessary).  The format is
 carried by the tags: format 2 added ``o``, ``L`` and ``d``; a version that adds

@@ -28,6 +28,7 @@ from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
 TOKEN_KEY = "braid-token"
+DEFAULT_FLUSH_TIMEOUT_S = 30.0  # how long a Flush waits for the operations it must cover
 ADMIN_NAME = "braid-admin"
 # words of gRPC's connection errors that mean the TLS handshake failed, not that nothing answered
 TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")  # the common name of braid-admin's certificate (node/security/certs.py)
@@ -109,6 +110,21 @@ class AdminServicer(pb_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.TlsState(**state)
 
+    async def Flush(self, request, context):  # noqa: N802
+        await self._check(context)
+        from ..activeactive import FlushNotReady
+
+        try:
+            removed, vv = await self.region.flush_when_caught_up(
+                request.database, dict(request.context), request.timeout_s or DEFAULT_FLUSH_TIMEOUT_S)
+        except FlushNotReady as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except ValueError as e:
+            code = (grpc.StatusCode.INVALID_ARGUMENT if request.database != self.region.cluster.database
+                    else grpc.StatusCode.FAILED_PRECONDITION)
+            await context.abort(code, str(e))
+        return pb.FlushResult(region=self.region.me.name, keys_removed=removed, vv=vv)
+
 
     async def Promise(self, request, context):  # noqa: N802
         await self._check(context)
@@ -180,9 +196,9 @@ class AdminClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, method: str, request):
+    def _call(self, method: str, request, timeout: float | None = None):
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             code = e.code()
             unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -222,3 +238,9 @@ class AdminClient:
 
     def purge(self, members: bytes) -> None:
         self._call("Purge", pb.MemberList(members=members))
+
+
+    def flush(self, database: str, context: dict[int, int], timeout_s: float) -> pb.FlushResult:
+        """Flush the database at this region once it holds ``context`` (waits at most ``timeout_s``)."""
+        return self._call("Flush", pb.FlushRequest(database=database, context=context, timeout_s=timeout_s),
+                          timeout=timeout_s + self.timeout)
