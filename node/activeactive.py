@@ -164,8 +164,13 @@ class ActiveActive:
 
     def _dial_peers(self) -> None:
         """Dial every live member with a higher number (the lower number dials); a removed
-        region dials nobody."""
+        region dials nobody, nor does a region driven without an event loop (the simulations
+        deliver operations themselves: a dial task there would never run)."""
         if self.membership.status(self.region) in (None, REMOVED):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
             return
         for peer in self.peers():
             if peer.number > self.me.number:

@@ -418,6 +418,7 @@ def cmd_region_purge(args, cfg: ClusterConfig, path, console: Console) -> int:
     console.print(f"{r.name} (region {r.number}) deleted its data and stopped. To bring it back: braid-admin region "
                   f"add {r.name} --host {r.host} --port {r.port} --repl-port {r.repl_port}, then start it again "
                   "with the updated cluster file (it gets a new number)")
+    return 0
 
 
 def cmd_flush(args, cfg: ClusterConfig, path, console: Console) -> int:
