@@ -112,7 +112,7 @@ class ProcessBackend(Backend):
         self.n, self.workdir, self.fsync, self.bug, self.seed = regions, workdir, fsync, bug, seed
         self.membership = membership  # number the regions from the top, so that added ones dial (module doc)
         if not membership:
-            self.faults = ProcessBackend.faults - {"membership"}
+            self.faults = type(self).faults - {"membership"}
         self.procs: dict[int, RegionProcess] = {}
         self.relays: RelayHub | None = None
         self.config: ClusterConfig | None = None
@@ -160,7 +160,7 @@ class ProcessBackend(Backend):
 
     def fault_targets(self) -> list[int]:
         with self.lock:
-            return sorted(r for r in self.members.addresses if r not in self.busy)
+            return [r for r in super().fault_targets() if r not in self.busy]
 
     def claim(self, candidates) -> int | None:
         """Mark the first of ``candidates`` that is under no fault busy (a membership change works on it)."""

@@ -340,10 +340,11 @@ def add_region(args: argparse.Namespace) -> int:
     console.print(table)
     if cfg.tls is not None:
         print(f"  TLS: {tls_connect_line(args.data_dir, port)}")
-    console.print(f"It serves reads now and takes writes once it has caught up with its peers "
-                  f"(until then writes answer LOADING); progress: braid-admin --cluster {cluster_file} status\n"
-                  f"To remove it: braid-admin --cluster {cluster_file} region remove {name}, then "
-                  f"braid down --region {name} --data-dir {args.data_dir}")
+    # printed whole, never wrapped: each line holds a command to copy
+    print("It serves reads now and takes writes once it has caught up with its peers (until then writes "
+          f"answer LOADING). Progress:\n  braid-admin --cluster {cluster_file} status\nTo remove it:\n"
+          f"  braid-admin --cluster {cluster_file} region remove {name}\n"
+          f"  braid down --region {name} --data-dir {args.data_dir}")
     return 0
 
 

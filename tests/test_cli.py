@@ -149,3 +149,20 @@ def test_add_region_without_a_detached_cluster_is_a_clear_error(tmp_path):
     res = _braid("up", "--add-region", "--data-dir", str(tmp_path))
     assert res.returncode == 1
     assert "no detached cluster" in res.stderr
+
+
+def test_add_region_to_a_tls_cluster_signs_its_certificate_with_the_cluster_ca(tmp_path):
+    port = free_port_base(3, (0, 100, 200))
+    data = str(tmp_path / "tls")
+    up = _braid("up", "--detach", "--tls", "--regions", "2", "--base-port", str(port), "--data-dir", data)
+    assert up.returncode == 0, up.stderr
+    try:
+        added = _braid("up", "--add-region", "--data-dir", data)
+        assert added.returncode == 0, added.stderr
+        assert f"-p {port + 202}" in added.stdout  # its TLS client port, like the others'
+        third = redis.Redis(port=port + 202, socket_timeout=5, ssl=True, ssl_ca_certs=f"{data}/tls/ca.crt")
+        # it can only become active over mutual-TLS links: its certificate is signed by the cluster's CA
+        wait_until(lambda: _info(third, "crdt_member_status") == "active", 60, what="region-3 to become active")
+        third.close()
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
