@@ -28,7 +28,9 @@ pid beside the others and prints how to connect.  The region joins: it takes its
 data from its peers and accepts writes once it has caught up (``braid-admin status``
 shows it).  Shrinking is ``braid-admin region remove NAME`` (graceful: it stops taking
 writes and hands over everything), then ``braid down --region NAME``, which stops that
-region only.  ``<data-dir>/cluster.pids`` names the process of every region.
+region only.  ``<data-dir>/cluster.pids`` names the process of every region.  After
+``braid down``, ``braid up`` restarts the cluster with its members of the moment
+(the cluster file's epoch says they changed), whatever ``--regions`` says.
 """
 
 from __future__ import annotations
@@ -93,12 +95,15 @@ def _stop(pids: list[int], grace_s: float = 5.0) -> None:
                 pass
 
 
-def _reuse_cluster(cluster_file: str, args: argparse.Namespace) -> bool:
-    """Write a new cluster file, or keep the one whose regions' data is in the directory.
+def _reuse_cluster(cluster_file: str, args: argparse.Namespace):
+    """Write a new cluster file, or keep the one whose regions' data is in the directory; the
+    cluster's configuration, or None (refused).
 
     The regions keep their append-only files under the data directory, so a second
     ``braid up`` restarts the same cluster (same id, token and settings); a cluster of
-    another shape there is refused rather than mixed with it.
+    another shape there is refused rather than mixed with it - unless its members were
+    changed (``braid up --add-region``, ``braid-admin region remove``): then its
+    members of the moment are restarted, whatever ``--regions`` says.
     """
     from .cluster_config import load, local_cluster
 
@@ -114,14 +119,18 @@ def _reuse_cluster(cluster_file: str, args: argparse.Namespace) -> bool:
         shape = [(r.name, r.port, r.repl_port, r.config.get("tls-port")) for r in held.regions]
         if shape == [(r.name, r.port, r.repl_port, r.config.get("tls-port")) for r in wanted.regions]:
             print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)}")
-            return True
+            return held
+        if held.epoch > 1:  # grown or shrunk while it ran: its members are what it is now
+            print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)} (members "
+                  f"changed since it was made: {', '.join(r.name for r in held.live_regions())})")
+            return held
         tls = "with" if any(r.config.get("tls-port") for r in held.regions) else "without"
         print(f"braid up: {os.path.dirname(cluster_file)} holds another cluster ({len(held.regions)} regions from "
               f"port {held.regions[0].port if held.regions else '?'}, {tls} TLS): give another --data-dir or "
               f"remove it", file=sys.stderr)
-        return False
+        return None
     wanted.save(cluster_file)
-    return True
+    return wanted
 
 
 TLS_DIR = "tls"  # under the data directory: the cluster CA and every certificate (braid up --tls)
@@ -163,13 +172,20 @@ def up(args: argparse.Namespace) -> int:
         print("braid up: --regions must be between 1 and 15", file=sys.stderr)
         return 2
     cluster_file = None
-    if args.regions > 1:
-        cluster_file = os.path.join(data_dir, "cluster.toml")
-        if not _reuse_cluster(cluster_file, args):
-            return 1
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
     ports = [args.base_port + i for i in range(len(names))]
     tls = getattr(args, "tls", False)
+    cmdline_tls: set[str] = set()  # regions whose TLS settings go on the command line
+    if args.regions > 1:
+        cluster_file = os.path.join(data_dir, "cluster.toml")
+        cfg = _reuse_cluster(cluster_file, args)
+        if cfg is None:
+            return 1
+        live = cfg.live_regions()
+        names, ports, tls = [r.name for r in live], [r.port for r in live], cfg.tls is not None
+        cmdline_tls = {r.name for r in live if tls and "tls-port" not in r.config}  # added by --add-region
+    else:
+        cmdline_tls = set(names) if tls else set()
     if tls:
         from .security.certs import create_cluster_certs
 
@@ -189,7 +205,7 @@ def up(args: argparse.Namespace) -> int:
         os.makedirs(rdir, exist_ok=True)
         log = open(os.path.join(rdir, "node.log"), "ab")
         extra = ["--config", cluster_file, "--region", name] if cluster_file else []
-        if tls and not cluster_file:  # a standalone region: its TLS settings on the command line
+        if name in cmdline_tls:  # a standalone or added region: its TLS settings on the command line
             for key, value in tls_region_config(name, port).items():
                 value = os.path.join(data_dir, value) if key.endswith("-file") else value
                 extra += [f"--{key}", str(value)]

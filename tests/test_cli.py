@@ -143,6 +143,17 @@ def test_up_grows_a_detached_cluster_and_down_stops_one_region(tmp_path):
     assert down.returncode == 0, down.stderr
     for p in (port, port + 1, port + 2):
         assert port_is_free(p)
+    # `braid up` restarts the cluster as its members are now (region-3 left it)
+    again = _braid("up", "--detach", "--data-dir", data)
+    assert again.returncode == 0 and "members changed since it was made: region-1, region-2" in again.stdout, \
+        again.stderr
+    try:
+        second = redis.Redis(port=port + 1, socket_timeout=5)
+        assert [e[0] for e in second.xrange("s")] == [before, mine]
+        second.close()
+        assert port_is_free(port + 2)
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
 
 
 def test_add_region_without_a_detached_cluster_is_a_clear_error(tmp_path):
