@@ -332,7 +332,7 @@ def test_live_run_with_membership_changes_passes_and_reports_them(tmp_path):
     assert data["membership"] == result.membership and data["verdict"] == "pass"
 
 
-def test_membership_is_refused_where_regions_cannot_be_added(tmp_path):
+def test_membership_is_refused_where_regions_cannot_be_added(tmp_path, capsys):
     import os
 
     from chaos.cli import main
@@ -341,6 +341,8 @@ def test_membership_is_refused_where_regions_cannot_be_added(tmp_path):
     code = main(["run", "--cluster", os.path.join(here, "deploy", "cluster.example.toml"), "--faults",
                  "membership", "--out", str(tmp_path)])
     assert code == 2
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "the membership fault needs regions it can start during the run" in out
 
 
 @pytest.mark.parametrize("bug, checker", [("lost-delete", "convergence"), ("strict-dup", "unique IDs")])
