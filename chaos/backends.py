@@ -18,12 +18,25 @@ RESP host and port), so every backend shares them.
 
 Clock, disk-full and slow-fsync faults go through ``DEBUG`` (see
 ``node/commands/debug.py``) in every backend.
+
+Membership (the ``membership`` fault, :class:`chaos.nemesis.MembershipNemesis`) needs a
+backend that can start a region process that did not exist at the start: only
+:class:`ProcessBackend` has it.  Its regions then take the *highest* numbers of the
+stride (13, 14, 15 of 16 for three regions) and each added region the next lower
+unused number, because the lower number of a pair dials the other: a new region
+dials every member, so its own cluster file can put a relay in front of each of
+its links, like the first regions' files do, and every network fault reaches every
+pair.  Membership changes go through ``braid-admin`` itself (a subprocess, against
+the run's cluster file with the real addresses).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
 
 import redis
 
@@ -31,7 +44,7 @@ from node.cluster_config import ClusterConfig, RegionSpec, load, local_cluster
 from node.testing import BraidProcess, free_ports
 
 from .relay import RelayHub
-from .workloads import connect
+from .workloads import Members, connect
 
 DEBUG_FAULTS = {"clock", "disk-full", "slow-fsync"}
 NETWORK_FAULTS = {"partition", "one-way", "bridge", "link-faults"}
@@ -42,9 +55,14 @@ class Backend:
     faults: set[str] = set()
     addresses: dict[int, tuple[str, int]] = {}
     cluster_file: str = ""
+    members: Members | None = None  # what clients may use; None: ``addresses``, fixed for the run
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
+
+    def fault_targets(self) -> list[int]:
+        """Regions the fault nemesis may pick now."""
+        return sorted(self.members.addresses if self.members is not None else self.addresses)
 
     def debug(self, region: int, *args) -> None:
         """A DEBUG fault at one region (it must run with --enable-debug-command)."""
@@ -81,22 +99,35 @@ class RegionProcess(BraidProcess):
         return self.proc is not None and self.proc.poll() is None
 
 
+class MembershipFailed(Exception):
+    """A membership change braid-admin did not make (its message says why; nothing changed, or it can be
+    run again to finish)."""
+
+
 class ProcessBackend(Backend):
-    faults = DEBUG_FAULTS | NETWORK_FAULTS | PROCESS_FAULTS
+    faults = DEBUG_FAULTS | NETWORK_FAULTS | PROCESS_FAULTS | {"membership"}
 
     def __init__(self, regions: int, workdir: str, fsync: str = "everysec", bug: str | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, membership: bool = False) -> None:
         self.n, self.workdir, self.fsync, self.bug, self.seed = regions, workdir, fsync, bug, seed
+        self.membership = membership  # number the regions from the top, so that added ones dial (module doc)
+        if not membership:
+            self.faults = type(self).faults - {"membership"}
         self.procs: dict[int, RegionProcess] = {}
         self.relays: RelayHub | None = None
         self.config: ClusterConfig | None = None
+        self.lock = threading.RLock()  # the fault nemesis and the membership nemesis share the processes
+        self.busy: set[int] = set()    # regions a membership change is working on: no other fault touches them
+        self.faulted: set[int] = set()  # regions under a fault now: no membership change picks them
+        self.retired: dict[int, RegionProcess] = {}  # processes of regions that left (stopped; logs kept)
 
     def start(self) -> None:
         os.makedirs(self.workdir, exist_ok=True)
         config = local_cluster(self.n, 0)
         ports = free_ports(2 * self.n)
-        config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1])
-                          for i, r in enumerate(config.regions)]
+        top = config.stride - 1 - self.n if self.membership else 0
+        config.regions = [RegionSpec(f"region-{r.number + top}", r.number + top, r.host, ports[2 * i],
+                                     ports[2 * i + 1]) for i, r in enumerate(config.regions)]
         config.appendfsync = self.fsync
         self.config = config
         self.cluster_file = os.path.join(self.workdir, "cluster.toml")
@@ -112,38 +143,155 @@ class ProcessBackend(Backend):
                 ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
             proc.start()
         self.addresses = {r.number: ("127.0.0.1", r.port) for r in config.regions}
+        self.members = Members(self.addresses)
 
-    def _region_file(self, me: RegionSpec) -> str:
+    def _region_file(self, me: RegionSpec, c: ClusterConfig | None = None) -> str:
         """Region ``me``'s cluster file: the peers it dials are at their relays."""
-        c = self.config
+        c = c or self.config
         regions = [RegionSpec(r.name, r.number, r.host,
-                              r.port, self.relays.relays[(me.number, r.number)].port if r.number > me.number
-                              else r.repl_port) for r in c.regions]
+                              r.port, self.relays.relays[(me.number, r.number)].port
+                              if r.number > me.number and (me.number, r.number) in self.relays.relays
+                              else r.repl_port, status=r.status, frozen=r.frozen) for r in c.regions]
         view = ClusterConfig(c.cluster_id, c.database, c.token, c.stride, regions, c.id_mode, c.appendfsync,
-                             tls=c.tls)
-        path = os.path.join(self.workdir, f"{me.name}.toml")
+                             tls=c.tls, epoch=c.epoch)
+        path = os.path.join(self.workdir, f"{me.name}-{me.number}.toml")
         view.save(path)
         return path
 
+    def fault_targets(self) -> list[int]:
+        with self.lock:
+            return [r for r in super().fault_targets() if r not in self.busy]
+
+    def claim(self, candidates) -> int | None:
+        """Mark the first of ``candidates`` that is under no fault busy (a membership change works on it)."""
+        with self.lock:
+            for r in candidates:
+                if r in self.members.addresses and r not in self.faulted and r not in self.busy:
+                    self.busy.add(r)
+                    return r
+        return None
+
+    # ------------------------------------------------------------ membership
+    def admin(self, *argv: str, timeout: float = 120.0) -> str:
+        """Run ``braid-admin`` against the run's cluster file; its output, or MembershipFailed."""
+        res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", self.cluster_file, *argv],
+                             capture_output=True, text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise MembershipFailed((res.stderr.strip() or res.stdout.strip()).removeprefix("braid-admin: "))
+        return " ".join(res.stdout.split())
+
+    def member_status(self, region: int) -> str:
+        """The region's own view of its status (INFO crdt), '' if it does not answer."""
+        address = self.members.addresses.get(region) or self.addresses.get(region)
+        if address is None:
+            return ""
+        c = connect(address, timeout=2.0)
+        try:
+            return str(c.info("crdt").get("crdt_member_status", ""))
+        except (redis.RedisError, OSError):
+            return ""
+        finally:
+            c.close()
+
+    def add_region(self, name: str | None = None) -> int:
+        """``braid-admin region add`` a new region under the next lower unused number, then start it
+        behind relays to every member (it dials them all).  Returns its number."""
+        cfg = load(self.cluster_file)
+        number = min(r.number for r in cfg.regions) - 1
+        if number < 1:
+            raise MembershipFailed("no region number left below the first regions'")
+        name = name or f"region-{number}"
+        port, repl_port = free_ports(2)
+        self.admin("region", "add", name, "--host", "127.0.0.1", "--port", str(port), "--repl-port",
+                   str(repl_port), "--number", str(number))
+        cfg = load(self.cluster_file)  # braid-admin recorded the new member there
+        with self.lock:
+            for r in cfg.live_regions():
+                if r.number != number:
+                    self.relays.add(number, r.number, (r.host, r.repl_port))
+            me = cfg.by_number(number)
+            proc = RegionProcess(port, os.path.join(self.workdir, f"{name}-{number}"), self._region_file(me, cfg),
+                                 name, ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
+            self.procs[number] = proc
+            self.addresses[number] = ("127.0.0.1", port)
+        proc.start()
+        self.members.set(number, ("127.0.0.1", port), writable=False)  # it reads at once, writes once active
+        return number
+
+    def activated(self, region: int) -> None:
+        """The region reports itself active: clients may write there."""
+        self.members.set(region, self.addresses[region], writable=True)
+
+    def remove_region(self, region: int, timeout: float = 15.0) -> str:
+        """A graceful removal (braid-admin region remove): it stops taking writes, hands over, leaves;
+        then its process stops.  Returns braid-admin's report."""
+        name = self.procs[region].region
+        self.members.set(region, self.addresses[region], writable=False)
+        out = self.admin("region", "remove", name, "--timeout", str(timeout))
+        self._retire(region)
+        return out
+
+    def force_remove_region(self, region: int) -> tuple[str, int]:
+        """SIGKILL the region (if it still runs), then braid-admin region remove --force.  Returns
+        braid-admin's report and the frozen point."""
+        name = self.procs[region].region
+        self.members.set(region, None, writable=False)
+        with self.lock:
+            self.kill(region)
+        out = self.admin("region", "remove", name, "--force")
+        spec = load(self.cluster_file).by_number(region)
+        return out, spec.frozen
+
+    def purge_region(self, region: int) -> str:
+        """Restart a region removed by force (it is refused by every member and learns it was removed),
+        then braid-admin region purge: it deletes its data and stops."""
+        proc = self.procs[region]
+        with self.lock:
+            if not proc.alive():
+                proc.restart()
+        out = self.admin("region", "purge", "--region", proc.region)
+        with self.lock:
+            if proc.proc is not None:
+                try:
+                    proc.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    pass
+        self._retire(region)
+        return out
+
+    def _retire(self, region: int) -> None:
+        """A region that is no member any more: no client, no fault, no process."""
+        self.members.set(region, None, writable=False)
+        with self.lock:
+            proc = self.procs.pop(region)
+            self.addresses.pop(region, None)
+            self.retired[region] = proc
+        proc.stop()
+
     # ------------------------------------------------------------ faults
     def kill(self, region: int) -> None:
-        proc = self.procs[region]
-        if proc.paused:
-            self.resume(region)
-        proc.kill(signal.SIGKILL)
+        with self.lock:
+            proc = self.procs[region]
+            if proc.paused:
+                self.resume(region)
+            proc.kill(signal.SIGKILL)
 
     def restart(self, region: int) -> None:
-        if not self.procs[region].alive():
-            self.procs[region].restart()
+        with self.lock:  # a region that left meanwhile is not started again
+            if region in self.procs and not self.procs[region].alive():
+                self.procs[region].restart()
 
     def pause(self, region: int) -> None:
-        self.procs[region].proc.send_signal(signal.SIGSTOP)
-        self.procs[region].paused = True
+        with self.lock:
+            self.procs[region].proc.send_signal(signal.SIGSTOP)
+            self.procs[region].paused = True
 
     def resume(self, region: int) -> None:
-        if self.procs[region].paused:
-            self.procs[region].proc.send_signal(signal.SIGCONT)
-            self.procs[region].paused = False
+        with self.lock:
+            proc = self.procs.get(region)
+            if proc is not None and proc.paused:
+                proc.proc.send_signal(signal.SIGCONT)
+                proc.paused = False
 
     def partition(self, a: int, b: int) -> None:
         self.relays.partition(a, b)
@@ -159,16 +307,16 @@ class ProcessBackend(Backend):
 
     def heal_all(self) -> None:
         self.heal_network()
-        for region in self.procs:
+        for region in list(self.procs):
             self.resume(region)
             self.restart(region)
             self.heal_region(region)
 
     def logs(self) -> dict[int, str]:
-        return {n: p.log_path for n, p in self.procs.items()}
+        return {n: p.log_path for n, p in {**self.retired, **self.procs}.items()}
 
     def stop(self) -> None:
-        for region, proc in self.procs.items():
+        for region, proc in list(self.procs.items()):
             self.resume(region)
             proc.stop()
         if self.relays is not None:

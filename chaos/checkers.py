@@ -31,6 +31,16 @@ So each rule below only convicts on what the history proves:
   left at every region), so ``>`` skipped nothing.
 * **IDMP**: every iid is in ``chaos:idmp`` at most once, and an acknowledged
   one exactly once.
+
+Membership.  The dumps are those of the final members (regions that left are not
+judged).  A region removed by force keeps, at the others, only its operations up to
+its frozen point; what it acknowledged beyond is lost by design.  A write it
+acknowledged at ``t1`` is provably within the frozen point when a later sample of
+that region's own count (its version vector's entry for itself, which counts every
+operation it made) was at most the frozen point: such writes are checked like every
+other.  The others (possibly beyond) are *excused*: the rules treat them as of
+unknown outcome, and the **forced removals** verdict reports how many there were and
+how many of them are indeed missing.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from dataclasses import dataclass, field
 
 from crdt.ids import parse_id
 
-from .history import FAIL, OK, History, Op
+from .history import FAIL, INFO, OK, History, Op
 from .workloads import CHURN, GROUPS, IDMP, LOG, TRIMMED
 
 # A region's state as the checkers see it: key -> {"entries": [[id, {field: value}]], "groups": [names]}
@@ -203,9 +213,51 @@ def idmp(history: History, final: Dump) -> Verdict:
     return _verdict("IDMP no duplicates", problems, f"{len(acked)} acknowledged iids, each exactly once")
 
 
+WRITES = ("xadd", "xadd-idmp", "del", "xtrim", "xdel", "xgroup-create", "xgroup-destroy")
+
+
+def excuse_forced(history: History) -> tuple[History, list[Op]]:
+    """The history with every acknowledged write of a region removed by force that may lie beyond its
+    frozen point marked unknown (``info``), and those writes."""
+    if not history.forced:
+        return history, []
+    own = defaultdict(list)  # region -> [(t, its own operation count)]
+    for s in history.samples:
+        if s.region in history.forced and s.reachable:
+            own[s.region].append((s.t, s.vv.get(s.region, 0)))
+    excused, ops = [], []
+    for op in history.ops:
+        frozen = history.forced.get(op.region)
+        if frozen is not None and op.outcome == OK and op.f in WRITES and \
+                not any(t >= op.t1 and n <= frozen for t, n in own[op.region]):
+            excused.append(op)
+            op = Op(op.process, op.f, op.region, op.key, op.t0, op.t1, INFO, "excused: removed by force",
+                    dict(op.args))
+        ops.append(op)
+    judged = History()
+    judged.ops, judged.faults, judged.samples = ops, history.faults, history.samples
+    judged.marks, judged.forced, judged.start = history.marks, history.forced, history.start
+    return judged, excused
+
+
+def forced_removals(history: History, excused: list[Op], final: Dump) -> Verdict:
+    log, idmp_left = _ids(final, LOG), {f.get("iid") for _e, f in final.get(IDMP, {}).get("entries", [])}
+    missing = [op for op in excused if (op.f == "xadd" and op.key == LOG and op.value not in log)
+               or (op.f == "xadd-idmp" and op.args.get("iid") not in idmp_left)]
+    parts = [f"region {r} frozen at {n}" for r, n in sorted(history.forced.items())]
+    return Verdict("forced removals", True,
+                   f"{'; '.join(parts)}: {len(excused)} acknowledged write(s) possibly beyond excused, "
+                   f"{len(missing)} of them missing from {LOG}/{IDMP}",
+                   [f"{op.process} {op.f} at region {op.region} (t={op.t1:.2f}s) excused"
+                    f"{', missing' if op in missing else ''}" for op in excused])
+
+
 def check_all(history: History, dumps: dict[int, Dump | None]) -> list[Verdict]:
+    history, excused = excuse_forced(history)
     verdicts = [convergence(dumps)]
     final = next((d for _r, d in sorted(dumps.items()) if d is not None), {})
     verdicts += [lost_writes(history, final), observed_remove(history, final), delete_wins(history, final),
                  strict_ids(history), never_skips(history, final), idmp(history, final)]
+    if history.forced:
+        verdicts.append(forced_removals(history, excused, final))
     return verdicts

@@ -66,7 +66,8 @@ def _backend(args):
     if args.cluster:
         return backends.AttachBackend(args.cluster), None
     workdir = tempfile.mkdtemp(prefix="braid-chaos-")
-    return backends.ProcessBackend(args.regions, workdir, args.fsync, args.bug, args.seed), workdir
+    return backends.ProcessBackend(args.regions, workdir, args.fsync, args.bug, args.seed,
+                                   membership="membership" in args.faults), workdir
 
 
 def _interrupt(signum, frame):
@@ -81,8 +82,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .run import RunConfig, run
 
     console = Console()
+    explicit = args.faults is not None
+    if args.faults is None:
+        args.faults = list(KINDS)
     config = RunConfig(args.regions, args.duration, args.seed, args.faults, args.fsync, args.bug, args.out)
     backend, workdir = _backend(args)
+    if "membership" in args.faults and "membership" not in backend.faults:
+        where = "an attached cluster" if args.cluster else f"the {args.backend} backend"
+        if explicit:
+            console.print(f"braid-chaos: the membership fault needs regions it can start during the run: "
+                          f"{where} cannot add one (use the process backend)", style="red")
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            return 2
+        console.print(f"(no membership changes with {where}: only the process backend adds regions)")
     where = "attached" if args.cluster else args.backend
     if args.backend == "netns":
         where += f", {args.wan_delay * 1000:g} ms one way between regions"
@@ -125,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regions", type=int, default=3)
     p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults")
     p.add_argument("--seed", type=int, default=0, help="makes the fault schedule and the workloads' choices reproducible")
-    p.add_argument("--faults", type=_faults, default=list(KINDS), help=f"comma-separated ({','.join(KINDS)})")
+    p.add_argument("--faults", type=_faults, default=None,
+                   help=f"comma-separated ({','.join(KINDS)}; default: all)")
     p.add_argument("--fsync", choices=["always", "everysec", "no"], default="everysec")
     p.add_argument("--bug", choices=sorted(BUGS), help="plant a known bug in every region (to see a checker fail)")
     p.add_argument("--cluster", help="attach to the running cluster of this cluster file instead of starting one")

@@ -63,6 +63,7 @@ class History:
         self.faults: list[Fault] = []
         self.samples: list[Sample] = []
         self.marks: dict[str, float] = {}  # phase changes: healed, converged, ...
+        self.forced: dict[int, int] = {}   # region removed by force -> its frozen point (the last op kept)
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -100,7 +101,8 @@ class History:
     def to_json(self) -> dict:
         with self._lock:
             return {"ops": [asdict(o) for o in self.ops], "faults": [asdict(f) for f in self.faults],
-                    "samples": [asdict(s) for s in self.samples], "marks": dict(self.marks)}
+                    "samples": [asdict(s) for s in self.samples], "marks": dict(self.marks),
+                    "forced": {str(r): n for r, n in self.forced.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> "History":
@@ -110,4 +112,5 @@ class History:
         h.samples = [Sample(s["t"], s["region"], s["reachable"], {int(k): v for k, v in s["vv"].items()})
                      for s in data["samples"]]
         h.marks = dict(data["marks"])
+        h.forced = {int(r): n for r, n in data.get("forced", {}).items()}
         return h

@@ -19,11 +19,24 @@ link-faults    every link delays (with jitter) and resets now and then (loss)
 clock          a region's clock jumps (forwards or backwards, up to a minute)
 disk-full      a region's append-only file cannot be written (ENOSPC)
 slow-fsync     a region's fsyncs take hundreds of milliseconds
+membership     while the faults above go on: a region is added (it joins, catches up,
+               becomes active), one is removed gracefully, one is killed and removed by
+               force, then restarted (every member refuses it), purged, and maybe added
+               again under a new number (:class:`MembershipNemesis`)
 =============  =====================================================================
+
+The membership changes run in a thread of their own, beside the fault schedule, so
+they meet real faults: a change that needs a member a fault took away is refused by
+braid-admin (nothing changed) and tried again a second later.  Each fault's targets are
+drawn again when it is injected if the members changed since the schedule was made
+(from the seed and the step, so a replay with the same membership history draws the
+same); a region a membership change works on is left alone, and a change never picks
+a region under a fault.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from dataclasses import dataclass, field
@@ -32,7 +45,9 @@ import redis
 
 from .history import History
 
-KINDS = ("kill", "pause", "partition", "one-way", "bridge", "link-faults", "clock", "disk-full", "slow-fsync")
+KINDS = ("kill", "pause", "partition", "one-way", "bridge", "link-faults", "clock", "disk-full", "slow-fsync",
+         "membership")
+SCHEDULED = KINDS[:-1]  # membership changes are not steps of the schedule: MembershipNemesis plays them
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class Step:
 
 def schedule(seed: int, duration: float, regions: list[int], kinds: list[str]) -> list[Step]:
     rng = random.Random(seed)
+    kinds = [k for k in kinds if k in SCHEDULED]
     steps, t = [], 1.5  # let the workloads warm up first
     while kinds and t < duration - 1.5:
         kind = rng.choice(kinds)
@@ -89,22 +105,50 @@ class Nemesis(threading.Thread):
             for step in self.steps:
                 if self.stop_event.wait(max(0.0, step.at - self.history.now())):
                     return
+                step = self._retarget(step)
+                if step is None:
+                    continue  # too few members for this kind of fault now
                 fault = self.history.fault(step.kind, list(step.targets), _describe(step))
                 try:
                     undo = self.inject(step)
-                except (redis.RedisError, OSError) as e:  # e.g. DEBUG at a region that is down
-                    fault.detail += f" (not injected: {e})"
+                except (redis.RedisError, OSError, KeyError) as e:  # e.g. DEBUG at a region that is down
+                    fault.detail += f" (not injected: {e!r})"
                     undo = None
                 if self.stop_event.wait(step.length):
                     return  # the run is over: the heal undoes this fault, and marks it healed
                 if undo is not None:
                     try:
                         undo()
-                    except (redis.RedisError, OSError) as e:
-                        fault.detail += f" (heal failed: {e})"
+                    except (redis.RedisError, OSError, KeyError) as e:
+                        fault.detail += f" (heal failed: {e!r})"
+                self._release(step)
                 self.history.healed(fault)
         except BaseException as e:  # surfaces in the report instead of dying silently
             self.error = e
+
+    def _retarget(self, step: Step) -> Step | None:
+        """The step, its targets drawn again among the regions a fault may hit now if they changed;
+        the targets are marked as under a fault (membership changes leave them alone)."""
+        b = self.backend
+        with getattr(b, "lock", None) or contextlib.nullcontext():
+            if step.kind in ("kill", "pause") and getattr(b, "busy", None):
+                return None  # a removal under way needs every other member up; network faults still happen
+            current = b.fault_targets() if hasattr(b, "fault_targets") else sorted(b.addresses)
+            if not set(step.targets) <= set(current) or (step.kind == "link-faults" and
+                                                           list(step.targets) != current):
+                need = 3 if step.kind == "bridge" else 2 if step.kind in ("partition", "one-way", "link-faults") else 1
+                if len(current) < need:
+                    return None
+                rng = random.Random(f"{step.at}:{step.kind}:{current}")
+                step = _step(rng, step.at, step.kind, step.length, current)
+            if hasattr(b, "faulted"):
+                b.faulted.update(step.targets)
+        return step
+
+    def _release(self, step: Step) -> None:
+        if hasattr(self.backend, "faulted"):
+            with self.backend.lock:
+                self.backend.faulted.difference_update(step.targets)
 
     def inject(self, step: Step):
         b, (first, *rest), p = self.backend, step.targets, step.params
@@ -141,6 +185,128 @@ class Nemesis(threading.Thread):
             b.debug(first, "FSYNC-DELAY", p["delay_ms"])
             return lambda: b.debug(first, "FSYNC-DELAY", 0)
         raise ValueError(f"unknown fault kind {step.kind!r}")
+
+
+class MembershipNemesis(threading.Thread):
+    """Membership changes during the faults phase, through braid-admin (a :class:`ProcessBackend`).
+
+    At about 10 % of the run a region is added; the nemesis waits until it reports itself
+    active, and clients write there from then on.  At about 35 % an active region is
+    removed gracefully (clients stop writing there first; the region hands over all its
+    operations and stops).  At about 55 % another is killed and removed by force; its
+    frozen point is recorded in the history (the checkers excuse acknowledged writes of it
+    that may lie beyond), it is restarted (refused by every member), purged (it deletes
+    its data and stops) and, on most seeds, added again under its name and a new number.
+    A removal only happens while at least three regions take writes, so two always do.
+    Every change is a ``membership`` fault in the history, healed when it is done."""
+
+    def __init__(self, backend, seed: int, duration: float, history: History, stop: threading.Event) -> None:
+        super().__init__(name="membership", daemon=True)
+        self.backend, self.duration, self.history, self.stop_event = backend, duration, history, stop
+        self.rng = random.Random(f"{seed}:membership")
+        self.error: BaseException | None = None
+        self.changes: list[str] = []  # what was done, in order (for the report)
+
+    def run(self) -> None:
+        try:
+            if not self._at(0.10) or (added := self._add(None)) is None:
+                return
+            if not self._at(0.35) or not self._remove(force=False, spare=added):
+                return
+            if self._at(0.55):
+                self._remove(force=True)
+        except BaseException as e:
+            self.error = e
+
+    def _at(self, fraction: float) -> bool:
+        return not self.stop_event.wait(max(0.0, fraction * self.duration - self.history.now()))
+
+    def _retry(self, fault, what: str, attempt):
+        """Run ``attempt`` until it succeeds or the phase ends (None); each refusal is noted."""
+        from .backends import MembershipFailed
+
+        refusals: list[str] = []
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    return attempt()
+                except MembershipFailed as e:
+                    refusals.append(str(e))
+                if self.stop_event.wait(1.0):
+                    break
+            return None
+        finally:
+            if refusals:
+                fault.detail += (f"; {what} refused {len(refusals)}x, tried again each second "
+                                 f"(first: {refusals[0]})")
+
+    def _add(self, name: str | None) -> int | None:
+        b = self.backend
+        fault = self.history.fault("membership", [], f"add {name or 'a region'}")
+        region = self._retry(fault, "add", lambda: b.add_region(name))
+        if region is None:
+            return None
+        fault.targets = [region]
+        fault.detail += f": region {region} joins"
+        while b.member_status(region) != "active":
+            if self.stop_event.wait(0.1):  # polling interval of a deadline wait
+                fault.detail += " (not active before the end of the phase)"
+                return region
+        b.activated(region)
+        fault.detail += ", caught up and active"
+        self.changes.append(f"added {b.procs[region].region} as region {region} (active)")
+        self.history.healed(fault)
+        return region
+
+    def _pick(self, spare: int | None) -> int | None:
+        b = self.backend
+        while not self.stop_event.is_set():
+            writable = sorted(b.members.writable & set(b.members.addresses))
+            if len(writable) >= 3:
+                order = self.rng.sample(writable, len(writable))
+                region = b.claim([r for r in order if r != spare] + [r for r in order if r == spare])
+                if region is not None:
+                    return region
+            if self.stop_event.wait(0.2):  # polling interval: until a region is free of faults
+                break
+        return None
+
+    def _remove(self, force: bool, spare: int | None = None) -> bool:
+        """Remove an active region (``spare`` only if no other can go)."""
+        b = self.backend
+        region = self._pick(spare)
+        if region is None:
+            return False
+        try:
+            name = b.procs[region].region
+            kind = "forced removal" if force else "graceful removal"
+            fault = self.history.fault("membership", [region], f"{kind} of region {region} ({name})")
+            if not force:
+                out = self._retry(fault, "remove", lambda: b.remove_region(region))
+                if out is None:
+                    return False
+                fault.detail += f": {out}"
+                self.changes.append(f"removed region {region} gracefully")
+                self.history.healed(fault)
+                return True
+            done = self._retry(fault, "forced removal", lambda: b.force_remove_region(region))
+            if done is None:
+                return False
+            out, frozen = done
+            self.history.forced[region] = frozen
+            fault.detail += f": SIGKILL, then {out}"
+            self.changes.append(f"removed region {region} by force (frozen at {frozen})")
+            if self._retry(fault, "purge", lambda: b.purge_region(region)) is None:
+                return False
+            fault.detail += "; restarted, refused, purged"
+            self.changes.append(f"purged region {region}")
+            self.history.healed(fault)
+        finally:
+            with b.lock:
+                b.busy.discard(region)
+        if self.rng.random() < 0.7:  # most seeds bring it back as a new member
+            self._add(name)
+        return True
 
 
 def _describe(step: Step) -> str:

@@ -27,7 +27,7 @@ from .history import FAIL, INFO, OK, History
 
 FAULT_COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple", "one-way": "tab:pink",
                  "bridge": "tab:brown", "link-faults": "tab:olive", "clock": "tab:cyan",
-                 "disk-full": "tab:gray", "slow-fsync": "tab:blue"}
+                 "disk-full": "tab:gray", "slow-fsync": "tab:blue", "membership": "tab:green"}
 
 
 def summary_table(result) -> Table:
@@ -58,6 +58,8 @@ def print_report(result, paths: dict[str, str], console: Console | None = None) 
     console.print(f"{s['operations']} operations ({s['ok']} ok, {s['fail']} failed, {s['info']} unknown); "
                   f"faults: {', '.join(f'{k}×{n}' for k, n in sorted(s['faults'].items())) or 'none'}; "
                   f"converged {conv} after the heal")
+    if result.membership:
+        console.print(f"membership: {'; '.join(result.membership)}")
     for name, path in paths.items():
         console.print(f"{name}: {path}")
     first_bad = next((v for v in result.verdicts if not v.ok), None)
@@ -78,6 +80,7 @@ def write_json(result, path: str) -> str:
         "schedule": [{"at": s.at, "kind": s.kind, "targets": list(s.targets), "length": s.length,
                       "params": s.params} for s in result.steps],
         "stats": stats(result.history),
+        "membership": result.membership,
         "history": result.history.to_json(),
     }
     with open(path, "w") as f:
@@ -118,14 +121,15 @@ def write_png(result, path: str) -> str:
     import matplotlib.pyplot as plt
 
     h = result.history
-    regions = sorted({s.region for s in h.samples} | set(range(1, result.config.regions + 1)))
+    regions = sorted({s.region for s in h.samples} | {r for f in h.faults for r in f.targets}) or [1]
     fig, (ax_f, ax_l, ax_t) = plt.subplots(3, 1, figsize=(12, 8), sharex=True,
                                           gridspec_kw={"height_ratios": [1.2, 1.5, 1.2]})
     for f in h.faults:
         end = f.t1 if f.t1 is not None else h.marks.get("healed", f.t0)
         for r in f.targets:
             ax_f.barh(r, end - f.t0, left=f.t0, height=0.6, color=FAULT_COLOURS.get(f.kind, "black"), alpha=0.8)
-        ax_f.text(f.t0, max(f.targets) + 0.35, f.kind, fontsize=7)
+        if f.targets:
+            ax_f.text(f.t0, max(f.targets) + 0.35, f.kind, fontsize=7)
     ax_f.set_yticks(regions, [f"region {r}" for r in regions])
     ax_f.set_title(f"braid-chaos run seed={result.config.seed}: {'PASS' if result.ok else 'FAIL'}")
     for r, points in sorted(lag_series(h).items()):

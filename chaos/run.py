@@ -14,6 +14,12 @@ Phases (each marked in the history, so the report's timeline shows them):
 5. ``drained``: at every region the group's pending entries are claimed and
    ``>`` is read to the end (deliveries are recorded like any read).
 6. The checkers run over the history and a dump of every region.
+
+With the ``membership`` fault (:class:`chaos.nemesis.MembershipNemesis`) the regions
+change during phase 2: clients, the sampler, the heal, the convergence wait, the
+drain and the dumps all follow the backend's members of the moment, so the checkers
+judge the final members; regions removed by force are recorded with their frozen
+point for the checkers.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from node.testing import replication_status, version_vector
 
 from . import checkers
 from .history import History
-from .nemesis import KINDS, Nemesis, schedule
-from .workloads import GROUP, LOG, Worker, claim_ids, connect, read_ids, start_workers
+from .nemesis import KINDS, MembershipNemesis, Nemesis, schedule
+from .workloads import GROUP, LOG, Members, Worker, claim_ids, connect, read_ids, start_workers
 
 
 @dataclass
@@ -52,6 +58,7 @@ class RunResult:
     convergence_s: float | None
     errors: list[str]
     steps: list
+    membership: list[str] = field(default_factory=list)  # the membership changes made, in order
 
     @property
     def ok(self) -> bool:
@@ -61,21 +68,27 @@ class RunResult:
 def run(config: RunConfig, backend, progress=None) -> RunResult:
     """Run against a started backend.  ``progress(fraction, text)`` is told how far the faults phase is."""
     history, errors = History(), []
-    regions = sorted(backend.addresses)
+    members = backend.members if backend.members is not None else Members(backend.addresses)
+    regions = sorted(members.addresses)
     kinds = [k for k in config.faults if k in backend.faults]
     steps = schedule(config.seed, config.duration, regions, kinds)
-    _create_group(backend.addresses)
-    wait_converged(backend.addresses, 30.0)
+    _create_group(members.addresses)
+    wait_converged(members.addresses, 30.0)
     history.mark("faults")
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample, args=(backend.addresses, history, stop), daemon=True)
+    sampler = threading.Thread(target=_sample, args=(members, history, stop), daemon=True)
     sampler.start()
-    workers = start_workers(config.seed, history, backend.addresses, stop)
+    workers = start_workers(config.seed, history, members, stop)
     nemesis = Nemesis(backend, steps, history, stop)
     nemesis.start()
+    threads = [*workers, nemesis]
+    if "membership" in kinds:
+        changes = MembershipNemesis(backend, config.seed, config.duration, history, stop)
+        changes.start()
+        threads.append(changes)
     _wait_phase(config.duration, history, progress)
     stop.set()
-    for t in [*workers, nemesis]:
+    for t in threads:
         t.join(30)
         if t.is_alive():
             errors.append(f"{t.name} did not stop within 30 s")
@@ -87,21 +100,23 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
         if fault.t1 is None:
             history.healed(fault)
     sampler_stop = threading.Event()
-    late_sampler = threading.Thread(target=_sample, args=(backend.addresses, history, sampler_stop), daemon=True)
+    late_sampler = threading.Thread(target=_sample, args=(members, history, sampler_stop), daemon=True)
     late_sampler.start()
     sampler.join(5)
-    convergence = wait_converged(backend.addresses, config.converge_timeout)
+    final = members.addresses  # the members at the end: convergence, the drain and the checkers are theirs
+    convergence = wait_converged(final, config.converge_timeout)
     if convergence is None:
         errors.append(f"regions did not converge within {config.converge_timeout:.0f} s of the heal")
     else:
         history.mark("converged")
-    drain(backend.addresses, history)
-    wait_converged(backend.addresses, config.converge_timeout)
+    drain(final, history)
+    wait_converged(final, config.converge_timeout)
     history.mark("drained")
     sampler_stop.set()
     late_sampler.join(5)
-    dumps = {r: dump_region(backend.addresses[r]) for r in regions}
-    return RunResult(config, history, checkers.check_all(history, dumps), convergence, errors, steps)
+    dumps = {r: dump_region(final[r]) for r in sorted(final)}
+    done = threads[-1].changes if "membership" in kinds else []
+    return RunResult(config, history, checkers.check_all(history, dumps), convergence, errors, steps, done)
 
 
 def _wait_phase(duration: float, history: History, progress) -> None:
@@ -137,9 +152,9 @@ def replication_state(address) -> tuple[dict[int, int], int] | None:
     return version_vector(status), int(status["crdt_pending"])
 
 
-def _sample(addresses: dict, history: History, stop: threading.Event) -> None:
+def _sample(members: Members, history: History, stop: threading.Event) -> None:
     while not stop.wait(0.5):
-        for region, address in addresses.items():
+        for region, address in members.addresses.items():
             state = replication_state(address)
             history.sample(region, state is not None, state[0] if state else {})
 

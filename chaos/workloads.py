@@ -29,6 +29,12 @@ key                   written by, and what is checked there
 
 Clients never retry by themselves (redis-py's retries are switched off): a
 retry would be a second operation the history does not know about.
+
+Workers follow the membership (:class:`Members`): they write only to the
+active members of the moment, and a region that joins (once active) or leaves
+(from its removal on) is picked up or dropped at the next operation.  A
+``LOADING`` (joining, not caught up) or ``READONLY`` (leaving or removed) reply is
+recorded like any error reply: a refused operation, which did not happen.
 """
 
 from __future__ import annotations
@@ -58,21 +64,60 @@ def _text(v) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
+class Members:
+    """The regions clients may use, as the membership changes during a run (thread-safe).
+
+    ``addresses``: every member whose process runs (region number -> RESP address);
+    ``writable``: those that take writes (active).  Both are replaced, never mutated,
+    so a reader's snapshot stays consistent."""
+
+    def __init__(self, addresses: dict[int, tuple[str, int]], writable=None) -> None:
+        self.addresses = dict(addresses)
+        self.writable = frozenset(addresses if writable is None else writable)
+        self._lock = threading.Lock()
+
+    def set(self, region: int, address: tuple[str, int] | None, writable: bool) -> None:
+        """Region ``region`` now runs at ``address`` (None: no longer a member) and takes writes or not."""
+        with self._lock:
+            addresses = dict(self.addresses)
+            if address is None:
+                addresses.pop(region, None)
+            else:
+                addresses[region] = address
+            self.addresses = addresses
+            w = set(self.writable) - {region}
+            if writable and address is not None:
+                w.add(region)
+            self.writable = frozenset(w)
+
+    def write_targets(self) -> list[int]:
+        addresses, writable = self.addresses, self.writable
+        return sorted(r for r in addresses if r in writable) or sorted(addresses)
+
+
 class Worker(threading.Thread):
     """One client process: picks operations from its own seeded generator."""
 
     pause_s = 0.005  # between operations, so that a run is mostly about concurrency, not a flood
 
-    def __init__(self, name: str, seed: int, history: History, addresses: dict[int, tuple[str, int]],
+    def __init__(self, name: str, seed: int, history: History, addresses: dict[int, tuple[str, int]] | Members,
                  stop: threading.Event) -> None:
         super().__init__(name=name, daemon=True)
         self.rng = random.Random(f"{seed}:{name}")
         self.history = history
-        self.addresses = addresses
-        self.regions = sorted(addresses)
+        self.members = addresses if isinstance(addresses, Members) else Members(addresses)
         self.stop_event = stop
         self._clients: dict[int, redis.Redis] = {}
         self.error: BaseException | None = None
+
+    @property
+    def addresses(self) -> dict[int, tuple[str, int]]:
+        return self.members.addresses
+
+    @property
+    def regions(self) -> list[int]:
+        """Where this worker may write now: the active members."""
+        return self.members.write_targets()
 
     def client(self, region: int) -> redis.Redis:
         c = self._clients.get(region)
@@ -81,7 +126,13 @@ class Worker(threading.Thread):
         return c
 
     def call(self, f: str, region: int, key: str, command: Callable[[redis.Redis], object], **args):
-        """Run one operation against one region and record its outcome; returns (outcome, value)."""
+        """Run one operation against one region and record its outcome; returns (outcome, value).
+        A region that is no member any more is not asked (nothing is recorded)."""
+        if region not in self.addresses:
+            stale = self._clients.pop(region, None)
+            if stale is not None:
+                stale.close()
+            return FAIL, "not a member"
         op = self.history.invoke(self.name, f, region, key, **args)
         try:
             value = command(self.client(region))
@@ -124,6 +175,8 @@ class Producer(Worker):
     def step(self) -> None:
         self.count += 1
         payload = f"{self.name}-{self.count}"
+        if self.home not in self.regions:  # it left the database, or stopped taking writes
+            self.home = self.rng.choice(self.regions)
         outcome, value = self.call("xadd", self.home, LOG,
                                    lambda c: _text(c.execute_command("XADD", LOG, "*", "v", payload)), payload=payload)
         if outcome != OK:
@@ -146,7 +199,7 @@ class IdmpProducer(Worker):
                 "XADD", IDMP, "IDMP", self.name, iid, "*", "iid", iid)), iid=iid, attempt=attempt)
             if outcome == OK or self.stop_event.is_set():
                 return
-            region = self.rng.choice([r for r in self.regions if r != region])
+            region = self.rng.choice([r for r in self.regions if r != region] or self.regions)
 
 
 class Consumer(Worker):
@@ -166,6 +219,8 @@ class Consumer(Worker):
         return f"{self.name}.{self.generation}"
 
     def step(self) -> None:
+        if self.home not in self.regions:
+            self.home = self.rng.choice(self.regions)
         if self.rng.random() < 0.2:
             outcome, ids = self.call("claim", self.home, LOG, lambda c: claim_ids(c, self.consumer, 2000)[1],
                                      consumer=self.consumer)
@@ -251,14 +306,15 @@ class ModeFlipper(Worker):
 
     def step(self) -> None:
         mode = self.rng.choice(MODES)
-        for region in self.regions:
+        for region in sorted(self.addresses):
             self.call("mode", region, "", lambda c: c.execute_command(
                 "BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", mode), mode=mode)
 
 
-def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, int]],
+def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, int]] | Members,
                   stop: threading.Event, producers: int = 3, consumers: int = 2) -> list[Worker]:
-    regions = sorted(addresses)
+    members = addresses if isinstance(addresses, Members) else Members(addresses)
+    regions, addresses = members.write_targets(), members
     common = dict(seed=seed, history=history, addresses=addresses, stop=stop)
     workers: list[Worker] = []
     for i in range(producers):

@@ -248,10 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls", action="store_true",
                    help="certificates under DATA/tls/, TLS on a client port 200 above each plain one (kept on), "
                         "mutual TLS between regions")
+    p.add_argument("--add-region", nargs="?", const="", metavar="NAME",
+                   help="grow the cluster running detached in --data-dir by one region (default name: the next "
+                        "region-N; the next free ports after the others): braid-admin region add, then the new "
+                        "region starts detached and joins (it takes writes once caught up). Shrink with "
+                        "braid-admin region remove NAME, then braid down --region NAME")
     p.set_defaults(fn=cmd_up)
 
     p = sub.add_parser("down", help="stop a cluster started with `braid up --detach`")
     p.add_argument("--data-dir", default="./data")
+    p.add_argument("--region", metavar="NAME",
+                   help="stop only this region (after braid-admin region remove NAME)")
     p.set_defaults(fn=cmd_down)
 
     p = sub.add_parser("check-log", help="check an operation log directory (and cut a torn tail)")

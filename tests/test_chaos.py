@@ -3,12 +3,14 @@
 Each checker is shown to fail on a history that breaks its rule (a checker
 that never fails is not a checker); the relay's faults are checked on a plain
 TCP echo server; a short live run (three real regions, kill + partition +
-pause) passes; a region with a planted bug makes the matching checker fail.
+pause) passes, and so does one with membership changes; a region with a planted
+bug makes the matching checker fail.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import socketserver
 import threading
@@ -19,7 +21,7 @@ import redis
 
 from chaos import checkers
 from chaos.backends import ProcessBackend
-from chaos.history import FAIL, INFO, OK, History, Op
+from chaos.history import FAIL, INFO, OK, History, Op, Sample
 from chaos.nemesis import KINDS, schedule
 from chaos.relay import RelayHub
 from chaos.run import RunConfig, run
@@ -254,6 +256,31 @@ def _writes(c) -> bool:
         return False
 
 
+def test_forced_removal_excuses_only_writes_that_may_lie_beyond_the_frozen_point():
+    h = history(op("xadd", LOG, 5, 1.0, 1.1, value="1-5", payload="early"),
+                op("xadd", LOG, 5, 3.0, 3.1, value="2-5", payload="late"),
+                op("xadd", LOG, 6, 3.0, 3.1, value="2-6", payload="other"))
+    h.forced = {5: 10}
+    h.samples = [Sample(2.0, 5, True, {5: 10}), Sample(4.0, 5, True, {5: 12})]
+    final = dump(**{LOG: entries(("2-6", "other"))})
+    verdicts = {v.name: v for v in checkers.check_all(h, {6: final})}
+    # "early" was acknowledged before region 5 had made more than its frozen 10 operations: it must survive
+    assert not verdicts["no lost writes"].ok and "1-5" in verdicts["no lost writes"].summary
+    assert verdicts["forced removals"].ok
+    assert "1 acknowledged write(s) possibly beyond excused, 1 of them missing" in verdicts["forced removals"].summary
+    final = dump(**{LOG: entries(("1-5", "early"), ("2-6", "other"))})
+    verdicts = {v.name: v for v in checkers.check_all(h, {6: final})}
+    assert verdicts["no lost writes"].ok  # "late" may lie beyond the frozen point: excused
+    assert h.ops[1].outcome == OK  # the recorded history itself is not changed
+    back = History.from_json(json.loads(json.dumps(h.to_json())))
+    assert back.forced == {5: 10}
+
+
+def test_the_schedule_leaves_membership_to_its_own_nemesis():
+    steps = schedule(3, 60, [1, 2, 3], list(KINDS))
+    assert steps and "membership" not in {s.kind for s in steps}
+
+
 # ------------------------------------------------------------------ live runs
 def _live(tmp_path, seed: int, duration: float, faults: list[str], bug: str | None = None):
     backend = ProcessBackend(3, str(tmp_path / "regions"), bug=bug, seed=seed)
@@ -276,6 +303,46 @@ def test_short_live_run_passes_and_reports(tmp_path):
     assert data["verdict"] == "pass" and len(data["verdicts"]) == 7 and data["history"]["ops"]
     with open(paths["timeline"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_live_run_with_membership_changes_passes_and_reports_them(tmp_path):
+    backend = ProcessBackend(3, str(tmp_path / "regions"), seed=5, membership=True)
+    backend.start()
+    try:
+        result = run(RunConfig(3, 24, 5, ["membership", "partition", "link-faults"], out=str(tmp_path / "r")),
+                     backend)
+        final = sorted(backend.members.addresses)
+    finally:
+        backend.stop()
+    assert result.ok, [v.summary for v in result.verdicts if not v.ok] + result.errors
+    changes = " | ".join(result.membership)
+    assert result.membership[0] == "added region-12 as region 12 (active)", changes
+    left = re.search(r"removed region (\d+) gracefully", changes)
+    forced = re.search(r"removed region (\d+) by force \(frozen at \d+\)", changes)
+    assert left and forced and f"purged region {forced[1]}" in changes, changes
+    assert not {int(left[1]), int(forced[1])} & set(final)  # neither is judged: they are no members
+    assert len(final) in (2, 3)  # 3 + 1 - 1 - 1 (+ 1 if the purged one came back)
+    verdicts = {v.name: v for v in result.verdicts}
+    assert verdicts["convergence"].summary.startswith(f"{len(final)} regions identical")
+    assert "frozen at" in verdicts["forced removals"].summary
+    kinds = {f.kind for f in result.history.faults}
+    assert "membership" in kinds and kinds & {"partition", "link-faults"}
+    with open(report.write_json(result, str(tmp_path / "report.json"))) as f:
+        data = json.load(f)
+    assert data["membership"] == result.membership and data["verdict"] == "pass"
+
+
+def test_membership_is_refused_where_regions_cannot_be_added(tmp_path, capsys):
+    import os
+
+    from chaos.cli import main
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = main(["run", "--cluster", os.path.join(here, "deploy", "cluster.example.toml"), "--faults",
+                 "membership", "--out", str(tmp_path)])
+    assert code == 2
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "the membership fault needs regions it can start during the run" in out
 
 
 @pytest.mark.parametrize("bug, checker", [("lost-delete", "convergence"), ("strict-dup", "unique IDs")])

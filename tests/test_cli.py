@@ -97,3 +97,83 @@ def test_node_with_an_unknown_region_is_a_clear_error(tmp_path):
     res = _braid("node", "--config", os.path.join(here, "deploy", "cluster.example.toml"),
                  "--region", "mars", "--data-dir", str(tmp_path))
     assert res.returncode == 2 and "no region named 'mars'" in res.stderr
+
+
+def _info(client: redis.Redis, field: str) -> str:
+    return str(client.info("crdt")[field])
+
+
+def test_up_grows_a_detached_cluster_and_down_stops_one_region(tmp_path):
+    port = free_port_base(3)
+    data = str(tmp_path / "grow")
+    up = _braid("up", "--detach", "--regions", "2", "--base-port", str(port), "--data-dir", data)
+    assert up.returncode == 0, up.stderr
+    try:
+        first = redis.Redis(port=port, socket_timeout=5)
+        before = first.xadd("s", {"at": "region-1"})
+        added = _braid("up", "--add-region", "--data-dir", data)
+        assert added.returncode == 0, added.stderr
+        assert "region-3" in added.stdout and f"redis-cli -p {port + 2}" in added.stdout
+        third = redis.Redis(port=port + 2, socket_timeout=5)
+        wait_until(lambda: _info(third, "crdt_member_status") == "active", 60, what="region-3 to become active")
+        assert before in [e[0] for e in third.xrange("s")]  # it took the data that was there before it
+        mine = third.xadd("s", {"at": "region-3"})
+        assert mine.endswith(b"-3")  # its own number in strict IDs
+        wait_until(lambda: mine in [e[0] for e in first.xrange("s")], 20, what="region-3's write at region-1")
+
+        again = _braid("up", "--add-region", "region-3", "--data-dir", data)
+        assert again.returncode == 1 and "already a member" in again.stderr
+
+        removed = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", f"{data}/cluster.toml",
+                                  "region", "remove", "region-3"], capture_output=True, text=True, timeout=90)
+        assert removed.returncode == 0, removed.stderr
+        assert "left the database" in removed.stdout
+        third.close()  # first: a connection the server closes would hold its port (TIME_WAIT)
+        stopped = _braid("down", "--region", "region-3", "--data-dir", data)
+        assert stopped.returncode == 0 and "stopped region-3" in stopped.stdout, stopped.stderr
+        assert "still a member" not in stopped.stderr
+        assert port_is_free(port + 2)
+        assert [e[0] for e in first.xrange("s")] == [before, mine]  # its write stays: it is data
+        assert first.ping()  # the others run on
+        unknown = _braid("down", "--region", "region-9", "--data-dir", data)
+        assert unknown.returncode == 1 and "no region named 'region-9'" in unknown.stderr
+        first.close()
+    finally:
+        down = _braid("down", "--data-dir", data)
+    assert down.returncode == 0, down.stderr
+    for p in (port, port + 1, port + 2):
+        assert port_is_free(p)
+    # `braid up` restarts the cluster as its members are now (region-3 left it)
+    again = _braid("up", "--detach", "--data-dir", data)
+    assert again.returncode == 0 and "members changed since it was made: region-1, region-2" in again.stdout, \
+        again.stderr
+    try:
+        second = redis.Redis(port=port + 1, socket_timeout=5)
+        assert [e[0] for e in second.xrange("s")] == [before, mine]
+        second.close()
+        assert port_is_free(port + 2)
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
+
+
+def test_add_region_without_a_detached_cluster_is_a_clear_error(tmp_path):
+    res = _braid("up", "--add-region", "--data-dir", str(tmp_path))
+    assert res.returncode == 1
+    assert "no detached cluster" in res.stderr
+
+
+def test_add_region_to_a_tls_cluster_signs_its_certificate_with_the_cluster_ca(tmp_path):
+    port = free_port_base(3, (0, 100, 200))
+    data = str(tmp_path / "tls")
+    up = _braid("up", "--detach", "--tls", "--regions", "2", "--base-port", str(port), "--data-dir", data)
+    assert up.returncode == 0, up.stderr
+    try:
+        added = _braid("up", "--add-region", "--data-dir", data)
+        assert added.returncode == 0, added.stderr
+        assert f"-p {port + 202}" in added.stdout  # its TLS client port, like the others'
+        third = redis.Redis(port=port + 202, socket_timeout=5, ssl=True, ssl_ca_certs=f"{data}/tls/ca.crt")
+        # it can only become active over mutual-TLS links: its certificate is signed by the cluster's CA
+        wait_until(lambda: _info(third, "crdt_member_status") == "active", 60, what="region-3 to become active")
+        third.close()
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
