@@ -51,8 +51,13 @@ What membership means for the other rules (crdt/causal.py, crdt/ops.py):
   beyond it (:meth:`Membership.accepts`); those are lost, and their count is what
   the removed region had issued past ``frozen`` (unknown while it is away).  From
   its promise on, a voter of a forced removal takes no operation of the removed
-  region above what it held when it promised (``promised_held``), so no voter can
-  hold more than the ``frozen`` the coordinator computes from the promises.
+  region above what it held when it promised (``holding``), so no voter can hold
+  more than the ``frozen`` the coordinator computes from the promises.  That hold
+  outlives a promise that lapses (:meth:`Membership.lapse`: its coordinator
+  vanished, and the removal may have been committed elsewhere); it ends only with
+  an explicit abort of that proposal or a newer epoch (the removal took effect -
+  ``frozen`` rules from then on - or another change made that epoch, so it never
+  will).
 * A join carries the new region's address (``Change.endpoint``: host, client port,
   replication port), so every member can reach it once the join is committed.
 """
@@ -118,7 +123,7 @@ class Membership:
     members: dict[int, Member] = field(default_factory=dict)
     frozen: dict[int, int] = field(default_factory=dict)   # removed origin -> last operation accepted
     promised: Proposal | None = None                       # the proposal for epoch + 1 this region backs
-    promised_held: int = 0                                 # a forced removal promised: what it held then
+    holding: dict[int, int] = field(default_factory=dict)  # region being force-removed -> held at promise
     changes: dict[int, Proposal] = field(default_factory=dict)  # epoch -> the proposal that made it
 
     @classmethod
@@ -156,9 +161,8 @@ class Membership:
             return False
         if status == REMOVED:
             return n <= self.frozen.get(origin, 0)
-        p = self.promised
-        if p is not None and p.change.kind == FORCE_REMOVE and p.change.number == origin:
-            return n <= self.promised_held  # its removal is being agreed: frozen where this voter was
+        if origin in self.holding:
+            return n <= self.holding[origin]  # its removal is being agreed: frozen where this voter was
         return True
 
     def admits(self, origin: int, n: int, deps) -> bool:
@@ -215,14 +219,22 @@ class Membership:
         except MembershipError as e:
             return Promise(False, str(e))
         self.promised = p
-        self.promised_held = held
+        if p.change.kind == FORCE_REMOVE:
+            self.holding[p.change.number] = held
         return Promise(True, held=held)
 
     def abort(self, p: Proposal) -> None:
         """The coordinator gave ``p`` up: the promise goes (another proposal may be backed)."""
         if self.promised == p:
             self.promised = None
-            self.promised_held = 0
+            if p.change.kind == FORCE_REMOVE:
+                self.holding.pop(p.change.number, None)
+
+    def lapse(self, p: Proposal) -> None:
+        """Give up waiting for ``p``'s coordinator: another proposal may be promised.  Unlike
+        :meth:`abort`, a forced removal's hold stays (it may have been committed elsewhere)."""
+        if self.promised == p:
+            self.promised = None
 
     def commit(self, p: Proposal, frozen: int = 0) -> None:
         """Apply ``p``, the proposal this region promised: epoch + 1.  ``frozen``: for a
@@ -257,7 +269,7 @@ class Membership:
         self.epoch, self.members, self.frozen = other.epoch, dict(other.members), dict(other.frozen)
         self.changes = {**self.changes, **other.changes}
         self.promised = None
-        self.promised_held = 0
+        self.holding = {}  # a newer epoch: removals promised before it took effect or never will
         return True
 
     def _apply(self, p: Proposal, frozen: int) -> None:
@@ -273,4 +285,4 @@ class Membership:
         self.epoch = p.epoch
         self.changes[p.epoch] = p
         self.promised = None
-        self.promised_held = 0
+        self.holding = {}

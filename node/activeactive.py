@@ -69,6 +69,8 @@ class ActiveActive:
         self.activation: asyncio.Task | None = None
         self.learning: asyncio.Task | None = None
         self._promised_at = 0.0  # when the promise held now was made (monotonic seconds)
+        self.promise_store = None  # where the promise is kept across restarts (the server's data dir)
+        self._held_links: set[int] = set()  # links cut while a forced removal of that peer is held
         self._learn_soon = True   # ask the peers for their member lists (at start, after a refusal)
         self.on_purge: Callable[[], None] = lambda: None  # the server wipes its files and stops
         self.admin_tls = None  # set by start(): what this region presents to other regions' admin service
@@ -586,20 +588,70 @@ class ActiveActive:
         held_promise = self.membership.promised
         if held_promise is not None and held_promise != p and now - self._promised_at > PROMISE_TIMEOUT_S:
             log.warning("the promise for epoch %d (%s of region %d) lapsed: its coordinator never committed "
-                        "nor aborted it", held_promise.epoch, held_promise.change.kind, held_promise.change.number)
-            self.abort(held_promise)
+                        "nor aborted it (a forced removal's hold on that region's operations stays until an "
+                        "epoch settles it)", held_promise.epoch, held_promise.change.kind,
+                        held_promise.change.number)
+            self.membership.lapse(held_promise)  # a forced removal's hold stays (crdt/membership.py)
         held = self.causal.vv.get(p.change.number, 0)
         answer = self.membership.promise(p, held)
         if answer.ok and held_promise != p:
             self._promised_at = now
+            self._store_promise()  # on disk before the answer leaves
         if answer.ok and p.change.kind == FORCE_REMOVE:
-            self.hub.pause(p.change.number)  # take nothing more of it: frozen where this region is
+            self._hold_link(p.change.number)
         return answer
+
+    def _hold_link(self, number: int) -> None:
+        """Cut the link to a region being force-removed: take nothing more of it (the gate also
+        drops its operations relayed by others past the hold)."""
+        self._held_links.add(number)
+        self.hub.pause(number)
+
+    def _release_links(self) -> None:
+        """Links cut for holds no longer in force come back (the removal was aborted, or another
+        change made the epoch)."""
+        for number in list(self._held_links):
+            if number not in self.membership.holding:
+                self._held_links.discard(number)
+                if self.membership.status(number) in LIVE:
+                    self.hub.resume(number)
 
     def abort(self, p: Proposal) -> None:
         self.membership.abort(p)
-        if p.change.kind == FORCE_REMOVE and self.membership.status(p.change.number) in LIVE:
-            self.hub.resume(p.change.number)
+        self._store_promise()
+        self._release_links()
+
+    # ------------------------------------------------------------ the promise on disk
+    def attach_promise_store(self, store) -> None:
+        """Keep the promise in ``store`` (``save(state | None)``, ``load()``), and take back the
+        one stored before a restart (node/persistence/promise.py)."""
+        from .persistence.promise import proposal_from_dict
+
+        self.promise_store = store
+        state = store.load()
+        if not state or int(state.get("epoch", 0)) != self.membership.epoch:
+            return  # none, or the membership moved on meanwhile: the outcome is known
+        m = self.membership
+        if state.get("promised"):
+            m.promised = proposal_from_dict(state["promised"])
+            self._promised_at = time.monotonic()  # it lapses PROMISE_TIMEOUT_S after the restart
+        m.holding = {int(o): int(n) for o, n in state.get("holding", {}).items()}
+        for number in m.holding:
+            self._hold_link(number)
+        log.warning("restarted with a membership promise (%s) and holds %s", m.promised, m.holding)
+
+    def _store_promise(self) -> None:
+        from .persistence.promise import proposal_to_dict
+
+        if self.promise_store is None:
+            return
+        m = self.membership
+        if m.promised is None and not m.holding:
+            self.promise_store.save(None)
+            return
+        self.promise_store.save({"epoch": m.epoch,
+                                 "promised": None if m.promised is None else proposal_to_dict(m.promised),
+                                 "holding": {str(o): n for o, n in m.holding.items()}})
 
     def commit(self, p: Proposal, frozen: int) -> None:
         """Apply an agreed change (MembershipError: this region did not promise it)."""
@@ -627,6 +679,7 @@ class ActiveActive:
         """Record the new list, follow it with the links (dial new members, drop removed ones,
         handshake again with everyone at the new epoch) and, once removed, stop syncing."""
         m = self.membership
+        self._store_promise()  # a newer epoch: no promise or hold is left
         self.cluster.take_membership(m, endpoints)
         self.hub.names = {r.number: r.name for r in self.cluster.regions}
         try:
@@ -641,6 +694,7 @@ class ActiveActive:
             return
         for number in [n for n in self.hub.peer_numbers() if m.status(n) not in LIVE]:
             self.hub.forget(number)
+        self._release_links()
         self.hub.relink()
         self._dial_peers()
         self._watch_join()

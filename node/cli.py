@@ -82,6 +82,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
     if args.metrics_port is not None:
         cfg.set("metrics-port", args.metrics_port)
+    from .persistence.promise import PromiseFileError
     from .security.acl import AclFileError
     from .transport.tls import TlsConfigError as LinkTlsError
 
@@ -92,6 +93,9 @@ def cmd_node(args: argparse.Namespace) -> int:
         return 1
     except LinkTlsError as e:
         print(f"braid node: TLS between regions: {e}", file=sys.stderr)
+        return 1
+    except PromiseFileError as e:
+        print(f"braid node: {e}", file=sys.stderr)
         return 1
     try:
         server.tls.check()  # a bad certificate or key: a clear error now, not a traceback later

@@ -76,7 +76,10 @@ class Server(RegionCore):
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
         if self.db.aa is not None:
+            from .persistence.promise import FilePromiseStore
+
             self.db.aa.on_purge = self.purge
+            self.db.aa.attach_promise_store(FilePromiseStore(self.config["dir"]))
 
     # ------------------------------------------------------------ settings
     def config_changed(self) -> None:
@@ -255,6 +258,8 @@ class Server(RegionCore):
                 import shutil
 
                 shutil.rmtree(self.oplog.directory, ignore_errors=True)
+                if self.db.aa is not None:
+                    self.db.aa.promise_store.save(None)
                 log.warning("purged: deleted %s; add the region again (braid-admin region add) and start it",
                             self.oplog.directory)
 

@@ -227,3 +227,20 @@ def test_a_commit_for_an_epoch_adopted_from_a_peer_changes_nothing():
     assert b.adopt(peer_list)
     b.commit(p)
     assert b.epoch == 2 and b.status(4) == JOINING
+
+
+def test_a_forced_removal_hold_outlives_a_lapsed_promise_until_an_epoch_settles_it():
+    a = three()
+    p = a.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert a.promise(p, held=4).ok
+    assert a.accepts(3, 4) and not a.accepts(3, 5)
+    a.lapse(p)  # its coordinator vanished: another change may be promised, the hold stays
+    assert a.promised is None and not a.accepts(3, 5)
+    q = a.propose(Change(JOIN, 4, "region-4"), (0, 2))
+    assert a.promise(q).ok
+    a.commit(q)  # epoch 2 was made by the join: the removal never took effect
+    assert a.holding == {} and a.accepts(3, 5)
+    r = a.propose(Change(FORCE_REMOVE, 3), (0, 3))
+    assert a.promise(r, held=9).ok
+    a.abort(r)  # an explicit abort: the hold goes with the promise
+    assert a.holding == {} and a.accepts(3, 10)

@@ -165,3 +165,39 @@ def test_the_cluster_file_records_the_member_list(tmp_path):
     back.validate()
     assert back.region("region-2").number == 5
     assert core.aa.membership.propose(Change(ACTIVATE, 4), (0, 3)).epoch == 4
+
+
+def test_a_promise_and_its_hold_survive_a_restart(tmp_path):
+    from node.persistence.promise import FilePromiseStore, PromiseFileError
+
+    core, _ = region(1)
+    core.aa.attach_promise_store(FilePromiseStore(str(tmp_path)))
+    core.aa.causal.vv[3] = 5
+    p = core.aa.membership.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert core.aa.promise(p).ok
+    again, _ = region(1)  # the region restarts from its files
+    again.aa.attach_promise_store(FilePromiseStore(str(tmp_path)))
+    assert again.aa.membership.promised == p
+    assert again.aa.hub.gate.admits(env(3, 5)) == "" and again.aa.hub.gate.admits(env(3, 6)) == "drop"
+    assert 3 in again.aa.hub.cut  # the link to the region being removed stays cut
+    again.aa.commit(p, 7)  # the coordinator's commit reaches it after the restart
+    assert again.aa.membership.status(3) == "removed" and not (tmp_path / "membership-promise.json").exists()
+    (tmp_path / "membership-promise.json").write_text("{not json")
+    with pytest.raises(PromiseFileError, match="is not a membership promise"):
+        region(1)[0].aa.attach_promise_store(FilePromiseStore(str(tmp_path)))
+
+
+def test_a_region_with_an_unreadable_promise_file_does_not_start(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = cluster()
+    cfg.save(str(tmp_path / "cluster.toml"))
+    data = tmp_path / "region-1"
+    data.mkdir()
+    (data / "membership-promise.json").write_text('{"epoch": "x"}')
+    done = subprocess.run([sys.executable, "-m", "node", "node", "--config", str(tmp_path / "cluster.toml"),
+                           "--region", "region-1", "--data-dir", str(data), "--port", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "membership-promise.json is not a membership promise" in done.stderr
