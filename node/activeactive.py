@@ -14,8 +14,10 @@ replication hub's gate (:class:`MembershipGate`): the handshake carries the epoc
 the list; a peer with a newer list is believed (every epoch was agreed by every
 live member) and its list adopted; a peer that is not a member at this region's
 epoch, or was removed, is refused (logged, counted as ``membership_refused``); an
-operation of a removed region past its frozen point is dropped, one from a region
-this list does not know restarts the link (the handshake brings the newer list).
+operation of a removed region past its frozen point is dropped (one already waiting
+here for its dependencies too, as soon as the list - or a promise to a forced
+removal - refuses it), one from a region this list does not know restarts the link
+(the handshake brings the newer list).
 A change - agreed here, or adopted - restarts every link, so both ends of each
 handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
@@ -135,8 +137,13 @@ class ActiveActive:
 
     def _dial_peers(self) -> None:
         """Dial every live member with a higher number (the lower number dials); a removed
-        region dials nobody."""
+        region dials nobody, nor does a region driven without an event loop (the simulations
+        deliver operations themselves: a dial task there would never run)."""
         if self.membership.status(self.region) in (None, REMOVED):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
             return
         for peer in self.peers():
             if peer.number > self.me.number:
@@ -510,6 +517,7 @@ class ActiveActive:
         answer = self.membership.promise(p, held)
         if answer.ok and p.change.kind == FORCE_REMOVE:
             self.hub.pause(p.change.number)  # take nothing more of it: frozen where this region is
+            self._drop_refused_pending()
         return answer
 
     def abort(self, p: Proposal) -> None:
@@ -543,6 +551,7 @@ class ActiveActive:
         """Record the new list, follow it with the links (dial new members, drop removed ones,
         handshake again with everyone at the new epoch) and, once removed, stop syncing."""
         m = self.membership
+        self._drop_refused_pending()
         self.cluster.take_membership(m, endpoints)
         self.hub.names = {r.number: r.name for r in self.cluster.regions}
         try:
@@ -560,6 +569,17 @@ class ActiveActive:
         self.hub.relink()
         self._dial_peers()
         self._watch_join()
+
+    def _drop_refused_pending(self) -> None:
+        """The list now refuses operations of a region removed (or being removed) by force past
+        its frozen point: envelopes of it that wait here for their dependencies go, with those
+        that depend on one.  Left waiting, one would be applied past the frozen point as soon
+        as what it waits for arrives from a member (or wait for good), and this region would
+        hold what the others never accept.  Dropping a waiting envelope is safe (crdt/causal.py):
+        a peer sends again what this region lacks."""
+        m = self.membership
+        self.membership_dropped += self.causal.drop_pending(
+            lambda e: not m.accepts(e.origin, e.n) or not all(m.accepts(o, n) for o, n in e.deps))
 
     def purge(self, blob: bytes) -> None:
         """Wipe this region's data so that it can be added again as a new member: only once it
