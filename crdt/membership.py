@@ -28,7 +28,7 @@ promised.  A voter that cannot be reached blocks changes - except its own forced
 removal, which does not ask it.  A member that missed a commit (the coordinator
 failed half way) learns the newer list from any member that has it
 (:meth:`Membership.adopt`: the handshake carries the epoch), since every epoch's
-list was agreed.
+list was agreed; the coordinator's commit reaching it afterwards changes nothing.
 
 What membership means for the other rules (crdt/causal.py, crdt/ops.py):
 
@@ -227,11 +227,16 @@ class Membership:
     def commit(self, p: Proposal, frozen: int = 0) -> None:
         """Apply ``p``, the proposal this region promised: epoch + 1.  ``frozen``: for a
         removal, the highest operation of the removed region any voter held (the remaining
-        regions accept it up to there).  Committing ``p`` again is a no-op; committing a
-        proposal this region did not promise is refused (MembershipError)."""
+        regions accept it up to there).  Committing ``p`` again is a no-op, and so is
+        committing it once this region adopted a list of ``p``'s epoch or newer from a peer
+        (a member that committed first met it meanwhile): that epoch's list is the one agreed
+        for it, ``p``'s.  Committing a proposal this region did not promise is refused
+        (MembershipError)."""
         if self.changes.get(p.epoch) == p:
             return
         if p.epoch <= self.epoch:
+            if p.epoch not in self.changes:
+                return  # adopted: the list of that epoch came from a peer (one list per epoch)
             raise MembershipError(f"epoch {p.epoch} was made by another change here")
         if self.promised != p:
             raise MembershipError(f"this region did not promise the change for epoch {p.epoch}")

@@ -134,6 +134,29 @@ MAX_ENTRIES = 400                # bursts stop once a region holds this many ent
 regions_st = Bundle("active")
 
 
+# Network work between an agreement's promises and each of its commits (a pick each).
+MEANWHILE = st.lists(st.integers(0, 1000), max_size=3)
+
+
+class LateVoter:
+    """A region voting on a membership change (its own ``promise`` / ``commit`` / ``abort``)
+    whose commit comes after the network did some more work (``meanwhile``): a member that
+    committed meets one that only promised, a removed region's envelopes still arrive."""
+
+    def __init__(self, aa, meanwhile) -> None:
+        self.aa, self.meanwhile = aa, meanwhile
+
+    def promise(self, p):
+        return self.aa.promise(p)
+
+    def commit(self, p, frozen):
+        self.meanwhile()
+        return self.aa.commit(p, frozen)
+
+    def abort(self, p):
+        return self.aa.abort(p)
+
+
 class AddedRegion(Region):
     """A region added to the running database: a region server created with the newest
     member list (where it is joining), empty; it catches up from its peers."""
@@ -513,6 +536,10 @@ class ConvergenceMachine(RuleBasedStateMachine):
         (``hub.handshake_vv``; a joining region has caught up once it holds all of that)."""
         a.aa.hub.handshake_vv.setdefault(b.number, dict(b.causal.vv))
         b.aa.hub.handshake_vv.setdefault(a.number, dict(a.causal.vv))
+        if a.aa.membership.epoch != b.aa.membership.epoch:  # (mid-agreement) the newer list is adopted
+            assert not a.aa.hub.gate.check_peer(b.number, *b.aa.hub.gate.hello())
+            assert not b.aa.hub.gate.check_peer(a.number, *a.aa.hub.gate.hello())
+            assert a.aa.membership.epoch == b.aa.membership.epoch
 
     def _status(self, number: int) -> str | None:
         return next(iter(self.regions.values())).aa.membership.status(number)
@@ -520,16 +547,41 @@ class ConvergenceMachine(RuleBasedStateMachine):
     def _with_status(self, *statuses: str) -> list[int]:
         return [n for n in sorted(self.regions) if self._status(n) in statuses]
 
-    def _agree(self, change: Change, coordinator: int = 0) -> int:
+    def _agree(self, change: Change, meanwhile: list[int], coordinator: int = 0) -> int:
         """Every voter agrees ``change`` (node/membership_change.py: ``aa.promise`` at each,
         then ``aa.commit``), coordinated by braid-admin (number 0) or by a joining region
-        activating itself; returns the frozen point of a removal."""
+        activating itself; before each commit the network delivers one envelope per pick of
+        ``meanwhile``.  Returns the frozen point of a removal."""
         self.ballots += 1
         current = copy.deepcopy(self.regions[min(self.regions)].aa.membership)
-        voters = {n: r.aa for n, r in self.regions.items()}
+        picks = list(meanwhile)
+
+        def network() -> None:
+            if picks:
+                self._deliver_meanwhile(change, picks.pop(0))
+
+        voters = {n: LateVoter(r.aa, network) for n, r in self.regions.items()}
         _p, frozen, unreached = agree(change, current, voters, (coordinator, self.ballots), {})
         assert not unreached
         return frozen
+
+    def _deliver_meanwhile(self, change: Change, pick: int) -> None:
+        """One envelope over a live link while a change is being agreed.  A region being
+        removed by force is cut off: only its envelopes already on their way arrive (never an
+        image); a leaver being removed has handed everything over."""
+        gone = change.number if change.kind in (REMOVE, FORCE_REMOVE) else None
+        live = sorted(self.regions)
+        links = [(a, b) for a in live for b in live if a != b and b != gone
+                 and not (a == gone and change.kind == REMOVE)]
+        src, dst = (self.regions[n] for n in links[pick % len(links)])
+        pick //= len(links)
+        if src.number == gone:
+            lacking = src.causal.missing(dst.causal.vv)
+            if lacking:
+                dst.aa.hub.deliver(lacking[pick % len(lacking)])  # dropped past what dst promised
+            return
+        self._meet(src, dst)
+        self.images += deliver(src, dst, pick)
 
     def _check_stable(self, synced: dict[int, int]) -> None:
         """Every live region wrote after seeing ``synced``, and everything was delivered: what
@@ -553,14 +605,14 @@ class ConvergenceMachine(RuleBasedStateMachine):
         self._leaves(number)
 
     @precondition(lambda self: self.joins < len(JOINERS))
-    @rule()
-    def join(self):
+    @rule(meanwhile=MEANWHILE)
+    def join(self, meanwhile):
         """braid-admin region add: every live member agrees the JOIN, then the new region starts,
         empty, with the newest list (it is joining there); the network rules now deliver to and
         from it, with a full-resync image where the sender trimmed what it lacks."""
         number = JOINERS[self.joins]
         self.joins += 1
-        self._agree(Change(JOIN, number, f"region-{number}", ("local", 0, 0)))
+        self._agree(Change(JOIN, number, f"region-{number}", ("local", 0, 0)), meanwhile)
         cluster = copy.deepcopy(self.regions[min(self.regions)].aa.cluster)
         assert cluster.by_number(number).status == JOINING
         r = AddedRegion(number, cluster, {"stream-node-max-entries": NODE_SIZES[number], **IDMP_SETTINGS})
@@ -572,37 +624,37 @@ class ConvergenceMachine(RuleBasedStateMachine):
         self.delivered_at[number] = set()
 
     @precondition(lambda self: self._with_status(JOINING))
-    @rule(target=regions_st, data=st.data())
-    def activate(self, data):
+    @rule(target=regions_st, data=st.data(), meanwhile=MEANWHILE)
+    def activate(self, data, meanwhile):
         """A joining region that caught up (it holds everything each active peer held when
         they first met) has itself activated: from then on it is an active region like any."""
         number = data.draw(st.sampled_from(self._with_status(JOINING)), label="joining")
         if not self.regions[number].aa.caught_up():
             return multiple()
-        self._agree(Change(ACTIVATE, number), coordinator=number)
+        self._agree(Change(ACTIVATE, number), meanwhile, coordinator=number)
         return number
 
     @precondition(lambda self: len(self._with_status(ACTIVE)) >= 3)
-    @rule(region=consumes(regions_st))
-    def leave(self, region):
+    @rule(region=consumes(regions_st), meanwhile=MEANWHILE)
+    def leave(self, region, meanwhile):
         """A graceful removal starts (never below two active regions): the region takes no
         more writes (READONLY) and hands its operations over."""
-        self._agree(Change(LEAVE, region))
+        self._agree(Change(LEAVE, region), meanwhile)
         self._leaves(region)
 
     @precondition(lambda self: self._with_status(LEAVING))
-    @rule(data=st.data())
-    def remove_leaver(self, data):
+    @rule(data=st.data(), meanwhile=MEANWHILE)
+    def remove_leaver(self, data, meanwhile):
         """Once every other live region holds all the leaver's operations (a sync brings them),
         its removal: frozen at its own count."""
         number = data.draw(st.sampled_from(self._with_status(LEAVING)), label="leaving")
         self._sync()
         own = self.regions[number].causal.vv.get(number, 0)
         assert all(r.causal.vv.get(number, 0) == own for r in self.regions.values())
-        assert self._agree(Change(REMOVE, number)) == own
+        assert self._agree(Change(REMOVE, number), meanwhile) == own
         self._removed(number)
 
-    def _force_remove(self, number: int, in_flight: list[int]) -> None:
+    def _force_remove(self, number: int, in_flight: list[int], meanwhile: list[int]) -> None:
         """The region is cut off while some of its envelopes are on their way: they reach
         other regions (in any order: some wait there, pending), then its removal is agreed."""
         others = [r for n, r in sorted(self.regions.items()) if n != number]
@@ -611,20 +663,21 @@ class ConvergenceMachine(RuleBasedStateMachine):
             self._meet(self.regions[number], dst)
             self.images += deliver(self.regions[number], dst, pick // len(others))
         held = max(r.causal.vv.get(number, 0) for r in others)
-        assert self._agree(Change(FORCE_REMOVE, number)) == held  # what the others hold, at most
+        assert self._agree(Change(FORCE_REMOVE, number), meanwhile) == held  # the most the others hold
         self._removed(number)
 
     @precondition(lambda self: len(self._with_status(ACTIVE)) >= 3)
-    @rule(region=consumes(regions_st), in_flight=st.lists(st.integers(0, 1000), max_size=4))
-    def force_remove(self, region, in_flight):
+    @rule(region=consumes(regions_st), in_flight=st.lists(st.integers(0, 1000), max_size=4), meanwhile=MEANWHILE)
+    def force_remove(self, region, in_flight, meanwhile):
         """braid-admin region remove --force of an active region cut off from the others (it is
         not asked): its operations are frozen at the most any other region holds."""
-        self._force_remove(region, in_flight)
+        self._force_remove(region, in_flight, meanwhile)
 
     @precondition(lambda self: self._with_status(JOINING, LEAVING))
-    @rule(data=st.data(), in_flight=st.lists(st.integers(0, 1000), max_size=4))
-    def force_remove_joining_or_leaving(self, data, in_flight):
-        self._force_remove(data.draw(st.sampled_from(self._with_status(JOINING, LEAVING)), label="region"), in_flight)
+    @rule(data=st.data(), in_flight=st.lists(st.integers(0, 1000), max_size=4), meanwhile=MEANWHILE)
+    def force_remove_joining_or_leaving(self, data, in_flight, meanwhile):
+        self._force_remove(data.draw(st.sampled_from(self._with_status(JOINING, LEAVING)), label="region"),
+                           in_flight, meanwhile)
 
     def _not_active(self) -> list[int]:
         return self._with_status(JOINING, LEAVING) + sorted(self.removed)
