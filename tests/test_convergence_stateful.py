@@ -72,11 +72,12 @@ Invariants:
   grows, and the log holds exactly the dots ``(o, floor[o]+1 .. vv[o])`` (those
   below were trimmed); a duplicate envelope changes nothing;
 - after full delivery (the ``sync_all_and_check`` rule, and at teardown) every
-  live region (the removed ones are out of the comparison) has the same snapshot, the same replies to XRANGE / groups / EXISTS for
-  every key, and IDMP maps that agree: an iid held by two regions (live or kept
-  for a dropped key) names the same entry at both (which iids are still held
-  differs: each region expires on its own clock, and past IDMP-MAXSIZE evicts
-  the oldest arrivals, in the order it received them);
+  live region (the removed ones are out of the comparison) has the same
+  snapshot, the same replies to XRANGE / groups / EXISTS for every key, and
+  IDMP maps that agree: an iid held by two regions (live or kept for a dropped
+  key) names the same entry at both (which iids are still held differs: each
+  region expires on its own clock, and past IDMP-MAXSIZE evicts the oldest
+  arrivals, in the order it received them);
 - causal stability waits for the live members only: after every live region
   wrote once it had seen everything, and full delivery, everything before is
   stable at every region and every delete context is collected, whoever was
