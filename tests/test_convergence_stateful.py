@@ -135,6 +135,8 @@ MAX_ENTRIES = 400                # bursts stop once a region holds this many ent
 regions_st = Bundle("active")
 
 
+# Envelopes of a region removed by force still on their way when it is cut off (a pick each).
+IN_FLIGHT = st.lists(st.integers(0, 1000), max_size=4)
 # Network work between an agreement's promises and each of its commits (a pick each).
 MEANWHILE = st.lists(st.integers(0, 1000), max_size=3)
 
@@ -668,15 +670,16 @@ class ConvergenceMachine(RuleBasedStateMachine):
         self._removed(number)
 
     @precondition(lambda self: len(self._with_status(ACTIVE)) >= 3)
-    @rule(region=consumes(regions_st), in_flight=st.lists(st.integers(0, 1000), max_size=4), meanwhile=MEANWHILE)
+    @rule(region=consumes(regions_st), in_flight=IN_FLIGHT, meanwhile=MEANWHILE)
     def force_remove(self, region, in_flight, meanwhile):
         """braid-admin region remove --force of an active region cut off from the others (it is
         not asked): its operations are frozen at the most any other region holds."""
         self._force_remove(region, in_flight, meanwhile)
 
     @precondition(lambda self: self._with_status(JOINING, LEAVING))
-    @rule(data=st.data(), in_flight=st.lists(st.integers(0, 1000), max_size=4), meanwhile=MEANWHILE)
+    @rule(data=st.data(), in_flight=IN_FLIGHT, meanwhile=MEANWHILE)
     def force_remove_joining_or_leaving(self, data, in_flight, meanwhile):
+        """A joining or leaving region removed by force (the active ones are left as they are)."""
         self._force_remove(data.draw(st.sampled_from(self._with_status(JOINING, LEAVING)), label="region"),
                            in_flight, meanwhile)
 
