@@ -208,12 +208,13 @@ class CausalLog:
                     progress = True
         return out
 
-    def drop_pending(self) -> int:
-        """Forget every envelope waiting for its dependencies (none was counted); returns how many."""
-        dropped = len(self.pending)
-        self.pending = {}
-        self.pending_bytes = 0
-        return dropped
+    def drop_pending(self, which: Callable[[Envelope], bool] | None = None) -> int:
+        """Forget the envelopes waiting for their dependencies (none was counted): every one, or
+        those ``which`` picks; returns how many."""
+        dropped = [dot for dot, e in self.pending.items() if which is None or which(e)]
+        for dot in dropped:
+            self.pending_bytes -= _size(self.pending.pop(dot).op)
+        return len(dropped)
 
     def missing(self, peer_vv: VersionVector) -> list[Envelope]:
         """Envelopes this region holds that a peer with ``peer_vv`` has not applied."""

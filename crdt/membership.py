@@ -28,7 +28,7 @@ promised.  A voter that cannot be reached blocks changes - except its own forced
 removal, which does not ask it.  A member that missed a commit (the coordinator
 failed half way) learns the newer list from any member that has it
 (:meth:`Membership.adopt`: the handshake carries the epoch), since every epoch's
-list was agreed.
+list was agreed; the coordinator's commit reaching it afterwards changes nothing.
 
 What membership means for the other rules (crdt/causal.py, crdt/ops.py):
 

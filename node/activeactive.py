@@ -14,8 +14,10 @@ replication hub's gate (:class:`MembershipGate`): the handshake carries the epoc
 the list; a peer with a newer list is believed (every epoch was agreed by every
 live member) and its list adopted; a peer that is not a member at this region's
 epoch, or was removed, is refused (logged, counted as ``membership_refused``); an
-operation of a removed region past its frozen point is dropped, one from a region
-this list does not know restarts the link (the handshake brings the newer list).
+operation of a removed region past its frozen point is dropped (one already waiting
+here for its dependencies too, as soon as the list - or a promise to a forced
+removal - refuses it), one from a region this list does not know restarts the link
+(the handshake brings the newer list).
 A change - agreed here, or adopted - restarts every link, so both ends of each
 handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
@@ -599,6 +601,7 @@ class ActiveActive:
             self._store_promise()  # on disk before the answer leaves
         if answer.ok and p.change.kind == FORCE_REMOVE:
             self._hold_link(p.change.number)
+            self._drop_refused_pending()
         return answer
 
     def _hold_link(self, number: int) -> None:
@@ -680,6 +683,7 @@ class ActiveActive:
         handshake again with everyone at the new epoch) and, once removed, stop syncing."""
         m = self.membership
         self._store_promise()  # a newer epoch: no promise or hold is left
+        self._drop_refused_pending()
         self.cluster.take_membership(m, endpoints)
         self.hub.names = {r.number: r.name for r in self.cluster.regions}
         try:
@@ -698,6 +702,17 @@ class ActiveActive:
         self.hub.relink()
         self._dial_peers()
         self._watch_join()
+
+    def _drop_refused_pending(self) -> None:
+        """The list now refuses operations of a region removed (or being removed) by force past
+        its frozen point: envelopes of it that wait here for their dependencies go, with those
+        that depend on one.  Left waiting, one would be applied past the frozen point as soon
+        as what it waits for arrives from a member (or wait for good), and this region would
+        hold what the others never accept.  Dropping a waiting envelope is safe (crdt/causal.py):
+        a peer sends again what this region lacks."""
+        m = self.membership
+        self.membership_dropped += self.causal.drop_pending(
+            lambda e: not m.accepts(e.origin, e.n) or not all(m.accepts(o, n) for o, n in e.deps))
 
     def purge(self, blob: bytes) -> None:
         """Wipe this region's data so that it can be added again as a new member: only once it

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from crdt.membership import (ACTIVATE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, Change,
-                             Membership, MembershipError)
+                             Membership, MembershipError, Proposal)
 
 
 def three() -> Membership:
@@ -120,6 +120,27 @@ def test_a_member_that_missed_a_commit_adopts_the_newer_list():
     assert not b.adopt(a)  # nothing newer
 
 
+def handshake_form(m: Membership) -> Membership:
+    """The list as a handshake carries it: epoch, members, frozen points, not the proposals."""
+    return Membership(m.stride, m.epoch, dict(m.members), dict(m.frozen))
+
+
+def test_a_commit_reaching_a_member_that_adopted_the_list_changes_nothing():
+    a, b = three(), three()
+    p = a.propose(Change(FORCE_REMOVE, 3), (1, 1))
+    assert a.promise(p, held=5).ok and b.promise(p, held=4).ok
+    a.commit(p, 5)
+    assert b.adopt(handshake_form(a))  # b met a, which committed first
+    b.commit(p, 5)  # the coordinator's commit comes after: nothing to do (was refused)
+    assert (b.epoch, b.members, b.frozen) == (a.epoch, a.members, a.frozen) == (2, a.members, {3: 5})
+    q = b.propose(Change(LEAVE, 2), (2, 1))
+    assert b.promise(q).ok and a.promise(q).ok
+    a.commit(q)
+    b.commit(q)
+    with pytest.raises(MembershipError, match="made by another change"):
+        b.commit(Proposal(3, Change(LEAVE, 1), (1, 2)))  # its own epoch 3 it knows: another change is refused
+
+
 # ---------------------------------------------------------------- concurrent coordinators
 NUMBERS = (1, 2, 3, 4)
 EVERYONE = (1, 2, 3, 4, 5, 6)  # 5 and 6 may join: they start with the founders' list and learn by gossip
@@ -197,9 +218,11 @@ class ConcurrentChanges(RuleBasedStateMachine):
         else:
             self.inflight += [("commit", v, (p, max(run["yes"].values()))) for v in run["voters"]]
 
-    @rule(a=st.sampled_from(EVERYONE), b=st.sampled_from(EVERYONE))
-    def gossip(self, a, b):
-        self.members[b].adopt(self.members[a])
+    @rule(a=st.sampled_from(EVERYONE), b=st.sampled_from(EVERYONE), handshake=st.booleans())
+    def gossip(self, a, b, handshake):
+        """``b`` takes ``a``'s newer list, with the proposals that made it or (as a region's
+        handshake carries it) without: a commit reaching ``b`` later changes nothing."""
+        self.members[b].adopt(handshake_form(self.members[a]) if handshake else self.members[a])
 
     @invariant()
     def one_list_per_epoch(self):
