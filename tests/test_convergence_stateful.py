@@ -433,7 +433,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
         self._sync()
         self.reader_at = region
         self.delivered, self.settled = set(), set()
-        self.delivered_at = {n: set() for n in REGIONS}
+        self.delivered_at = {n: set() for n in self.regions}
 
     @staticmethod
     def _live(region: Region) -> set[tuple]:
