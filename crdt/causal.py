@@ -215,6 +215,13 @@ class CausalLog:
         self.pending_bytes = 0
         return dropped
 
+    def drop_pending_if(self, refused: Callable[[Envelope], bool]) -> int:
+        """Forget the waiting envelopes ``refused`` names (none was counted); returns how many."""
+        gone = [dot for dot, env in self.pending.items() if refused(env)]
+        for dot in gone:
+            self.pending_bytes -= _size(self.pending.pop(dot).op)
+        return len(gone)
+
     def missing(self, peer_vv: VersionVector) -> list[Envelope]:
         """Envelopes this region holds that a peer with ``peer_vv`` has not applied."""
         return [e for e in self.log if e.n > peer_vv.get(e.origin, 0)]

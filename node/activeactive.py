@@ -14,8 +14,10 @@ replication hub's gate (:class:`MembershipGate`): the handshake carries the epoc
 the list; a peer with a newer list is believed (every epoch was agreed by every
 live member) and its list adopted; a peer that is not a member at this region's
 epoch, or was removed, is refused (logged, counted as ``membership_refused``); an
-operation of a removed region past its frozen point is dropped, one from a region
-this list does not know restarts the link (the handshake brings the newer list).
+operation of a removed region past its frozen point is dropped - as it arrives, and
+when it was already waiting in the causal log for its dependencies (at a promise, a
+change, an installed image): applied later, it would bypass the gate - and one from
+a region this list does not know restarts the link (the handshake brings the newer list).
 A change - agreed here, or adopted - restarts every link, so both ends of each
 handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
@@ -313,6 +315,7 @@ class ActiveActive:
                 new_keys.id_floor[key] = floor
         self.db.keys = new_keys
         self.causal.take(img.causal)
+        self._drop_refused_pending()  # the sender's waiting operations came along
         self._unsafe.clear()
         self.hub.log_replaced()
         return old_log
@@ -510,6 +513,7 @@ class ActiveActive:
         answer = self.membership.promise(p, held)
         if answer.ok and p.change.kind == FORCE_REMOVE:
             self.hub.pause(p.change.number)  # take nothing more of it: frozen where this region is
+            self._drop_refused_pending()
         return answer
 
     def abort(self, p: Proposal) -> None:
@@ -543,6 +547,7 @@ class ActiveActive:
         """Record the new list, follow it with the links (dial new members, drop removed ones,
         handshake again with everyone at the new epoch) and, once removed, stop syncing."""
         m = self.membership
+        self._drop_refused_pending()
         self.cluster.take_membership(m, endpoints)
         self.hub.names = {r.number: r.name for r in self.cluster.regions}
         try:
@@ -560,6 +565,16 @@ class ActiveActive:
         self.hub.relink()
         self._dial_peers()
         self._watch_join()
+
+    def _drop_refused_pending(self) -> None:
+        """Forget what waits in the causal log for dependencies but is no longer accepted (of a
+        removed region past its frozen point, or past what this voter held when it promised
+        a forced removal): once its dependencies came it would be applied past the gate."""
+        m = self.membership
+        dropped = self.causal.drop_pending_if(lambda env: not m.accepts(env.origin, env.n))
+        if dropped:
+            self.membership_dropped += dropped
+            log.info("dropped %d waiting operations of removed regions past their frozen points", dropped)
 
     def purge(self, blob: bytes) -> None:
         """Wipe this region's data so that it can be added again as a new member: only once it

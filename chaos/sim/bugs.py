@@ -30,6 +30,10 @@ no-resync        a link never starts with a full-resync image:     liveness
 xcfgset-clears   XCFGSET drops a key's IDMP iids at once, not      convergence
                  once their adds are stable (a concurrent
                  duplicate arriving later is then kept there only)
+removed-applied  the membership gate lets every peer through -     removed
+                 a removed region too, without handing it the
+                 newer list - and applies every operation, past
+                 a removed region's frozen point too
 ===============  ================================================  ===============
 """
 
@@ -40,6 +44,7 @@ from collections.abc import Callable, Iterator
 
 from crdt import causal, groups, idgen, idmp, ops, sync
 from crdt.ids import MAX_ID
+from node.activeactive import MembershipGate
 
 from . import disk
 
@@ -94,6 +99,14 @@ def _clear_at_once(self, duration, maxsize) -> None:
     self.cleared.clear()
 
 
+def _admit_every_peer(self, peer, epoch, blob) -> str:
+    return ""
+
+
+def _admit_every_operation(self, env) -> str:
+    return ""
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -106,6 +119,8 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "gc-unstable": ("observed-remove", [(ops, "collect_garbage", _collect_everything)]),
     "no-resync": ("liveness", [(sync.LinkState, "starts_with_image", _never_an_image)]),
     "xcfgset-clears": ("convergence", [(idmp.IdmpState, "configure", _clear_at_once)]),
+    "removed-applied": ("removed", [(MembershipGate, "check_peer", _admit_every_peer),
+                                    (MembershipGate, "admits", _admit_every_operation)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
 

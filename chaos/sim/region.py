@@ -49,6 +49,7 @@ from .disk import SimFile, SimOperationLog, read_back
 if TYPE_CHECKING:
     from crdt.causal import CausalLog
     from crdt.sync import LinkState
+    from node.activeactive import ActiveActive
 
     from .world import Simulation
 
@@ -79,6 +80,10 @@ class SimRegion:
         return self.core is not None
 
     @property
+    def aa(self) -> "ActiveActive":
+        return self.core.db.aa
+
+    @property
     def causal(self) -> "CausalLog":
         return self.core.db.aa.causal
 
@@ -105,12 +110,29 @@ class SimRegion:
             replay.install(core, snapshot.decode(data), f"r{self.number}'s snapshot")
             replay.replay(core, [r for r in records if r[0] > record])
         core.attach_log(SimOperationLog(self.file, self.policy, len(records)))
+        self._watch(core)
         self.core = core
         self.client = Session(core)
         self.client.authenticated = True
         self.incarnation += 1
         self.links.clear()
         return cut
+
+    def _watch(self, core: RegionCore) -> None:
+        """What the membership checks need to see as it happens: every operation of another
+        region this one applies, and every one it issues (chaos/sim/membership.py)."""
+        hub, membership = core.db.aa.hub, self.sim.membership
+        apply, issue = hub.on_apply, hub.issue
+
+        def applying(env):
+            membership.on_apply(self, env)
+            apply(env)
+
+        def issuing(op: bytes):
+            membership.on_issue(self)
+            return issue(op)
+
+        hub.on_apply, hub.issue = applying, issuing
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""
