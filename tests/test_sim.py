@@ -30,6 +30,9 @@ from node.persistence import aof
 from node.resp.encoder import ReplyError
 
 SEEDS_PER_BUG = 80  # every planted bug is caught within this many seeds
+# the fault kinds before membership changes joined them: the schedules of the cases found then
+# (their seeds replay them with these, as chaos/README.md's replay commands do)
+FAULTS_BEFORE_MEMBERSHIP = tuple(f for f in FAULTS if f != "membership")
 TIME_BOX = float(os.environ.get("BRAID_SIM_TIME_BOX", "20"))
 
 
@@ -207,16 +210,16 @@ def test_mutual_full_resyncs_keep_both_sides_trimmed_operations():
     and its version vector fell back from 1:37 to 1:3, region 2 installed region 1's and
     lost its 140 operations.  An image is now refused when it lacks what the receiver
     dropped, and the run converges through what the regions still hold."""
-    outcome = run_sim(SimConfig(seed=239, faults=FAULTS))
+    outcome = run_sim(SimConfig(seed=239, faults=FAULTS_BEFORE_MEMBERSHIP))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
 
 
 def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_nothing():
-    """Seed 49 with the backlog fault: two sides each dropped operations
+    """Seed 21 with the backlog fault: two sides each dropped operations
     the other side lacks.  No image crosses either way (it would replace what the receiver
     dropped), the conflict is reported at the handshake and by the liveness check, and every
     operation a region promised as durable is still held by the region that issued it."""
-    sim = Simulation(SimConfig(seed=49, faults=FAULTS))
+    sim = Simulation(SimConfig(seed=21, faults=FAULTS_BEFORE_MEMBERSHIP))
     sim.run()
     assert sim.conflicts, "the seed no longer makes both backlogs overflow"
     assert any("in conflict" in line for line in sim.sched.trace)

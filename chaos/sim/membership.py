@@ -65,6 +65,7 @@ EXTRA_REGIONS = 2        # joins stop once the live members outnumber the initia
 HANDOVER_POLL_MS = 50    # braid-admin's polling while a leaver's operations are handed over
 ACTIVATION_TICK_MS = 1000  # a joining region looks whether it caught up once a virtual second
 COMMIT_MS = (1, 40)      # from the last promise to the commits: the coordinator's round trips
+STARTUP_RETRY_MS = 1000  # a start-up check no peer answered is asked again
 ADMIN = 0                # braid-admin's number in ballots (regions are 1 and up)
 
 
@@ -288,7 +289,7 @@ class MembershipDriver:
         lists = [(r.aa.membership.epoch, r.number) for r in peers if r.up and not sim.net.is_cut(number, r.number)]
         if not lists:
             if peers and (sim.active or sim.sched.pending()):
-                sim.sched.after(self.rng.randint(500, 2000), self.startup_check, number, incarnation)
+                sim.sched.after(STARTUP_RETRY_MS, self.startup_check, number, incarnation)
             return
         _epoch, source = max(lists)
         self.hand_list(sim.regions[source], region, "its start-up check")

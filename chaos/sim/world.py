@@ -102,6 +102,7 @@ BACKLOG_BYTES = (600, 1500, 4000)  # the backlog fault bounds each region's back
 POLICIES = ("always", "everysec", "no")
 START_MS = 1_000_000   # the virtual clock's first reading (ms)
 MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
+STARTUP_CHECK_MS = 300  # a restarted region asks its peers for their member lists (after its first dials)
 FAIL_STOP_RESTARTS = 3  # a region restarted this often after fail-stops stays down (the run fails anyway)
 
 
@@ -522,7 +523,8 @@ class Simulation:
             return
         cut = self.boot(region)
         self.sched.log(f"RESTART r{number}: replayed its file (torn tail cut: {cut} bytes), vv {_vv(region.causal.vv)}")
-        self.sched.after(self.rng.randint(1, 1000), self.membership.startup_check, number, region.incarnation)
+        # (a fixed delay, no draw: without the membership fault a schedule stays what it was before it)
+        self.sched.after(STARTUP_CHECK_MS, self.membership.startup_check, number, region.incarnation)
         for peer in sorted(self.regions):
             if peer != number:
                 self.sched.after(self.rng.randint(5, 100), self.connect, min(number, peer), max(number, peer))
