@@ -493,7 +493,7 @@ class Simulation:
         getattr(self, f"_fault_{kind}")()
 
     def _fault_crash(self) -> None:
-        up = [r for r in self.regions.values() if r.up]
+        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
         if not up:
             return
         region = self.rng.choice(up)
