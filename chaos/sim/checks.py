@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from .world import Simulation
 
 CHECKS = ("exceptions", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
-          "never-skip", "removed", "read-only")
+          "removed", "read-only", "never-skip")
 MAX_LISTED = 8  # offending items listed per verdict
 
 
