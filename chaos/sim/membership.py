@@ -32,14 +32,16 @@ promises are given at once; the commits land after the coordinator's round trip
 of a forced removal takes none of the target's operations beyond what it held
 when it promised).  Crash faults spare the voters meanwhile (a restarted voter
 forgets its promise: see :meth:`MembershipDriver.crash_victims`); one that
-fail-stops misses the commit and adopts the newer list at its next handshake.  Every region that commits or adopts a
-change restarts its links (the world disconnects them; they redial), and each
-handshake passes both regions' membership gates.  A change never leaves fewer
-than ``MIN_ACTIVE`` live active regions.
+fail-stops misses the commit and adopts the newer list at its next handshake.
+Every region that commits or adopts a change restarts its links (the world
+disconnects them; they redial), and each handshake passes both regions'
+membership gates.  A change never leaves fewer than ``MIN_ACTIVE`` live active
+regions.
 
 What the checkers need is kept here: the changes committed (the trace shows each:
-epoch, kind, region), and every operation of a removed region a region applied
-beyond its frozen point (an apply-time hook on each region, SimRegion.boot).
+epoch, kind, region), every operation of a removed region a region applied past
+its frozen point, and every operation a region issued while it could not take
+writes (hooks on each region's hub, SimRegion.boot).
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ the records after it, torn tail cut, are replayed by the real
 ``node.persistence.replay`` into a fresh core, which then appends to the same
 file - exactly the path of a real restart, minus the directory scan.
 
+The world watches two things as they happen, for the membership checks
+(chaos/sim/membership.py): each operation of another region the region applies,
+and each operation it issues (hooks around its hub's ``on_apply`` and ``issue``).
+
 A fail-stop of the core (node/supervision.py: a command that raised after
 changing state, an operation it could not apply, a state-changing cron step
 that failed) is the process exiting: the world crashes the region as a process
