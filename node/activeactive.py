@@ -14,10 +14,10 @@ replication hub's gate (:class:`MembershipGate`): the handshake carries the epoc
 the list; a peer with a newer list is believed (every epoch was agreed by every
 live member) and its list adopted; a peer that is not a member at this region's
 epoch, or was removed, is refused (logged, counted as ``membership_refused``); an
-operation of a removed region past its frozen point is dropped (one already waiting
-here for its dependencies too, as soon as the list - or a promise to a forced
-removal - refuses it), one from a region this list does not know restarts the link
-(the handshake brings the newer list).
+operation of a removed region past its frozen point is dropped - as it arrives, and
+when it was already waiting in the causal log for its dependencies (at a promise, a
+change, an installed image): applied later, it would bypass the gate - and one from
+a region this list does not know restarts the link (the handshake brings the newer list).
 A change - agreed here, or adopted - restarts every link, so both ends of each
 handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
@@ -351,6 +351,7 @@ class ActiveActive:
                 new_keys.id_floor[key] = floor
         self.db.keys = new_keys
         self.causal.take(img.causal)
+        self._drop_refused_pending()  # the sender's waiting operations came along
         self._unsafe.clear()
         self.hub.log_replaced()
         return old_log

@@ -34,6 +34,10 @@ flush-unobserved a FLUSHALL removes every entry of the keys it     convergence
                  names where it is applied, not only what the
                  flushing region had observed (a concurrent write
                  then survives only where it arrived after it)
+removed-applied  the membership gate lets every peer through -     removed
+                 a removed region too, without handing it the
+                 newer list - and applies every operation, past
+                 a removed region's frozen point too
 ===============  ================================================  ===============
 """
 
@@ -44,6 +48,7 @@ from collections.abc import Callable, Iterator
 
 from crdt import causal, groups, idgen, idmp, ops, sync
 from crdt.ids import MAX_ID
+from node.activeactive import MembershipGate
 
 from . import disk
 
@@ -103,6 +108,14 @@ def _flush_everything(keys, op) -> int:
                for key in op.observed if (s := keys.get(key)) is not None)
 
 
+def _admit_every_peer(self, peer, epoch, blob) -> str:
+    return ""
+
+
+def _admit_every_operation(self, env) -> str:
+    return ""
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -116,6 +129,8 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no-resync": ("liveness", [(sync.LinkState, "starts_with_image", _never_an_image)]),
     "xcfgset-clears": ("convergence", [(idmp.IdmpState, "configure", _clear_at_once)]),
     "flush-unobserved": ("convergence", [(ops, "_flush_keys", _flush_everything)]),
+    "removed-applied": ("removed", [(MembershipGate, "check_peer", _admit_every_peer),
+                                    (MembershipGate, "admits", _admit_every_operation)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
 

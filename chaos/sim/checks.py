@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 The checkers run once every fault is lifted and the world has gone quiet
-(every region up and connected, nothing in flight).  They read the regions'
+(every region up and connected, nothing in flight).  The regions held to
+convergence are the *live members* at the end (joining, active, leaving, in the
+newest member list); a removed region keeps what it had and takes part no more.  They read the regions'
 real state (keyspaces, causal logs, consumer groups) and the client history
 (chaos/sim/workload.py), and each returns a :class:`Verdict`: ok, or a short
 explanation and the offending IDs / operations.  A region's history is what its
@@ -14,14 +16,18 @@ check              rule
 =================  ===================================================================
 exceptions         the regions' code never raised (an event that raises is recorded and
                    the world goes on)
-liveness           the heal settled: every region holds the same version vector and
-                   nothing waits in a causal log
-convergence        every region's replicated state is identical: entries per key and
-                   origin log, groups (creation dot, XACK watermarks)
+liveness           the heal settled: every region is up, the live members are at one
+                   membership epoch, hold the same version vector, and nothing waits
+                   in their causal logs
+convergence        every live member's replicated state is identical: entries per key
+                   and origin log, groups (creation dot, XACK watermarks)
 durability         every operation a region promised was durable - by replying
                    (``appendfsync always``; ``no`` across process crashes) or by an
-                   fsync that returned (``everysec``) - is in every region's history,
-                   byte for byte, under its dot; a lost one would be minted again
+                   fsync that returned (``everysec``) - is in every live member's
+                   history, byte for byte, under its dot; a lost one would be minted
+                   again.  A region that left gracefully handed all of its over; what
+                   a region removed by force promised past its frozen point is lost
+                   by the removal (counted in the trace)
 strict-ids         two regions never mint the same ID (``*`` and milliseconds-only
                    IDs, in strict and semi-strict mode): in the history and in the
                    final state
@@ -39,9 +45,14 @@ observed-remove    seed 003: an entry that is gone was removed by an operation t
 causal             every region applied each origin's operations in order and each
                    after its dependencies (the order of its causal log, from what
                    its backlog trimmed)
-never-skip         XREADGROUP ``>`` never skips: at every region, every entry of
-                   every group is delivered there (history, pending list, or a final
-                   drain) or covered by a replicated XACK watermark
+never-skip         XREADGROUP ``>`` never skips: at every region that takes writes,
+                   every entry of every group is delivered there (history, pending
+                   list, or a final drain) or covered by a replicated XACK watermark
+removed            no region applies an operation of a removed region past its frozen
+                   point (seen at apply time, and in the final version vectors), and a
+                   removed region that is up knows it was removed
+read-only          no region issues an operation while it may not take writes
+                   (joining and not caught up, leaving, removed)
 =================  ===================================================================
 """
 
@@ -53,6 +64,7 @@ from typing import TYPE_CHECKING
 from crdt import ops
 from crdt.causal import dominates
 from crdt.ids import MIN_ID, MAX_ID
+from crdt.membership import REMOVED
 from node import opcodec
 
 from .workload import XCFGSET_KEY, Call, delivered_ids, parse_id
@@ -62,7 +74,7 @@ if TYPE_CHECKING:
     from .world import Simulation
 
 CHECKS = ("exceptions", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
-          "never-skip")
+          "removed", "read-only", "never-skip")
 MAX_LISTED = 8  # offending items listed per verdict
 
 
@@ -112,6 +124,12 @@ class Promises:
 
 
 # ------------------------------------------------------------------ helpers
+def members(sim: "Simulation") -> list["SimRegion"]:
+    """The regions that are live members at the end (joining, active, leaving): those held to
+    convergence; a removed region keeps what it had and takes part no more."""
+    return [sim.regions[n] for n in sim.membership.live_members() if sim.regions[n].up]
+
+
 def canonical(region: "SimRegion") -> dict:
     """The replicated state of a region, in a form two regions can be compared by."""
     keys = region.core.db.keys
@@ -155,11 +173,14 @@ def check_liveness(sim: "Simulation") -> Verdict:
     problems = []
     if not sim.settled:
         problems.append(f"the heal did not settle within {sim.sched.events} events")
-    regions = list(sim.regions.values())
-    down = [r.number for r in regions if not r.up]
+    down = [r.number for r in sim.regions.values() if not r.up]
     if down:
         problems.append(f"regions down after the heal: {down}")
         return _verdict("liveness", problems, "the cluster did not settle")
+    regions = members(sim)
+    epochs = {r.number: r.aa.membership.epoch for r in regions}
+    if len(set(epochs.values())) > 1:
+        problems.append("members hold different member lists: " + "; ".join(f"r{n} epoch {e}" for n, e in epochs.items()))
     for pair in sorted(sorted(p) for p in sim.conflicts):
         problems.append(f"r{pair[0]} and r{pair[1]} each dropped from their backlogs operations the other "
                         "lacks: their link is in conflict (reported, no image either way), so they cannot converge")
@@ -174,7 +195,7 @@ def check_liveness(sim: "Simulation") -> Verdict:
 
 
 def check_convergence(sim: "Simulation") -> Verdict:
-    regions = [r for r in sim.regions.values() if r.up]
+    regions = members(sim)
     if len(regions) < 2:
         return Verdict("convergence", True)
     first, dumps = regions[0], {r.number: canonical(r) for r in regions}
@@ -197,16 +218,27 @@ def _brief(state) -> str:
 
 
 def check_durability(sim: "Simulation") -> Verdict:
+    """Every member holds every promised operation - a region that left gracefully handed all of
+    its over first - except what a region removed by force promised past its frozen point
+    (lost by the removal: counted in the trace)."""
     promises = sim.promises
-    logs = {r.number: {e.dot: e.op for e in sim.history(r)} for r in sim.regions.values() if r.up}
+    logs = {r.number: {e.dot: e.op for e in sim.history(r)} for r in members(sim)}
+    forced = sim.membership.forced()
     problems = []
+    excused: dict[int, int] = {}
     for dot in sorted(promises.ops):
         want = promises.ops[dot]
+        if dot[0] in forced and dot[1] > forced[dot[0]]:
+            excused[dot[0]] = excused.get(dot[0], 0) + 1
+            continue
         bad = [n for n, log in sorted(logs.items()) if log.get(dot) != want]
         if bad:
             problems.append(f"operation {dot[0]}.{dot[1]} ({_op(want)}), promised by {promises.why[dot]}: "
                             f"regions {bad} hold {'another operation' if any(dot in logs[n] for n in bad) else 'nothing'}"
                             " under that dot")
+    for origin, count in sorted(excused.items()):
+        sim.sched.log(f"durability: {count} operation(s) r{origin} promised past its frozen point {forced[origin]} "
+                      "are lost, as its forced removal allows")
     return _verdict("durability", problems, "an operation a region promised was durable was lost")
 
 
@@ -235,7 +267,7 @@ def check_strict_ids(sim: "Simulation") -> Verdict:
                             f"and r{call.region} (#{call.uid})")
     writes = _writes(sim.workload.history)
     liberal = {c.argv[-1] for c in sim.workload.history if c.kind == "xadd" and not _unique(c)}  # retries too
-    region = next((r for r in sim.regions.values() if r.up), None)
+    region = next(iter(members(sim)), None)
     if region is not None:
         seen: dict[tuple[bytes, tuple[int, int]], int] = {}
         for key, origin, i, flat in _entries(region):
@@ -254,7 +286,7 @@ def _unique(call: Call) -> bool:
 
 
 def check_idmp(sim: "Simulation") -> Verdict:
-    region = next((r for r in sim.regions.values() if r.up), None)
+    region = next(iter(members(sim)), None)
     if region is None:
         return Verdict("idmp", True)
     writes = _writes(sim.workload.history)
@@ -266,7 +298,7 @@ def check_idmp(sim: "Simulation") -> Verdict:
     problems = [f"{w.decode()} {writes[w].extra['idmp']} added {len(h)} times: {', '.join(h)}"
                 for w, h in sorted(holders.items()) if len(h) > 1 and not _cleared_between(sim, writes[w])]
     named: dict[tuple, dict[tuple, list[int]]] = {}
-    for r in sim.regions.values():
+    for r in members(sim):
         for iid, id_ in idmp_maps(r).items():
             named.setdefault(iid, {}).setdefault(id_, []).append(r.number)
     problems += [f"{key.decode()} {pid.decode()}/{iid.decode()} names "
@@ -287,7 +319,7 @@ def _cleared_between(sim: "Simulation", first: "Call") -> bool:
 
 
 def check_observed_remove(sim: "Simulation") -> Verdict:
-    region = next((r for r in sim.regions.values() if r.up), None)
+    region = next(iter(members(sim)), None)
     if region is None:
         return Verdict("observed-remove", True)
     history = [opcodec.decode(e.op) for e in sim.history(region)]
@@ -386,7 +418,7 @@ def check_never_skip(sim: "Simulation") -> Verdict:
             delivered.setdefault(k, set()).update(parse_id(i) for i in delivered_ids(call))
     problems = []
     for r in sim.regions.values():
-        if not r.up:
+        if not r.up or not r.aa.writable:  # leaving, removed, or still catching up: no group is read there
             continue
         keys = r.core.db.keys
         for key in sorted(keys):
@@ -406,6 +438,33 @@ def check_never_skip(sim: "Simulation") -> Verdict:
     return _verdict("never-skip", problems, "XREADGROUP > skipped an entry")
 
 
+def check_removed(sim: "Simulation") -> Verdict:
+    """No region applied an operation of a removed region past its frozen point (seen as it
+    happened, and in the final version vectors); a removed region that is up knows it."""
+    problems = list(sim.membership.past_frozen)
+    m = sim.membership.newest()
+    if m is None:
+        return Verdict("removed", True)
+    for origin, frozen in sorted(m.frozen.items()):
+        for r in members(sim):
+            if r.causal.vv.get(origin, 0) > frozen:
+                problems.append(f"r{r.number} holds r{origin}'s operations up to {r.causal.vv[origin]}, "
+                                f"past its frozen point {frozen}")
+        removed = sim.regions.get(origin)
+        if removed is not None and removed.up and removed.aa.membership.status(origin) != REMOVED:
+            problems.append(f"r{origin} was removed at membership epoch {m.epoch} but believes it is "
+                            f"{removed.aa.membership.status(origin)} (epoch {removed.aa.membership.epoch})")
+    return _verdict("removed", problems, "a removed region's operations were taken past its frozen point, "
+                                         "or it does not know it was removed")
+
+
+def check_read_only(sim: "Simulation") -> Verdict:
+    """A region issues no operation while it may not take writes: joining (until it caught up),
+    leaving, removed."""
+    return _verdict("read-only", list(sim.membership.issued_read_only),
+                    "a region took a write while joining, leaving or removed")
+
+
 def check_exceptions(sim: "Simulation") -> Verdict:
     return _verdict("exceptions", list(sim.sched.errors), "the regions' code raised while the world ran")
 
@@ -416,7 +475,7 @@ def run_checks(sim: "Simulation") -> list[Verdict]:
     if any(not r.up for r in sim.regions.values()):
         return verdicts
     for check in (check_convergence, check_durability, check_strict_ids, check_idmp, check_observed_remove,
-                  check_causal, check_never_skip):
+                  check_causal, check_removed, check_read_only, check_never_skip):
         verdicts.append(_guarded(check, sim))
     return verdicts
 

@@ -26,6 +26,10 @@ the records after it, torn tail cut, are replayed by the real
 ``node.persistence.replay`` into a fresh core, which then appends to the same
 file - exactly the path of a real restart, minus the directory scan.
 
+The world watches two things as they happen, for the membership checks
+(chaos/sim/membership.py): each operation of another region the region applies,
+and each operation it issues (hooks around its hub's ``on_apply`` and ``issue``).
+
 A fail-stop of the core (node/supervision.py: a command that raised after
 changing state, an operation it could not apply, a state-changing cron step
 that failed) is the process exiting: the world crashes the region as a process
@@ -49,10 +53,25 @@ from .disk import SimFile, SimOperationLog, read_back
 if TYPE_CHECKING:
     from crdt.causal import CausalLog
     from crdt.sync import LinkState
+    from node.activeactive import ActiveActive
 
     from .world import Simulation
 
 INDETERMINATE = object()  # the reply never came: the region crashed first
+
+
+class SimPromiseStore:
+    """The region's ``membership-promise.json`` (node/persistence/promise.py): written and
+    fsynced before the promise is answered, so a crash never loses it."""
+
+    def __init__(self) -> None:
+        self.state: dict | None = None
+
+    def save(self, state: dict | None) -> None:
+        self.state = copy.deepcopy(state)
+
+    def load(self) -> dict | None:
+        return copy.deepcopy(self.state)
 
 
 class SimRegion:
@@ -72,11 +91,16 @@ class SimRegion:
         self.held: list[tuple[int, Callable[[Any], None], Any]] = []
         self.fsync_own_n = 0          # this region's own operations the fsync in flight covers
         self.fail_stops = 0           # times its core fail-stopped
+        self.promise_store = SimPromiseStore()  # its membership promise, on its disk (survives crashes)
 
     # ------------------------------------------------------------ state
     @property
     def up(self) -> bool:
         return self.core is not None
+
+    @property
+    def aa(self) -> "ActiveActive":
+        return self.core.db.aa
 
     @property
     def causal(self) -> "CausalLog":
@@ -105,12 +129,30 @@ class SimRegion:
             replay.install(core, snapshot.decode(data), f"r{self.number}'s snapshot")
             replay.replay(core, [r for r in records if r[0] > record])
         core.attach_log(SimOperationLog(self.file, self.policy, len(records)))
+        core.db.aa.attach_promise_store(self.promise_store)  # a promise made before a crash holds
+        self._watch(core)
         self.core = core
         self.client = Session(core)
         self.client.authenticated = True
         self.incarnation += 1
         self.links.clear()
         return cut
+
+    def _watch(self, core: RegionCore) -> None:
+        """What the membership checks need to see as it happens: every operation of another
+        region this one applies, and every one it issues (chaos/sim/membership.py)."""
+        hub, membership = core.db.aa.hub, self.sim.membership
+        apply, issue = hub.on_apply, hub.issue
+
+        def applying(env):
+            membership.on_apply(self, env)
+            apply(env)
+
+        def issuing(op: bytes):
+            membership.on_issue(self)
+            return issue(op)
+
+        hub.on_apply, hub.issue = applying, issuing
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""

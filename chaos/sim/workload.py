@@ -7,7 +7,8 @@ random generator; a region that is down refuses the connection).  Every
 operation is recorded as a :class:`Call`: invoked at a virtual time, then
 ``ok`` (a reply), ``err`` (an error reply: definite, nothing changed),
 ``info`` (no reply: the region crashed first, the write may or may not have
-happened) or ``refused`` (the region was down).  Writes carry a unique field
+happened) or ``refused`` (the region was down, or takes no writes: LOADING while
+it joins and catches up, READONLY while it leaves or once it was removed).  Writes carry a unique field
 value ``w<uid>`` so an entry can be traced back to the call that added it.
 
 The mix: XADD (``*``, a milliseconds-only ID, a full ID - more often where the
@@ -59,6 +60,8 @@ LAYOUT = ((b"stream-idmp-duration", b"1"), (b"stream-idmp-maxsize", b"3"))
 # after a clearing is rightly a new entry, so the idmp check excuses duplicates there
 XCFGSET_KEY = b"kc"
 MODES = (b"strict", b"semi-strict", b"liberal")
+# the errors of a region that takes no writes (joining and catching up; leaving or removed)
+NOT_TAKING_WRITES = ("LOADING", "READONLY")
 
 
 @dataclass
@@ -129,6 +132,8 @@ class Workload:
                 return
             own = issued()
             status = "err" if isinstance(value, ReplyError) else "ok"
+            if status == "err" and value.message.startswith(NOT_TAKING_WRITES):
+                status = "refused"  # joining, leaving or removed: a client writes elsewhere
             if status == "ok" and sim.config.fsync != "everysec" and r.incarnation == incarnation:
                 sim.promise(r, own, f"acknowledged {call.describe()}")  # always / no: a reply is a promise
             self._done(call, status, value, on_done)

@@ -55,9 +55,23 @@ the core's own SAVE: the simulated log keeps the snapshot beside the file
 (``node.persistence.replay.install``) before replaying the records after it.
 What a region trimmed stays known to the checkers (``Simulation.history``).
 
+Membership.  The *membership* fault has the world act as braid-admin (and as a
+joining region's activation task): a region joins, leaves gracefully or is
+removed by force while it is down (chaos/sim/membership.py).  Regions can thus
+appear (``--regions`` is the initial count) and stop being members; links are
+made only between live members: a region dials the live members of its own list
+(the lower number dials), and each connection passes both regions'
+membership gate (``MembershipGate.check_peer`` on the other's epoch and list,
+which adopts a newer list first).  A refused region is handed the refusing side's
+list (the real region learns it by asking its peers at start; that start-up check
+runs at every restart too); a region that commits or adopts a change restarts its
+links, and an operation of a region its list does not know (``MembershipBehind``)
+ends the link, whose next handshake brings the list.
+
 A schedule has an active phase (client operations, faults, the cron) and a heal
 phase (every fault lifted, every region restarted and connected, no client
-operations, no cron) that runs until the event queue is empty; then the
+operations, no cron) that runs until the event queue is empty - a membership
+change under way keeps polling while anything else is left to do; then the
 checkers judge (chaos/sim/checks.py).
 """
 
@@ -71,13 +85,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crdt.causal import Envelope
+from crdt.membership import JOINING, LIVE, REMOVED
 from crdt.sync import LinkState, NeedsResync
 from node.cluster_config import ClusterConfig, RegionSpec
-from node.transport.replication import BATCH
+from node.transport.replication import BATCH, MembershipBehind
 
+from .membership import MembershipDriver
 from .region import SimRegion
 
-FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "drop", "dup", "reorder", "backlog")
+FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog")
 # the default set leaves out the backlog bound: it finds a full-resync bug not fixed yet (two
 # regions that both trimmed what the other lacks; see chaos/README.md)
 DEFAULT_FAULTS = tuple(f for f in FAULTS if f != "backlog")
@@ -86,6 +102,7 @@ BACKLOG_BYTES = (600, 1500, 4000)  # the backlog fault bounds each region's back
 POLICIES = ("always", "everysec", "no")
 START_MS = 1_000_000   # the virtual clock's first reading (ms)
 MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
+STARTUP_CHECK_MS = 300  # a restarted region asks its peers for their member lists (after its first dials)
 FAIL_STOP_RESTARTS = 3  # a region restarted this often after fail-stops stays down (the run fails anyway)
 
 
@@ -95,7 +112,7 @@ class SimConfig:
 
     seed: int
     steps: int = 150
-    regions: int = 3
+    regions: int = 3          # at the start (membership changes add and remove regions)
     fsync: str = "always"
     faults: tuple[str, ...] = DEFAULT_FAULTS
     bug: str | None = None
@@ -147,6 +164,10 @@ class Scheduler:
                 self.log(f"EXCEPTION {error}")
         return True
 
+    def pending(self) -> int:
+        """Events still queued (besides the one running)."""
+        return len(self._queue)
+
     def log(self, text: str) -> None:
         self.trace.append(f"{self.now - START_MS:>7} {text}")
 
@@ -195,6 +216,7 @@ class Simulation:
         self.resyncs = 0
         self.conflicts: set[frozenset] = set()  # links both ends of which dropped what the other lacks
         self.promises = Promises()
+        self.membership = MembershipDriver(self)
         self.workload = Workload(self)
         self.active = True
         self.settled = False
@@ -246,6 +268,9 @@ class Simulation:
         cut = region.boot()
         if self.active:
             self.sched.after(self.rng.randint(1, CRON_MS), self.cron, region.number, region.incarnation)
+        if region.aa.membership.status(region.number) == JOINING:  # its activation task
+            self.sched.after(self.rng.randint(1, CRON_MS), self.membership.activation_tick, region.number,
+                             region.incarnation)
         return cut
 
     def cron(self, number: int, incarnation: int) -> None:
@@ -280,10 +305,18 @@ class Simulation:
 
     # ------------------------------------------------------------ links
     def connect(self, a: int, b: int) -> None:
-        """The dialer (``a``, the lower number) reaches ``b``: both ends start a link from Hello/Welcome."""
+        """The dialer (``a``, the lower number) reaches ``b``: both ends pass the other through their
+        membership gate, then start a link from Hello/Welcome."""
         ra, rb = self.regions[a], self.regions[b]
         pair = frozenset((a, b))
         if not (ra.up and rb.up) or self.net.is_cut(a, b) or pair in self.net.conn:
+            return
+        mine = ra.aa.membership  # a region dials the live members of its own list, while a member itself
+        if mine.status(a) in (None, REMOVED) or mine.status(b) not in LIVE:
+            return
+        if ra.aa.hub.is_cut(b) or rb.aa.hub.is_cut(a):  # paused: a voter of the other's forced removal
+            return
+        if not self.handshake(ra, rb):
             return
         conn = next(self.net.ids)
         self.net.conn[pair] = conn
@@ -301,13 +334,51 @@ class Simulation:
         hub_a, hub_b = ra.core.db.aa.hub, rb.core.db.aa.hub
         ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}))
         rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}))
+        hub_a.handshake_vv.setdefault(b, dict(rb.causal.vv))  # what a joining region must catch up to
+        hub_b.handshake_vv.setdefault(a, dict(ra.causal.vv))
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}")
         for x, y in ((ra, b), (rb, a)):
-            if x.links[y].starts_with_image():  # the peer lacks what this backlog dropped
+            link = x.links.get(y)  # (sending the first image may have lost a frame: the connection broke)
+            if link is not None and link.starts_with_image():  # the peer lacks what this backlog dropped
                 self.send_image(x, y)
         self.pump(ra)
         self.pump(rb)
+
+    def handshake(self, ra: SimRegion, rb: SimRegion) -> bool:
+        """The membership half of a handshake: ``rb`` checks ``ra``'s Hello (its epoch and list), then
+        ``ra`` checks ``rb``'s Welcome (``MembershipGate.check_peer``, which adopts a newer list
+        first).  A refused region is handed the refusing side's list (the real one learns it at
+        start); a region that adopted a list restarts its links, this one included."""
+        a, b = ra.number, rb.number
+        epochs = {a: ra.aa.membership.epoch, b: rb.aa.membership.epoch}
+        for checker, peer in ((rb, ra), (ra, rb)):
+            gate = checker.aa.hub.gate
+            reason = gate.check_peer(peer.number, *peer.aa.hub.gate.hello())
+            if reason:
+                gate.refused()
+                self.sched.log(f"link {a}-{b} refused by r{checker.number}: {reason}")
+                self.membership.hand_list(checker, peer, f"refused by r{checker.number}")
+                if checker.aa.membership.epoch != epochs[checker.number]:
+                    self.relink(checker.number, f"r{checker.number} adopted membership epoch "
+                                                f"{checker.aa.membership.epoch}")
+                return False
+        moved = [r for r in (ra, rb) if r.aa.membership.epoch != epochs[r.number]]
+        for r in moved:
+            self.sched.log(f"r{r.number} adopted membership epoch {r.aa.membership.epoch} at a handshake "
+                           f"(it was at epoch {epochs[r.number]}): it is {r.aa.membership.status(r.number)}")
+            self.relink(r.number, f"r{r.number} adopted membership epoch {r.aa.membership.epoch}")
+        return not moved
+
+    def relink(self, number: int, why: str) -> None:
+        """After ``number`` committed or adopted a change: its links handshake again at the new
+        epoch (each one is closed; the dialer redials), and it dials the members it did not reach."""
+        for pair in [p for p in self.net.conn if number in p]:
+            (peer,) = pair - {number}
+            self.disconnect(number, peer, why)
+        for peer in sorted(self.regions):
+            if peer != number and frozenset((number, peer)) not in self.net.conn:
+                self.sched.after(self.rng.randint(20, 300), self.connect, min(number, peer), max(number, peer))
 
     def send_image(self, region: SimRegion, peer: int) -> None:
         """Full resync: the region's whole state, first on the link (``Link.send_image``)."""
@@ -375,9 +446,12 @@ class Simulation:
             return
         hub = region.core.db.aa.hub
         before = dict(region.causal.vv)
+        behind = None
         try:
             for env in link.on_batch(body):
                 hub.deliver(env)
+        except MembershipBehind as e:  # of a region this list does not know: handshake again
+            behind = e
         except Exception:
             if region.core.failed is None:
                 raise
@@ -386,7 +460,10 @@ class Simulation:
             return
         applied = {o: n for o, n in region.causal.vv.items() if n > before.get(o, 0)}
         self.sched.log(f"r{b} <- r{a} batch {_dots(body)}; applied {_vv(applied) or 'nothing new'}")
-        self.send(b, a, ("ack", dict(region.causal.vv)))
+        if behind is not None:
+            self.disconnect(a, b, f"r{b} restarts the link: {behind}")
+        else:
+            self.send(b, a, ("ack", dict(region.causal.vv)))
         region.end_turn()
 
     def install_image(self, region: SimRegion, sender: int, data: bytes, trimmed: list[Envelope]) -> None:
@@ -409,14 +486,14 @@ class Simulation:
 
     # ------------------------------------------------------------ faults
     def inject_fault(self) -> None:
-        kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock") if k in self.config.faults]
+        kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock", "membership") if k in self.config.faults]
         if not kinds:
             return
         kind = self.rng.choice(kinds)
         getattr(self, f"_fault_{kind}")()
 
     def _fault_crash(self) -> None:
-        up = [r for r in self.regions.values() if r.up]
+        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
         if not up:
             return
         region = self.rng.choice(up)
@@ -446,11 +523,20 @@ class Simulation:
             return
         cut = self.boot(region)
         self.sched.log(f"RESTART r{number}: replayed its file (torn tail cut: {cut} bytes), vv {_vv(region.causal.vv)}")
+        # (a fixed delay, no draw: without the membership fault a schedule stays what it was before it)
+        self.sched.after(STARTUP_CHECK_MS, self.membership.startup_check, number, region.incarnation)
         for peer in sorted(self.regions):
             if peer != number:
                 self.sched.after(self.rng.randint(5, 100), self.connect, min(number, peer), max(number, peer))
 
+    def _fault_membership(self) -> None:
+        self.membership.start()
+
     def _fault_partition(self) -> None:
+        self.partition()
+
+    def partition(self) -> None:
+        """Isolate a region, or cut one pair (the others bridge it), for a while."""
         numbers = sorted(self.regions)
         if self.rng.random() < 0.5:
             victim = self.rng.choice(numbers)

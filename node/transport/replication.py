@@ -787,6 +787,10 @@ class ReplicationHub:
     def dial(self, peer: int, address: str) -> None:
         """Keep a link to ``peer`` up, reconnecting with backoff and jitter."""
         self._peers[peer] = address
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not serving: whoever drives this hub without a loop (the simulation) connects it
         if peer not in self._dialers and not self.is_cut(peer):
             self._dialers[peer] = asyncio.ensure_future(self._dial_forever(peer, address))
 
