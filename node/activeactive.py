@@ -66,6 +66,7 @@ class ActiveActive:
         self.me = me
         self.mode = cluster.id_mode
         self.membership: Membership = cluster.membership()
+        self.active = self.membership.status(me.number) == ACTIVE  # kept with the list (writable)
         self.membership_refused = 0   # handshakes refused: the peer is not a member (or was removed)
         self.membership_dropped = 0   # operations of removed regions past their frozen point, dropped
         self.activation: asyncio.Task | None = None
@@ -548,9 +549,11 @@ class ActiveActive:
     # ------------------------------------------------------------ membership
     @property
     def writable(self) -> bool:
-        """May clients write here?  Only an active member (a joining one once it caught up)."""
-        status = self.membership.status(self.region)
-        return status == ACTIVE or (status == JOINING and self.caught_up())
+        """May clients write here?  Only an active member (a joining one once it caught up).
+        Asked before every write command: the common case is one attribute."""
+        if self.active:
+            return True
+        return self.membership.status(self.region) == JOINING and self.caught_up()
 
     def write_refusal(self) -> str:
         """The error a write gets while this region may not take writes."""
@@ -683,6 +686,7 @@ class ActiveActive:
         """Record the new list, follow it with the links (dial new members, drop removed ones,
         handshake again with everyone at the new epoch) and, once removed, stop syncing."""
         m = self.membership
+        self.active = m.status(self.region) == ACTIVE
         self._store_promise()  # a newer epoch: no promise or hold is left
         self._drop_refused_pending()
         self.cluster.take_membership(m, endpoints)

@@ -88,14 +88,19 @@ class Database:
         """
         if self.logged_ops is not None:
             return self.logged_ops.instead_of(op)
-        touched = ops.touched_keys(self.keys, op)
+        flush = type(op) is ops.FlushKeys
+        touched = ops.touched_keys(self.keys, op) if flush else None  # a flush names its keys first
         result = ops.apply(self.keys, op, self.limits)
         env = None
         sent = op
         if any(r == 1 for r in result) if type(result) is list else result:
-            self.dirty += result if type(op) is ops.FlushKeys else 1  # a flush: one change per key, as Redis counts
-            for key in touched:
-                self.touch(key)
+            if flush:
+                self.dirty += result  # one change per key, as Redis counts
+                for key in touched:
+                    self.touch(key)
+            else:
+                self.dirty += 1
+                self.touch(op.key)
             if self.aa is not None:
                 sent = ops.replicated_form(op, result)
                 env = self.aa.publish(sent)
@@ -105,11 +110,15 @@ class Database:
 
     def apply_remote(self, op: "ops.Op") -> None:
         """An operation another region issued (delivered in causal order)."""
-        touched = ops.touched_keys(self.keys, op)
-        ops.apply(self.keys, op, self.limits)
+        if type(op) is ops.FlushKeys:
+            touched = ops.touched_keys(self.keys, op)
+            ops.apply(self.keys, op, self.limits)
+            for key in touched:
+                self.touch(key)
+        else:
+            ops.apply(self.keys, op, self.limits)
+            self.touch(op.key)
         self.dirty += 1
-        for key in touched:
-            self.touch(key)
 
     def remove(self, key: bytes) -> bool:
         if self.keys.pop(key, None) is None:
