@@ -325,3 +325,14 @@ def test_keys_and_transactions(pair):
     ECHO hi
     XADD
     """)
+
+
+@pytest.mark.parametrize("command", ["XREAD", "XREADGROUP"])
+@pytest.mark.parametrize("timeout", ["1.5", "500.9", "1e3", "+5", " 5", "5 ", "1_0", "-0", "00", "0x10", "",
+                                     "18446744073709551616", "-9223372036854775809", "inf", "nan", "-1", "-1.5"])
+def test_block_timeouts_are_integers_in_redis_spelling_only(pair, command, timeout):
+    """Every odd spelling of a BLOCK timeout is refused as Redis refuses it (none blocks)."""
+    pair.check("XADD", "a", "1-0", "f", "1")
+    pair.check("XGROUP", "CREATE", "a", "g", "0")
+    head = ["XREADGROUP", "GROUP", "g", "c"] if command == "XREADGROUP" else ["XREAD"]
+    pair.check(*head, "BLOCK", timeout, "STREAMS", "a", ">" if command == "XREADGROUP" else "$")

@@ -213,3 +213,19 @@ def test_watch_ignores_commands_that_change_nothing(raw, inproc):
         assert raw.call("EXEC") is None
     finally:
         other.close()
+
+
+def test_a_block_timeout_whose_deadline_overflows_is_out_of_range():
+    """Redis 8 refuses a timeout that, added to the time now, would overflow a long long
+    (Redis 7.0 blocked forever on it)."""
+    from node.config import Config
+    from node.core import RegionCore, Session
+    from node.resp.encoder import ReplyError
+
+    core = RegionCore(Config())
+    s = Session(core)
+    s.authenticated = True
+    for argv in ([b"XREAD", b"BLOCK", b"9223372036854775807", b"STREAMS", b"k", b"$"],
+                 [b"XREADGROUP", b"GROUP", b"g", b"c", b"BLOCK", b"9223372036854775000", b"STREAMS", b"k", b">"]):
+        reply = core.call(s, argv)
+        assert isinstance(reply, ReplyError) and reply.message == "ERR timeout is out of range"

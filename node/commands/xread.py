@@ -39,7 +39,7 @@ class ReadArgs:
     idargs: list | None = None
 
 
-def _parse(argv: list[bytes], xreadgroup: bool, fullname: str) -> ReadArgs:
+def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) -> ReadArgs:
     a = ReadArgs()
     argc = len(argv)
     streams_arg = 0
@@ -59,7 +59,7 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str) -> ReadArgs:
             a.min_idle = v
         elif o == b"block" and more:
             i += 1
-            a.timeout = _parse_timeout(argv[i])
+            a.timeout = _parse_timeout(argv[i], now_ms)
         elif o == b"count" and more:
             i += 1
             a.count = max(parse_int(argv[i]), 0)
@@ -91,19 +91,20 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str) -> ReadArgs:
     return a
 
 
-def _parse_timeout(arg: bytes) -> int:
-    """``getTimeoutFromObjectOrReply`` in milliseconds (0 = forever)."""
+LLONG_MAX = (1 << 63) - 1
+
+
+def _parse_timeout(arg: bytes, now_ms: int) -> int:
+    """``getTimeoutFromObjectOrReply`` in milliseconds (0 = forever): an integer in Redis's
+    strict spelling only (``1.5``, ``1e3``, ``+5``, `` 5``, ``-0`` are not one), not negative,
+    and not so large that the deadline (now + timeout) would overflow a long long."""
     v = string2ll(arg)
     if v is None:
-        try:
-            f = float(arg)
-        except ValueError:
-            raise ReplyError("ERR timeout is not an integer or out of range") from None
-        if f != f or f in (float("inf"), float("-inf")):
-            raise ReplyError("ERR timeout is not an integer or out of range")
-        v = int(f)
+        raise ReplyError("ERR timeout is not an integer or out of range")
     if v < 0:
         raise ReplyError("ERR timeout is negative")
+    if v > 0 and v > LLONG_MAX - now_ms:
+        raise ReplyError("ERR timeout is out of range")
     return v
 
 
@@ -219,7 +220,7 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, min_idle: int, history: bool,
 
 
 def _read(client, argv: list[bytes], xreadgroup: bool):
-    a = _parse(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread")
+    a = _parse(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread", client.server.now_ms())
     db = client.server.db
     ids = _resolve_ids(db, a)
     reply = _serve(client, a, ids)
