@@ -13,6 +13,7 @@ Start-up waits poll with a deadline; nothing sleeps to synchronise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shutil
@@ -308,6 +309,21 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def flushed_clients(cluster: "LocalCluster", **kw):
+    """A client of every region of ``cluster``, after a FLUSHALL everyone applied; on the way
+    out every region's links are resumed (a test may have paused some) and the clients closed."""
+    clients = cluster.clients(**kw)
+    clients[0].flushall()
+    cluster.sync_wait()
+    try:
+        yield clients
+    finally:
+        for c in clients:
+            c.execute_command("BRAID.REPLICATION", "RESUME")
+            c.close()
 
 
 class RedisProcess(_ServerProcess):

@@ -12,7 +12,7 @@ import threading
 import pytest
 import redis
 
-from node.testing import LocalCluster, replication_status, wait_until
+from node.testing import LocalCluster, replication_status, wait_until, flushed_clients
 
 
 @pytest.fixture(scope="module", params=["plain", "mtls"])
@@ -24,13 +24,8 @@ def cluster(request):
 
 @pytest.fixture
 def regions(cluster):
-    clients = cluster.clients()
-    clients[0].flushall()
-    cluster.sync_wait()
-    yield clients
-    for c in clients:
-        c.execute_command("BRAID.REPLICATION", "RESUME")
-        c.close()
+    with flushed_clients(cluster) as clients:
+        yield clients
 
 
 def pause(*clients):

@@ -26,7 +26,7 @@ from node.core import RegionCore, Session
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated
-from node.testing import LocalCluster, replication_status, version_vector, wait_until
+from node.testing import LocalCluster, replication_status, version_vector, wait_until, flushed_clients
 
 T0 = 1_700_000_000_000
 
@@ -125,13 +125,8 @@ def cluster():
 
 @pytest.fixture
 def regions(cluster):
-    clients = cluster.clients()
-    clients[0].flushall()
-    cluster.sync_wait()
-    yield clients
-    for c in clients:
-        c.execute_command("BRAID.REPLICATION", "RESUME")
-        c.close()
+    with flushed_clients(cluster) as clients:
+        yield clients
 
 
 def _admin(cluster, capsys, *args) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ import random
 import grpc
 import pytest
 
-from node.testing import LocalCluster, replication_status
+from node.testing import LocalCluster, replication_status, flushed_clients
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -34,13 +34,8 @@ def cluster():
 
 @pytest.fixture
 def regions(cluster):
-    clients = cluster.clients(socket_timeout=120)
-    clients[0].flushall()
-    cluster.sync_wait()
-    yield clients
-    for c in clients:
-        c.execute_command("BRAID.REPLICATION", "RESUME")
-        c.close()
+    with flushed_clients(cluster, socket_timeout=120) as clients:
+        yield clients
 
 
 def _same_everywhere(cluster, clients, key: str) -> list:

@@ -246,7 +246,7 @@ def test_a_removed_or_unknown_region_is_refused_at_the_handshake_and_counted():
     import grpc
 
     from proto import replication_pb2 as pb
-    from proto import replication_pb2_grpc as pb_grpc
+    from tests.test_replication_transport import _forge
 
     with LocalCluster(2) as cluster:
         cluster.proc("region-2").kill()
@@ -255,21 +255,13 @@ def test_a_removed_or_unknown_region_is_refused_at_the_handshake_and_counted():
         r1 = cluster.config.region("region-1")
         cfg = cluster.config
 
-        async def hello(region: int, epoch: int) -> tuple[grpc.StatusCode, str]:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{r1.repl_port}") as channel:
-                call = pb_grpc.ReplicationStub(channel).Sync(timeout=20)
-                await call.write(pb.Frame(hello=pb.Hello(cluster_id=cfg.cluster_id, database=cfg.database,
-                                                         region=region, token=cfg.token, epoch=epoch)))
-                try:
-                    async for _ in call:
-                        pass
-                except grpc.aio.AioRpcError as e:
-                    return e.code(), e.details()
-                return grpc.StatusCode.OK, ""
+        def hello(region: int, epoch: int) -> tuple[grpc.StatusCode, str]:
+            return asyncio.run(_forge(r1.repl_port, [pb.Frame(hello=pb.Hello(
+                cluster_id=cfg.cluster_id, database=cfg.database, region=region, token=cfg.token, epoch=epoch))]))
 
-        code, details = asyncio.run(hello(2, 1))
+        code, details = hello(2, 1)
         assert code == grpc.StatusCode.PERMISSION_DENIED and "region 2 (region-2) was removed" in details
-        code, details = asyncio.run(hello(9, 2))
+        code, details = hello(9, 2)
         assert code == grpc.StatusCode.PERMISSION_DENIED and "not a member" in details
         c1 = cluster.proc("region-1").client()
         assert info_field(c1, "crdt_membership_refused") == "2"
