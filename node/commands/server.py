@@ -14,6 +14,7 @@ from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.tls import TLS_SETTINGS, TlsConfigError
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
+from .docs import DOCS
 from .util import ERR_SYNTAX
 
 # ---------------------------------------------------------------- INFO
@@ -312,13 +313,27 @@ def acl_categories(fullname: str) -> list[str]:
     return ["@" + c for c in CATEGORIES if c in cats]
 
 
+def _documented(value, status: bool = False):
+    """A value of node/commands/docs.py in Redis's reply types: names and texts as bulk
+    strings, flags as simple strings (Redis's addReplyStatus), numbers as integers."""
+    if isinstance(value, dict):
+        return {k.encode(): _documented(v, k == "flags") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_documented(v, status) for v in value]
+    if isinstance(value, str):
+        return value if status else value.encode()
+    return value
+
+
 def _command_info(cmd) -> list:
+    doc = DOCS.get(cmd.fullname)
     return [
         cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.flags if f != "fast"] +
         ([b"fast"] if "fast" in cmd.flags else []),
         cmd.first_key, cmd.last_key, cmd.step,
         acl_categories(cmd.fullname),
-        [], [],
+        _documented(doc.tips) if doc else [],
+        _documented(doc.key_specs) if doc else [],
         [_command_info(s) for s in cmd.subcommands.values()],
     ]
 
@@ -331,6 +346,11 @@ def _command_docs(cmd) -> dict:
     }
     if cmd.complexity:
         doc[b"complexity"] = cmd.complexity.encode()
+    documented = DOCS.get(cmd.fullname)
+    if documented is not None and documented.history:
+        doc[b"history"] = _documented(documented.history)
+    if documented is not None and documented.arguments:
+        doc[b"arguments"] = _documented(documented.arguments)
     if cmd.subcommands:
         doc[b"subcommands"] = {s.fullname.encode(): _command_docs(s) for s in cmd.subcommands.values()}
     return doc
