@@ -352,6 +352,28 @@ def test_a_blocked_xreadgroup_claim_is_woken_by_xnack(braid_proc, raw):
     blocked.close()
 
 
+def test_a_blocked_xreadgroup_without_claim_does_not_get_released_entries(braid_proc, raw):
+    """Only CLAIM serves released entries: a plain ``>`` reader woken by the XNACK keeps waiting."""
+    _stream(raw, 1)
+    got = {}
+    blocked = RawClient(braid_proc.port)
+
+    def read():
+        got["reply"] = blocked.call("XREADGROUP", "GROUP", "grp", "c2", "BLOCK", "0", "STREAMS", "mystream", ">")
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    wait_until(lambda: "blocked_clients:1" in raw.call("INFO", "clients").decode(), 10,
+               what="the XREADGROUP to block")
+    assert raw.call("XNACK", "mystream", "grp", "FAIL", "IDS", "1", "1-0") == 1
+    raw.call("XADD", "mystream", "9-0", "f", "v9")
+    t.join(10)
+    assert not t.is_alive()
+    assert got["reply"] == [[b"mystream", [[b"9-0", [b"f", b"v9"]]]]]
+    assert _pending(raw)[0][:2] == [b"1-0", b""]  # still released
+    blocked.close()
+
+
 def test_command_metadata(raw):
     info = raw.call("COMMAND", "INFO", "XNACK")[0]
     assert info[:6] == [b"xnack", -7, [b"write", b"fast"], 1, 1, 1]
