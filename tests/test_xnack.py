@@ -20,6 +20,7 @@ import pytest
 from node.config import Config
 from node.testing import BraidProcess, InProcessServer, wait_until
 from tests.differential import Err, RawClient
+from tests.test_convergence import Region, sync
 
 LLONG_MAX = 9223372036854775807
 
@@ -381,6 +382,30 @@ def test_command_metadata(raw):
     docs = raw.call("COMMAND", "DOCS", "XNACK")
     doc = dict(zip(docs[1][::2], docs[1][1::2]))
     assert doc[b"since"] == b"8.8.0" and doc[b"group"] == b"stream"
+
+
+# ------------------------------------------------------------------ Active-Active
+def test_xnack_is_region_local():
+    """XNACK issues no operation: the other regions keep their own PEL for the entry, the replicated
+    state still converges, and an XACK of the released entry moves the XACK watermark as any XACK."""
+    r1, r2 = Region(1), Region(2)
+    r1.clock = r2.clock = 100
+    r1.create_group(b"a", b"g")
+    r1.xadd(b"a")
+    sync(r1, r2)
+    assert r1.xreadgroup(b"a", b"g", b"c1") == [b"100-1"]
+    assert r2.xreadgroup(b"a", b"g", b"c2") == [b"100-1"]
+    ops_before = dict(r1.causal.vv)
+    assert r1.call(b"XNACK", b"a", b"g", b"FATAL", b"IDS", b"1", b"100-1") == 1
+    assert r1.causal.vv == ops_before  # nothing to replicate
+    sync(r1, r2)
+    assert r1.snapshot() == r2.snapshot()
+    released, kept = r1.keys[b"a"].groups[b"g"].pel[(100, 1)], r2.keys[b"a"].groups[b"g"].pel[(100, 1)]
+    assert (released.consumer, released.delivery_count) == (None, LLONG_MAX)
+    assert (kept.consumer.name, kept.delivery_count) == (b"c2", 1)
+    r1.xack(b"a", b"g", (100, 1))  # the released entry acknowledged: the watermark replicates
+    sync(r1, r2)
+    assert r2.keys[b"a"].groups[b"g"].watermarks == {1: (100, 1)}
 
 
 # ------------------------------------------------------------------ persistence
