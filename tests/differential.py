@@ -59,6 +59,7 @@ NORMALISE = {
     # Redis 8.6 fields that Redis 7.0 (the reference server) does not have.
     "idmp-duration": "8.6 only", "idmp-maxsize": "8.6 only", "pids-tracked": "8.6 only",
     "iids-tracked": "8.6 only", "iids-added": "8.6 only", "iids-duplicates": "8.6 only",
+    "nacked-count": "8.8+ only",
     # XINFO CONSUMERS / FULL: times depend on when each server ran the command;
     # "inactive" and "active-time" are Redis 7.2+ fields.
     "idle": "timing", "seen-time": "timing", "active-time": "7.2+ and timing",
