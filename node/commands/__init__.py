@@ -42,6 +42,9 @@ class Command:
     parent: "Command | None" = None
     resolved: bool = False  # see RESOLVED
     logged_if_changed: bool = False  # see LOGGED_IF_CHANGED
+    # COMMAND DOCS, as Redis's command JSON spells them: [(version, change)], [{argument}]
+    history: tuple = ()
+    arguments: tuple = ()
 
     @property
     def fullname(self) -> str:
@@ -86,7 +89,8 @@ def _flags(flags: str | tuple[str, ...]) -> tuple[str, ...]:
 
 def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] = (0, 0, 0),
             group: str = "generic", summary: str = "", since: str = "1.0.0",
-            complexity: str = "", acl: str = "") -> Callable[[Handler], Handler]:
+            complexity: str = "", acl: str = "", history: tuple = (),
+            arguments: tuple = ()) -> Callable[[Handler], Handler]:
     """Register a top-level command (or, with no handler use, a container)."""
 
     def register(fn: Handler) -> Handler:
@@ -94,7 +98,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
         if cmd is None:
             cmd = Command(name, arity, _flags(flags), *keys, group=group, summary=summary,
                           since=since, complexity=complexity, acl=_flags(acl), resolved=name in RESOLVED,
-                          logged_if_changed=name in LOGGED_IF_CHANGED)
+                          logged_if_changed=name in LOGGED_IF_CHANGED, history=history, arguments=arguments)
             COMMANDS[name.encode()] = cmd
         cmd.handler = fn
         return fn

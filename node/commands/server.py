@@ -353,8 +353,30 @@ def _command_docs(cmd) -> dict:
     }
     if cmd.complexity:
         doc[b"complexity"] = cmd.complexity.encode()
+    if cmd.history:
+        doc[b"history"] = [[v.encode(), change.encode()] for v, change in cmd.history]
+    if cmd.arguments:
+        doc[b"arguments"] = [_argument_docs(a) for a in cmd.arguments]
     if cmd.subcommands:
         doc[b"subcommands"] = {s.fullname.encode(): _command_docs(s) for s in cmd.subcommands.values()}
+    return doc
+
+
+def _argument_docs(arg: dict) -> dict:
+    """One argument as COMMAND DOCS shows it (Redis's addReplyCommandArgList: its order)."""
+    doc: dict = {b"name": arg["name"].encode(), b"type": arg["type"].encode()}
+    if arg["type"] not in ("block", "oneof"):
+        doc[b"display_text"] = arg.get("display_text", arg["name"]).encode()
+    if "key_spec_index" in arg:
+        doc[b"key_spec_index"] = arg["key_spec_index"]
+    for field in ("token", "summary", "since"):
+        if field in arg:
+            doc[field.encode()] = arg[field].encode()
+    flags = [f.encode() for f in ("optional", "multiple", "multiple_token") if arg.get(f)]
+    if flags:
+        doc[b"flags"] = flags
+    if "arguments" in arg:
+        doc[b"arguments"] = [_argument_docs(a) for a in arg["arguments"]]
     return doc
 
 

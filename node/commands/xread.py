@@ -381,7 +381,20 @@ def _claimable_at(db, a: ReadArgs, now: int) -> int | None:
     return (oldest if oldest is not None else now) + a.min_idle
 
 
+_STREAMS_ARGUMENT = {"name": "streams", "type": "block", "token": "STREAMS", "arguments": [
+    {"name": "key", "type": "key", "key_spec_index": 0, "multiple": True},
+    {"name": "id", "type": "string", "multiple": True}]}
+_CAPS_ADDED = ("8.10.0", "Added the `MAXCOUNT` and `MAXSIZE` options.")
+_COUNT_ARGUMENTS = (
+    {"name": "count", "type": "integer", "token": "COUNT", "optional": True},
+    {"name": "maxcount", "type": "integer", "token": "MAXCOUNT", "since": "8.10.0", "optional": True},
+    {"name": "maxsize", "type": "integer", "token": "MAXSIZE", "since": "8.10.0", "optional": True},
+    {"name": "milliseconds", "type": "integer", "token": "BLOCK", "optional": True},
+)
+
+
 @command("xread", -4, "readonly blocking", (0, 0, 0), group="stream", since="5.0.0",
+         history=(_CAPS_ADDED,), arguments=(*_COUNT_ARGUMENTS, _STREAMS_ARGUMENT),
          summary="Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.",
          complexity="For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1).")
 def xread(client, argv: list[bytes]):
@@ -389,7 +402,18 @@ def xread(client, argv: list[bytes]):
 
 
 @command("xreadgroup", -7, "write blocking", (0, 0, 0), group="stream", since="5.0.0",
+         history=(("8.4.0", "Added the `CLAIM` option."), _CAPS_ADDED),
+         arguments=({"name": "group-block", "type": "block", "token": "GROUP", "arguments": [
+                        {"name": "group", "type": "string"}, {"name": "consumer", "type": "string"}]},
+                    *_COUNT_ARGUMENTS,
+                    {"name": "min-idle-time", "type": "integer", "token": "CLAIM", "since": "8.4.0",
+                     "optional": True},
+                    {"name": "noack", "type": "pure-token", "token": "NOACK", "optional": True},
+                    _STREAMS_ARGUMENT),
          summary="Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.",
-         complexity="For each stream mentioned: O(M) with M being the number of elements returned.")
+         complexity="For each stream mentioned: O(M) with M being the number of elements returned. If M is "
+                    "constant (e.g. always asking for the first 10 elements with COUNT), you can consider it "
+                    "O(1). On the other side when XREADGROUP blocks, XADD will pay the O(N) time in order to "
+                    "serve the N clients blocked on the stream getting new data.")
 def xreadgroup(client, argv: list[bytes]):
     return _read(client, argv, xreadgroup=True)
