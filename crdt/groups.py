@@ -16,6 +16,10 @@ stream's first ever entry, so that ``lag`` = entries-added − entries-read; it
 is exact while no deletion happened in between and estimated (or unknown, -1)
 otherwise, following Redis's ``streamEstimateDistanceFromFirstEverEntry``.
 
+The reads take an optional ``take`` callback asked before each entry is handed
+out (and before it touches the PEL): XREAD/XREADGROUP MAXCOUNT and MAXSIZE keep
+one budget over every stream of a command this way.
+
 Consumers and the PEL are local to a region (seed 003); group existence is
 replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
 ``now`` (milliseconds).

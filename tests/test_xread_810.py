@@ -10,6 +10,7 @@ tests/test_differential.py.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 
 import pytest
@@ -245,6 +246,10 @@ def test_command_docs_history_and_arguments(braid_proc):
         maxcount = args[tokens.index(b"MAXCOUNT")]
         assert maxcount == {b"name": b"maxcount", b"type": b"integer", b"display_text": b"maxcount",
                             b"token": b"MAXCOUNT", b"since": b"8.10.0", b"flags": [b"optional"]}
+    # redis-cli reads these docs at start (its hints): argument flags must be status replies
+    res = subprocess.run(["redis-cli", "-p", str(braid_proc.port)], input="PING\n", capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0 and "PONG" in res.stdout, res.stderr
 
 
 # ---------------------------------------------------------------- a blocked XREADGROUP whose key goes away
@@ -260,6 +265,7 @@ def test_blocked_xreadgroup_answers_nogroup_when_its_key_goes(braid_proc, braid,
                                    "STREAMS", "mystream", ">"])
     _wait_blocked(braid, 1)
     assert braid.info("clients")["total_blocking_keys_on_nokey"] == 1
+    assert "cmdstat_xreadgroup" not in braid.info("commandstats")  # a call once it ends
     {"DEL": lambda: braid.delete("mystream"), "UNLINK": lambda: braid.unlink("mystream"),
      "FLUSHALL": braid.flushall, "FLUSHDB": braid.flushdb,
      "RENAME": lambda: braid.rename("mystream", "other"),

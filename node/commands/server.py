@@ -176,6 +176,8 @@ def _section_cpu(srv) -> list[str]:
 def _section_commandstats(srv) -> list[str]:
     out = []
     for name, (calls, usec, rejected, failed) in sorted(srv.stats.command_calls.items()):
+        if not (calls or rejected or failed):
+            continue  # e.g. a command still blocked: it counts when it ends, as in Redis
         per = usec / calls if calls else 0.0
         out.append(f"cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2f},"
                    f"rejected_calls={rejected},failed_calls={failed}")
@@ -372,7 +374,7 @@ def _argument_docs(arg: dict) -> dict:
     for field in ("token", "summary", "since"):
         if field in arg:
             doc[field.encode()] = arg[field].encode()
-    flags = [f.encode() for f in ("optional", "multiple", "multiple_token") if arg.get(f)]
+    flags = [f for f in ("optional", "multiple", "multiple_token") if arg.get(f)]  # status replies, as Redis's
     if flags:
         doc[b"flags"] = flags
     if "arguments" in arg:
