@@ -31,8 +31,9 @@ Only what changes state moves the change counter (``rdb_changes_since_last_save`
 as in Redis: a consumer created, and each stream a ``>`` read (or CLAIM)
 delivered entries from.  A history read (an explicit ID) counts nothing, but
 when it returned pending entries it updated their delivery counts and times,
-so it is still logged (``logs_state``, see node/core.py) for an exact replay;
-one that returned nothing logs nothing.
+so it is still logged (it marks ``Database.local_change``) for an exact replay;
+one that returned nothing logs nothing (XREADGROUP is logged only when it
+changed state: ``LOGGED_IF_CHANGED`` in node/commands/__init__.py).
 """
 
 from __future__ import annotations
