@@ -34,6 +34,10 @@ stream's first ever entry, so that ``lag`` = entries-added − entries-read; it
 is exact while no deletion happened in between and estimated (or unknown, -1)
 otherwise, following Redis's ``streamEstimateDistanceFromFirstEverEntry``.
 
+The reads take an optional ``take`` callback asked before each entry is handed
+out (and before it touches the PEL): XREAD/XREADGROUP MAXCOUNT and MAXSIZE keep
+one budget over every stream of a command this way.
+
 Consumers and the PEL are local to a region (seed 003); group existence is
 replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
 ``now`` (milliseconds).
@@ -42,6 +46,7 @@ replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from sortedcontainers import SortedDict
 
@@ -274,13 +279,29 @@ def advance(s, g: ConsumerGroup, id_: StreamID) -> None:
 
 
 # ---------------------------------------------------------------- reads
+# A read's ``take(id, fields)``, when given, is asked before each entry is handed out (and
+# counts it): False ends the read there.  XREAD/XREADGROUP MAXCOUNT and MAXSIZE, whose
+# budget spans every stream of the command, are kept by the caller this way.
+Take = Callable[[StreamID, "list | None"], bool]
+
+
+def _taken(entries: list, take: Take) -> list:
+    """The leading entries ``take`` accepts."""
+    for i, (id_, flat) in enumerate(entries):
+        if not take(id_, flat):
+            return entries[:i]
+    return entries
+
+
 def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
-             noack: bool, now: int) -> list:
+             noack: bool, now: int, take: Take | None = None) -> list:
     """XREADGROUP ``>``: entries after ``after`` (the group cursor). [(id, flat)]"""
     start = incr(after)
     if start is None:
         return []
     out = s.range(start, MAX_ID, count)
+    if take is not None:
+        out = _taken(out, take)
     for id_, _flat in out:
         if id_ > g.last_id:
             advance(s, g, id_)
@@ -291,7 +312,7 @@ def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: in
 
 
 def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
-                 now: int) -> list:
+                 now: int, take: Take | None = None) -> list:
     """XREADGROUP with an ID: the consumer's own pending entries after it.
 
     Deleted entries come back as ``(id, None)``; each returned live entry counts
@@ -305,6 +326,8 @@ def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count
         if count and len(out) >= count:
             break
         flat = s.get(id_)
+        if take is not None and not take(id_, flat):
+            break
         if flat is None:
             out.append((id_, None))
             continue
@@ -325,7 +348,7 @@ def first_claimable(s, g: ConsumerGroup, min_idle: int, now: int) -> tuple[bool,
 
 
 def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: int,
-               now: int) -> list:
+               now: int, take: Take | None = None) -> list:
     """XREADGROUP CLAIM: idle pending entries, oldest first, moved to ``consumer``.
 
     Released (XNACKed) entries come first, reported idle for ``now`` milliseconds
@@ -340,6 +363,8 @@ def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: in
         flat = s.get(id_)
         if flat is None:
             continue
+        if take is not None and not take(id_, flat):
+            break
         out.append((id_, flat, idle, nack.delivery_count))
         g.assign(id_, nack, consumer)
         nack.delivered_again()
@@ -352,7 +377,7 @@ def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: in
 
 # ---------------------------------------------------------------- multi-region reads
 def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noack: bool,
-                        now: int) -> list:
+                        now: int, take: Take | None = None) -> list:
     """XREADGROUP ``>`` over several origin logs: after each log's own cursor.
 
     An entry that reaches this region late from another region (with an ID below
@@ -366,7 +391,7 @@ def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noa
             its.append(tagged(origin, log.range(start, MAX_ID)))
     out = []
     for eid, origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
-        if count and len(out) >= count:
+        if count and len(out) >= count or take is not None and not take(eid, flat):
             break
         g.cursors[origin] = eid
         if eid > g.last_id:

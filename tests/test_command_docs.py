@@ -19,7 +19,7 @@ SAME_SINCE_7 = ["xadd", "xrange", "xrevrange", "xlen", "xread", "xreadgroup", "x
                 "xinfo|groups", "xinfo|consumers"]
 
 # Braid's own stream commands (no Redis counterpart to describe them as).
-BRAID_ONLY = {"xrangeorigin", "xsplitorigin", "xidmp|cfgset", "xidmp|cfgget"}
+BRAID_ONLY = {"xrangeorigin", "xsplitorigin", "xorigins", "xidmp|cfgset", "xidmp|cfgget"}
 
 
 def _command(fullname: str):
@@ -59,8 +59,8 @@ def test_docs_reply_shape(braid_proc):
         names = [dict(zip(a[::2], a[1::2]))[b"name"] for a in fields[b"arguments"]]
         assert names == [b"count", b"maxcount", b"maxsize", b"milliseconds", b"streams"]
         maxcount = dict(zip(fields[b"arguments"][1][::2], fields[b"arguments"][1][1::2]))
-        assert maxcount == {b"name": b"maxcount", b"type": b"integer", b"token": b"MAXCOUNT",
-                            b"since": b"8.10.0", b"flags": [b"optional"]}
+        assert maxcount == {b"name": b"maxcount", b"type": b"integer", b"display_text": b"maxcount",
+                            b"token": b"MAXCOUNT", b"since": b"8.10.0", b"flags": [b"optional"]}
     finally:
         c.close()
 

@@ -6,8 +6,9 @@ command's ``history`` to tell which options a server has.  The table describes t
 Braid implements (Redis 8.10's, for the commands below) with the shapes Redis replies with:
 
 - an argument is ``name``, ``type`` (key, string, integer, double, pattern, unix-time,
-  pure-token, oneof, block), and optionally ``token`` (the keyword before it), ``since``,
-  ``display_text``, ``key_spec_index`` and ``flags`` (optional, multiple, multiple_token);
+  pure-token, oneof, block), ``display_text`` (what redis-cli shows; the name unless said
+  otherwise), and optionally ``token`` (the keyword before it), ``since``,
+  ``key_spec_index`` and ``flags`` (optional, multiple, multiple_token);
   a oneof or block holds its own ``arguments``;
 - a key specification is its flags (RW / RO / OW / RM and what the command does to the key),
   where the search for keys begins (an index, or after a keyword) and how keys are found
@@ -43,8 +44,8 @@ def _arg(name: str, type_: str, children=(), *, token: str | None = None, since:
     """One argument in COMMAND DOCS' reply order (name, type, display_text, key_spec_index,
     token, since, flags, arguments)."""
     out: dict = {"name": name, "type": type_}
-    if display is not None:
-        out["display_text"] = display
+    if type_ not in ("block", "oneof"):  # Redis 8 names every plain argument for redis-cli's hints
+        out["display_text"] = name if display is None else display
     if key_spec_index is not None:
         out["key_spec_index"] = key_spec_index
     if token is not None:
@@ -113,7 +114,7 @@ doc('xack',
     arguments=[
         key('key', 0),
         string('group'),
-        string('ID', multiple=True),
+        string('id', multiple=True),
     ],
 )
 
@@ -214,7 +215,7 @@ doc('xclaim',
         string('group'),
         string('consumer'),
         string('min-idle-time'),
-        string('ID', multiple=True),
+        string('id', multiple=True),
         integer('ms', token='IDLE', optional=True),
         unix_time('unix-time-milliseconds', token='TIME', optional=True),
         integer('count', token='RETRYCOUNT', optional=True),
@@ -228,7 +229,7 @@ doc('xdel',
     key_specs=[spec('RW DELETE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
-        string('ID', multiple=True),
+        string('id', multiple=True),
     ],
 )
 
@@ -416,7 +417,7 @@ doc('xread',
         integer('milliseconds', token='BLOCK', optional=True),
         block('streams',
             key('key', 0, multiple=True),
-            string('ID', multiple=True),
+            string('id', multiple=True),
             token='STREAMS'),
     ],
 )
@@ -437,7 +438,7 @@ doc('xreadgroup',
         token('NOACK', optional=True),
         block('streams',
             key('key', 0, multiple=True),
-            string('ID', multiple=True),
+            string('id', multiple=True),
             token='STREAMS'),
     ],
 )

@@ -58,14 +58,36 @@ def _section_server(srv) -> list[str]:
 
 
 def _section_clients(srv) -> list[str]:
+    clients = srv.clients.values()
+    blocking = srv.blocking
     return [
         f"connected_clients:{len(srv.clients)}",
+        "cluster_connections:0",
         f"maxclients:{srv.config['maxclients']}",
-        f"blocked_clients:{srv.blocking.count}",
-        f"watching_clients:{sum(1 for c in srv.clients.values() if c.watched)}",
-        f"total_watched_keys:{sum(len(c.watched) for c in srv.clients.values())}",
-        f"total_blocking_keys:{len(srv.blocking.by_key)}",
+        # what clients hold now (Redis reports the peak of the last few seconds)
+        f"client_recent_max_input_buffer:{max((_input_buffered(c) for c in clients), default=0)}",
+        f"client_recent_max_output_buffer:{max((_output_buffered(c) for c in clients), default=0)}",
+        f"blocked_clients:{blocking.count}",
+        "tracking_clients:0",
+        "pubsub_clients:0",
+        f"watching_clients:{sum(1 for c in clients if c.watched)}",
+        f"clients_in_timeout_table:{blocking.with_timeout}",
+        f"total_watched_keys:{sum(len(c.watched) for c in clients)}",
+        f"total_blocking_keys:{len(blocking.by_key)}",
+        # keys an XREADGROUP waits on: deleting one wakes it (with NOGROUP)
+        f"total_blocking_keys_on_nokey:{len(blocking.on_nokey)}",
     ]
+
+
+def _input_buffered(c) -> int:
+    parser = getattr(c, "parser", None)
+    return parser.buffered if parser is not None else 0
+
+
+def _output_buffered(c) -> int:
+    transport = getattr(c, "transport", None)
+    held = len(getattr(c, "out", b""))
+    return held + (transport.get_write_buffer_size() if transport is not None else 0)
 
 
 def _section_memory(srv) -> list[str]:
@@ -155,6 +177,8 @@ def _section_cpu(srv) -> list[str]:
 def _section_commandstats(srv) -> list[str]:
     out = []
     for name, (calls, usec, rejected, failed) in sorted(srv.stats.command_calls.items()):
+        if not (calls or rejected or failed):
+            continue  # e.g. a command still blocked: it counts when it ends, as in Redis
         per = usec / calls if calls else 0.0
         out.append(f"cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2f},"
                    f"rejected_calls={rejected},failed_calls={failed}")
