@@ -62,6 +62,7 @@ REDIS_COMMANDS: dict[str, tuple] = {
     'type': (('readonly', 'fast'), ('keyspace',), ((('RO',), ('index', 1), ('range', 0, 1, 0)),)),
     'rename': (('write',), ('keyspace',), ((('RW', 'ACCESS', 'DELETE'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)))),
     'renamenx': (('write', 'fast'), ('keyspace',), ((('RW', 'ACCESS', 'DELETE'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'INSERT'), ('index', 2), ('range', 0, 1, 0)))),
+    'copy': (('write', 'denyoom'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)))),
     'keys': (('readonly',), ('keyspace', 'dangerous'), ()),
     'scan': (('readonly', 'touches_arbitrary_keys'), ('keyspace',), ()),
     'multi': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ()),
