@@ -225,6 +225,12 @@ def test_migrate_from_redis70_into_braid(pair, braid_proc):
     assert b.call("XRANGE", "t", "-", "+") == [[b"1-1", [b"a", b"b"]], [b"2-0", [b"e", b"f"]]]
     assert b.call("XRANGE", "u", "-", "+") == [[b"1-1", [b"c", b"d"]]]
     assert sorted(b.call("KEYS", "*")) == [b"s", b"t", b"u"]
+    # a key with a TTL: Braid keys do not expire, Braid says so and Redis reports it
+    r.call("XADD", "v", "1-1", "a", "b")
+    r.call("PEXPIRE", "v", 100000)
+    err = r.call("MIGRATE", "127.0.0.1", port, "v", 0, 5000)
+    assert isinstance(err, Err) and "Braid keys do not expire" in str(err)
+    assert r.call("EXISTS", "v") == 1 and b.call("EXISTS", "v") == 0
 
 
 def test_migrate_with_auth_into_braid(pair, braid_proc):
@@ -392,14 +398,26 @@ def test_active_active_restore_resolves_like_copy():
     assert sorted(r1.keys[b"d"].groups[b"g"].consumers) == [b"alice", b"bob"]
     assert not r2.keys[b"d"].groups[b"g"].consumers
     assert r1.snapshot() == r2.snapshot() == r3.snapshot()
+    # entries from two regions' logs DUMP as one Redis stream, merged by ID
+    r2.call(b"XADD", b"d", b"*", b"f", b"from-2")
+    sync(r1, r2, r3)
+    assert len(r1.keys[b"d"].logs) == 2
+    dumped = rdb.load_payload(r1.call(b"DUMP", b"d"))
+    assert [[b"%d-%d" % i, f] for i, f in dumped.range(MIN_ID, MAX_ID)] == r1.call(b"XRANGE", b"d", b"-", b"+")
 
 
 # ---------------------------------------------------------------- the append-only file
-def test_a_restore_replays_exactly(tmp_path):
-    r = LoggedRegion(str(tmp_path / "r"), None)
+@pytest.mark.parametrize("number", [None, 1], ids=["one-region", "active-active"])
+def test_a_restore_replays_exactly(tmp_path, number):
+    r = LoggedRegion(str(tmp_path / "r"), number)
     assert r("RESTORE", "s", 0, REDIS86_PAYLOAD) == "OK"
     r("XADD", "s", "*", "f", "after")
+    assert r("RESTORE", "s", 0, REDIS86_PAYLOAD_RAW, "REPLACE") == "OK"
+    r("XADD", "s", "*", "f", "after again")
+    state = r.state()
     before = _state(r.server.db.keys[b"s"])
     r.close()
-    again = LoggedRegion(r.directory, None)
+    again = LoggedRegion(r.directory, number)
+    assert again.state() == state
     assert _state(again.server.db.keys[b"s"]) == before
+    assert again.server.loading_report[0].differences == 0
