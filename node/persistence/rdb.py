@@ -179,27 +179,38 @@ class RdbError(ValueError):
 
 
 # ---------------------------------------------------------------- CRC-64 (Jones)
-def _crc64_table() -> list[int]:
-    # Redis's crc64 is the reflected Jones polynomial 0xad93d23594c935a9, init 0,
-    # no final xor; its bit-reversed form drives the byte-wise table.
+def _crc64_tables() -> list[list[int]]:
+    # Redis's crc64 is the reflected Jones polynomial 0xad93d23594c935a9, init 0, no
+    # final xor; its bit-reversed form drives the byte-wise table.  Tables 1-7 are the
+    # byte table composed with itself ("slicing by 8"): eight bytes per Python step.
     rev = int(f"{0xad93d23594c935a9:064b}"[::-1], 2)
-    table = []
+    t0 = []
     for i in range(256):
         crc = i
         for _ in range(8):
             crc = (crc >> 1) ^ rev if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
+        t0.append(crc)
+    tables = [t0]
+    for _k in range(7):
+        prev = tables[-1]
+        tables.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
+    return tables
 
 
-_CRC64_TABLE = _crc64_table()
+_CRC64_TABLES = _crc64_tables()
+_WORDS = struct.Struct("<Q")
 
 
 def crc64(data: bytes, crc: int = 0) -> int:
     """Redis's ``crc64(crc, data, len)``; continue a running CRC by passing it back."""
-    table = _CRC64_TABLE
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    t0, t1, t2, t3, t4, t5, t6, t7 = _CRC64_TABLES
+    n8 = len(data) & ~7
+    for (w,) in _WORDS.iter_unpack(memoryview(data)[:n8]):
+        crc ^= w
+        crc = (t7[crc & 0xFF] ^ t6[(crc >> 8) & 0xFF] ^ t5[(crc >> 16) & 0xFF] ^ t4[(crc >> 24) & 0xFF]
+               ^ t3[(crc >> 32) & 0xFF] ^ t2[(crc >> 40) & 0xFF] ^ t1[(crc >> 48) & 0xFF] ^ t0[crc >> 56])
+    for b in data[n8:]:
+        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc
 
 
@@ -496,12 +507,17 @@ def _backlen_size(n: int) -> int:
 
 def _backlen(n: int) -> bytes:
     """``lpEncodeBacklen``: the element's length, 7 bits a byte, read right to left."""
+    if n <= 127:
+        return _BACKLEN_SMALL[n]
     size = _backlen_size(n)
     out = bytearray()
     for k in range(size - 1, -1, -1):
         b = (n >> (7 * k)) & 127
         out.append(b if k == size - 1 else b | 128)
     return bytes(out)
+
+
+_BACKLEN_SMALL = [bytes((n,)) for n in range(128)]
 
 
 def _lp_int(v: int) -> bytes:
@@ -521,7 +537,11 @@ def _lp_int(v: int) -> bytes:
 
 def _lp_element(x: bytes | int) -> bytes:
     if isinstance(x, int):
+        if 0 <= x <= 127:
+            return _SMALL_INT_ELEMENTS[x]
         enc = _lp_int(x)
+    elif len(x) < 64 and not (x and x[0] in _NUMERIC_START):
+        return bytes((0x80 | len(x),)) + x + _BACKLEN_SMALL[len(x) + 1]
     else:
         v = string2ll(x) if x and len(x) <= 20 else None
         if v is not None:
@@ -535,6 +555,10 @@ def _lp_element(x: bytes | int) -> bytes:
             else:
                 enc = b"\xf0" + n.to_bytes(4, "little") + x
     return enc + _backlen(len(enc))
+
+
+_SMALL_INT_ELEMENTS = [bytes((v, 1)) for v in range(128)]
+_NUMERIC_START = frozenset(b"-0123456789")
 
 
 def listpack_encode(elements: Iterable[bytes | int]) -> bytes:
@@ -603,10 +627,15 @@ def listpack_decode(lp: bytes) -> list[bytes | int]:
         if i > end:
             raise RdbError("listpack element past the end")
         enc_len = i - start
-        bl = _backlen_size(enc_len)
-        if i + bl > end or lp[i:i + bl] != _backlen(enc_len):
-            raise RdbError("listpack element with a wrong back-length")
-        i += bl
+        if enc_len <= 127:
+            if i >= end or lp[i] != enc_len:
+                raise RdbError("listpack element with a wrong back-length")
+            i += 1
+        else:
+            bl = _backlen_size(enc_len)
+            if i + bl > end or lp[i:i + bl] != _backlen(enc_len):
+                raise RdbError("listpack element with a wrong back-length")
+            i += bl
         out.append(val)
     if i != end or lp[end] != 0xFF:
         raise RdbError("listpack without its terminator")
