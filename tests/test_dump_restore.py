@@ -92,7 +92,7 @@ def test_redis86_payloads_decode():
         assert rdb.verify_payload(payload) == 13 and payload[0] == rdb.RDB_TYPE_STREAM_LISTPACKS_4
         s = rdb.load_payload(payload, origin=0)
         assert [(i, f) for i, f in s.range(MIN_ID, MAX_ID)] == \
-            [(tuple(map(int, i.split(b"-"))), f) for i, f in REDIS86_FULL[27]]
+            [(tuple(map(int, i.split(b"-"))), f) for i, f in _fields(REDIS86_FULL)[b"entries"]]
         assert (s.idmp.duration, s.idmp.maxsize, s.idmp.iids_added, s.idmp.iids_duplicates) == (300, 50, 3, 1)
         assert {p: dict(m) for p, m in s.idmp.producers.items()} == {b"prod": {b"iid-2": (T + 12, 0)}}
         assert s.node_count == 1 and s.logs[0].blocks[0].dead == 1  # the deleted entry is still in its node

@@ -322,6 +322,7 @@ def test_node_checks():
         "terminator": value(rdb.listpack_encode([1, 0, 1, b"f", 1, 2, 0, 0, b"v", 4])),
         "extra": value(rdb.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4, 9])),
         "not int": value(rdb.listpack_encode([1, 0, 1, b"f", 0, b"x", 0, 0, b"v", 4])),
+        "ID 0-0": value(rdb.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4]), key=bytes(16), last=(0, 0)),
     }
     for what, data in cases.items():
         with pytest.raises(RdbError):

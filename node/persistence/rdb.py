@@ -711,6 +711,8 @@ def _read_node(master: StreamID, lp: bytes) -> Block | None:
         if n == 0:
             raise RdbError("stream entry without fields")
         id_ = (ms, seq)
+        if id_ == MIN_ID:
+            raise RdbError("stream entry with ID 0-0")
         if block is None:
             block = Block(id_, fields)
         elif id_ <= block.last:
