@@ -460,3 +460,90 @@ def test_xreadgroup_changes_counted_as_redis_counts_them(pair):
         before = changes(pair.braid), changes(pair.redis)
         pair.check(*line.split())
         assert changes(pair.braid) - before[0] == changes(pair.redis) - before[1], line
+
+
+# ---------------------------------------------------------------- COPY
+# Braid has one database: DB indexes other than 0 are left out (Redis copies into them;
+# Braid answers "ERR DB index is out of range", as its SELECT does).
+def test_copy_of_a_stream_with_groups_and_deleted_entries(pair):
+    run_script(pair, """
+    CONFIG SET stream-node-max-entries 3
+    XADD s 1-0 f 1
+    XADD s 2-0 f 2 g x
+    XADD s 3-0 f 3
+    XADD s 4-0 f 4
+    XADD s 5-0 f 5
+    XADD s 6-0 f 6 g y
+    XADD s 7-0 f 7
+    XDEL s 2-0 6-0
+    XSETID s 9-0 ENTRIESADDED 12 MAXDELETEDID 8-0
+    XGROUP CREATE s g1 0
+    XGROUP CREATE s g2 4-0 ENTRIESREAD 3
+    XREADGROUP GROUP g1 alice COUNT 2 STREAMS s >
+    XREADGROUP GROUP g1 bob STREAMS s >
+    XACK s g1 3-0
+    XGROUP CREATECONSUMER s g1 idle
+    XREADGROUP GROUP g2 carol COUNT 1 STREAMS s >
+    COPY s d
+    XINFO STREAM d FULL
+    XINFO STREAM s FULL
+    XINFO GROUPS d
+    XINFO CONSUMERS d g1
+    XPENDING d g1
+    XPENDING d g1 - + 10
+    XPENDING d g2 - + 10
+    XRANGE d - +
+    XREADGROUP GROUP g1 alice STREAMS d 0
+    XREADGROUP GROUP g2 dave STREAMS d >
+    XINFO GROUPS s
+    XADD d 10-0 f 10
+    XLEN s
+    XLEN d
+    XADD s 11-0 f 11
+    XRANGE d 10 +
+    XRANGE s 10 +
+    """)
+
+
+def test_copy_replies_and_options(pair):
+    run_script(pair, """
+    XADD s 1-0 f v
+    XADD t 5-0 f w
+    COPY missing d
+    EXISTS d
+    COPY s t
+    XRANGE t - +
+    COPY s t REPLACE
+    XRANGE t - +
+    COPY s u DB 0
+    COPY s u DB 0 REPLACE
+    COPY s u REPLACE DB 0
+    COPY s u replace replace
+    COPY s u db 0 db 0 REPLACE
+    COPY s s
+    COPY s s REPLACE
+    COPY missing missing
+    COPY s w DB 16
+    COPY s w DB -1
+    COPY s w DB abc
+    COPY s w DB 2147483648
+    COPY s w DB -2147483649
+    COPY s w DB 9223372036854775807
+    COPY s w DB 9223372036854775808
+    COPY s w DB -9223372036854775809
+    COPY s w DB 0x10
+    COPY s w DB 1.5
+    COPY s w DB
+    COPY s w BOGUS
+    COPY s w REPLACE BOGUS
+    COPY s s DB abc
+    COPY s
+    COPY
+    EXISTS w
+    XADD e 1-0 f v
+    XDEL e 1-0
+    COPY e e2
+    EXISTS e2
+    XINFO STREAM e2
+    XLEN e2
+    """)
