@@ -84,7 +84,19 @@ _IDMP_TRACKED = {b"pids-tracked", b"iids-tracked"}
 
 
 def _fields(reply: list, skip: set = frozenset()) -> dict:
+    reply = _without_nacked(reply)
     return {reply[i]: reply[i + 1] for i in range(0, len(reply), 2) if reply[i] not in skip}
+
+
+def _without_nacked(reply):
+    """The reply without XINFO's ``nacked-count`` (Redis 8.8+: neither 7.0 nor the recorded 8.6
+    replies have it), at any depth."""
+    if not isinstance(reply, list):
+        return reply
+    if len(reply) % 2 == 0 and b"nacked-count" in reply[::2]:
+        i = reply[::2].index(b"nacked-count") * 2
+        reply = reply[:i] + reply[i + 2:]
+    return [_without_nacked(r) for r in reply]
 
 
 def test_redis86_payloads_decode():
