@@ -410,6 +410,15 @@ RECORDED86 = (
     *(Recorded86(Arg(t, setup=STREAM_IDLE, reply=_errors_only), MIN_IDLE_NOT_A_NUMBER,
                  {**_each(MIN_IDLE_NEGATIVE, *NEGATIVE), **_each("ok", "0", "1", "2", "3", *LARGE)})
       for t in ("XREADGROUP GROUP g bob CLAIM {} STREAMS s >", "XREADGROUP GROUP g bob CLAIM {} COUNT 1 STREAMS s >")),
+    # the IDMP defaults are settings of 8.6 (7.0 has no such setting)
+    *(Recorded86(Arg(f"CONFIG SET {name} {{}}", setup="", state=(f"CONFIG GET {name}",), edges=(str(hi), str(hi + 1)),
+                     restore=(f"CONFIG SET {name} 100",)),
+                 Err(f"ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be "
+                     "parsed into an integer"),
+                 {**_each(Err(f"ERR CONFIG SET failed (possibly related to argument '{name}') - argument must "
+                              f"be between 1 and {hi} inclusive"), "0", str(hi + 1), *NEGATIVE, *LARGE),
+                  **_each(b"OK", "1", "2", "3", str(hi))})
+      for name, hi in (("stream-idmp-duration", 86400), ("stream-idmp-maxsize", 10000))),
 )
 
 
@@ -427,4 +436,42 @@ def test_numeric_arguments_of_newer_commands_match_redis86(pair, case):
             problems.append(f"{arg.template} with {value!r}\n    braid: {reply!r}\n    redis 8.6: {expected!r}")
         if isinstance(reply, Err) and _braid_state(pair, arg) != before:
             problems.append(f"{arg.template} with {value!r} failed ({reply}) but changed the state")
+        for cmd in arg.restore:
+            pair.braid.call(*cmd.split())
+    assert not problems, "\n".join(problems)
+
+
+RUNS = object()  # XSPLITORIGIN's runs when the size cuts the five entries
+
+
+def _origin(pair: Pair) -> str:
+    """The number of the one origin log a single region's stream has."""
+    (log,) = pair.braid.call("XORIGINS", "s")
+    return str(dict(zip(log[::2], log[1::2]))[b"origin"])
+
+
+def test_numeric_arguments_of_braid_commands(pair):
+    """Braid's own commands parse numbers with the same parsers: XRANGEORIGIN's COUNT answers
+    as XRANGE's COUNT (compared with Redis above) does, origins and run sizes are integers in
+    Redis's spelling (a negative origin, a size below 1: out of range)."""
+    problems = []
+    for value in SPELLINGS:
+        _prepare(pair, STREAM)
+        origin = _origin(pair)
+        v = string2ll(value.encode())
+        checks = (
+            (("XRANGEORIGIN", "s", origin, "-", "+", "COUNT", value), pair.braid.call("XRANGE", "s", "-", "+", "COUNT", value)),
+            (("XRANGEORIGIN", "s", value, "-", "+"),
+             NOT_A_NUMBER if v is None else Err("ERR value is out of range, must be positive") if v < 0
+             else pair.braid.call("XRANGE", "s", "-", "+") if value == origin else []),
+            (("XSPLITORIGIN", "s", origin, "-", "+", value),
+             NOT_A_NUMBER if v is None else Err("ERR value is out of range, must be positive") if v <= 0
+             else [[b"5-0", 5]] if v >= 5 else RUNS),
+        )
+        for argv, expected in checks:
+            reply = pair.braid.call(*argv)
+            if expected is RUNS:  # runs of v entries: their lengths add up to the five entries
+                expected = reply if isinstance(reply, list) and sum(n for _id, n in reply) == 5 else "runs"
+            if reply != expected:
+                problems.append(f"{' '.join(argv)}\n    braid: {reply!r}\n    expected: {expected!r}")
     assert not problems, "\n".join(problems)
