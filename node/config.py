@@ -2,7 +2,10 @@
 
 Every setting Braid has is one row below (name, kind, default, bounds,
 whether CONFIG SET may change it).  Values are stored as Python values and
-rendered the way Redis renders them.
+rendered the way Redis renders them.  They are parsed as Redis parses them
+(integers with ``string2ll``, memory values with ``memtoull``: :func:`parse_memory`),
+then checked against the setting's bounds, so CONFIG SET accepts and refuses the
+same values as Redis, with the same errors.
 """
 
 from __future__ import annotations

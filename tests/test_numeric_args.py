@@ -366,6 +366,16 @@ def test_wrong_number_of_arguments_match_redis(pair):
     for argv in (("MULTI",), ("XADD", "m", "1-0", "f", "v"), ("EXEC", "x"), ("EXEC",), ("EXISTS", "m"),
                  ("EXEC", "x"), ("DISCARD",)):
         pair.check(*argv)
+    # ... and so does one refused for want of authentication
+    pair.check("CONFIG", "SET", "requirepass", "pw")
+    try:
+        stranger = Pair(pair.braid.sock.getpeername()[1], pair.redis.sock.getpeername()[1])
+        for argv in (("EXEC",), ("MULTI",), ("EXEC", "x"), ("AUTH", "pw"), ("EXEC",)):
+            stranger.check(*argv)
+        stranger.close()
+    finally:
+        for c in (pair.braid, pair.redis):
+            c.call("CONFIG", "SET", "requirepass", "")
 
 
 # Commands newer than Redis 7.0, so compared with Redis 8.6.3's replies, recorded by hand from
