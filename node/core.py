@@ -54,6 +54,7 @@ from crdt.causal import Envelope
 from . import commands as cmdtable
 from . import opcodec
 from .blocking import Blocked, BlockingRegistry
+from .commands.transactions import abort_exec
 from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError
@@ -481,9 +482,9 @@ class RegionCore:
                     f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
             cmd = sub
         if not cmd.check_arity(len(argv)):
-            return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
+            return self._reject(self._exec_abort(client, cmd, f"ERR wrong number of arguments for '{cmd.fullname}' command"))
         if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
-            return self._reject(ReplyError("NOAUTH Authentication required."))
+            return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
         if cmd.is_write and self.db.aa is not None and not self.db.aa.writable and not self.replaying:
@@ -565,6 +566,13 @@ class RegionCore:
         if not outermost:
             raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
         return cmdtable.CLOSE_WITHOUT_REPLY
+
+    @staticmethod
+    def _exec_abort(client: Session, cmd: cmdtable.Command, message: str) -> ReplyError:
+        """A refusal; a refused EXEC also discards the transaction (Redis's ``rejectCommand``)."""
+        if cmd.name == "exec":
+            return abort_exec(client, message)
+        return ReplyError(message)
 
     def _reject(self, err: ReplyError) -> ReplyError:
         self._count_error(err)

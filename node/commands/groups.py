@@ -18,7 +18,7 @@ from __future__ import annotations
 from crdt import ops
 from crdt import groups as cg
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
-from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, incr, parse_id, parse_interval_id, decr
+from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, incr, parse_id, parse_interval_id, decr
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import container, command, subcommand
@@ -26,7 +26,8 @@ from .util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
 
 
 def _s(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+    """An argument in an error, as Redis's "%s" prints it (a C string: a NUL ends it)."""
+    return c_string(b).decode("utf-8", "replace")
 
 
 def _subcommand_syntax(argv: list[bytes]) -> ReplyError:

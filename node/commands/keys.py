@@ -17,7 +17,7 @@ from crdt import resolve
 from crdt.stream import Stream
 
 from . import command
-from .util import ERR_NOT_INT, ERR_SYNTAX, string2ll
+from .util import ERR_NOT_INT, ERR_SYNTAX, parse_unsigned, string2ll
 
 ERR_SAME_OBJECT = "ERR source and destination objects are the same"
 ERR_DB_INDEX = "ERR DB index is out of range"
@@ -232,10 +232,8 @@ def scan(client, argv: list[bytes]):
     with the very same hash straddle a call (then all of them are returned
     together, never split).  Cursor 0 starts and ends a scan.
     """
-    cursor = string2ll(argv[1])
-    if cursor is None or cursor < 0:
-        # Redis parses the cursor as unsigned: anything else is invalid
-        raise ReplyError("ERR invalid cursor")
+    # unsigned, in string2ull's lenient spelling (Redis 7.2 on; 7.0 took strtoul's)
+    cursor = parse_unsigned(argv[1], "ERR invalid cursor")
     count, pattern, kind = 10, None, None
     j = 2
     while j < len(argv):

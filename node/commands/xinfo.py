@@ -10,7 +10,7 @@ counts them, XINFO CONSUMERS' does not).
 from __future__ import annotations
 
 from crdt import groups as cg
-from crdt.ids import MAX_ID, MIN_ID
+from crdt.ids import MAX_ID, MIN_ID, c_string
 
 from ..resp.encoder import ReplyError
 from . import container, subcommand
@@ -22,7 +22,8 @@ def _fmt(id_) -> bytes:
 
 
 def _s(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+    """An argument in an error, as Redis's "%s" prints it (a C string: a NUL ends it)."""
+    return c_string(b).decode("utf-8", "replace")
 
 
 container("xinfo", -2, group="stream", since="5.0.0", summary="A container for stream introspection commands.")
