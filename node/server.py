@@ -326,9 +326,15 @@ class Server(RegionCore):
             self._unblock(client, reply)
 
     def _unblock(self, client: "ClientConnection", reply: Any) -> None:
+        blocked = client.blocked
         self.blocking.unpark(client)
         if type(reply) is ReplyError:
             self._count_error(reply)
+            # the call was counted when it blocked; its error counts now (INFO commandstats' failed_calls)
+            cmd = cmdtable.lookup(blocked.argv) if blocked is not None and blocked.argv else None
+            rec = self.stats.command_calls.get(cmd.fullname) if cmd is not None else None
+            if rec is not None:
+                rec[3] += 1
         client.send(reply)
         client.resume()
 

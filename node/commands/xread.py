@@ -184,8 +184,10 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
             sync = claimed_only = True
         if not sync:
             continue
-        served.append((key, _group_rows(s, g, consumer, gt, a, min_idle, history, claimed_only, now)))
-        db.dirty += 1
+        rows = _group_rows(s, g, consumer, gt, a, min_idle, history, claimed_only, now)
+        served.append((key, rows))
+        if rows and not history:  # as Redis: a history read's delivery counts are no change worth counting
+            db.dirty += 1
     if not served:
         return None
     if client.resp3:
