@@ -33,6 +33,7 @@ download (e.g. on a machine without network access).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -42,6 +43,7 @@ import subprocess
 import tarfile
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -191,14 +193,8 @@ def tclsh():
 
 
 @pytest.fixture(scope="module")
-def suite_tree(tmp_path_factory):
-    return prepared_copy(redis_tests_tree(), tmp_path_factory.mktemp("redis-tests"))
-
-
-@pytest.fixture(scope="module")
-def region():
-    with BraidProcess() as p:
-        yield p
+def redis_tests():
+    return redis_tests_tree()
 
 
 def missing_commands(port: int) -> set[str]:
@@ -208,19 +204,53 @@ def missing_commands(port: int) -> set[str]:
     return {name for name, entry in zip(names, info) if entry is None}
 
 
+@dataclass
+class SuiteRun:
+    argv: list[str]
+    tree: Path
+    proc: subprocess.Popen
+    output: Path
+
+
+@pytest.fixture(scope="module")
+def suite_runs(tclsh, redis_tests, tmp_path_factory):
+    """Both suites started at once, each on its own region and copy of the tests: most of
+    their time is the tests' own waits, so side by side they take the time of the longer."""
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for n, suite in enumerate(SUITES):
+            region = stack.enter_context(BraidProcess())
+            tree = prepared_copy(redis_tests, tmp_path_factory.mktemp("redis-tests"))
+            missing = missing_commands(region.port)
+            skipped = set(OTHER_TYPES) | {name for name, (cmd, _) in NEEDS_COMMAND.items() if cmd in missing}
+            skipfile = tree / "braid-skip.txt"
+            skipfile.write_text("".join(f"{name}\n" for name in sorted(skipped)))
+            # --baseport: where each harness looks for a port of its own (it scans 32 below it)
+            argv = [tclsh, "tests/test_helper.tcl", "--host", "127.0.0.1", "--port", str(region.port),
+                    "--single", suite, "--clients", "1", "--singledb", "--tags", "-needs:debug",
+                    "--skipfile", str(skipfile), "--durable", "--timeout", "300",
+                    "--baseport", str(21111 + 100 * n)]
+            output = tree / "output.txt"
+            with open(output, "wb") as out:
+                proc = subprocess.Popen(argv, cwd=tree, stdout=out, stderr=subprocess.STDOUT)
+            stack.callback(_stop, proc)
+            runs[suite] = SuiteRun(argv, tree, proc, output)
+        yield runs
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("suite", SUITES)
-def test_redis_stream_suite(suite, tclsh, suite_tree, region):
-    missing = missing_commands(region.port)
-    skipped = set(OTHER_TYPES) | {name for name, (cmd, _) in NEEDS_COMMAND.items() if cmd in missing}
-    skipfile = suite_tree / "braid-skip.txt"
-    skipfile.write_text("".join(f"{name}\n" for name in sorted(skipped)))
-    argv = [tclsh, "tests/test_helper.tcl", "--host", "127.0.0.1", "--port", str(region.port),
-            "--single", suite, "--clients", "1", "--singledb", "--tags", "-needs:debug",
-            "--skipfile", str(skipfile), "--durable", "--timeout", "300"]
-    res = subprocess.run(argv, cwd=suite_tree, capture_output=True, text=True, errors="replace", timeout=900)
-    output = res.stdout + res.stderr
+def test_redis_stream_suite(suite, suite_runs):
+    run = suite_runs[suite]
+    code = run.proc.wait(timeout=900)
+    output = run.output.read_text(errors="replace")
     results = parse_results(output)
-    report = f"`{' '.join(argv)}` in {suite_tree} (exit {res.returncode}):\n"
+    report = f"`{' '.join(run.argv)}` in {run.tree} (exit {code}):\n"
 
     assert f"]: {suite} (" in ANSI.sub("", output), report + "the suite did not finish:\n" + output[-6000:]
     assert not results["exception"], report + "\n".join(f"{k}\n{v}" for k, v in results["exception"].items())
@@ -232,8 +262,8 @@ def test_redis_stream_suite(suite, tclsh, suite_tree, region):
     assert len(results["ok"]) >= 50, report + f"only {len(results['ok'])} tests passed:\n" + output[-6000:]
 
 
-def test_every_exclusion_names_a_test(suite_tree):
+def test_every_exclusion_names_a_test(redis_tests):
     """A renamed test would silently run again or stay excluded for nothing: names must exist."""
-    sources = "".join((suite_tree / "tests" / f"{suite}.tcl").read_text() for suite in SUITES)
+    sources = "".join((redis_tests / "tests" / f"{suite}.tcl").read_text() for suite in SUITES)
     for name in (*OTHER_TYPES, *NEEDS_COMMAND, *KNOWN_DIFFERENCES):
         assert name in sources, f"no test named {name!r} in Redis {REDIS_VERSION}'s stream suites"
