@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from node.testing import BraidProcess
+from node.testing import BraidProcess, wait_until
 
 REDIS_VERSION = "8.6.3"
 TARBALL = f"redis_{REDIS_VERSION}.orig.tar.gz"
@@ -267,3 +268,49 @@ def test_every_exclusion_names_a_test(redis_tests):
     sources = "".join((redis_tests / "tests" / f"{suite}.tcl").read_text() for suite in SUITES)
     for name in (*OTHER_TYPES, *NEEDS_COMMAND, *KNOWN_DIFFERENCES):
         assert name in sources, f"no test named {name!r} in Redis {REDIS_VERSION}'s stream suites"
+
+
+# The differences the suites found, checked without them (no download, a second each).
+
+def test_history_read_is_no_change(braid):
+    """XREADGROUP of a consumer's history changes delivery counts only: Redis counts no change."""
+    braid.xadd("x", {"data": "a"}, id="1-0")
+    braid.xadd("x", {"data": "b"}, id="2-0")
+    braid.xgroup_create("x", "g1", id="0")
+    braid.xgroup_createconsumer("x", "g1", "Alice")
+
+    def changes() -> int:
+        return braid.info("persistence")["rdb_changes_since_last_save"]
+
+    before = changes()
+    assert braid.xreadgroup("g1", "Alice", {"x": ">"}, count=1) == [[b"x", [(b"1-0", {b"data": b"a"})]]]
+    assert changes() == before + 1  # a new delivery is one change
+    before = changes()
+    assert braid.xreadgroup("g1", "Alice", {"x": "0"}) == [[b"x", [(b"1-0", {b"data": b"a"})]]]
+    assert braid.xreadgroup("g1", "Alice", {"x": "9000"}) == [[b"x", []]]
+    assert changes() == before
+
+
+def test_blocked_command_answered_with_error_counts_as_failed(braid_proc, braid):
+    """A blocked XREADGROUP its group's destruction answers with NOGROUP counts in failed_calls."""
+    braid.xgroup_create("s", "g", id="$", mkstream=True)
+    braid.config_resetstat()
+    errors = []
+
+    def reader():
+        with braid_proc.client() as c:
+            try:
+                c.xreadgroup("g", "Alice", {"s": ">"}, block=0)
+            except redis.ResponseError as e:
+                errors.append(str(e))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    wait_until(lambda: braid.info("clients")["blocked_clients"] == 1, what="the reader to block")
+    braid.xgroup_destroy("s", "g")
+    t.join(10)
+    assert errors and errors[0].startswith("NOGROUP")
+    stats = braid.info("commandstats")["cmdstat_xreadgroup"]
+    assert (stats["calls"], stats["failed_calls"], stats["rejected_calls"]) == (1, 1, 0)
+    assert braid.info("errorstats")["errorstat_NOGROUP"]["count"] == 1
+    assert braid.info("stats")["total_error_replies"] == 1
