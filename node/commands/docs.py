@@ -10,9 +10,9 @@ Braid implements (Redis 8.10's, for the commands below) with the shapes Redis re
   otherwise), and optionally ``token`` (the keyword before it), ``since``,
   ``key_spec_index`` and ``flags`` (optional, multiple, multiple_token);
   a oneof or block holds its own ``arguments``;
-- a key specification is its flags (RW / RO / OW / RM and what the command does to the key),
-  where the search for keys begins (an index, or after a keyword) and how keys are found
-  from there (a range: last key, step, limit).
+- a command's key specifications (its flags, where the search for keys begins and how keys
+  are found from there) are not repeated here: :func:`key_specs` reads them from the table
+  the ACL checks use.
 
 Commands without an entry here report only their summary, version and group.
 """
@@ -26,15 +26,14 @@ from dataclasses import dataclass
 class Doc:
     history: tuple[tuple[str, str], ...] = ()
     tips: tuple[str, ...] = ()
-    key_specs: tuple[dict, ...] = ()
     arguments: tuple[dict, ...] = ()
 
 
 DOCS: dict[str, Doc] = {}  # full name ("xadd", "xgroup|create") -> its documentation
 
 
-def doc(fullname: str, history=(), tips=(), key_specs=(), arguments=()) -> None:
-    DOCS[fullname] = Doc(tuple(history), tuple(tips), tuple(key_specs), tuple(arguments))
+def doc(fullname: str, history=(), tips=(), arguments=()) -> None:
+    DOCS[fullname] = Doc(tuple(history), tuple(tips), tuple(arguments))
 
 
 # ---------------------------------------------------------------- how entries are written
@@ -90,27 +89,30 @@ def block(name: str, *children: dict, **kw) -> dict:
     return _arg(name, "block", children, **kw)
 
 
-def spec(flags: str, begin: int | tuple[str, int], find: tuple[int, int, int],
-         notes: str | None = None) -> dict:
-    """A key specification: ``begin`` is an argument index or (keyword, where to start
-    looking for it); ``find`` is a range (last key relative to the first, step, limit).
-    Access flags (RW, RO, OW, RM) are upper case in Redis's reply, the others lower case."""
-    out: dict = {}
-    if notes:
-        out["notes"] = notes
-    out["flags"] = [f if f in ("RW", "RO", "OW", "RM") else f.lower() for f in flags.split()]
-    if isinstance(begin, int):
-        out["begin_search"] = {"type": "index", "spec": {"index": begin}}
-    else:
-        out["begin_search"] = {"type": "keyword", "spec": {"keyword": begin[0], "startfrom": begin[1]}}
-    lastkey, step, limit = find
-    out["find_keys"] = {"type": "range", "spec": {"lastkey": lastkey, "keystep": step, "limit": limit}}
+def key_specs(fullname: str) -> list[dict]:
+    """COMMAND INFO's key specifications of a command, from the table the ACL checks use
+    (node/security/acl_table.py, Redis's own key specs): one source for both.  Access flags
+    (RW, RO, OW, RM) are upper case in Redis's reply, the others lower case."""
+    from ..security.acl_table import REDIS_COMMANDS
+
+    row = REDIS_COMMANDS.get(fullname)
+    out = []
+    for flags, begin, find in row[2] if row else ():
+        if begin[0] == "index":
+            search = {"type": "index", "spec": {"index": begin[1]}}
+        else:
+            search = {"type": "keyword", "spec": {"keyword": begin[1], "startfrom": begin[2]}}
+        if find[0] == "range":
+            keys = {"type": "range", "spec": {"lastkey": find[1], "keystep": find[2], "limit": find[3]}}
+        else:
+            keys = {"type": "keynum", "spec": {"keynumidx": find[1], "firstkey": find[2], "keystep": find[3]}}
+        out.append({"flags": [f if f in ("RW", "RO", "OW", "RM") else f.lower() for f in flags],
+                    "begin_search": search, "find_keys": keys})
     return out
 
 
 # ---------------------------------------------------------------- the table
 doc('xack',
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -119,7 +121,6 @@ doc('xack',
 )
 
 doc('xackdel',
-    key_specs=[spec('RW UPDATE DELETE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -138,7 +139,6 @@ doc('xackdel',
 doc('xadd',
     history=[('6.2.0', 'Added the `NOMKSTREAM` option, `MINID` trimming strategy and the `LIMIT` option.'), ('7.0.0', 'Added support for the `<ms>-*` explicit ID form.'), ('8.2.0', 'Added the `KEEPREF`, `DELREF` and `ACKED` options.')],
     tips=['nondeterministic_output'],
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0), notes='UPDATE instead of INSERT because of the optional trimming feature')],
     arguments=[
         key('key', 0),
         token('NOMKSTREAM', since='6.2.0', optional=True),
@@ -180,7 +180,6 @@ doc('xadd',
 doc('xautoclaim',
     history=[('7.0.0', 'Added an element to the reply array, containing deleted entries the command cleared from the PEL')],
     tips=['nondeterministic_output'],
-    key_specs=[spec('RW DELETE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -193,7 +192,6 @@ doc('xautoclaim',
 )
 
 doc('xcfgset',
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         block('idmp-duration-block',
@@ -209,7 +207,6 @@ doc('xcfgset',
 
 doc('xclaim',
     tips=['nondeterministic_output'],
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -226,7 +223,6 @@ doc('xclaim',
 )
 
 doc('xdel',
-    key_specs=[spec('RW DELETE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('id', multiple=True),
@@ -234,7 +230,6 @@ doc('xdel',
 )
 
 doc('xdelex',
-    key_specs=[spec('RW DELETE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         oneof('condition',
@@ -251,7 +246,6 @@ doc('xdelex',
 
 doc('xgroup|create',
     history=[('7.0.0', 'Added the `entries_read` named argument.')],
-    key_specs=[spec('RW INSERT', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -264,7 +258,6 @@ doc('xgroup|create',
 )
 
 doc('xgroup|createconsumer',
-    key_specs=[spec('RW INSERT', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -273,7 +266,6 @@ doc('xgroup|createconsumer',
 )
 
 doc('xgroup|delconsumer',
-    key_specs=[spec('RW DELETE', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -282,7 +274,6 @@ doc('xgroup|delconsumer',
 )
 
 doc('xgroup|destroy',
-    key_specs=[spec('RW DELETE', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -294,7 +285,6 @@ doc('xgroup|help',
 
 doc('xgroup|setid',
     history=[('7.0.0', 'Added the optional `entries_read` argument.')],
-    key_specs=[spec('RW UPDATE', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -309,7 +299,6 @@ doc('xgroup',
 )
 
 doc('xidmprecord',
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('pid'),
@@ -321,7 +310,6 @@ doc('xidmprecord',
 doc('xinfo|consumers',
     history=[('7.2.0', 'Added the `inactive` field, and changed the meaning of `idle`.')],
     tips=['nondeterministic_output'],
-    key_specs=[spec('RO ACCESS', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -330,7 +318,6 @@ doc('xinfo|consumers',
 
 doc('xinfo|groups',
     history=[('7.0.0', 'Added the `entries-read` and `lag` fields')],
-    key_specs=[spec('RO ACCESS', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
     ],
@@ -341,7 +328,6 @@ doc('xinfo|help',
 
 doc('xinfo|stream',
     history=[('6.0.0', 'Added the `FULL` modifier.'), ('7.0.0', 'Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` and `lag` fields'), ('7.2.0', 'Added the `active-time` field, and changed the meaning of `seen-time`.'), ('8.6.0', 'Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, `iids-added` and `iids-duplicates` fields for IDMP tracking.')],
-    key_specs=[spec('RO ACCESS', 2, (0, 1, 0))],
     arguments=[
         key('key', 0),
         block('full-block',
@@ -355,14 +341,12 @@ doc('xinfo',
 )
 
 doc('xlen',
-    key_specs=[spec('RO', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
     ],
 )
 
 doc('xnack',
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -382,7 +366,6 @@ doc('xnack',
 doc('xpending',
     history=[('6.2.0', 'Added the `IDLE` option and exclusive range intervals.')],
     tips=['nondeterministic_output'],
-    key_specs=[spec('RO ACCESS', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('group'),
@@ -398,7 +381,6 @@ doc('xpending',
 
 doc('xrange',
     history=[('6.2.0', 'Added exclusive ranges.')],
-    key_specs=[spec('RO ACCESS', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('start'),
@@ -409,7 +391,6 @@ doc('xrange',
 
 doc('xread',
     history=[('8.10.0', 'Added the `MAXCOUNT` and `MAXSIZE` options.')],
-    key_specs=[spec('RO ACCESS', ('STREAMS', 1), (-1, 1, 2))],
     arguments=[
         integer('count', token='COUNT', optional=True),
         integer('maxcount', token='MAXCOUNT', since='8.10.0', optional=True),
@@ -424,7 +405,6 @@ doc('xread',
 
 doc('xreadgroup',
     history=[('8.4.0', 'Added the `CLAIM` option.'), ('8.10.0', 'Added the `MAXCOUNT` and `MAXSIZE` options.')],
-    key_specs=[spec('RO ACCESS', ('STREAMS', 4), (-1, 1, 2))],
     arguments=[
         block('group-block',
             string('group'),
@@ -445,7 +425,6 @@ doc('xreadgroup',
 
 doc('xrevrange',
     history=[('6.2.0', 'Added exclusive ranges.')],
-    key_specs=[spec('RO ACCESS', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('end'),
@@ -456,7 +435,6 @@ doc('xrevrange',
 
 doc('xsetid',
     history=[('7.0.0', 'Added the `entries_added` and `max_deleted_entry_id` arguments.')],
-    key_specs=[spec('RW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         string('last-id'),
@@ -468,7 +446,6 @@ doc('xsetid',
 doc('xtrim',
     history=[('6.2.0', 'Added the `MINID` trimming strategy and the `LIMIT` option.'), ('8.2.0', 'Added the `KEEPREF`, `DELREF` and `ACKED` options.')],
     tips=['nondeterministic_output'],
-    key_specs=[spec('RW DELETE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         block('trim',
@@ -490,7 +467,6 @@ doc('xtrim',
 )
 
 doc('copy',
-    key_specs=[spec('RO ACCESS', 1, (0, 1, 0)), spec('OW UPDATE', 2, (0, 1, 0))],
     arguments=[
         key('source', 0),
         key('destination', 1),
@@ -501,7 +477,6 @@ doc('copy',
 
 doc('dump',
     tips=['nondeterministic_output'],
-    key_specs=[spec('RO ACCESS', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
     ],
@@ -509,7 +484,6 @@ doc('dump',
 
 doc('restore',
     history=[('3.0.0', 'Added the `REPLACE` modifier.'), ('5.0.0', 'Added the `ABSTTL` modifier.'), ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.')],
-    key_specs=[spec('OW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         integer('ttl'),
@@ -523,7 +497,6 @@ doc('restore',
 
 doc('restore-asking',
     history=[('3.0.0', 'Added the `REPLACE` modifier.'), ('5.0.0', 'Added the `ABSTTL` modifier.'), ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.')],
-    key_specs=[spec('OW UPDATE', 1, (0, 1, 0))],
     arguments=[
         key('key', 0),
         integer('ttl'),
@@ -538,7 +511,6 @@ doc('restore-asking',
 doc('migrate',
     history=[('3.0.0', 'Added the `COPY` and `REPLACE` options.'), ('3.0.6', 'Added the `KEYS` option.'), ('4.0.7', 'Added the `AUTH` option.'), ('6.0.0', 'Added the `AUTH2` option.')],
     tips=['nondeterministic_output'],
-    key_specs=[spec('RW ACCESS DELETE', 3, (0, 1, 0)), spec('RW ACCESS DELETE INCOMPLETE', ('KEYS', -2), (-1, 1, 0))],
     arguments=[
         string('host'),
         integer('port'),

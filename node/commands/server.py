@@ -14,7 +14,7 @@ from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.tls import TLS_SETTINGS, TlsConfigError
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
-from .docs import DOCS
+from .docs import DOCS, key_specs
 from .util import ERR_SYNTAX
 
 # ---------------------------------------------------------------- INFO
@@ -357,7 +357,7 @@ def _command_info(cmd) -> list:
         cmd.first_key, cmd.last_key, cmd.step,
         acl_categories(cmd.fullname),
         _documented(doc.tips) if doc else [],
-        _documented(doc.key_specs) if doc else [],
+        _documented(key_specs(cmd.fullname)),
         [_command_info(s) for s in cmd.subcommands.values()],
     ]
 
