@@ -287,6 +287,25 @@ def test_lag_and_entries_read(pair):
     """)
 
 
+def test_keys_have_no_time_to_live(pair):
+    run_script(pair, """
+    XADD k 1-0 f v
+    TTL k
+    PTTL k
+    EXPIRETIME k
+    PEXPIRETIME k
+    PERSIST k
+    TTL nokey
+    PTTL nokey
+    EXPIRETIME nokey
+    PEXPIRETIME nokey
+    PERSIST nokey
+    TTL
+    PTTL k extra
+    PERSIST k extra
+    """)
+
+
 def test_keys_and_transactions(pair):
     run_script(pair, """
     XADD k1 1-0 f v

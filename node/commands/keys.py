@@ -1,4 +1,5 @@
-"""Generic key commands: DEL, UNLINK, EXISTS, TYPE, RENAME, RENAMENX, COPY, KEYS, SCAN.
+"""Generic key commands: DEL, UNLINK, EXISTS, TYPE, TTL and its family, RENAME, RENAMENX, COPY,
+KEYS, SCAN.
 
 Every key in Braid is a stream.  Removing a key is the replicated operation
 ``DeleteKey``; RENAME is "copy under the new name, then delete the source".
@@ -121,6 +122,30 @@ def exists(client, argv: list[bytes]):
          summary="Determines the type of value stored at a key.", complexity="O(1)")
 def type_(client, argv: list[bytes]):
     return "stream" if argv[1] in client.server.db.keys else "none"
+
+
+# ---------------------------------------------------------------- time to live
+# Braid's keys never expire (a stream is trimmed, not expired), so every key has no time to
+# live: Redis's replies for such a key (-1; -2 when the key does not exist).  Clients and
+# tools ask (redis-cli --bigkeys, migration scripts, Redis's own tests); EXPIRE and its
+# family, which would set one, are not implemented.
+def _no_expiry(client, argv: list[bytes]) -> int:
+    return -1 if argv[1] in client.server.db.keys else -2
+
+
+for _name, _since, _summary in (
+        ("ttl", "1.0.0", "Returns the expiration time in seconds of a key."),
+        ("pttl", "2.6.0", "Returns the expiration time in milliseconds of a key."),
+        ("expiretime", "7.0.0", "Returns the expiration time of a key as a Unix timestamp."),
+        ("pexpiretime", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.")):
+    command(_name, 2, "readonly fast", (1, 1, 1), group="generic", since=_since, summary=_summary,
+            complexity="O(1)")(_no_expiry)
+
+
+@command("persist", 2, "write fast", (1, 1, 1), group="generic", since="2.2.0",
+         summary="Removes the expiration time of a key.", complexity="O(1)")
+def persist(client, argv: list[bytes]):
+    return 0  # no key has a time to live to remove
 
 
 def _rename(client, argv: list[bytes], nx: bool):
