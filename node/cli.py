@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 
 from .config import Config, ConfigError
 from .security.tls import TlsConfigError
@@ -210,6 +211,240 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+# braid import / braid export: streams in and out of RDB files (node/persistence/rdbfile.py)
+
+REPORT_NAMES = 5  # how many key names a report line shows
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), _port(port)
+
+
+def _client(args: argparse.Namespace, where: tuple[str, int]):
+    import redis
+
+    password = args.password if args.password is not None else os.environ.get("REDISCLI_AUTH")
+    kw = dict(host=where[0], port=where[1], username=args.user, password=password, protocol=2,
+              socket_timeout=args.timeout, socket_connect_timeout=args.timeout)
+    if args.tls:
+        kw.update(ssl=True, ssl_ca_certs=args.cacert, ssl_certfile=args.cert, ssl_keyfile=args.key)
+        if args.insecure:
+            kw.update(ssl_cert_reqs="none", ssl_check_hostname=False)
+    client = redis.Redis(**kw)
+    client.ping()  # a wrong address, password or certificate: one clear error before any work
+    return client
+
+
+def _names(keys: list[bytes]) -> str:
+    shown = ", ".join(k.decode("utf-8", "backslashreplace") for k in keys[:REPORT_NAMES])
+    return shown + (", ..." if len(keys) > REPORT_NAMES else "")
+
+
+def _client_options(p: argparse.ArgumentParser, role: str) -> None:
+    g = p.add_argument_group(f"connecting to the {role} (as redis-cli)")
+    g.add_argument("--user", help="the ACL user to authenticate as (default: the default user)")
+    g.add_argument("--password", help="the user's password (default: $REDISCLI_AUTH, else none)")
+    g.add_argument("--tls", action="store_true", help="connect with TLS (the server's tls-port)")
+    g.add_argument("--cacert", metavar="FILE", help="CA bundle to check the server's certificate with "
+                                                    "(default: the system's)")
+    g.add_argument("--cert", metavar="FILE", help="client certificate to present (tls-auth-clients yes)")
+    g.add_argument("--key", metavar="FILE", help="the client certificate's private key")
+    g.add_argument("--insecure", action="store_true", help="with --tls: do not check the server's certificate")
+    g.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="connect and reply timeout (default 30)")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Exit 0: every stream of the database was restored (or reported as already there, expired...);
+    1: the server could not be reached or refused a stream; 2: the file is unreadable or not a valid RDB."""
+    import redis
+
+    from .persistence.rdbfile import STREAM_TYPES, RdbFileError, RdbFileReader, dump_payload
+
+    try:
+        reader = RdbFileReader.open(args.file)
+        records = list(reader.keys())  # the whole file first: a corrupt one sends nothing
+    except OSError as e:
+        print(f"braid import: {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RdbFileError as e:
+        print(f"braid import: {args.file}: not a valid RDB file: {e} (nothing was imported)", file=sys.stderr)
+        return 2
+    made_by = reader.aux.get(b"redis-ver", b"").decode("utf-8", "replace")
+    print(f"{args.file}: RDB version {reader.version}" + (f", written by Redis {made_by}" if made_by else "")
+          + f", {len(records)} keys")
+    now_ms = int(time.time() * 1000)
+    skipped: dict[str, list[bytes]] = {}
+    other_db: dict[int, list[bytes]] = {}
+    expired, had_ttl, to_send = [], [], []
+    for r in records:
+        if r.rdb_type not in STREAM_TYPES:
+            what = f"module value ({r.module_name})" if r.module_name else r.type_name
+            skipped.setdefault(what, []).append(r.key)
+        elif r.db != args.db:
+            other_db.setdefault(r.db, []).append(r.key)
+        elif r.expire_ms is not None and r.expire_ms <= now_ms:
+            expired.append(r.key)
+        else:
+            if r.expire_ms is not None:
+                had_ttl.append(r.key)
+            to_send.append(r)
+    try:
+        client = _client(args, args.into)
+    except redis.RedisError as e:
+        print(f"braid import: {args.into[0]}:{args.into[1]}: {e}", file=sys.stderr)
+        return 1
+    imported, existed, failed = [], [], []
+    try:
+        for start in range(0, len(to_send), 100):  # pipelined, a hundred RESTOREs a round trip
+            batch = to_send[start:start + 100]
+            pipe = client.pipeline(transaction=False)
+            for r in batch:
+                extra = ("REPLACE",) if args.replace else ()
+                pipe.execute_command("RESTORE", r.key, 0, dump_payload(r.rdb_type, r.value, reader.version), *extra)
+            for r, reply in zip(batch, pipe.execute(raise_on_error=False)):
+                if not isinstance(reply, Exception):
+                    imported.append(r.key)
+                elif str(reply).startswith("Target key name already exists") or "BUSYKEY" in str(reply):
+                    existed.append(r.key)
+                else:
+                    failed.append((r.key, str(reply)))
+    except redis.RedisError as e:
+        print(f"braid import: {args.into[0]}:{args.into[1]}: {e} (after {len(imported)} streams)", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    print(f"imported {len(imported)} streams into {args.into[0]}:{args.into[1]}")
+    if existed:
+        print(f"already there, not replaced (--replace replaces them): {len(existed)}: {_names(existed)}")
+    if had_ttl:
+        print(f"had a TTL, imported without it (Braid's keys do not expire): {len(had_ttl)}: {_names(had_ttl)}")
+    if expired:
+        print(f"expired when the file was written or since, not imported: {len(expired)}: {_names(expired)}")
+    for db, keys in sorted(other_db.items()):
+        print(f"streams in database {db}, not imported (--db {db} imports them): {len(keys)}: {_names(keys)}")
+    for what, keys in sorted(skipped.items()):
+        print(f"skipped, not streams: {what}: {len(keys)}: {_names(keys)}")
+    if reader.functions:
+        print(f"skipped: {reader.functions} function libraries")
+    if reader.module_aux:
+        print(f"skipped: module data of {', '.join(sorted(set(reader.module_aux)))}")
+    for key, reason in failed[:REPORT_NAMES]:
+        print(f"refused: {key.decode('utf-8', 'backslashreplace')}: {reason}", file=sys.stderr)
+    if failed:
+        print(f"braid import: the server refused {len(failed)} streams", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Exit 0: the file is written; 1: the server could not be reached or a stream could not be
+    written in the asked version; 2: the file could not be written."""
+    import redis
+
+    from .persistence.rdbfile import MAX_RDB_VERSION, REDIS_RDB_VERSIONS, STREAM_TYPES, split_dump_payload, \
+        stream_type_for
+
+    version = args.rdb_version or (REDIS_RDB_VERSIONS[args.for_redis] if args.for_redis else None)
+    if version is not None:
+        try:
+            stream_type_for(version)
+            if version > MAX_RDB_VERSION:
+                raise ValueError(f"RDB version {version} is newer than this build writes ({MAX_RDB_VERSION})")
+        except ValueError as e:
+            print(f"braid export: {e}", file=sys.stderr)
+            return 2
+    where = f"{args.source[0]}:{args.source[1]}"
+    try:
+        client = _client(args, args.source)
+        names = sorted(set(client.scan_iter(count=1000, _type="stream")))  # SCAN may return a key twice
+        made_by = client.info("server").get("redis_version", "")
+    except redis.RedisError as e:
+        print(f"braid export: {where}: {e}", file=sys.stderr)
+        return 1
+    directory = os.path.dirname(os.path.abspath(args.file))
+    tmp = os.path.join(directory, f".{os.path.basename(args.file)}.tmp-{os.getpid()}")
+    written = vanished = 0
+    try:
+        with open(tmp, "wb") as out:
+            writer = None
+            for name in names:
+                payload = client.dump(name)
+                if payload is None:  # deleted since the SCAN
+                    vanished += 1
+                    continue
+                try:
+                    rdb_type, value, dump_version = split_dump_payload(payload)
+                    if rdb_type not in STREAM_TYPES:
+                        raise ValueError(f"DUMP answered a value of RDB type {rdb_type}, not a stream")
+                except ValueError as e:
+                    raise _ExportError(f"{name.decode('utf-8', 'backslashreplace')}: {e}") from None
+                if writer is None:  # the first DUMP's version, unless one was asked for
+                    writer = _export_writer(out, version or dump_version, made_by, len(names))
+                if rdb_type > stream_type_for(writer.version):
+                    value = _reencode(name, rdb_type, value, stream_type_for(writer.version))
+                    rdb_type = stream_type_for(writer.version)
+                writer.key(name, rdb_type, value)
+                written += 1
+            if writer is None:
+                writer = _export_writer(out, version or MAX_RDB_VERSION, made_by, 0)
+            writer.end()
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, args.file)
+    except (redis.RedisError, _ExportError) as e:
+        _remove(tmp)
+        print(f"braid export: {where}: {e} (nothing was written to {args.file})", file=sys.stderr)
+        return 1
+    except OSError as e:
+        _remove(tmp)
+        print(f"braid export: {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    finally:
+        client.close()
+    print(f"exported {written} streams from {where} to {args.file} (RDB version {writer.version})")
+    if vanished:
+        print(f"{vanished} streams were deleted during the export")
+    return 0
+
+
+class _ExportError(Exception):
+    pass
+
+
+def _export_writer(out, version: int, made_by: str, keys: int):
+    from .persistence.rdbfile import RdbFileWriter
+
+    writer = RdbFileWriter(out, version)
+    writer.begin({"redis-ver": made_by or "0.0.0", "redis-bits": 64, "ctime": int(time.time()), "used-mem": 0,
+                  "aof-base": 0})
+    writer.select_db(0, keys)
+    return writer
+
+
+def _reencode(name: bytes, rdb_type: int, value: bytes, target: int) -> bytes:
+    """A stream value in an older encoding (what an older Redis loads), through Braid's stream codec."""
+    try:
+        from .persistence import rdb
+    except ImportError:
+        raise _ExportError("this build has no stream codec to write older stream encodings") from None
+    try:
+        stream = rdb.read_stream_value(rdb.Reader(value), rdb_type)
+        return rdb.write_stream_value(stream, target)
+    except ValueError as e:
+        raise _ExportError(f"{name.decode('utf-8', 'backslashreplace')}: cannot re-encode it: {e}") from None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
     parser.add_argument("--log-level", default="INFO")
@@ -287,6 +522,48 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--days", type=int, default=825, help="validity of the issued certificates (default 825)")
     c.add_argument("--force", action="store_true", help="re-issue certificates that already exist (keeps the CA)")
     c.set_defaults(fn=cmd_certs)
+
+    p = sub.add_parser("import", help="load the streams of a Redis RDB file into a server (RESTORE)",
+                       description="Read a Redis RDB file (written by Redis 5 to 8.6) and RESTORE each of its streams "
+                                   "into the server at --into, as DUMP/RESTORE would carry them (entries, consumer "
+                                   "groups, pending entries, consumers, idempotent-producer state). Keys of other "
+                                   "types, streams of other databases and expired streams are skipped and "
+                                   "reported. In an Active-Active database each RESTORE replicates to every region.",
+                       epilog="exit status: 0 when every stream was imported or reported (already there, expired, "
+                              "another database); 1 when the server could not be reached or refused a stream; 2 when "
+                              "the file cannot be read or is not a valid RDB file (the offset and the reason are "
+                              "printed; nothing is imported)")
+    p.add_argument("file", metavar="FILE.rdb", help="the RDB file (e.g. a Redis's dump.rdb after SAVE)")
+    p.add_argument("--into", type=_host_port, required=True, metavar="HOST:PORT",
+                   help="the server to restore the streams into (a Braid region's client port)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace streams that already exist (RESTORE ... REPLACE); without it they are kept and "
+                        "reported")
+    p.add_argument("--db", type=int, default=0, metavar="N",
+                   help="import the streams of database N of the file (default 0)")
+    _client_options(p, "server at --into")
+    p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("export", help="write the streams of a server to an RDB file that redis-server loads",
+                       description="SCAN the streams of the server at --from, DUMP each and write them as database "
+                                   "0 of an RDB file. The file is written beside FILE and renamed over it when "
+                                   "complete. Each stream is as of its own DUMP: streams written during the export "
+                                   "may or may not be in the file.",
+                       epilog="exit status: 0 when the file is written; 1 when the server could not be reached or a "
+                              "stream could not be written in the asked RDB version; 2 when the file cannot be "
+                              "written")
+    p.add_argument("file", metavar="FILE.rdb", help="the RDB file to write (replaced when complete)")
+    p.add_argument("--from", dest="source", type=_host_port, required=True, metavar="HOST:PORT",
+                   help="the server whose streams to export (a Braid region's client port)")
+    versions = p.add_mutually_exclusive_group()
+    versions.add_argument("--rdb-version", type=int, metavar="N",
+                         help="the file's RDB version, 9 to 13 (default: the version of the server's DUMP payloads); "
+                              "streams are re-encoded in the newest encoding that version carries")
+    versions.add_argument("--for-redis", choices=["5.0", "6.0", "6.2", "7.0", "7.2", "7.4", "8.0", "8.2", "8.4",
+                                                 "8.6"],
+                         help="write the RDB version this Redis release loads (7.0: version 10; 8.6: version 13)")
+    _client_options(p, "server at --from")
+    p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
     p.add_argument("example", choices=["rides"], help="rides: the Rocket Rides unified log (pipeline/examples/rides.py)")
