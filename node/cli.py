@@ -225,10 +225,13 @@ def _host_port(text: str) -> tuple[str, int]:
 
 def _client(args: argparse.Namespace, where: tuple[str, int]):
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     password = args.password if args.password is not None else os.environ.get("REDISCLI_AUTH")
+    # no retries: a RESTORE sent again after a lost reply would be reported as a key already there
     kw = dict(host=where[0], port=where[1], username=args.user, password=password, protocol=2,
-              socket_timeout=args.timeout, socket_connect_timeout=args.timeout)
+              socket_timeout=args.timeout, socket_connect_timeout=args.timeout, retry=Retry(NoBackoff(), 0))
     if args.tls:
         kw.update(ssl=True, ssl_ca_certs=args.cacert, ssl_certfile=args.cert, ssl_keyfile=args.key)
         if args.insecure:
@@ -445,6 +448,51 @@ def _remove(path: str) -> None:
         pass
 
 
+def add_rdb_commands(sub) -> None:
+    """Register `braid import` and `braid export` on ``sub`` (an argparse subparsers object)."""
+    p = sub.add_parser("import", help="load the streams of a Redis RDB file into a server (RESTORE)",
+                       description="Read a Redis RDB file (written by Redis 5 to 8.6) and RESTORE each of its streams "
+                                   "into the server at --into, as DUMP/RESTORE would carry them (entries, consumer "
+                                   "groups, pending entries, consumers, idempotent-producer state). Keys of other "
+                                   "types, streams of other databases and expired streams are skipped and "
+                                   "reported. In an Active-Active database each RESTORE replicates to every region.",
+                       epilog="exit status: 0 when every stream was imported or reported (already there, expired, "
+                              "another database); 1 when the server could not be reached or refused a stream; 2 when "
+                              "the file cannot be read or is not a valid RDB file (the offset and the reason are "
+                              "printed; nothing is imported)")
+    p.add_argument("file", metavar="FILE.rdb", help="the RDB file (e.g. a Redis's dump.rdb after SAVE)")
+    p.add_argument("--into", type=_host_port, required=True, metavar="HOST:PORT",
+                   help="the server to restore the streams into (a Braid region's client port)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace streams that already exist (RESTORE ... REPLACE); without it they are kept and "
+                        "reported")
+    p.add_argument("--db", type=int, default=0, metavar="N",
+                   help="import the streams of database N of the file (default 0)")
+    _client_options(p, "server at --into")
+    p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("export", help="write the streams of a server to an RDB file that redis-server loads",
+                       description="SCAN the streams of the server at --from, DUMP each and write them as database "
+                                   "0 of an RDB file. The file is written beside FILE and renamed over it when "
+                                   "complete. Each stream is as of its own DUMP: streams written during the export "
+                                   "may or may not be in the file.",
+                       epilog="exit status: 0 when the file is written; 1 when the server could not be reached or a "
+                              "stream could not be written in the asked RDB version; 2 when the file cannot be "
+                              "written")
+    p.add_argument("file", metavar="FILE.rdb", help="the RDB file to write (replaced when complete)")
+    p.add_argument("--from", dest="source", type=_host_port, required=True, metavar="HOST:PORT",
+                   help="the server whose streams to export (a Braid region's client port)")
+    versions = p.add_mutually_exclusive_group()
+    versions.add_argument("--rdb-version", type=int, metavar="N",
+                         help="the file's RDB version, 9 to 13 (default: the version of the server's DUMP payloads); "
+                              "streams are re-encoded in the newest encoding that version carries")
+    versions.add_argument("--for-redis", choices=["5.0", "6.0", "6.2", "7.0", "7.2", "7.4", "8.0", "8.2", "8.4",
+                                                 "8.6"],
+                         help="write the RDB version this Redis release loads (7.0: version 10; 8.6: version 13)")
+    _client_options(p, "server at --from")
+    p.set_defaults(fn=cmd_export)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
     parser.add_argument("--log-level", default="INFO")
@@ -523,47 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--force", action="store_true", help="re-issue certificates that already exist (keeps the CA)")
     c.set_defaults(fn=cmd_certs)
 
-    p = sub.add_parser("import", help="load the streams of a Redis RDB file into a server (RESTORE)",
-                       description="Read a Redis RDB file (written by Redis 5 to 8.6) and RESTORE each of its streams "
-                                   "into the server at --into, as DUMP/RESTORE would carry them (entries, consumer "
-                                   "groups, pending entries, consumers, idempotent-producer state). Keys of other "
-                                   "types, streams of other databases and expired streams are skipped and "
-                                   "reported. In an Active-Active database each RESTORE replicates to every region.",
-                       epilog="exit status: 0 when every stream was imported or reported (already there, expired, "
-                              "another database); 1 when the server could not be reached or refused a stream; 2 when "
-                              "the file cannot be read or is not a valid RDB file (the offset and the reason are "
-                              "printed; nothing is imported)")
-    p.add_argument("file", metavar="FILE.rdb", help="the RDB file (e.g. a Redis's dump.rdb after SAVE)")
-    p.add_argument("--into", type=_host_port, required=True, metavar="HOST:PORT",
-                   help="the server to restore the streams into (a Braid region's client port)")
-    p.add_argument("--replace", action="store_true",
-                   help="replace streams that already exist (RESTORE ... REPLACE); without it they are kept and "
-                        "reported")
-    p.add_argument("--db", type=int, default=0, metavar="N",
-                   help="import the streams of database N of the file (default 0)")
-    _client_options(p, "server at --into")
-    p.set_defaults(fn=cmd_import)
-
-    p = sub.add_parser("export", help="write the streams of a server to an RDB file that redis-server loads",
-                       description="SCAN the streams of the server at --from, DUMP each and write them as database "
-                                   "0 of an RDB file. The file is written beside FILE and renamed over it when "
-                                   "complete. Each stream is as of its own DUMP: streams written during the export "
-                                   "may or may not be in the file.",
-                       epilog="exit status: 0 when the file is written; 1 when the server could not be reached or a "
-                              "stream could not be written in the asked RDB version; 2 when the file cannot be "
-                              "written")
-    p.add_argument("file", metavar="FILE.rdb", help="the RDB file to write (replaced when complete)")
-    p.add_argument("--from", dest="source", type=_host_port, required=True, metavar="HOST:PORT",
-                   help="the server whose streams to export (a Braid region's client port)")
-    versions = p.add_mutually_exclusive_group()
-    versions.add_argument("--rdb-version", type=int, metavar="N",
-                         help="the file's RDB version, 9 to 13 (default: the version of the server's DUMP payloads); "
-                              "streams are re-encoded in the newest encoding that version carries")
-    versions.add_argument("--for-redis", choices=["5.0", "6.0", "6.2", "7.0", "7.2", "7.4", "8.0", "8.2", "8.4",
-                                                 "8.6"],
-                         help="write the RDB version this Redis release loads (7.0: version 10; 8.6: version 13)")
-    _client_options(p, "server at --from")
-    p.set_defaults(fn=cmd_export)
+    add_rdb_commands(sub)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
     p.add_argument("example", choices=["rides"], help="rides: the Rocket Rides unified log (pipeline/examples/rides.py)")

@@ -133,7 +133,15 @@ class RdbKey:
 
 
 class _Truncated(Exception):
-    pass
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset  # where the read that ran out began
+
+
+class _Bad(ValueError):
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset  # where the bad item begins
 
 
 class _Cursor:
@@ -146,28 +154,29 @@ class _Cursor:
         self.pos = pos
 
     def take(self, n: int) -> bytes:
-        end = self.pos + n
-        if end > len(self.data):
-            raise _Truncated(f"the file ends {end - len(self.data)} bytes short")
-        chunk = bytes(self.data[self.pos:end])
-        self.pos = end
-        return chunk
+        start = self.pos
+        self.skip(n)
+        return bytes(self.data[start:self.pos])
 
     def skip(self, n: int) -> None:
         end = self.pos + n
         if end > len(self.data):
-            raise _Truncated(f"the file ends {end - len(self.data)} bytes short")
+            raise _Truncated(self.pos, f"{n} bytes needed, the file ends {end - len(self.data)} bytes short")
         self.pos = end
 
     def byte(self) -> int:
         if self.pos >= len(self.data):
-            raise _Truncated("the file ends here")
+            raise _Truncated(self.pos, "the file ends here")
         b = self.data[self.pos]
         self.pos += 1
         return b
 
+    def bad(self, at: int, message: str):
+        raise _Bad(at, message)
+
     def length(self) -> tuple[int, bool]:
         """(value, is_encoded): an RDB length, or (encoding, True) for a specially encoded string."""
+        at = self.pos
         first = self.byte()
         kind = first >> 6
         if kind == 0:
@@ -180,15 +189,17 @@ class _Cursor:
             return struct.unpack(">I", self.take(4))[0], False
         if first == 0x81:
             return struct.unpack(">Q", self.take(8))[0], False
-        raise ValueError(f"unknown length encoding 0x{first:02x}")
+        self.bad(at, f"unknown length encoding 0x{first:02x}")
 
     def plain_length(self) -> int:
+        at = self.pos
         value, encoded = self.length()
         if encoded:
-            raise ValueError("an encoded string where a length belongs")
+            self.bad(at, "an encoded string where a length belongs")
         return value
 
     def string(self) -> bytes:
+        at = self.pos
         value, encoded = self.length()
         if not encoded:
             return self.take(value)
@@ -200,10 +211,16 @@ class _Cursor:
             return str(struct.unpack("<i", self.take(4))[0]).encode()
         if value == 3:
             compressed_len, out_len = self.plain_length(), self.plain_length()
-            return lzf_decompress(self.take(compressed_len), out_len)
-        raise ValueError(f"unknown string encoding {value}")
+            try:
+                return lzf_decompress(self.take(compressed_len), out_len)
+            except _Bad:
+                raise
+            except ValueError as e:
+                self.bad(at, f"LZF-compressed string: {e}")
+        self.bad(at, f"unknown string encoding {value}")
 
     def skip_string(self) -> None:
+        at = self.pos
         value, encoded = self.length()
         if not encoded:
             self.skip(value)
@@ -214,11 +231,12 @@ class _Cursor:
             self.plain_length()
             self.skip(compressed_len)
         else:
-            raise ValueError(f"unknown string encoding {value}")
+            self.bad(at, f"unknown string encoding {value}")
 
     def skip_module_value(self) -> None:
         """Skip annotated module data up to and including its EOF mark (rdbLoadCheckModuleValue)."""
         while True:
+            at = self.pos
             opcode = self.plain_length()
             if opcode == _MOD_EOF:
                 return
@@ -231,7 +249,7 @@ class _Cursor:
             elif opcode == _MOD_STRING:
                 self.skip_string()
             else:
-                raise ValueError(f"unknown module value opcode {opcode}")
+                self.bad(at, f"unknown module value opcode {opcode}")
 
 
 def lzf_decompress(data: bytes, out_len: int) -> bytes:
@@ -399,8 +417,9 @@ class RdbFileReader:
                 elif op == OP_MODULE_AUX:
                     what = "a module's AUX data"
                     module_id = cur.plain_length()
+                    at = cur.pos
                     if cur.plain_length() != _MOD_UINT:
-                        raise ValueError("a module's AUX data without its 'when' field")
+                        cur.bad(at, "no 'when' field")
                     cur.plain_length()
                     cur.skip_module_value()
                     self.module_aux.append(module_type_name(module_id))
@@ -418,9 +437,9 @@ class RdbFileReader:
                 else:
                     raise RdbFileError(record, f"unknown opcode or value type {op}")
             except _Truncated as e:
-                raise RdbFileError(cur.pos, f"truncated while reading {what}: {e}") from None
-            except ValueError as e:
-                raise RdbFileError(cur.pos, f"bad {what}: {e}") from None
+                raise RdbFileError(e.offset, f"truncated while reading {what}: {e}") from None
+            except _Bad as e:
+                raise RdbFileError(e.offset, f"cannot read {what}: {e}") from None
             expire_ms, start, metadata = None, None, False
         self._checksum(cur)
 
@@ -434,10 +453,10 @@ class RdbFileReader:
                                           f"release candidates, which cannot be read without its module")
             _skip_value(cur, rdb_type)
         except _Truncated as e:
-            raise RdbFileError(cur.pos, f"truncated in the value of key '{shown}' ({type_name(rdb_type)}): {e}") \
+            raise RdbFileError(e.offset, f"truncated in the value of key '{shown}' ({type_name(rdb_type)}): {e}") \
                 from None
-        except ValueError as e:
-            raise RdbFileError(cur.pos, f"bad value of key '{shown}' ({type_name(rdb_type)}): {e}") from None
+        except _Bad as e:
+            raise RdbFileError(e.offset, f"bad value of key '{shown}' ({type_name(rdb_type)}): {e}") from None
         return RdbKey(db, key, rdb_type, bytes(self.data[begin:cur.pos]), expire_ms, start, metadata)
 
     def _checksum(self, cur: _Cursor) -> None:
@@ -476,9 +495,10 @@ def _skip_value(cur: _Cursor, rdb_type: int) -> None:
             cur.skip_string()
     elif rdb_type == LIST_QUICKLIST_2:
         for _ in range(cur.plain_length()):
+            at = cur.pos
             container = cur.plain_length()
             if container not in (1, 2):  # QUICKLIST_NODE_CONTAINER_PLAIN / _PACKED
-                raise ValueError(f"unknown quicklist node container {container}")
+                cur.bad(at, f"unknown quicklist node container {container}")
             cur.skip_string()
     elif rdb_type == ZSET:
         for _ in range(cur.plain_length()):
@@ -511,7 +531,7 @@ def _skip_value(cur: _Cursor, rdb_type: int) -> None:
         cur.plain_length()  # the module id
         cur.skip_module_value()
     else:
-        raise ValueError(f"unknown value type {rdb_type}")
+        cur.bad(cur.pos, f"unknown value type {rdb_type}")
 
 
 def _skip_stream(cur: _Cursor, rdb_type: int) -> None:
