@@ -374,8 +374,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         with open(tmp, "wb") as out:
             writer = None
-            for name in names:
-                payload = client.dump(name)
+            for name, payload in _dumps(client, names):
                 if payload is None:  # deleted since the SCAN
                     vanished += 1
                     continue
@@ -416,6 +415,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 class _ExportError(Exception):
     pass
+
+
+def _dumps(client, names: list[bytes]):
+    """(name, DUMP payload or None) for each name, a hundred DUMPs a round trip."""
+    for start in range(0, len(names), 100):
+        batch = names[start:start + 100]
+        pipe = client.pipeline(transaction=False)
+        for name in batch:
+            pipe.dump(name)
+        yield from zip(batch, pipe.execute())
 
 
 def _export_writer(out, version: int, made_by: str, keys: int):

@@ -21,7 +21,8 @@ from node import cli
 from node.persistence import rdbfile
 from node.persistence.rdbfile import RdbFileError, RdbFileReader, RdbFileWriter, crc64, dump_payload, \
     encode_length as L, encode_string as S, split_dump_payload
-from node.testing import RedisProcess
+from node.testing import InProcessServer, RedisProcess
+from tests.differential import normalise
 
 pytestmark = pytest.mark.redis
 
@@ -468,3 +469,93 @@ def test_every_option_of_import_and_export_has_help():
         assert p.description and p.epilog, name
         for action in p._actions:
             assert action.help, (name, action.option_strings or action.dest)
+
+
+# -- into and out of a Braid region
+
+
+def _full(client, key) -> object:
+    """XINFO STREAM FULL as the differential harness compares it across servers, and every PEL entry's
+    delivery time and count (which RESTORE carries exactly)."""
+    reply = client.execute_command("XINFO", "STREAM", key, "FULL")
+    pel = {}
+    for group in client.xinfo_groups(key):
+        pel[group["name"]] = client.xpending_range(key, group["name"], "-", "+", 1000)
+        for entry in pel[group["name"]]:
+            entry.pop("time_since_delivered")
+    return normalise(["xinfo", "stream", key, "full"], reply), pel
+
+
+@pytest.fixture
+def region():
+    with InProcessServer() as server:
+        yield server
+
+
+def test_import_into_braid_from_redis_7_0(redis_file, region, tmp_path, capsys):
+    data, _, _, source = redis_file
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(data)
+    status, out, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{region.port}")
+    assert status == 0, err
+    assert f"imported 4 streams into 127.0.0.1:{region.port}" in out
+    src, braid = source.client(), region.client()
+    assert sorted(braid.keys()) == sorted([b"s1", b"big-stream", b"empty-stream", b"k" * 40])
+    for key in braid.keys():
+        assert braid.xrange(key) == src.xrange(key), key
+        assert _full(braid, key) == _full(src, key), key
+    # the imported groups work on: bob's pending entry is claimable, new entries are delivered
+    braid.xadd("s1", {"new": "1"}, id="9-0")
+    assert braid.xreadgroup("g1", "carol", {"s1": ">"}) == [[b"s1", [(b"9-0", {b"new": b"1"})]]]
+    status, out, _ = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{region.port}")
+    assert status == 0 and "already there, not replaced (--replace replaces them): 4" in out
+
+
+def test_import_into_braid_from_redis_8_6(region, tmp_path, capsys):
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(REDIS_8_6_FILE)
+    status, out, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{region.port}")
+    assert status == 0, err
+    assert "RDB version 13, written by Redis 8.6.3, 15 keys" in out and "imported 2 streams" in out
+    assert _report(out.splitlines())["skipped, not streams: hash"][0] == 6
+    braid = region.client()
+    assert [fields for _, fields in braid.xrange("stream")] == [{b"f": b"v"}, {b"g": b"w"}]
+    info = braid.xinfo_stream("stream")
+    assert (info["pids-tracked"], info["iids-tracked"], info["groups"]) == (1, 1, 1)
+    assert braid.xpending("stream", "grp")["consumers"] == [{"name": b"alice", "pending": 1}]
+    # the producer's iid came along: the same IDMP pair is a duplicate, answered with the first entry's ID
+    first = braid.xrange("stream")[0][0]
+    assert braid.execute_command("XADD", "stream", "IDMP", "prod", "iid-1", "*", "f", "again") == first
+
+
+def test_export_from_braid_loads_in_redis_7_0(region, tmp_path, capsys):
+    braid = region.client()
+    braid.xadd("orders", {"n": 1}, id="1-1")
+    braid.xadd("orders", {"n": 2}, id="2-1")
+    braid.xadd("orders", {"n": 3}, id="3-1")
+    braid.xdel("orders", "2-1")
+    braid.xgroup_create("orders", "billing", id="0")
+    braid.xreadgroup("billing", "worker-1", {"orders": ">"}, count=1)
+    braid.xgroup_create("orders", "audit", id="$")
+    for i in range(300):
+        braid.xadd("events", {"i": i, "text": "x" * (i % 50)})
+    braid.xadd("a" * 50, {"compressible": "y" * 200})
+    status, out, err = _run(capsys, "export", str(tmp_path / "dump.rdb"), "--from", f"127.0.0.1:{region.port}",
+                            "--for-redis", "7.0")
+    assert status == 0, err
+    assert f"exported 3 streams from 127.0.0.1:{region.port}" in out and "(RDB version 10)" in out
+    reader, keys = read_all((tmp_path / "dump.rdb").read_bytes())
+    assert reader.version == 10 and {k.rdb_type for k in keys} == {rdbfile.STREAM_LISTPACKS_2}
+    with RedisProcess(data_dir=str(tmp_path)) as p:
+        c = p.client()
+        assert sorted(c.keys()) == sorted(braid.keys())
+        for key in braid.keys():
+            assert c.xrange(key) == braid.xrange(key), key
+            assert _full(c, key) == _full(braid, key), key
+
+    status, out, err = _run(capsys, "export", str(tmp_path / "new.rdb"), "--from", f"127.0.0.1:{region.port}")
+    assert status == 0, err
+    reader, keys = read_all((tmp_path / "new.rdb").read_bytes())
+    assert reader.version == 13 and {k.rdb_type for k in keys} == {rdbfile.STREAM_LISTPACKS_4}
+    for k in keys:  # exactly what DUMP answers
+        assert dump_payload(k.rdb_type, k.value, 13) == braid.dump(k.key)
