@@ -21,7 +21,7 @@ from node import cli
 from node.persistence import rdbfile
 from node.persistence.rdbfile import RdbFileError, RdbFileReader, RdbFileWriter, crc64, dump_payload, \
     encode_length as L, encode_string as S, split_dump_payload
-from node.testing import InProcessServer, RedisProcess
+from node.testing import InProcessServer, LocalCluster, RedisProcess
 from tests.differential import normalise
 
 pytestmark = pytest.mark.redis
@@ -559,3 +559,26 @@ def test_export_from_braid_loads_in_redis_7_0(region, tmp_path, capsys):
     assert reader.version == 13 and {k.rdb_type for k in keys} == {rdbfile.STREAM_LISTPACKS_4}
     for k in keys:  # exactly what DUMP answers
         assert dump_payload(k.rdb_type, k.value, 13) == braid.dump(k.key)
+
+
+def test_an_import_into_one_region_reaches_the_others(redis_file, tmp_path, capsys):
+    data, _, _, source = redis_file
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(data)
+    with LocalCluster(2) as cluster:
+        first, second = cluster.clients()
+        status, out, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{cluster.procs[0].port}")
+        assert status == 0 and "imported 4 streams" in out, err
+        cluster.sync_wait()
+        src = source.client()
+        assert sorted(second.keys()) == sorted(first.keys()) == sorted([b"s1", b"big-stream", b"empty-stream",
+                                                                         b"k" * 40])
+        for key in first.keys():
+            assert second.xrange(key) == first.xrange(key) == src.xrange(key), key
+            assert [g["name"] for g in second.xinfo_groups(key)] == [g["name"] for g in src.xinfo_groups(key)]
+        # an export from the other region holds the same streams
+        status, out, err = _run(capsys, "export", str(tmp_path / "out.rdb"), "--from",
+                                f"127.0.0.1:{cluster.procs[1].port}")
+        assert status == 0 and "exported 4 streams" in out, err
+        _, keys = read_all((tmp_path / "out.rdb").read_bytes())
+        assert sorted(k.key for k in keys) == sorted(first.keys())
