@@ -83,6 +83,9 @@ def cmd_node(args: argparse.Namespace) -> int:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
     if args.metrics_port is not None:
         cfg.set("metrics-port", args.metrics_port)
+    importer = _node_import(args, cfg) if args.import_rdb else None
+    if isinstance(importer, int):
+        return importer
     from .persistence.promise import PromiseFileError
     from .security.acl import AclFileError
     from .transport.tls import TlsConfigError as LinkTlsError
@@ -106,6 +109,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     _event_loop_policy()
     from .persistence.replay import LoadError
 
+    if importer is not None:
+        importer.start()
+
     try:
         status = asyncio.run(run_server(server, args.bind, int(cfg["port"]) or None))
     except LoadError as e:
@@ -121,6 +127,64 @@ def cmd_node(args: argparse.Namespace) -> int:
         print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "
               f"append-only file and catches up from its peers)", file=sys.stderr)
     return status
+
+
+def _node_import(args: argparse.Namespace, cfg: Config):
+    """`braid node --import FILE.rdb`: None when the data directory already holds data (a restart: the
+    streams were imported before); else the thread that restores the file's streams once the region
+    serves, through its own client port (reported on stdout); or an exit status: 2 for an unreadable
+    file or no plain port."""
+    import threading
+
+    from .persistence.rdbfile import RdbFileError
+
+    log_dir = os.path.join(cfg["dir"], cfg["appenddirname"])
+    if os.path.isdir(log_dir) and os.listdir(log_dir):
+        print(f"braid node: --import {args.import_rdb}: not imported, the data directory holds data already",
+              flush=True)
+        return None
+    if not int(cfg["port"]):
+        print("braid node: --import needs the plain client port (--port)", file=sys.stderr)
+        return 2
+    try:
+        job = _Import(args.import_rdb, 0, False)
+    except OSError as e:
+        print(f"braid node: --import {args.import_rdb}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RdbFileError as e:
+        print(f"braid node: --import {args.import_rdb}: not a valid RDB file: {e}", file=sys.stderr)
+        return 2
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "*": "127.0.0.1"}.get(args.bind.split()[0], args.bind.split()[0])
+    where = (host, int(cfg["port"]))
+
+    def run() -> None:
+        import redis
+
+        client_args = argparse.Namespace(user=None, password=cfg["requirepass"] or None, tls=False, timeout=30.0)
+        deadline = time.monotonic() + 60
+        while True:  # until the region serves (it may be replaying its log first)
+            try:
+                client = _client(client_args, where)
+                break
+            except redis.ConnectionError as e:
+                if time.monotonic() > deadline:
+                    print(f"braid node: --import: the region did not answer: {e}", file=sys.stderr, flush=True)
+                    return
+                time.sleep(0.1)
+            except redis.RedisError as e:
+                print(f"braid node: --import: {e}", file=sys.stderr, flush=True)
+                return
+        try:
+            job.restore(client)
+        except redis.RedisError as e:
+            print(f"braid node: --import: {e} (after {len(job.imported)} streams)", file=sys.stderr, flush=True)
+            return
+        finally:
+            client.close()
+        lines = [job.header(), *job.report(f"{where[0]}:{where[1]}"), *job.refusals()]
+        print("\n".join(f"braid node: --import: {line}" for line in lines), flush=True)
+
+    return threading.Thread(target=run, name="rdb-import", daemon=True)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -260,87 +324,118 @@ def _client_options(p: argparse.ArgumentParser, role: str) -> None:
                    help="connect and reply timeout (default 30)")
 
 
+class _Import:
+    """One import: the file's keys sorted into the streams to RESTORE and what is only reported."""
+
+    def __init__(self, path: str, db: int, replace: bool) -> None:
+        from .persistence.rdbfile import STREAM_TYPES, RdbFileReader
+
+        self.path, self.replace = path, replace
+        self.reader = RdbFileReader.open(path)
+        self.records = list(self.reader.keys())  # the whole file first: a corrupt one sends nothing
+        now_ms = int(time.time() * 1000)
+        self.skipped: dict[str, list[bytes]] = {}
+        self.other_db: dict[int, list[bytes]] = {}
+        self.expired, self.had_ttl, self.to_send = [], [], []
+        self.imported, self.existed, self.failed = [], [], []
+        for r in self.records:
+            if r.rdb_type not in STREAM_TYPES:
+                what = f"module value ({r.module_name})" if r.module_name else r.type_name
+                self.skipped.setdefault(what, []).append(r.key)
+            elif r.db != db:
+                self.other_db.setdefault(r.db, []).append(r.key)
+            elif r.expire_ms is not None and r.expire_ms <= now_ms:
+                self.expired.append(r.key)
+            else:
+                if r.expire_ms is not None:
+                    self.had_ttl.append(r.key)
+                self.to_send.append(r)
+
+    def restore(self, client) -> None:
+        """RESTORE every stream, a hundred a round trip (a connection error propagates)."""
+        from .persistence.rdbfile import restore_payload
+
+        extra = ("REPLACE",) if self.replace else ()
+        for start in range(0, len(self.to_send), 100):
+            batch = self.to_send[start:start + 100]
+            pipe = client.pipeline(transaction=False)
+            for r in batch:
+                pipe.execute_command("RESTORE", r.key, 0, restore_payload(r.rdb_type, r.value, self.reader.version),
+                                     *extra)
+            for r, reply in zip(batch, pipe.execute(raise_on_error=False)):
+                if not isinstance(reply, Exception):
+                    self.imported.append(r.key)
+                elif str(reply).startswith("Target key name already exists") or "BUSYKEY" in str(reply):
+                    self.existed.append(r.key)
+                else:
+                    self.failed.append((r.key, str(reply)))
+
+    def header(self) -> str:
+        made_by = self.reader.aux.get(b"redis-ver", b"").decode("utf-8", "replace")
+        return (f"{self.path}: RDB version {self.reader.version}" + (f", written by Redis {made_by}" if made_by else "")
+                + f", {len(self.records)} keys")
+
+    def report(self, where: str) -> list[str]:
+        lines = [f"imported {len(self.imported)} streams into {where}"]
+        if self.existed:
+            lines.append(f"already there, not replaced (--replace replaces them): {len(self.existed)}: "
+                         f"{_names(self.existed)}")
+        if self.had_ttl:
+            lines.append(f"had a TTL, imported without it (Braid's keys do not expire): {len(self.had_ttl)}: "
+                         f"{_names(self.had_ttl)}")
+        if self.expired:
+            lines.append(f"expired when the file was written or since, not imported: {len(self.expired)}: "
+                         f"{_names(self.expired)}")
+        for db, keys in sorted(self.other_db.items()):
+            lines.append(f"streams in database {db}, not imported (--db {db} imports them): {len(keys)}: "
+                         f"{_names(keys)}")
+        for what, keys in sorted(self.skipped.items()):
+            lines.append(f"skipped, not streams: {what}: {len(keys)}: {_names(keys)}")
+        if self.reader.functions:
+            lines.append(f"skipped: {self.reader.functions} function libraries")
+        if self.reader.module_aux:
+            lines.append(f"skipped: module data of {', '.join(sorted(set(self.reader.module_aux)))}")
+        return lines
+
+    def refusals(self) -> list[str]:
+        lines = [f"refused: {key.decode('utf-8', 'backslashreplace')}: {reason}"
+                 for key, reason in self.failed[:REPORT_NAMES]]
+        return lines + ([f"the server refused {len(self.failed)} streams"] if self.failed else [])
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     """Exit 0: every stream of the database was restored (or reported as already there, expired...);
     1: the server could not be reached or refused a stream; 2: the file is unreadable or not a valid RDB."""
     import redis
 
-    from .persistence.rdbfile import STREAM_TYPES, RdbFileError, RdbFileReader, dump_payload
+    from .persistence.rdbfile import RdbFileError
 
     try:
-        reader = RdbFileReader.open(args.file)
-        records = list(reader.keys())  # the whole file first: a corrupt one sends nothing
+        job = _Import(args.file, args.db, args.replace)
     except OSError as e:
         print(f"braid import: {args.file}: {e.strerror or e}", file=sys.stderr)
         return 2
     except RdbFileError as e:
         print(f"braid import: {args.file}: not a valid RDB file: {e} (nothing was imported)", file=sys.stderr)
         return 2
-    made_by = reader.aux.get(b"redis-ver", b"").decode("utf-8", "replace")
-    print(f"{args.file}: RDB version {reader.version}" + (f", written by Redis {made_by}" if made_by else "")
-          + f", {len(records)} keys")
-    now_ms = int(time.time() * 1000)
-    skipped: dict[str, list[bytes]] = {}
-    other_db: dict[int, list[bytes]] = {}
-    expired, had_ttl, to_send = [], [], []
-    for r in records:
-        if r.rdb_type not in STREAM_TYPES:
-            what = f"module value ({r.module_name})" if r.module_name else r.type_name
-            skipped.setdefault(what, []).append(r.key)
-        elif r.db != args.db:
-            other_db.setdefault(r.db, []).append(r.key)
-        elif r.expire_ms is not None and r.expire_ms <= now_ms:
-            expired.append(r.key)
-        else:
-            if r.expire_ms is not None:
-                had_ttl.append(r.key)
-            to_send.append(r)
+    print(job.header())
+    where = f"{args.into[0]}:{args.into[1]}"
     try:
         client = _client(args, args.into)
     except redis.RedisError as e:
-        print(f"braid import: {args.into[0]}:{args.into[1]}: {e}", file=sys.stderr)
+        print(f"braid import: {where}: {e}", file=sys.stderr)
         return 1
-    imported, existed, failed = [], [], []
     try:
-        for start in range(0, len(to_send), 100):  # pipelined, a hundred RESTOREs a round trip
-            batch = to_send[start:start + 100]
-            pipe = client.pipeline(transaction=False)
-            for r in batch:
-                extra = ("REPLACE",) if args.replace else ()
-                pipe.execute_command("RESTORE", r.key, 0, dump_payload(r.rdb_type, r.value, reader.version), *extra)
-            for r, reply in zip(batch, pipe.execute(raise_on_error=False)):
-                if not isinstance(reply, Exception):
-                    imported.append(r.key)
-                elif str(reply).startswith("Target key name already exists") or "BUSYKEY" in str(reply):
-                    existed.append(r.key)
-                else:
-                    failed.append((r.key, str(reply)))
+        job.restore(client)
     except redis.RedisError as e:
-        print(f"braid import: {args.into[0]}:{args.into[1]}: {e} (after {len(imported)} streams)", file=sys.stderr)
+        print(f"braid import: {where}: {e} (after {len(job.imported)} streams)", file=sys.stderr)
         return 1
     finally:
         client.close()
-    print(f"imported {len(imported)} streams into {args.into[0]}:{args.into[1]}")
-    if existed:
-        print(f"already there, not replaced (--replace replaces them): {len(existed)}: {_names(existed)}")
-    if had_ttl:
-        print(f"had a TTL, imported without it (Braid's keys do not expire): {len(had_ttl)}: {_names(had_ttl)}")
-    if expired:
-        print(f"expired when the file was written or since, not imported: {len(expired)}: {_names(expired)}")
-    for db, keys in sorted(other_db.items()):
-        print(f"streams in database {db}, not imported (--db {db} imports them): {len(keys)}: {_names(keys)}")
-    for what, keys in sorted(skipped.items()):
-        print(f"skipped, not streams: {what}: {len(keys)}: {_names(keys)}")
-    if reader.functions:
-        print(f"skipped: {reader.functions} function libraries")
-    if reader.module_aux:
-        print(f"skipped: module data of {', '.join(sorted(set(reader.module_aux)))}")
-    for key, reason in failed[:REPORT_NAMES]:
-        print(f"refused: {key.decode('utf-8', 'backslashreplace')}: {reason}", file=sys.stderr)
-    if failed:
-        print(f"braid import: the server refused {len(failed)} streams", file=sys.stderr)
-        return 1
-    return 0
+    print("\n".join(job.report(where)))
+    for line in job.refusals():
+        print(f"braid import: {line}", file=sys.stderr)
+    return 1 if job.failed else 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -528,6 +623,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
     p.add_argument("--enable-debug-command", choices=["no", "yes", "local"], default="no",
                    help="allow DEBUG's fault injection (clock skew, slow fsync, full disk): chaos tests")
+    p.add_argument("--import", dest="import_rdb", metavar="FILE.rdb",
+                   help="on a first start (nothing in the append-only directory yet), restore the streams of this "
+                        "Redis RDB file once the region serves, as braid import does (the report goes to stdout); "
+                        "an unreadable file stops the start. In an Active-Active database give it to one region: "
+                        "the streams replicate")
     p.add_argument("--appendfsync", choices=["always", "everysec", "no"],
                    help="when the log reaches the disk (default: the cluster file's, else everysec)")
     tls = p.add_argument_group("TLS on the client port (Redis's settings; also CONFIG GET/SET and the cluster "

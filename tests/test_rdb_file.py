@@ -19,9 +19,9 @@ import pytest
 
 from node import cli
 from node.persistence import rdbfile
-from node.persistence.rdbfile import RdbFileError, RdbFileReader, RdbFileWriter, crc64, dump_payload, \
+from node.persistence.rdbfile import RdbFileError, RdbFileReader, RdbFileWriter, crc64, restore_payload, \
     encode_length as L, encode_string as S, split_dump_payload
-from node.testing import InProcessServer, LocalCluster, RedisProcess
+from node.testing import BraidProcess, InProcessServer, LocalCluster, RedisProcess, wait_until
 from tests.differential import normalise
 
 pytestmark = pytest.mark.redis
@@ -155,7 +155,7 @@ def test_reads_a_redis_8_6_file():
     assert [(k.db, k.key, k.rdb_type, len(k.value)) for k in keys] == REDIS_8_6_KEYS
     stream = next(k for k in keys if k.key == b"stream")
     assert (stream.rdb_type, stream.value, 13) == split_dump_payload(REDIS_8_6_STREAM_DUMP)
-    assert dump_payload(stream.rdb_type, stream.value, 13) == REDIS_8_6_STREAM_DUMP
+    assert restore_payload(stream.rdb_type, stream.value, 13) == REDIS_8_6_STREAM_DUMP
     assert next(k for k in keys if k.key == b"str").expire_ms == 1805459097672
 
 
@@ -558,7 +558,7 @@ def test_export_from_braid_loads_in_redis_7_0(region, tmp_path, capsys):
     reader, keys = read_all((tmp_path / "new.rdb").read_bytes())
     assert reader.version == 13 and {k.rdb_type for k in keys} == {rdbfile.STREAM_LISTPACKS_4}
     for k in keys:  # exactly what DUMP answers
-        assert dump_payload(k.rdb_type, k.value, 13) == braid.dump(k.key)
+        assert restore_payload(k.rdb_type, k.value, 13) == braid.dump(k.key)
 
 
 def test_an_import_into_one_region_reaches_the_others(redis_file, tmp_path, capsys):
@@ -582,3 +582,33 @@ def test_an_import_into_one_region_reaches_the_others(redis_file, tmp_path, caps
         assert status == 0 and "exported 4 streams" in out, err
         _, keys = read_all((tmp_path / "out.rdb").read_bytes())
         assert sorted(k.key for k in keys) == sorted(first.keys())
+
+
+def test_braid_node_imports_on_its_first_start_only(redis_file, tmp_path):
+    data, _, _, source = redis_file
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(data)
+    region = BraidProcess(data_dir=str(tmp_path / "region"), extra_args=["--import", str(path)])
+    with region:
+        c = region.client()
+
+        def log() -> str:
+            with open(region.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+
+        wait_until(lambda: "braid node: --import: imported 4 streams" in log(), what="the import's report")
+        assert "skipped, not streams: hash: 2" in log()
+        assert sorted(c.keys()) == sorted([b"s1", b"big-stream", b"empty-stream", b"k" * 40])
+        assert c.xrange("s1") == source.client().xrange("s1")
+        c.delete("s1")
+        region.stop_keeping_data()
+        region.restart()
+        wait_until(lambda: "not imported, the data directory holds data already" in log(), what="the restart")
+        assert sorted(region.client().keys()) == sorted([b"big-stream", b"empty-stream", b"k" * 40])
+    path.write_bytes(data[:-20])
+    refused = BraidProcess(extra_args=["--import", str(path)])
+    try:
+        with pytest.raises(RuntimeError, match="exited with 2: .*not a valid RDB file: offset"):
+            refused.start()
+    finally:
+        refused.stop()

@@ -19,7 +19,7 @@ never decodes a value: it only finds where each ends, by the rules of Redis 8.6'
 listpack / quicklist / intset encodings, hashes with field TTLs, the four stream
 encodings, self-describing module values).  The raw bytes are exactly what ``DUMP``
 puts between its type byte and its version trailer, so a stream's value becomes a
-``RESTORE`` payload with :func:`dump_payload` and is decoded only by the server that
+``RESTORE`` payload with :func:`restore_payload` and is decoded only by the server that
 restores it (``node.persistence.rdb`` in Braid).  Only a value Redis itself cannot
 load without its code is refused: a module value of the 4.0 release candidates'
 format (type 6).  Every other unreadable byte - a truncation, an unknown type or
@@ -309,7 +309,7 @@ def crc64(data, crc: int = 0) -> int:
     return crc
 
 
-def dump_payload(rdb_type: int, value: bytes, version: int) -> bytes:
+def restore_payload(rdb_type: int, value: bytes, version: int) -> bytes:
     """A RESTORE payload: type byte, value, the RDB version (2 bytes LE), CRC-64 of all that."""
     body = bytes([rdb_type]) + value + struct.pack("<H", version)
     return body + struct.pack("<Q", crc64(body))
