@@ -11,10 +11,32 @@ XAUTOCLAIM and XREADGROUP CLAIM move them between consumers.  Reading with an
 explicit ID replays the consumer's own PEL (its "history"), returning deleted
 entries with nil fields.
 
+XNACK (Redis 8.8) releases pending entries without acknowledging them: the
+NACK loses its consumer (it stays in the group PEL only), its delivery time
+becomes 0 and its delivery count changes by the mode - SILENT takes one off
+(never below 0), FAIL keeps it, FATAL sets it to LLONG_MAX, and RETRYCOUNT n
+sets it to n whatever the mode.  With FORCE an ID that is not pending but is
+an entry of the stream gets a new unowned NACK, counted from 0 (so SILENT and
+FAIL give 0, FATAL LLONG_MAX, RETRYCOUNT n).  Released entries form the "NACK
+zone" at the head of the time-ordered PEL, in the order they were released:
+:meth:`ConsumerGroup.by_delivery_time` puts every unowned NACK before every
+owned one, so XREADGROUP CLAIM serves them first, and with a delivery time of
+0 they are idle for "now" milliseconds - claimable at once by CLAIM, XCLAIM
+and XAUTOCLAIM (which, as in Redis, skip the idle check for an unowned NACK).
+Any claim or re-delivery gives the NACK an owner again and moves it out of the
+zone.  A NACK without a consumer *is* a released one: nothing else leaves a
+NACK unowned (XCLAIM FORCE assigns the NACK it creates at once), which is also
+how a snapshot keeps the zone (consumer -1, delivery time 0, its stamp).
+Delivery counts saturate at LLONG_MAX, as Redis's do.
+
 ``entries_read`` counts how many entries the group has consumed since the
 stream's first ever entry, so that ``lag`` = entries-added − entries-read; it
 is exact while no deletion happened in between and estimated (or unknown, -1)
 otherwise, following Redis's ``streamEstimateDistanceFromFirstEverEntry``.
+
+The reads take an optional ``take`` callback asked before each entry is handed
+out (and before it touches the PEL): XREAD/XREADGROUP MAXCOUNT and MAXSIZE keep
+one budget over every stream of a command this way.
 
 Consumers and the PEL are local to a region (seed 003); group existence is
 replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
@@ -24,6 +46,7 @@ replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from sortedcontainers import SortedDict
 
@@ -31,6 +54,10 @@ from .blocks import tagged
 from .ids import MAX_ID, MIN_ID, StreamID, decr, incr
 
 ENTRIES_READ_UNKNOWN = -1  # Redis's SCG_INVALID_ENTRIES_READ
+DELIVERIES_MAX = (1 << 63) - 1  # LLONG_MAX: where a delivery count stops (and XNACK FATAL puts it)
+
+# XNACK modes: how releasing an entry changes its delivery count
+SILENT, FAIL, FATAL = "silent", "fail", "fatal"
 
 
 class Nack:
@@ -42,6 +69,27 @@ class Nack:
         self.delivery_time = delivery_time
         self.delivery_count = delivery_count
         self.stamp = stamp  # orders equal delivery times, as Redis's time-ordered PEL list
+
+    @property
+    def released(self) -> bool:
+        """In the NACK zone: released by XNACK and not claimed or delivered since."""
+        return self.consumer is None
+
+    def delivered_again(self) -> None:
+        """One more delivery (saturating at LLONG_MAX, as Redis's counter)."""
+        if self.delivery_count < DELIVERIES_MAX:
+            self.delivery_count += 1
+
+
+def released_count(count: int, mode: str, retrycount: int = -1) -> int:
+    """The delivery count XNACK leaves (Redis's ``nackSetDeliveryCount``)."""
+    if retrycount >= 0:
+        return retrycount
+    if mode == SILENT:
+        return count - 1 if count > 0 else count
+    if mode == FATAL:
+        return DELIVERIES_MAX
+    return count
 
 
 class Consumer:
@@ -149,9 +197,34 @@ class ConsumerGroup:
             nack.consumer.pel.pop(id_, None)
         return True
 
+    def release(self, id_: StreamID, mode: str, retrycount: int = -1, force: bool = False,
+                exists: bool = False) -> bool:
+        """XNACK of one ID: move its NACK to the end of the NACK zone; True if released.
+
+        An ID that is not pending is released only with ``force`` and if it is an
+        entry of the stream (``exists``): it gets a new unowned NACK counted from 0.
+        """
+        nack = self.pel.get(id_)
+        if nack is None:
+            if not (force and exists):
+                return False
+            nack = self.pel[id_] = Nack(None, 0, 0)
+        elif nack.consumer is not None:
+            nack.consumer.pel.pop(id_, None)
+            nack.consumer = None
+        nack.delivery_count = released_count(nack.delivery_count, mode, retrycount)
+        self.touch(nack, 0)  # a fresh stamp: last in the zone, released ones keep their order
+        return True
+
+    def nacked_count(self) -> int:
+        """XINFO's ``nacked-count``: the entries in the NACK zone."""
+        return sum(1 for nack in self.pel.values() if nack.consumer is None)
+
     def by_delivery_time(self) -> list[tuple[StreamID, Nack]]:
-        """PEL entries oldest delivery first (Redis's time-ordered PEL list)."""
-        return sorted(self.pel.items(), key=lambda kv: (kv[1].delivery_time, kv[1].stamp))
+        """PEL entries in Redis's time-ordered PEL list: the NACK zone first (in the order
+        the entries were released), then the owned ones, oldest delivery first."""
+        return sorted(self.pel.items(),
+                      key=lambda kv: (kv[1].consumer is not None, kv[1].delivery_time, kv[1].stamp))
 
 
 # ---------------------------------------------------------------- counters
@@ -206,13 +279,29 @@ def advance(s, g: ConsumerGroup, id_: StreamID) -> None:
 
 
 # ---------------------------------------------------------------- reads
+# A read's ``take(id, fields)``, when given, is asked before each entry is handed out (and
+# counts it): False ends the read there.  XREAD/XREADGROUP MAXCOUNT and MAXSIZE, whose
+# budget spans every stream of the command, are kept by the caller this way.
+Take = Callable[[StreamID, "list | None"], bool]
+
+
+def _taken(entries: list, take: Take) -> list:
+    """The leading entries ``take`` accepts."""
+    for i, (id_, flat) in enumerate(entries):
+        if not take(id_, flat):
+            return entries[:i]
+    return entries
+
+
 def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
-             noack: bool, now: int) -> list:
+             noack: bool, now: int, take: Take | None = None) -> list:
     """XREADGROUP ``>``: entries after ``after`` (the group cursor). [(id, flat)]"""
     start = incr(after)
     if start is None:
         return []
     out = s.range(start, MAX_ID, count)
+    if take is not None:
+        out = _taken(out, take)
     for id_, _flat in out:
         if id_ > g.last_id:
             advance(s, g, id_)
@@ -223,7 +312,7 @@ def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: in
 
 
 def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
-                 now: int) -> list:
+                 now: int, take: Take | None = None) -> list:
     """XREADGROUP with an ID: the consumer's own pending entries after it.
 
     Deleted entries come back as ``(id, None)``; each returned live entry counts
@@ -237,11 +326,13 @@ def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count
         if count and len(out) >= count:
             break
         flat = s.get(id_)
+        if take is not None and not take(id_, flat):
+            break
         if flat is None:
             out.append((id_, None))
             continue
         nack = consumer.pel[id_]
-        nack.delivery_count += 1
+        nack.delivered_again()
         g.touch(nack, now)
         out.append((id_, flat))
     return out
@@ -257,9 +348,11 @@ def first_claimable(s, g: ConsumerGroup, min_idle: int, now: int) -> tuple[bool,
 
 
 def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: int,
-               now: int) -> list:
+               now: int, take: Take | None = None) -> list:
     """XREADGROUP CLAIM: idle pending entries, oldest first, moved to ``consumer``.
 
+    Released (XNACKed) entries come first, reported idle for ``now`` milliseconds
+    (their delivery time is 0), as Redis reports them.
     Returns [(id, flat, idle_ms, delivery_count_before)].
     """
     out = []
@@ -270,9 +363,11 @@ def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: in
         flat = s.get(id_)
         if flat is None:
             continue
+        if take is not None and not take(id_, flat):
+            break
         out.append((id_, flat, idle, nack.delivery_count))
         g.assign(id_, nack, consumer)
-        nack.delivery_count += 1
+        nack.delivered_again()
         g.touch(nack, now)
         consumer.active_time = now
         if count and len(out) >= count:
@@ -282,7 +377,7 @@ def claim_idle(s, g: ConsumerGroup, consumer: Consumer, min_idle: int, count: in
 
 # ---------------------------------------------------------------- multi-region reads
 def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noack: bool,
-                        now: int) -> list:
+                        now: int, take: Take | None = None) -> list:
     """XREADGROUP ``>`` over several origin logs: after each log's own cursor.
 
     An entry that reaches this region late from another region (with an ID below
@@ -296,7 +391,7 @@ def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noa
             its.append(tagged(origin, log.range(start, MAX_ID)))
     out = []
     for eid, origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
-        if count and len(out) >= count:
+        if count and len(out) >= count or take is not None and not take(eid, flat):
             break
         g.cursors[origin] = eid
         if eid > g.last_id:

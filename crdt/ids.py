@@ -63,7 +63,17 @@ def _strtoull(s: bytes) -> int | None:
     return (-v) & U64 if neg else v
 
 
+def c_string(s: bytes) -> bytes:
+    """What C code reading the argument as a NUL-terminated string sees: up to the first NUL."""
+    nul = s.find(b"\0")
+    return s if nul < 0 else s[:nul]
+
+
 def string2ull(s: bytes) -> int | None:
+    """Redis's ``string2ull``: ``string2ll`` when that works (negative: refused), else
+    ``strtoull`` (leading spaces, a sign, leading zeros, up to 2**64-1).  It reads a C
+    string, so a NUL ends the number."""
+    s = c_string(s)
     ll = string2ll(s)
     if ll is not None:
         return ll if ll >= 0 else None
@@ -84,15 +94,13 @@ def parse_id(
     """
     if len(arg) > 127:
         raise InvalidID()
+    # Redis copies the argument into a C string and parses that: a NUL ends it ("5\0x" is 5)
+    arg = c_string(arg)
     if arg == b"-" or arg == b"+":
         if strict:
             raise InvalidID()
         return (MIN_ID if arg == b"-" else MAX_ID), True
     ms_part, dash, seq_part = arg.partition(b"-")
-    if b"\0" in arg:
-        # C strings stop at NUL: Redis parses only the prefix, which then
-        # cannot end where the argument ends.
-        raise InvalidID()
     ms = string2ull(ms_part)
     if ms is None:
         raise InvalidID()

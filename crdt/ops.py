@@ -265,9 +265,7 @@ def is_referenced(s: Stream, id_: StreamID) -> bool:
 def drop_references(s: Stream, id_: StreamID) -> None:
     """DELREF: remove the ID from every group's and consumer's PEL."""
     for g in s.groups.values():
-        nack = g.pel.pop(id_, None)
-        if nack is not None:
-            nack.consumer.pel.pop(id_, None)
+        g.ack(id_)  # also an entry XNACK released, which has no consumer
 
 
 def _can_delete(s: Stream, strategy: str):

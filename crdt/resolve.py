@@ -23,6 +23,30 @@ built, by picking a resolver.
   skips nothing that arrives late); XACK replicates as per-origin watermarks; XDEL
   names the origin logs it removes each ID from (two origins may hold one ID).
 
+Installing a stream image under a key (:meth:`SingleRegion.install`, then
+:meth:`SingleRegion.install_local`) is what COPY does with a copy of its source
+(:func:`duplicate`) and RESTORE with a decoded value; the image is a
+:class:`~crdt.stream.Stream` that is not in the keyspace.
+
+- One region: whatever the key held is deleted (a DeleteKey), then the image itself
+  is put in place, region-local state: every entry, block and deleted-entry flag,
+  the counters, the groups with their consumers and PELs, the IDMP state - an exact
+  copy.  A command that installs is logged as a command (node/persistence/oplog.py)
+  and replayed by running it again, which builds the same image.
+- Active-Active: an observed-remove of what the key held (a DEL), then the image's
+  entries (one per ID) added with their IDs, as entries of the issuing region, in a
+  log of their own: origin ``region + stride * n``, ``n`` the dot of the first add.
+  Every origin log only grows at its top, which observed-remove, XDEL by origin and
+  the per-origin cursors (XREADGROUP ``>``, XRANGEORIGIN) rely on: re-adding older
+  IDs to the region's own log would let a concurrent DEL, trim or XDEL that had seen
+  its earlier, higher entries remove them at some regions only.  Then each group is
+  created again (its last-delivered ID and entries-read; a creation with
+  dependencies and a dot, so a concurrent DEL of the key still wins), the IDMP
+  configuration is set and every iid recorded (ConfigureIdmp, RecordIdmp).  The
+  consumers and PELs are region-local: :meth:`ActiveActive.install_local` copies
+  them into the new groups at the issuing region only.  The counters follow from
+  the entries, as after RENAME.
+
 Operations that depend on the version vector (contexts, dots) must be resolved
 right before they are applied, after the previous one was: every method resolves
 one step, and :meth:`rename` is a generator the handler drives.  Nothing here
@@ -31,6 +55,7 @@ reads a clock: ``now_ms`` is an argument.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -89,6 +114,21 @@ class SingleRegion:
     def rename(self, keys: ops.Keyspace, src: bytes, dst: bytes) -> Iterator[ops.Op]:
         """The stream moves as a whole (entries, groups, IDMP maps)."""
         yield ops.RenameKey(src, dst)
+
+    def install(self, keys: ops.Keyspace, dst: bytes, image: Stream, replace: bool) -> Iterator[ops.Op]:
+        """The operations that make room for ``image`` at ``dst`` (the theory above):
+        here the deletion of what ``dst`` held.  Nothing when ``dst`` exists and not
+        ``replace`` (the caller answers that case).  Then :meth:`install_local`."""
+        if dst in keys:
+            if not replace:
+                return
+            yield self.delete_key(dst, keys[dst])
+
+    def install_local(self, keys: ops.Keyspace, dst: bytes, image: Stream) -> None:
+        """After :meth:`install`'s operations: the image itself becomes ``dst``."""
+        keys[dst] = image
+        if image.idmp.producers:
+            keys.note_idmp(dst)
 
 
 class RegionRules(Protocol):
@@ -175,6 +215,54 @@ class ActiveActive(SingleRegion):
         if src in keys:
             yield self.delete_key(src, keys[src])
 
+    def install(self, keys: ops.Keyspace, dst: bytes, image: Stream, replace: bool) -> Iterator[ops.Op]:
+        """An observed-remove of what ``dst`` held, the image's entries in a log of their
+        own, its groups created again, its IDMP configuration and maps (the theory above).
+        A generator the handler drives: each step reads the state the previous one left."""
+        if dst in keys:
+            if not replace:
+                return
+            yield self.delete_key(dst, keys[dst])
+        entries, last = [], None
+        for eid, _origin, flat in image.merged(MIN_ID, MAX_ID):
+            if eid != last:  # entries sharing an ID (two origins) collapse into one
+                entries.append((eid, list(flat)))
+                last = eid
+        if entries:
+            log = self.copy_log()
+            for eid, flat in entries:
+                yield ops.AddEntry(dst, log, eid, flat)
+        for name, g in image.groups.items():
+            deps, dot = self.creation()
+            yield ops.CreateGroup(dst, name, g.last_id, g.entries_read, True, deps=deps, dot=dot)
+        s = keys.get(dst)
+        if s is None:
+            return  # no entries and no groups: the key does not exist (nor its IDMP state)
+        idmp = image.idmp
+        if (idmp.duration, idmp.maxsize) != (s.idmp.duration, s.idmp.maxsize) or s.idmp.producers:
+            yield ops.ConfigureIdmp(dst, idmp.duration, idmp.maxsize)
+        for pid, iids in idmp.producers.items():
+            for iid, id_ in iids.items():
+                if (pid, iid) not in idmp.cleared:
+                    yield ops.RecordIdmp(dst, pid, iid, id_)
+
+    def install_local(self, keys: ops.Keyspace, dst: bytes, image: Stream) -> None:
+        """The region-local part: the image's consumers and PELs, into the groups
+        :meth:`install` created (at this region only, as every delivery)."""
+        s = keys.get(dst)
+        if s is None:
+            return
+        for name, source in image.groups.items():
+            g = s.groups.get(name)
+            if g is not None:
+                copy_consumers(source, g)
+
+    def copy_log(self) -> int:
+        """The origin log an install adds its entries to: one no operation has named yet,
+        numbered after the dot of its first add (the region's number modulo the stride)."""
+        r = self.rules
+        return r.region + r.stride * (r.causal.vv.get(r.region, 0) + 1)
+
     # ------------------------------------------------------------ what the rules read
     def context(self) -> dict[int, int]:
         """A deletion's context: this region's version vector including the deletion."""
@@ -188,6 +276,32 @@ class ActiveActive(SingleRegion):
         r = self.rules
         deps = dict(r.causal.vv)
         return deps, (r.region, deps.get(r.region, 0) + 1)
+
+
+def duplicate(s: Stream) -> Stream:
+    """Redis's ``streamDup``: an independent copy of ``s``, blocks, counters, groups,
+    consumers, PELs and IDMP state included.  As Redis's copy, each group's
+    time-ordered PEL lists entries delivered in the same millisecond by ID."""
+    image = copy.deepcopy(s)
+    for g in image.groups.values():
+        for n, (_id, nack) in enumerate(sorted(g.pel.items(), key=lambda kv: (kv[1].delivery_time, kv[0])), 1):
+            nack.stamp = n
+        g._stamps = len(g.pel)
+    return image
+
+
+def copy_consumers(source: cg.ConsumerGroup, g: cg.ConsumerGroup) -> None:
+    """``source``'s consumers (seen and active times) and PEL (delivery times and counts)
+    into ``g``, which has none; the PEL's time order as :func:`duplicate` gives it."""
+    consumers = {}
+    for name, c in source.consumers.items():
+        new = consumers[name] = g.consumers[name] = cg.Consumer(name, c.seen_time)
+        new.active_time = c.active_time
+    for id_, nack in sorted(source.pel.items(), key=lambda kv: (kv[1].delivery_time, kv[0])):
+        owner = consumers.get(nack.consumer.name) if nack.consumer is not None else None
+        new_nack = g.pel[id_] = cg.Nack(owner, nack.delivery_time, nack.delivery_count, g._stamp())
+        if owner is not None:
+            owner.pel[id_] = new_nack
 
 
 def observed(s: Stream) -> dict[int, StreamID]:

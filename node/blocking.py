@@ -6,6 +6,11 @@ command (or replication) touches one of them, the server calls ``retry()`` for
 the clients parked there, oldest first: ``retry`` returns the reply to send,
 or ``None`` to stay blocked.  A timeout sends ``timeout_reply``.  The client
 processes no further input while blocked, as in Redis.
+
+A blocked XREADGROUP is woken when one of its keys is deleted (``unblock_on_nokey``,
+Redis's flag of the same name): its retry answers NOGROUP.  The registry counts the
+keys such readers wait on (INFO ``total_blocking_keys_on_nokey``) and the readers
+with a timeout (``clients_in_timeout_table``).
 """
 
 from __future__ import annotations
@@ -26,18 +31,25 @@ class Blocked:
     handle: Any = field(default=None)  # the loop timer, set by the server
     wake_handle: Any = field(default=None)
     argv: list[bytes] | None = None  # the command, set by the server: a served retry is logged as it
+    unblock_on_nokey: bool = False  # XREADGROUP: a deleted key wakes it (the retry answers NOGROUP)
 
 
 class BlockingRegistry:
     def __init__(self) -> None:
         self.by_key: dict[bytes, list[Any]] = {}  # key -> clients, FIFO
+        self.on_nokey: dict[bytes, int] = {}  # key -> how many unblock_on_nokey clients wait on it
         self.count = 0
+        self.with_timeout = 0
 
     def park(self, client: Any, blocked: Blocked) -> None:
         client.blocked = blocked
         for key in blocked.keys:
             self.by_key.setdefault(key, []).append(client)
+            if blocked.unblock_on_nokey:
+                self.on_nokey[key] = self.on_nokey.get(key, 0) + 1
         self.count += 1
+        if blocked.timeout_ms > 0:
+            self.with_timeout += 1
 
     def unpark(self, client: Any) -> None:
         blocked = client.blocked
@@ -54,7 +66,15 @@ class BlockingRegistry:
                 waiters.remove(client)
                 if not waiters:
                     del self.by_key[key]
+            if blocked.unblock_on_nokey:
+                n = self.on_nokey[key] - 1
+                if n:
+                    self.on_nokey[key] = n
+                else:
+                    del self.on_nokey[key]
         self.count -= 1
+        if blocked.timeout_ms > 0:
+            self.with_timeout -= 1
 
     def waiting_on(self, key: bytes) -> list[Any]:
         return list(self.by_key.get(key, ()))

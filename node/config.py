@@ -2,7 +2,10 @@
 
 Every setting Braid has is one row below (name, kind, default, bounds,
 whether CONFIG SET may change it).  Values are stored as Python values and
-rendered the way Redis renders them.
+rendered the way Redis renders them.  They are parsed as Redis parses them
+(integers with ``string2ll``, memory values with ``memtoull``: :func:`parse_memory`),
+then checked against the setting's bounds, so CONFIG SET accepts and refuses the
+same values as Redis, with the same errors.
 """
 
 from __future__ import annotations
@@ -10,23 +13,44 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from crdt.ids import string2ll
+from crdt.ids import U64, c_string, string2ll
 
 _UNITS = {b"": 1, b"b": 1, b"k": 1000, b"kb": 1024, b"m": 1000**2, b"mb": 1024**2,
           b"g": 1000**3, b"gb": 1024**3}
+_DIGITS = b"0123456789"
 
 
 def parse_memory(v: bytes) -> int | None:
-    """Redis's ``memtoull``: "4096", "4kb", "1gb" (case-insensitive)."""
-    s = v.lower()
-    i = len(s)
-    while i and not s[i - 1 : i].isdigit():
-        i -= 1
-    unit = s[i:]
-    num = string2ll(s[:i])
-    if unit not in _UNITS or num is None or num < 0:
+    """Redis's ``memtoull``: "4096", "4kb", "1gb" (the unit in any case), None if not one.
+
+    Exactly as Redis reads it: the value is a C string (a NUL ends it); digits, then nothing
+    or a unit; the digits as ``strtoull`` reads them (none is 0, so "" and "kb" are 0, and
+    past 2**64-1 they are 2**64-1), times the unit in 64-bit unsigned arithmetic (it wraps).
+    What is out of a setting's range is then refused by the range check."""
+    s = c_string(v)
+    if s[:1] == b"-":
         return None
-    return num * _UNITS[unit]
+    i = 0
+    while i < len(s) and s[i] in _DIGITS:
+        i += 1
+    mul = _UNITS.get(s[i:].lower())
+    if mul is None or i >= 128:
+        return None
+    return (min(int(s[:i] or b"0"), U64) * mul) & U64
+
+
+def _strtoll_int(s: bytes) -> int | None:
+    """``(int) strtoll(s, &end, 10)`` with ``*end == '\0'`` required: leading spaces and a
+    sign allowed, saturated at the long long bounds, then cut to a 32-bit int as C does."""
+    s = c_string(s)
+    body = s.lstrip(b" \t\n\v\f\r")
+    sign = -1 if body[:1] == b"-" else 1
+    digits = body[1:] if body[:1] in (b"+", b"-") else body
+    if not digits or any(c not in _DIGITS for c in digits):
+        return None if digits or s else 0  # strtoll("") reads nothing and ends at the end
+    v = max(min(sign * int(digits), (1 << 63) - 1), -(1 << 63))
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 @dataclass(slots=True)
@@ -62,6 +86,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
     Setting("stream-idmp-duration", "int", 100, 1, 86400),
     Setting("stream-idmp-maxsize", "int", 100, 1, 10000),
+    # DUMP's payload (node/commands/dump.py): the RDB version it writes - 13 is Redis 8.6's,
+    # 11 Redis 7.2's, 10 Redis 7.0's, 9 Redis 5.0's (a Redis refuses a newer one) - and,
+    # as Redis's own setting, whether it LZF-compresses the listpacks
+    Setting("dump-rdb-version", "int", 13, 9, 13),
+    Setting("rdbcompression", "bool", True),
     # durability (node/persistence/): the operation log is the append-only file
     Setting("appendonly", "bool", True, mutable=False),
     Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
@@ -182,7 +211,7 @@ class Config:
             cls = "slave" if cls == "replica" else cls
             if cls not in limits:
                 raise ConfigError(failed + "Invalid client class specified in buffer limit configuration.")
-            hard, soft, secs = parse_memory(words[i + 1]), parse_memory(words[i + 2]), string2ll(words[i + 3])
+            hard, soft, secs = parse_memory(words[i + 1]), parse_memory(words[i + 2]), _strtoll_int(words[i + 3])
             if hard is None or soft is None or secs is None or secs < 0:
                 raise ConfigError(failed + "Error in hard, soft or soft_seconds setting in buffer limit configuration.")
             limits[cls] = (hard, soft, secs)

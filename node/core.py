@@ -54,6 +54,7 @@ from crdt.causal import Envelope
 from . import commands as cmdtable
 from . import opcodec
 from .blocking import Blocked, BlockingRegistry
+from .commands.transactions import abort_exec
 from .config import Config
 from .db import Database
 from .resp.encoder import ReplyError
@@ -280,13 +281,17 @@ class RegionCore:
                      changed: bool, reply: Any) -> None:
         """Append what a command did (node/persistence/oplog.py): the operations it applied
         when they are all it did (``RESOLVED`` commands), else the command with them, if it
-        changed state or is a write that did not fail."""
+        changed state or is a write that did not fail (``LOGGED_IF_CHANGED`` writes: only if
+        they changed state, counted or region-local)."""
         db = self.db
         own = db.own_ops
         if own:
             db.own_ops = []  # the next command's start here
+        if db.local_change:
+            db.local_change = False
+            changed = True
         oplog = self.oplog
-        write = cmd is not None and cmd.is_write
+        write = cmd is not None and cmd.is_write and not cmd.logged_if_changed
         if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
             return
         if cmd is not None and cmd.resolved:
@@ -477,9 +482,9 @@ class RegionCore:
                     f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
             cmd = sub
         if not cmd.check_arity(len(argv)):
-            return self._reject(ReplyError(f"ERR wrong number of arguments for '{cmd.fullname}' command"))
+            return self._reject(self._exec_abort(client, cmd, f"ERR wrong number of arguments for '{cmd.fullname}' command"))
         if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
-            return self._reject(ReplyError("NOAUTH Authentication required."))
+            return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
         if cmd.is_write and self.db.aa is not None and not self.db.aa.writable and not self.replaying:
@@ -516,7 +521,10 @@ class RegionCore:
         rec = stats.command_calls.get(name)
         if rec is None:
             rec = stats.command_calls[name] = [0, 0, 0, 0]
-        rec[0] += 1
+        if type(reply) is Blocked:  # a call once it ends (count_unblocked), as in Redis
+            stats.total_commands_processed -= 1
+        else:
+            rec[0] += 1
         rec[1] += elapsed // 1000
         timed = self.latency.get(name)  # empty unless metrics are on (node/metrics.py)
         if timed is not None:  # LatencyHistogram.observe_ns, inlined: this runs for every XADD
@@ -526,6 +534,22 @@ class RegionCore:
             rec[3] += 1
             self._count_error(reply)
         return reply
+
+    def count_unblocked(self, argv: list[bytes], reply: Any) -> None:
+        """A blocked command ended (served, timed out, or with an error such as NOGROUP when
+        its key or group went away): one call now, and a failed call if it ended with an
+        error (INFO commandstats, errorstats), as Redis counts a command it runs again."""
+        stats = self.stats
+        stats.total_commands_processed += 1
+        cmd = cmdtable.lookup(argv)
+        name = cmd.fullname if cmd is not None else argv[0].decode("utf-8", "replace").lower()
+        rec = stats.command_calls.get(name)
+        if rec is None:
+            rec = stats.command_calls[name] = [0, 0, 0, 0]
+        rec[0] += 1
+        if type(reply) is ReplyError:
+            rec[3] += 1
+            self._count_error(reply)
 
     def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
         """A handler raised (a bug).  Having changed nothing, it is answered with an error and
@@ -542,6 +566,13 @@ class RegionCore:
         if not outermost:
             raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
         return cmdtable.CLOSE_WITHOUT_REPLY
+
+    @staticmethod
+    def _exec_abort(client: Session, cmd: cmdtable.Command, message: str) -> ReplyError:
+        """A refusal; a refused EXEC also discards the transaction (Redis's ``rejectCommand``)."""
+        if cmd.name == "exec":
+            return abort_exec(client, message)
+        return ReplyError(message)
 
     def _reject(self, err: ReplyError) -> ReplyError:
         self._count_error(err)

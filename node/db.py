@@ -29,6 +29,9 @@ class Database:
         # how commands resolve into operations: Redis's rules, or the multi-region ones
         self.resolver: resolve.SingleRegion = resolve.SingleRegion()
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
+        # a command changed region-local state that Redis does not count as a change (an
+        # XREADGROUP history read moves delivery counts): it is logged all the same
+        self.local_change = False
         self.watched: dict[bytes, list[int]] = {}  # WATCH: key -> [version, watchers], while watched
         self._clock = 0
         self.ready: set[bytes] = set()  # keys with news for blocked clients

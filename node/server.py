@@ -326,8 +326,11 @@ class Server(RegionCore):
             self._unblock(client, reply)
 
     def _unblock(self, client: "ClientConnection", reply: Any) -> None:
+        blocked = client.blocked
         self.blocking.unpark(client)
-        if type(reply) is ReplyError:
+        if blocked is not None and blocked.argv is not None:
+            self.count_unblocked(blocked.argv, reply)
+        elif type(reply) is ReplyError:
             self._count_error(reply)
         client.send(reply)
         client.resume()

@@ -33,19 +33,32 @@ class RawClient:
         self.reader = hiredis.Reader(replyError=Err)
 
     def call(self, *args) -> object:
-        parts = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            parts.append(b"$%d\r\n%b\r\n" % (len(a), a))
+        self.send(args)
+        return self.receive(1)[0]
+
+    def send(self, *commands) -> None:
+        """Send commands (each a sequence of arguments) at once: a pipeline; receive() reads
+        their replies."""
+        parts = []
+        for args in commands:
+            parts.append(b"*%d\r\n" % len(args))
+            for a in args:
+                a = a if isinstance(a, bytes) else str(a).encode()
+                parts.append(b"$%d\r\n%b\r\n" % (len(a), a))
         self.sock.sendall(b"".join(parts))
-        while True:
+
+    def receive(self, n: int) -> list:
+        replies = []
+        while len(replies) < n:
             reply = self.reader.gets()
             if reply is not False:
-                return reply
+                replies.append(reply)
+                continue
             data = self.sock.recv(65536)
             if not data:
                 raise ConnectionError("server closed the connection")
             self.reader.feed(data)
+        return replies
 
     def close(self) -> None:
         self.sock.close()
@@ -59,6 +72,7 @@ NORMALISE = {
     # Redis 8.6 fields that Redis 7.0 (the reference server) does not have.
     "idmp-duration": "8.6 only", "idmp-maxsize": "8.6 only", "pids-tracked": "8.6 only",
     "iids-tracked": "8.6 only", "iids-added": "8.6 only", "iids-duplicates": "8.6 only",
+    "nacked-count": "8.8+ only",
     # XINFO CONSUMERS / FULL: times depend on when each server ran the command;
     # "inactive" and "active-time" are Redis 7.2+ fields.
     "idle": "timing", "seen-time": "timing", "active-time": "7.2+ and timing",

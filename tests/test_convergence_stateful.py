@@ -26,7 +26,8 @@ What is modelled:
   expired; XCFGSET clears a key's maps meanwhile), XDEL (also of an ID two origins hold: it names the logs it removed it
   from, see test_xdel_of_an_id_two_origins_hold_converges), XTRIM MAXLEN /
   MINID, exact or ``~``, with or without LIMIT,
-  DEL, XGROUP CREATE / DESTROY, XREADGROUP ``>`` and XACK by local consumers;
+  DEL, XGROUP CREATE / DESTROY, XREADGROUP ``>``, XACK and XNACK (any mode, maybe
+  RETRYCOUNT, maybe FORCE on an entry nobody read) by local consumers;
 - FLUSHALL at one region right after another region wrote an entry it lacks,
   then full delivery (see the invariants);
 - the cron's work at any region: IDMP expiry (time and size, with the region's
@@ -89,6 +90,12 @@ Invariants:
   the flushing region had observed and every group of the keys it held, and no
   entry it had not received (one every other region held live, not an idempotent
   add that may lose to a duplicate): observed-remove, as DEL key by key;
+- a region's PEL stays consistent whatever XNACK released (it is local: it issues no
+  operation, so it never changes what the regions converge to): the group PEL is the
+  disjoint union of its consumers' PELs and the released entries, a released entry
+  has no owner and a delivery time of 0, the NACK zone comes first in the
+  time-ordered PEL (claims serve it first), every count is within 0..LLONG_MAX, and
+  each XNACK leaves the counts its mode and RETRYCOUNT document;
 - XREADGROUP ``>`` never skips an entry (``test_xreadgroup_never_skips_an_entry``'s
   guarantee, with deletions): after the reader reads everything new at a region,
   every entry live there has been delivered to it at some region; at one region
@@ -115,6 +122,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple,
                                  precondition, rule)
 
+from crdt import groups as cg
 from crdt.idgen import LIBERAL, SEMI_STRICT, STRICT, IdError
 from crdt.ids import MAX_ID, MIN_ID
 from crdt import ops
@@ -494,6 +502,40 @@ class ConvergenceMachine(RuleBasedStateMachine):
         pel = list(self.regions[region].keys[key].groups[group].pel)
         self.regions[region].xack(key, group, *(pel if how == "all" else [pel[0] if how == "first" else pel[-1]]))
 
+    @precondition(lambda self: self._groups_here())
+    @rule(data=st.data(), mode=st.sampled_from([b"SILENT", b"FAIL", b"FATAL"]),
+          how=st.sampled_from(["all", "first", "last", "unread"]),
+          retrycount=st.none() | st.integers(0, 3), force=st.booleans())
+    def xnack(self, data, mode, how, retrycount, force):
+        """XNACK at one region: released entries move to the NACK zone with the documented counts."""
+        region, key, group = data.draw(st.sampled_from(self._groups_here()), label="group")
+        r = self.regions[region]
+        s = r.keys[key]
+        g = s.groups[group]
+        pel = list(g.pel)
+        if how == "unread" or not pel:  # an entry of the stream that is not pending (FORCE creates it)
+            ids = [i for i in r.entry_ids(key) if i not in g.pel][:1] or [(START_MS, 0)]
+        else:
+            ids = pel if how == "all" else [pel[0] if how == "first" else pel[-1]]
+        before = {i: g.pel[i].delivery_count for i in ids if i in g.pel}
+        live = {i for i in ids if s.get(i) is not None}
+        argv = [b"XNACK", key, group, mode, b"IDS", b"%d" % len(ids), *(b"%d-%d" % i for i in ids)]
+        argv += [b"RETRYCOUNT", b"%d" % retrycount] if retrycount is not None else []
+        argv += [b"FORCE"] if force else []
+        ops_before = r.causal.vv.get(region, 0)
+        released = r.call(*argv)
+        assert r.causal.vv.get(region, 0) == ops_before, "XNACK issued an operation: it is region-local"
+        expected = [i for i in ids if i in before or (force and i in live)]
+        assert released == len(expected)
+        zone = [i for i, nack in g.by_delivery_time() if nack.consumer is None]
+        assert zone[len(zone) - len(expected):] == expected, "released entries are not last in the NACK zone"
+        for i in expected:
+            nack = g.pel[i]
+            assert nack.consumer is None and nack.delivery_time == 0
+            had = before.get(i, 0)
+            want = {b"SILENT": max(had - 1, 0), b"FAIL": had, b"FATAL": cg.DELIVERIES_MAX}[mode]
+            assert nack.delivery_count == (retrycount if retrycount is not None else want)
+
     # ------------------------------------------------------------ the cron's work
     @rule(region=regions_st, later=st.booleans())
     def cron(self, region, later):
@@ -825,6 +867,24 @@ class ConvergenceMachine(RuleBasedStateMachine):
                 assert not late, f"region {r.number} holds {late} of removed region {origin} (frozen at {upto})"
 
     # ------------------------------------------------------------ invariants
+    @invariant()
+    def pels_are_consistent(self):
+        """Each group PEL is its consumers' PELs plus the NACK zone, which comes first in time order."""
+        for r in self.regions.values():
+            for key, s in r.keys.items():
+                for name, g in s.groups.items():
+                    owned = {}
+                    for c in g.consumers.values():
+                        for i, nack in c.pel.items():
+                            assert nack.consumer is c and g.pel.get(i) is nack, f"{key}/{name} {i}: two PELs differ"
+                            owned[i] = nack
+                    unowned = [i for i, nack in g.pel.items() if nack.consumer is None]
+                    assert len(owned) + len(unowned) == len(g.pel), f"{key}/{name}: a pending entry has no PEL"
+                    assert all(g.pel[i].delivery_time == 0 for i in unowned)
+                    assert all(0 <= n.delivery_count <= cg.DELIVERIES_MAX for n in g.pel.values())
+                    order = [nack.consumer is None for _i, nack in g.by_delivery_time()]
+                    assert order == sorted(order, reverse=True), f"{key}/{name}: the NACK zone is not first"
+
     @invariant()
     def strict_ids_are_unique(self):
         assert len(self.minted_keyed) == len(self.minted), "strict mode minted an ID twice in one key"

@@ -336,3 +336,214 @@ def test_block_timeouts_are_integers_in_redis_spelling_only(pair, command, timeo
     pair.check("XGROUP", "CREATE", "a", "g", "0")
     head = ["XREADGROUP", "GROUP", "g", "c"] if command == "XREADGROUP" else ["XREAD"]
     pair.check(*head, "BLOCK", timeout, "STREAMS", "a", ">" if command == "XREADGROUP" else "$")
+
+
+# ---------------------------------------------------------------- blocked readers, call statistics and
+# the change counter: what Redis 8.6 does that Redis 7.0 shares (the rest is in tests/test_xread_810.py).
+def _info(client, section: str) -> dict[str, str]:
+    text = client.call("INFO", section).decode()
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
+
+
+def _call_stats(client, name: str) -> tuple[int, int, int]:
+    """(calls, rejected_calls, failed_calls) of one command in INFO commandstats."""
+    fields = dict(kv.split("=") for kv in _info(client, "commandstats")[f"cmdstat_{name}"].split(","))
+    return int(fields["calls"]), int(fields["rejected_calls"]), int(fields["failed_calls"])
+
+
+def _block_both(ports: tuple[int, int], *argv):
+    """Send a blocking command to each server on a connection of its own; wait until both are
+    blocked.  Returns a function that waits for and returns both replies."""
+    import threading
+
+    from node.testing import wait_until
+    from tests.differential import RawClient
+
+    replies: list = [None, None]
+    threads = []
+    for i, port in enumerate(ports):
+        def run(i=i, port=port):
+            c = RawClient(port)
+            try:
+                replies[i] = c.call(*argv)
+            finally:
+                c.close()
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+    watchers = [RawClient(p) for p in ports]
+    try:
+        wait_until(lambda: all(_info(w, "clients")["blocked_clients"] == "1" for w in watchers), 10,
+                   what="both servers to block the reader")
+    finally:
+        for w in watchers:
+            w.close()
+
+    def replies_when_done():
+        for t in threads:
+            t.join(10)
+            assert not t.is_alive()
+        return replies
+    return replies_when_done
+
+
+@pytest.fixture
+def ports(braid_proc, redis_proc):
+    return braid_proc.port, redis_proc.port
+
+
+def test_a_blocked_command_ending_in_an_error_is_one_failed_call(pair, ports):
+    pair.check("XADD", "mystream", "1-0", "a", "1")
+    pair.check("XGROUP", "CREATE", "mystream", "mygroup", "$")
+    pair.check("CONFIG", "RESETSTAT")
+    done = _block_both(ports, "XREADGROUP", "GROUP", "mygroup", "c1", "BLOCK", "0", "STREAMS", "mystream", ">")
+    assert _info(pair.braid, "clients")["clients_in_timeout_table"] == _info(pair.redis, "clients")[
+        "clients_in_timeout_table"] == "0"
+    pair.check("XGROUP", "DESTROY", "mystream", "mygroup")
+    b, r = done()
+    # both answer NOGROUP (7.0's text differs from 8.6's, which Braid has)
+    assert str(b).split()[0] == str(r).split()[0] == "NOGROUP"
+    assert _call_stats(pair.braid, "xreadgroup") == _call_stats(pair.redis, "xreadgroup") == (1, 0, 1)
+    assert _info(pair.braid, "errorstats")["errorstat_NOGROUP"] == _info(pair.redis, "errorstats")[
+        "errorstat_NOGROUP"]
+    # a deleted key: 7.0 answers UNBLOCKED, 8.6 (and Braid) NOGROUP; both count one failed call
+    pair.check("XGROUP", "CREATE", "mystream", "mygroup", "$")
+    done = _block_both(ports, "XREADGROUP", "GROUP", "mygroup", "c1", "BLOCK", "0", "STREAMS", "mystream", ">")
+    pair.check("DEL", "mystream")
+    done()
+    assert _call_stats(pair.braid, "xreadgroup") == _call_stats(pair.redis, "xreadgroup") == (2, 0, 2)
+
+
+def test_a_blocked_command_counts_once_when_it_ends(pair, ports):
+    pair.check("XADD", "s", "1-0", "f", "v")
+    pair.check("XGROUP", "CREATE", "s", "g", "$")
+    pair.check("CONFIG", "RESETSTAT")
+    pair.check("XREADGROUP", "GROUP", "g", "c", "BLOCK", "1", "STREAMS", "s", ">")  # times out
+    done = _block_both(ports, "XREAD", "BLOCK", "100000", "STREAMS", "s", "$")
+    assert _info(pair.braid, "clients")["clients_in_timeout_table"] == _info(pair.redis, "clients")[
+        "clients_in_timeout_table"] == "1"
+    pair.check("XADD", "s", "2-0", "f", "v")
+    b, r = done()
+    assert b == r
+    for name in ("xreadgroup", "xread"):
+        assert _call_stats(pair.braid, name) == _call_stats(pair.redis, name) == (1, 0, 0)
+
+
+def test_a_blocked_xread_waits_on_through_a_delete(pair, ports):
+    pair.check("XADD", "mystream", "1-0", "a", "1")
+    done = _block_both(ports, "XREAD", "BLOCK", "0", "STREAMS", "mystream", "$")
+    pair.check("DEL", "mystream")
+    pair.check("XADD", "mystream", "0-1", "a", "2")  # not after the '$' it blocked with: still waiting
+    assert _info(pair.braid, "clients")["blocked_clients"] == _info(pair.redis, "clients")["blocked_clients"] == "1"
+    pair.check("XADD", "mystream", "2-0", "a", "3")
+    b, r = done()
+    assert b == r == [[b"mystream", [[b"2-0", [b"a", b"3"]]]]]
+
+
+def test_xreadgroup_changes_counted_as_redis_counts_them(pair):
+    """The cases where Redis 7.0 and 8.6 agree (history reads and a consumer created by a
+    read of nothing differ: tests/test_xread_810.py has 8.6's numbers)."""
+    for line in ("XADD s 1-0 f v", "XADD s 2-0 f v", "XADD t 1-0 f v",
+                 "XGROUP CREATE s g 0", "XGROUP CREATE t g 0"):
+        pair.check(*line.split())
+
+    def changes(client) -> int:
+        return int(_info(client, "persistence")["rdb_changes_since_last_save"])
+
+    for line in ("XREADGROUP GROUP g c1 STREAMS s t > >",  # two consumers, two streams delivered: 4
+                 "XREADGROUP GROUP g c1 STREAMS s t > >",  # nothing new: 0
+                 "XADD s 3-0 f v",
+                 "XREADGROUP GROUP g c1 COUNT 1 STREAMS s t > >",  # one stream delivered: 1
+                 "XADD s 4-0 f v", "XADD t 4-0 f v",
+                 "XREADGROUP GROUP g c1 NOACK STREAMS s t > >",  # NOACK moves the cursors: 2
+                 "XADD s 5-0 f v",
+                 "XREADGROUP GROUP g c2 COUNT 1 STREAMS s >"):  # a consumer and a delivery: 2
+        before = changes(pair.braid), changes(pair.redis)
+        pair.check(*line.split())
+        assert changes(pair.braid) - before[0] == changes(pair.redis) - before[1], line
+
+
+# ---------------------------------------------------------------- COPY
+# Braid has one database: DB indexes other than 0 are left out (Redis copies into them;
+# Braid answers "ERR DB index is out of range", as its SELECT does).
+def test_copy_of_a_stream_with_groups_and_deleted_entries(pair):
+    run_script(pair, """
+    CONFIG SET stream-node-max-entries 3
+    XADD s 1-0 f 1
+    XADD s 2-0 f 2 g x
+    XADD s 3-0 f 3
+    XADD s 4-0 f 4
+    XADD s 5-0 f 5
+    XADD s 6-0 f 6 g y
+    XADD s 7-0 f 7
+    XDEL s 2-0 6-0
+    XSETID s 9-0 ENTRIESADDED 12 MAXDELETEDID 8-0
+    XGROUP CREATE s g1 0
+    XGROUP CREATE s g2 4-0 ENTRIESREAD 3
+    XREADGROUP GROUP g1 alice COUNT 2 STREAMS s >
+    XREADGROUP GROUP g1 bob STREAMS s >
+    XACK s g1 3-0
+    XGROUP CREATECONSUMER s g1 idle
+    XREADGROUP GROUP g2 carol COUNT 1 STREAMS s >
+    COPY s d
+    XINFO STREAM d FULL
+    XINFO STREAM s FULL
+    XINFO GROUPS d
+    XINFO CONSUMERS d g1
+    XPENDING d g1
+    XPENDING d g1 - + 10
+    XPENDING d g2 - + 10
+    XRANGE d - +
+    XREADGROUP GROUP g1 alice STREAMS d 0
+    XREADGROUP GROUP g2 dave STREAMS d >
+    XINFO GROUPS s
+    XADD d 10-0 f 10
+    XLEN s
+    XLEN d
+    XADD s 11-0 f 11
+    XRANGE d 10 +
+    XRANGE s 10 +
+    """)
+
+
+def test_copy_replies_and_options(pair):
+    run_script(pair, """
+    XADD s 1-0 f v
+    XADD t 5-0 f w
+    COPY missing d
+    EXISTS d
+    COPY s t
+    XRANGE t - +
+    COPY s t REPLACE
+    XRANGE t - +
+    COPY s u DB 0
+    COPY s u DB 0 REPLACE
+    COPY s u REPLACE DB 0
+    COPY s u replace replace
+    COPY s u db 0 db 0 REPLACE
+    COPY s s
+    COPY s s REPLACE
+    COPY missing missing
+    COPY s w DB 16
+    COPY s w DB -1
+    COPY s w DB abc
+    COPY s w DB 2147483648
+    COPY s w DB -2147483649
+    COPY s w DB 9223372036854775807
+    COPY s w DB 9223372036854775808
+    COPY s w DB -9223372036854775809
+    COPY s w DB 0x10
+    COPY s w DB 1.5
+    COPY s w DB
+    COPY s w BOGUS
+    COPY s w REPLACE BOGUS
+    COPY s s DB abc
+    COPY s
+    COPY
+    EXISTS w
+    XADD e 1-0 f v
+    XDEL e 1-0
+    COPY e e2
+    EXISTS e2
+    XINFO STREAM e2
+    XLEN e2
+    """)

@@ -217,7 +217,7 @@ def _blocked_group_read_error(braid_proc, braid, key: str, wake) -> str:
 def test_xreadgroup_unblocked_when_key_deleted(braid_proc, braid):
     braid.xgroup_create("gone", "g", id="$", mkstream=True)
     err = _blocked_group_read_error(braid_proc, braid, "gone", lambda: braid.delete("gone"))
-    assert err == "UNBLOCKED the stream key no longer exists"
+    assert err == "NOGROUP No such key 'gone' or consumer group 'g' in XREADGROUP with GROUP option"
 
 
 def test_xreadgroup_unblocked_when_group_destroyed(braid_proc, braid):

@@ -179,9 +179,9 @@ def test_each_planted_bug_is_caught_by_its_checker(bug):
 
 def test_a_failure_prints_its_replay_command_and_a_minimal_trace():
     out = io.StringIO()
-    assert sim_main(["--seed", "1", "--bug", "skip-late"], out=out) == 1
+    assert sim_main(["--seed", "11", "--bug", "skip-late"], out=out) == 1
     text = out.getvalue()
-    assert "replay: braid-chaos sim --seed 1 --steps 150 --regions 3 --fsync always --bug skip-late" in text
+    assert "replay: braid-chaos sim --seed 11 --steps 150 --regions 3 --fsync always --bug skip-late" in text
     minimal = next(line for line in text.splitlines() if line.startswith("minimal: "))
     argv = minimal.removeprefix("minimal: braid-chaos sim ").split()
     again = io.StringIO()
@@ -194,7 +194,7 @@ def _count(outcome, text: str) -> int:
     return sum(text in line for line in trace)
 
 
-@pytest.mark.parametrize("seed", [2, 4, 14])
+@pytest.mark.parametrize("seed", [4, 6, 12])
 def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     """With the backlog bounded, a region that was away gets a full-resync image, installs it
     and snapshots it (a later restart starts from that snapshot); every check still passes."""
@@ -233,7 +233,7 @@ def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_noth
 def test_a_region_restarts_from_its_full_resync_snapshot():
     """An installed image is the base of the region's file: a restart installs the snapshot and
     replays only the records after it, and comes back with the same state and version vector."""
-    sim = Simulation(SimConfig(seed=14, faults=FAULTS))
+    sim = Simulation(SimConfig(seed=23, faults=FAULTS))
     sim.run()
     snapshotted = [n for n, r in sorted(sim.regions.items()) if r.file.snapshot is not None]
     assert snapshotted, "no region installed an image"

@@ -38,6 +38,8 @@ removed-applied  the membership gate lets every peer through -     removed
                  a removed region too, without handing it the
                  newer list - and applies every operation, past
                  a removed region's frozen point too
+nack-keeps-own   XNACK takes the owner off an entry but leaves     pel
+                 it in the consumer's own PEL
 ===============  ================================================  ===============
 """
 
@@ -116,6 +118,18 @@ def _admit_every_operation(self, env) -> str:
     return ""
 
 
+def _release_keeping_it_owned(self, id_, mode, retrycount=-1, force=False, exists=False) -> bool:
+    nack = self.pel.get(id_)
+    if nack is None:
+        if not (force and exists):
+            return False
+        nack = self.pel[id_] = groups.Nack(None, 0, 0)
+    nack.consumer = None  # the consumer's own PEL keeps it
+    nack.delivery_count = groups.released_count(nack.delivery_count, mode, retrycount)
+    self.touch(nack, 0)
+    return True
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -131,6 +145,7 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "flush-unobserved": ("convergence", [(ops, "_flush_keys", _flush_everything)]),
     "removed-applied": ("removed", [(MembershipGate, "check_peer", _admit_every_peer),
                                     (MembershipGate, "admits", _admit_every_operation)]),
+    "nack-keeps-own": ("pel", [(groups.ConsumerGroup, "release", _release_keeping_it_owned)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
 

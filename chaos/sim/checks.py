@@ -45,6 +45,11 @@ observed-remove    seed 003: an entry that is gone was removed by an operation t
 causal             every region applied each origin's operations in order and each
                    after its dependencies (the order of its causal log, from what
                    its backlog trimmed)
+pel                every region's pending entries lists are consistent whatever XNACK
+                   released (the PEL is local: XNACK issues no operation): a group PEL
+                   is its consumers' PELs plus the entries released to the NACK zone,
+                   which have no owner and a delivery time of 0 and come first in the
+                   time-ordered PEL; every delivery count is within 0..LLONG_MAX
 never-skip         XREADGROUP ``>`` never skips: at every region that takes writes,
                    every entry of every group is delivered there (history, pending
                    list, or a final drain) or covered by a replicated XACK watermark
@@ -61,7 +66,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from crdt import ops
+from crdt import groups, ops
 from crdt.causal import dominates
 from crdt.ids import MIN_ID, MAX_ID
 from crdt.membership import REMOVED
@@ -74,7 +79,7 @@ if TYPE_CHECKING:
     from .world import Simulation
 
 CHECKS = ("exceptions", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
-          "removed", "read-only", "never-skip")
+          "removed", "read-only", "pel", "never-skip")
 MAX_LISTED = 8  # offending items listed per verdict
 
 
@@ -409,6 +414,36 @@ def check_causal(sim: "Simulation") -> Verdict:
     return _verdict("causal", problems, "an operation was applied before what it depends on")
 
 
+def check_pel(sim: "Simulation") -> Verdict:
+    problems = []
+    for r in sim.regions.values():
+        if not r.up:
+            continue
+        keys = r.core.db.keys
+        for key in sorted(keys):
+            for name, g in sorted(keys[key].groups.items()):
+                where = f"r{r.number} group {key.decode()}/{name.decode()}"
+                owned = 0
+                for c in g.consumers.values():
+                    for i, nack in c.pel.items():
+                        owned += 1
+                        if nack.consumer is not c or g.pel.get(i) is not nack:
+                            problems.append(f"{where}: {_id(i)} is in {c.name.decode()}'s PEL but owned by "
+                                            f"{'nobody' if nack.consumer is None else nack.consumer.name.decode()}")
+                released = [i for i, nack in g.pel.items() if nack.consumer is None]
+                if owned + len(released) != len(g.pel):
+                    problems.append(f"{where}: {len(g.pel)} pending, {owned} in consumers' PELs, "
+                                    f"{len(released)} released")
+                problems += [f"{where}: released {_id(i)} has delivery time {g.pel[i].delivery_time}"
+                             for i in released if g.pel[i].delivery_time != 0]
+                problems += [f"{where}: {_id(i)} was delivered {n.delivery_count} times"
+                             for i, n in g.pel.items() if not 0 <= n.delivery_count <= groups.DELIVERIES_MAX]
+                order = [nack.consumer is None for _i, nack in g.by_delivery_time()]
+                if order != sorted(order, reverse=True):
+                    problems.append(f"{where}: the NACK zone is not at the head of the time-ordered PEL")
+    return _verdict("pel", problems, "a pending entries list is inconsistent")
+
+
 def check_never_skip(sim: "Simulation") -> Verdict:
     """Drains every group at every region (so it runs last: it changes local group state)."""
     delivered: dict[tuple, set] = {}
@@ -475,7 +510,7 @@ def run_checks(sim: "Simulation") -> list[Verdict]:
     if any(not r.up for r in sim.regions.values()):
         return verdicts
     for check in (check_convergence, check_durability, check_strict_ids, check_idmp, check_observed_remove,
-                  check_causal, check_removed, check_read_only, check_never_skip):
+                  check_causal, check_removed, check_read_only, check_pel, check_never_skip):
         verdicts.append(_guarded(check, sim))
     return verdicts
 

@@ -19,7 +19,10 @@ and iid at another region, as a client fails over; every region's IDMP window
 is set to one second and three iids per producer at the first step, so the
 cron's expiry drops iids within a schedule), XDEL, XTRIM (MAXLEN / MINID, exact or ``~``, LIMIT), DEL, XGROUP
 CREATE (from 0, MKSTREAM) / DESTROY, XREADGROUP ``>`` followed later by XACK of
-what it read - unless the consumer "crashes" and never acknowledges -, a rare FLUSHALL
+what it read - unless the consumer "crashes" and never acknowledges; what it does
+not acknowledge it may release with XNACK (SILENT, FAIL or FATAL, sometimes with
+RETRYCOUNT or FORCE), and a consumer then takes the released entries back with
+XREADGROUP ... CLAIM (they come first) and acknowledges them -, a rare FLUSHALL
 (one observed-remove of every key the region holds), and the
 ID mode tuned between strict, semi-strict and liberal on every region that is up (as ``braid-admin tune`` does).  Each XADD records the
 mode its region ran it under: liberal IDs may collide across regions.  Full IDs
@@ -60,6 +63,11 @@ LAYOUT = ((b"stream-idmp-duration", b"1"), (b"stream-idmp-maxsize", b"3"))
 # after a clearing is rightly a new entry, so the idmp check excuses duplicates there
 XCFGSET_KEY = b"kc"
 MODES = (b"strict", b"semi-strict", b"liberal")
+XNACK_MODES = (b"SILENT", b"FAIL", b"FATAL")
+# of the reads a consumer does not fully acknowledge, the share whose rest it releases with XNACK;
+# and the share of all reads whose consumer fails to process them and releases them all
+XNACK_SHARE = 0.5
+XNACK_FAILS = 0.15
 # the errors of a region that takes no writes (joining and catching up; leaving or removed)
 NOT_TAKING_WRITES = ("LOADING", "READONLY")
 
@@ -259,28 +267,54 @@ class Workload:
     def _consumer(self, region: int) -> bytes:
         return b"c%d-%d" % (region, self.consumers.get(region, 0))
 
-    def _xreadgroup(self, region: int) -> None:
-        key, group = self.rng.choice(KEYS), self.rng.choice(GROUPS)
+    def _xreadgroup(self, region: int, key: bytes | None = None, group: bytes | None = None,
+                    claim: bool = False) -> None:
+        """XREADGROUP ``>`` (with ``claim``: CLAIM 0 first, which serves released entries first)."""
+        if key is None:
+            key, group = self.rng.choice(KEYS), self.rng.choice(GROUPS)
         consumer = self._consumer(region)
         argv = [b"XREADGROUP", b"GROUP", group, consumer, b"COUNT", b"%d" % self.rng.randint(1, 6),
-                b"STREAMS", key, b">"]
+                *([b"CLAIM", b"0"] if claim else []), b"STREAMS", key, b">"]
 
         def then_ack(call: Call) -> None:
             ids = delivered_ids(call)
             if not ids:
                 return
-            if self.rng.random() < 0.2:
+            roll = self.rng.random()
+            if roll < 0.2:
                 self.consumers[region] = self.consumers.get(region, 0) + 1
                 self.sim.sched.log(f"consumer {consumer.decode()} at r{region} crashes: never acknowledges")
+                return
+            if roll < 0.2 + XNACK_FAILS:  # the consumer fails to process them: it releases them all
+                self.sim.sched.after(self.rng.randint(1, 200), self._xnack, region, key, group, ids)
                 return
             acked = [i for i in ids if self.rng.random() < 0.85]
             if acked:
                 self.sim.sched.after(self.rng.randint(1, 200), self._xack, region, key, group, acked)
+            rest = [i for i in ids if i not in acked]
+            if rest and self.rng.random() < XNACK_SHARE:
+                self.sim.sched.after(self.rng.randint(1, 200), self._xnack, region, key, group, rest)
 
         self.issue("xreadgroup", region, argv, on_done=then_ack, key=key, group=group)
 
     def _xack(self, region: int, key: bytes, group: bytes, ids: list[bytes]) -> None:
         self.issue("xack", region, [b"XACK", key, group, *ids])
+
+    def _xnack(self, region: int, key: bytes, group: bytes, ids: list[bytes]) -> None:
+        """Release what was not acknowledged (region-local, like the PEL); sometimes with
+        RETRYCOUNT, or FORCE and an ID nobody read; later a consumer claims them back."""
+        argv = [b"XNACK", key, group, self.rng.choice(XNACK_MODES), b"IDS", b"%d" % len(ids), *ids]
+        if self.rng.random() < 0.2:
+            argv += [b"RETRYCOUNT", b"%d" % self.rng.randint(0, 3)]
+        if self.rng.random() < 0.2:
+            argv[5:6 + len(ids)] = [b"%d" % (len(ids) + 1), *ids, b"%d-0" % self.sim.sched.now]
+            argv.append(b"FORCE")
+
+        def then_claim(call: Call) -> None:
+            if call.status == "ok" and call.reply and self.rng.random() < 0.7:
+                self.sim.sched.after(self.rng.randint(1, 200), self._xreadgroup, region, key, group, True)
+
+        self.issue("xnack", region, argv, on_done=then_claim, key=key, group=group)
 
     def _xcfgset(self, region: int) -> None:
         """XCFGSET at one region, racing an IDMP producer that double-sends to the others

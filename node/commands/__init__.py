@@ -1,7 +1,7 @@
 """The command table: metadata kept as data, one handler per command.
 
 Each command family lives in its own module (``streams.py``, ``groups.py``,
-``keys.py``, ``server.py``, ``connection.py``, ``transactions.py``) and
+``keys.py``, ``dump.py``, ``server.py``, ``connection.py``, ``transactions.py``) and
 registers its handlers with :func:`command` / :func:`subcommand`.  A handler is
 ``handler(client, argv) -> reply`` where ``argv[0]`` is the command name as
 sent and the reply is a plain value for :mod:`node.resp.encoder`; a handler
@@ -41,6 +41,7 @@ class Command:
     subcommands: dict[bytes, "Command"] = field(default_factory=dict)
     parent: "Command | None" = None
     resolved: bool = False  # see RESOLVED
+    logged_if_changed: bool = False  # see LOGGED_IF_CHANGED
 
     @property
     def fullname(self) -> str:
@@ -70,6 +71,11 @@ RESOLVED = frozenset({"xadd", "xdel", "xdelex", "xtrim", "xsetid", "xcfgset", "x
                       "del", "unlink", "rename", "renamenx", "flushdb", "flushall",
                       "xgroup|create", "xgroup|destroy"})
 
+# Writes logged only when they changed state (the change counter moved, or they marked a
+# region-local change, ``Database.local_change``): an XREADGROUP that delivered nothing and
+# created no consumer (a history read of nothing, a blocked read not yet served) logs nothing.
+LOGGED_IF_CHANGED = frozenset({"xreadgroup"})
+
 # A handler's reply meaning "send nothing and close the connection" (SHUTDOWN, as Redis).
 CLOSE_WITHOUT_REPLY = object()
 
@@ -87,7 +93,8 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
         cmd = COMMANDS.get(name.encode())
         if cmd is None:
             cmd = Command(name, arity, _flags(flags), *keys, group=group, summary=summary,
-                          since=since, complexity=complexity, acl=_flags(acl), resolved=name in RESOLVED)
+                          since=since, complexity=complexity, acl=_flags(acl), resolved=name in RESOLVED,
+                          logged_if_changed=name in LOGGED_IF_CHANGED)
             COMMANDS[name.encode()] = cmd
         cmd.handler = fn
         return fn
@@ -119,7 +126,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-FAMILIES = ("connection", "server", "keys", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl")
+FAMILIES = ("connection", "server", "keys", "dump", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl")
 
 
 def load_all() -> dict[bytes, Command]:

@@ -7,7 +7,7 @@ import time
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.acl import DENIED_AUTH, WRONGPASS
 from . import command, container, subcommand
-from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, string2ll
+from .util import INT_MAX, INT_MIN, ERR_SYNTAX, parse_int, parse_range_long, string2ll
 
 
 @command("ping", -1, "fast", group="connection", since="1.0.0",
@@ -103,7 +103,7 @@ def hello(client, argv: list[bytes]):
 @command("select", 2, "loading stale fast", group="connection", since="1.0.0",
          summary="Changes the selected database.", complexity="O(1)")
 def select(client, argv: list[bytes]):
-    idx = parse_int(argv[1], ERR_NOT_INT)
+    idx = parse_range_long(argv[1], INT_MIN, INT_MAX)  # getIntFromObjectOrReply
     if idx != 0:
         raise ReplyError("ERR DB index is out of range")
     return "OK"
@@ -196,10 +196,7 @@ def client_list(client, argv: list[bytes]):
         elif opt == b"id" and j + 1 < len(argv):
             ids = set()
             for a in argv[j + 1:]:
-                v = string2ll(a)
-                if v is None or v <= 0:
-                    raise ReplyError("ERR Invalid client ID")
-                ids.add(v)
+                ids.add(parse_int(a, "ERR Invalid client ID"))  # any integer: no client has id <= 0
             clients = [c for c in clients if c.id in ids]
             j = len(argv)
         else:

@@ -1,16 +1,24 @@
-"""Consumer-group commands: XGROUP, XACK, XACKDEL, XPENDING, XCLAIM, XAUTOCLAIM.
+"""Consumer-group commands: XGROUP, XACK, XACKDEL, XNACK, XPENDING, XCLAIM, XAUTOCLAIM.
 
 Group creation and destruction are replicated operations (:mod:`crdt.ops`);
 everything else here changes region-local state (consumers, the PEL) through
 the pure functions of :mod:`crdt.groups`.  Argument checks follow the order of
 Redis's ``t_stream.c`` so that the same bad input gets the same error.
+
+XNACK (Redis 8.8) is region-local like the PEL it changes: it applies no
+operation, so the append-only file logs it as a command and a restart runs it
+again (node/persistence/oplog.py).  Entries it released have no owner: XPENDING
+shows them with an empty consumer name and an idle time of -1 and the IDLE
+filter keeps them, XINFO STREAM FULL with a delivery time of 0 (and counts them
+as ``nacked-count``), and XCLAIM / XAUTOCLAIM skip the min-idle check for them.
 """
 
 from __future__ import annotations
 
 from crdt import ops
+from crdt import groups as cg
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
-from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, incr, parse_id, parse_interval_id, decr
+from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, incr, parse_id, parse_interval_id, decr
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import container, command, subcommand
@@ -18,7 +26,8 @@ from .util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
 
 
 def _s(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+    """An argument in an error, as Redis's "%s" prints it (a C string: a NUL ends it)."""
+    return c_string(b).decode("utf-8", "replace")
 
 
 def _subcommand_syntax(argv: list[bytes]) -> ReplyError:
@@ -234,6 +243,66 @@ def xackdel(client, argv: list[bytes]):
     return out
 
 
+# ---------------------------------------------------------------- XNACK
+XNACK_MODES = {b"silent": cg.SILENT, b"fail": cg.FAIL, b"fatal": cg.FATAL}
+
+
+@command("xnack", -7, "write fast", (1, 1, 1), group="stream", since="8.8.0",
+         summary="Releases pending messages back to the group's PEL without acknowledging them, making them available for re-delivery.",
+         complexity="O(1) for each message ID processed.")
+def xnack(client, argv: list[bytes]):
+    """XNACK key group SILENT|FAIL|FATAL IDS numids id [id ...] [RETRYCOUNT count] [FORCE].
+
+    The checks run in the order of Redis's ``xnackCommand``: the group first, then
+    the mode, then the options (before or after the IDS block, in any order), then
+    the IDs.  Redis writes three of its messages with the code twice ("ERR ERR mode
+    must be ..."); Braid sends the code once.
+    """
+    s = client.server.db.keys.get(argv[1])
+    group = s.groups.get(argv[2]) if s is not None else None
+    if group is None:
+        raise ReplyError(f"NOGROUP No such key '{_s(argv[1])}' or consumer group '{_s(argv[2])}'")
+    mode = XNACK_MODES.get(argv[3].lower())
+    if mode is None:
+        raise ReplyError("ERR mode must be SILENT, FAIL, or FATAL")
+    ids_start = numids = 0
+    force = False
+    retrycount = -1
+    argc = len(argv)
+    i = 4
+    while i < argc:
+        more = argc - 1 - i
+        opt = argv[i].lower()
+        if opt == b"ids" and more:
+            n = string2ll(argv[i + 1])
+            if n is None or not 1 <= n <= 2**31 - 1:
+                raise ReplyError("ERR numids must be a positive integer")
+            numids, ids_start = n, i + 2
+            if numids > argc - ids_start:
+                raise ReplyError("ERR number of IDs doesn't match numids")
+            i = ids_start + numids - 1
+        elif opt == b"force":
+            force = True
+        elif opt == b"retrycount" and more:
+            i += 1
+            retrycount = parse_int(argv[i])
+            if retrycount < 0:
+                raise ReplyError("ERR Invalid RETRYCOUNT value, must be >= 0")
+        else:
+            raise ReplyError(f"ERR Unrecognized XNACK option '{_s(argv[i])}'")
+        i += 1
+    if not ids_start:
+        raise ReplyError("ERR syntax error, expected IDS keyword")
+    ids = [parse_stream_id(a, strict=True) for a in argv[ids_start:ids_start + numids]]
+    released = sum(1 for id_ in ids
+                   if group.release(id_, mode, retrycount, force, force and s.get(id_) is not None))
+    if released:
+        db = client.server.db
+        db.dirty += released
+        db.touch(argv[1])  # released entries are claimable at once: wake blocked XREADGROUP ... CLAIM
+    return released
+
+
 # ---------------------------------------------------------------- XPENDING
 @command("xpending", -3, "readonly", (1, 1, 1), group="stream", since="5.0.0",
          summary="Returns the information and entries from a stream consumer group's pending entries list.",
@@ -283,6 +352,10 @@ def xpending(client, argv: list[bytes]):
         if not count:
             break
         nack = pel[id_]
+        if nack.released:  # XNACKed: no owner, no idle time, never filtered out by IDLE
+            count -= 1
+            out.append([_fmt(id_), b"", -1, nack.delivery_count])
+            continue
         if minidle and now - nack.delivery_time < minidle:
             continue
         count -= 1
@@ -376,7 +449,7 @@ def xclaim(client, argv: list[bytes]):
         if retrycount >= 0:
             nack.delivery_count = retrycount
         elif not justid:
-            nack.delivery_count += 1
+            nack.delivered_again()
         group.assign(id_, nack, consumer)
         out.append(_fmt(id_) if justid else [_fmt(id_), flat])
         consumer.active_time = now
@@ -434,12 +507,12 @@ def xautoclaim(client, argv: list[bytes]):
             deleted.append(_fmt(id_))
             count -= 1
             continue
-        if minidle and now - nack.delivery_time < minidle:
+        if not nack.released and minidle and now - nack.delivery_time < minidle:
             continue
         group.assign(id_, nack, consumer)
         group.touch(nack, now)
         if not justid:
-            nack.delivery_count += 1
+            nack.delivered_again()
         claimed.append(_fmt(id_) if justid else [_fmt(id_), flat])
         count -= 1
         consumer.active_time = now

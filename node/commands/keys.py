@@ -1,7 +1,10 @@
-"""Generic key commands: DEL, UNLINK, EXISTS, TYPE, RENAME, RENAMENX, KEYS, SCAN.
+"""Generic key commands: DEL, UNLINK, EXISTS, TYPE, RENAME, RENAMENX, COPY, KEYS, SCAN.
 
 Every key in Braid is a stream.  Removing a key is the replicated operation
 ``DeleteKey``; RENAME is "copy under the new name, then delete the source".
+COPY installs a copy of the source under the destination (:func:`install_stream`,
+which RESTORE uses too): the resolver (crdt/resolve.py) says how, exactly in one
+region, by its Active-Active rule in a database of regions.
 """
 
 from __future__ import annotations
@@ -10,8 +13,16 @@ import xxhash
 
 
 from ..resp.encoder import ReplyError
+from crdt import resolve
+from crdt.stream import Stream
+
 from . import command
-from .util import ERR_NOT_INT, ERR_SYNTAX, string2ll
+from .util import ERR_NOT_INT, ERR_SYNTAX, parse_unsigned, string2ll
+
+ERR_SAME_OBJECT = "ERR source and destination objects are the same"
+ERR_DB_INDEX = "ERR DB index is out of range"
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1  # getIntFromObjectOrReply's range
+ERR_NOT_AN_INT32 = f"ERR value is out of range, value must between {INT_MIN} and {INT_MAX}"
 
 
 def glob_match(pattern: bytes, s: bytes, nocase: bool = False) -> bool:
@@ -140,6 +151,63 @@ def renamenx(client, argv: list[bytes]):
     return _rename(client, argv, nx=True)
 
 
+def install_stream(db, dst: bytes, image: Stream, replace: bool) -> bool:
+    """Put ``image`` (a stream not in the keyspace, owned by the caller from now on) under
+    ``dst``: the resolver's operations, applied one by one, then its region-local part.
+    False, and nothing done, when ``dst`` exists and not ``replace``.  One change for the
+    dirty counter, as Redis counts a COPY; blocked readers of ``dst`` are woken."""
+    if dst in db.keys and not replace:
+        return False
+    dirty = db.dirty
+    for op in db.resolver.install(db.keys, dst, image, replace):
+        db.apply(op)
+    db.resolver.install_local(db.keys, dst, image)
+    db.touch(dst)
+    db.dirty = dirty + 1
+    return True
+
+
+def _copy_options(argv: list[bytes]) -> bool:
+    """COPY's options as Redis's ``copyCommand`` reads them, in order (the first bad one
+    answers); returns REPLACE.  Braid has one database: ``DB 0`` is the only index."""
+    replace = False
+    j = 3
+    while j < len(argv):
+        opt = argv[j].lower()
+        if opt == b"replace":
+            replace = True
+        elif opt == b"db" and j + 1 < len(argv):
+            index = string2ll(argv[j + 1])
+            if index is None:
+                raise ReplyError(ERR_NOT_INT)
+            if not INT_MIN <= index <= INT_MAX:
+                raise ReplyError(ERR_NOT_AN_INT32)
+            if index != 0:
+                raise ReplyError(ERR_DB_INDEX)
+            j += 1
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        j += 1
+    return replace
+
+
+@command("copy", -3, "write denyoom", (1, 2, 1), group="generic", since="6.2.0",
+         summary="Copies the value of a key to a new key.",
+         complexity="O(N) worst case for collections, where N is the number of nested items. "
+                    "O(1) for string values.")
+def copy_(client, argv: list[bytes]):
+    """1 when copied; 0 when the source is missing or the destination exists without REPLACE."""
+    replace = _copy_options(argv)
+    src, dst = argv[1], argv[2]
+    if src == dst:
+        raise ReplyError(ERR_SAME_OBJECT)
+    db = client.server.db
+    s = db.keys.get(src)
+    if s is None or (dst in db.keys and not replace):
+        return 0
+    return int(install_stream(db, dst, resolve.duplicate(s), replace))
+
+
 @command("keys", 2, "readonly", group="generic", since="1.0.0",
          summary="Returns all key names that match a pattern.", complexity="O(N) with N being the number of keys in the database")
 def keys_(client, argv: list[bytes]):
@@ -164,10 +232,8 @@ def scan(client, argv: list[bytes]):
     with the very same hash straddle a call (then all of them are returned
     together, never split).  Cursor 0 starts and ends a scan.
     """
-    cursor = string2ll(argv[1])
-    if cursor is None or cursor < 0:
-        # Redis parses the cursor as unsigned: anything else is invalid
-        raise ReplyError("ERR invalid cursor")
+    # unsigned, in string2ull's lenient spelling (Redis 7.2 on; 7.0 took strtoul's)
+    cursor = parse_unsigned(argv[1], "ERR invalid cursor")
     count, pattern, kind = 10, None, None
     j = 2
     while j < len(argv):

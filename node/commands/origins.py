@@ -38,15 +38,11 @@ from crdt.ids import StreamID, fmt
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command
-from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_interval
-
-ERR_NOT_POSITIVE = "ERR value is out of range, must be positive"
+from .util import ERR_NOT_INT, ERR_NOT_POSITIVE, ERR_SYNTAX, fmt_entries, parse_int, parse_interval, parse_positive_long
 
 
 def _origin_log(client, key: bytes, origin_arg: bytes) -> EntryLog | None:
-    origin = parse_int(origin_arg)
-    if origin < 0:
-        raise ReplyError(ERR_NOT_POSITIVE)
+    origin = parse_positive_long(origin_arg)
     s = client.server.db.keys.get(key)
     return None if s is None else s.logs.get(origin)
 

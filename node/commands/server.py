@@ -14,6 +14,7 @@ from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.tls import TLS_SETTINGS, TlsConfigError
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
+from .docs import DOCS
 from .util import ERR_SYNTAX
 
 # ---------------------------------------------------------------- INFO
@@ -57,14 +58,36 @@ def _section_server(srv) -> list[str]:
 
 
 def _section_clients(srv) -> list[str]:
+    clients = srv.clients.values()
+    blocking = srv.blocking
     return [
         f"connected_clients:{len(srv.clients)}",
+        "cluster_connections:0",
         f"maxclients:{srv.config['maxclients']}",
-        f"blocked_clients:{srv.blocking.count}",
-        f"watching_clients:{sum(1 for c in srv.clients.values() if c.watched)}",
-        f"total_watched_keys:{sum(len(c.watched) for c in srv.clients.values())}",
-        f"total_blocking_keys:{len(srv.blocking.by_key)}",
+        # what clients hold now (Redis reports the peak of the last few seconds)
+        f"client_recent_max_input_buffer:{max((_input_buffered(c) for c in clients), default=0)}",
+        f"client_recent_max_output_buffer:{max((_output_buffered(c) for c in clients), default=0)}",
+        f"blocked_clients:{blocking.count}",
+        "tracking_clients:0",
+        "pubsub_clients:0",
+        f"watching_clients:{sum(1 for c in clients if c.watched)}",
+        f"clients_in_timeout_table:{blocking.with_timeout}",
+        f"total_watched_keys:{sum(len(c.watched) for c in clients)}",
+        f"total_blocking_keys:{len(blocking.by_key)}",
+        # keys an XREADGROUP waits on: deleting one wakes it (with NOGROUP)
+        f"total_blocking_keys_on_nokey:{len(blocking.on_nokey)}",
     ]
+
+
+def _input_buffered(c) -> int:
+    parser = getattr(c, "parser", None)
+    return parser.buffered if parser is not None else 0
+
+
+def _output_buffered(c) -> int:
+    transport = getattr(c, "transport", None)
+    held = len(getattr(c, "out", b""))
+    return held + (transport.get_write_buffer_size() if transport is not None else 0)
 
 
 def _section_memory(srv) -> list[str]:
@@ -154,6 +177,8 @@ def _section_cpu(srv) -> list[str]:
 def _section_commandstats(srv) -> list[str]:
     out = []
     for name, (calls, usec, rejected, failed) in sorted(srv.stats.command_calls.items()):
+        if not (calls or rejected or failed):
+            continue  # e.g. a command still blocked: it counts when it ends, as in Redis
         per = usec / calls if calls else 0.0
         out.append(f"cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2f},"
                    f"rejected_calls={rejected},failed_calls={failed}")
@@ -312,13 +337,27 @@ def acl_categories(fullname: str) -> list[str]:
     return ["@" + c for c in CATEGORIES if c in cats]
 
 
+def _documented(value, status: bool = False):
+    """A value of node/commands/docs.py in Redis's reply types: names and texts as bulk
+    strings, flags as simple strings (Redis's addReplyStatus), numbers as integers."""
+    if isinstance(value, dict):
+        return {k.encode(): _documented(v, k == "flags") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_documented(v, status) for v in value]
+    if isinstance(value, str):
+        return value if status else value.encode()
+    return value
+
+
 def _command_info(cmd) -> list:
+    doc = DOCS.get(cmd.fullname)
     return [
         cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.flags if f != "fast"] +
         ([b"fast"] if "fast" in cmd.flags else []),
         cmd.first_key, cmd.last_key, cmd.step,
         acl_categories(cmd.fullname),
-        [], [],
+        _documented(doc.tips) if doc else [],
+        _documented(doc.key_specs) if doc else [],
         [_command_info(s) for s in cmd.subcommands.values()],
     ]
 
@@ -331,6 +370,11 @@ def _command_docs(cmd) -> dict:
     }
     if cmd.complexity:
         doc[b"complexity"] = cmd.complexity.encode()
+    documented = DOCS.get(cmd.fullname)
+    if documented is not None and documented.history:
+        doc[b"history"] = _documented(documented.history)
+    if documented is not None and documented.arguments:
+        doc[b"arguments"] = _documented(documented.arguments)
     if cmd.subcommands:
         doc[b"subcommands"] = {s.fullname.encode(): _command_docs(s) for s in cmd.subcommands.values()}
     return doc

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from crdt import idgen, ops
 from crdt.blocks import TrimSpec
 from crdt.idmp import auto_iid
-from crdt.ids import U64, InvalidID, StreamID, parse_id
+from crdt.ids import U64, InvalidID, StreamID, c_string, parse_id
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, container, subcommand
@@ -116,7 +116,8 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
         elif xadd:
             try:
                 a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
-                a.ms_only = b"-" not in opt  # "110": Redis reads 110-0; strict mode derives the sequence
+                # "110": Redis reads 110-0; strict mode derives the sequence (a NUL ends the ID)
+                a.ms_only = b"-" not in c_string(opt)
             except InvalidID as e:
                 raise ReplyError(str(e)) from None
             if a.pid is not None and opt[:1] != b"*":

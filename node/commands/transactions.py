@@ -64,6 +64,17 @@ def exec_(client, argv: list[bytes]):
     return replies
 
 
+def abort_exec(client, reason: str) -> ReplyError:
+    """An EXEC refused before it runs (wrong arity, NOAUTH): as Redis's ``execCommandAbort``,
+    the transaction is discarded and its keys unwatched, in MULTI or not, and the reply
+    names the reason (a bare reason: Redis formats these without the ERR code)."""
+    client.multi = None
+    client.multi_error = False
+    client.server.db.unwatch(client.watched)
+    reason = reason[4:] if reason.startswith("ERR ") else reason
+    return ReplyError(f"EXECABORT Transaction discarded because of: {reason}")
+
+
 @command("watch", -2, "noscript loading stale fast allow-busy", (1, -1, 1), group="transactions",
          since="2.2.0", summary="Monitors changes to keys to determine the execution of a transaction.",
          complexity="O(1) for every key.")

@@ -1,9 +1,16 @@
-"""XINFO STREAM [FULL [COUNT n]], XINFO GROUPS, XINFO CONSUMERS, XINFO HELP."""
+"""XINFO STREAM [FULL [COUNT n]], XINFO GROUPS, XINFO CONSUMERS, XINFO HELP.
+
+As in Redis 8.8, a group of XINFO STREAM FULL counts the entries XNACK released
+(``nacked-count``, after ``pel-count``) and lists them among its pending entries
+with an empty consumer name and a delivery time of 0; they belong to no
+consumer, so no consumer's ``pending`` shows them (XINFO GROUPS' ``pending``
+counts them, XINFO CONSUMERS' does not).
+"""
 
 from __future__ import annotations
 
 from crdt import groups as cg
-from crdt.ids import MAX_ID, MIN_ID
+from crdt.ids import MAX_ID, MIN_ID, c_string
 
 from ..resp.encoder import ReplyError
 from . import container, subcommand
@@ -15,7 +22,8 @@ def _fmt(id_) -> bytes:
 
 
 def _s(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+    """An argument in an error, as Redis's "%s" prints it (a C string: a NUL ends it)."""
+    return c_string(b).decode("utf-8", "replace")
 
 
 container("xinfo", -2, group="stream", since="5.0.0", summary="A container for stream introspection commands.")
@@ -99,8 +107,9 @@ def _full_group(s, g, count: int) -> dict:
         b"entries-read": g.entries_read if g.entries_read != cg.ENTRIES_READ_UNKNOWN else None,
         b"lag": cg.lag(s, g),
         b"pel-count": len(g.pel),
-        b"pending": _limited(([_fmt(i), n.consumer.name, n.delivery_time, n.delivery_count]
-                              for i, n in g.pel.items()), count),
+        b"nacked-count": g.nacked_count(),
+        b"pending": _limited(([_fmt(i), n.consumer.name if n.consumer is not None else b"", n.delivery_time,
+                               n.delivery_count] for i, n in g.pel.items()), count),
         b"consumers": [
             {
                 b"name": c.name,

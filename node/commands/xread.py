@@ -8,8 +8,32 @@ generated ID, ``+`` the ID just below its last entry, ``>`` a sentinel meaning
 answers with every stream that has something.  When nothing is available and
 BLOCK was given, the command returns a :class:`Blocked` whose ``retry`` serves
 again with the *same resolved IDs* (so ``$`` keeps meaning "after what existed
-when I blocked"); a blocked XREADGROUP whose key vanished is answered with
-Redis's UNBLOCKED error, and one whose group was destroyed with NOGROUP.
+when I blocked"); a blocked XREADGROUP whose key vanished (DEL, UNLINK,
+FLUSHALL/FLUSHDB, RENAME away, or a delete replicated from another region) or
+whose group was destroyed is answered with NOGROUP, as Redis 8 re-running the
+command would; a blocked XREAD keeps waiting for its key to come back.
+
+MAXCOUNT and MAXSIZE (Redis 8.10) budget the whole reply, over every stream:
+streams are served in the order given, each entry is asked of a
+:class:`ReplyBudget` before it is handed out (``take``, which the consumer-group
+reads in :mod:`crdt.groups` call before they touch the PEL), and once the
+budget is spent the remaining streams are skipped (no consumer is created in
+them).  MAXCOUNT caps the number of entries.  MAXSIZE is a soft cap on the
+reply's bytes: the size counted is the RESP encoding of the entries (ID,
+fields and values with their headers) and of the stream keys; an entry is
+refused only once the reply already holds at least one entry and has reached
+MAXSIZE, so the entry that crosses the cap is returned (a single entry larger
+than MAXSIZE is still returned: a reader always makes progress).  A read with
+nothing to return stays empty (nil, or it blocks), and a blocked read is
+served with the same caps.  CLAIM's two counters are not counted in the size.
+
+Only what changes state moves the change counter (``rdb_changes_since_last_save``)
+as in Redis: a consumer created, and each stream a ``>`` read (or CLAIM)
+delivered entries from.  A history read (an explicit ID) counts nothing, but
+when it returned pending entries it updated their delivery counts and times,
+so it is still logged (it marks ``Database.local_change``) for an exact replay;
+one that returned nothing logs nothing (XREADGROUP is logged only when it
+changed state: ``LOGGED_IF_CHANGED`` in node/commands/__init__.py).
 """
 
 from __future__ import annotations
@@ -35,6 +59,8 @@ class ReadArgs:
     timeout: int = -1
     noack: bool = False
     min_idle: int = -1
+    maxcount: int = 0  # 0: no cap (MAXCOUNT/MAXSIZE take positive values only)
+    maxsize: int = 0
     keys: list | None = None
     idargs: list | None = None
 
@@ -63,6 +89,12 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
         elif o == b"count" and more:
             i += 1
             a.count = max(parse_int(argv[i]), 0)
+        elif o == b"maxcount" and more:
+            i += 1
+            a.maxcount = _parse_positive(argv[i], "MAXCOUNT")
+        elif o == b"maxsize" and more:
+            i += 1
+            a.maxsize = _parse_positive(argv[i], "MAXSIZE")
         elif o == b"streams" and more:
             streams_arg = i + 1
             n = argc - streams_arg
@@ -88,7 +120,17 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
         raise ReplyError(ERR_SYNTAX)
     if xreadgroup and a.group is None:
         raise ReplyError("ERR Missing GROUP option for XREADGROUP")
+    if a.maxcount and a.count and a.maxcount < a.count:
+        raise ReplyError("ERR MAXCOUNT must be greater than or equal to COUNT")
     return a
+
+
+def _parse_positive(arg: bytes, name: str) -> int:
+    """MAXCOUNT / MAXSIZE: an integer from 1 to LLONG_MAX, in Redis's strict spelling."""
+    v = string2ll(arg)
+    if v is None or v < 1:
+        raise ReplyError(f"ERR {name} must be a positive integer")
+    return v
 
 
 LLONG_MAX = (1 << 63) - 1
@@ -146,21 +188,83 @@ def _entries(rows: list) -> list:
     return [[b"%d-%d" % id_, flat if flat is not None else NULL_ARRAY] for id_, flat in rows]
 
 
+class ReplyBudget:
+    """MAXCOUNT / MAXSIZE over a whole XREAD / XREADGROUP reply (see the theory above)."""
+
+    __slots__ = ("left", "maxsize", "size", "entries")
+
+    def __init__(self, maxcount: int, maxsize: int) -> None:
+        self.left = maxcount or -1  # entries MAXCOUNT still allows (-1: no MAXCOUNT)
+        self.maxsize = maxsize
+        self.size = 4  # bytes counted so far: the reply's own header, then keys and entries
+        self.entries = 0
+
+    def spent(self) -> bool:
+        return self.left == 0 or bool(self.maxsize and self.entries and self.size >= self.maxsize)
+
+    def take(self, id_: StreamID, flat: list | None) -> bool:
+        """May one more entry be handed out?  Counts it when it may."""
+        if self.spent():
+            return False
+        if self.left > 0:
+            self.left -= 1
+        self.entries += 1
+        if self.maxsize:
+            self.size += entry_size(id_, flat)
+        return True
+
+    def count(self, count: int) -> int:
+        """A stream's COUNT (0: all), lowered to what MAXCOUNT still allows."""
+        if self.left < 0:
+            return count
+        return min(count, self.left) if count else self.left
+
+    def served(self, key: bytes) -> None:
+        """A stream is in the reply: its key and its [key, entries] headers count."""
+        self.size += _bulk_size(len(key)) + 8
+
+
+def _bulk_size(n: int) -> int:
+    return len(str(n)) + n + 5  # $<n>\r\n<data>\r\n
+
+
+def entry_size(id_: StreamID, flat: list | None) -> int:
+    """Bytes of one entry in a reply: [id, [field, value, ...]] (a deleted entry's fields: nil)."""
+    size = 4 + _bulk_size(len(str(id_[0])) + 1 + len(str(id_[1])))
+    if flat is None:
+        return size + 5
+    size += len(str(len(flat))) + 3
+    for x in flat:
+        size += len(str(len(x))) + len(x) + 5
+    return size
+
+
 def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
     """Serve every stream that has data now; None when none has."""
     server = client.server
     db = server.db
     now = server.now_ms()
     min_idle = a.min_idle
+    budget = ReplyBudget(a.maxcount, a.maxsize) if a.maxcount or a.maxsize else None
+    take = budget.take if budget is not None else None
+    count = a.count
     served = []
     for key, gt in zip(a.keys, ids):
+        if budget is not None:
+            if budget.spent():
+                break  # MAXCOUNT / MAXSIZE reached: the remaining streams are skipped
+            count = budget.count(a.count)
         s = db.keys.get(key)
         if s is None:
             continue
         if a.group is None:
             if s.length and s.top_id() > gt:
-                rows = s.range(_after(gt), MAX_ID, a.count)
+                rows = s.range(_after(gt), MAX_ID, count)
+                if take is not None:
+                    rows = list(_accepted(rows, take))
                 served.append((key, _entries(rows)))
+                if budget is not None:
+                    budget.served(key)
             continue
         g = s.groups[a.group]
         claimable = False
@@ -184,13 +288,27 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
             sync = claimed_only = True
         if not sync:
             continue
-        served.append((key, _group_rows(s, g, consumer, gt, a, min_idle, history, claimed_only, now)))
-        db.dirty += 1
+        rows, delivered = _group_rows(s, g, consumer, gt, a, count, min_idle, history, claimed_only, now, take)
+        served.append((key, rows))
+        if budget is not None:
+            budget.served(key)
+        if history:
+            if delivered:  # their delivery counts and times moved: Redis counts no change, the log needs it
+                db.local_change = True
+        elif delivered:
+            db.dirty += 1
     if not served:
         return None
     if client.resp3:
         return {k: v for k, v in served}
     return [[k, v] for k, v in served]
+
+
+def _accepted(rows: list, take):
+    for id_, flat in rows:
+        if not take(id_, flat):
+            return
+        yield id_, flat
 
 
 def _after(id_: StreamID) -> StreamID:
@@ -199,24 +317,26 @@ def _after(id_: StreamID) -> StreamID:
     return incr(id_) or MIN_ID
 
 
-def _group_rows(s, g, consumer, gt, a: ReadArgs, min_idle: int, history: bool,
-                claimed_only: bool, now: int) -> list:
+def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, history: bool,
+                claimed_only: bool, now: int, take) -> tuple[list, bool]:
+    """A group's entries for one stream, and whether any was delivered (which changes state)."""
     if history:
-        return _entries(cg.read_history(s, g, consumer, gt, a.count, now))
+        rows = cg.read_history(s, g, consumer, gt, count, now, take)
+        return _entries(rows), any(flat is not None for _id, flat in rows)
     rows: list = []
     if min_idle != -1:
-        for id_, flat, idle, count in cg.claim_idle(s, g, consumer, min_idle, a.count, now):
-            rows.append([b"%d-%d" % id_, flat, idle, count])
-        if claimed_only or (a.count and len(rows) >= a.count):
-            return rows
-    left = a.count - len(rows) if a.count else 0
+        for id_, flat, idle, dcount in cg.claim_idle(s, g, consumer, min_idle, count, now, take):
+            rows.append([b"%d-%d" % id_, flat, idle, dcount])
+        if claimed_only or (count and len(rows) >= count):
+            return rows, bool(rows)
+    left = count - len(rows) if count else 0
     if gt == GT_GROUP:  # Active-Active: each origin log after its own cursor
-        new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now)
+        new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now, take)
     else:
-        new = cg.read_new(s, g, consumer, gt, left, a.noack, now)
+        new = cg.read_new(s, g, consumer, gt, left, a.noack, now, take)
     for id_, flat in new:
         rows.append([b"%d-%d" % id_, flat, 0, 0] if min_idle != -1 else [b"%d-%d" % id_, flat])
-    return rows
+    return rows, bool(rows)
 
 
 def _read(client, argv: list[bytes], xreadgroup: bool):
@@ -233,15 +353,14 @@ def _read(client, argv: list[bytes], xreadgroup: bool):
         if a.group is not None:
             for key in a.keys:
                 s = db.keys.get(key)
-                if s is None:
-                    return ReplyError("UNBLOCKED the stream key no longer exists")
-                if a.group not in s.groups:
-                    return _group_error(key, a.group)
+                if s is None or a.group not in s.groups:
+                    return _group_error(key, a.group)  # as Redis 8 running the command again
         return _serve(client, a, ids)
 
     server = client.server
     next_wake = (lambda: _claimable_at(db, a, server.now_ms())) if a.min_idle != -1 else None
-    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY, next_wake_ms=next_wake)
+    return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY, next_wake_ms=next_wake,
+                   unblock_on_nokey=a.group is not None)
 
 
 def _claimable_at(db, a: ReadArgs, now: int) -> int | None:
@@ -272,6 +391,9 @@ def xread(client, argv: list[bytes]):
 
 @command("xreadgroup", -7, "write blocking", (0, 0, 0), group="stream", since="5.0.0",
          summary="Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.",
-         complexity="For each stream mentioned: O(M) with M being the number of elements returned.")
+         complexity="For each stream mentioned: O(M) with M being the number of elements returned. If M is "
+                    "constant (e.g. always asking for the first 10 elements with COUNT), you can consider it "
+                    "O(1). On the other side when XREADGROUP blocks, XADD will pay the O(N) time in order to "
+                    "serve the N clients blocked on the stream getting new data.")
 def xreadgroup(client, argv: list[bytes]):
     return _read(client, argv, xreadgroup=True)

@@ -24,6 +24,10 @@ What is stored, per object (``crdt/`` holds the meaning of each field)::
     Group      name, last_id, entries_read, floor, stamp counter, consumers,
                PEL (id, consumer's index or -1, delivery time, count, stamp),
                created_deps, created_dot, cursors, watermarks, acked_sent
+               (a PEL entry without a consumer, -1, is one XNACK released: the
+               NACK zone is those entries in stamp order, so a snapshot keeps it
+               with no field of its own, and snapshots written before XNACK
+               existed - which hold no such entry - load unchanged)
     Consumer   name, seen_time, active_time
     Idmp       duration, maxsize, iids_added, iids_duplicates, producers (pid,
                [(iid, entry id)] oldest first), dots ((pid, iid) -> dot),

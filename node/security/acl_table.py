@@ -8,8 +8,8 @@ spec is ``(flags, begin_search, find_keys)`` with ``begin_search`` either
 ``("range", lastkey, step, limit)`` or ``("keynum", keynumidx, firstkey, step)``,
 read as Redis's ``getKeysUsingKeySpecs`` reads them (node/security/acl.py).
 
-Commands Redis 8.6 added after this table was taken (XDELEX, XACKDEL, XCFGSET,
-XIDMP, XIDMPRECORD) are written out by hand below with the same fields; Braid's own
+Commands Redis 8.6 and 8.8 added after this table was taken (XDELEX, XACKDEL,
+XCFGSET, XIDMP, XIDMPRECORD, XNACK) are written out by hand below with the same fields; Braid's own
 commands (BRAID.*, XORIGINS...) are not here: their categories follow from their
 flags and group (``acl.py``'s ``_derived``).
 """
@@ -62,6 +62,10 @@ REDIS_COMMANDS: dict[str, tuple] = {
     'type': (('readonly', 'fast'), ('keyspace',), ((('RO',), ('index', 1), ('range', 0, 1, 0)),)),
     'rename': (('write',), ('keyspace',), ((('RW', 'ACCESS', 'DELETE'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)))),
     'renamenx': (('write', 'fast'), ('keyspace',), ((('RW', 'ACCESS', 'DELETE'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'INSERT'), ('index', 2), ('range', 0, 1, 0)))),
+    'copy': (('write', 'denyoom'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)))),
+    'dump': (('readonly',), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
+    'restore': (('write', 'denyoom'), ('keyspace', 'dangerous'), ((('OW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
+    'restore-asking': (('write', 'denyoom', 'asking'), ('keyspace', 'dangerous'), ((('OW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
     'keys': (('readonly',), ('keyspace', 'dangerous'), ()),
     'scan': (('readonly', 'touches_arbitrary_keys'), ('keyspace',), ()),
     'multi': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ()),
@@ -104,5 +108,7 @@ REDIS_COMMANDS: dict[str, tuple] = {
     'xidmp|cfgset': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)),)),
     'xidmp|cfgget': (('readonly', 'fast'), ('stream',), ((('RO', 'ACCESS'), ('index', 2), ('range', 0, 1, 0)),)),
     'xidmp|help': (('loading', 'stale'), ('stream',), ()),
+    # Redis 8.8's XNACK
+    'xnack': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
 }
 # fmt: on

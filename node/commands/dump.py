@@ -1,0 +1,145 @@
+"""DUMP, RESTORE and RESTORE-ASKING: a stream in Redis's own serialization.
+
+DUMP answers Redis's payload for a stream: the value in the RDB encoding
+(:mod:`node.persistence.rdb`), the RDB version (2 bytes) and a CRC-64.  By
+default that is what Redis 8.6 writes (RDB version 13, stream type 26); the
+``dump-rdb-version`` setting picks an older Redis's pair (10 for Redis 7.0),
+since a Redis refuses a payload whose version is newer than its own.
+``rdbcompression`` (yes by default, as in Redis) LZF-compresses the listpacks.
+
+RESTORE accepts a payload of any stream encoding Redis has written (5.0 to 8.6)
+with an RDB version up to 13, and answers Redis's replies and errors, checked in
+Redis's order: the options, an existing key without REPLACE (BUSYKEY), the TTL,
+the footer (version and checksum), the value.  Braid keeps only streams: the
+payload of another type is refused with an error naming it.  Braid keys never
+expire, so RESTORE takes only TTL 0 (what DUMP/RESTORE of a key without expiry
+and MIGRATE of one send); a TTL is refused rather than silently dropped.
+IDLETIME and FREQ are checked as Redis checks them and have no further effect:
+Braid evicts nothing.
+
+The decoded stream is installed the way COPY installs its copy
+(:func:`node.commands.keys.install_stream`): an exact image in one region, and
+in an Active-Active database the resolver's rule (an observed-remove of what
+the key held, the entries in a log of their own, the groups created again; the
+consumers and PEL stay at the region that ran RESTORE).
+
+RESTORE-ASKING is RESTORE as a Redis cluster's MIGRATE sends it; Braid is no
+cluster, so it behaves as RESTORE, which lets a clustered Redis migrate into it.
+"""
+
+from __future__ import annotations
+
+from ..persistence import rdb
+from ..resp.encoder import ReplyError
+from . import command
+from .keys import install_stream
+from .util import ERR_NOT_INT, ERR_SYNTAX, string2ll
+
+ERR_BUSYKEY = "BUSYKEY Target key name already exists."
+ERR_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
+ERR_BAD_FORMAT = "ERR Bad data format"
+ERR_TTL = "ERR Invalid TTL value, must be >= 0"
+ERR_IDLETIME = "ERR Invalid IDLETIME value, must be >= 0"
+ERR_FREQ = "ERR Invalid FREQ value, must be >= 0 and <= 255"
+ERR_EXPIRY = ("ERR Braid keys do not expire: RESTORE accepts only TTL 0 "
+              "(restore the key without a TTL)")
+
+_DUMP_COMPLEXITY = ("O(1) to access the key and additional O(N*M) to serialize it, where N is the number of "
+                    "Redis objects composing the value and M their average size. For small string values the "
+                    "time complexity is thus O(1)+O(1*M) where M is small, so simply O(1).")
+_RESTORE_COMPLEXITY = ("O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, "
+                       "where N is the number of Redis objects composing the value and M their average size. "
+                       "For small string values the time complexity is thus O(1)+O(1*M) where M is small, so "
+                       "simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because "
+                       "inserting values into sorted sets is O(log(N)).")
+
+
+def _ll(arg: bytes) -> int:
+    v = string2ll(arg)
+    if v is None:
+        raise ReplyError(ERR_NOT_INT)
+    return v
+
+
+def dump_value(server, key: bytes) -> bytes | None:
+    """The DUMP payload of ``key`` as this server's settings ask, None if it does not exist."""
+    s = server.db.keys.get(key)
+    if s is None:
+        return None
+    cfg = server.config
+    return rdb.dump_payload(s, int(cfg["dump-rdb-version"]), compress=bool(cfg["rdbcompression"]))
+
+
+@command("dump", 2, "readonly", (1, 1, 1), group="generic", since="2.6.0",
+         summary="Returns a serialized representation of the value stored at a key.",
+         complexity=_DUMP_COMPLEXITY)
+def dump(client, argv: list[bytes]):
+    return dump_value(client.server, argv[1])
+
+
+def _restore_options(argv: list[bytes]) -> bool:
+    """RESTORE's options, as ``restoreCommand`` reads them; returns REPLACE.  ABSTTL only
+    changes how a TTL is read, and a TTL other than 0 is refused anyway."""
+    replace = False
+    idle = freq = -1
+    j = 4
+    while j < len(argv):
+        opt = argv[j].lower()
+        more = len(argv) - j - 1
+        if opt == b"replace":
+            replace = True
+        elif opt == b"absttl":
+            pass
+        elif opt == b"idletime" and more >= 1 and freq == -1:
+            idle = _ll(argv[j + 1])
+            if idle < 0:
+                raise ReplyError(ERR_IDLETIME)
+            j += 1
+        elif opt == b"freq" and more >= 1 and idle == -1:
+            freq = _ll(argv[j + 1])
+            if not 0 <= freq <= 255:
+                raise ReplyError(ERR_FREQ)
+            j += 1
+        else:
+            raise ReplyError(ERR_SYNTAX)
+        j += 1
+    return replace
+
+
+def restore_payload(client, key: bytes, ttl_arg: bytes, payload: bytes, replace: bool) -> str:
+    db = client.server.db
+    if key in db.keys and not replace:
+        raise ReplyError(ERR_BUSYKEY)
+    ttl = _ll(ttl_arg)
+    if ttl < 0:
+        raise ReplyError(ERR_TTL)
+    try:
+        rdb.verify_payload(payload)
+    except rdb.PayloadError:
+        raise ReplyError(ERR_PAYLOAD) from None
+    try:
+        image = rdb.load_payload(payload, client.server.region)
+    except rdb.NotAStream as e:
+        raise ReplyError(f"{ERR_BAD_FORMAT}: the payload holds a {e.type_name}; Braid keys hold only streams") \
+            from None
+    except rdb.RdbError:
+        raise ReplyError(ERR_BAD_FORMAT) from None
+    if ttl:
+        raise ReplyError(ERR_EXPIRY)
+    install_stream(db, key, image, replace)
+    return "OK"
+
+
+@command("restore", -4, "write denyoom", (1, 1, 1), group="generic", since="2.6.0",
+         summary="Creates a key from the serialized representation of a value.",
+         complexity=_RESTORE_COMPLEXITY)
+def restore(client, argv: list[bytes]):
+    replace = _restore_options(argv)
+    return restore_payload(client, argv[1], argv[2], argv[3], replace)
+
+
+@command("restore-asking", -4, "write denyoom asking", (1, 1, 1), group="server", since="3.0.0",
+         summary="An internal command for migrating keys in a cluster.",
+         complexity=_RESTORE_COMPLEXITY)
+def restore_asking(client, argv: list[bytes]):
+    return restore(client, argv)

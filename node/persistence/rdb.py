@@ -1,0 +1,1013 @@
+"""Redis's RDB value encoding of streams, both ways (sans-IO).
+
+Theory of operation
+-------------------
+Redis serializes a key's value the same way in an RDB file, in a DUMP payload
+and in the RESTORE that MIGRATE sends: a one-byte *type* followed by the
+value.  This module reads and writes that encoding for streams, so that a
+stream can move between Redis and Braid (DUMP / RESTORE / MIGRATE here, the
+RDB file import and export elsewhere) without going through commands.  It
+does no I/O: bytes in, :class:`crdt.stream.Stream` out, and back.
+
+The layers, bottom up (each is public; the RDB *file* reader builds on them):
+
+- :class:`Reader` / :class:`Writer`: RDB's primitives - the length encoding
+  (6, 14, 32 or 64 bits, or an "encoded" marker for an integer or LZF
+  string), strings (raw, integer-encoded, LZF-compressed), little-endian
+  millisecond times, binary doubles.  A :class:`Reader` raises
+  :class:`RdbError` on anything malformed or short: it never reads past its
+  buffer, and a length it is given is checked against the bytes left before
+  anything of that size is built, so hostile input cannot make it allocate or
+  loop beyond the input's own size.
+- :func:`crc64` (Redis's Jones CRC-64, table driven) and LZF
+  (:func:`lzf_decompress`, :func:`lzf_compress`), as ``crc64.c`` and
+  ``lzf_d.c`` / ``lzf_c.c`` define them.
+- Listpacks (:func:`listpack_decode`, :func:`listpack_encode`): Redis's
+  packed list, whose elements are integers or strings; a string that is a
+  canonical 64-bit integer is stored as an integer, as ``lpAppend`` does.
+- A stream value (:func:`read_stream_value`, :func:`write_stream_value`).
+  Redis stores a stream as its radix tree of listpack *nodes*, each keyed by
+  its master ID and holding a master entry (live count, deleted count, the
+  master field names) then the entries (flags, ID deltas against the master
+  ID, fields or only values when they match the master's, and a back count);
+  then the stream's counters, the consumer groups with their PELs and
+  consumers, and (since Redis 8.6) the idempotent-producer state.  Braid's
+  :class:`crdt.blocks.Block` has the same shape, so a node becomes a block
+  with the same entries, deleted ones included, and a block becomes a node.
+
+Encodings (``STREAM_TYPES``)
+    15 ``RDB_TYPE_STREAM_LISTPACKS``    Redis 5.0 - 6.2
+    19 ``RDB_TYPE_STREAM_LISTPACKS_2``  Redis 7.0: first ID, max deleted ID,
+                                        entries added, groups' entries read
+    21 ``RDB_TYPE_STREAM_LISTPACKS_3``  Redis 7.2 - 8.4: consumers' active time
+    26 ``RDB_TYPE_STREAM_LISTPACKS_4``  Redis 8.6: IDMP (duration, max size,
+                                        producers' iid -> ID maps, counters)
+
+All four are read; any of them is written on request, 26 by default (what
+Redis 8.6 writes).  Writing an older type drops what it cannot hold (IDMP
+state; consumers' active time; with type 15 also the counters, which the
+reader then derives as Redis does).  Redis 8.8 added type 27 (XNACK's
+per-group list of negatively acknowledged IDs) with RDB version 14; Braid
+reads and writes RDB version 13 and so, like Redis 8.6, refuses those.
+
+A Braid stream with several origin logs (an Active-Active database) is
+written as one Redis stream: the live entries of all logs merged by ID into
+fresh nodes of ``stream-node-max-entries`` / ``-bytes`` (100 / 4096, Redis's
+defaults).  Two origins can hold the same ID only outside strict ID mode;
+Redis cannot, so the first origin's entry is written (the one reads return
+first).  A stream read from Redis lands in one origin log, the ``origin``
+argument.  Consumers, PELs and cursors are written as this region holds them.
+
+Decoding checks what Redis's loader checks with deep sanitization (listpack
+headers and element counts, node and entry layout, duplicate groups,
+consumers and PEL entries, a consumer's PEL entry missing from the group's
+PEL, an IDMP window out of range) and a few invariants Braid relies on:
+entry IDs rise across the whole stream, the node counts and the stream's
+length agree with the entries, and ``last-generated-id`` is not below any
+entry.  Each failure is an :class:`RdbError` whose text says what is wrong.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from crdt.blocks import DELETED, SAMEFIELDS, Block, EntryLog, tagged
+from crdt.groups import ENTRIES_READ_UNKNOWN, Consumer, ConsumerGroup, Nack, estimate_distance
+from crdt.ids import MAX_ID, MIN_ID, StreamID, string2ll
+from crdt.stream import Stream
+
+# ---------------------------------------------------------------- constants
+RDB_VERSION = 13         # what Redis 8.6 writes (DUMP footers, RDB file headers)
+RDB_VERSION_REDIS_7_0 = 10
+RDB_VERSION_REDIS_7_2 = 11
+
+RDB_TYPE_STRING = 0
+RDB_TYPE_LIST = 1
+RDB_TYPE_SET = 2
+RDB_TYPE_ZSET = 3
+RDB_TYPE_HASH = 4
+RDB_TYPE_ZSET_2 = 5
+RDB_TYPE_MODULE_PRE_GA = 6
+RDB_TYPE_MODULE_2 = 7
+RDB_TYPE_HASH_ZIPMAP = 9
+RDB_TYPE_LIST_ZIPLIST = 10
+RDB_TYPE_SET_INTSET = 11
+RDB_TYPE_ZSET_ZIPLIST = 12
+RDB_TYPE_HASH_ZIPLIST = 13
+RDB_TYPE_LIST_QUICKLIST = 14
+RDB_TYPE_STREAM_LISTPACKS = 15
+RDB_TYPE_HASH_LISTPACK = 16
+RDB_TYPE_ZSET_LISTPACK = 17
+RDB_TYPE_LIST_QUICKLIST_2 = 18
+RDB_TYPE_STREAM_LISTPACKS_2 = 19
+RDB_TYPE_SET_LISTPACK = 20
+RDB_TYPE_STREAM_LISTPACKS_3 = 21
+RDB_TYPE_HASH_METADATA_PRE_GA = 22
+RDB_TYPE_HASH_LISTPACK_EX_PRE_GA = 23
+RDB_TYPE_HASH_METADATA = 24
+RDB_TYPE_HASH_LISTPACK_EX = 25
+RDB_TYPE_STREAM_LISTPACKS_4 = 26
+
+STREAM_TYPES = frozenset({RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_2,
+                          RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4})
+DEFAULT_STREAM_TYPE = RDB_TYPE_STREAM_LISTPACKS_4
+
+# The stream type each RDB version writes (a DUMP for an older Redis must use its pair).
+STREAM_TYPE_FOR_VERSION = {9: RDB_TYPE_STREAM_LISTPACKS, 10: RDB_TYPE_STREAM_LISTPACKS_2,
+                           11: RDB_TYPE_STREAM_LISTPACKS_3, 12: RDB_TYPE_STREAM_LISTPACKS_3,
+                           13: RDB_TYPE_STREAM_LISTPACKS_4}
+# The oldest RDB version that can hold each stream type.
+MIN_VERSION_FOR_STREAM_TYPE = {RDB_TYPE_STREAM_LISTPACKS: 9, RDB_TYPE_STREAM_LISTPACKS_2: 10,
+                               RDB_TYPE_STREAM_LISTPACKS_3: 11, RDB_TYPE_STREAM_LISTPACKS_4: 13}
+
+# Names for messages ("a hash payload"), by value type.
+TYPE_NAMES = {
+    RDB_TYPE_STRING: "string", RDB_TYPE_LIST: "list", RDB_TYPE_SET: "set", RDB_TYPE_ZSET: "zset",
+    RDB_TYPE_HASH: "hash", RDB_TYPE_ZSET_2: "zset", RDB_TYPE_MODULE_PRE_GA: "module",
+    RDB_TYPE_MODULE_2: "module", RDB_TYPE_HASH_ZIPMAP: "hash", RDB_TYPE_LIST_ZIPLIST: "list",
+    RDB_TYPE_SET_INTSET: "set", RDB_TYPE_ZSET_ZIPLIST: "zset", RDB_TYPE_HASH_ZIPLIST: "hash",
+    RDB_TYPE_LIST_QUICKLIST: "list", RDB_TYPE_STREAM_LISTPACKS: "stream", RDB_TYPE_HASH_LISTPACK: "hash",
+    RDB_TYPE_ZSET_LISTPACK: "zset", RDB_TYPE_LIST_QUICKLIST_2: "list", RDB_TYPE_STREAM_LISTPACKS_2: "stream",
+    RDB_TYPE_SET_LISTPACK: "set", RDB_TYPE_STREAM_LISTPACKS_3: "stream", RDB_TYPE_HASH_METADATA_PRE_GA: "hash",
+    RDB_TYPE_HASH_LISTPACK_EX_PRE_GA: "hash", RDB_TYPE_HASH_METADATA: "hash",
+    RDB_TYPE_HASH_LISTPACK_EX: "hash", RDB_TYPE_STREAM_LISTPACKS_4: "stream",
+    27: "stream", 28: "array",
+}
+
+# Special opcodes of an RDB file (and the key-metadata prefix of a DUMP payload).
+RDB_OPCODE_KEY_META = 243
+RDB_OPCODE_SLOT_INFO = 244
+RDB_OPCODE_FUNCTION2 = 245
+RDB_OPCODE_FUNCTION_PRE_GA = 246
+RDB_OPCODE_MODULE_AUX = 247
+RDB_OPCODE_IDLE = 248
+RDB_OPCODE_FREQ = 249
+RDB_OPCODE_AUX = 250
+RDB_OPCODE_RESIZEDB = 251
+RDB_OPCODE_EXPIRETIME_MS = 252
+RDB_OPCODE_EXPIRETIME = 253
+RDB_OPCODE_SELECTDB = 254
+RDB_OPCODE_EOF = 255
+
+# Length encoding (the top two bits of the first byte).
+RDB_6BITLEN = 0
+RDB_14BITLEN = 1
+RDB_32BITLEN = 0x80
+RDB_64BITLEN = 0x81
+RDB_ENCVAL = 3
+RDB_ENC_INT8 = 0
+RDB_ENC_INT16 = 1
+RDB_ENC_INT32 = 2
+RDB_ENC_LZF = 3
+
+# IDMP limits Redis 8.6 enforces when loading (server.h).
+IDMP_DURATION_RANGE = (1, 86400)
+IDMP_MAXSIZE_RANGE = (1, 10000)
+
+# Redis's defaults for a node's size, used when merged logs are packed anew.
+STREAM_NODE_MAX_ENTRIES = 100
+STREAM_NODE_MAX_BYTES = 4096
+
+_U64 = (1 << 64) - 1
+
+
+class RdbError(ValueError):
+    """Malformed or unsupported RDB data; ``str()`` says what and where."""
+
+
+# ---------------------------------------------------------------- CRC-64 (Jones)
+def _crc64_tables() -> list[list[int]]:
+    # Redis's crc64 is the reflected Jones polynomial 0xad93d23594c935a9, init 0, no
+    # final xor; its bit-reversed form drives the byte-wise table.  Tables 1-7 are the
+    # byte table composed with itself ("slicing by 8"): eight bytes per Python step.
+    rev = int(f"{0xad93d23594c935a9:064b}"[::-1], 2)
+    t0 = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ rev if crc & 1 else crc >> 1
+        t0.append(crc)
+    tables = [t0]
+    for _k in range(7):
+        prev = tables[-1]
+        tables.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
+    return tables
+
+
+_CRC64_TABLES = _crc64_tables()
+_WORDS = struct.Struct("<Q")
+
+
+def crc64(data: bytes, crc: int = 0) -> int:
+    """Redis's ``crc64(crc, data, len)``; continue a running CRC by passing it back."""
+    t0, t1, t2, t3, t4, t5, t6, t7 = _CRC64_TABLES
+    n8 = len(data) & ~7
+    for (w,) in _WORDS.iter_unpack(memoryview(data)[:n8]):
+        crc ^= w
+        crc = (t7[crc & 0xFF] ^ t6[(crc >> 8) & 0xFF] ^ t5[(crc >> 16) & 0xFF] ^ t4[(crc >> 24) & 0xFF]
+               ^ t3[(crc >> 32) & 0xFF] ^ t2[(crc >> 40) & 0xFF] ^ t1[(crc >> 48) & 0xFF] ^ t0[crc >> 56])
+    for b in data[n8:]:
+        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+# ---------------------------------------------------------------- LZF
+def lzf_decompress(data: bytes, expected_len: int) -> bytes:
+    """``lzf_decompress``: exactly ``expected_len`` bytes or :class:`RdbError`."""
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        ctrl = data[i]
+        i += 1
+        if ctrl < 32:  # a literal run of ctrl + 1 bytes
+            run = ctrl + 1
+            if i + run > n:
+                raise RdbError("LZF literal run past the end of the input")
+            if len(out) + run > expected_len:
+                raise RdbError("LZF data longer than its stated length")
+            out += data[i:i + run]
+            i += run
+            continue
+        length = ctrl >> 5
+        if length == 7:
+            if i >= n:
+                raise RdbError("LZF back reference cut short")
+            length += data[i]
+            i += 1
+        if i >= n:
+            raise RdbError("LZF back reference cut short")
+        back = ((ctrl & 0x1F) << 8) + data[i] + 1
+        i += 1
+        length += 2
+        start = len(out) - back
+        if start < 0:
+            raise RdbError("LZF back reference before the start of the output")
+        if len(out) + length > expected_len:
+            raise RdbError("LZF data longer than its stated length")
+        if back >= length:
+            out += out[start:start + length]
+        else:  # the copy overlaps what it writes: byte by byte, as memmove would not
+            for k in range(length):
+                out.append(out[start + k])
+    if len(out) != expected_len:
+        raise RdbError("LZF data shorter than its stated length")
+    return bytes(out)
+
+
+_LZF_MAX_OFF = 1 << 13
+_LZF_MAX_REF = (1 << 8) + (1 << 3)
+_LZF_MAX_LIT = 1 << 5
+
+
+def lzf_compress(data: bytes) -> bytes | None:
+    """LZF-compress ``data`` (any valid LZF, not necessarily ``lzf_c.c``'s bytes);
+    None unless it saves at least 4 bytes (``rdbSaveLzfStringObject``'s rule: Redis
+    then stores the string raw)."""
+    n = len(data)
+    if n <= 4:
+        return None
+    out = bytearray()
+    table: dict[bytes, int] = {}
+    lit_start = 0
+    i = 0
+
+    def flush_literals(upto: int) -> None:
+        s = lit_start
+        while s < upto:
+            run = min(_LZF_MAX_LIT, upto - s)
+            out.append(run - 1)
+            out.extend(data[s:s + run])
+            s += run
+
+    while i + 2 < n:
+        key = data[i:i + 3]
+        ref = table.get(key)
+        table[key] = i
+        if ref is not None and i - ref - 1 < _LZF_MAX_OFF:
+            off = i - ref - 1
+            maxlen = min(n - i, _LZF_MAX_REF)
+            length = 3
+            while length < maxlen and data[ref + length] == data[i + length]:
+                length += 1
+            flush_literals(i)
+            enc = length - 2
+            if enc < 7:
+                out.append((enc << 5) | (off >> 8))
+            else:
+                out.append((7 << 5) | (off >> 8))
+                out.append(enc - 7)
+            out.append(off & 0xFF)
+            i += length
+            lit_start = i
+            if len(out) > n - 4:
+                return None
+            continue
+        i += 1
+    flush_literals(n)
+    return bytes(out) if len(out) <= n - 4 else None
+
+
+# ---------------------------------------------------------------- reader
+class Reader:
+    """RDB primitives over an in-memory buffer, from ``pos``."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.data)
+
+    def read(self, n: int) -> bytes:
+        """Exactly ``n`` raw bytes."""
+        p = self.pos
+        if n < 0 or p + n > len(self.data):
+            raise RdbError(f"unexpected end of data at byte {p} (wanted {n} more)")
+        self.pos = p + n
+        return self.data[p:p + n]
+
+    def byte(self) -> int:
+        p = self.pos
+        if p >= len(self.data):
+            raise RdbError(f"unexpected end of data at byte {p}")
+        self.pos = p + 1
+        return self.data[p]
+
+    def uint_le(self, n: int) -> int:
+        return int.from_bytes(self.read(n), "little")
+
+    def int_le(self, n: int) -> int:
+        return int.from_bytes(self.read(n), "little", signed=True)
+
+    def length(self) -> tuple[int, bool]:
+        """``rdbLoadLenByRef``: (value, is_encoded); encoded: value is an RDB_ENC_* kind."""
+        first = self.byte()
+        kind = first >> 6
+        if kind == RDB_ENCVAL:
+            return first & 0x3F, True
+        if kind == RDB_6BITLEN:
+            return first & 0x3F, False
+        if kind == RDB_14BITLEN:
+            return ((first & 0x3F) << 8) | self.byte(), False
+        if first == RDB_32BITLEN:
+            return int.from_bytes(self.read(4), "big"), False
+        if first == RDB_64BITLEN:
+            return int.from_bytes(self.read(8), "big"), False
+        raise RdbError(f"unknown length encoding {first:#x} at byte {self.pos - 1}")
+
+    def length_value(self) -> int:
+        """A plain length (``rdbLoadLen`` where an encoded one is an error)."""
+        value, encoded = self.length()
+        if encoded:
+            raise RdbError(f"an encoded value where a length was expected at byte {self.pos - 1}")
+        return value
+
+    def string(self) -> bytes:
+        """``rdbGenericLoadStringObject``: raw, integer-encoded or LZF-compressed."""
+        value, encoded = self.length()
+        if not encoded:
+            return self.read(value)
+        if value == RDB_ENC_INT8:
+            return b"%d" % self.int_le(1)
+        if value == RDB_ENC_INT16:
+            return b"%d" % self.int_le(2)
+        if value == RDB_ENC_INT32:
+            return b"%d" % self.int_le(4)
+        if value == RDB_ENC_LZF:
+            clen = self.length_value()
+            ulen = self.length_value()
+            packed = self.read(clen)
+            # An LZF back reference expands at most 264 bytes from 2 input bytes: a
+            # stated length beyond that cannot be honest (and is never allocated).
+            if ulen > 132 * max(clen, 1) + 32:
+                raise RdbError("LZF string claims more bytes than its data can hold")
+            return lzf_decompress(packed, ulen)
+        raise RdbError(f"unknown string encoding {value}")
+
+    def millis(self) -> int:
+        """``rdbLoadMillisecondTime``: signed 64-bit little-endian."""
+        return self.int_le(8)
+
+    def double(self) -> float:
+        """``rdbLoadBinaryDoubleValue``: IEEE 754, little-endian."""
+        return struct.unpack("<d", self.read(8))[0]
+
+    def string_double(self) -> float:
+        """``rdbLoadDoubleValue`` (old ZSET scores): a length byte then ASCII."""
+        n = self.byte()
+        if n == 255:
+            return float("-inf")
+        if n == 254:
+            return float("inf")
+        if n == 253:
+            return float("nan")
+        try:
+            return float(self.read(n))
+        except ValueError:
+            raise RdbError("malformed double") from None
+
+    def stream_id(self) -> StreamID:
+        """A raw 128-bit big-endian stream ID (PEL entries)."""
+        raw = self.read(16)
+        return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big")
+
+    def len_id(self) -> StreamID:
+        """A stream ID stored as two lengths (ms, seq)."""
+        return self.length_value(), self.length_value()
+
+
+# ---------------------------------------------------------------- writer
+class Writer:
+    """Builds RDB bytes; :meth:`getvalue` returns them."""
+
+    __slots__ = ("buf", "compress")
+
+    def __init__(self, compress: bool = False) -> None:
+        self.buf = bytearray()
+        self.compress = compress  # LZF-compress strings over 20 bytes, as rdbcompression does
+
+    def getvalue(self) -> bytes:
+        return bytes(self.buf)
+
+    def raw(self, data: bytes) -> None:
+        self.buf += data
+
+    def byte(self, b: int) -> None:
+        self.buf.append(b)
+
+    def length(self, n: int) -> None:
+        """``rdbSaveLen``."""
+        if n < 0 or n > _U64:
+            raise ValueError(f"length {n} out of range")
+        if n < 1 << 6:
+            self.buf.append(n)
+        elif n < 1 << 14:
+            self.buf += bytes(((n >> 8) | 0x40, n & 0xFF))
+        elif n <= 0xFFFFFFFF:
+            self.buf.append(RDB_32BITLEN)
+            self.buf += n.to_bytes(4, "big")
+        else:
+            self.buf.append(RDB_64BITLEN)
+            self.buf += n.to_bytes(8, "big")
+
+    def string(self, s: bytes) -> None:
+        """``rdbSaveRawString``: integer encoding when it fits, else LZF or raw."""
+        if len(s) <= 11:
+            v = string2ll(s)
+            if v is not None:
+                if -(1 << 7) <= v < 1 << 7:
+                    self.buf.append(0xC0 | RDB_ENC_INT8)
+                    self.buf += v.to_bytes(1, "little", signed=True)
+                    return
+                if -(1 << 15) <= v < 1 << 15:
+                    self.buf.append(0xC0 | RDB_ENC_INT16)
+                    self.buf += v.to_bytes(2, "little", signed=True)
+                    return
+                if -(1 << 31) <= v < 1 << 31:
+                    self.buf.append(0xC0 | RDB_ENC_INT32)
+                    self.buf += v.to_bytes(4, "little", signed=True)
+                    return
+        if self.compress and len(s) > 20:
+            packed = lzf_compress(s)
+            if packed is not None:
+                self.buf.append(0xC0 | RDB_ENC_LZF)
+                self.length(len(packed))
+                self.length(len(s))
+                self.buf += packed
+                return
+        self.length(len(s))
+        self.buf += s
+
+    def millis(self, t: int) -> None:
+        self.buf += (t & _U64).to_bytes(8, "little")
+
+    def double(self, x: float) -> None:
+        self.buf += struct.pack("<d", x)
+
+    def stream_id(self, id_: StreamID) -> None:
+        self.buf += id_[0].to_bytes(8, "big") + id_[1].to_bytes(8, "big")
+
+    def len_id(self, id_: StreamID) -> None:
+        self.length(id_[0])
+        self.length(id_[1])
+
+
+# ---------------------------------------------------------------- listpack
+def _backlen_size(n: int) -> int:
+    return 1 if n <= 127 else 2 if n < 16383 else 3 if n < 2097151 else 4 if n < 268435455 else 5
+
+
+def _backlen(n: int) -> bytes:
+    """``lpEncodeBacklen``: the element's length, 7 bits a byte, read right to left."""
+    if n <= 127:
+        return _BACKLEN_SMALL[n]
+    size = _backlen_size(n)
+    out = bytearray()
+    for k in range(size - 1, -1, -1):
+        b = (n >> (7 * k)) & 127
+        out.append(b if k == size - 1 else b | 128)
+    return bytes(out)
+
+
+_BACKLEN_SMALL = [bytes((n,)) for n in range(128)]
+
+
+def _lp_int(v: int) -> bytes:
+    if 0 <= v <= 127:
+        return bytes((v,))
+    if -4096 <= v <= 4095:
+        u = v & 0x1FFF
+        return bytes((0xC0 | (u >> 8), u & 0xFF))
+    if -32768 <= v <= 32767:
+        return b"\xf1" + (v & 0xFFFF).to_bytes(2, "little")
+    if -8388608 <= v <= 8388607:
+        return b"\xf2" + (v & 0xFFFFFF).to_bytes(3, "little")
+    if -2147483648 <= v <= 2147483647:
+        return b"\xf3" + (v & 0xFFFFFFFF).to_bytes(4, "little")
+    return b"\xf4" + (v & _U64).to_bytes(8, "little")
+
+
+def _lp_element(x: bytes | int) -> bytes:
+    if isinstance(x, int):
+        if 0 <= x <= 127:
+            return _SMALL_INT_ELEMENTS[x]
+        enc = _lp_int(x)
+    elif len(x) < 64 and not (x and x[0] in _NUMERIC_START):
+        return bytes((0x80 | len(x),)) + x + _BACKLEN_SMALL[len(x) + 1]
+    else:
+        v = string2ll(x) if x and len(x) <= 20 else None
+        if v is not None:
+            enc = _lp_int(v)
+        else:
+            n = len(x)
+            if n < 64:
+                enc = bytes((0x80 | n,)) + x
+            elif n < 4096:
+                enc = bytes((0xE0 | (n >> 8), n & 0xFF)) + x
+            else:
+                enc = b"\xf0" + n.to_bytes(4, "little") + x
+    return enc + _backlen(len(enc))
+
+
+_SMALL_INT_ELEMENTS = [bytes((v, 1)) for v in range(128)]
+_NUMERIC_START = frozenset(b"-0123456789")
+
+
+def listpack_encode(elements: Iterable[bytes | int]) -> bytes:
+    """A listpack of ``elements`` (ints, or byte strings that become ints when canonical)."""
+    body = bytearray()
+    count = 0
+    for x in elements:
+        body += _lp_element(x)
+        count += 1
+    total = 6 + len(body) + 1
+    if total > 0xFFFFFFFF:
+        raise ValueError("listpack over 4 GiB")
+    return total.to_bytes(4, "little") + min(count, 0xFFFF).to_bytes(2, "little") + bytes(body) + b"\xff"
+
+
+def listpack_decode(lp: bytes) -> list[bytes | int]:
+    """Every element of a listpack: ints for integer encodings, bytes for strings.
+
+    Checks the header's byte count, each element's back-length, the element count
+    (unless the header says it is unknown) and the terminator."""
+    n = len(lp)
+    if n < 7:
+        raise RdbError("listpack shorter than its header")
+    if int.from_bytes(lp[0:4], "little") != n:
+        raise RdbError("listpack header size disagrees with its length")
+    declared = int.from_bytes(lp[4:6], "little")
+    out: list[bytes | int] = []
+    i = 6
+    end = n - 1
+    while i < end:
+        start = i
+        b = lp[i]
+        if b < 0x80:
+            val: bytes | int = b
+            i += 1
+        elif b < 0xC0:
+            ln = b & 0x3F
+            val = lp[i + 1:i + 1 + ln]
+            i += 1 + ln
+        elif b < 0xE0:
+            if i + 2 > end:
+                raise RdbError("listpack element past the end")
+            u = ((b & 0x1F) << 8) | lp[i + 1]
+            val = u - 0x2000 if u >= 0x1000 else u
+            i += 2
+        elif b < 0xF0:
+            if i + 2 > end:
+                raise RdbError("listpack element past the end")
+            ln = ((b & 0x0F) << 8) | lp[i + 1]
+            val = lp[i + 2:i + 2 + ln]
+            i += 2 + ln
+        elif b == 0xF0:
+            if i + 5 > end:
+                raise RdbError("listpack element past the end")
+            ln = int.from_bytes(lp[i + 1:i + 5], "little")
+            val = lp[i + 5:i + 5 + ln]
+            i += 5 + ln
+        elif 0xF1 <= b <= 0xF4:
+            w = {0xF1: 2, 0xF2: 3, 0xF3: 4, 0xF4: 8}[b]
+            if i + 1 + w > end:
+                raise RdbError("listpack element past the end")
+            val = int.from_bytes(lp[i + 1:i + 1 + w], "little", signed=True)
+            i += 1 + w
+        else:
+            raise RdbError(f"listpack element with unknown encoding {b:#x}")
+        if i > end:
+            raise RdbError("listpack element past the end")
+        enc_len = i - start
+        if enc_len <= 127:
+            if i >= end or lp[i] != enc_len:
+                raise RdbError("listpack element with a wrong back-length")
+            i += 1
+        else:
+            bl = _backlen_size(enc_len)
+            if i + bl > end or lp[i:i + bl] != _backlen(enc_len):
+                raise RdbError("listpack element with a wrong back-length")
+            i += bl
+        out.append(val)
+    if i != end or lp[end] != 0xFF:
+        raise RdbError("listpack without its terminator")
+    if declared != 0xFFFF and declared != len(out):
+        raise RdbError("listpack element count disagrees with its header")
+    return out
+
+
+# ---------------------------------------------------------------- stream value: decoding
+def _lp_integer(x: bytes | int, what: str) -> int:
+    """``lpGetIntegerIfValid``: an integer element, or a string that is one."""
+    if isinstance(x, int):
+        return x
+    v = string2ll(x)
+    if v is None:
+        raise RdbError(f"stream node: {what} is not an integer")
+    return v
+
+
+def _lp_bytes(x: bytes | int) -> bytes:
+    return b"%d" % x if isinstance(x, int) else bytes(x)
+
+
+def _read_node(master: StreamID, lp: bytes) -> Block | None:
+    """One listpack node as a Braid block (None if it holds no live entry)."""
+    els = listpack_decode(lp)
+    if not els:
+        raise RdbError("empty listpack inside stream")
+    pos = 0
+
+    def nxt(what: str) -> bytes | int:
+        nonlocal pos
+        if pos >= len(els):
+            raise RdbError(f"stream node ends before its {what}")
+        x = els[pos]
+        pos += 1
+        return x
+
+    live = _lp_integer(nxt("entry count"), "the entry count")
+    dead = _lp_integer(nxt("deleted count"), "the deleted count")
+    nfields = _lp_integer(nxt("master field count"), "the master field count")
+    if live < 0 or dead < 0 or nfields < 0 or nfields > len(els):
+        raise RdbError("stream node with negative or impossible counts")
+    fields = tuple(_lp_bytes(nxt("master fields")) for _ in range(nfields))
+    if _lp_integer(nxt("master terminator"), "the master terminator") != 0:
+        raise RdbError("stream node master entry not terminated by 0")
+    block: Block | None = None
+    seen_live = seen_dead = 0
+    mms, mseq = master
+    for _ in range(live + dead):
+        if pos >= len(els):
+            raise RdbError("stream node holds fewer entries than it counts")
+        flags = _lp_integer(nxt("entry flags"), "an entry's flags")
+        if flags & ~(DELETED | SAMEFIELDS):
+            raise RdbError(f"stream entry with unknown flags {flags}")
+        ms = (mms + _lp_integer(nxt("entry ID"), "an entry's ID")) & _U64
+        seq = (mseq + _lp_integer(nxt("entry ID"), "an entry's ID")) & _U64
+        if flags & SAMEFIELDS:
+            n = nfields
+            flat: list[bytes] = [b""] * (2 * n)
+            flat[0::2] = fields
+            for k in range(n):
+                flat[2 * k + 1] = _lp_bytes(nxt("entry values"))
+            extra = 3
+        else:
+            n = _lp_integer(nxt("entry field count"), "an entry's field count")
+            if n < 0 or 2 * n > len(els) - pos:
+                raise RdbError("stream entry with an impossible field count")
+            flat = [_lp_bytes(nxt("entry fields")) for _ in range(2 * n)]
+            extra = 4 + n
+        if _lp_integer(nxt("entry back count"), "an entry's back count") != n + extra:
+            raise RdbError("stream entry back count disagrees with its fields")
+        if n == 0:
+            raise RdbError("stream entry without fields")
+        id_ = (ms, seq)
+        if id_ == MIN_ID:
+            raise RdbError("stream entry with ID 0-0")
+        if block is None:
+            block = Block(id_, fields)
+        elif id_ <= block.last:
+            raise RdbError("stream node entries out of ID order")
+        offset = len(block.buf)
+        block.append(id_, flat)
+        if flags & DELETED:
+            block.mark_deleted(offset)
+            seen_dead += 1
+        else:
+            seen_live += 1
+    if pos != len(els):
+        raise RdbError("stream node holds more elements than its entries")
+    if seen_live != live or seen_dead != dead:
+        raise RdbError("stream node counts disagree with its entries")
+    if block is None or block.live == 0:
+        return None
+    return block
+
+
+def _check_range(id_: StreamID) -> StreamID:
+    if not (0 <= id_[0] <= _U64 and 0 <= id_[1] <= _U64):
+        raise RdbError("stream ID out of range")
+    return id_
+
+
+def _signed64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
+    """Decode a stream value of type ``rdb_type`` (one of ``STREAM_TYPES``) from
+    ``reader``; its entries land in the log of ``origin``."""
+    if rdb_type not in STREAM_TYPES:
+        raise RdbError(f"RDB type {rdb_type} is not a stream encoding")
+    nodes = reader.length_value()
+    log = EntryLog()
+    blocks: list[Block] = []
+    masters = set()
+    for _ in range(nodes):
+        key = reader.string()
+        if len(key) != 16:
+            raise RdbError("stream node key is not the size of a stream ID")
+        if key in masters:
+            raise RdbError("stream listpack re-added with an existing key")
+        masters.add(key)
+        master = (int.from_bytes(key[:8], "big"), int.from_bytes(key[8:], "big"))
+        block = _read_node(master, reader.string())
+        if block is not None:
+            blocks.append(block)
+    blocks.sort(key=lambda b: b.first)
+    for block in blocks:
+        if log.blocks and block.first <= log.blocks[-1].last:
+            raise RdbError("stream nodes overlap")
+        log.blocks.append(block)
+        log.firsts.append(block.first)
+        log.length += block.live
+    length = reader.length_value()
+    if length != log.length:
+        raise RdbError("stream length disagrees with its entries")
+    s = Stream()
+    if blocks:
+        s.logs[origin] = log
+    s.last_id = reader.len_id()
+    if blocks and s.last_id < blocks[-1].last:
+        raise RdbError("stream last ID below its last entry")
+    if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
+        s.first_id = reader.len_id()
+        s.max_deleted_id = reader.len_id()
+        s.entries_added = reader.length_value()
+    else:
+        s.max_deleted_id = MIN_ID
+        s.entries_added = length
+        s.first_id = log.first_live() if blocks else MIN_ID
+    if s.entries_added < length:
+        raise RdbError("stream entries-added below its length")
+
+    ngroups = reader.length_value()
+    for _ in range(ngroups):
+        name = reader.string()
+        if name in s.groups:
+            raise RdbError("duplicated consumer group name")
+        last = reader.len_id()
+        if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
+            entries_read = _signed64(reader.length_value())
+            if entries_read < ENTRIES_READ_UNKNOWN:
+                entries_read = ENTRIES_READ_UNKNOWN
+        else:
+            entries_read = estimate_distance(s, last)
+        g = ConsumerGroup(name, last, entries_read)
+        for stamp in range(1, reader.length_value() + 1):
+            id_ = reader.stream_id()
+            nack = Nack(None, reader.millis(), reader.length_value(), stamp)
+            if id_ in g.pel:
+                raise RdbError("duplicated global PEL entry in a consumer group")
+            g.pel[id_] = nack
+            g._stamps = stamp
+        for _c in range(reader.length_value()):
+            cname = reader.string()
+            if cname in g.consumers:
+                raise RdbError("duplicate stream consumer")
+            c = Consumer(cname, reader.millis())
+            c.active_time = reader.millis() if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_3 else c.seen_time
+            g.consumers[cname] = c
+            for _p in range(reader.length_value()):
+                id_ = reader.stream_id()
+                nack = g.pel.get(id_)
+                if nack is None:
+                    raise RdbError("consumer entry not found in the group's PEL")
+                if nack.consumer is not None:
+                    raise RdbError("PEL entry owned by two consumers")
+                nack.consumer = c
+                c.pel[id_] = nack
+        if any(n.consumer is None for n in g.pel.values()):
+            raise RdbError("consumer group PEL entry without a consumer")
+        s.groups[name] = g
+
+    if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_4:
+        duration = reader.length_value()
+        maxsize = reader.length_value()
+        if not IDMP_DURATION_RANGE[0] <= duration <= IDMP_DURATION_RANGE[1]:
+            raise RdbError("stream IDMP duration out of range")
+        if not IDMP_MAXSIZE_RANGE[0] <= maxsize <= IDMP_MAXSIZE_RANGE[1]:
+            raise RdbError("stream IDMP max entries out of range")
+        s.idmp.duration = duration
+        s.idmp.maxsize = maxsize
+        for _ in range(reader.length_value()):
+            pid = reader.string()
+            if pid in s.idmp.producers:
+                raise RdbError("duplicated IDMP producer")
+            m: OrderedDict[bytes, StreamID] = OrderedDict()
+            for _i in range(reader.length_value()):
+                iid = reader.string()
+                id_ = reader.len_id()
+                m.setdefault(iid, id_)  # Redis skips a duplicate iid
+            s.idmp.producers[pid] = m
+        s.idmp.iids_added = reader.length_value()
+        s.idmp.iids_duplicates = reader.length_value()
+    return s
+
+
+# ---------------------------------------------------------------- stream value: encoding
+def _blocks_for_export(s: Stream) -> list[Block]:
+    """The nodes to write: the one log's blocks as they are, or merged logs packed anew."""
+    logs = [log for log in s.logs.values() if log.blocks]
+    if not logs:
+        return []
+    if len(logs) == 1:
+        return list(logs[0].blocks)
+    fresh = EntryLog()
+    prev: StreamID | None = None
+    its = [tagged(o, log.range(MIN_ID, MAX_ID)) for o, log in sorted(s.logs.items())]
+    for eid, _origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
+        if eid == prev:
+            continue  # the same ID from a second origin: Redis holds one
+        fresh.append(eid, flat, STREAM_NODE_MAX_ENTRIES, STREAM_NODE_MAX_BYTES)
+        prev = eid
+    return fresh.blocks
+
+
+def _node_listpack(block: Block) -> bytes:
+    fields = block.fields
+    els: list[bytes | int] = [block.live, block.dead, len(fields), *fields, 0]
+    fms, fseq = block.first
+    buf = block.buf
+    for (ms, seq), flat, _dead, off in block.decode():
+        flags = buf[off]
+        els.append(flags)
+        els.append(_signed64((ms - fms) & _U64))
+        els.append(_signed64((seq - fseq) & _U64))
+        n = len(flat) // 2
+        if flags & SAMEFIELDS:
+            els.extend(flat[1::2])
+            els.append(n + 3)
+        else:
+            els.append(n)
+            els.extend(flat)
+            els.append(2 * n + 4)
+    return listpack_encode(els)
+
+
+def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress: bool = False) -> bytes:
+    """Encode ``s`` as a value of type ``rdb_type`` (the type byte is not included)."""
+    if rdb_type not in STREAM_TYPES:
+        raise ValueError(f"RDB type {rdb_type} is not a stream encoding")
+    w = Writer(compress)
+    blocks = _blocks_for_export(s)
+    w.length(len(blocks))
+    length = 0
+    for block in blocks:
+        w.string(block.first[0].to_bytes(8, "big") + block.first[1].to_bytes(8, "big"))
+        w.string(_node_listpack(block))
+        length += block.live
+    w.length(length)
+    w.len_id(s.last_id)
+    if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
+        w.len_id(s.first_id)
+        w.len_id(s.max_deleted_id)
+        w.length(max(s.entries_added, length))
+    w.length(len(s.groups))
+    for name in sorted(s.groups):
+        g = s.groups[name]
+        w.string(name)
+        w.len_id(g.last_id)
+        if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
+            w.length(g.entries_read & _U64)
+        owned = [(id_, nack) for id_, nack in g.pel.items() if nack.consumer is not None]
+        w.length(len(owned))
+        for id_, nack in owned:
+            w.stream_id(id_)
+            w.millis(nack.delivery_time)
+            w.length(max(nack.delivery_count, 0))
+        w.length(len(g.consumers))
+        for cname in sorted(g.consumers):
+            c = g.consumers[cname]
+            w.string(cname)
+            w.millis(c.seen_time)
+            if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_3:
+                w.millis(c.active_time)
+            w.length(len(c.pel))
+            for id_ in c.pel:
+                w.stream_id(id_)
+    if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_4:
+        idmp = s.idmp
+        w.length(min(max(idmp.duration, IDMP_DURATION_RANGE[0]), IDMP_DURATION_RANGE[1]))
+        w.length(min(max(idmp.maxsize, IDMP_MAXSIZE_RANGE[0]), IDMP_MAXSIZE_RANGE[1]))
+        producers = {pid: m for pid, m in idmp.producers.items() if m}
+        w.length(len(producers))
+        for pid in sorted(producers):
+            m = producers[pid]
+            w.string(pid)
+            w.length(len(m))
+            for iid, id_ in m.items():
+                w.string(iid)
+                w.len_id(id_)
+        w.length(idmp.iids_added)
+        w.length(idmp.iids_duplicates)
+    return w.getvalue()
+
+
+# ---------------------------------------------------------------- DUMP payloads
+class PayloadError(ValueError):
+    """A DUMP payload whose footer is wrong (version too new, or checksum)."""
+
+
+class NotAStream(ValueError):
+    """A well-formed payload of another Redis type; ``type_name`` says which."""
+
+    def __init__(self, rdb_type: int) -> None:
+        self.rdb_type = rdb_type
+        self.type_name = TYPE_NAMES.get(rdb_type, f"type {rdb_type}")
+        super().__init__(f"a {self.type_name} value")
+
+
+def dump_payload(s: Stream, rdb_version: int = RDB_VERSION, rdb_type: int | None = None,
+                 compress: bool = False) -> bytes:
+    """``createDumpPayload``: type byte, value, RDB version (2 bytes LE), CRC-64 (8 bytes LE).
+
+    ``rdb_type`` defaults to the stream type ``rdb_version`` writes; a DUMP for a
+    Redis 7.0 is ``dump_payload(s, RDB_VERSION_REDIS_7_0)``."""
+    if rdb_type is None:
+        rdb_type = STREAM_TYPE_FOR_VERSION.get(rdb_version)
+        if rdb_type is None:
+            raise ValueError(f"no stream encoding for RDB version {rdb_version}")
+    if MIN_VERSION_FOR_STREAM_TYPE[rdb_type] > rdb_version:
+        raise ValueError(f"RDB version {rdb_version} cannot hold stream type {rdb_type}")
+    body = bytes((rdb_type,)) + write_stream_value(s, rdb_type, compress) + rdb_version.to_bytes(2, "little")
+    return body + crc64(body).to_bytes(8, "little")
+
+
+def verify_payload(payload: bytes, max_version: int = RDB_VERSION) -> int:
+    """``verifyDumpPayload``: the payload's RDB version, or :class:`PayloadError`.
+    A zero checksum means "not computed" and is accepted, as Redis does."""
+    if len(payload) < 10:
+        raise PayloadError("payload shorter than its footer")
+    version = int.from_bytes(payload[-10:-8], "little")
+    if version > max_version:
+        raise PayloadError(f"RDB version {version} is newer than {max_version}")
+    crc = int.from_bytes(payload[-8:], "little")
+    if crc and crc64(payload[:-8]) != crc:
+        raise PayloadError("checksum mismatch")
+    return version
+
+
+def load_payload(payload: bytes, origin: int = 0) -> Stream:
+    """A DUMP payload's stream.  Raises :class:`PayloadError` (footer), :class:`NotAStream`
+    (another type, well-formed footer) or :class:`RdbError` (malformed value)."""
+    verify_payload(payload)
+    r = Reader(payload[:-10])
+    rdb_type = r.byte()
+    if rdb_type == RDB_OPCODE_KEY_META:
+        raise RdbError("key metadata (module key metadata classes) is not supported")
+    if rdb_type not in STREAM_TYPES:
+        raise NotAStream(rdb_type)
+    s = read_stream_value(r, rdb_type, origin)
+    if not r.at_end():
+        raise RdbError("trailing bytes after the stream value")
+    return s
