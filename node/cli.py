@@ -534,10 +534,8 @@ def _export_writer(out, version: int, made_by: str, keys: int):
 
 def _reencode(name: bytes, rdb_type: int, value: bytes, target: int) -> bytes:
     """A stream value in an older encoding (what an older Redis loads), through Braid's stream codec."""
-    try:
-        from .persistence import rdb
-    except ImportError:
-        raise _ExportError("this build has no stream codec to write older stream encodings") from None
+    from .persistence import rdb
+
     try:
         stream = rdb.read_stream_value(rdb.Reader(value), rdb_type)
         return rdb.write_stream_value(stream, target)

@@ -24,7 +24,7 @@ restores it (``node.persistence.rdb`` in Braid).  Only a value Redis itself cann
 load without its code is refused: a module value of the 4.0 release candidates'
 format (type 6).  Every other unreadable byte - a truncation, an unknown type or
 opcode, a bad length encoding, a checksum that does not match - raises
-:class:`RdbFileError` with the offset where reading failed and why, and nothing is
+:class:`RdbFileError` with the offset where the bad item begins and why, and nothing is
 yielded past it.
 
 :class:`RdbFileWriter` writes the other direction, streaming to a binary file: the
@@ -32,6 +32,10 @@ header for a chosen version, AUX fields, SELECTDB and RESIZEDB, key records whos
 values the caller gives encoded (the bytes of a DUMP payload), EOF and the CRC-64
 computed as it goes.  :func:`stream_type_for` says which stream encoding a version
 may carry, so a file for an older Redis gets values that Redis can load.
+
+The value codec (``node.persistence.rdb``) supplies the constants, CRC-64, LZF and
+the :class:`~node.persistence.rdb.Writer` encodings; the file layer keeps its own
+cursor because it skips rather than decodes, and reports where a bad item *begins*.
 """
 
 from __future__ import annotations
@@ -40,30 +44,16 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-# Value types (src/rdb.h).  The names are what TYPE answers for a key of that type.
-STRING, LIST, SET, ZSET, HASH, ZSET_2, MODULE_PRE_GA, MODULE_2 = 0, 1, 2, 3, 4, 5, 6, 7
-HASH_ZIPMAP, LIST_ZIPLIST, SET_INTSET, ZSET_ZIPLIST, HASH_ZIPLIST = 9, 10, 11, 12, 13
-LIST_QUICKLIST, STREAM_LISTPACKS, HASH_LISTPACK, ZSET_LISTPACK = 14, 15, 16, 17
-LIST_QUICKLIST_2, STREAM_LISTPACKS_2, SET_LISTPACK, STREAM_LISTPACKS_3 = 18, 19, 20, 21
-HASH_METADATA_PRE_GA, HASH_LISTPACK_EX_PRE_GA, HASH_METADATA, HASH_LISTPACK_EX = 22, 23, 24, 25
-STREAM_LISTPACKS_4 = 26
-
-STREAM_TYPES = (STREAM_LISTPACKS, STREAM_LISTPACKS_2, STREAM_LISTPACKS_3, STREAM_LISTPACKS_4)
-
-TYPE_NAMES = {
-    STRING: "string", LIST: "list", SET: "set", ZSET: "zset", HASH: "hash", ZSET_2: "zset",
-    MODULE_PRE_GA: "module", MODULE_2: "module", HASH_ZIPMAP: "hash", LIST_ZIPLIST: "list",
-    SET_INTSET: "set", ZSET_ZIPLIST: "zset", HASH_ZIPLIST: "hash", LIST_QUICKLIST: "list",
-    STREAM_LISTPACKS: "stream", HASH_LISTPACK: "hash", ZSET_LISTPACK: "zset", LIST_QUICKLIST_2: "list",
-    STREAM_LISTPACKS_2: "stream", SET_LISTPACK: "set", STREAM_LISTPACKS_3: "stream",
-    HASH_METADATA_PRE_GA: "hash", HASH_LISTPACK_EX_PRE_GA: "hash", HASH_METADATA: "hash",
-    HASH_LISTPACK_EX: "hash", STREAM_LISTPACKS_4: "stream",
-}
-
-# Opcodes (src/rdb.h)
-OP_KEY_META, OP_SLOT_INFO, OP_FUNCTION2, OP_FUNCTION_PRE_GA, OP_MODULE_AUX = 243, 244, 245, 246, 247
-OP_IDLE, OP_FREQ, OP_AUX, OP_RESIZEDB, OP_EXPIRETIME_MS, OP_EXPIRETIME = 248, 249, 250, 251, 252, 253
-OP_SELECTDB, OP_EOF = 254, 255
+from .rdb import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPCODE_EXPIRETIME_MS, RDB_OPCODE_FREQ,
+                  RDB_OPCODE_FUNCTION2, RDB_OPCODE_FUNCTION_PRE_GA, RDB_OPCODE_IDLE, RDB_OPCODE_KEY_META,
+                  RDB_OPCODE_MODULE_AUX, RDB_OPCODE_RESIZEDB, RDB_OPCODE_SELECTDB, RDB_OPCODE_SLOT_INFO, RDB_TYPE_HASH,
+                  RDB_TYPE_HASH_LISTPACK, RDB_TYPE_HASH_LISTPACK_EX, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA,
+                  RDB_TYPE_HASH_METADATA, RDB_TYPE_HASH_METADATA_PRE_GA, RDB_TYPE_HASH_ZIPLIST, RDB_TYPE_HASH_ZIPMAP,
+                  RDB_TYPE_LIST, RDB_TYPE_LIST_QUICKLIST, RDB_TYPE_LIST_QUICKLIST_2, RDB_TYPE_LIST_ZIPLIST,
+                  RDB_TYPE_MODULE_2, RDB_TYPE_MODULE_PRE_GA, RDB_TYPE_SET, RDB_TYPE_SET_INTSET, RDB_TYPE_SET_LISTPACK,
+                  RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4,
+                  RDB_TYPE_STRING, RDB_TYPE_ZSET, RDB_TYPE_ZSET_2, RDB_TYPE_ZSET_LISTPACK, RDB_TYPE_ZSET_ZIPLIST,
+                  STREAM_TYPE_FOR_VERSION, STREAM_TYPES, TYPE_NAMES, Writer, crc64, lzf_decompress, verify_payload)
 
 # Module value annotations (RDB_MODULE_OPCODE_*): how a type-7 value is skipped without its module
 _MOD_EOF, _MOD_SINT, _MOD_UINT, _MOD_FLOAT, _MOD_DOUBLE, _MOD_STRING = 0, 1, 2, 3, 4, 5
@@ -72,11 +62,6 @@ _MOD_EOF, _MOD_SINT, _MOD_UINT, _MOD_FLOAT, _MOD_DOUBLE, _MOD_STRING = 0, 1, 2, 
 # types or opcodes it has never seen, so it is refused rather than misread.
 MAX_RDB_VERSION = 13
 
-# RDB version -> the newest stream encoding a Redis writing that version loads
-# (9: Redis 5 .. 6.2, 10: 7.0, 11: 7.2, 12: 7.4 .. 8.4, 13: 8.6).
-_STREAM_TYPE_BY_VERSION = ((13, STREAM_LISTPACKS_4), (11, STREAM_LISTPACKS_3), (10, STREAM_LISTPACKS_2),
-                           (9, STREAM_LISTPACKS))
-
 # braid export --for-redis: the RDB version each Redis release writes
 REDIS_RDB_VERSIONS = {"5.0": 9, "6.0": 9, "6.2": 9, "7.0": 10, "7.2": 11, "7.4": 12, "8.0": 12, "8.2": 12,
                       "8.4": 12, "8.6": 13}
@@ -84,10 +69,9 @@ REDIS_RDB_VERSIONS = {"5.0": 9, "6.0": 9, "6.2": 9, "7.0": 10, "7.2": 11, "7.4":
 
 def stream_type_for(version: int) -> int:
     """The stream value type a file of RDB ``version`` carries (ValueError before 9: no streams)."""
-    for first, rdb_type in _STREAM_TYPE_BY_VERSION:
-        if version >= first:
-            return rdb_type
-    raise ValueError(f"RDB version {version} predates streams (they need version 9, Redis 5, or later)")
+    if version < min(STREAM_TYPE_FOR_VERSION):
+        raise ValueError(f"RDB version {version} predates streams (they need version 9, Redis 5, or later)")
+    return STREAM_TYPE_FOR_VERSION[min(version, max(STREAM_TYPE_FOR_VERSION))]
 
 
 def type_name(rdb_type: int) -> str:
@@ -127,7 +111,7 @@ class RdbKey:
     @property
     def module_name(self) -> str | None:
         """The module type's name, for a module value (its id opens the value)."""
-        if self.rdb_type != MODULE_2:
+        if self.rdb_type != RDB_TYPE_MODULE_2:
             return None
         return module_type_name(_Cursor(self.value).plain_length())
 
@@ -252,63 +236,6 @@ class _Cursor:
                 self.bad(at, f"unknown module value opcode {opcode}")
 
 
-def lzf_decompress(data: bytes, out_len: int) -> bytes:
-    """LZF (lzf_d.c): literal runs and back references; ValueError when it does not add up."""
-    out = bytearray()
-    i, n = 0, len(data)
-    while i < n:
-        ctrl = data[i]
-        i += 1
-        if ctrl < 32:  # a literal run of ctrl + 1 bytes
-            run = ctrl + 1
-            if i + run > n:
-                raise ValueError("LZF literal run past the end of the compressed data")
-            out += data[i:i + run]
-            i += run
-        else:  # a back reference: length in the top 3 bits (7: one more byte), offset in 13 bits
-            length = ctrl >> 5
-            if length == 7:
-                if i >= n:
-                    raise ValueError("LZF back reference cut short")
-                length += data[i]
-                i += 1
-            if i >= n:
-                raise ValueError("LZF back reference cut short")
-            ref = len(out) - ((ctrl & 0x1F) << 8) - data[i] - 1
-            i += 1
-            if ref < 0:
-                raise ValueError("LZF back reference before the start of the data")
-            for j in range(length + 2):  # may overlap what it writes: byte by byte
-                out.append(out[ref + j])
-        if len(out) > out_len:
-            raise ValueError("LZF data longer than its stated length")
-    if len(out) != out_len:
-        raise ValueError(f"LZF data is {len(out)} bytes, its header says {out_len}")
-    return bytes(out)
-
-
-def _crc64_table() -> list[int]:
-    poly = 0x95AC9329AC4BC9B5  # Jones polynomial 0xad93d23594c935a9, bit-reflected
-    table = []
-    for n in range(256):
-        crc = n
-        for _ in range(8):
-            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC64_TABLE = _crc64_table()
-
-
-def crc64(data, crc: int = 0) -> int:
-    """Redis's CRC-64 (Jones, reflected, crc64.c); pass the previous value to continue it."""
-    table = _CRC64_TABLE
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc
-
-
 def restore_payload(rdb_type: int, value: bytes, version: int) -> bytes:
     """A RESTORE payload: type byte, value, the RDB version (2 bytes LE), CRC-64 of all that."""
     body = bytes([rdb_type]) + value + struct.pack("<H", version)
@@ -316,13 +243,11 @@ def restore_payload(rdb_type: int, value: bytes, version: int) -> bytes:
 
 
 def split_dump_payload(payload: bytes) -> tuple[int, bytes, int]:
-    """(type, value, version) of a DUMP payload; ValueError when its checksum or size is wrong."""
+    """(type, value, version) of a DUMP payload; ValueError when its footer is wrong."""
+    version = verify_payload(payload, MAX_RDB_VERSION)
     if len(payload) < 11:
-        raise ValueError("a DUMP payload is at least 11 bytes")
-    body, (crc,) = payload[:-8], struct.unpack("<Q", payload[-8:])
-    if crc64(body) != crc:
-        raise ValueError("the DUMP payload's checksum is wrong")
-    return body[0], bytes(body[1:-2]), struct.unpack("<H", body[-2:])[0]
+        raise ValueError("a DUMP payload holds at least a type byte and its 10-byte footer")
+    return payload[0], bytes(payload[1:-10]), version
 
 
 class RdbFileReader:
@@ -374,47 +299,47 @@ class RdbFileReader:
             try:
                 what = "an opcode or a value type"
                 op = cur.byte()
-                if op == OP_EOF:
+                if op == RDB_OPCODE_EOF:
                     break
-                if op == OP_SELECTDB:
+                if op == RDB_OPCODE_SELECTDB:
                     what = "SELECTDB's database number"
                     db = cur.plain_length()
-                elif op == OP_RESIZEDB:
+                elif op == RDB_OPCODE_RESIZEDB:
                     what = "RESIZEDB's sizes"
                     cur.plain_length()
                     cur.plain_length()
-                elif op == OP_SLOT_INFO:
+                elif op == RDB_OPCODE_SLOT_INFO:
                     what = "SLOT_INFO"
                     for _ in range(3):
                         cur.plain_length()
-                elif op == OP_AUX:
+                elif op == RDB_OPCODE_AUX:
                     what = "an AUX field"
                     name = cur.string()
                     self.aux[name] = cur.string()
-                elif op == OP_EXPIRETIME:
+                elif op == RDB_OPCODE_EXPIRETIME:
                     what = "EXPIRETIME"
                     expire_ms = struct.unpack("<i", cur.take(4))[0] * 1000
                     continue
-                elif op == OP_EXPIRETIME_MS:
+                elif op == RDB_OPCODE_EXPIRETIME_MS:
                     what = "EXPIRETIME_MS"
                     expire_ms = struct.unpack("<q", cur.take(8))[0]
                     continue
-                elif op == OP_IDLE:
+                elif op == RDB_OPCODE_IDLE:
                     what = "IDLE"
                     cur.plain_length()
                     continue
-                elif op == OP_FREQ:
+                elif op == RDB_OPCODE_FREQ:
                     what = "FREQ"
                     cur.skip(1)
                     continue
-                elif op == OP_FUNCTION2:
+                elif op == RDB_OPCODE_FUNCTION2:
                     what = "a function library"
                     cur.skip_string()
                     self.functions += 1
-                elif op == OP_FUNCTION_PRE_GA:
+                elif op == RDB_OPCODE_FUNCTION_PRE_GA:
                     raise RdbFileError(record, "functions in the format of Redis 7.0's release candidates "
                                                "(Redis does not load it either)")
-                elif op == OP_MODULE_AUX:
+                elif op == RDB_OPCODE_MODULE_AUX:
                     what = "a module's AUX data"
                     module_id = cur.plain_length()
                     at = cur.pos
@@ -423,7 +348,7 @@ class RdbFileReader:
                     cur.plain_length()
                     cur.skip_module_value()
                     self.module_aux.append(module_type_name(module_id))
-                elif op == OP_KEY_META:
+                elif op == RDB_OPCODE_KEY_META:
                     what = "key metadata"
                     for _ in range(cur.plain_length()):
                         cur.skip(4)  # the class: name, version and flags
@@ -448,7 +373,7 @@ class RdbFileReader:
         begin = cur.pos
         shown = key.decode("utf-8", "backslashreplace")
         try:
-            if rdb_type == MODULE_PRE_GA:
+            if rdb_type == RDB_TYPE_MODULE_PRE_GA:
                 raise RdbFileError(start, f"key '{shown}' holds a module value in the format of Redis 4.0's "
                                           f"release candidates, which cannot be read without its module")
             _skip_value(cur, rdb_type)
@@ -488,46 +413,46 @@ def _skip_double_string(cur: _Cursor) -> None:
 
 def _skip_value(cur: _Cursor, rdb_type: int) -> None:
     """Move past one value of ``rdb_type`` (as rdbLoadObject reads it), decoding nothing."""
-    if rdb_type == STRING:
+    if rdb_type == RDB_TYPE_STRING:
         cur.skip_string()
-    elif rdb_type in (LIST, SET, LIST_QUICKLIST):
+    elif rdb_type in (RDB_TYPE_LIST, RDB_TYPE_SET, RDB_TYPE_LIST_QUICKLIST):
         for _ in range(cur.plain_length()):
             cur.skip_string()
-    elif rdb_type == LIST_QUICKLIST_2:
+    elif rdb_type == RDB_TYPE_LIST_QUICKLIST_2:
         for _ in range(cur.plain_length()):
             at = cur.pos
             container = cur.plain_length()
             if container not in (1, 2):  # QUICKLIST_NODE_CONTAINER_PLAIN / _PACKED
                 cur.bad(at, f"unknown quicklist node container {container}")
             cur.skip_string()
-    elif rdb_type == ZSET:
+    elif rdb_type == RDB_TYPE_ZSET:
         for _ in range(cur.plain_length()):
             cur.skip_string()
             _skip_double_string(cur)
-    elif rdb_type == ZSET_2:
+    elif rdb_type == RDB_TYPE_ZSET_2:
         for _ in range(cur.plain_length()):
             cur.skip_string()
             cur.skip(8)
-    elif rdb_type == HASH:
+    elif rdb_type == RDB_TYPE_HASH:
         for _ in range(cur.plain_length()):
             cur.skip_string()
             cur.skip_string()
-    elif rdb_type in (HASH_METADATA, HASH_METADATA_PRE_GA):
-        if rdb_type == HASH_METADATA:
+    elif rdb_type in (RDB_TYPE_HASH_METADATA, RDB_TYPE_HASH_METADATA_PRE_GA):
+        if rdb_type == RDB_TYPE_HASH_METADATA:
             cur.skip(8)  # the earliest field expiry
         for _ in range(cur.plain_length()):
             cur.plain_length()  # the field's TTL
             cur.skip_string()
             cur.skip_string()
-    elif rdb_type == HASH_LISTPACK_EX:
+    elif rdb_type == RDB_TYPE_HASH_LISTPACK_EX:
         cur.skip(8)
         cur.skip_string()
-    elif rdb_type in (HASH_ZIPMAP, LIST_ZIPLIST, SET_INTSET, ZSET_ZIPLIST, HASH_ZIPLIST, HASH_LISTPACK,
-                      ZSET_LISTPACK, SET_LISTPACK, HASH_LISTPACK_EX_PRE_GA):
+    elif rdb_type in (RDB_TYPE_HASH_ZIPMAP, RDB_TYPE_LIST_ZIPLIST, RDB_TYPE_SET_INTSET, RDB_TYPE_ZSET_ZIPLIST, RDB_TYPE_HASH_ZIPLIST, RDB_TYPE_HASH_LISTPACK,
+                      RDB_TYPE_ZSET_LISTPACK, RDB_TYPE_SET_LISTPACK, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA):
         cur.skip_string()  # one blob: the ziplist, listpack, intset or zipmap
     elif rdb_type in STREAM_TYPES:
         _skip_stream(cur, rdb_type)
-    elif rdb_type == MODULE_2:
+    elif rdb_type == RDB_TYPE_MODULE_2:
         cur.plain_length()  # the module id
         cur.skip_module_value()
     else:
@@ -538,24 +463,24 @@ def _skip_stream(cur: _Cursor, rdb_type: int) -> None:
     for _ in range(cur.plain_length()):  # listpack nodes: master ID (16 bytes) and the listpack
         cur.skip_string()
         cur.skip_string()
-    ids = 3 if rdb_type == STREAM_LISTPACKS else 8  # length, last ID; then first ID, max deleted, entries added
+    ids = 3 if rdb_type == RDB_TYPE_STREAM_LISTPACKS else 8  # length, last ID; then first ID, max deleted, entries added
     for _ in range(ids):
         cur.plain_length()
     for _ in range(cur.plain_length()):  # consumer groups
         cur.skip_string()
         cur.plain_length()
         cur.plain_length()
-        if rdb_type != STREAM_LISTPACKS:
+        if rdb_type != RDB_TYPE_STREAM_LISTPACKS:
             cur.plain_length()  # entries read
         for _ in range(cur.plain_length()):  # the group's PEL: ID, delivery time, count
             cur.skip(16 + 8)
             cur.plain_length()
         for _ in range(cur.plain_length()):  # consumers: name, seen time (active time), their PEL's IDs
             cur.skip_string()
-            cur.skip(16 if rdb_type in (STREAM_LISTPACKS_3, STREAM_LISTPACKS_4) else 8)
+            cur.skip(16 if rdb_type in (RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4) else 8)
             for _ in range(cur.plain_length()):
                 cur.skip(16)
-    if rdb_type == STREAM_LISTPACKS_4:  # IDMP: duration, max entries, producers, totals
+    if rdb_type == RDB_TYPE_STREAM_LISTPACKS_4:  # IDMP: duration, max entries, producers, totals
         cur.plain_length()
         cur.plain_length()
         for _ in range(cur.plain_length()):
@@ -588,37 +513,35 @@ class RdbFileWriter:
         self.out.write(data)
 
     def begin(self, aux: dict[str, str] | None = None) -> None:
-        self._write(b"REDIS%04d" % self.version)
+        w = Writer()
+        w.raw(b"REDIS%04d" % self.version)
         for name, value in (aux or {}).items():
-            self._write(bytes([OP_AUX]) + encode_string(name.encode()) + encode_string(str(value).encode()))
+            w.byte(RDB_OPCODE_AUX)
+            w.string(name.encode())
+            w.string(str(value).encode())
+        self._write(w.getvalue())
 
     def select_db(self, db: int, keys: int, expires: int = 0) -> None:
-        self._write(bytes([OP_SELECTDB]) + encode_length(db)
-                    + bytes([OP_RESIZEDB]) + encode_length(keys) + encode_length(expires))
+        w = Writer()
+        w.byte(RDB_OPCODE_SELECTDB)
+        w.length(db)
+        w.byte(RDB_OPCODE_RESIZEDB)
+        w.length(keys)
+        w.length(expires)
+        self._write(w.getvalue())
 
     def key(self, key: bytes, rdb_type: int, value: bytes, expire_ms: int | None = None) -> None:
-        """A key record; ``value`` is the encoded value (a DUMP payload between type byte and trailer)."""
-        head = b""
+        """A key record; ``value`` is the encoded value (a DUMP payload between type byte and footer)."""
+        w = Writer()
         if expire_ms is not None:
-            head = bytes([OP_EXPIRETIME_MS]) + struct.pack("<q", expire_ms)
-        self._write(head + bytes([rdb_type]) + encode_string(key))
+            w.byte(RDB_OPCODE_EXPIRETIME_MS)
+            w.millis(expire_ms)
+        w.byte(rdb_type)
+        w.string(key)
+        self._write(w.getvalue())
         self._write(value)
         self.keys += 1
 
     def end(self) -> None:
-        self._write(bytes([OP_EOF]))
+        self._write(bytes([RDB_OPCODE_EOF]))
         self.out.write(struct.pack("<Q", self.crc) if self.version >= 5 else b"")
-
-
-def encode_length(n: int) -> bytes:
-    if n < 1 << 6:
-        return bytes([n])
-    if n < 1 << 14:
-        return bytes([0x40 | (n >> 8), n & 0xFF])
-    if n < 1 << 32:
-        return b"\x80" + struct.pack(">I", n)
-    return b"\x81" + struct.pack(">Q", n)
-
-
-def encode_string(s: bytes) -> bytes:
-    return encode_length(len(s)) + s
