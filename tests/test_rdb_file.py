@@ -565,6 +565,19 @@ def test_export_from_braid_loads_in_redis_7_0(region, tmp_path, capsys):
             assert c.xrange(key) == braid.xrange(key), key
             assert _full(c, key) == _full(braid, key), key
 
+    # a Redis 6.2 file (RDB 9, the first stream encoding), which 7.0 loads too
+    (tmp_path / "old").mkdir()
+    status, out, err = _run(capsys, "export", str(tmp_path / "old" / "dump.rdb"), "--from",
+                            f"127.0.0.1:{region.port}", "--for-redis", "6.2")
+    assert status == 0 and "(RDB version 9)" in out, err
+    reader, keys = read_all((tmp_path / "old" / "dump.rdb").read_bytes())
+    assert reader.version == 9 and {k.rdb_type for k in keys} == {rdb.RDB_TYPE_STREAM_LISTPACKS}
+    with RedisProcess(data_dir=str(tmp_path / "old")) as p:
+        c = p.client()
+        for key in braid.keys():
+            assert c.xrange(key) == braid.xrange(key), key
+        assert c.xpending_range("orders", "billing", "-", "+", 10)[0]["consumer"] == b"worker-1"
+
     status, out, err = _run(capsys, "export", str(tmp_path / "new.rdb"), "--from", f"127.0.0.1:{region.port}")
     assert status == 0, err
     reader, keys = read_all((tmp_path / "new.rdb").read_bytes())
