@@ -443,10 +443,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     written in the asked version; 2: the file could not be written."""
     import redis
 
-    from .persistence.rdbfile import MAX_RDB_VERSION, REDIS_RDB_VERSIONS, STREAM_TYPES, split_dump_payload, \
-        stream_type_for
+    from .persistence.rdbfile import MAX_RDB_VERSION, REDIS_RDB_VERSIONS, stream_type_for
 
-    version = args.rdb_version or (REDIS_RDB_VERSIONS[args.for_redis] if args.for_redis else None)
+    version = args.rdb_version if args.rdb_version is not None else REDIS_RDB_VERSIONS.get(args.for_redis)
     if version is not None:
         try:
             stream_type_for(version)
@@ -458,6 +457,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     where = f"{args.source[0]}:{args.source[1]}"
     try:
         client = _client(args, args.source)
+    except redis.RedisError as e:
+        print(f"braid export: {where}: {e}", file=sys.stderr)
+        return 1
+    try:
+        return _export(args, client, version, where)
+    finally:
+        client.close()
+
+
+def _export(args: argparse.Namespace, client, version: int | None, where: str) -> int:
+    import redis
+
+    from .persistence.rdbfile import MAX_RDB_VERSION, STREAM_TYPES, split_dump_payload, stream_type_for
+
+    try:
         names = sorted(set(client.scan_iter(count=1000, _type="stream")))  # SCAN may return a key twice
         made_by = client.info("server").get("redis_version", "")
     except redis.RedisError as e:
@@ -500,8 +514,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         _remove(tmp)
         print(f"braid export: {args.file}: {e.strerror or e}", file=sys.stderr)
         return 2
-    finally:
-        client.close()
     print(f"exported {written} streams from {where} to {args.file} (RDB version {writer.version})")
     if vanished:
         print(f"{vanished} streams were deleted during the export")
