@@ -16,12 +16,13 @@ import struct
 import time
 
 import pytest
+import redis
 
 from node import cli
 from node.persistence import rdb, rdbfile
 from node.persistence.rdb import crc64
 from node.persistence.rdbfile import RdbFileError, RdbFileReader, RdbFileWriter, restore_payload, split_dump_payload
-from node.testing import BraidProcess, InProcessServer, LocalCluster, RedisProcess, wait_until
+from node.testing import BraidProcess, InProcessServer, LocalCluster, RedisProcess, free_port, wait_until
 from tests.differential import normalise
 
 pytestmark = pytest.mark.redis
@@ -637,3 +638,38 @@ def test_braid_node_imports_on_its_first_start_only(redis_file, tmp_path):
             refused.start()
     finally:
         refused.stop()
+
+
+def test_import_and_export_over_tls_with_a_password(redis_file, tmp_path, capsys):
+    from node.security.certs import create_cluster_certs
+
+    data, _, _, _ = redis_file
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(data)
+    made = create_cluster_certs(str(tmp_path / "tls"), ["region-1"])
+    tls_port = free_port()
+
+    def serves() -> bool:
+        try:
+            with region.client(password="s3cret", socket_timeout=1) as c:
+                return c.ping()
+        except redis.RedisError:
+            return False
+
+    region = BraidProcess(extra_args=["--requirepass", "s3cret", "--tls-port", str(tls_port),
+                                      "--tls-cert-file", made.regions["region-1"][0],
+                                      "--tls-key-file", made.regions["region-1"][1], "--tls-ca-cert-file", made.ca],
+                          ready=serves)
+    tls = ["--tls", "--cacert", made.ca, "--cert", made.client[0], "--key", made.client[1]]
+    with region:
+        status, out, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{tls_port}", *tls,
+                                "--password", "s3cret")
+        assert status == 0 and "imported 4 streams" in out, err
+        status, _, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{tls_port}", *tls,
+                              "--password", "wrong")
+        assert status == 1 and "invalid username-password pair" in err
+        status, out, err = _run(capsys, "export", str(tmp_path / "out.rdb"), "--from", f"127.0.0.1:{tls_port}",
+                                *tls, "--user", "default", "--password", "s3cret")
+        assert status == 0 and "exported 4 streams" in out, err
+        _, keys = read_all((tmp_path / "out.rdb").read_bytes())
+        assert len(keys) == 4
