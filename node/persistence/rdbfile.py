@@ -161,10 +161,13 @@ class _Cursor:
     def length(self) -> tuple[int, bool]:
         """(value, is_encoded): an RDB length, or (encoding, True) for a specially encoded string."""
         at = self.pos
-        first = self.byte()
+        if at >= len(self.data):
+            raise _Truncated(at, "the file ends here")
+        first = self.data[at]
+        self.pos = at + 1
         kind = first >> 6
         if kind == 0:
-            return first & 0x3F, False
+            return first, False
         if kind == 1:
             return ((first & 0x3F) << 8) | self.byte(), False
         if kind == 3:
@@ -205,6 +208,11 @@ class _Cursor:
 
     def skip_string(self) -> None:
         at = self.pos
+        if at < len(self.data) and self.data[at] < 0x40:  # the common case: a short raw string
+            end = at + 1 + self.data[at]
+            if end <= len(self.data):
+                self.pos = end
+                return
         value, encoded = self.length()
         if not encoded:
             self.skip(value)
@@ -371,17 +379,16 @@ class RdbFileReader:
     def _value(self, cur: _Cursor, db: int, key: bytes, rdb_type: int, expire_ms, start: int,
                metadata: bool) -> RdbKey:
         begin = cur.pos
-        shown = key.decode("utf-8", "backslashreplace")
         try:
             if rdb_type == RDB_TYPE_MODULE_PRE_GA:
-                raise RdbFileError(start, f"key '{shown}' holds a module value in the format of Redis 4.0's "
+                raise RdbFileError(start, f"key '{_shown(key)}' holds a module value in the format of Redis 4.0's "
                                           f"release candidates, which cannot be read without its module")
             _skip_value(cur, rdb_type)
         except _Truncated as e:
-            raise RdbFileError(e.offset, f"truncated in the value of key '{shown}' ({type_name(rdb_type)}): {e}") \
-                from None
+            raise RdbFileError(e.offset, f"truncated in the value of key '{_shown(key)}' ({type_name(rdb_type)}): "
+                                         f"{e}") from None
         except _Bad as e:
-            raise RdbFileError(e.offset, f"bad value of key '{shown}' ({type_name(rdb_type)}): {e}") from None
+            raise RdbFileError(e.offset, f"bad value of key '{_shown(key)}' ({type_name(rdb_type)}): {e}") from None
         return RdbKey(db, key, rdb_type, bytes(self.data[begin:cur.pos]), expire_ms, start, metadata)
 
     def _checksum(self, cur: _Cursor) -> None:
@@ -403,6 +410,10 @@ class RdbFileReader:
             raise RdbFileError(end, f"checksum mismatch: the file says {stored:016x}, its contents give "
                                     f"{computed:016x}")
         self.checksum = True
+
+
+def _shown(key: bytes) -> str:
+    return key.decode("utf-8", "backslashreplace")
 
 
 def _skip_double_string(cur: _Cursor) -> None:
