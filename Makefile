@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 # System packages the tests and benchmarks use: Debian's redis-server (the
-# reference for differential tests) and redis-tools (redis-cli, redis-benchmark).
+# reference for differential tests), redis-tools (redis-cli, redis-benchmark) and tcl
+# (tclsh runs Redis's own stream test suites, which the test fetches from Debian's archive).
 # Docker (docker.io, docker-compose, debootstrap, a running dockerd and the images) is set up
 # by deploy/docker/build.sh, which tests/test_docker.py runs.
 deps:
@@ -28,6 +29,8 @@ deps:
 	@# the packaged service is not wanted: tests start their own servers
 	@-systemctl disable --now redis-server >/dev/null 2>&1 || true
 	@-service redis-server stop >/dev/null 2>&1 || true
+	@command -v tclsh >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q tcl; }
 	@# Java 17 for Spark (the pipeline tests run a local Spark)
 	@command -v java >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }

@@ -64,7 +64,7 @@ from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopp
 log = logging.getLogger("braid.server")
 
 BRAID_VERSION = "0.1.0"
-REDIS_COMPAT_VERSION = "8.6.3"  # the Redis release whose stream semantics Braid implements
+REDIS_COMPAT_VERSION = "8.10.2"  # the Redis release whose stream commands Braid implements
 
 
 class Stats:
