@@ -52,8 +52,9 @@ consumers' active time; with type 15 also the counters, which the reader then
 derives as Redis does).  Redis itself never writes an older type, so what an
 older type does with XNACK's released entries is Braid's rule: they are left
 out of the group PEL altogether, because every Redis before 8.8 needs an owner
-for each PEL entry (with deep sanitization it refuses an unowned one, without
-it the entry would crash XPENDING / XCLAIM there).  Such a payload carries the
+for each PEL entry (Redis 8.6 refuses an unowned one as "Bad data format" with
+``sanitize-dump-payload yes``, and without it loads one that then crashes its
+XPENDING).  Such a payload carries the
 owned entries only; the released ones are not pending in the target Redis.
 
 The NACK zone (type 27)
