@@ -32,9 +32,9 @@ The layers, bottom up (each is public; the RDB *file* reader builds on them):
   ID, fields or only values when they match the master's, and a back count);
   then the stream's counters, the consumer groups with their PELs,
   consumers and (since Redis 8.8) NACK zones, and (since Redis 8.6) the
-  idempotent-producer state.  Braid's
-  :class:`crdt.blocks.Block` has the same shape, so a node becomes a block
-  with the same entries, deleted ones included, and a block becomes a node.
+  idempotent-producer state.  Braid's :class:`crdt.blocks.Block` has the same
+  shape, so a node becomes a block with the same entries, deleted ones
+  included, and a block becomes a node.
 
 Encodings (``STREAM_TYPES``)
     15 ``RDB_TYPE_STREAM_LISTPACKS``    Redis 5.0 - 6.2
@@ -54,8 +54,8 @@ older type does with XNACK's released entries is Braid's rule: they are left
 out of the group PEL altogether, because every Redis before 8.8 needs an owner
 for each PEL entry (Redis 8.6 refuses an unowned one as "Bad data format" with
 ``sanitize-dump-payload yes``, and without it loads one that then crashes its
-XPENDING).  Such a payload carries the
-owned entries only; the released ones are not pending in the target Redis.
+XPENDING).  Such a payload carries the owned entries only; the released ones
+are not pending in the target Redis.
 
 The NACK zone (type 27)
     XNACK (Redis 8.8) releases pending entries: they stay in the group PEL with
@@ -68,13 +68,13 @@ The NACK zone (type 27)
     :meth:`crdt.groups.ConsumerGroup.by_delivery_time` serves them first and in
     release order, as Redis 8.8's time-ordered PEL does.  An ID in the zone
     must be in the group PEL, owned by no consumer and listed once; a PEL entry
-    without an owner that is not in the zone is refused, as before.  Layout
-    from two independent readers (librdb 2.3's ``handleStreamNackZoneEntry``
-    and its ``stream_v14_xnack`` fixture, whose PEL lists the released entries
-    with delivery time 0; a Rust RDB skipper's "stream NACK zone count") and
-    Redis 8.8's XNACK semantics.  Redis 8.10 added no stream type (its RDB
-    version 15 brings the compact-hash types 29-32); a type 28 is
-    ``RDB_TYPE_ARRAY`` (Redis 8.8), not a stream.
+    without an owner that is not in the zone is refused, as before.  The layout
+    is the one independent readers agree on (librdb 2.3's
+    ``handleStreamNackZoneEntry`` and its ``stream_v14_xnack`` fixture, whose
+    PEL lists the released entries with delivery time 0; a Go and a Rust RDB
+    decoder reading a count then 16 bytes per ID after each group's consumers).
+    Redis 8.10 added no stream type (its RDB version 15 brings the compact-hash
+    types 29-32); a type 28 is ``RDB_TYPE_ARRAY`` (Redis 8.8), not a stream.
 
 A Braid stream with several origin logs (an Active-Active database) is
 written as one Redis stream: the live entries of all logs merged by ID into
