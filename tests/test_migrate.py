@@ -2,7 +2,7 @@
 
 - The same sequence of MIGRATEs (one key, KEYS with missing keys, COPY, REPLACE, the
   target's BUSYKEY passed back with the keys that did move deleted, NOKEY, another
-  destination DB, every argument error) is run from Braid and from Debian's
+  destination DB, inside MULTI/EXEC, every argument error) is run from Braid and from Debian's
   redis-server 7.0 into a third redis-server: the replies, what the sources keep and
   what the target holds are the same.  Braid's source uses ``dump-rdb-version 10``;
   its default payload (Redis 8.6's) is refused by 7.0 and that error is passed back.
@@ -74,7 +74,7 @@ def _scenario(src: RawClient, tgt: RawClient, port: int) -> list:
     def migrate(*args):
         seen.append(src.call("MIGRATE", HOST, port, *args))
 
-    for key in ("a", "b", "c", "c2", "d"):
+    for key in ("a", "b", "c", "c2", "d", "e"):
         src.call("XADD", key, "1-1", "f", key)
     src.call("XADD", "a", "2-0", "g", "2")
     src.call("XGROUP", "CREATE", "a", "grp", "0")
@@ -97,6 +97,10 @@ def _scenario(src: RawClient, tgt: RawClient, port: int) -> list:
     tgt.call("SELECT", 3)
     seen.append(tgt.call("XRANGE", "d", "-", "+"))
     tgt.call("SELECT", 0)
+    src.call("MULTI")                                       # inside a transaction: run at EXEC
+    src.call("MIGRATE", HOST, port, "", 0, 5000, "KEYS", "e", "d")
+    src.call("XADD", "e", "2-2", "f", "again")
+    seen += [src.call("EXEC"), tgt.call("XRANGE", "e", "-", "+")]
     migrate("c2", 0, 0, "AUTH2", "u", "p", "AUTH", "pw", "COPY", "REPLACE", "KEYS", "x")  # options, any order
     for bad in (("c2", 0, 5000, "BOGUS"), ("c2", 0, 5000, "AUTH"), ("c2", 0, 5000, "AUTH2", "u"),
                 ("c2", 0, 5000, "KEYS", "c2"), ("c2", 0, "x"), ("c2", "x", 5000), ("c2", "1.5", "x"),
