@@ -26,7 +26,7 @@ import socket
 
 import pytest
 
-from node.commands.migrate import CACHE_IDLE_SECONDS, SocketMigrateTransport
+from node.commands.migrate import CACHE_IDLE_SECONDS, ERR_NO_TRANSPORT, SocketMigrateTransport
 from node.testing import InProcessServer, RedisProcess, free_port
 from tests.differential import Err, RawClient
 from tests.test_convergence import Region as ActiveRegion
@@ -279,6 +279,14 @@ def test_migrate_out_of_an_active_active_database(target, target_proc):
     assert [r.call(b"XRANGE", b"t", b"-", b"+") for r in regions] == [[[b"500-3", [b"f", b"v"]]]] * 3
     assert target.call("XRANGE", "t", "-", "+") == [[b"400-1", [b"f", b"v"]]]
     r1.server.migrate_transport.close_all()
+
+
+def test_a_core_without_a_network_port_answers_an_error():
+    region = ActiveRegion(1)  # a bare region core, as the deterministic simulation drives it
+    region.xadd(b"s", 100)
+    reply = region.call(b"MIGRATE", b"127.0.0.1", b"1", b"s", b"0", b"100", check=False)
+    assert reply.message == ERR_NO_TRANSPORT and b"s" in region.keys
+    assert region.call(b"MIGRATE", b"127.0.0.1", b"1", b"gone", b"0", b"100") == "NOKEY"
 
 
 def test_the_log_records_the_deletes_not_the_migrate(tmp_path, target, target_proc):
