@@ -41,8 +41,8 @@ The region core is sans-IO: the network is a port, :class:`MigrateTransport`, th
 the driver hands the core (``RegionCore.migrate_transport``; a core without one
 answers an error).  The asyncio server gives it a :class:`SocketMigrateTransport`:
 Redis's connection cache (one connection per ``host:port`` as written in the
-command, at most 64, each closed after 10 idle seconds by the server's cron) over
-blocking socket operations bounded by the command's timeout.  As in Redis the region
+command, at most 64, each closed after 10 idle seconds by the server's cron) whose
+reads and writes wait, each at most the command's timeout.  As in Redis the region
 waits for the exchange - up to the timeout per operation - and serves nothing else
 meanwhile: MIGRATE stays atomic (the keys sent are the keys deleted, no command can
 change one in between), inside MULTI/EXEC too.  Plain TCP only (no TLS to the target).
