@@ -23,6 +23,10 @@ and what it did comes back as effects a driver acts on:
 * ``failed``: set when the region fail-stopped (node/supervision.py); the
   driver's :meth:`on_fail_stop` closes what it owns.
 
+The one command that talks to another server, MIGRATE, does it through a port the
+driver provides (``migrate_transport``, node/commands/migrate.py); without one it
+answers an error.
+
 Every command's run time is counted (``Stats``, INFO's commandstats) and, for
 the commands a driver registered in ``latency`` (node/metrics.py does for XADD,
 XREADGROUP and XACK), put in a :class:`LatencyHistogram`: plain counters, no I/O,
@@ -190,6 +194,9 @@ class RegionCore:
         cmdtable.load_all()
         self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
         self.tls = None  # the TLS client port: the server's (node/security/tls.py); a core has no port
+        # MIGRATE's connections to other servers: a port the driver gives (node/commands/migrate.py);
+        # a core has none, and MIGRATE answers an error
+        self.migrate_transport = None
 
     @property
     def aa(self):

@@ -43,6 +43,7 @@ from typing import Any
 
 from . import commands as cmdtable
 from .blocking import Blocked
+from .commands.migrate import SocketMigrateTransport
 from .config import Config
 from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import ReplyError, encode
@@ -73,6 +74,7 @@ class Server(RegionCore):
         self._log_write_scheduled = False
         self._bgsave: asyncio.Future | None = None
         self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
+        self.migrate_transport = SocketMigrateTransport()  # MIGRATE's cached connections to targets
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
         if self.db.aa is not None:
@@ -246,6 +248,7 @@ class Server(RegionCore):
             await self.metrics.stop()
         for c in list(self.clients.values()):
             c.close()
+        self.migrate_transport.close_all()
         if self._server is not None:
             await self._server.wait_closed()
         if self._bgsave is not None and not self._bgsave.done():
@@ -267,7 +270,7 @@ class Server(RegionCore):
         """Once a second, each step supervised (a failure is counted and retried with backoff,
         or stops the region when the step changes state): IDMP time-based expiry (seed 002's
         cron job), the log's tick (everysec fsync, MISCONF recovery), automatic snapshots,
-        backlog trimming and garbage collection."""
+        backlog trimming and garbage collection, and MIGRATE's idle connections closed."""
         run = self.supervisor.run_step
         while True:
             await asyncio.sleep(1)
@@ -280,6 +283,7 @@ class Server(RegionCore):
                 run("auto-snapshot", self._auto_snapshot, False, now)
             for name, step, changes_state in steps[1:]:
                 run(name, step, changes_state, now)
+            self.migrate_transport.close_idle(now)  # closing sockets: nothing to supervise
 
     # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:

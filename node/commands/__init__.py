@@ -1,7 +1,7 @@
 """The command table: metadata kept as data, one handler per command.
 
 Each command family lives in its own module (``streams.py``, ``groups.py``,
-``keys.py``, ``dump.py``, ``server.py``, ``connection.py``, ``transactions.py``) and
+``keys.py``, ``dump.py``, ``migrate.py``, ``server.py``, ``connection.py``, ``transactions.py``) and
 registers its handlers with :func:`command` / :func:`subcommand`.  A handler is
 ``handler(client, argv) -> reply`` where ``argv[0]`` is the command name as
 sent and the reply is a plain value for :mod:`node.resp.encoder`; a handler
@@ -68,7 +68,7 @@ COMMANDS: dict[bytes, Command] = {}
 # (consumers, the PEL, cursors, settings), or an XADD answered from its IDMP map (it
 # counts the duplicate), is logged as a command with the operations it applied.
 RESOLVED = frozenset({"xadd", "xdel", "xdelex", "xtrim", "xsetid", "xcfgset", "xidmp|cfgset", "xidmprecord",
-                      "del", "unlink", "rename", "renamenx", "flushdb", "flushall",
+                      "del", "unlink", "rename", "renamenx", "flushdb", "flushall", "migrate",
                       "xgroup|create", "xgroup|destroy"})
 
 # Writes logged only when they changed state (the change counter moved, or they marked a
@@ -126,7 +126,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-FAMILIES = ("connection", "server", "keys", "dump", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl")
+FAMILIES = ("connection", "server", "keys", "dump", "migrate", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl")
 
 
 def load_all() -> dict[bytes, Command]:

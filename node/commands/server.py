@@ -439,6 +439,10 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
                 rest = argv[i + 1:]
                 return rest[: len(rest) // 2]
         return []
+    if cmd.name == "migrate":  # incomplete key specs: Redis's migrateGetKeys
+        from .migrate import migrate_key_positions
+
+        return [argv[i] for i in migrate_key_positions(argv)]
     if cmd.first_key <= 0:
         return []
     last = cmd.last_key if cmd.last_key >= 0 else len(argv) + cmd.last_key

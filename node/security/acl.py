@@ -225,6 +225,10 @@ def command_table() -> CommandTable:
 
 def keys_of(meta: CommandAcl, argv: list[bytes]) -> list[tuple[int, int]]:
     """(argument position, read/write bits) of every key: Redis's getKeysUsingKeySpecs."""
+    if meta.fullname == "migrate":  # incomplete key specs: Redis reads the keys with migrateGetKeys
+        from ..commands.migrate import migrate_key_positions
+
+        return [(i, meta.key_specs[0][0]) for i in migrate_key_positions(argv)]
     out = []
     argc = len(argv)
     for bits, bs, fk in meta.key_specs:

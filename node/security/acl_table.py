@@ -71,6 +71,7 @@ REDIS_COMMANDS: dict[str, tuple] = {
     'dump': (('readonly',), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
     'restore': (('write', 'denyoom'), ('keyspace', 'dangerous'), ((('OW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
     'restore-asking': (('write', 'denyoom', 'asking'), ('keyspace', 'dangerous'), ((('OW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
+    'migrate': (('write',), ('keyspace', 'dangerous'), ((('RW', 'ACCESS', 'DELETE'), ('index', 3), ('range', 0, 1, 0)), (('RW', 'ACCESS', 'DELETE', 'INCOMPLETE'), ('keyword', 'KEYS', -2), ('range', -1, 1, 0)))),
     'keys': (('readonly',), ('keyspace', 'dangerous'), ()),
     'scan': (('readonly', 'touches_arbitrary_keys'), ('keyspace',), ()),
     'multi': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ()),
