@@ -19,6 +19,7 @@ tests/test_differential.py compares COPY with redis-server itself.
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
@@ -28,7 +29,7 @@ from crdt.ids import MAX_ID, MIN_ID
 from node.config import Config
 from node.core import RegionCore, Session
 from node.resp.encoder import ReplyError
-from node.testing import InProcessServer, wait_until
+from node.testing import BraidProcess, InProcessServer, wait_until
 from tests.test_convergence import Region as ActiveRegion
 from tests.test_convergence import STRIDE, deliver, sync
 from tests.test_replay_ops import Region as LoggedRegion
@@ -334,6 +335,30 @@ def test_a_copy_replays_exactly(tmp_path, number, snapshot):
     assert again.state() == state
     assert _state(again.server.db.keys[b"d"]) == d_state
     assert again.server.loading_report[0].differences == 0
+
+
+def test_a_copy_survives_sigkill_of_a_real_region(tmp_path):
+    """A region process killed right after its COPY was acknowledged (appendfsync always)
+    comes back with the copy exactly as it was."""
+    proc = BraidProcess(data_dir=str(tmp_path), extra_args=["--appendfsync", "always"]).start()
+    try:
+        c = proc.client()
+        for i in range(1, 6):
+            c.xadd("s", {"f": i}, id=f"{i}-0")
+        c.xdel("s", "2-0")
+        c.xgroup_create("s", "g", id="0")
+        c.xreadgroup("g", "alice", {"s": ">"}, count=2)
+        c.xadd("t", {"f": "old"}, id="9-0")
+        assert c.copy("s", "t", replace=True) is True
+        before = [c.execute_command("XINFO", "STREAM", key, "FULL") for key in ("s", "t")]
+        c.close()
+        proc.kill(signal.SIGKILL)
+        proc.restart()
+        c = proc.client()
+        assert [c.execute_command("XINFO", "STREAM", key, "FULL") for key in ("s", "t")] == before
+        c.close()
+    finally:
+        proc.stop()
 
 
 def _history_aa(r) -> None:
