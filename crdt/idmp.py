@@ -107,6 +107,7 @@ class IdmpState:
         while len(m) > self.maxsize:
             old, _ = m.popitem(last=False)
             self.dots.pop((pid, old), None)
+            self.cleared.discard((pid, old))  # gone: no longer waiting to go
 
     def replace(self, pid: bytes, iid: bytes, id_: StreamID, dot: tuple[int, int] | None = None) -> None:
         """Point a tracked iid at another entry (multi-region conflict rule, crdt/ops.py)."""

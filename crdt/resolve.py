@@ -41,11 +41,15 @@ Installing a stream image under a key (:meth:`SingleRegion.install`, then
   IDs to the region's own log would let a concurrent DEL, trim or XDEL that had seen
   its earlier, higher entries remove them at some regions only.  Then each group is
   created again (its last-delivered ID and entries-read; a creation with
-  dependencies and a dot, so a concurrent DEL of the key still wins), the IDMP
-  configuration is set and every iid recorded (ConfigureIdmp, RecordIdmp).  The
-  consumers and PELs are region-local: :meth:`ActiveActive.install_local` copies
-  them into the new groups at the issuing region only.  The counters follow from
-  the entries, as after RENAME.
+  dependencies and a dot, so a concurrent DEL of the key still wins), and the IDMP
+  configuration is set (ConfigureIdmp, when it differs).  The image's IDMP maps are
+  not carried: an iid recorded without its add's dot (RecordIdmp) overwrites, or
+  pushes out of the size window, an iid a concurrent add at another region just
+  recorded under the destination, so that region no longer sees the duplicate when
+  it arrives - the simulation found regions keeping different entries that way.  The
+  destination keeps the maps it had, as after a DEL.  The consumers and PELs are
+  region-local: :meth:`ActiveActive.install_local` copies them into the new groups
+  at the issuing region only.  The counters follow from the entries, as after RENAME.
 
 Operations that depend on the version vector (contexts, dots) must be resolved
 right before they are applied, after the previous one was: every method resolves
@@ -217,7 +221,7 @@ class ActiveActive(SingleRegion):
 
     def install(self, keys: ops.Keyspace, dst: bytes, image: Stream, replace: bool) -> Iterator[ops.Op]:
         """An observed-remove of what ``dst`` held, the image's entries in a log of their
-        own, its groups created again, its IDMP configuration and maps (the theory above).
+        own, its groups created again, its IDMP configuration (the theory above).
         A generator the handler drives: each step reads the state the previous one left."""
         if dst in keys:
             if not replace:
@@ -239,12 +243,8 @@ class ActiveActive(SingleRegion):
         if s is None:
             return  # no entries and no groups: the key does not exist (nor its IDMP state)
         idmp = image.idmp
-        if (idmp.duration, idmp.maxsize) != (s.idmp.duration, s.idmp.maxsize) or s.idmp.producers:
+        if (idmp.duration, idmp.maxsize) != (s.idmp.duration, s.idmp.maxsize):
             yield ops.ConfigureIdmp(dst, idmp.duration, idmp.maxsize)
-        for pid, iids in idmp.producers.items():
-            for iid, id_ in iids.items():
-                if (pid, iid) not in idmp.cleared:
-                    yield ops.RecordIdmp(dst, pid, iid, id_)
 
     def install_local(self, keys: ops.Keyspace, dst: bytes, image: Stream) -> None:
         """The region-local part: the image's consumers and PELs, into the groups

@@ -27,7 +27,9 @@ What is modelled:
   from, see test_xdel_of_an_id_two_origins_hold_converges), XTRIM MAXLEN /
   MINID, exact or ``~``, with or without LIMIT,
   DEL, XGROUP CREATE / DESTROY, XREADGROUP ``>``, XACK and XNACK (any mode, maybe
-  RETRYCOUNT, maybe FORCE on an entry nobody read) by local consumers;
+  RETRYCOUNT, maybe FORCE on an entry nobody read) by local consumers, COPY
+  (with and without REPLACE, onto missing and existing keys, of any key but the
+  reader's onto the others: the Active-Active rule of crdt/resolve.py);
 - FLUSHALL at one region right after another region wrote an entry it lacks,
   then full delivery (see the invariants);
 - the cron's work at any region: IDMP expiry (time and size, with the region's
@@ -395,6 +397,34 @@ class ConvergenceMachine(RuleBasedStateMachine):
     @rule(region=regions_st, key=st.sampled_from(KEYS))
     def delete(self, region, key):
         self.regions[region].delete(key)
+
+    @rule(region=regions_st, src=st.sampled_from(STREAM_KEYS), dst=st.sampled_from(KEYS), replace=st.booleans())
+    def copy(self, region, src, dst, replace):
+        """COPY at one region, with and without REPLACE, onto a missing or an existing key
+        (whose entries and groups other regions may be changing meanwhile): Redis's reply,
+        and there the destination holds the source's entries (one per ID), its groups with
+        their cursors, consumers and PEL, and its IDMP configuration; the source is untouched."""
+        if src == dst:
+            return
+        r = self.regions[region]
+        source, held = r.keys.get(src), dst in r.keys
+        before = self._stream_view(r, src)
+        reply = r.call(b"COPY", src, dst, *([b"REPLACE"] if replace else []))
+        assert self._stream_view(r, src) == before
+        if source is None or (held and not replace):
+            assert reply == 0
+            return
+        assert reply == 1
+        assert r.xrange(dst) == list(dict.fromkeys(r.xrange(src)))  # entries sharing an ID collapse
+        copied = r.keys[dst]
+        assert sorted(copied.groups) == sorted(source.groups)
+        for name, g in source.groups.items():
+            c = copied.groups[name]
+            assert (c.last_id, c.entries_read, list(c.pel), sorted(c.consumers)) == \
+                (g.last_id, g.entries_read, list(g.pel), sorted(g.consumers))
+        assert (copied.idmp.duration, copied.idmp.maxsize) == (source.idmp.duration, source.idmp.maxsize)
+        if len(copied.logs) > 1 or src in self.shared_ids:
+            self.shared_ids.add(dst)  # the copy's IDs may equal other origins' there
 
     @rule(region=regions_st, key=st.sampled_from(KEYS), group=st.sampled_from(GROUPS))
     def create_group(self, region, key, group):

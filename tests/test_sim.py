@@ -33,6 +33,8 @@ SEEDS_PER_BUG = 80  # every planted bug is caught within this many seeds
 # the fault kinds before membership changes joined them: the schedules of the cases found then
 # (their seeds replay them with these, as chaos/README.md's replay commands do)
 FAULTS_BEFORE_MEMBERSHIP = tuple(f for f in FAULTS if f != "membership")
+# schedules pinned for a case found before COPY joined the workload run without it
+# (``copies=False``, ``--no-copies``): with it, their events happen differently
 TIME_BOX = float(os.environ.get("BRAID_SIM_TIME_BOX", "20"))
 
 
@@ -179,9 +181,9 @@ def test_each_planted_bug_is_caught_by_its_checker(bug):
 
 def test_a_failure_prints_its_replay_command_and_a_minimal_trace():
     out = io.StringIO()
-    assert sim_main(["--seed", "11", "--bug", "skip-late"], out=out) == 1
+    assert sim_main(["--seed", "2", "--bug", "skip-late"], out=out) == 1
     text = out.getvalue()
-    assert "replay: braid-chaos sim --seed 11 --steps 150 --regions 3 --fsync always --bug skip-late" in text
+    assert "replay: braid-chaos sim --seed 2 --steps 150 --regions 3 --fsync always --bug skip-late" in text
     minimal = next(line for line in text.splitlines() if line.startswith("minimal: "))
     argv = minimal.removeprefix("minimal: braid-chaos sim ").split()
     again = io.StringIO()
@@ -194,11 +196,11 @@ def _count(outcome, text: str) -> int:
     return sum(text in line for line in trace)
 
 
-@pytest.mark.parametrize("seed", [4, 6, 12])
+@pytest.mark.parametrize("seed", [2, 4, 6])
 def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     """With the backlog bounded, a region that was away gets a full-resync image, installs it
     and snapshots it (a later restart starts from that snapshot); every check still passes."""
-    outcome = run_sim(SimConfig(seed=seed, faults=FAULTS))
+    outcome = run_sim(SimConfig(seed=seed, faults=FAULTS, copies=False))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
     assert _count(outcome, "operations trimmed") and _count(outcome, "full-resync image")
     assert _count(outcome, "installed r") and _count(outcome, "snapshot at record")
@@ -233,7 +235,7 @@ def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_noth
 def test_a_region_restarts_from_its_full_resync_snapshot():
     """An installed image is the base of the region's file: a restart installs the snapshot and
     replays only the records after it, and comes back with the same state and version vector."""
-    sim = Simulation(SimConfig(seed=23, faults=FAULTS))
+    sim = Simulation(SimConfig(seed=23, faults=FAULTS, copies=False))
     sim.run()
     snapshotted = [n for n, r in sorted(sim.regions.items()) if r.file.snapshot is not None]
     assert snapshotted, "no region installed an image"
@@ -269,8 +271,8 @@ def test_the_workload_covers_block_splits_approximate_trims_and_every_id_mode():
 WRITES = ("xadd", "xdel", "xtrim", "del", "group_create", "group_destroy", "xreadgroup", "xack", "xcfgset")
 
 
-def _settled(seed: int) -> Simulation:
-    sim = Simulation(SimConfig(seed=seed))
+def _settled(seed: int, copies: bool = True) -> Simulation:
+    sim = Simulation(SimConfig(seed=seed, copies=copies))
     sim.run()
     verdicts = run_checks(sim)
     assert all(v.ok for v in verdicts), "\n".join(v.render() for v in verdicts if not v.ok)
@@ -287,7 +289,7 @@ def _when(sim: Simulation, text: str) -> int:
 
 
 def test_a_region_joins_during_a_partition_and_takes_writes_once_caught_up():
-    sim = _settled(4)
+    sim = _settled(4, copies=False)
     join = _changes(sim, JOIN)[0]
     n = join.change.number
     assert n == 4 and sim.config.regions == 3  # the next number; --regions stays the initial count
@@ -363,7 +365,7 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
         dropped.append(self.membership_dropped - before)
 
     monkeypatch.setattr(ActiveActive, "_drop_refused_pending", counting)
-    sim = _settled(349)
+    sim = _settled(349, copies=False)
     (force,) = _changes(sim, FORCE_REMOVE)
     n = force.change.number
     assert sum(dropped) > 0
@@ -391,7 +393,7 @@ def test_a_voter_that_restarts_before_the_commit_keeps_its_promise(monkeypatch):
 
     monkeypatch.setattr(ActiveActive, "attach_promise_store", recording)
     faults = ("crash", "partition", "clog", "swizzle", "clock", "membership", "reorder")
-    outcome = run_sim(SimConfig(seed=118, faults=faults))
+    outcome = run_sim(SimConfig(seed=118, faults=faults, copies=False))
     assert _count(outcome, "MEMBERSHIP epoch 2: force-remove")
     assert _count(outcome, "MEMBERSHIP epoch 2: the commit did not reach r")
     assert restored  # the crashed voter came back holding the removed region's operations

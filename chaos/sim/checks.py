@@ -30,9 +30,11 @@ durability         every operation a region promised was durable - by replying
                    by the removal (counted in the trace)
 strict-ids         two regions never mint the same ID (``*`` and milliseconds-only
                    IDs, in strict and semi-strict mode): in the history and in the
-                   final state
+                   final state (where the entries a COPY added, in logs of their own,
+                   are copies of minted entries, not mints)
 idmp               a (producer, iid) is added at most once, retries at other
-                   regions included: no two entries carry the same write; and an
+                   regions included: no two entries carry the same write (a COPY's
+                   copies of it aside); and an
                    iid two regions' IDMP maps both hold names the same entry (which
                    iids a map still holds depends on when its cron expired them)
 observed-remove    seed 003: an entry that is gone was removed by an operation that
@@ -53,6 +55,8 @@ pel                every region's pending entries lists are consistent whatever 
 never-skip         XREADGROUP ``>`` never skips: at every region that takes writes,
                    every entry of every group is delivered there (history, pending
                    list, or a final drain) or covered by a replicated XACK watermark
+                   or by the ID the group was created at (a COPY creates its groups
+                   at the source groups' last-delivered IDs)
 removed            no region applies an operation of a removed region past its frozen
                    point (seen at apply time, and in the final version vectors), and a
                    removed region that is up knows it was removed
@@ -162,6 +166,11 @@ def _entries(region: "SimRegion") -> list[tuple[bytes, int, tuple[int, int], lis
     keys = region.core.db.keys
     return [(key, o, i, flat) for key in sorted(keys) for o, log in sorted(keys[key].logs.items())
             for i, flat in log.range(MIN_ID, MAX_ID)]
+
+
+def _copied(region: "SimRegion", origin: int) -> bool:
+    """Is ``origin`` the log of a COPY's entries (numbered from the stride up, crdt/resolve.py)?"""
+    return origin >= region.aa.stride
 
 
 def _writes(history: list[Call]) -> dict[bytes, Call]:
@@ -277,7 +286,7 @@ def check_strict_ids(sim: "Simulation") -> Verdict:
         seen: dict[tuple[bytes, tuple[int, int]], int] = {}
         for key, origin, i, flat in _entries(region):
             call = writes.get(flat[-1])
-            if call is None or flat[-1] in liberal:
+            if call is None or flat[-1] in liberal or _copied(region, origin):
                 continue
             if (key, i) in seen and seen[(key, i)] != origin:
                 problems.append(f"{key.decode()} holds {_id(i)} in the logs of r{seen[(key, i)]} and r{origin}")
@@ -298,7 +307,7 @@ def check_idmp(sim: "Simulation") -> Verdict:
     holders: dict[bytes, list[str]] = {}
     for key, origin, i, flat in _entries(region):
         call = writes.get(flat[-1])
-        if call is not None and "idmp" in call.extra:
+        if call is not None and "idmp" in call.extra and not _copied(region, origin):
             holders.setdefault(flat[-1], []).append(f"{key.decode()} {_id(i)} (r{origin})")
     problems = [f"{w.decode()} {writes[w].extra['idmp']} added {len(h)} times: {', '.join(h)}"
                 for w, h in sorted(holders.items()) if len(h) > 1 and not _cleared_between(sim, writes[w])]
@@ -465,7 +474,7 @@ def check_never_skip(sim: "Simulation") -> Verdict:
                 if isinstance(drained, list):
                     seen |= {parse_id(row[0]) for _k, rows in drained for row in rows}
                 for o, log in sorted(s.logs.items()):
-                    mark = g.watermarks.get(o, MIN_ID)
+                    mark = max(g.watermarks.get(o, MIN_ID), g.floor)
                     for i, _flat in log.range(MIN_ID, MAX_ID):
                         if i not in seen and i > mark:
                             problems.append(f"r{r.number} group {key.decode()}/{name.decode()} never delivered "

@@ -59,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"comma-separated fault kinds of {','.join(FAULTS)}, or none "
                         f"(default: {','.join(DEFAULT_FAULTS)})")
     p.add_argument("--bug", choices=sorted(BUGS), help="plant a bug (chaos/sim/bugs.py)")
+    p.add_argument("--no-copies", action="store_true",
+                   help="leave COPY out of the workload (schedules as they ran before it was added)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run independent seeds in this many processes (0: one per CPU)")
     p.add_argument("--trace", action="store_true", help="print the trace of every schedule")
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         print("--regions must be between 2 and 15", file=out)
         return 2
     base = SimConfig(seed=0, steps=args.steps, regions=args.regions, fsync=args.fsync, faults=args.faults,
-                     bug=args.bug)
+                     bug=args.bug, copies=not args.no_copies)
     if args.jobs == 0:
         args.jobs = os.cpu_count() or 1
     started = time.monotonic()

@@ -23,7 +23,9 @@ what it read - unless the consumer "crashes" and never acknowledges; what it doe
 not acknowledge it may release with XNACK (SILENT, FAIL or FATAL, sometimes with
 RETRYCOUNT or FORCE), and a consumer then takes the released entries back with
 XREADGROUP ... CLAIM (they come first) and acknowledges them -, a rare FLUSHALL
-(one observed-remove of every key the region holds), and the
+(one observed-remove of every key the region holds), COPY of ``k0`` onto ``k1`` or back, with
+or without REPLACE (the copy's entries join the destination in a log of their own, its
+groups are created again, its consumers and PEL stay at the copying region), and the
 ID mode tuned between strict, semi-strict and liberal on every region that is up (as ``braid-admin tune`` does).  Each XADD records the
 mode its region ran it under: liberal IDs may collide across regions.  Full IDs
 and the writes of a region in liberal mode go to key ``k2`` (two origins may
@@ -33,6 +35,7 @@ today (tests/test_convergence.py, test_xdel_of_an_id_two_origins_hold_converges)
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +55,10 @@ PRODUCERS = (b"p0", b"p1", b"p2")
 MIX = (("xadd", 30), ("xadd_idmp", 10), ("xdel", 5), ("xtrim", 5), ("del", 3), ("group_create", 6),
        ("group_destroy", 2), ("xreadgroup", 14), ("tune", 2), ("xadd_burst", 1), ("xcfgset", 4),
        ("flushall", 1))
+# the share of steps that also send a COPY; it draws from a generator of its own (seeded
+# from the schedule's seed), so the main one's sequence stays as it was without it
+# (``--no-copies`` runs a schedule as it ran before COPY was in the mix)
+COPY_SHARE = 0.03
 # of the steps that draw ``flushall``, the share that sends it (about one schedule in two has
 # one): a flush empties the state every other check judges
 FLUSHALL_SHARE = 0.5
@@ -104,6 +111,7 @@ class Workload:
         self.iids = 0
         self._kinds = [k for k, _ in MIX]
         self._weights = [w for _, w in MIX]
+        self.copy_rng = random.Random(f"copy {sim.config.seed}")
 
     # ------------------------------------------------------------ one step
     def step(self, step: int) -> None:
@@ -111,6 +119,8 @@ class Workload:
             for number in sorted(self.sim.regions):
                 for name, value in LAYOUT:
                     self.issue("layout", number, [b"CONFIG", b"SET", name, value])
+        if self.sim.config.copies and self.copy_rng.random() < COPY_SHARE:
+            self._copy(self.copy_rng.choice(sorted(self.sim.regions)))
         kind = self.rng.choices(self._kinds, self._weights)[0]
         region = self.rng.choice(sorted(self.sim.regions))
         getattr(self, f"_{kind}")(region)
@@ -256,6 +266,14 @@ class Workload:
             self.issue("flushall", region, [b"FLUSHALL"])
         else:
             self._xadd(region)
+
+    def _copy(self, region: int) -> None:
+        """COPY of one key onto the other: entries, groups (their consumers and PEL at this
+        region only) and IDMP maps; with REPLACE (mostly) an observed-remove of what the
+        destination held first, without it nothing when the destination exists here."""
+        src, dst = self.copy_rng.sample(KEYS, 2)
+        replace = [b"REPLACE"] if self.copy_rng.random() < 0.7 else []
+        self.issue("copy", region, [b"COPY", src, dst, *replace])
 
     def _group_create(self, region: int) -> None:
         argv = [b"XGROUP", b"CREATE", self.rng.choice(KEYS), self.rng.choice(GROUPS), b"0", b"MKSTREAM"]

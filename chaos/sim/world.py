@@ -116,6 +116,7 @@ class SimConfig:
     fsync: str = "always"
     faults: tuple[str, ...] = DEFAULT_FAULTS
     bug: str | None = None
+    copies: bool = True       # COPY in the workload (schedules pinned before it was run without)
 
     def command(self) -> str:
         parts = [f"braid-chaos sim --seed {self.seed} --steps {self.steps} --regions {self.regions}",
@@ -124,6 +125,8 @@ class SimConfig:
             parts.append(f"--faults {','.join(self.faults) or 'none'}")
         if self.bug:
             parts.append(f"--bug {self.bug}")
+        if not self.copies:
+            parts.append("--no-copies")
         return " ".join(parts)
 
 

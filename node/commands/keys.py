@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import xxhash
 
-
-from ..resp.encoder import ReplyError
 from crdt import resolve
 from crdt.stream import Stream
 
+from ..resp.encoder import ReplyError
 from . import command
 from .util import ERR_NOT_INT, ERR_SYNTAX, parse_unsigned, string2ll
 
@@ -177,8 +176,9 @@ def renamenx(client, argv: list[bytes]):
 
 
 def install_stream(db, dst: bytes, image: Stream, replace: bool) -> bool:
-    """Put ``image`` (a stream not in the keyspace, owned by the caller from now on) under
-    ``dst``: the resolver's operations, applied one by one, then its region-local part.
+    """Put ``image`` (a stream not in the keyspace, handed over: one region puts it in place
+    as it is) under ``dst``: the resolver's operations, applied one by one, then its
+    region-local part (crdt/resolve.py).
     False, and nothing done, when ``dst`` exists and not ``replace``.  One change for the
     dirty counter, as Redis counts a COPY; blocked readers of ``dst`` are woken."""
     if dst in db.keys and not replace:
