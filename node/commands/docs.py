@@ -495,18 +495,7 @@ doc('restore',
     ],
 )
 
-doc('restore-asking',
-    history=[('3.0.0', 'Added the `REPLACE` modifier.'), ('5.0.0', 'Added the `ABSTTL` modifier.'), ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.')],
-    arguments=[
-        key('key', 0),
-        integer('ttl'),
-        string('serialized-value'),
-        token('REPLACE', since='3.0.0', optional=True),
-        token('ABSTTL', since='5.0.0', optional=True),
-        integer('seconds', token='IDLETIME', since='5.0.0', optional=True),
-        integer('frequency', token='FREQ', since='5.0.0', optional=True),
-    ],
-)
+DOCS['restore-asking'] = DOCS['restore']  # the same command, for a cluster's MIGRATE
 
 doc('migrate',
     history=[('3.0.0', 'Added the `COPY` and `REPLACE` options.'), ('3.0.6', 'Added the `KEYS` option.'), ('4.0.7', 'Added the `AUTH` option.'), ('6.0.0', 'Added the `AUTH2` option.')],
