@@ -86,10 +86,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
     Setting("stream-idmp-duration", "int", 100, 1, 86400),
     Setting("stream-idmp-maxsize", "int", 100, 1, 10000),
-    # DUMP's payload (node/commands/dump.py): the RDB version it writes - 13 is Redis 8.6's,
-    # 11 Redis 7.2's, 10 Redis 7.0's, 9 Redis 5.0's (a Redis refuses a newer one) - and,
-    # as Redis's own setting, whether it LZF-compresses the listpacks
-    Setting("dump-rdb-version", "int", 13, 9, 13),
+    # DUMP's payload (node/commands/dump.py): the RDB version it writes - 15 is Redis 8.10's
+    # (Braid's reported version), 14 Redis 8.8's, 13 Redis 8.6's, 11 Redis 7.2's, 10 Redis
+    # 7.0's, 9 Redis 5.0's (a Redis refuses a newer one) - and, as Redis's own setting,
+    # whether it LZF-compresses the listpacks
+    Setting("dump-rdb-version", "int", 15, 9, 15),
     Setting("rdbcompression", "bool", True),
     # durability (node/persistence/): the operation log is the append-only file
     Setting("appendonly", "bool", True, mutable=False),

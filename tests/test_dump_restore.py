@@ -4,11 +4,17 @@
   below, with the XINFO STREAM FULL reply it gave): Braid decodes them, restores
   them to the same XINFO STREAM FULL, and writes the uncompressed one back byte for
   byte.
+- Redis 8.8's type 27 (RDB 14) with a NACK zone, hand-built from the layout with the
+  content of librdb's ``stream_v14_xnack`` fixture: RESTORE gives the released entries
+  back unowned, counted in ``nacked-count`` and claimed first in zone order; a
+  damaged zone is ``Bad data format``.  XNACK, DUMP (Redis 8.10's RDB 15 by default),
+  RESTORE keeps the zone; ``dump-rdb-version 13`` leaves it out.
 - Debian's redis-server 7.0 both ways: a stream built there (several nodes, deleted
   entries, groups, PELs, consumers) DUMPed there is RESTOREd into Braid (the legacy
   type 19) to the same XRANGE and XINFO STREAM FULL; Braid's DUMP with
-  ``dump-rdb-version 10`` RESTOREs into 7.0 the same way, and Braid's default (RDB
-  13) one is refused there exactly as 7.0 refuses any newer payload.
+  ``dump-rdb-version 10`` RESTOREs into 7.0 the same way (released entries left out),
+  and Braid's default (RDB 15) one is refused there exactly as 7.0 refuses any newer
+  payload.
 - MIGRATE run on 7.0 moves its streams into Braid (single key, KEYS, COPY, REPLACE,
   AUTH): Braid has what 7.0 had; 7.0 reports Braid's BUSYKEY.
 - Replies and errors against redis-server itself (differential), and Braid's own
@@ -109,7 +115,7 @@ def test_redis86_payloads_decode():
         assert {p: dict(m) for p, m in s.idmp.producers.items()} == {b"prod": {b"iid-2": (T + 12, 0)}}
         assert s.node_count == 1 and s.logs[0].blocks[0].dead == 1  # the deleted entry is still in its node
     # written back (uncompressed) byte for byte as Redis 8.6 wrote it
-    assert rdb.dump_payload(rdb.load_payload(REDIS86_PAYLOAD)) == REDIS86_PAYLOAD_RAW
+    assert rdb.dump_payload(rdb.load_payload(REDIS86_PAYLOAD), rdb.RDB_VERSION_REDIS_8_6) == REDIS86_PAYLOAD_RAW
 
 
 @pytest.mark.parametrize("payload", [REDIS86_PAYLOAD, REDIS86_PAYLOAD_RAW], ids=["lzf", "raw"])
@@ -123,6 +129,157 @@ def test_redis86_payload_restores_to_what_redis86_showed(braid_proc, payload):
         assert _fields(full, skip) == _fields(REDIS86_FULL, skip)
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- Redis 8.8's NACK zone
+# librdb's stream_v14_xnack fixture (Redis 8.8, RDB 14) as its JSON shows it: four entries,
+# consumer1 owns the first and the last, the two in the middle were released by XNACK.
+V14 = 1779170191996
+
+
+def _v14_payload(zone=((V14 + 2, 0), (V14 + 4, 0)), version: int = 14) -> bytes:
+    """A type-27 payload written out from the layout (not by Braid's stream writer): nodes,
+    counters, the group PEL (released entries with delivery time 0), the consumers, the NACK
+    zone (a count, then raw 128-bit IDs in release order), the IDMP defaults, the footer."""
+    w = rdb.Writer()
+    w.byte(rdb.RDB_TYPE_STREAM_LISTPACKS_5)
+    w.length(1)                                                    # one listpack node
+    w.string(V14.to_bytes(8, "big") + bytes(8))                    # its key: the master ID (raw)
+    w.string(rdb.listpack_encode([
+        4, 0, 1, b"field1", 0,                                     # live, deleted, master fields, 0
+        2, 0, 0, b"value1", 4,                                     # SAMEFIELDS entry
+        0, 2, 0, 1, b"field2", b"value2", 6,                       # entries with fields of their own
+        0, 4, 0, 1, b"field3", b"value3", 6,
+        0, 5, 0, 1, b"field4", b"value4", 6]))
+    w.length(4)                                                    # length
+    w.len_id((V14 + 5, 0))                                         # last-generated-id
+    w.len_id((V14, 0))                                             # first ID
+    w.len_id((0, 0))                                               # max deleted ID
+    w.length(4)                                                    # entries added
+    w.length(1)
+    w.string(b"mygroup")
+    w.len_id((V14 + 5, 0))
+    w.length(4)                                                    # entries read
+    w.length(4)                                                    # the group PEL, in ID order
+    for ms, when in ((V14, V14 + 8), (V14 + 2, 0), (V14 + 4, 0), (V14 + 5, V14 + 8)):
+        w.stream_id((ms, 0))
+        w.millis(when)
+        w.length(1)
+    w.length(1)
+    w.string(b"consumer1")
+    w.millis(V14 + 8)                                              # seen
+    w.millis(V14 + 8)                                              # active
+    w.length(2)
+    w.stream_id((V14, 0))
+    w.stream_id((V14 + 5, 0))
+    w.length(len(zone))                                            # the NACK zone
+    for id_ in zone:
+        w.stream_id(id_)
+    for n in (100, 100, 0, 0, 0):                                  # IDMP: duration, max size, none
+        w.length(n)
+    body = w.getvalue() + version.to_bytes(2, "little")
+    return body + rdb.crc64(body).to_bytes(8, "little")
+
+
+def test_v14_payload_decodes_with_its_nack_zone():
+    s = rdb.load_payload(_v14_payload(), origin=0)
+    assert [i for i, _f in s.range(MIN_ID, MAX_ID)] == [(V14, 0), (V14 + 2, 0), (V14 + 4, 0), (V14 + 5, 0)]
+    g = s.groups[b"mygroup"]
+    assert [(i, n.consumer and n.consumer.name, n.delivery_time) for i, n in g.by_delivery_time()] == [
+        ((V14 + 2, 0), None, 0), ((V14 + 4, 0), None, 0), ((V14, 0), b"consumer1", V14 + 8),
+        ((V14 + 5, 0), b"consumer1", V14 + 8)]
+    # zone order, not ID order, decides which released entry is served first
+    g = rdb.load_payload(_v14_payload(zone=((V14 + 4, 0), (V14 + 2, 0))), origin=0).groups[b"mygroup"]
+    assert [i for i, n in g.by_delivery_time() if n.consumer is None] == [(V14 + 4, 0), (V14 + 2, 0)]
+    # the same value in RDB 15 (Redis 8.10), and Braid writes it back byte for byte
+    p15 = _v14_payload(version=15)
+    assert rdb.dump_payload(rdb.load_payload(p15)) == p15
+    assert rdb.dump_payload(rdb.load_payload(_v14_payload()), rdb.RDB_VERSION_REDIS_8_8) == _v14_payload()
+
+
+def _group_of(c: RawClient, key: str = "s") -> dict:
+    info = c.call("XINFO", "STREAM", key, "FULL")
+    g = dict(zip(info[::2], info[1::2]))[b"groups"][0]
+    return dict(zip(g[::2], g[1::2]))
+
+
+def _claim_all(c: RawClient, key: str, group: str) -> list:
+    rows = c.call("XREADGROUP", "GROUP", group, "claimer", "CLAIM", "0", "STREAMS", key, ">")
+    return [r[0] for r in rows[0][1]]
+
+
+def test_v14_payload_restores_with_released_entries_first(braid_proc):
+    c = RawClient(braid_proc.port)
+    try:
+        c.call("FLUSHALL")
+        assert c.call("RESTORE", "s", 0, _v14_payload(zone=((V14 + 4, 0), (V14 + 2, 0)))) == b"OK"
+        g = _group_of(c)
+        assert (g[b"pel-count"], g[b"nacked-count"]) == (4, 2)
+        assert g[b"pending"] == [[b"%d-0" % V14, b"consumer1", V14 + 8, 1], [b"%d-0" % (V14 + 2), b"", 0, 1],
+                                 [b"%d-0" % (V14 + 4), b"", 0, 1], [b"%d-0" % (V14 + 5), b"consumer1", V14 + 8, 1]]
+        assert c.call("XPENDING", "s", "mygroup") == [4, b"%d-0" % V14, b"%d-0" % (V14 + 5), [[b"consumer1", b"2"]]]
+        # XREADGROUP CLAIM serves the zone first, in its order, then the owned entries by age
+        assert _claim_all(c, "s", "mygroup") == [b"%d-0" % (V14 + 4), b"%d-0" % (V14 + 2), b"%d-0" % V14,
+                                                 b"%d-0" % (V14 + 5)]
+        assert _group_of(c)[b"nacked-count"] == 0
+    finally:
+        c.close()
+
+
+def test_xnack_then_dump_then_restore_keeps_the_zone(braid_proc):
+    c = RawClient(braid_proc.port)
+    try:
+        c.call("FLUSHALL")
+        for i in range(1, 6):
+            c.call("XADD", "s", f"{i}-0", "f", f"v{i}")
+        c.call("XGROUP", "CREATE", "s", "g", "0")
+        c.call("XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", ">")
+        assert c.call("XNACK", "s", "g", "FAIL", "IDS", "1", "4-0") == 1
+        assert c.call("XNACK", "s", "g", "FATAL", "IDS", "1", "2-0") == 1
+        assert c.call("XNACK", "s", "g", "SILENT", "IDS", "1", "5-0") == 1
+        payload = c.call("DUMP", "s")
+        assert payload[0] == rdb.RDB_TYPE_STREAM_LISTPACKS_5 and payload[-10:-8] == b"\x0f\x00"
+        before = _group_of(c)
+        assert c.call("RESTORE", "t", 0, payload) == b"OK"
+        assert _group_of(c, "t") == before and before[b"nacked-count"] == 3
+        assert c.call("XPENDING", "t", "g", "-", "+", "10") == c.call("XPENDING", "s", "g", "-", "+", "10")
+        assert _claim_all(c, "t", "g") == [b"4-0", b"2-0", b"5-0", b"1-0", b"3-0"] == _claim_all(c, "s", "g")
+        # for a Redis before 8.8 the released entries are left out: only alice's remain pending
+        c.call("XNACK", "s", "g", "FAIL", "IDS", "2", "3-0", "1-0")
+        assert c.call("CONFIG", "SET", "dump-rdb-version", "13") == b"OK"
+        try:
+            older = c.call("DUMP", "s")
+        finally:
+            c.call("CONFIG", "SET", "dump-rdb-version", "15")
+        assert older[0] == rdb.RDB_TYPE_STREAM_LISTPACKS_4 and older[-10:-8] == b"\x0d\x00"
+        assert c.call("RESTORE", "u", 0, older) == b"OK"
+        g = _group_of(c, "u")
+        assert (g[b"pel-count"], g[b"nacked-count"]) == (3, 0)
+        assert [p[0] for p in g[b"pending"]] == [b"2-0", b"4-0", b"5-0"]
+        assert [p[1] for p in g[b"pending"]] == [b"claimer"] * 3
+    finally:
+        c.close()
+
+
+def test_damaged_nack_zones_are_bad_data_format(braid):
+    cases = {
+        "not pending": _v14_payload(zone=((V14 + 2, 0), (V14 + 3, 0))),
+        "owned": _v14_payload(zone=((V14 + 2, 0), (V14, 0))),
+        "twice": _v14_payload(zone=((V14 + 2, 0), (V14 + 4, 0), (V14 + 2, 0))),
+        "an unowned entry outside it": _v14_payload(zone=((V14 + 2, 0),)),
+    }
+    for what, payload in cases.items():
+        with pytest.raises(Exception, match="^Bad data format$"):
+            braid.restore("dst", 0, payload)
+            pytest.fail(what)
+    good = _v14_payload()
+    body = good[:-8]
+    for n in range(len(body) - 60, len(body) - 10):              # every cut through the zone and IDMP
+        cut = body[:n] + body[-2:]
+        with pytest.raises(Exception, match="^Bad data format$"):
+            braid.restore("dst", 0, cut + rdb.crc64(cut).to_bytes(8, "little"))
+    assert braid.exists("dst") == 0
+    assert braid.restore("dst", 0, good) == b"OK" and braid.xlen("dst") == 4
 
 
 # ---------------------------------------------------------------- Redis 7.0 both ways
@@ -165,9 +322,9 @@ def pair(braid_proc, redis_proc):
     b, r = RawClient(braid_proc.port), RawClient(redis_proc.port)
     for c in (b, r):
         c.call("FLUSHALL")
-    b.call("CONFIG", "SET", "dump-rdb-version", "13")
+    b.call("CONFIG", "SET", "dump-rdb-version", "15")
     yield b, r
-    b.call("CONFIG", "SET", "dump-rdb-version", "13")
+    b.call("CONFIG", "SET", "dump-rdb-version", "15")
     b.close()
     r.close()
 
@@ -195,7 +352,7 @@ def test_braid_dump_restores_into_redis70(pair):
     b, r = pair
     _build_on(b)
     default = b.call("DUMP", "s")
-    assert default[0] == rdb.RDB_TYPE_STREAM_LISTPACKS_4 and default[-10:-8] == b"\x0d\x00"
+    assert default[0] == rdb.RDB_TYPE_STREAM_LISTPACKS_5 and default[-10:-8] == b"\x0f\x00"
     # 7.0 refuses a payload newer than its RDB version, whatever it holds
     assert r.call("RESTORE", "s", 0, default) == Err("ERR DUMP payload version or checksum are wrong")
     assert b.call("CONFIG", "SET", "dump-rdb-version", "10") == b"OK"
@@ -213,6 +370,21 @@ def test_braid_dump_restores_into_redis70(pair):
     finally:
         b.call("CONFIG", "SET", "rdbcompression", "yes")
         r.call("CONFIG", "SET", "rdbcompression", "yes")
+
+
+def test_released_entries_are_left_out_for_redis70(pair):
+    b, r = pair
+    for i in range(1, 5):
+        b.call("XADD", "s", f"{i}-0", "f", f"v{i}")
+    b.call("XGROUP", "CREATE", "s", "g", "0")
+    b.call("XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", ">")
+    b.call("XNACK", "s", "g", "FAIL", "IDS", "2", "3-0", "1-0")
+    assert b.call("CONFIG", "SET", "dump-rdb-version", "10") == b"OK"
+    assert r.call("RESTORE", "s", 0, b.call("DUMP", "s")) == b"OK"
+    # 7.0 has alice's entries pending, and nothing it would need an owner for
+    assert r.call("XPENDING", "s", "g") == [2, b"2-0", b"4-0", [[b"alice", b"2"]]]
+    assert [p[:2] for p in r.call("XPENDING", "s", "g", "-", "+", "10")] == [[b"2-0", b"alice"], [b"4-0", b"alice"]]
+    assert r.call("XRANGE", "s", "-", "+") == b.call("XRANGE", "s", "-", "+")
 
 
 def test_migrate_from_redis70_into_braid(pair, braid_proc):
@@ -262,7 +434,7 @@ def _payloads(r: RawClient) -> dict:
     r.call("XADD", "src", "1-1", "f", "v")
     good = r.call("DUMP", "src")
     bad_crc = good[:-1] + bytes((good[-1] ^ 1,))
-    newer = good[:-10] + b"\x0e\x00"
+    newer = good[:-10] + b"\x10\x00"  # 16: newer than both 7.0's 10 and Braid's 15
     newer += rdb.crc64(newer).to_bytes(8, "little")
     garbage = b"\x13\xff\xff" + b"\x0a\x00"
     garbage += rdb.crc64(garbage).to_bytes(8, "little")
@@ -311,7 +483,7 @@ def test_replies_and_errors_match_redis(pair):
     b.call("XADD", "src", "1-1", "f", "v")
     assert b.call("CONFIG", "SET", "dump-rdb-version", "10") == b"OK"
     assert b.call("DUMP", "src") == payloads["good"]  # Braid's DUMP for a 7.0 is 7.0's, byte for byte
-    assert b.call("CONFIG", "SET", "dump-rdb-version", "13") == b"OK"
+    assert b.call("CONFIG", "SET", "dump-rdb-version", "15") == b"OK"
     for cmd in DIFFERENTIAL:
         argv = [payloads.get(a, a) if isinstance(a, str) else a for a in cmd]
         assert b.call(*argv) == r.call(*argv), cmd
@@ -376,13 +548,15 @@ def test_command_info_and_docs():
 def test_dump_rdb_version_setting():
     r = OneRegion()
     r("XADD", "s", "1-1", "f", "v")
-    for version, kind in [(13, 26), (12, 21), (11, 21), (10, 19), (9, 15)]:
+    assert r("CONFIG", "GET", "dump-rdb-version") == {b"dump-rdb-version": b"15"}  # Redis 8.10's
+    for version, kind in [(15, 27), (14, 27), (13, 26), (12, 21), (11, 21), (10, 19), (9, 15)]:
         assert r("CONFIG", "SET", "dump-rdb-version", version) == "OK"
         p = r("DUMP", "s")
         assert (p[0], int.from_bytes(p[-10:-8], "little")) == (kind, version)
         assert r("RESTORE", "copy", 0, p, "REPLACE") == "OK"
         assert r("XRANGE", "copy", "-", "+") == [[b"1-1", [b"f", b"v"]]]
-    assert isinstance(r("CONFIG", "SET", "dump-rdb-version", 14), ReplyError)
+    assert isinstance(r("CONFIG", "SET", "dump-rdb-version", 16), ReplyError)
+    assert isinstance(r("CONFIG", "SET", "dump-rdb-version", 8), ReplyError)
 
 
 # ---------------------------------------------------------------- Active-Active

@@ -5,11 +5,14 @@
   data and refusing damaged input; listpacks with every integer and string width,
   and refusing malformed ones.
 - Stream values: Hypothesis-built streams (entries in several nodes, deleted
-  entries, groups with PELs and consumers, IDMP maps) written in each encoding and
-  read back equal (minus what an older encoding cannot hold), node structure
-  included; a multi-origin stream written as one merged Redis stream.
+  entries, groups with PELs and consumers, entries released by XNACK, IDMP maps)
+  written in each encoding and read back equal (minus what an older encoding cannot
+  hold: before type 27 the released entries are left out), node structure and the
+  NACK zone's order included; a multi-origin stream written as one merged Redis
+  stream.  Type 27's group section checked byte for byte against the layout.
 - Hostile input: every truncation of a value and random byte damage raise
-  RdbError and nothing else.
+  RdbError and nothing else; a NACK zone naming an entry that is not pending,
+  owned, or listed twice, and an unowned entry outside the zone, are refused.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crdt.groups import ENTRIES_READ_UNKNOWN, ConsumerGroup, advance
+from crdt.groups import ENTRIES_READ_UNKNOWN, FAIL, FATAL, SILENT, ConsumerGroup, advance
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
 from node.persistence import rdb
 from node.persistence.rdb import (
     RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_2, RDB_TYPE_STREAM_LISTPACKS_3,
-    RDB_TYPE_STREAM_LISTPACKS_4, RdbError, Reader, Writer,
+    RDB_TYPE_STREAM_LISTPACKS_4, RDB_TYPE_STREAM_LISTPACKS_5, RdbError, Reader, Writer,
 )
 
 ALL_TYPES = sorted(rdb.STREAM_TYPES)
@@ -144,7 +147,7 @@ def test_listpack_damage_is_refused(damage):
 
 
 # ---------------------------------------------------------------- stream values
-def stream_state(s: Stream, rdb_type: int = RDB_TYPE_STREAM_LISTPACKS_4) -> dict:
+def stream_state(s: Stream, rdb_type: int = RDB_TYPE_STREAM_LISTPACKS_5) -> dict:
     """Everything the RDB encoding ``rdb_type`` keeps of a stream, comparable with ``==``."""
     state = {
         "entries": s.range(MIN_ID, MAX_ID),
@@ -156,16 +159,23 @@ def stream_state(s: Stream, rdb_type: int = RDB_TYPE_STREAM_LISTPACKS_4) -> dict
     if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
         state.update(first=s.first_id, max_deleted=s.max_deleted_id, added=s.entries_added)
     groups = {}
+    nack_zone = rdb_type >= RDB_TYPE_STREAM_LISTPACKS_5
     for name, g in s.groups.items():
+        # before type 27 an encoding has no released (unowned) PEL entries: they are left out
+        pel = {i: n for i, n in g.pel.items() if nack_zone or n.consumer is not None}
+        owned = [i for i, n in pel.items() if n.consumer is not None]
         groups[name] = {
             "last": g.last_id,
             "read": g.entries_read if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2 else None,
-            "pel": {i: (n.consumer.name, n.delivery_time, n.delivery_count) for i, n in g.pel.items()},
+            "pel": {i: (n.consumer and n.consumer.name, n.delivery_time, n.delivery_count) for i, n in pel.items()},
             "consumers": {c.name: (c.seen_time, c.active_time if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_3
                                    else c.seen_time, list(c.pel))
                           for c in g.consumers.values()},
             # Redis keeps no order among equal delivery times: loading puts them in ID order
-            "by_time": sorted(g.pel, key=lambda i: (g.pel[i].delivery_time, i)),
+            "by_time": sorted(owned, key=lambda i: (g.pel[i].delivery_time, i)),
+            # the NACK zone: released entries in the order they were released (served first)
+            "nack_zone": [i for i, n in g.by_delivery_time() if n.consumer is None] if nack_zone else [],
+            "nacked_count": g.nacked_count() if nack_zone else 0,
         }
     state["groups"] = groups
     if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_4:
@@ -216,6 +226,12 @@ def streams(draw, origins=(1,)):
                     nack.delivery_count = draw(st.integers(1, 2**40))
                     if id_ > g.last_id:
                         advance(s, g, id_)
+        # XNACK: pending entries released (in an order of their own), and with FORCE entries
+        # nobody had pending; a second XNACK moves an entry to the end of the zone
+        if live:
+            for id_ in draw(st.lists(st.sampled_from(live), max_size=6)):
+                g.release(id_, draw(st.sampled_from([SILENT, FAIL, FATAL])),
+                          draw(st.sampled_from([-1, -1, 0, 7])), force=draw(st.booleans()), exists=True)
     for pid in draw(st.lists(st.binary(max_size=5), max_size=3, unique=True)):
         for iid in draw(st.lists(st.binary(max_size=17), max_size=4, unique=True)):
             s.idmp.record(pid, iid, (draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 2**64 - 1))))
@@ -377,23 +393,132 @@ def test_idmp_window_out_of_range_is_refused():
 def test_payload_footer():
     s = _sample_stream()
     p = rdb.dump_payload(s)
-    assert p[0] == RDB_TYPE_STREAM_LISTPACKS_4 and p[-10:-8] == b"\x0d\x00"
-    assert rdb.verify_payload(p) == 13
+    # by default what Redis 8.10 writes: type 27 in RDB version 15
+    assert p[0] == RDB_TYPE_STREAM_LISTPACKS_5 and p[-10:-8] == b"\x0f\x00"
+    assert rdb.verify_payload(p) == 15
     assert stream_state(rdb.load_payload(p)) == stream_state(s)
-    legacy = rdb.dump_payload(s, rdb.RDB_VERSION_REDIS_7_0)
-    assert legacy[0] == RDB_TYPE_STREAM_LISTPACKS_2 and legacy[-10:-8] == b"\x0a\x00"
+    for version, kind in [(rdb.RDB_VERSION_REDIS_8_8, 27), (rdb.RDB_VERSION_REDIS_8_6, 26),
+                          (rdb.RDB_VERSION_REDIS_7_2, 21), (rdb.RDB_VERSION_REDIS_7_0, 19)]:
+        older = rdb.dump_payload(s, version)
+        assert (older[0], int.from_bytes(older[-10:-8], "little")) == (kind, version)
+        assert stream_state(rdb.load_payload(older), kind) == stream_state(s, kind)
     # a zero checksum means "not computed"
-    assert rdb.verify_payload(p[:-8] + bytes(8)) == 13
+    assert rdb.verify_payload(p[:-8] + bytes(8)) == 15
     with pytest.raises(rdb.PayloadError):
         rdb.verify_payload(p[:-1] + bytes((p[-1] ^ 1,)))
-    newer = p[:-10] + b"\x0e\x00"
+    newer = p[:-10] + b"\x10\x00"
     with pytest.raises(rdb.PayloadError):
         rdb.verify_payload(newer + rdb.crc64(newer).to_bytes(8, "little"))
+    # a reader of an older Redis (RDB files' own limit) refuses 14 and 15
+    with pytest.raises(rdb.PayloadError):
+        rdb.verify_payload(p, rdb.RDB_VERSION_REDIS_8_6)
     with pytest.raises(rdb.PayloadError):
         rdb.verify_payload(b"\x00" * 9)
     with pytest.raises(ValueError):
         rdb.dump_payload(s, rdb.RDB_VERSION_REDIS_7_0, RDB_TYPE_STREAM_LISTPACKS_4)
+    with pytest.raises(ValueError):
+        rdb.dump_payload(s, rdb.RDB_VERSION_REDIS_8_6, RDB_TYPE_STREAM_LISTPACKS_5)
     body = b"\x00\x03abc" + b"\x0a\x00"
     with pytest.raises(rdb.NotAStream) as e:
         rdb.load_payload(body + rdb.crc64(body).to_bytes(8, "little"))
     assert e.value.type_name == "string"
+    # Redis 8.10's compact hashes (self-contained DUMP types 29 and 31) and 8.8's arrays
+    for kind, name in [(29, "hash"), (31, "hash"), (28, "array")]:
+        body = bytes((kind,)) + b"\x00" + b"\x0f\x00"
+        with pytest.raises(rdb.NotAStream) as e:
+            rdb.load_payload(body + rdb.crc64(body).to_bytes(8, "little"))
+        assert e.value.type_name == name
+
+
+# ---------------------------------------------------------------- the NACK zone (type 27)
+def _released_stream() -> Stream:
+    """Entries 1-0..5-0 read by alice; XNACK FAIL of 4-0, then FATAL of 2-0, then FORCE of
+    6-0 (which nobody had pending): the zone is 4-0, 2-0, 6-0."""
+    s = Stream()
+    for i in range(1, 7):
+        s.add(0, (i, 0), [b"f", b"%d" % i], 100, 4096)
+    g = s.groups[b"g"] = ConsumerGroup(b"g", (5, 0), 5)
+    c, _ = g.consumer(b"alice", 50)
+    c.active_time = 60
+    for i in range(1, 6):
+        g.deliver((i, 0), c, 100 + i)
+    g.release((4, 0), FAIL)
+    g.release((2, 0), FATAL)
+    g.release((6, 0), SILENT, force=True, exists=True)
+    return s
+
+
+def _group_section(g_pel, consumers, zone) -> bytes:
+    """A type-27 group section written out by hand from the layout (not by the codec)."""
+    out = bytearray(b"\x01\x01g" + b"\x05\x00" + b"\x05")   # 1 group "g", last 5-0, entries-read 5
+    out += bytes((len(g_pel),))
+    for (ms, seq), when, count in g_pel:
+        out += ms.to_bytes(8, "big") + seq.to_bytes(8, "big") + when.to_bytes(8, "little")
+        out += bytes((count,)) if count < 64 else b"\x81" + count.to_bytes(8, "big")
+    out += bytes((len(consumers),))
+    for name, seen, active, ids in consumers:
+        out += bytes((len(name),)) + name + seen.to_bytes(8, "little") + active.to_bytes(8, "little")
+        out += bytes((len(ids),)) + b"".join(ms.to_bytes(8, "big") + seq.to_bytes(8, "big") for ms, seq in ids)
+    out += bytes((len(zone),)) + b"".join(ms.to_bytes(8, "big") + seq.to_bytes(8, "big") for ms, seq in zone)
+    return bytes(out)
+
+
+_IDMP_DEFAULTS = b"\x40\x64\x40\x64\x00\x00\x00"  # duration 100, max size 100, no producers, counters 0
+
+
+def _value_before_groups(s: Stream) -> bytes:
+    data = rdb.write_stream_value(s, RDB_TYPE_STREAM_LISTPACKS_5)
+    return data[:data.index(b"\x01\x01g\x05\x00\x05")]
+
+
+def test_type_27_writes_the_zone_after_the_consumers_in_release_order():
+    s = _released_stream()
+    data = rdb.write_stream_value(s, RDB_TYPE_STREAM_LISTPACKS_5)
+    pel = [((1, 0), 101, 1), ((2, 0), 0, 2**63 - 1), ((3, 0), 103, 1), ((4, 0), 0, 1), ((5, 0), 105, 1),
+           ((6, 0), 0, 0)]
+    section = _group_section(pel, [(b"alice", 50, 60, [(1, 0), (3, 0), (5, 0)])], [(4, 0), (2, 0), (6, 0)])
+    assert data == _value_before_groups(s) + section + _IDMP_DEFAULTS
+    back = rdb.read_stream_value(Reader(data), RDB_TYPE_STREAM_LISTPACKS_5)
+    g = back.groups[b"g"]
+    assert [(i, n.consumer and n.consumer.name) for i, n in g.by_delivery_time()] == \
+        [((4, 0), None), ((2, 0), None), ((6, 0), None), ((1, 0), b"alice"), ((3, 0), b"alice"), ((5, 0), b"alice")]
+    assert g.nacked_count() == 3
+    # what is stamped after loading comes after the zone
+    c = g.consumers[b"alice"]
+    g.release((1, 0), FAIL)
+    assert [i for i, n in g.by_delivery_time() if n.consumer is None] == [(4, 0), (2, 0), (6, 0), (1, 0)]
+    assert list(c.pel) == [(3, 0), (5, 0)]
+
+
+def test_older_types_leave_released_entries_out():
+    s = _released_stream()
+    for kind in (RDB_TYPE_STREAM_LISTPACKS_4, RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_2,
+                 RDB_TYPE_STREAM_LISTPACKS):
+        back = rdb.read_stream_value(Reader(rdb.write_stream_value(s, kind)), kind)
+        g = back.groups[b"g"]
+        assert list(g.pel) == [(1, 0), (3, 0), (5, 0)] and g.nacked_count() == 0, kind
+        assert list(g.consumers[b"alice"].pel) == [(1, 0), (3, 0), (5, 0)]
+
+
+@pytest.mark.parametrize("what,pel,owned,zone", [
+    ("not pending", [((1, 0), 0, 1)], [], [(1, 0), (2, 0)]),
+    ("owned", [((1, 0), 5, 1)], [(1, 0)], [(1, 0)]),
+    ("twice", [((1, 0), 0, 1), ((2, 0), 0, 1)], [], [(1, 0), (2, 0), (1, 0)]),
+    ("unowned outside the zone", [((1, 0), 0, 1), ((2, 0), 0, 1)], [], [(2, 0)]),
+    ("longer than its data", [((1, 0), 0, 1)], [], [(1, 0)] * 40),
+])
+def test_bad_nack_zones_are_refused(what, pel, owned, zone):
+    head = b"\x00\x00\x00\x00" + b"\x00\x00" + b"\x00\x00" + b"\x00"  # empty stream: no nodes..entries-added
+    consumers = [(b"c", 1, 1, owned)] if owned else []
+    section = _group_section(pel, consumers, zone)
+    data = head + section + _IDMP_DEFAULTS
+    if what == "longer than its data":
+        data = head + section[:section.rindex(bytes((40,)))] + bytes((40,)) + bytes(16)
+    with pytest.raises(RdbError):
+        rdb.read_stream_value(Reader(data), RDB_TYPE_STREAM_LISTPACKS_5)
+    # the same group without the bad part loads: the section's layout itself is right
+    if what != "longer than its data":
+        good_zone = [i for i, _t, _n in pel if i not in owned]
+        ok = head + _group_section(pel, consumers, good_zone) + _IDMP_DEFAULTS
+        g = rdb.read_stream_value(Reader(ok), RDB_TYPE_STREAM_LISTPACKS_5).groups[b"g"]
+        assert g.nacked_count() == len(good_zone)

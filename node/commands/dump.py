@@ -2,13 +2,16 @@
 
 DUMP answers Redis's payload for a stream: the value in the RDB encoding
 (:mod:`node.persistence.rdb`), the RDB version (2 bytes) and a CRC-64.  By
-default that is what Redis 8.6 writes (RDB version 13, stream type 26); the
-``dump-rdb-version`` setting picks an older Redis's pair (10 for Redis 7.0),
-since a Redis refuses a payload whose version is newer than its own.
+default that is what Redis 8.10 writes, as Braid reports itself as 8.10 (RDB
+version 15, stream type 27 with each group's NACK zone); the
+``dump-rdb-version`` setting picks an older Redis's pair (14 for Redis 8.8, 13
+for 8.6, 10 for 7.0), since a Redis refuses a payload whose version is newer
+than its own.  Below 14 the payload cannot hold XNACK's released entries: they
+are left out of the PEL (:mod:`node.persistence.rdb` says why).
 ``rdbcompression`` (yes by default, as in Redis) LZF-compresses the listpacks.
 
-RESTORE accepts a payload of any stream encoding Redis has written (5.0 to 8.6)
-with an RDB version up to 13, and answers Redis's replies and errors, checked in
+RESTORE accepts a payload of any stream encoding Redis has written (5.0 to 8.10)
+with an RDB version up to 15, and answers Redis's replies and errors, checked in
 Redis's order: the options, an existing key without REPLACE (BUSYKEY), the TTL,
 the footer (version and checksum), the value.  Braid keeps only streams: the
 payload of another type is refused with an error naming it.  Braid keys never

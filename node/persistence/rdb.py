@@ -30,10 +30,11 @@ The layers, bottom up (each is public; the RDB *file* reader builds on them):
   its master ID and holding a master entry (live count, deleted count, the
   master field names) then the entries (flags, ID deltas against the master
   ID, fields or only values when they match the master's, and a back count);
-  then the stream's counters, the consumer groups with their PELs and
-  consumers, and (since Redis 8.6) the idempotent-producer state.  Braid's
-  :class:`crdt.blocks.Block` has the same shape, so a node becomes a block
-  with the same entries, deleted ones included, and a block becomes a node.
+  then the stream's counters, the consumer groups with their PELs,
+  consumers and (since Redis 8.8) NACK zones, and (since Redis 8.6) the
+  idempotent-producer state.  Braid's :class:`crdt.blocks.Block` has the same
+  shape, so a node becomes a block with the same entries, deleted ones
+  included, and a block becomes a node.
 
 Encodings (``STREAM_TYPES``)
     15 ``RDB_TYPE_STREAM_LISTPACKS``    Redis 5.0 - 6.2
@@ -42,13 +43,38 @@ Encodings (``STREAM_TYPES``)
     21 ``RDB_TYPE_STREAM_LISTPACKS_3``  Redis 7.2 - 8.4: consumers' active time
     26 ``RDB_TYPE_STREAM_LISTPACKS_4``  Redis 8.6: IDMP (duration, max size,
                                         producers' iid -> ID maps, counters)
+    27 ``RDB_TYPE_STREAM_LISTPACKS_5``  Redis 8.8 - 8.10: each group's NACK zone
 
-All four are read; any of them is written on request, 26 by default (what
-Redis 8.6 writes).  Writing an older type drops what it cannot hold (IDMP
-state; consumers' active time; with type 15 also the counters, which the
-reader then derives as Redis does).  Redis 8.8 added type 27 (XNACK's
-per-group list of negatively acknowledged IDs) with RDB version 14; Braid
-reads and writes RDB version 13 and so, like Redis 8.6, refuses those.
+All five are read; any of them is written on request, 27 by default (what
+Redis 8.10 writes, in RDB version 15; Redis 8.8 writes it in version 14).
+Writing an older type drops what it cannot hold (the NACK zone; IDMP state;
+consumers' active time; with type 15 also the counters, which the reader then
+derives as Redis does).  Redis itself never writes an older type, so what an
+older type does with XNACK's released entries is Braid's rule: they are left
+out of the group PEL altogether, because every Redis before 8.8 needs an owner
+for each PEL entry (Redis 8.6 refuses an unowned one as "Bad data format" with
+``sanitize-dump-payload yes``, and without it loads one that then crashes its
+XPENDING).  Such a payload carries the owned entries only; the released ones
+are not pending in the target Redis.
+
+The NACK zone (type 27)
+    XNACK (Redis 8.8) releases pending entries: they stay in the group PEL with
+    no owner (delivery time 0 and their delivery count), in the order they were
+    released.  Type 27 writes the group PEL with them (in ID order, like every
+    PEL entry) and each consumer's PEL as before; after a group's consumers
+    comes the zone: a length, then each released ID as 16 raw bytes (big-endian
+    ms and seq, like a PEL ID), first released first.  Loading gives those
+    NACKs no consumer and stamps them in that order, so
+    :meth:`crdt.groups.ConsumerGroup.by_delivery_time` serves them first and in
+    release order, as Redis 8.8's time-ordered PEL does.  An ID in the zone
+    must be in the group PEL, owned by no consumer and listed once; a PEL entry
+    without an owner that is not in the zone is refused, as before.  The layout
+    is the one independent readers agree on (librdb 2.3's
+    ``handleStreamNackZoneEntry`` and its ``stream_v14_xnack`` fixture, whose
+    PEL lists the released entries with delivery time 0; a Go and a Rust RDB
+    decoder reading a count then 16 bytes per ID after each group's consumers).
+    Redis 8.10 added no stream type (its RDB version 15 brings the compact-hash
+    types 29-32); a type 28 is ``RDB_TYPE_ARRAY`` (Redis 8.8), not a stream.
 
 A Braid stream with several origin logs (an Active-Active database) is
 written as one Redis stream: the live entries of all logs merged by ID into
@@ -80,9 +106,11 @@ from crdt.ids import MAX_ID, MIN_ID, StreamID, string2ll
 from crdt.stream import Stream
 
 # ---------------------------------------------------------------- constants
-RDB_VERSION = 13         # what Redis 8.6 writes (DUMP footers, RDB file headers)
+RDB_VERSION = 15         # what Redis 8.10 writes (DUMP footers, RDB file headers)
 RDB_VERSION_REDIS_7_0 = 10
 RDB_VERSION_REDIS_7_2 = 11
+RDB_VERSION_REDIS_8_6 = 13
+RDB_VERSION_REDIS_8_8 = 14
 
 RDB_TYPE_STRING = 0
 RDB_TYPE_LIST = 1
@@ -110,18 +138,27 @@ RDB_TYPE_HASH_LISTPACK_EX_PRE_GA = 23
 RDB_TYPE_HASH_METADATA = 24
 RDB_TYPE_HASH_LISTPACK_EX = 25
 RDB_TYPE_STREAM_LISTPACKS_4 = 26
+RDB_TYPE_STREAM_LISTPACKS_5 = 27
+RDB_TYPE_ARRAY = 28
+RDB_TYPE_HASH_TMPL_LP = 29
+RDB_TYPE_HASH_TMPL_LP_REF = 30
+RDB_TYPE_HASH_TMPL_ARRAY = 31
+RDB_TYPE_HASH_TMPL_ARRAY_REF = 32
 
 STREAM_TYPES = frozenset({RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_2,
-                          RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4})
-DEFAULT_STREAM_TYPE = RDB_TYPE_STREAM_LISTPACKS_4
+                          RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4,
+                          RDB_TYPE_STREAM_LISTPACKS_5})
+DEFAULT_STREAM_TYPE = RDB_TYPE_STREAM_LISTPACKS_5
 
 # The stream type each RDB version writes (a DUMP for an older Redis must use its pair).
 STREAM_TYPE_FOR_VERSION = {9: RDB_TYPE_STREAM_LISTPACKS, 10: RDB_TYPE_STREAM_LISTPACKS_2,
                            11: RDB_TYPE_STREAM_LISTPACKS_3, 12: RDB_TYPE_STREAM_LISTPACKS_3,
-                           13: RDB_TYPE_STREAM_LISTPACKS_4}
+                           13: RDB_TYPE_STREAM_LISTPACKS_4, 14: RDB_TYPE_STREAM_LISTPACKS_5,
+                           15: RDB_TYPE_STREAM_LISTPACKS_5}
 # The oldest RDB version that can hold each stream type.
 MIN_VERSION_FOR_STREAM_TYPE = {RDB_TYPE_STREAM_LISTPACKS: 9, RDB_TYPE_STREAM_LISTPACKS_2: 10,
-                               RDB_TYPE_STREAM_LISTPACKS_3: 11, RDB_TYPE_STREAM_LISTPACKS_4: 13}
+                               RDB_TYPE_STREAM_LISTPACKS_3: 11, RDB_TYPE_STREAM_LISTPACKS_4: 13,
+                               RDB_TYPE_STREAM_LISTPACKS_5: 14}
 
 # Names for messages ("a hash payload"), by value type.
 TYPE_NAMES = {
@@ -134,7 +171,8 @@ TYPE_NAMES = {
     RDB_TYPE_SET_LISTPACK: "set", RDB_TYPE_STREAM_LISTPACKS_3: "stream", RDB_TYPE_HASH_METADATA_PRE_GA: "hash",
     RDB_TYPE_HASH_LISTPACK_EX_PRE_GA: "hash", RDB_TYPE_HASH_METADATA: "hash",
     RDB_TYPE_HASH_LISTPACK_EX: "hash", RDB_TYPE_STREAM_LISTPACKS_4: "stream",
-    27: "stream", 28: "array",
+    RDB_TYPE_STREAM_LISTPACKS_5: "stream", RDB_TYPE_ARRAY: "array", RDB_TYPE_HASH_TMPL_LP: "hash",
+    RDB_TYPE_HASH_TMPL_LP_REF: "hash", RDB_TYPE_HASH_TMPL_ARRAY: "hash", RDB_TYPE_HASH_TMPL_ARRAY_REF: "hash",
 }
 
 # Special opcodes of an RDB file (and the key-metadata prefix of a DUMP payload).
@@ -743,6 +781,29 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _read_nack_zone(reader: Reader, g: ConsumerGroup) -> set[StreamID]:
+    """Type 27's NACK zone of ``g`` (after its consumers): the released IDs, first released
+    first.  Each must be an unowned entry of the group PEL, listed once; it is stamped after
+    every loaded entry, in zone order, so that it is served in the order it was released."""
+    released: set[StreamID] = set()
+    count = reader.length_value()
+    if count > reader.remaining() // 16:
+        raise RdbError("stream NACK zone longer than its data")
+    for _ in range(count):
+        id_ = reader.stream_id()
+        nack = g.pel.get(id_)
+        if nack is None:
+            raise RdbError("NACK zone entry not found in the group's PEL")
+        if nack.consumer is not None:
+            raise RdbError("NACK zone entry owned by a consumer")
+        if id_ in released:
+            raise RdbError("duplicated NACK zone entry")
+        released.add(id_)
+        g._stamps += 1
+        nack.stamp = g._stamps
+    return released
+
+
 def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
     """Decode a stream value of type ``rdb_type`` (one of ``STREAM_TYPES``) from
     ``reader``; its entries land in the log of ``origin``."""
@@ -826,7 +887,8 @@ def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
                     raise RdbError("PEL entry owned by two consumers")
                 nack.consumer = c
                 c.pel[id_] = nack
-        if any(n.consumer is None for n in g.pel.values()):
+        released = _read_nack_zone(reader, g) if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_5 else set()
+        if any(n.consumer is None and i not in released for i, n in g.pel.items()):
             raise RdbError("consumer group PEL entry without a consumer")
         s.groups[name] = g
 
@@ -919,9 +981,11 @@ def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress:
         w.len_id(g.last_id)
         if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
             w.length(g.entries_read & _U64)
-        owned = [(id_, nack) for id_, nack in g.pel.items() if nack.consumer is not None]
-        w.length(len(owned))
-        for id_, nack in owned:
+        # Before type 27 a Redis needs an owner for every PEL entry: released ones are left out
+        nack_zone = rdb_type >= RDB_TYPE_STREAM_LISTPACKS_5
+        pel = [(id_, nack) for id_, nack in g.pel.items() if nack_zone or nack.consumer is not None]
+        w.length(len(pel))
+        for id_, nack in pel:
             w.stream_id(id_)
             w.millis(nack.delivery_time)
             w.length(max(nack.delivery_count, 0))
@@ -934,6 +998,11 @@ def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress:
                 w.millis(c.active_time)
             w.length(len(c.pel))
             for id_ in c.pel:
+                w.stream_id(id_)
+        if nack_zone:
+            released = [id_ for id_, nack in g.by_delivery_time() if nack.consumer is None]
+            w.length(len(released))
+            for id_ in released:
                 w.stream_id(id_)
     if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_4:
         idmp = s.idmp
