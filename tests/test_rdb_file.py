@@ -3,9 +3,10 @@
 Real files from Debian's redis-server 7.0 (every value type, big and small encodings,
 streams with groups, PELs and consumers) and one recorded from Redis 8.6.3 (hashes with
 field TTLs, IDMP streams, a function library) are read key by key, each value checked
-against the bytes DUMP gives for it; older and rarer encodings are built byte by byte;
-corrupt files give RdbFileError with an offset, never another exception.  The commands
-run against real servers: a redis-server 7.0 and a Braid region.
+against the bytes DUMP gives for it; older and rarer encodings, and the files of Redis
+8.8 and 8.10 (RDB 14 and 15: NACK zones, arrays, hash templates and compact hashes), are
+built byte by byte; corrupt files give RdbFileError with an offset, never another
+exception.  The commands run against real servers: a redis-server 7.0 and a Braid region.
 """
 
 from __future__ import annotations
@@ -193,7 +194,9 @@ def _stream_value(rdb_type: int) -> bytes:
     value += L(1) + b"\x01" * 16 + b"\x02" * 8 + L(3)  # its PEL: one entry
     value += L(1) + S(b"consumer") + b"\x03" * (16 if rdb_type >= rdb.RDB_TYPE_STREAM_LISTPACKS_3 else 8)
     value += L(1) + b"\x01" * 16
-    if rdb_type == rdb.RDB_TYPE_STREAM_LISTPACKS_4:
+    if rdb_type >= rdb.RDB_TYPE_STREAM_LISTPACKS_5:
+        value += L(2) + b"\x04" * 16 + b"\x05" * 16  # the NACK zone: two released IDs
+    if rdb_type >= rdb.RDB_TYPE_STREAM_LISTPACKS_4:
         value += L(100) + L(200) + L(1) + S(b"producer") + L(2) + S(b"iid-1") + L(5) + L(0) + S(b"iid-2") + L(5) \
             + L(1) + L(2) + L(0)
     return value
@@ -217,6 +220,32 @@ SYNTHETIC_VALUES = [
     *[(t, _stream_value(t)) for t in rdb.STREAM_TYPES],
 ]
 
+# Redis 8.8 (RDB 14): arrays.  Count, insert-index flag (and index), then index, tag, value per element.
+ARRAY_VALUES = [
+    L(4) + L(1) + L(49) + L(0) + L(0) + S(b"a string longer than seven bytes") + L(3) + L(3) + S(b"short")
+    + L(49) + L(1) + struct.pack("<q", -5) + L(1 << 40) + L(2) + struct.pack("<d", 2.5),
+    L(1) + L(0) + L(7) + L(1) + struct.pack("<q", 1 << 62),  # no insert index
+]
+# Redis 8.10 (RDB 15): two hash templates, defined before the keys that name them
+TEMPLATES = (bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(0) + L(2) + S(b"field1") + S(b"field2")
+             + bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(5) + L(3) + S(b"a") + S(b"bb") + S(b"ccc"))
+# the field names "field1", "field2" as one listpack, and a values listpack (template id 0, then 1 and 2), as
+# Redis 8.10's hash-template tests spell them out
+FIELDS_LP = b"\x17\x17\x00\x00\x00\x02\x00\x86field1\x07\x86field2\x07\xff"
+VALUES_LP = b"\x0d\x0d\x00\x00\x00\x03\x00\x00\x01\x01\x01\x02\x01\xff"
+COMPACT_HASH_VALUES = [
+    (rdb.RDB_TYPE_HASH_TMPL_LP_REF, VALUES_LP),
+    (rdb.RDB_TYPE_HASH_TMPL_LP_REF, S(rdb.listpack_encode([5, b"x", b"y", b"z" * 100]))),
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF, L(0) + b"\xc0\x01" + S(b"v" * 70)),
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF, L(5) + S(b"1") + S(b"2") + LZF_KEY),
+    (rdb.RDB_TYPE_HASH_TMPL_LP, L(0) + FIELDS_LP + VALUES_LP),  # the field names as one listpack
+    (rdb.RDB_TYPE_HASH_TMPL_LP, L(1) + L(2) + S(b"field1") + S(b"field2") + VALUES_LP),  # one string each
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY, L(1) + L(2) + S(b"field1") + S(b"field2") + b"\xc0\x01\xc0\x02"),
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY, L(0) + S(rdb.listpack_encode([b"f1", b"f2", b"f3"])) + S(b"x" * 70) + S(b"")
+     + b"\xc0\x05"),
+]
+SYNTHETIC_VALUES += [(rdb.RDB_TYPE_ARRAY, v) for v in ARRAY_VALUES] + COMPACT_HASH_VALUES
+
 
 def test_skips_every_encoding_and_opcode_exactly():
     body = (bytes([rdb.RDB_OPCODE_AUX]) + S(b"redis-ver") + S(b"9.9.9")
@@ -224,7 +253,7 @@ def test_skips_every_encoding_and_opcode_exactly():
             + bytes([rdb.RDB_OPCODE_MODULE_AUX]) + L(_module_id("auxmodule", 1)) + L(2) + L(2) + MODULE_VALUE
             + bytes([rdb.RDB_OPCODE_FUNCTION2]) + S(b"#!lua name=lib\n...")
             + bytes([rdb.RDB_OPCODE_SELECTDB]) + L(0) + bytes([rdb.RDB_OPCODE_RESIZEDB]) + L(40) + L(1)
-            + bytes([rdb.RDB_OPCODE_SLOT_INFO]) + L(5) + L(40) + L(1))
+            + bytes([rdb.RDB_OPCODE_SLOT_INFO]) + L(5) + L(40) + L(1) + TEMPLATES)
     expected = []
     for n, (rdb_type, value) in enumerate(SYNTHETIC_VALUES):
         key = LZF_KEY if n == 3 else S(b"key-%d" % n)
@@ -238,7 +267,7 @@ def test_skips_every_encoding_and_opcode_exactly():
     body += bytes([rdb.RDB_OPCODE_KEY_META]) + L(2) + b"cls1" + MODULE_VALUE + b"cls2" + L(0)  # two metadata classes
     stream = _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_4)
     body += bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_4]) + S(b"with-meta") + stream
-    reader, keys = read_all(rdb_bytes(body))
+    reader, keys = read_all(rdb_bytes(body, 15))
     assert [(k.key, k.rdb_type, k.value) for k in keys[:-2]] == expected
     assert {k.db for k in keys[:-2]} == {0} and {k.expire_ms for k in keys[:-2]} == {None}
     secs, meta = keys[-2:]
@@ -246,7 +275,8 @@ def test_skips_every_encoding_and_opcode_exactly():
     assert (meta.db, meta.key, meta.expire_ms, meta.metadata, meta.value) == (3, b"with-meta", 1700000000123, True,
                                                                              stream)
     assert reader.aux == {b"redis-ver": b"9.9.9", b"ctime": str(0x60000000).encode()}
-    assert reader.functions == 1 and reader.module_aux == ["auxmodule"]
+    assert reader.functions == 1 and reader.module_aux == ["auxmodule"] and reader.templates == {0: 2, 5: 3}
+    assert {k.type_name for k in keys if k.rdb_type >= rdb.RDB_TYPE_ARRAY} == {"array", "hash"}
     assert next(k for k in keys if k.rdb_type == rdb.RDB_TYPE_MODULE_2).module_name == "mymodtype"
     assert meta.offset == body.index(bytes([rdb.RDB_OPCODE_EXPIRETIME_MS])) + 9
 
@@ -265,7 +295,7 @@ def test_files_without_a_checksum_and_with_a_tail():
     (b"", 0, "not an RDB file"),
     (b"REDIX0009\xff", 0, "not an RDB file"),
     (b"REDIS00a9\xff", 5, "bad version"),
-    (b"REDIS0014\xff", 5, "RDB version 14 is not supported"),
+    (b"REDIS0016\xff", 5, "RDB version 16 is not supported (1 to 15: files written by Redis up to 8.10)"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_MODULE_PRE_GA]) + S(b"old-mod") + L(1)), 9, "key 'old-mod' holds a module value"),
     (rdb_bytes(bytes([rdb.RDB_OPCODE_FUNCTION_PRE_GA]) + S(b"x")), 9, "release candidates"),
     (rdb_bytes(bytes([200]) + S(b"x")), 9, "unknown opcode or value type 200"),
@@ -284,6 +314,48 @@ def test_files_without_a_checksum_and_with_a_tail():
     (b"REDIS0009" + bytes([rdb.RDB_TYPE_HASH]) + S(b"h") + L(2) + S(b"f"), 15, "truncated in the value of key 'h' (hash)"),
 ])
 def test_refuses_what_cannot_be_read(data, offset, reason):
+    with pytest.raises(RdbFileError) as e:
+        read_all(data)
+    assert e.value.offset == offset and reason in e.value.reason, str(e.value)
+
+
+STREAM_5 = _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_5)
+NACK_ZONE = STREAM_5.index(L(2) + b"\x04" * 16)
+
+
+def _v15(body: bytes) -> bytes:
+    return rdb_bytes(TEMPLATES + body, 15)  # the templates take 29 bytes: the body starts at offset 38
+
+
+@pytest.mark.parametrize("data, offset, reason", [
+    (rdb_bytes(bytes([rdbfile.RDB_TYPE_GCRA]) + S(b"limiter") + L(1), 15), 9,
+     "key 'limiter' holds a GCRA rate limiter (type 33, written only by Redis Enterprise builds)"),
+    (rdb_bytes(bytes([34]) + S(b"k") + L(1), 15), 9, "unknown opcode or value type 34"),
+    (rdb_bytes(bytes([rdb.RDB_TYPE_ARRAY]) + S(b"arr") + L(1) + L(2) + L(0), 14), 15,
+     "bad value of key 'arr' (array): array insert-index flag 2 (0 or 1)"),
+    (rdb_bytes(bytes([rdb.RDB_TYPE_ARRAY]) + S(b"arr") + L(1) + L(0) + L(3) + L(7) + L(0), 14), 17,
+     "unknown array element tag 7"),
+    (b"REDIS0014" + bytes([rdb.RDB_TYPE_ARRAY]) + S(b"arr") + L(2) + L(0) + L(3) + L(1) + b"\x00" * 7, 18,
+     "truncated in the value of key 'arr' (array): 8 bytes needed, the file ends 1 bytes short"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) + S(b"h") + L(9) + S(b"v")), 41,
+     "bad value of key 'h' (hash): a compact hash of hash template 9, which the file does not define before it"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) + S(b"h") + L(5) + S(b"1") + S(b"2"))[:-9], 46,
+     "truncated in the value of key 'h' (hash)"),  # template 5 has three fields
+    (_v15(bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(0) + L(1) + S(b"x")), 38,
+     "cannot read a hash template: hash template 0 is defined twice"),
+    (_v15(bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(1) + L(0)), 40, "hash template 1 has no fields"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP]) + S(b"h") + L(2) + VALUES_LP), 41,
+     "unknown hash template field format 2"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY]) + S(b"h") + L(1) + L(0)), 42, "a compact hash with no fields"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY]) + S(b"h") + L(0) + FIELDS_LP[:-1] + b"\x00" + S(b"1") + S(b"2")),
+     42, "the field names' listpack: listpack without its terminator"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY]) + S(b"h") + L(0) + S(rdb.listpack_encode([b"f1", b"f2"]))
+          + S(b"only one value"))[:-9], 73, "truncated in the value of key 'h' (hash)"),
+    (b"REDIS0014" + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"s") + STREAM_5[:NACK_ZONE] + L(2) + b"\x04" * 20,
+     12 + NACK_ZONE + 1 + 16, "truncated in the value of key 's' (stream): 16 bytes needed, the file ends 12 bytes "
+                               "short"),  # the NACK zone's second ID
+])
+def test_refuses_what_cannot_be_read_in_redis_8_8_and_8_10_files(data, offset, reason):
     with pytest.raises(RdbFileError) as e:
         read_all(data)
     assert e.value.offset == offset and reason in e.value.reason, str(e.value)
@@ -324,8 +396,10 @@ def test_a_written_file_loads_in_redis_7_0(redis_file, tmp_path):
 
 def test_writer_refuses_unknown_versions_and_maps_stream_types():
     with pytest.raises(ValueError):
-        RdbFileWriter(None, 14)
-    assert [rdbfile.stream_type_for(v) for v in (9, 10, 11, 12, 13)] == [15, 19, 21, 21, 26]
+        RdbFileWriter(None, 16)
+    assert [rdbfile.stream_type_for(v) for v in (9, 10, 11, 12, 13, 14, 15)] == [15, 19, 21, 21, 26, 27, 27]
+    assert rdbfile.REDIS_RDB_VERSIONS["8.8"] == 14 and rdbfile.REDIS_RDB_VERSIONS["8.10"] == 15
+    assert cli.FOR_REDIS == tuple(rdbfile.REDIS_RDB_VERSIONS)  # --for-redis offers every release the table knows
     with pytest.raises(ValueError, match="predates streams"):
         rdbfile.stream_type_for(8)
     assert [L(n) for n in (5, 300, 70000, 1 << 40)] == [b"\x05", b"\x41\x2c", b"\x80\x00\x01\x11\x70",
@@ -463,7 +537,7 @@ def test_export_refuses_what_it_cannot_write(redis_file, tmp_path, capsys):
                           "--rdb-version", "8")
     assert status == 2 and "predates streams" in err
     status, _, err = _run(capsys, "export", str(tmp_path / "x.rdb"), "--from", f"127.0.0.1:{source.port}",
-                          "--rdb-version", "14")
+                          "--rdb-version", "16")
     assert status == 2 and "newer than" in err
     status, _, err = _run(capsys, "export", str(tmp_path / "no-dir" / "x.rdb"), "--from",
                           f"127.0.0.1:{source.port}")
