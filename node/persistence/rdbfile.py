@@ -41,7 +41,8 @@ What each version added (``MAX_RDB_VERSION`` is the newest read and written):
   count (never 0) and the field names; ids are unique in a file.  Type 30 is a
   listpack (the template id, then the values); type 32 the template id, then one
   string per field of that template, so the reader keeps each template's field count
-  and refuses an id the file has not defined.  Types 29 and 31 (what ``DUMP`` writes)
+  and refuses an id the file has not defined, or a values listpack whose stated
+  count is not the fields' and the id's.  Types 29 and 31 (what ``DUMP`` writes)
   carry their field names: a format (0: one listpack of names, 1: a count then the
   names), then the values - one listpack (29) or one string per field (31).  Redis
   8.10 writes no new AUX field.
@@ -529,7 +530,7 @@ def _skip_value(cur: _Cursor, rdb_type: int, templates: dict[int, int]) -> None:
     elif rdb_type == RDB_TYPE_ARRAY:
         _skip_array(cur)
     elif rdb_type == RDB_TYPE_HASH_TMPL_LP_REF:
-        cur.skip_string()  # one listpack: the template id, then the values
+        _skip_values_listpack(cur, None, templates)
     elif rdb_type == RDB_TYPE_HASH_TMPL_ARRAY_REF:
         at = cur.pos
         template_id = cur.plain_length()
@@ -540,7 +541,7 @@ def _skip_value(cur: _Cursor, rdb_type: int, templates: dict[int, int]) -> None:
     elif rdb_type in (RDB_TYPE_HASH_TMPL_LP, RDB_TYPE_HASH_TMPL_ARRAY):
         fields = _skip_template_fields(cur)
         if rdb_type == RDB_TYPE_HASH_TMPL_LP:
-            cur.skip_string()  # the values' listpack
+            _skip_values_listpack(cur, fields, templates)
         else:
             for _ in range(fields):
                 cur.skip_string()
@@ -591,6 +592,40 @@ def _skip_template_fields(cur: _Cursor) -> int:
     if fields == 0:
         cur.bad(at, "a compact hash with no fields")
     return fields
+
+
+def _skip_values_listpack(cur: _Cursor, fields: int | None, templates: dict[int, int]) -> None:
+    """Move past a compact hash's values listpack: a template id (an integer element; for type 30
+    one the file defined, whose field count is then ``fields``), then one element per field.  Only
+    the header and the first element are read: the count is checked when the header states it."""
+    at = cur.pos
+    blob = cur.string()
+    if len(blob) < 7 or int.from_bytes(blob[:4], "little") != len(blob):
+        cur.bad(at, "a compact hash's values listpack whose header disagrees with its length")
+    template_id = _listpack_first_int(blob)
+    if template_id is None:
+        cur.bad(at, "a compact hash's values listpack that does not open with a template id")
+    if fields is None:
+        if template_id not in templates:
+            cur.bad(at, f"a compact hash of hash template {template_id}, which the file does not define before it")
+        fields = templates[template_id]
+    count = int.from_bytes(blob[4:6], "little")
+    if count != 0xFFFF and count != fields + 1:
+        cur.bad(at, f"a compact hash's values listpack of {count} elements for {fields} fields and the template id")
+
+
+def _listpack_first_int(lp: bytes) -> int | None:
+    """The first element of a listpack when it is an integer (lpGetValue), else None."""
+    b = lp[6]
+    if b < 0x80:
+        return b
+    if 0xC0 <= b < 0xE0 and len(lp) > 7:
+        u = ((b & 0x1F) << 8) | lp[7]
+        return u - 0x2000 if u >= 0x1000 else u
+    width = {0xF1: 2, 0xF2: 3, 0xF3: 4, 0xF4: 8}.get(b)
+    if width is None or len(lp) < 7 + width:
+        return None
+    return int.from_bytes(lp[7:7 + width], "little", signed=True)
 
 
 def _skip_stream(cur: _Cursor, rdb_type: int) -> None:
