@@ -562,13 +562,18 @@ def _remove(path: str) -> None:
         pass
 
 
+# braid export --for-redis: the releases rdbfile.REDIS_RDB_VERSIONS maps to an RDB version (spelled out here so
+# that the command line does not load the RDB codec)
+FOR_REDIS = ("5.0", "6.0", "6.2", "7.0", "7.2", "7.4", "8.0", "8.2", "8.4", "8.6", "8.8", "8.10")
+
+
 def add_rdb_commands(sub) -> None:
     """Register `braid import` and `braid export` on ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser("import", help="load the streams of a Redis RDB file into a server (RESTORE)",
-                       description="Read a Redis RDB file (written by Redis 5 to 8.6) and RESTORE each of its streams "
+                       description="Read a Redis RDB file (written by Redis 5 to 8.10) and RESTORE each of its streams "
                                    "into the server at --into, as DUMP/RESTORE would carry them (entries, consumer "
-                                   "groups, pending entries, consumers, idempotent-producer state). Keys of other "
-                                   "types, streams of other databases and expired streams are skipped and "
+                                   "groups, pending entries, consumers, idempotent-producer state, NACKed entries). "
+                                   "Keys of other types, streams of other databases and expired streams are skipped and "
                                    "reported. In an Active-Active database each RESTORE replicates to every region.",
                        epilog="exit status: 0 when every stream was imported or reported (already there, expired, "
                               "another database); 1 when the server could not be reached or refused a stream; 2 when "
@@ -598,11 +603,11 @@ def add_rdb_commands(sub) -> None:
                    help="the server whose streams to export (a Braid region's client port)")
     versions = p.add_mutually_exclusive_group()
     versions.add_argument("--rdb-version", type=int, metavar="N",
-                         help="the file's RDB version, 9 to 13 (default: the version of the server's DUMP payloads); "
+                         help="the file's RDB version, 9 to 15 (default: the version of the server's DUMP payloads); "
                               "streams are re-encoded in the newest encoding that version carries")
-    versions.add_argument("--for-redis", choices=["5.0", "6.0", "6.2", "7.0", "7.2", "7.4", "8.0", "8.2", "8.4",
-                                                 "8.6"],
-                         help="write the RDB version this Redis release loads (7.0: version 10; 8.6: version 13)")
+    versions.add_argument("--for-redis", choices=FOR_REDIS, metavar="VERSION",
+                         help=f"write the RDB version this Redis release loads ({', '.join(FOR_REDIS)}; "
+                              f"7.0: version 10, 8.6: 13, 8.8: 14, 8.10: 15)")
     _client_options(p, "server at --from")
     p.set_defaults(fn=cmd_export)
 

@@ -3,9 +3,10 @@
 Real files from Debian's redis-server 7.0 (every value type, big and small encodings,
 streams with groups, PELs and consumers) and one recorded from Redis 8.6.3 (hashes with
 field TTLs, IDMP streams, a function library) are read key by key, each value checked
-against the bytes DUMP gives for it; older and rarer encodings are built byte by byte;
-corrupt files give RdbFileError with an offset, never another exception.  The commands
-run against real servers: a redis-server 7.0 and a Braid region.
+against the bytes DUMP gives for it; older and rarer encodings, and the files of Redis
+8.8 and 8.10 (RDB 14 and 15: NACK zones, arrays, hash templates and compact hashes), are
+built byte by byte; corrupt files give RdbFileError with an offset, never another
+exception.  The commands run against real servers: a redis-server 7.0 and a Braid region.
 """
 
 from __future__ import annotations
@@ -193,7 +194,9 @@ def _stream_value(rdb_type: int) -> bytes:
     value += L(1) + b"\x01" * 16 + b"\x02" * 8 + L(3)  # its PEL: one entry
     value += L(1) + S(b"consumer") + b"\x03" * (16 if rdb_type >= rdb.RDB_TYPE_STREAM_LISTPACKS_3 else 8)
     value += L(1) + b"\x01" * 16
-    if rdb_type == rdb.RDB_TYPE_STREAM_LISTPACKS_4:
+    if rdb_type >= rdb.RDB_TYPE_STREAM_LISTPACKS_5:
+        value += L(2) + b"\x04" * 16 + b"\x05" * 16  # the NACK zone: two released IDs
+    if rdb_type >= rdb.RDB_TYPE_STREAM_LISTPACKS_4:
         value += L(100) + L(200) + L(1) + S(b"producer") + L(2) + S(b"iid-1") + L(5) + L(0) + S(b"iid-2") + L(5) \
             + L(1) + L(2) + L(0)
     return value
@@ -217,6 +220,32 @@ SYNTHETIC_VALUES = [
     *[(t, _stream_value(t)) for t in rdb.STREAM_TYPES],
 ]
 
+# Redis 8.8 (RDB 14): arrays.  Count, insert-index flag (and index), then index, tag, value per element.
+ARRAY_VALUES = [
+    L(4) + L(1) + L(49) + L(0) + L(0) + S(b"a string longer than seven bytes") + L(3) + L(3) + S(b"short")
+    + L(49) + L(1) + struct.pack("<q", -5) + L(1 << 40) + L(2) + struct.pack("<d", 2.5),
+    L(1) + L(0) + L(7) + L(1) + struct.pack("<q", 1 << 62),  # no insert index
+]
+# Redis 8.10 (RDB 15): two hash templates, defined before the keys that name them
+TEMPLATES = (bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(0) + L(2) + S(b"field1") + S(b"field2")
+             + bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(5) + L(3) + S(b"a") + S(b"bb") + S(b"ccc"))
+# the field names "field1", "field2" as one listpack, and a values listpack (template id 0, then 1 and 2), as
+# Redis 8.10's hash-template tests spell them out
+FIELDS_LP = b"\x17\x17\x00\x00\x00\x02\x00\x86field1\x07\x86field2\x07\xff"
+VALUES_LP = b"\x0d\x0d\x00\x00\x00\x03\x00\x00\x01\x01\x01\x02\x01\xff"
+COMPACT_HASH_VALUES = [
+    (rdb.RDB_TYPE_HASH_TMPL_LP_REF, VALUES_LP),
+    (rdb.RDB_TYPE_HASH_TMPL_LP_REF, S(rdb.listpack_encode([5, b"x", b"y", b"z" * 100]))),
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF, L(0) + b"\xc0\x01" + S(b"v" * 70)),
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF, L(5) + S(b"1") + S(b"2") + LZF_KEY),
+    (rdb.RDB_TYPE_HASH_TMPL_LP, L(0) + FIELDS_LP + VALUES_LP),  # the field names as one listpack
+    (rdb.RDB_TYPE_HASH_TMPL_LP, L(1) + L(2) + S(b"field1") + S(b"field2") + VALUES_LP),  # one string each
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY, L(1) + L(2) + S(b"field1") + S(b"field2") + b"\xc0\x01\xc0\x02"),
+    (rdb.RDB_TYPE_HASH_TMPL_ARRAY, L(0) + S(rdb.listpack_encode([b"f1", b"f2", b"f3"])) + S(b"x" * 70) + S(b"")
+     + b"\xc0\x05"),
+]
+SYNTHETIC_VALUES += [(rdb.RDB_TYPE_ARRAY, v) for v in ARRAY_VALUES] + COMPACT_HASH_VALUES
+
 
 def test_skips_every_encoding_and_opcode_exactly():
     body = (bytes([rdb.RDB_OPCODE_AUX]) + S(b"redis-ver") + S(b"9.9.9")
@@ -224,7 +253,7 @@ def test_skips_every_encoding_and_opcode_exactly():
             + bytes([rdb.RDB_OPCODE_MODULE_AUX]) + L(_module_id("auxmodule", 1)) + L(2) + L(2) + MODULE_VALUE
             + bytes([rdb.RDB_OPCODE_FUNCTION2]) + S(b"#!lua name=lib\n...")
             + bytes([rdb.RDB_OPCODE_SELECTDB]) + L(0) + bytes([rdb.RDB_OPCODE_RESIZEDB]) + L(40) + L(1)
-            + bytes([rdb.RDB_OPCODE_SLOT_INFO]) + L(5) + L(40) + L(1))
+            + bytes([rdb.RDB_OPCODE_SLOT_INFO]) + L(5) + L(40) + L(1) + TEMPLATES)
     expected = []
     for n, (rdb_type, value) in enumerate(SYNTHETIC_VALUES):
         key = LZF_KEY if n == 3 else S(b"key-%d" % n)
@@ -238,7 +267,7 @@ def test_skips_every_encoding_and_opcode_exactly():
     body += bytes([rdb.RDB_OPCODE_KEY_META]) + L(2) + b"cls1" + MODULE_VALUE + b"cls2" + L(0)  # two metadata classes
     stream = _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_4)
     body += bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_4]) + S(b"with-meta") + stream
-    reader, keys = read_all(rdb_bytes(body))
+    reader, keys = read_all(rdb_bytes(body, 15))
     assert [(k.key, k.rdb_type, k.value) for k in keys[:-2]] == expected
     assert {k.db for k in keys[:-2]} == {0} and {k.expire_ms for k in keys[:-2]} == {None}
     secs, meta = keys[-2:]
@@ -246,7 +275,8 @@ def test_skips_every_encoding_and_opcode_exactly():
     assert (meta.db, meta.key, meta.expire_ms, meta.metadata, meta.value) == (3, b"with-meta", 1700000000123, True,
                                                                              stream)
     assert reader.aux == {b"redis-ver": b"9.9.9", b"ctime": str(0x60000000).encode()}
-    assert reader.functions == 1 and reader.module_aux == ["auxmodule"]
+    assert reader.functions == 1 and reader.module_aux == ["auxmodule"] and reader.templates == {0: 2, 5: 3}
+    assert {k.type_name for k in keys if k.rdb_type >= rdb.RDB_TYPE_ARRAY} == {"array", "hash"}
     assert next(k for k in keys if k.rdb_type == rdb.RDB_TYPE_MODULE_2).module_name == "mymodtype"
     assert meta.offset == body.index(bytes([rdb.RDB_OPCODE_EXPIRETIME_MS])) + 9
 
@@ -265,7 +295,7 @@ def test_files_without_a_checksum_and_with_a_tail():
     (b"", 0, "not an RDB file"),
     (b"REDIX0009\xff", 0, "not an RDB file"),
     (b"REDIS00a9\xff", 5, "bad version"),
-    (b"REDIS0014\xff", 5, "RDB version 14 is not supported"),
+    (b"REDIS0016\xff", 5, "RDB version 16 is not supported (1 to 15: files written by Redis up to 8.10)"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_MODULE_PRE_GA]) + S(b"old-mod") + L(1)), 9, "key 'old-mod' holds a module value"),
     (rdb_bytes(bytes([rdb.RDB_OPCODE_FUNCTION_PRE_GA]) + S(b"x")), 9, "release candidates"),
     (rdb_bytes(bytes([200]) + S(b"x")), 9, "unknown opcode or value type 200"),
@@ -284,6 +314,61 @@ def test_files_without_a_checksum_and_with_a_tail():
     (b"REDIS0009" + bytes([rdb.RDB_TYPE_HASH]) + S(b"h") + L(2) + S(b"f"), 15, "truncated in the value of key 'h' (hash)"),
 ])
 def test_refuses_what_cannot_be_read(data, offset, reason):
+    with pytest.raises(RdbFileError) as e:
+        read_all(data)
+    assert e.value.offset == offset and reason in e.value.reason, str(e.value)
+
+
+STREAM_5 = _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_5)
+NACK_ZONE = STREAM_5.index(L(2) + b"\x04" * 16)
+
+
+def _v15(body: bytes) -> bytes:
+    return rdb_bytes(TEMPLATES + body, 15)  # the templates take 29 bytes: the body starts at offset 38
+
+
+@pytest.mark.parametrize("data, offset, reason", [
+    (rdb_bytes(bytes([rdbfile.RDB_TYPE_GCRA]) + S(b"limiter") + L(1), 15), 9,
+     "key 'limiter' holds a GCRA rate limiter (type 33, written only by Redis Enterprise builds)"),
+    (rdb_bytes(bytes([34]) + S(b"k") + L(1), 15), 9, "unknown opcode or value type 34"),
+    (rdb_bytes(bytes([rdb.RDB_TYPE_ARRAY]) + S(b"arr") + L(1) + L(2) + L(0), 14), 15,
+     "bad value of key 'arr' (array): array insert-index flag 2 (0 or 1)"),
+    (rdb_bytes(bytes([rdb.RDB_TYPE_ARRAY]) + S(b"arr") + L(1) + L(0) + L(3) + L(7) + L(0), 14), 17,
+     "unknown array element tag 7"),
+    (b"REDIS0014" + bytes([rdb.RDB_TYPE_ARRAY]) + S(b"arr") + L(2) + L(0) + L(3) + L(1) + b"\x00" * 7, 18,
+     "truncated in the value of key 'arr' (array): 8 bytes needed, the file ends 1 bytes short"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) + S(b"h") + L(9) + S(b"v")), 41,
+     "bad value of key 'h' (hash): a compact hash of hash template 9, which the file does not define before it"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP_REF]) + S(b"h") + S(rdb.listpack_encode([7, b"v"]))), 41,
+     "bad value of key 'h' (hash): a compact hash of hash template 7, which the file does not define before it"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP_REF]) + S(b"h") + S(rdb.listpack_encode([5, b"v"]))), 41,
+     "values listpack of 2 elements for 3 fields and the template id"),
+    # two DUMP payloads Redis 8.10's tests show RESTORE refusing: one value too few, an id that is a string
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP]) + S(b"h") + L(0) + FIELDS_LP
+          + b"\x0b\x0b\x00\x00\x00\x02\x00\x00\x01\x01\x01\xff"), 66,
+     "values listpack of 2 elements for 2 fields and the template id"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP]) + S(b"h") + L(0) + FIELDS_LP
+          + b"\x0e\x0e\x00\x00\x00\x03\x00\x81\x78\x02\x01\x01\x02\x01\xff"), 66,
+     "values listpack that does not open with a template id"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP_REF]) + S(b"h") + S(b"\x20\x00\x00\x00\x01\x00\x00\x01\xff")), 41,
+     "values listpack whose header disagrees with its length"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) + S(b"h") + L(5) + S(b"1") + S(b"2"))[:-9], 46,
+     "truncated in the value of key 'h' (hash)"),  # template 5 has three fields
+    (_v15(bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(0) + L(1) + S(b"x")), 38,
+     "cannot read a hash template: hash template 0 is defined twice"),
+    (_v15(bytes([rdbfile.RDB_OPCODE_HASH_TEMPLATE]) + L(1) + L(0)), 40, "hash template 1 has no fields"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_LP]) + S(b"h") + L(2) + VALUES_LP), 41,
+     "unknown hash template field format 2"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY]) + S(b"h") + L(1) + L(0)), 42, "a compact hash with no fields"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY]) + S(b"h") + L(0) + FIELDS_LP[:-1] + b"\x00" + S(b"1") + S(b"2")),
+     42, "the field names' listpack: listpack without its terminator"),
+    (_v15(bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY]) + S(b"h") + L(0) + S(rdb.listpack_encode([b"f1", b"f2"]))
+          + S(b"only one value"))[:-9], 73, "truncated in the value of key 'h' (hash)"),
+    (b"REDIS0014" + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"s") + STREAM_5[:NACK_ZONE] + L(2) + b"\x04" * 20,
+     12 + NACK_ZONE + 1 + 16, "truncated in the value of key 's' (stream): 16 bytes needed, the file ends 12 bytes "
+                               "short"),  # the NACK zone's second ID
+])
+def test_refuses_what_cannot_be_read_in_redis_8_8_and_8_10_files(data, offset, reason):
     with pytest.raises(RdbFileError) as e:
         read_all(data)
     assert e.value.offset == offset and reason in e.value.reason, str(e.value)
@@ -324,8 +409,10 @@ def test_a_written_file_loads_in_redis_7_0(redis_file, tmp_path):
 
 def test_writer_refuses_unknown_versions_and_maps_stream_types():
     with pytest.raises(ValueError):
-        RdbFileWriter(None, 14)
-    assert [rdbfile.stream_type_for(v) for v in (9, 10, 11, 12, 13)] == [15, 19, 21, 21, 26]
+        RdbFileWriter(None, 16)
+    assert [rdbfile.stream_type_for(v) for v in (9, 10, 11, 12, 13, 14, 15)] == [15, 19, 21, 21, 26, 27, 27]
+    assert rdbfile.REDIS_RDB_VERSIONS["8.8"] == 14 and rdbfile.REDIS_RDB_VERSIONS["8.10"] == 15
+    assert cli.FOR_REDIS == tuple(rdbfile.REDIS_RDB_VERSIONS)  # --for-redis offers every release the table knows
     with pytest.raises(ValueError, match="predates streams"):
         rdbfile.stream_type_for(8)
     assert [L(n) for n in (5, 300, 70000, 1 << 40)] == [b"\x05", b"\x41\x2c", b"\x80\x00\x01\x11\x70",
@@ -463,7 +550,7 @@ def test_export_refuses_what_it_cannot_write(redis_file, tmp_path, capsys):
                           "--rdb-version", "8")
     assert status == 2 and "predates streams" in err
     status, _, err = _run(capsys, "export", str(tmp_path / "x.rdb"), "--from", f"127.0.0.1:{source.port}",
-                          "--rdb-version", "14")
+                          "--rdb-version", "16")
     assert status == 2 and "newer than" in err
     status, _, err = _run(capsys, "export", str(tmp_path / "no-dir" / "x.rdb"), "--from",
                           f"127.0.0.1:{source.port}")
@@ -581,10 +668,10 @@ def test_export_from_braid_loads_in_redis_7_0(region, tmp_path, capsys):
 
     status, out, err = _run(capsys, "export", str(tmp_path / "new.rdb"), "--from", f"127.0.0.1:{region.port}")
     assert status == 0, err
-    reader, keys = read_all((tmp_path / "new.rdb").read_bytes())
-    assert reader.version == 13 and {k.rdb_type for k in keys} == {rdb.RDB_TYPE_STREAM_LISTPACKS_4}
+    reader, keys = read_all((tmp_path / "new.rdb").read_bytes())  # the version of Braid's DUMP: Redis 8.10's
+    assert reader.version == 15 and {k.rdb_type for k in keys} == {rdb.RDB_TYPE_STREAM_LISTPACKS_5}
     for k in keys:  # exactly what DUMP answers
-        assert restore_payload(k.rdb_type, k.value, 13) == braid.dump(k.key)
+        assert restore_payload(k.rdb_type, k.value, 15) == braid.dump(k.key)
 
 
 def test_an_import_into_one_region_reaches_the_others(redis_file, tmp_path, capsys):
@@ -673,3 +760,203 @@ def test_import_and_export_over_tls_with_a_password(redis_file, tmp_path, capsys
         assert status == 0 and "exported 4 streams" in out, err
         _, keys = read_all((tmp_path / "out.rdb").read_bytes())
         assert len(keys) == 4
+
+
+# -- Redis 8.8 and 8.10 files (RDB 14 and 15), into and out of a Braid region
+
+
+def _jobs_stream() -> bytes:
+    """A type-27 stream value written out from the layout: entries 1-0, 2-0, 3-0 in one node; group
+    "workers" has delivered all three, w1 owns 1-0, and XNACK released 3-0 and then 2-0 (the NACK
+    zone after the consumers lists them in that order; the group PEL lists them unowned, delivery
+    time 0); then the IDMP settings and no producers."""
+    w = rdb.Writer()
+    w.length(1)
+    w.string((1).to_bytes(8, "big") + bytes(8))  # the node's master ID, 1-0
+    w.string(rdb.listpack_encode([3, 0, 1, b"job", 0,  # live, deleted, the master fields, 0
+                                  2, 0, 0, b"a", 4, 2, 1, 0, b"b", 4, 2, 2, 0, b"c", 4]))  # same fields as the master
+    w.length(3)
+    for id_ in ((3, 0), (1, 0), (0, 0)):  # last, first, max deleted
+        w.len_id(id_)
+    w.length(3)  # entries added
+    w.length(1)
+    w.string(b"workers")
+    w.len_id((3, 0))
+    w.length(3)  # entries read
+    w.length(3)  # the group PEL, in ID order: ID, delivery time, delivery count
+    for ms, when, count in ((1, 1700000000000, 1), (2, 0, 2), (3, 0, 1)):
+        w.stream_id((ms, 0))
+        w.millis(when)
+        w.length(count)
+    w.length(1)
+    w.string(b"w1")
+    w.millis(1700000000000)  # seen
+    w.millis(1700000000000)  # active
+    w.length(1)
+    w.stream_id((1, 0))
+    w.length(2)  # the NACK zone, first released first
+    w.stream_id((3, 0))
+    w.stream_id((2, 0))
+    for n in (100, 100, 0, 0, 0):  # IDMP: duration, max size, no producers, counters
+        w.length(n)
+    return w.getvalue()
+
+
+def _redis_8_8_file() -> bytes:
+    """What a Redis 8.8 SAVE holds for the jobs stream, an array, a string and a stream in database 1."""
+    jobs = _jobs_stream()
+    body = (bytes([rdb.RDB_OPCODE_AUX]) + S(b"redis-ver") + S(b"8.8.0") + bytes([rdb.RDB_OPCODE_SELECTDB]) + L(0)
+            + bytes([rdb.RDB_OPCODE_RESIZEDB]) + L(4) + L(0)
+            + bytes([rdb.RDB_TYPE_ARRAY]) + S(b"seats") + ARRAY_VALUES[0]
+            + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs") + jobs
+            + bytes([rdb.RDB_TYPE_ARRAY]) + S(b"slots") + ARRAY_VALUES[1]
+            + bytes([rdb.RDB_TYPE_STRING]) + S(b"greeting") + S(b"hello")
+            + bytes([rdb.RDB_OPCODE_SELECTDB]) + L(1) + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs-db1") + jobs)
+    return rdb_bytes(body, 14)
+
+
+def _redis_8_10_file() -> bytes:
+    """A Redis 8.10 SAVE: its hash templates first, compact hashes of every form, an array, the jobs stream."""
+    body = bytes([rdb.RDB_OPCODE_AUX]) + S(b"redis-ver") + S(b"8.10.2") + TEMPLATES
+    body += bytes([rdb.RDB_OPCODE_SELECTDB]) + L(0) + bytes([rdb.RDB_OPCODE_RESIZEDB]) + L(11) + L(1)
+    for n, (rdb_type, value) in enumerate(COMPACT_HASH_VALUES):
+        body += bytes([rdb_type]) + S(b"user:%d" % n) + value
+    body += bytes([rdb.RDB_TYPE_ARRAY]) + S(b"seats") + ARRAY_VALUES[0]
+    body += bytes([rdb.RDB_OPCODE_EXPIRETIME_MS]) + struct.pack("<q", 1000) + bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) \
+        + S(b"expired-hash") + COMPACT_HASH_VALUES[2][1]
+    body += bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs") + _jobs_stream()
+    return rdb_bytes(body, 15)
+
+
+def test_reads_redis_8_8_and_8_10_files():
+    reader, keys = read_all(_redis_8_8_file())
+    assert reader.version == 14 and reader.checksum is True and reader.aux[b"redis-ver"] == b"8.8.0"
+    assert [(k.db, k.key, k.type_name) for k in keys] == [
+        (0, b"seats", "array"), (0, b"jobs", "stream"), (0, b"slots", "array"), (0, b"greeting", "string"),
+        (1, b"jobs-db1", "stream")]
+    jobs = keys[1]
+    assert (jobs.rdb_type, jobs.value) == (rdb.RDB_TYPE_STREAM_LISTPACKS_5, _jobs_stream())
+    # the value is what Braid's codec reads as Redis 8.8's: released entries unowned, in release order
+    g = rdb.load_payload(restore_payload(jobs.rdb_type, jobs.value, 14)).groups[b"workers"]
+    assert [(i, n.consumer and n.consumer.name) for i, n in g.by_delivery_time()] == [
+        ((3, 0), None), ((2, 0), None), ((1, 0), b"w1")]
+
+    reader, keys = read_all(_redis_8_10_file())
+    assert reader.version == 15 and reader.checksum is True and reader.templates == {0: 2, 5: 3}
+    assert [k.type_name for k in keys] == ["hash"] * 8 + ["array", "hash", "stream"]
+    assert keys[-1].value == _jobs_stream() and keys[-2].expire_ms == 1000
+
+
+def test_every_truncation_and_flipped_byte_of_a_redis_8_10_file_is_a_clean_error():
+    data = _redis_8_10_file()
+    for n in range(len(data)):
+        with pytest.raises(RdbFileError):
+            read_all(data[:n])
+    for n in range(9, len(data)):
+        flipped = bytearray(data)
+        flipped[n] ^= 0xFF
+        with pytest.raises(RdbFileError):
+            read_all(bytes(flipped))
+
+
+def _claims(client, key: bytes, group: str) -> list[bytes]:
+    """The IDs XREADGROUP ... CLAIM 0 serves, in order: XNACK's released entries first, in release order."""
+    reply = client.execute_command("XREADGROUP", "GROUP", group, "claimer", "CLAIM", "0", "STREAMS", key, ">")
+    return [entry[0] for entry in reply[0][1]]
+
+
+def _group(client, key: bytes) -> dict:
+    """The first group of XINFO STREAM key FULL: its name, PEL size, NACKed entries and entries read."""
+    info = client.execute_command("XINFO", "STREAM", key, "FULL")
+    group = dict(zip(info[::2], info[1::2]))[b"groups"][0]
+    group = dict(zip(group[::2], group[1::2]))
+    return {name: group[name.encode()] for name in ("name", "pel-count", "nacked-count", "entries-read")}
+
+
+def test_import_into_braid_from_redis_8_8_and_8_10(region, tmp_path, capsys):
+    braid = region.client()
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(_redis_8_8_file())
+    status, out, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{region.port}")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{path}: RDB version 14, written by Redis 8.8.0, 5 keys"
+    assert f"imported 1 streams into 127.0.0.1:{region.port}" in lines
+    report = _report(lines)
+    assert report["skipped, not streams: array"] == (2, {"seats", "slots"})
+    assert report["skipped, not streams: string"] == (1, {"greeting"})
+    assert report["streams in database 1, not imported (--db 1 imports them)"] == (1, {"jobs-db1"})
+    assert [(id_, fields) for id_, fields in braid.xrange("jobs")] == [
+        (b"1-0", {b"job": b"a"}), (b"2-0", {b"job": b"b"}), (b"3-0", {b"job": b"c"})]
+    assert _group(braid, b"jobs") == {"name": b"workers", "pel-count": 3, "nacked-count": 2, "entries-read": 3}
+    assert braid.xpending("jobs", "workers")["consumers"] == [{"name": b"w1", "pending": 1}]
+    assert _claims(braid, b"jobs", "workers") == [b"3-0", b"2-0", b"1-0"]
+
+    path.write_bytes(_redis_8_10_file())
+    status, out, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{region.port}", "--replace")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{path}: RDB version 15, written by Redis 8.10.2, 11 keys"
+    assert f"imported 1 streams into 127.0.0.1:{region.port}" in lines
+    report = _report(lines)
+    assert report["skipped, not streams: hash"] == (9, None)
+    assert report["skipped, not streams: array"] == (1, {"seats"})
+    assert sorted(braid.keys()) == [b"jobs"]  # replaced: the NACK zone is back as the file has it
+    assert _group(braid, b"jobs")["nacked-count"] == 2 and _claims(braid, b"jobs", "workers")[:2] == [b"3-0", b"2-0"]
+
+
+def test_import_of_a_redis_8_10_file_with_a_value_it_cannot_skip_sends_nothing(region, tmp_path, capsys):
+    body = _redis_8_10_file()[9:-9] + bytes([rdbfile.RDB_TYPE_GCRA]) + S(b"rate:api") + L(5)
+    path = tmp_path / "dump.rdb"
+    path.write_bytes(rdb_bytes(body, 15))
+    status, _, err = _run(capsys, "import", str(path), "--into", f"127.0.0.1:{region.port}")
+    assert status == 2 and f"offset {9 + len(body) - 11}: key 'rate:api' holds a GCRA rate limiter" in err
+    assert "nothing was imported" in err and region.client().dbsize() == 0
+
+
+def _pending(client) -> list[tuple]:
+    """XPENDING tasks g - + 10 without the idle times, which move on"""
+    return [(p["message_id"], p["consumer"], p["times_delivered"])
+            for p in client.xpending_range("tasks", "g", "-", "+", 10)]
+
+
+def test_export_for_redis_8_8_and_8_10_reads_back(region, tmp_path, capsys):
+    braid = region.client()
+    for i in range(1, 6):
+        braid.xadd("tasks", {"n": i}, id=f"{i}-0")
+    braid.xgroup_create("tasks", "g", id="0")
+    braid.xreadgroup("g", "alice", {"tasks": ">"})
+    assert braid.execute_command("XNACK", "tasks", "g", "FAIL", "IDS", 1, "4-0") == 1
+    assert braid.execute_command("XNACK", "tasks", "g", "SILENT", "IDS", 1, "2-0") == 1
+    braid.xadd("plain", {"x": "y"})
+    group = _group(braid, b"tasks")
+    assert group["nacked-count"] == 2
+
+    files = {}
+    for release, version in (("8.10", 15), ("8.8", 14)):
+        files[release] = tmp_path / f"{release}.rdb"
+        status, out, err = _run(capsys, "export", str(files[release]), "--from", f"127.0.0.1:{region.port}",
+                                "--for-redis", release)
+        assert status == 0, err
+        assert f"exported 2 streams from 127.0.0.1:{region.port} to {files[release]} (RDB version {version})" in out
+        reader, keys = read_all(files[release].read_bytes())
+        assert reader.version == version and reader.checksum is True
+        assert {k.rdb_type for k in keys} == {rdb.RDB_TYPE_STREAM_LISTPACKS_5}
+        for k in keys:  # Braid's DUMP, in the file's version
+            assert restore_payload(k.rdb_type, k.value, 15) == braid.dump(k.key)
+            g = rdb.load_payload(restore_payload(k.rdb_type, k.value, version)).groups.get(b"g")
+            if g is not None:
+                assert [i for i, n in g.by_delivery_time() if n.consumer is None] == [(4, 0), (2, 0)]
+
+    # the 8.8 file imported into another region: the same streams, the same zone, served first in its order
+    with InProcessServer() as other:
+        status, out, err = _run(capsys, "import", str(files["8.8"]), "--into", f"127.0.0.1:{other.port}")
+        assert status == 0 and "imported 2 streams" in out, err
+        copy = other.client()
+        assert sorted(copy.keys()) == [b"plain", b"tasks"]
+        for key in (b"plain", b"tasks"):
+            assert copy.xrange(key) == braid.xrange(key)
+        assert _group(copy, b"tasks") == group
+        assert _pending(copy) == _pending(braid)
+        assert _claims(copy, b"tasks", "g") == _claims(braid, b"tasks", "g") == [b"4-0", b"2-0", b"1-0", b"3-0",
+                                                                                 b"5-0"]

@@ -3,29 +3,54 @@
 Theory of operation
 -------------------
 An RDB file is ``REDIS`` and a four-digit version, then a sequence of records, each
-opened by one byte: an *opcode* (243 and up) or the *type* of a key's value (0..26).
+opened by one byte: an *opcode* (242 and up) or the *type* of a key's value (0..32).
 Opcodes carry everything around the keys: AUX fields (``redis-ver``, ``ctime``...),
 SELECTDB (the database of the keys that follow), RESIZEDB and SLOT_INFO (size hints),
 EXPIRETIME / EXPIRETIME_MS / IDLE / FREQ / KEY_META (attributes of the *next* key only),
-FUNCTION2 (a function library), MODULE_AUX (a module's own data) and EOF, after which
-come eight bytes of CRC-64 over everything before them (zero: the writer did not
-compute one, ``rdbchecksum no``).  A key record is its type byte, the key as an RDB
-string and the value in the type's encoding.
+FUNCTION2 (a function library), MODULE_AUX (a module's own data), HASH_TEMPLATE (a
+field-name list that later hashes refer to) and EOF, after which come eight bytes of
+CRC-64 over everything before them (zero: the writer did not compute one,
+``rdbchecksum no``).  A key record is its type byte, the key as an RDB string and the
+value in the type's encoding.
 
 :class:`RdbFileReader` walks the records and yields every key as a :class:`RdbKey`
 (database, key, type, the value's raw bytes, absolute expiry in ms or None).  It
-never decodes a value: it only finds where each ends, by the rules of Redis 8.6's
+never decodes a value: it only finds where each ends, by the rules of Redis's
 ``rdbLoadObject`` for every type Redis has written since 2.x (plain and ziplist /
-listpack / quicklist / intset encodings, hashes with field TTLs, the four stream
-encodings, self-describing module values).  The raw bytes are exactly what ``DUMP``
-puts between its type byte and its version trailer, so a stream's value becomes a
-``RESTORE`` payload with :func:`restore_payload` and is decoded only by the server that
-restores it (``node.persistence.rdb`` in Braid).  Only a value Redis itself cannot
-load without its code is refused: a module value of the 4.0 release candidates'
-format (type 6).  Every other unreadable byte - a truncation, an unknown type or
-opcode, a bad length encoding, a checksum that does not match - raises
-:class:`RdbFileError` with the offset where the bad item begins and why, and nothing is
-yielded past it.
+listpack / quicklist / intset encodings, hashes with field TTLs, the five stream
+encodings, arrays, compact hashes, self-describing module values).  The raw bytes are
+exactly what ``DUMP`` puts between its type byte and its version trailer, so a
+stream's value becomes a ``RESTORE`` payload with :func:`restore_payload` and is
+decoded only by the server that restores it (``node.persistence.rdb`` in Braid).  Only
+a value that cannot be skipped without its code is refused, naming its key: a module
+value of the 4.0 release candidates' format (type 6) and a GCRA rate limiter (type
+33, written only by Redis Enterprise builds, its layout unpublished).  Every other
+unreadable byte - a truncation, an unknown type or opcode, a bad length encoding, a
+checksum that does not match - raises :class:`RdbFileError` with the offset where the
+bad item begins and why, and nothing is yielded past it.
+
+What each version added (``MAX_RDB_VERSION`` is the newest read and written):
+
+- 13 (Redis 8.6): stream type 26 (idempotent producers), KEY_META.
+- 14 (Redis 8.8): stream type 27 (each consumer group's NACK zone after its
+  consumers: a count, then 16-byte IDs) and type 28, an array: its element count,
+  an insert-index flag (0 or 1) and, with 1, the index; then per element its index
+  (a length), a tag (0 string, 1 64-bit integer, 2 double, 3 short string) and the
+  value (a string for 0 and 3, eight bytes for 1 and 2).
+- 15 (Redis 8.10): compact hashes.  Opcode 242 defines a template: its id, its field
+  count (never 0) and the field names; ids are unique in a file.  Type 30 is a
+  listpack (the template id, then the values); type 32 the template id, then one
+  string per field of that template, so the reader keeps each template's field count
+  and refuses an id the file has not defined, or a values listpack whose stated
+  count is not the fields' and the id's.  Types 29 and 31 (what ``DUMP`` writes)
+  carry their field names: a format (0: one listpack of names, 1: a count then the
+  names), then the values - one listpack (29) or one string per field (31).  Redis
+  8.10 writes no new AUX field.
+
+These layouts are taken from the parsers that read them (redis/librdb 2.3 and its
+v14 / v15 fixtures, Redis's own hash-template tests, which spell out DUMP payloads
+and patch RDB files byte by byte, and two independent RDB readers in Go and Rust);
+Redis's source for 8.8 and 8.10 was not at hand.
 
 :class:`RdbFileWriter` writes the other direction, streaming to a binary file: the
 header for a chosen version, AUX fields, SELECTDB and RESIZEDB, key records whose
@@ -33,9 +58,10 @@ values the caller gives encoded (the bytes of a DUMP payload), EOF and the CRC-6
 computed as it goes.  :func:`stream_type_for` says which stream encoding a version
 may carry, so a file for an older Redis gets values that Redis can load.
 
-The value codec (``node.persistence.rdb``) supplies the constants, CRC-64, LZF and
-the :class:`~node.persistence.rdb.Writer` encodings; the file layer keeps its own
-cursor because it skips rather than decodes, and reports where a bad item *begins*.
+The value codec (``node.persistence.rdb``) supplies the constants, CRC-64, LZF, the
+listpack decoder and the :class:`~node.persistence.rdb.Writer` encodings; the file
+layer keeps its own cursor because it skips rather than decodes, and reports where a
+bad item *begins*.
 """
 
 from __future__ import annotations
@@ -47,24 +73,44 @@ from typing import BinaryIO, Iterator
 from .rdb import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPCODE_EXPIRETIME_MS, RDB_OPCODE_FREQ,
                   RDB_OPCODE_FUNCTION2, RDB_OPCODE_FUNCTION_PRE_GA, RDB_OPCODE_IDLE, RDB_OPCODE_KEY_META,
                   RDB_OPCODE_MODULE_AUX, RDB_OPCODE_RESIZEDB, RDB_OPCODE_SELECTDB, RDB_OPCODE_SLOT_INFO, RDB_TYPE_HASH,
-                  RDB_TYPE_HASH_LISTPACK, RDB_TYPE_HASH_LISTPACK_EX, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA,
-                  RDB_TYPE_HASH_METADATA, RDB_TYPE_HASH_METADATA_PRE_GA, RDB_TYPE_HASH_ZIPLIST, RDB_TYPE_HASH_ZIPMAP,
+                  RDB_TYPE_ARRAY, RDB_TYPE_HASH_LISTPACK, RDB_TYPE_HASH_LISTPACK_EX, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA,
+                  RDB_TYPE_HASH_METADATA, RDB_TYPE_HASH_METADATA_PRE_GA, RDB_TYPE_HASH_TMPL_ARRAY,
+                  RDB_TYPE_HASH_TMPL_ARRAY_REF, RDB_TYPE_HASH_TMPL_LP, RDB_TYPE_HASH_TMPL_LP_REF, RDB_TYPE_HASH_ZIPLIST,
+                  RDB_TYPE_HASH_ZIPMAP,
                   RDB_TYPE_LIST, RDB_TYPE_LIST_QUICKLIST, RDB_TYPE_LIST_QUICKLIST_2, RDB_TYPE_LIST_ZIPLIST,
                   RDB_TYPE_MODULE_2, RDB_TYPE_MODULE_PRE_GA, RDB_TYPE_SET, RDB_TYPE_SET_INTSET, RDB_TYPE_SET_LISTPACK,
                   RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4,
-                  RDB_TYPE_STRING, RDB_TYPE_ZSET, RDB_TYPE_ZSET_2, RDB_TYPE_ZSET_LISTPACK, RDB_TYPE_ZSET_ZIPLIST,
-                  STREAM_TYPE_FOR_VERSION, STREAM_TYPES, TYPE_NAMES, Writer, crc64, lzf_decompress, verify_payload)
+                  RDB_TYPE_STREAM_LISTPACKS_5, RDB_TYPE_STRING, RDB_TYPE_ZSET, RDB_TYPE_ZSET_2, RDB_TYPE_ZSET_LISTPACK,
+                  RDB_TYPE_ZSET_ZIPLIST, STREAM_TYPE_FOR_VERSION, STREAM_TYPES, TYPE_NAMES, Writer, crc64,
+                  listpack_decode, lzf_decompress, verify_payload)
 
 # Module value annotations (RDB_MODULE_OPCODE_*): how a type-7 value is skipped without its module
 _MOD_EOF, _MOD_SINT, _MOD_UINT, _MOD_FLOAT, _MOD_DOUBLE, _MOD_STRING = 0, 1, 2, 3, 4, 5
 
-# The newest RDB version this reader knows (Redis 8.6 writes 13); a newer file may hold
+# The newest RDB version this reader knows (Redis 8.10 writes 15); a newer file may hold
 # types or opcodes it has never seen, so it is refused rather than misread.
-MAX_RDB_VERSION = 13
+MAX_RDB_VERSION = 15
 
 # braid export --for-redis: the RDB version each Redis release writes
 REDIS_RDB_VERSIONS = {"5.0": 9, "6.0": 9, "6.2": 9, "7.0": 10, "7.2": 11, "7.4": 12, "8.0": 12, "8.2": 12,
-                      "8.4": 12, "8.6": 13}
+                      "8.4": 12, "8.6": 13, "8.8": 14, "8.10": 15}
+
+# Redis 8.10's hash templates: the opcode that defines one, the two forms of the field names
+# in a self-contained (DUMP) compact hash
+RDB_OPCODE_HASH_TEMPLATE = 242
+_TMPL_FIELDS_LISTPACK, _TMPL_FIELDS_RAW = 0, 1
+
+# Array elements (type 28): the tag before each value
+_AR_TAG_STRING, _AR_TAG_INT, _AR_TAG_FLOAT, _AR_TAG_SHORT_STRING = 0, 1, 2, 3
+
+# Value types whose end cannot be found without their code: refused, naming the key
+RDB_TYPE_GCRA = 33
+UNSKIPPABLE_TYPES = {
+    RDB_TYPE_MODULE_PRE_GA: "a module value in the format of Redis 4.0's release candidates, which cannot be read "
+                            "without its module",
+    RDB_TYPE_GCRA: "a GCRA rate limiter (type 33, written only by Redis Enterprise builds), whose encoding this "
+                   "reader does not know",
+}
 
 
 def stream_type_for(version: int) -> int:
@@ -262,7 +308,8 @@ class RdbFileReader:
     """One pass over an RDB file held in memory; :meth:`keys` yields its keys in file order.
 
     While iterating, ``aux`` collects the AUX fields, ``functions`` counts function
-    libraries and ``module_aux`` names the modules whose own data was skipped.  Once
+    libraries, ``module_aux`` names the modules whose own data was skipped and
+    ``templates`` maps each hash template's id to its number of fields.  Once
     the iteration ends, ``checksum`` is True (verified), or False (the writer stored
     none), and ``trailing`` counts bytes after the checksum (an append-only file's
     tail after an RDB preamble, for instance).
@@ -274,6 +321,7 @@ class RdbFileReader:
         self.aux: dict[bytes, bytes] = {}
         self.functions = 0
         self.module_aux: list[str] = []
+        self.templates: dict[int, int] = {}
         self.checksum: bool | None = None
         self.trailing = 0
 
@@ -292,7 +340,7 @@ class RdbFileReader:
         self.version = int(digits)
         if not 1 <= self.version <= MAX_RDB_VERSION:
             raise RdbFileError(5, f"RDB version {self.version} is not supported (1 to {MAX_RDB_VERSION}: "
-                                  f"files written by Redis up to 8.6)")
+                                  f"files written by Redis up to 8.10)")
         cur.pos = 9
 
     def keys(self) -> Iterator[RdbKey]:
@@ -363,7 +411,10 @@ class RdbFileReader:
                         cur.skip_module_value()
                     metadata = True
                     continue
-                elif op in TYPE_NAMES:
+                elif op == RDB_OPCODE_HASH_TEMPLATE:
+                    what = "a hash template"
+                    self._template(cur, record)
+                elif op in TYPE_NAMES or op in UNSKIPPABLE_TYPES:
                     what = "a key name"
                     key = cur.string()
                     yield self._value(cur, db, key, op, expire_ms, start, metadata)
@@ -380,16 +431,28 @@ class RdbFileReader:
                metadata: bool) -> RdbKey:
         begin = cur.pos
         try:
-            if rdb_type == RDB_TYPE_MODULE_PRE_GA:
-                raise RdbFileError(start, f"key '{_shown(key)}' holds a module value in the format of Redis 4.0's "
-                                          f"release candidates, which cannot be read without its module")
-            _skip_value(cur, rdb_type)
+            if rdb_type in UNSKIPPABLE_TYPES:
+                raise RdbFileError(start, f"key '{_shown(key)}' holds {UNSKIPPABLE_TYPES[rdb_type]}")
+            _skip_value(cur, rdb_type, self.templates)
         except _Truncated as e:
             raise RdbFileError(e.offset, f"truncated in the value of key '{_shown(key)}' ({type_name(rdb_type)}): "
                                          f"{e}") from None
         except _Bad as e:
             raise RdbFileError(e.offset, f"bad value of key '{_shown(key)}' ({type_name(rdb_type)}): {e}") from None
         return RdbKey(db, key, rdb_type, bytes(self.data[begin:cur.pos]), expire_ms, start, metadata)
+
+    def _template(self, cur: _Cursor, record: int) -> None:
+        """A HASH_TEMPLATE record: its id, field count and field names (rdbLoadHashTemplates)."""
+        template_id = cur.plain_length()
+        at = cur.pos
+        fields = cur.plain_length()
+        if fields == 0:
+            cur.bad(at, f"hash template {template_id} has no fields")
+        if template_id in self.templates:
+            cur.bad(record, f"hash template {template_id} is defined twice")
+        for _ in range(fields):
+            cur.skip_string()
+        self.templates[template_id] = fields
 
     def _checksum(self, cur: _Cursor) -> None:
         if self.version < 5:  # no checksum before RDB 5 (Redis 2.6)
@@ -422,8 +485,9 @@ def _skip_double_string(cur: _Cursor) -> None:
         cur.skip(n)
 
 
-def _skip_value(cur: _Cursor, rdb_type: int) -> None:
-    """Move past one value of ``rdb_type`` (as rdbLoadObject reads it), decoding nothing."""
+def _skip_value(cur: _Cursor, rdb_type: int, templates: dict[int, int]) -> None:
+    """Move past one value of ``rdb_type`` (as rdbLoadObject reads it), decoding nothing but
+    what says where it ends; ``templates`` gives the field count of each hash template."""
     if rdb_type == RDB_TYPE_STRING:
         cur.skip_string()
     elif rdb_type in (RDB_TYPE_LIST, RDB_TYPE_SET, RDB_TYPE_LIST_QUICKLIST):
@@ -463,11 +527,105 @@ def _skip_value(cur: _Cursor, rdb_type: int) -> None:
         cur.skip_string()  # one blob: the ziplist, listpack, intset or zipmap
     elif rdb_type in STREAM_TYPES:
         _skip_stream(cur, rdb_type)
+    elif rdb_type == RDB_TYPE_ARRAY:
+        _skip_array(cur)
+    elif rdb_type == RDB_TYPE_HASH_TMPL_LP_REF:
+        _skip_values_listpack(cur, None, templates)
+    elif rdb_type == RDB_TYPE_HASH_TMPL_ARRAY_REF:
+        at = cur.pos
+        template_id = cur.plain_length()
+        if template_id not in templates:
+            cur.bad(at, f"a compact hash of hash template {template_id}, which the file does not define before it")
+        for _ in range(templates[template_id]):
+            cur.skip_string()
+    elif rdb_type in (RDB_TYPE_HASH_TMPL_LP, RDB_TYPE_HASH_TMPL_ARRAY):
+        fields = _skip_template_fields(cur)
+        if rdb_type == RDB_TYPE_HASH_TMPL_LP:
+            _skip_values_listpack(cur, fields, templates)
+        else:
+            for _ in range(fields):
+                cur.skip_string()
     elif rdb_type == RDB_TYPE_MODULE_2:
         cur.plain_length()  # the module id
         cur.skip_module_value()
     else:
         cur.bad(cur.pos, f"unknown value type {rdb_type}")
+
+
+def _skip_array(cur: _Cursor) -> None:
+    count = cur.plain_length()
+    at = cur.pos
+    has_insert_index = cur.plain_length()
+    if has_insert_index not in (0, 1):
+        cur.bad(at, f"array insert-index flag {has_insert_index} (0 or 1)")
+    if has_insert_index:
+        cur.plain_length()
+    for _ in range(count):
+        cur.plain_length()  # the element's index
+        at = cur.pos
+        tag = cur.plain_length()
+        if tag in (_AR_TAG_STRING, _AR_TAG_SHORT_STRING):
+            cur.skip_string()
+        elif tag in (_AR_TAG_INT, _AR_TAG_FLOAT):
+            cur.skip(8)
+        else:
+            cur.bad(at, f"unknown array element tag {tag}")
+
+
+def _skip_template_fields(cur: _Cursor) -> int:
+    """Move past a self-contained compact hash's field names; their number."""
+    at = cur.pos
+    form = cur.plain_length()
+    if form == _TMPL_FIELDS_RAW:
+        at = cur.pos
+        fields = cur.plain_length()
+        for _ in range(fields):
+            cur.skip_string()
+    elif form == _TMPL_FIELDS_LISTPACK:
+        at = cur.pos
+        try:
+            fields = len(listpack_decode(cur.string()))  # the values that follow are counted by it
+        except ValueError as e:  # RdbError, or an LZF string that does not decompress
+            cur.bad(at, f"the field names' listpack: {e}")
+    else:
+        cur.bad(at, f"unknown hash template field format {form}")
+    if fields == 0:
+        cur.bad(at, "a compact hash with no fields")
+    return fields
+
+
+def _skip_values_listpack(cur: _Cursor, fields: int | None, templates: dict[int, int]) -> None:
+    """Move past a compact hash's values listpack: a template id (an integer element; for type 30
+    one the file defined, whose field count is then ``fields``), then one element per field.  Only
+    the header and the first element are read: the count is checked when the header states it."""
+    at = cur.pos
+    blob = cur.string()
+    if len(blob) < 7 or int.from_bytes(blob[:4], "little") != len(blob):
+        cur.bad(at, "a compact hash's values listpack whose header disagrees with its length")
+    template_id = _listpack_first_int(blob)
+    if template_id is None:
+        cur.bad(at, "a compact hash's values listpack that does not open with a template id")
+    if fields is None:
+        if template_id not in templates:
+            cur.bad(at, f"a compact hash of hash template {template_id}, which the file does not define before it")
+        fields = templates[template_id]
+    count = int.from_bytes(blob[4:6], "little")
+    if count != 0xFFFF and count != fields + 1:
+        cur.bad(at, f"a compact hash's values listpack of {count} elements for {fields} fields and the template id")
+
+
+def _listpack_first_int(lp: bytes) -> int | None:
+    """The first element of a listpack when it is an integer (lpGetValue), else None."""
+    b = lp[6]
+    if b < 0x80:
+        return b
+    if 0xC0 <= b < 0xE0 and len(lp) > 7:
+        u = ((b & 0x1F) << 8) | lp[7]
+        return u - 0x2000 if u >= 0x1000 else u
+    width = {0xF1: 2, 0xF2: 3, 0xF3: 4, 0xF4: 8}.get(b)
+    if width is None or len(lp) < 7 + width:
+        return None
+    return int.from_bytes(lp[7:7 + width], "little", signed=True)
 
 
 def _skip_stream(cur: _Cursor, rdb_type: int) -> None:
@@ -488,10 +646,13 @@ def _skip_stream(cur: _Cursor, rdb_type: int) -> None:
             cur.plain_length()
         for _ in range(cur.plain_length()):  # consumers: name, seen time (active time), their PEL's IDs
             cur.skip_string()
-            cur.skip(16 if rdb_type in (RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4) else 8)
+            cur.skip(16 if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_3 else 8)
             for _ in range(cur.plain_length()):
                 cur.skip(16)
-    if rdb_type == RDB_TYPE_STREAM_LISTPACKS_4:  # IDMP: duration, max entries, producers, totals
+        if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_5:  # the NACK zone: XNACK's released IDs
+            for _ in range(cur.plain_length()):
+                cur.skip(16)
+    if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_4:  # IDMP: duration, max entries, producers, totals
         cur.plain_length()
         cur.plain_length()
         for _ in range(cur.plain_length()):
