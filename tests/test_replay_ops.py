@@ -305,16 +305,34 @@ PRELUDE = [["XADD", k, "*", "f", str(i)] for i in range(3) for k in ("s1", "s2")
     ["XREADGROUP", "GROUP", "g1", "alice", "COUNT", "2", "STREAMS", "s1", ">"]]
 
 
+def _without_seen_times(state: list) -> list:
+    """The state without consumers' seen-times: an XREADGROUP that changed nothing else (a
+    history read of nothing) moves its consumer's seen-time but is not written to the log, as
+    Redis does not propagate it, so a restart does not bring that one moment back (README,
+    "XREAD / XREADGROUP")."""
+    for info in state[1:]:
+        for group in info.get(b"groups", []) if isinstance(info, dict) else []:
+            for consumer in group[b"consumers"]:
+                consumer.pop(b"seen-time", None)
+    return state
+
+
 def test_random_histories_of_a_cluster_region_replay_to_the_same_state_and_causal_log(tmp_path_factory):
     """Region-local state (consumers, PEL, delivery counts, cursors, SETID) and every envelope
     come back after a restart, whatever sequence of commands and deliveries made them."""
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, example, given, settings
     from hypothesis import strategies as st
 
     applied_local_ops = []  # command records that carried operations (XACK, XACKDEL...)
 
     @settings(max_examples=50, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     @given(script=st.lists(_random_steps(), min_size=5, max_size=40))
+    # histories sure to write command records with operations (the random ones may not)
+    @example(script=[["XACK", "s1", "g1", PENDING], ["XADD", "s1", "*", "f", "v"], ["TO-REGION-2"],
+                     ["XACKDEL", "s1", "g1", "ACKED", "IDS", "1", PENDING], ["XREADGROUP", "GROUP", "g1", "bob",
+                                                                             "STREAMS", "s1", "0"]])
+    @example(script=[["FROM-REGION-2", "s1"], ["XREADGROUP", "GROUP", "g1", "bob", "COUNT", "3", "STREAMS", "s1", ">"],
+                     ["XACK", "s1", "g1", PENDING], ["XACK", "s1", "g1", PENDING], ["XACK", "s1", "g1", PENDING]])
     def check(script):
         directory = tmp_path_factory.mktemp("cluster")
         r1, r2 = Region(str(directory / "r1"), 1), Region(str(directory / "r2"), 2)
@@ -333,10 +351,10 @@ def test_random_histories_of_a_cluster_region_replay_to_the_same_state_and_causa
                                      and msgspec.msgpack.decode(p)[0] == b"L"))
         again = Region(r1.directory, 1)
         assert again.envelopes() == envelopes
-        assert again.state() == state
+        assert _without_seen_times(again.state()) == _without_seen_times(state)
         assert again.server.loading_report[0].differences == 0
         again.close()
         r2.close()
 
     check()
-    assert sum(applied_local_ops) >= 5  # the histories did exercise command records with operations
+    assert sum(applied_local_ops) >= 5, applied_local_ops  # command records with operations were exercised
