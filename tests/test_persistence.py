@@ -47,6 +47,23 @@ def dump(c: redis.Redis) -> list:
     return out
 
 
+def without_seen_times(state: list) -> list:
+    """A dump without consumers' seen-times.  An XREADGROUP that changed nothing else (a
+    history read of nothing) moves its consumer's seen-time but is not written to the log, as
+    Redis does not propagate it, so a restart does not bring that one moment back (README,
+    "XREAD / XREADGROUP").  Takes XINFO STREAM FULL replies as flat lists (RESP2) or maps."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != b"seen-time"}
+        if isinstance(value, list):
+            if len(value) % 2 == 0 and b"seen-time" in value[::2]:
+                i = value[::2].index(b"seen-time") * 2
+                value = value[:i] + value[i + 2:]
+            return [strip(v) for v in value]
+        return value
+    return strip(state)
+
+
 def run(directory: str, script: list[list[str]], **config) -> list:
     with InProcessServer(Config(dir=directory, **config)) as srv:
         raw = RawClient(srv.port)  # replies as they are: errors are part of the script
@@ -86,9 +103,9 @@ extra = st.one_of(
 @given(script=st.lists(st.one_of(commands(), extra), min_size=5, max_size=40))
 def test_a_restart_rebuilds_exactly_the_same_state(tmp_path_factory, script):
     directory = str(tmp_path_factory.mktemp("aof"))
-    before = run(directory, PRELUDE + script)
-    assert reload(directory) == before
-    assert reload(directory) == before  # loading twice changes nothing
+    before = without_seen_times(run(directory, PRELUDE + script))
+    assert without_seen_times(reload(directory)) == before
+    assert without_seen_times(reload(directory)) == before  # loading twice changes nothing
 
 
 def test_layout_settings_changed_at_run_time_come_back_as_configured(tmp_path):

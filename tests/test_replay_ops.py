@@ -27,6 +27,7 @@ from node.config import Config
 from node.persistence import aof
 from node.persistence.replay import LoadError
 from node.server import ClientConnection, Server
+from tests.test_persistence import without_seen_times
 
 SPECS = [RegionSpec(f"region-{i}", i, "127.0.0.1", 0, 0) for i in (1, 2)]
 
@@ -305,18 +306,6 @@ PRELUDE = [["XADD", k, "*", "f", str(i)] for i in range(3) for k in ("s1", "s2")
     ["XREADGROUP", "GROUP", "g1", "alice", "COUNT", "2", "STREAMS", "s1", ">"]]
 
 
-def _without_seen_times(state: list) -> list:
-    """The state without consumers' seen-times: an XREADGROUP that changed nothing else (a
-    history read of nothing) moves its consumer's seen-time but is not written to the log, as
-    Redis does not propagate it, so a restart does not bring that one moment back (README,
-    "XREAD / XREADGROUP")."""
-    for info in state[1:]:
-        for group in info.get(b"groups", []) if isinstance(info, dict) else []:
-            for consumer in group[b"consumers"]:
-                consumer.pop(b"seen-time", None)
-    return state
-
-
 def test_random_histories_of_a_cluster_region_replay_to_the_same_state_and_causal_log(tmp_path_factory):
     """Region-local state (consumers, PEL, delivery counts, cursors, SETID) and every envelope
     come back after a restart, whatever sequence of commands and deliveries made them."""
@@ -351,7 +340,7 @@ def test_random_histories_of_a_cluster_region_replay_to_the_same_state_and_causa
                                      and msgspec.msgpack.decode(p)[0] == b"L"))
         again = Region(r1.directory, 1)
         assert again.envelopes() == envelopes
-        assert _without_seen_times(again.state()) == _without_seen_times(state)
+        assert without_seen_times(again.state()) == without_seen_times(state)
         assert again.server.loading_report[0].differences == 0
         again.close()
         r2.close()
