@@ -281,13 +281,23 @@ class ActiveActive(SingleRegion):
 def duplicate(s: Stream) -> Stream:
     """Redis's ``streamDup``: an independent copy of ``s``, blocks, counters, groups,
     consumers, PELs and IDMP state included.  As Redis's copy, each group's
-    time-ordered PEL lists entries delivered in the same millisecond by ID."""
+    time-ordered PEL lists entries delivered in the same millisecond by ID; the NACK
+    zone keeps its release order."""
     image = copy.deepcopy(s)
     for g in image.groups.values():
-        for n, (_id, nack) in enumerate(sorted(g.pel.items(), key=lambda kv: (kv[1].delivery_time, kv[0])), 1):
+        for n, (_id, nack) in enumerate(sorted(g.pel.items(), key=_copy_order), 1):
             nack.stamp = n
         g._stamps = len(g.pel)
     return image
+
+
+def _copy_order(item: tuple) -> tuple:
+    """The time order a copy gives a PEL: entries XNACK released (no consumer) first, in the
+    order they were released; the others by delivery time, then ID."""
+    id_, nack = item
+    if nack.consumer is None:
+        return (0, 0, nack.stamp)
+    return (1, nack.delivery_time, id_)
 
 
 def copy_consumers(source: cg.ConsumerGroup, g: cg.ConsumerGroup) -> None:
@@ -297,7 +307,7 @@ def copy_consumers(source: cg.ConsumerGroup, g: cg.ConsumerGroup) -> None:
     for name, c in source.consumers.items():
         new = consumers[name] = g.consumers[name] = cg.Consumer(name, c.seen_time)
         new.active_time = c.active_time
-    for id_, nack in sorted(source.pel.items(), key=lambda kv: (kv[1].delivery_time, kv[0])):
+    for id_, nack in sorted(source.pel.items(), key=_copy_order):
         owner = consumers.get(nack.consumer.name) if nack.consumer is not None else None
         new_nack = g.pel[id_] = cg.Nack(owner, nack.delivery_time, nack.delivery_count, g._stamp())
         if owner is not None:

@@ -184,6 +184,22 @@ def test_the_copied_pel_orders_deliveries_of_one_millisecond_by_id():
     assert [i for i, _ in r.keys[b"d"].groups[b"g"].by_delivery_time()] == [(1, 0), (2, 0), (3, 0)]
 
 
+def test_a_copy_keeps_the_nack_zone_in_release_order():
+    """Entries XNACK released come first in the copy's PEL, in the order they were released
+    (not by ID), so XREADGROUP ... CLAIM serves the copy as it serves the source."""
+    r = OneRegion(step=0)
+    for i in (1, 2, 3, 4):
+        r("XADD", "s", f"{i}-0", "f", "v")
+    r("XGROUP", "CREATE", "s", "g", "0")
+    r("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">")
+    r("XNACK", "s", "g", "FAIL", "IDS", "1", "3-0")
+    r("XNACK", "s", "g", "FAIL", "IDS", "1", "1-0")
+    source = [i for i, _ in r.keys[b"s"].groups[b"g"].by_delivery_time()]
+    assert source[:2] == [(3, 0), (1, 0)]
+    r("COPY", "s", "d")
+    assert [i for i, _ in r.keys[b"d"].groups[b"g"].by_delivery_time()] == source
+
+
 def test_command_info_and_docs():
     r = OneRegion()
     info = r("COMMAND", "INFO", "copy")[0]
