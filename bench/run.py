@@ -155,9 +155,15 @@ class BraidServer(Server):
             os.environ["PYTHONPATH"] = os.pathsep.join([REPO, *[p for p in paths if p]])
 
 
+def redis_server_exe() -> str | None:
+    """The redis-server to compare with: ``$BRAID_BENCH_REDIS_SERVER`` (``--redis-server``), e.g. a
+    Redis 8.6.3 built from Debian's source package, else the one on PATH (Debian's 7.0)."""
+    return os.environ.get("BRAID_BENCH_REDIS_SERVER") or shutil.which("redis-server")
+
+
 class RedisServer(Server):
     def argv(self) -> list[str]:
-        exe = shutil.which("redis-server")
+        exe = redis_server_exe()
         if exe is None:
             raise RuntimeError("redis-server is not installed: `make deps` installs it (Debian redis-server)")
         persistence = self.extra or ["--appendonly", "no"]
@@ -432,7 +438,7 @@ def machine() -> dict:
         "cpu": cpu, "cores": os.cpu_count(), "memory": mem,
         "kernel": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "redis": _run(["redis-server", "--version"]) or "not found",
+        "redis": _run([redis_server_exe() or "redis-server", "--version"]) or "not found",
         "benchmark": _run(["redis-benchmark", "--version"]) or "not found",
         "commit": (commit + (" (with uncommitted changes)" if dirty else "")) if commit else "unknown",
     }
@@ -611,6 +617,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--requests", type=int, metavar="N",
                     help="requests for every throughput scenario (default: per scenario, see README)")
     ap.add_argument("--entries", type=int, metavar="N", help="entries in the memory run (default 1,000,000)")
+    ap.add_argument("--redis-server", metavar="PATH",
+                    help="the redis-server to compare with (default $BRAID_BENCH_REDIS_SERVER, else the one on "
+                         "PATH): a Redis 8.6.3 build gives the issue's reference numbers")
     ap.add_argument("--out", metavar="PATH",
                     help=f"results file (default {os.path.relpath(DEFAULT_OUT, REPO)} for a full run, "
                          f"{os.path.relpath(PARTIAL_OUT, REPO)} with --quick/--only/--requests/--entries)")
@@ -637,10 +646,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.redis_server:
+        if not os.access(args.redis_server, os.X_OK):
+            print(f"--redis-server {args.redis_server}: not an executable file", file=sys.stderr)
+            return 2
+        os.environ["BRAID_BENCH_REDIS_SERVER"] = os.path.abspath(args.redis_server)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     for tool in ("redis-server", "redis-benchmark"):
-        if shutil.which(tool) is None:
+        if (redis_server_exe() if tool == "redis-server" else shutil.which(tool)) is None:
             print(f"{tool} is not installed: `make deps` installs Debian's redis-server and redis-tools",
                   file=sys.stderr)
             return 2
