@@ -429,7 +429,8 @@ class OperationLog(DurabilityRules):
 
     def _paced_fsync(self) -> None:
         self._fsync_timer = None
-        self._start_fsync()
+        if self.synced < self.file.last_record:  # the cron's fsync may have covered them meanwhile
+            self._start_fsync()
 
     def _synced_to(self, target: int, target_bytes: int, took_ns: int) -> None:
         self.error = None
