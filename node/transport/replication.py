@@ -443,6 +443,7 @@ class Link:
         if now - arrived >= RELAY_DELAY:  # catching up: everything now, what was held first
             held = [e for _, e in self._held]
             self._held.clear()
+            self._arm_relay_timer(now)
             return held + envelopes
         keep = []
         for e in envelopes:
