@@ -11,7 +11,8 @@ touches the socket.
 :class:`Server` is a :class:`node.core.RegionCore` with the parts that need an
 event loop: the listening socket and client connections, blocking reads and
 their timers, the end of each turn (the log's records are written once for
-every client served in the turn, then the replies that may leave go out), the
+every client served in the turn, then the replies that may leave go out, and
+only then starts an fsync that just lets operations leave for other regions), the
 fsync and BGSAVE worker threads, the once-a-second cron task, the gRPC links
 of a cluster, the Prometheus endpoint (``metrics-port``, node/metrics.py: served
 on this loop, so a scrape reads the state between two commands), signals and
@@ -150,14 +151,13 @@ class Server(RegionCore):
         if self.failed is not None:
             return  # a fail-stop: this turn's records and replies are dropped
         clients, self._after_log_write = self._after_log_write, {}
-        if self.end_turn():
-            oplog = self.oplog
-            if oplog.policy == "always":
-                oplog.fsync_now()
-            else:
-                oplog.sync_for_replication()
+        sync = self.end_turn()
+        if sync and self.oplog.policy == "always":
+            self.oplog.fsync_now()
         for client in clients.values():
             client.send_held()
+        if sync and self.oplog.policy != "always":
+            self.oplog.sync_for_replication()  # after the replies: they do not wait for it
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int | None = None) -> None:

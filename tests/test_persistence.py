@@ -658,6 +658,46 @@ def test_operations_leave_for_other_regions_only_once_durable(tmp_path, policy, 
     assert told == [1]
 
 
+def test_replication_fsyncs_are_shared_by_records_written_close_together(tmp_path, monkeypatch):
+    """``everysec`` in a region of a cluster: the fsync that lets operations leave starts at
+    once after a quiet spell, then at most once per ``REPLICATION_FSYNC_INTERVAL``: records
+    written meanwhile wait and share the next one (here the cron's, the interval being long)."""
+    import asyncio
+
+    from node.persistence import oplog as oplog_module
+    from node.persistence.oplog import OperationLog
+
+    monkeypatch.setattr(oplog_module, "REPLICATION_FSYNC_INTERVAL", 3600.0)
+
+    async def until(predicate) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not predicate():
+            assert loop.time() < deadline
+            await asyncio.sleep(0.001)
+
+    async def scenario() -> None:
+        log = OperationLog(str(tmp_path / "log"), "everysec")
+        told: list = []
+        log.on_durable, log.replicating = told.append, True
+        log.log_command(1, [b"XADD", b"s", b"*", b"f", b"0"])
+        assert log.write_out()
+        log.sync_for_replication()  # the first after a quiet spell: at once
+        await until(lambda: told == [1])
+        for i in range(1, 10):
+            log.log_command(1, [b"XADD", b"s", b"*", b"f", b"%d" % i])
+            assert log.write_out()
+            log.sync_for_replication()
+            await asyncio.sleep(0)  # the next turn of the event loop
+        assert log.fsyncs == 1 and told == [1]  # not on disk yet: nothing more may leave
+        log.tick()  # the once-a-second fsync covers all of them
+        await until(lambda: told[-1] == 10)
+        assert log.fsyncs == 2 and told == [1, 10]
+        log.close()
+
+    asyncio.run(scenario())
+
+
 def test_shutdown_stops_the_region_and_keeps_everything(tmp_path):
     proc = BraidProcess(data_dir=str(tmp_path))
     proc.start()

@@ -550,3 +550,33 @@ def test_an_image_is_never_sent_when_both_regions_dropped_what_the_other_lacks()
             await two.stop()
 
     run(scenario())
+
+
+def test_operations_reach_every_region_directly_without_relayed_copies():
+    """With every link up, a region holds back relaying a third region's operations for a
+    moment, the peer acknowledges getting them from their origin, and no copy arrives twice;
+    with the direct link cut the relay still delivers them (test_relay_heals_a_cut_link)."""
+    async def scenario():
+        hubs = {r: make_hub(r) for r in (1, 2, 3)}
+        ports = {r: await h.serve() for r, (h, _) in hubs.items()}
+        try:
+            for a, b in ((1, 2), (1, 3), (2, 3)):
+                hubs[a][0].dial(b, f"127.0.0.1:{ports[b]}")
+            await until(lambda: all(len(h.links) == 2 for h, _ in hubs.values()))
+            for i in range(200):
+                hubs[1][0].issue(b"from-1-%d" % i)
+                if i % 20 == 0:
+                    await asyncio.sleep(0)  # operations issued over several loop turns
+            await until(lambda: all(h.causal.vv.get(1) == 200 for h, _ in hubs.values()))
+            # every peer acknowledged region 1's operations to every region (the acks go to all)
+            await until(lambda: all(h.peer_acked.get(p, {}).get(1) == 200
+                                    for r, (h, _) in hubs.items() for p in (1, 2, 3) if p != r))
+            for r in (2, 3):
+                h, applied = hubs[r]
+                assert [e.dot for e in applied] == [(1, n) for n in range(1, 201)]  # once, in order
+                assert h.duplicates == 0
+        finally:
+            for h, _ in hubs.values():
+                await h.stop()
+
+    run(scenario())

@@ -84,10 +84,12 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
   produced, so a busy neighbour cannot starve it.
 * ``everysec``: records are written to the OS before any reply (a crash of the
   process loses nothing); an fsync runs once a second (a crash of the machine
-  loses about a second).  In a region of a cluster, fsyncs also run back to
-  back in a worker thread while operations wait to leave: other regions only
-  receive what is on disk, so a region never forgets an operation they hold
-  (it would mint its dot again).  ``no`` gives that up: operations leave once
+  loses about a second).  In a region of a cluster, fsyncs also run in a
+  worker thread while operations wait to leave, one at most every
+  ``REPLICATION_FSYNC_INTERVAL`` (10 ms; the first at once after a quiet spell,
+  so a steady trickle of writes shares fsyncs instead of one each): other
+  regions only receive what is on disk, so a region never forgets an operation
+  they hold (it would mint its dot again).  Clients never wait for these.  ``no`` gives that up: operations leave once
   they reach the OS.
 * ``no``: records are written to the OS before any reply; the OS decides when
   they reach the disk.
@@ -126,6 +128,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.persistence")
 
 POLICIES = ("always", "everysec", "no")
+# ``everysec`` in a region of a cluster: the fsyncs that let operations leave start at most
+# this often (seconds), so a steady trickle of writes shares them instead of one per record
+REPLICATION_FSYNC_INTERVAL = 0.01
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
@@ -310,6 +315,8 @@ class OperationLog(DurabilityRules):
         self.on_fsync: Callable[[int], None] | None = None
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
+        self._fsync_started = -REPLICATION_FSYNC_INTERVAL  # monotonic time the last fsync started
+        self._fsync_timer: asyncio.TimerHandle | None = None  # a paced fsync for replication
         # told the last durable record (per the policy): replication sends only what is durable
         self.on_durable: Callable[[int], None] | None = None
         self.replicating = False  # a region of a cluster: keep fsyncing while operations wait to leave
@@ -379,6 +386,7 @@ class OperationLog(DurabilityRules):
         if self._syncing or self.error is not None or not self.write_out():
             return
         self._syncing = True
+        self._fsync_started = time.monotonic()
         target, target_bytes = self.written, self.file.appended_bytes
         fd = os.dup(self.file.fileno())  # the segment may be rolled while the thread works
         directory_dirty = self.file.take_directory_dirty()
@@ -400,13 +408,28 @@ class OperationLog(DurabilityRules):
         self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
         for cb in ready:
             cb()
-        if self._waiters or (self.replicating and self.policy == "everysec" and self.synced < self.written):
+        if self._waiters:
             self._start_fsync()  # what was written while this fsync ran: the next group
+        elif self.replicating:
+            self.sync_for_replication()
 
     def sync_for_replication(self) -> None:
         """``everysec`` in a region of a cluster: fsync soon (in a worker thread) so that
-        operations can leave for other regions; clients do not wait for it."""
-        if self.policy == "everysec" and self.synced < self.file.last_record:
+        operations can leave for other regions; clients do not wait for it.  One fsync
+        starts at most every ``REPLICATION_FSYNC_INTERVAL`` (the first at once after a
+        quiet spell): records written meanwhile share the next one."""
+        if self.policy != "everysec" or self.synced >= self.file.last_record or self._syncing \
+                or self._fsync_timer is not None:
+            return
+        wait = self._fsync_started + REPLICATION_FSYNC_INTERVAL - time.monotonic()
+        if wait <= 0:
+            self._start_fsync()
+        else:
+            self._fsync_timer = asyncio.get_running_loop().call_later(wait, self._paced_fsync)
+
+    def _paced_fsync(self) -> None:
+        self._fsync_timer = None
+        if self.synced < self.file.last_record:  # the cron's fsync may have covered them meanwhile
             self._start_fsync()
 
     def _synced_to(self, target: int, target_bytes: int, took_ns: int) -> None:
@@ -458,6 +481,9 @@ class OperationLog(DurabilityRules):
 
     def close(self) -> None:
         """Flush and fsync everything (a clean shutdown loses nothing, whatever the policy)."""
+        if self._fsync_timer is not None:
+            self._fsync_timer.cancel()
+            self._fsync_timer = None
         try:
             self.file.close()
         except OSError as e:

@@ -15,7 +15,24 @@ ships every envelope of the local causal log the peer has not acknowledged
 (relayed operations of third regions included, so a cut link heals through any
 region that talks to both), and a receiver that hands incoming envelopes to
 :class:`crdt.causal.CausalLog` (which applies each exactly once and in causal
-order) and acknowledges with its version vector.  What to send, what a batch or
+order) and acknowledges with its version vector - to the sender and, when the
+batch raised it, to every other peer too.
+
+Batching and relaying.  What a frame costs (gRPC, protobuf, the peer's apply
+and its ack) is paid per frame, not per operation, so frames are paced: a link
+sends at most one batch per ``SEND_INTERVAL`` (5 ms) and one ack per
+``ACK_INTERVAL`` (10 ms), the first at once after a quiet spell, and what arrives
+meanwhile shares the next frame (a newer ack replaces the waiting one).  A lone
+client writing a few thousand operations a second thus costs each region a few
+hundred frames a second, not several per operation.  Relaying is what heals a
+cut link, but with every link up it only sends each region a second copy of
+every operation: so a fresh operation of a third region (neither this region's
+nor the peer's) is held back on the link for ``RELAY_DELAY`` (50 ms) and then
+sent only if the peer has not acknowledged it meanwhile - it usually has, having
+got it from its origin, since acks go to every peer.  A link catching up (the
+oldest operation it is about to send is older than that) sends everything at
+once, held ones first.  ``ReplicationHub.duplicates`` counts envelopes that
+arrived a second time.  What to send, what a batch or
 an ack means, when a full resync is needed, how frames are cut and joined again
 are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
 chaos/sim/, runs the same decisions over a seeded network); :class:`Link` only
@@ -33,8 +50,9 @@ handshake; the budget toward a peer is at most half of either limit, so no frame
 is ever refused for its size and an entry as large as ``proto-max-bulk-len``
 replicates.  Compression: gRPC's gzip is off (it would compress every message,
 and a 64 MB random value costs seconds per hop at ~30 MB/s); a Batch of 1 KB or
-more is zlib-compressed at level 1 in a worker thread and sent as
-``batch_zlib`` when that is smaller, decompressed on arrival with a bound (the
+more is zlib-compressed at level 1 (in a worker thread from 64 KB) and sent as
+``batch_zlib`` when that is smaller (a smaller batch on the event loop: the
+hand-off would cost more than the compression), decompressed on arrival with a bound (the
 message limit), so small operations still travel compressed; fragments and
 full-resync pieces go as they are.
 
@@ -59,7 +77,8 @@ link is not cut.  Closed links are logged and counted (``crdt_link_stalls``).
 Only what is safely logged leaves: ``sendable`` (set by the region from its
 operation log) bounds how far into the causal log links may send, so a peer
 never holds an operation the region could lose in a crash and then mint again
-under the same dot.
+under the same dot.  While it is set, a new operation does not wake the links:
+the log's durability raises ``sendable`` and wakes them (once per fsync).
 
 Full resync: a region trims its backlog (``trim``), so a peer that was away long
 may lack operations no longer held.  Hello and Welcome carry each side's backlog
@@ -124,7 +143,15 @@ GRPC_DEFAULT_MESSAGE = 4 * 1024 * 1024  # what a peer that does not state its li
 MIN_BUDGET = 16 * 1024  # a frame budget below this is raised to it (parts must carry data)
 OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queued
 COMPRESS_FROM = 1024    # Batches smaller than this are not worth compressing
+COMPRESS_INLINE = 64 * 1024  # ...and smaller than this are compressed on the event loop
 FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper bound)
+# A link sends at most one batch per SEND_INTERVAL and one ack per ACK_INTERVAL (seconds; the
+# first at once after a quiet spell): operations and acks arriving meanwhile share the next
+# frame.  A third region's fresh operations are relayed only after RELAY_DELAY, and only if
+# the peer has not acknowledged them by then (it usually got them from their origin).
+SEND_INTERVAL = 0.005
+ACK_INTERVAL = 0.01
+RELAY_DELAY = 0.05
 # what gRPC's TLS reports when this end's check of the peer's certificate failed
 CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
 
@@ -221,6 +248,7 @@ class Outbox:
         self.ack: pb.Frame | None = None
         self.closed = False
         self._ack_turn = True
+        self._ack_at = -ACK_INTERVAL  # when the last ack was handed to the writer
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -256,8 +284,14 @@ class Outbox:
         """The next frame to write; None once the link is closed."""
         while not self.closed:
             if self.ack is not None and (self._ack_turn or not self.frames):
+                now = time.monotonic()
+                if not self.frames and now < self._ack_at + ACK_INTERVAL:
+                    # only an ack waits and one left a moment ago: a newer one may replace it
+                    await self._readable_or(self._ack_at + ACK_INTERVAL - now)
+                    continue
                 frame, self.ack = self.ack, None
                 self._ack_turn = False
+                self._ack_at = now
                 return frame
             if self.frames:
                 frame, size = self.frames.popleft()
@@ -268,6 +302,15 @@ class Outbox:
             self._readable.clear()
             await self._readable.wait()
         return None
+
+    async def _readable_or(self, timeout: float) -> None:
+        """Wait until something is put (or the outbox closes), or ``timeout`` seconds."""
+        self._readable.clear()
+        timer = asyncio.get_running_loop().call_later(timeout, self._readable.set)
+        try:
+            await self._readable.wait()
+        finally:
+            timer.cancel()
 
 
 class Link:
@@ -307,6 +350,8 @@ class Link:
         self.outbox = Outbox(OUTBOX_FRAMES * self.budget)
         self.wakeup = asyncio.Event()
         self.wakeup.set()
+        self._held: deque[tuple[float, Envelope]] = deque()  # relays waiting for RELAY_DELAY
+        self._relay_timer: asyncio.TimerHandle | None = None
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.peer_received = 0               # the peer's last Ack.received
 
@@ -342,7 +387,8 @@ class Link:
         batch = pb.Batch(envelopes=[to_proto(e) for e in envelopes])
         raw = batch.SerializeToString()
         if len(raw) >= COMPRESS_FROM:
-            packed = await asyncio.to_thread(zlib.compress, raw, 1)
+            # a small batch compresses in microseconds: a hand-off to a worker thread costs more
+            packed = zlib.compress(raw, 1) if len(raw) < COMPRESS_INLINE else await asyncio.to_thread(zlib.compress, raw, 1)
             if len(packed) < len(raw):
                 return pb.Frame(batch_zlib=packed)
         return pb.Frame(batch=batch)
@@ -363,27 +409,77 @@ class Link:
             await asyncio.Event().wait()  # the link stays up (keepalive) and idle: nothing can cross it
         if self.sends_image and not self.hub.is_cut(self.peer):
             await self.send_image()
+        sent_at = -SEND_INTERVAL
         while True:
             await self.wakeup.wait()
-            await asyncio.sleep(0)  # let operations issued in this loop turn join the batch
+            # let operations issued meanwhile join the batch: the rest of this loop turn,
+            # and after a frame went out, until SEND_INTERVAL passed since it
+            await asyncio.sleep(max(0.0, sent_at + SEND_INTERVAL - time.monotonic()))
             self.wakeup.clear()
             if self.hub.is_cut(self.peer):
                 continue
+            start = max(self.state.position, self.hub.causal.base)
             missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
+            now = time.monotonic()
+            missing = self._due_relays(now) + self._hold_relays(missing, start, now)
+            if missing:
+                sent_at = now
             for in_parts, envelopes in plan_frames(missing, self.budget):
                 if in_parts:
                     await self.send_parts(envelopes[0])
                 else:
                     await self.outbox.put(await self.batch_frame(envelopes))
 
+    def _hold_relays(self, envelopes: list[Envelope], start: int, now: float) -> list[Envelope]:
+        """Of ``envelopes`` (the log from absolute position ``start`` on), hold back the fresh
+        operations of third regions for ``RELAY_DELAY``: the peer usually gets them from
+        their origin meanwhile and says so (acks go to every peer), and then they need no
+        relaying.  A link catching up (the oldest of them arrived before that) sends all."""
+        hub = self.hub
+        if not envelopes or RELAY_DELAY <= 0:
+            return envelopes
+        i = start - hub.causal.base
+        arrived = hub.arrivals[i] if 0 <= i < len(hub.arrivals) else now
+        if now - arrived >= RELAY_DELAY:  # catching up: everything now, what was held first
+            held = [e for _, e in self._held]
+            self._held.clear()
+            self._arm_relay_timer(now)
+            return held + envelopes
+        keep = []
+        for e in envelopes:
+            if e.origin == hub.region or e.origin == self.peer:
+                keep.append(e)
+            else:
+                self._held.append((now + RELAY_DELAY, e))
+        self._arm_relay_timer(now)
+        return keep
+
+    def _due_relays(self, now: float) -> list[Envelope]:
+        """Held relays whose delay is over and that the peer still lacks (in log order)."""
+        held, acked, due = self._held, self.state.acked, []
+        while held and held[0][0] <= now:
+            e = held.popleft()[1]
+            if e.n > acked.get(e.origin, 0):
+                due.append(e)
+        self._arm_relay_timer(now)
+        return due
+
+    def _arm_relay_timer(self, now: float) -> None:
+        if self._relay_timer is not None:
+            self._relay_timer.cancel()
+            self._relay_timer = None
+        if self._held:
+            self._relay_timer = asyncio.get_running_loop().call_later(self._held[0][0] - now, self.wakeup.set)
+
     # ------------------------------------------------------------ receiving
     def acknowledge(self, received: int = 0) -> None:
         self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)))
 
     def deliver(self, envelopes: list[Envelope]) -> None:
+        causal, limits = self.hub.causal, self.limits
+        end = causal.end
         for env in self.state.on_batch(envelopes):
             self.hub.deliver(env)
-        causal, limits = self.hub.causal, self.limits
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
             # an honest peer sends in causal order: this one piles up what can never apply
             dropped = causal.drop_pending()
@@ -391,6 +487,10 @@ class Link:
                                 f"(past crdt-repl-pending-max-ops {limits.max_pending_ops} or -bytes "
                                 f"{limits.max_pending_bytes}): dropped, none was applied")
         self.acknowledge()
+        if causal.end > end:  # every other peer learns it too: it need not relay these here
+            for link in self.hub.links.values():
+                if link is not self:
+                    link.acknowledge()
 
     def unpack(self, packed: bytes) -> pb.Batch:
         inflate = zlib.decompressobj()
@@ -539,6 +639,7 @@ class ReplicationHub:
         self.conflicts: set[int] = set()    # peers each side dropped operations of the other for
         self.resyncs_sent = 0
         self.resyncs_received = 0
+        self.duplicates = 0  # envelopes received that were applied here already
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -566,7 +667,7 @@ class ReplicationHub:
         """Stamp a local operation (already applied locally) and wake the links."""
         env = self.causal.stamp(op)
         self.arrivals.append(time.monotonic())
-        self.wake()
+        self.wake_if_sendable()
         return env
 
     def deliver(self, env: Envelope) -> None:
@@ -584,12 +685,15 @@ class ReplicationHub:
                 raise MembershipBehind(f"operation {env.dot} of a region that is not a member here "
                                        "(or that depends on one): handshake again for the newer member list")
 
+        if env.n <= self.causal.vv.get(env.origin, 0):
+            self.duplicates += 1  # it came another way first (a relay, or a resend after a reconnection)
+
         def apply(ready: Envelope) -> None:
             self.on_apply(ready)
             self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
 
         self.causal.receive(env, apply)
-        self.wake()  # relay what arrived to the other peers
+        self.wake_if_sendable()  # relay what arrived to the other peers
 
     def sendable_upto(self) -> int:
         return self.causal.end if self.sendable is None else self.sendable
@@ -611,6 +715,14 @@ class ReplicationHub:
     def wake(self) -> None:
         for link in self.links.values():
             link.wakeup.set()
+
+    def wake_if_sendable(self) -> None:
+        """Wake the links for what just joined the causal log, if it may leave now.  When the
+        region logs (``sendable`` set), it may not: the operation log's durability tells the
+        region, which raises ``sendable`` and wakes the links then (one wake-up per fsync,
+        not two per operation)."""
+        if self.sendable is None or self.sendable >= self.causal.end:
+            self.wake()
 
     def membership_hello(self) -> tuple[int, bytes]:
         """(epoch, member list) for a Hello or Welcome: (0, b'') without a membership gate."""
@@ -761,6 +873,8 @@ class ReplicationHub:
             if self.links.get(link.peer) is link:
                 del self.links[link.peer]
             link.outbox.close()
+            if link._relay_timer is not None:
+                link._relay_timer.cancel()
 
     # ------------------------------------------------------------ dialing
     def pause(self, peer: int | None = None) -> None:

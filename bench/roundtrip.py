@@ -1,0 +1,126 @@
+"""Benchmark: one client's round trips at region 1 of three against a standalone region.
+
+``python -m bench.roundtrip [--ops N] [--runs R] [--redis PATH]`` (not part of ``make bench``):
+
+Starts a three-region cluster on loopback (``node.testing.LocalCluster``: every region
+with the cluster's default settings, ``appendfsync everysec`` with its fsyncs for
+replication), one standalone region (``BraidProcess``, appendonly on, ``everysec``) and,
+with ``--redis``, a ``redis-server`` (``--appendonly yes --appendfsync everysec``) side by
+side.  Then one redis-py client does ``N`` sequential XADDs (and ``N`` PINGs) at each
+target in turn, R runs interleaved (each target once per run, so a noisy neighbour hits
+all of them alike), and prints ops/s and the per-operation latency p50 / p99 / p99.9 of
+the median run.  A measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+import redis
+
+from node.testing import BraidProcess, LocalCluster, free_port, wait_until
+
+PAYLOAD = {"f1": "abcdefghijkl", "f2": "abcdefghijkl"}
+
+
+def _run(client: redis.Redis, what: str, n: int) -> list[float]:
+    """Per-operation latencies (seconds) of ``n`` sequential commands."""
+    clock = time.perf_counter
+    lat = []
+    append = lat.append
+    if what == "XADD":
+        xadd = client.xadd
+        for _ in range(n):
+            t0 = clock()
+            xadd("rt:s", PAYLOAD)
+            append(clock() - t0)
+    else:
+        ping = client.ping
+        for _ in range(n):
+            t0 = clock()
+            ping()
+            append(clock() - t0)
+    return lat
+
+
+def _pct(xs: list[float], p: float) -> float:
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _summary(lat: list[float]) -> tuple[float, float, float, float]:
+    """(ops/s, p50 ms, p99 ms, p99.9 ms)."""
+    xs = sorted(lat)
+    return len(xs) / sum(xs), _pct(xs, 0.5) * 1e3, _pct(xs, 0.99) * 1e3, _pct(xs, 0.999) * 1e3
+
+
+class _Redis:
+    """A reference ``redis-server`` with an append-only file, fsync every second."""
+
+    def __init__(self, binary: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rt-redis-")
+        self.port = free_port()
+        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--dir", self.dir, "--save", "",
+                                      "--appendonly", "yes", "--appendfsync", "everysec"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: self._answers(), 30.0, what="redis-server")
+
+    def _answers(self) -> bool:
+        try:
+            return redis.Redis(port=self.port).ping()
+        except redis.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=5000, help="sequential commands per run and target")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--redis", default=None, help="a redis-server binary to measure beside Braid")
+    args = ap.parse_args(argv)
+    cluster = LocalCluster(3).start()
+    single = BraidProcess().start()
+    ref = _Redis(args.redis) if args.redis else None
+    try:
+        targets = {"region 1 of 3": cluster.procs[0].port, "standalone region": single.port}
+        if ref is not None:
+            targets["redis-server"] = ref.port
+        clients = {name: redis.Redis(host="127.0.0.1", port=port, protocol=2) for name, port in targets.items()}
+        for c in clients.values():
+            _run(c, "XADD", 200)  # warm up: connections, first stream blocks
+            _run(c, "PING", 200)
+        results: dict[tuple[str, str], list[tuple]] = {}
+        for _ in range(args.runs):
+            for what in ("XADD", "PING"):
+                for name, c in clients.items():
+                    results.setdefault((name, what), []).append(_summary(_run(c, what, args.ops)))
+        print(f"{args.ops} sequential commands per run, median of {args.runs} runs "
+              f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores)")
+        print(f"{'target':<20} {'cmd':<5} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}  runs (ops/s)")
+        for (name, what), runs in results.items():
+            rate = statistics.median(r[0] for r in runs)
+            mid = min(runs, key=lambda r: abs(r[0] - rate))
+            print(f"{name:<20} {what:<5} {rate:>8,.0f} {mid[1]:>8.3f} {mid[2]:>8.3f} {mid[3]:>9.3f}  "
+                  + " ".join(f"{r[0]:,.0f}" for r in runs))
+        for c in clients.values():
+            c.close()
+    finally:
+        if ref is not None:
+            ref.stop()
+        single.stop()
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
