@@ -353,7 +353,9 @@ class HiredisRequestParser(RequestParser):
     def _parse_ahead(self) -> None:
         """Queue the complete, well-formed commands at the start of the buffer (parsed by hiredis)."""
         buf, start = self.buf, self.pos
-        end = min(len(buf), start + NATIVE_CHUNK)
+        end = len(buf)
+        if end - start > NATIVE_CHUNK:
+            end = start + NATIVE_CHUNK
         hazard = _LARGE_AGGREGATE(buf, start, end)
         if hazard is not None:
             end = hazard.start()
@@ -361,7 +363,10 @@ class HiredisRequestParser(RequestParser):
         if end > start:
             reader = self._reader
             ready = self._ready
-            reader.feed(buf, start, end - start)
+            if start == 0 and end == len(buf):
+                reader.feed(buf)  # the common case: a whole read
+            else:
+                reader.feed(buf, start, end - start)
             try:
                 while pos < end:
                     argv = reader.gets()
