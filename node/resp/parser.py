@@ -303,6 +303,7 @@ NATIVE_CHUNK = 64 * 1024  # the most bytes handed to hiredis at once (bounds its
 # An aggregate count of four digits or more: hiredis would allocate a list that large
 # before reading any element, so the bytes handed to it stop before one (see above).
 _LARGE_AGGREGATE = re.compile(rb"[*~>|][0-9]{4}").search
+_READER_KEEP = 16 * 1024  # a reader fed more than this is replaced by a new, empty one
 _BULK_TABLE = 1 << 14
 # bytes a bulk argument of each length occupies: ``$<len>\r\n<bytes>\r\n``
 _BULK_SIZE = [len(b"$%d\r\n\r\n" % n) + n for n in range(_BULK_TABLE)]
@@ -387,7 +388,9 @@ class HiredisRequestParser(RequestParser):
                     break
             except Exception:  # noqa: BLE001 - hiredis refused the bytes: the Python parser decides
                 pass
-            if pos != end:
-                self._reader = hiredis.Reader()  # it holds a partial or refused reply
+            if pos != end or end - start > _READER_KEEP:
+                # it holds a partial or refused reply, or a buffer as large as the bytes fed
+                # (kept until its next feed: an idle client would hold it)
+                self._reader = hiredis.Reader()
         if pos < end or hazard is not None:
             self._native_stop = pos
