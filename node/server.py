@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-bytes -> :class:`node.resp.parser.RequestParser` -> argv -> ``RegionCore.call``
+bytes -> :class:`node.resp.parser.HiredisRequestParser` -> argv -> ``RegionCore.call``
 (node/core.py: the command table, arity, MULTI queueing, the handler, the
 operation log) -> reply value -> :func:`node.resp.encoder.encode` -> bytes.
 Each layer is separate, as in mini-redis; only :class:`ClientConnection`
@@ -48,7 +48,7 @@ from .commands.migrate import SocketMigrateTransport
 from .config import Config
 from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import ReplyError, encode
-from .resp.parser import ARG_OVERHEAD, ProtocolError, RequestParser
+from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
 from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
 
@@ -360,7 +360,7 @@ class ClientConnection(Session, asyncio.Protocol):
 
     def __init__(self, server: RegionCore) -> None:
         super().__init__(server)
-        self.parser = RequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
+        self.parser = HiredisRequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on

@@ -27,12 +27,45 @@ argument array without a bound; Braid counts the parsed arguments too.  While
 ``auth_required()`` says the client has not authenticated, Redis's tighter
 limits apply: at most 10 arguments and bulks of at most 16384 bytes
 (``Protocol error: unauthenticated multibulk length`` / ``bulk length``).
+
+Parsing in C
+------------
+:class:`HiredisRequestParser` (what the server uses) has the same interface and
+gives the same commands and errors; it parses well-formed multibulk requests with
+``hiredis.Reader`` (a RESP reply parser in C) and leaves everything else to the
+Python parser above, which stays the authority:
+
+- At a command boundary whose first byte is ``*``, up to :data:`NATIVE_CHUNK`
+  buffered bytes are handed to the reader, and ``gets()`` is called in a loop: every
+  complete command of a pipelined read comes out in one go and waits in a queue.
+- The reader accepts more than Redis does (nested arrays, ``+``/``:``/``=``...
+  elements, nulls), so each reply is checked against the bytes: it must be a
+  non-empty list of ``bytes`` whose canonical encoding (``*<n>``, then ``$<len>``
+  before each argument) has a ``$`` at every place an argument starts.  hiredis
+  reads numbers as strictly as Redis (no sign, no leading zero, no space), so the
+  command then occupies exactly its canonical length and Redis would read the same
+  arguments from the same bytes; the next command starts there.
+- hiredis allocates a list as soon as it reads an aggregate's count, whatever
+  follows: the bytes handed over stop before the first ``*``, ``~``, ``>`` or ``|``
+  followed by four digits (a count of 1000 or more, or data that looks like one).
+- Limits are checked when a queued command is handed out, against the client's
+  state at that moment (an AUTH earlier in the same pipeline counts), as the Python
+  parser checks them when it reads each length.
+- Anything else - an incomplete command, a reply that fails the check, a hiredis
+  error, a limit the command breaks, a first byte other than ``*`` - goes to the
+  Python parser from the first byte of that command, which reads it (and raises the
+  protocol error Redis would).  The buffer and ``pending_bytes`` stay the Python
+  parser's: a queued command stays in the buffer until it is handed out.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections import deque
 from collections.abc import Callable
+
+import hiredis
 
 from crdt.ids import string2ll
 
@@ -263,3 +296,101 @@ def split_args(line: bytes) -> list[bytes] | None:
                     cur.append(c)
             i += 1
         out.append(bytes(cur))
+
+
+# ------------------------------------------------------------------ parsing in C
+NATIVE_CHUNK = 64 * 1024  # the most bytes handed to hiredis at once (bounds its copy and the queue)
+# An aggregate count of four digits or more: hiredis would allocate a list that large
+# before reading any element, so the bytes handed to it stop before one (see above).
+_LARGE_AGGREGATE = re.compile(rb"[*~>|][0-9]{4}").search
+_READER_KEEP = 16 * 1024  # a reader fed more than this is replaced by a new, empty one
+_BULK_TABLE = 1 << 14
+# bytes a bulk argument of each length occupies: ``$<len>\r\n<bytes>\r\n``
+_BULK_SIZE = [len(b"$%d\r\n\r\n" % n) + n for n in range(_BULK_TABLE)]
+
+
+class HiredisRequestParser(RequestParser):
+    """:class:`RequestParser` with well-formed multibulk requests parsed in C (see the module doc)."""
+
+    __slots__ = ("_reader", "_ready", "_native_stop")
+
+    def __init__(self, max_bulk_len: int = 512 * 1024 * 1024,
+                 auth_required: Callable[[], bool] | None = None) -> None:
+        super().__init__(max_bulk_len, auth_required)
+        self._reader = hiredis.Reader()
+        self._ready: deque[tuple[list[bytes], int]] = deque()  # parsed ahead: (argv, bytes it occupies)
+        self._native_stop = -1  # where the C path stopped: the Python parser reads the command there
+
+    def feed(self, data: bytes) -> None:
+        super().feed(data)  # appends: queued commands keep their bytes, relative to pos
+        self._native_stop = -1
+
+    def next_command(self) -> list[bytes] | None:
+        ready = self._ready
+        if not ready and self._argv is None and self.pos != self._native_stop:
+            buf = self.buf
+            if self.pos < len(buf) and buf[self.pos] == 0x2A:  # '*'
+                self._parse_ahead()
+        if ready:
+            argv, size = ready.popleft()
+            if (size <= UNAUTH_MAX_BULK and size <= self.max_bulk_len and len(argv) <= UNAUTH_MAX_ARGS) \
+                    or not self._over_limits(argv):
+                self.pos += size
+                return argv
+            # the Python parser reads this command again and raises the error it breaks
+            ready.clear()
+            self._native_stop = self.pos
+        return super().next_command()
+
+    def _over_limits(self, argv: list[bytes]) -> bool:
+        """Whether the Python parser would refuse ``argv`` (the limits it checks as it reads)."""
+        longest = max(map(len, argv))
+        if longest > self.max_bulk_len:
+            return True
+        auth_required = self.auth_required
+        return bool(auth_required is not None and (len(argv) > UNAUTH_MAX_ARGS or longest > UNAUTH_MAX_BULK)
+                    and auth_required())
+
+    def _parse_ahead(self) -> None:
+        """Queue the complete, well-formed commands at the start of the buffer (parsed by hiredis)."""
+        buf, start = self.buf, self.pos
+        end = len(buf)
+        if end - start > NATIVE_CHUNK:
+            end = start + NATIVE_CHUNK
+        hazard = _LARGE_AGGREGATE(buf, start, end)
+        if hazard is not None:
+            end = hazard.start()
+        pos = start
+        if end > start:
+            reader = self._reader
+            ready = self._ready
+            if start == 0 and end == len(buf):
+                reader.feed(buf)  # the common case: a whole read
+            else:
+                reader.feed(buf, start, end - start)
+            try:
+                while pos < end:
+                    argv = reader.gets()
+                    if type(argv) is not list or not argv or buf[pos] != 0x2A:
+                        break
+                    n = len(argv)
+                    p = pos + (4 if n < 10 else 5 if n < 100 else 6)  # "*<n>\r\n" (n < 1000: see hazard)
+                    for arg in argv:
+                        # an argument starts at p: it must be a bulk string read from there
+                        if buf[p] != 0x24 or type(arg) is not bytes:
+                            break
+                        k = len(arg)
+                        p += _BULK_SIZE[k] if k < _BULK_TABLE else k + len(str(k)) + 5
+                    else:
+                        ready.append((argv, p - pos))
+                        pos = p
+                        continue
+                    break
+            except Exception:  # noqa: BLE001 - hiredis refused the bytes: the Python parser decides
+                pass
+            if pos != end or end - start > _READER_KEEP:
+                # it holds a partial or refused reply, or a buffer as large as the bytes fed
+                # (kept until its next feed: an idle client would hold it)
+                self._reader = hiredis.Reader()
+        if pos < end or hazard is not None:
+            self._native_stop = pos
