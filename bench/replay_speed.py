@@ -7,7 +7,7 @@ of two, the other never running) takes ``XADD s * f1 abcdefghijkl f2 abcdefghijk
 
 * ``no snapshot``: automatic snapshots off (``auto-aof-rewrite-percentage 0``), so a start
   replays the whole file;
-* ``automatic snapshots``: the default rules, checked every 10,000 XADDs as the server's
+* ``automatic snapshots``: as many XADDs under the default rules, checked every 10,000 XADDs as the server's
   once-a-second cron checks them (``rewrite_due``, node/persistence/oplog.py), a snapshot
   written when they say so; a start loads the last snapshot and replays what follows.
 
@@ -58,13 +58,15 @@ def _region(directory: str, cluster, auto: bool) -> Server:
     return server
 
 
-def write(directory: str, cluster, mb: int, auto: bool) -> dict:
+def write(directory: str, cluster, mb: int, auto: bool, xadds: int | None) -> dict:
+    """XADDs until the log holds ``mb`` megabytes, or ``xadds`` of them (the snapshots drop
+    the log's older segments)."""
     server = _region(directory, cluster, auto)
     server.open_log()
     client = ClientConnection(server)
     client.authenticated = True
     written, save_s, t0 = 0, [], time.process_time()
-    while server.oplog.size < mb * 1024 * 1024:
+    while written < xadds if xadds is not None else server.oplog.size < mb * 1024 * 1024:
         for _ in range(10_000):
             server.call(client, ARGV)
         written += 10_000
@@ -98,7 +100,7 @@ def process_start(directory: str, cluster_file: str | None, scratch: str) -> flo
     copy = os.path.join(scratch, "start")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(os.path.join(directory, "appendonlydir"), os.path.join(copy, "appendonlydir"))
-    extra, port = [], None
+    extra, port = {}, None
     if cluster_file is not None:
         from node.cluster_config import load as load_cluster
 
@@ -123,24 +125,27 @@ def main() -> None:
     ap.add_argument("--no-snapshot-only", action="store_true", help="only the file without snapshots")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}")
+    xadds = None  # the second file gets as many XADDs as the first
     for auto in (False,) if args.no_snapshot_only else (False, True):
         directory = tempfile.mkdtemp(prefix="braid-replay-")
         try:
             cluster, cluster_file = _cluster_file(directory) if args.kind == "cluster" else (None, None)
-            w = write(directory, cluster, args.mb, auto)
+            w = write(directory, cluster, args.mb, auto, xadds)
+            xadds = w["written"]
             loads = [load(directory, cluster, auto) for _ in range(args.repeat)]
-            starts = [] if args.no_process else [process_start(directory, cluster_file, directory)
-                                                 for _ in range(args.repeat)]
             cpu = statistics.median(c for c, _, _ in loads)
             wall = statistics.median(x for _, x, _ in loads)
             replayed = loads[0][2]
             label = "automatic snapshots" if auto else "no snapshot"
-            print(f"{args.kind}, {label}: {w['written']:,} XADDs, log {w['size'] / 1e6:.1f} MB "
-                  f"({w['snapshots']} snapshots written, the last in {w['last_save_s']:.2f} s), last XADD record {w['record_bytes']} bytes; "
+            print(f"{args.kind}, {label}: {w['written']:,} XADDs, log now {w['size'] / 1e6:.1f} MB "
+                  f"({w['snapshots']} snapshots written, the last in "
+                  f"{w['last_save_s']:.2f} s), last XADD record {w['record_bytes']} bytes; "
                   f"written at {w['written'] / w['write_s']:,.0f}/s")
             print(f"  in-process load: {replayed:,} records replayed, median {cpu:.2f} s CPU, {wall:.2f} s wall "
                   f"({replayed / cpu if cpu else 0:,.0f} records/s); runs (CPU s): "
                   + ", ".join(f"{c:.2f}" for c, _, _ in loads))
+            starts = [] if args.no_process else [process_start(directory, cluster_file, directory)
+                                                 for _ in range(args.repeat)]
             if starts:
                 print(f"  braid node start until PING: median {statistics.median(starts):.2f} s wall; runs: "
                       + ", ".join(f"{s:.2f}" for s in starts))
