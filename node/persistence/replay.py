@@ -24,6 +24,14 @@ nothing is loaded.  Then every record is replayed in order
   as it did then, operations included;
 * an operation of another region (``r``) goes through the causal log as when it
   arrived; an IDMP expiry (``x``) runs with its clock and stable vector.
+
+Most records of a log of writes are this region's own operations, so those take a bulk
+path (:class:`_OwnReplay`) with the same effect and the same checks, and the work only a
+live region needs left out: no per-operation tuples, an XADD's operation built straight
+from its msgpack array, the expected dependencies kept between stamps instead of sorted
+again, and no replication links woken.  Anything it does not recognise goes the general
+way, which reports it.  How long a start may spend replaying is bounded by snapshots
+(``auto-aof-rewrite-max-replay-ms``, :func:`node.persistence.oplog.rewrite_due`).
 """
 
 from __future__ import annotations
