@@ -99,6 +99,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("aof-load-truncated", "bool", True),
     Setting("auto-aof-rewrite-percentage", "int", 100, 0, (1 << 31) - 1),
     Setting("auto-aof-rewrite-min-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
+    # Braid's: snapshot before replaying the records since the last snapshot would take a
+    # start longer than this (estimated, node/persistence/oplog.py's rewrite_due); 0: no bound
+    Setting("auto-aof-rewrite-max-replay-ms", "int", 2000, 0, (1 << 31) - 1),
     # Active-Active: how much of the replication feed a region keeps for peers that are
     # away (operations every peer acknowledged are dropped at once); a peer that comes
     # back needing more gets a full resync

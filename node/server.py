@@ -121,13 +121,13 @@ class Server(RegionCore):
         self._bgsave = fut
 
     def _auto_snapshot(self) -> None:
-        """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one."""
-        pct = int(self.config["auto-aof-rewrite-percentage"])
-        if self.oplog is None or self.saving or not pct:
+        """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one,
+        or would take too long to replay at start (node/persistence/oplog.py's ``rewrite_due``)."""
+        if self.oplog is None or self.saving:
             return
-        size = self.oplog.size
-        if size >= int(self.config["auto-aof-rewrite-min-size"]) and size >= self.log_base_size * (100 + pct) / 100:
-            log.info("the append-only file grew to %d bytes: writing a snapshot", size)
+        reason = self.oplog.rewrite_due(self.config, self.log_base_size)
+        if reason is not None:
+            log.info("%s: writing a snapshot", reason)
             self.bgsave()
 
     def flush_after_log_write(self, client: "ClientConnection") -> None:

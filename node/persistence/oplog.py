@@ -267,6 +267,37 @@ def decode_replicated(payload: bytes) -> "Envelope | list[OwnOperation]":
         raise ValueError("malformed replicated record") from None
 
 
+# ------------------------------------------------------------------ automatic snapshots
+# What replaying one record costs a region at start, in CPU microseconds: the records of
+# a log of XADDs, measured with ``python -m bench.replay_speed`` (a region of a cluster,
+# the dearer kind: each operation is stamped again by the causal log), scan included,
+# rounded up.  A faster machine replays faster: the bound below is then conservative.
+REPLAY_US_PER_RECORD = 35
+
+
+def rewrite_due(config, size: int, base_size: int, records_since_snapshot: int) -> str | None:
+    """Why an automatic snapshot (Redis's automatic AOF rewrite) should start now, or None.
+
+    Two rules, as ``INFO`` and the README's "Durability" say: Redis's - the log passed
+    ``auto-aof-rewrite-min-size`` and grew ``auto-aof-rewrite-percentage`` percent since
+    the last snapshot (``base_size``: its size just after) - and a bound on the time a
+    start would spend replaying the records written since the last snapshot,
+    ``auto-aof-rewrite-max-replay-ms`` (estimated at :data:`REPLAY_US_PER_RECORD` per
+    record; 0: no bound).  A percentage of 0 turns both off, as it turns off Redis's.
+    """
+    pct = int(config["auto-aof-rewrite-percentage"])
+    if not pct:
+        return None
+    if size >= int(config["auto-aof-rewrite-min-size"]) and size >= base_size * (100 + pct) / 100:
+        return f"the append-only file grew to {size} bytes"
+    bound_ms = int(config["auto-aof-rewrite-max-replay-ms"])
+    replay_ms = records_since_snapshot * REPLAY_US_PER_RECORD / 1000
+    if bound_ms and replay_ms > bound_ms:
+        return (f"replaying the {records_since_snapshot} records since the last snapshot would take about "
+                f"{replay_ms:.0f} ms at start (auto-aof-rewrite-max-replay-ms {bound_ms})")
+    return None
+
+
 # ------------------------------------------------------------------ the log
 class DurabilityRules:
     """When a reply may leave and what may leave for other regions, from ``policy``,
@@ -305,6 +336,10 @@ class OperationLog(DurabilityRules):
         self.file = AppendLog.open(directory, scanned=scanned, **kw)
         self.directory = directory
         self.policy = policy
+        from . import snapshot
+
+        # the record the newest snapshot holds the state after: a start replays only what follows
+        self.snapshot_record = next(iter(snapshot.list_snapshots(directory)), (0, ""))[0]
         self.written = self.file.last_record   # handed to the OS
         self.synced = self.file.last_record    # on disk
         self.error: str | None = None          # last write/fsync failure, until one succeeds
@@ -471,6 +506,11 @@ class OperationLog(DurabilityRules):
 
         self.file.drop_segments_before(record + 1)
         snapshot.drop_older(self.directory, record)
+        self.snapshot_record = max(self.snapshot_record, record)
+
+    def rewrite_due(self, config, base_size: int) -> str | None:
+        """Should an automatic snapshot start now (see :func:`rewrite_due`)?"""
+        return rewrite_due(config, self.size, base_size, self.last_record - self.snapshot_record)
 
     def roll(self) -> None:
         """End the current segment here (fsynced) so the next record starts a new one."""
