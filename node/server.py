@@ -74,6 +74,7 @@ class Server(RegionCore):
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
         self._log_write_scheduled = False
         self._bgsave: asyncio.Future | None = None
+        self._replay_snapshot_after = 0.0  # monotonic time from which the replay bound may snapshot again
         self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
         self.migrate_transport = SocketMigrateTransport()  # MIGRATE's cached connections to targets
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
@@ -114,10 +115,18 @@ class Server(RegionCore):
 
         if self.saving:
             raise ReplyError("ERR Background save already in progress")
+        started = time.monotonic()
         data, record = self.snapshot_now()
         self.saving = True
         fut = asyncio.get_running_loop().run_in_executor(None, snapshot.write, self.oplog.directory, data, record)
-        fut.add_done_callback(lambda f: self.saved(record, f.exception()))
+
+        def done(f) -> None:
+            ended = time.monotonic()
+            # the replay bound may ask for the next snapshot only after nine times this one's
+            # duration: snapshots it starts take at most a tenth of the region's time
+            self._replay_snapshot_after = ended + 9 * (ended - started)
+            self.saved(record, f.exception())
+        fut.add_done_callback(done)
         self._bgsave = fut
 
     def _auto_snapshot(self) -> None:
@@ -125,7 +134,8 @@ class Server(RegionCore):
         or would take too long to replay at start (node/persistence/oplog.py's ``rewrite_due``)."""
         if self.oplog is None or self.saving:
             return
-        reason = self.oplog.rewrite_due(self.config, self.log_base_size)
+        reason = self.oplog.rewrite_due(self.config, self.log_base_size,
+                                        time.monotonic() >= self._replay_snapshot_after)
         if reason is not None:
             log.info("%s: writing a snapshot", reason)
             self.bgsave()

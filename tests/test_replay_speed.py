@@ -57,9 +57,12 @@ def test_the_replay_bound_decides_from_the_records_since_the_last_snapshot():
     assert oplog.rewrite_due(config, 1000, 0, per_second - 10) is None
     reason = oplog.rewrite_due(config, 1000, 0, per_second + 10)
     assert reason is not None and "auto-aof-rewrite-max-replay-ms 1000" in reason
+    # held back while a snapshot for the bound ran recently (the size rule still applies, below)
+    assert oplog.rewrite_due(config, 1000, 0, per_second + 10, replay_bound_ready=False) is None
     config.set("auto-aof-rewrite-max-replay-ms", 0)  # no bound: only the size rule
     assert oplog.rewrite_due(config, 1000, 0, 100 * per_second) is None
     assert "grew to" in oplog.rewrite_due(config, 64 * 1024 * 1024, 0, 0)
+    assert "grew to" in oplog.rewrite_due(config, 64 * 1024 * 1024, 0, 0, replay_bound_ready=False)
     config.set("auto-aof-rewrite-max-replay-ms", 1)
     config.set("auto-aof-rewrite-percentage", 0)  # Redis's switch for every automatic rewrite
     assert oplog.rewrite_due(config, 64 * 1024 * 1024, 0, 100 * per_second) is None

@@ -275,7 +275,8 @@ def decode_replicated(payload: bytes) -> "Envelope | list[OwnOperation]":
 REPLAY_US_PER_RECORD = 35
 
 
-def rewrite_due(config, size: int, base_size: int, records_since_snapshot: int) -> str | None:
+def rewrite_due(config, size: int, base_size: int, records_since_snapshot: int,
+                replay_bound_ready: bool = True) -> str | None:
     """Why an automatic snapshot (Redis's automatic AOF rewrite) should start now, or None.
 
     Two rules, as ``INFO`` and the README's "Durability" say: Redis's - the log passed
@@ -284,6 +285,9 @@ def rewrite_due(config, size: int, base_size: int, records_since_snapshot: int) 
     start would spend replaying the records written since the last snapshot,
     ``auto-aof-rewrite-max-replay-ms`` (estimated at :data:`REPLAY_US_PER_RECORD` per
     record; 0: no bound).  A percentage of 0 turns both off, as it turns off Redis's.
+    ``replay_bound_ready`` False holds the second rule back: the caller keeps snapshots
+    taken for it from using more than a tenth of the region's time (a large state makes
+    each snapshot slow, and a busy region would otherwise snapshot without pause).
     """
     pct = int(config["auto-aof-rewrite-percentage"])
     if not pct:
@@ -292,7 +296,7 @@ def rewrite_due(config, size: int, base_size: int, records_since_snapshot: int) 
         return f"the append-only file grew to {size} bytes"
     bound_ms = int(config["auto-aof-rewrite-max-replay-ms"])
     replay_ms = records_since_snapshot * REPLAY_US_PER_RECORD / 1000
-    if bound_ms and replay_ms > bound_ms:
+    if bound_ms and replay_ms > bound_ms and replay_bound_ready:
         return (f"replaying the {records_since_snapshot} records since the last snapshot would take about "
                 f"{replay_ms:.0f} ms at start (auto-aof-rewrite-max-replay-ms {bound_ms})")
     return None
@@ -508,9 +512,10 @@ class OperationLog(DurabilityRules):
         snapshot.drop_older(self.directory, record)
         self.snapshot_record = max(self.snapshot_record, record)
 
-    def rewrite_due(self, config, base_size: int) -> str | None:
+    def rewrite_due(self, config, base_size: int, replay_bound_ready: bool = True) -> str | None:
         """Should an automatic snapshot start now (see :func:`rewrite_due`)?"""
-        return rewrite_due(config, self.size, base_size, self.last_record - self.snapshot_record)
+        return rewrite_due(config, self.size, base_size, self.last_record - self.snapshot_record,
+                           replay_bound_ready)
 
     def roll(self) -> None:
         """End the current segment here (fsynced) so the next record starts a new one."""
