@@ -26,7 +26,8 @@ Files written to the report directory (``braid-chaos run --out``, default
     shaded band labelled "region N down", its line stops and resumes with
     markers, and a dotted line in its colour shows how far it is behind *at
     least*: what the answering regions hold that it had not at its last answer.
-    A down region is never drawn at 0;
+    A down region is never drawn at 0.  A region that left the members (a
+    membership change) is no longer sampled: its line ends with "region N left";
   - throughput: acknowledged client operations per second, and failed or
     unknown ones;
 
@@ -60,6 +61,7 @@ REGION_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"
 DOWN_CAUSES = {"kill": "killed", "pause": "paused", "membership": "membership change"}
 FONT_PT = 10      # every text of the timeline; the smallest is SMALL_PT
 SMALL_PT = 9
+LEFT_AFTER_S = 2.0  # a region the sampler stopped asking this long before the end left the members
 REPORT = "report.json"
 HISTORY = "history.json.gz"
 TIMELINE = "timeline.png"
@@ -178,10 +180,16 @@ def _down_windows(points: list[tuple[float, int | None]]) -> list[tuple[float, f
 def down_cause(history: History, region: int, window: tuple[float, float]) -> str:
     """Why a region did not answer in a window, from the faults that hit it then ("" if none explains it)."""
     end_of_faults = history.marks.get("healed", window[1])
-    causes = [DOWN_CAUSES[f.kind] for f in history.faults
+    causes = [_cause(f) for f in history.faults
               if f.kind in DOWN_CAUSES and region in f.targets
               and f.t0 <= window[1] and (f.t1 if f.t1 is not None else end_of_faults) >= window[0]]
     return ", ".join(dict.fromkeys(causes))
+
+
+def _cause(fault) -> str:
+    if fault.kind == "membership":  # "forced removal of region 12 (region-12)": killed, then removed
+        return fault.detail.split(" of region")[0] or DOWN_CAUSES["membership"]
+    return DOWN_CAUSES[fault.kind]
 
 
 def down_label(history: History, region: int, window: tuple[float, float]) -> str:
@@ -332,8 +340,13 @@ def _draw_lag(ax, h: History, regions: list[int]) -> list[tuple[float, str, str]
             inside = [(t, b) for t, b in lag.at_least if t0 <= t <= t1]
             if inside:
                 ax.plot([t for t, _ in inside], [b for _, b in inside], color=colour, linestyle=":", linewidth=2,
-                        gid=f"at-least:{r}")
+                        marker="." if len(inside) == 1 else None, gid=f"at-least:{r}")
                 drew_at_least = True
+    lags = lag_by_region(h)
+    last = max((lag.points[-1][0] for lag in lags.values() if lag.points), default=0.0)
+    for r, lag in sorted(lags.items()):
+        if lag.points and lag.points[-1][0] < last - LEFT_AFTER_S:  # no longer sampled: it left the members
+            labels.append((lag.points[-1][0], f"region {r} left", _region_colour(regions, r)))
     handles, _ = ax.get_legend_handles_labels()
     if drew_at_least:
         handles.append(Line2D([], [], color="black", linestyle=":", linewidth=2,

@@ -128,6 +128,17 @@ def test_a_paused_region_is_labelled_paused_and_a_silent_one_just_down():
         plt.close(fig)
 
 
+def test_a_region_that_left_the_members_ends_with_a_label():
+    h = record()
+    h.samples = [s for s in h.samples if not (s.region == 3 and s.t > 8.0)]  # removed: no longer sampled
+    fig = report.timeline_figure(result_of(h))
+    try:
+        labels = [t.get_text().strip() for t in fig.axes[1].texts if t.get_gid() == "down-label"]
+        assert labels == ["region 3 left"]
+    finally:
+        plt.close(fig)
+
+
 # ------------------------------------------------------------------ readable text
 def test_every_text_is_at_least_9_pt_and_down_labels_do_not_overlap():
     # three regions down in overlapping, short windows: their labels would collide on one line
