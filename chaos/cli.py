@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             task = bar.add_task("", total=1.0)
             result = run(config, backend, lambda done, text: bar.update(task, completed=done, description=text))
         console.print("healed, converged and checked")
-        paths = report.write_all(result, args.out)
+        paths = report.write_all(result, args.out, args.full_history)
     finally:
         backend.stop()
         if workdir is not None and not args.keep:
@@ -126,33 +126,74 @@ def cmd_sim(args: list[str]) -> int:
     return cli_main(args)
 
 
+EXAMPLES = """examples:
+  braid-chaos run --duration 30 --seed 7        a 30 s run, every fault kind, report in chaos-report/
+  braid-chaos run --faults kill,pause --keep    only kills and pauses; keep the regions' data and logs
+  braid-chaos run --cluster data/cluster.toml   break a cluster that is already running
+  braid-chaos sim --time-box 60                 the deterministic simulation, many schedules for 60 s
+
+braid-chaos run --help and braid-chaos sim --help list their options."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``braid-chaos`` and ``braid-chaos run`` (``sim`` parses its own: chaos/sim/cli.py)."""
+    from .planted import BUGS
+
+    parser = argparse.ArgumentParser(prog="braid-chaos", description="Braid's chaos suite: break a cluster on "
+                                     "purpose and check it kept its promises.", epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,sim}")
+    p = sub.add_parser("run", help="a live chaos run against real region processes; exit code 0: pass, 1: fail",
+                       description="Start regions (or attach to a cluster), run workloads while faults are "
+                                   "injected, heal, wait for convergence and check the history. Writes "
+                                   "report.json and timeline.png to --out, and history.json.gz when the run "
+                                   "failed or with --full-history.")
+    p.add_argument("--regions", type=int, default=3, help="how many regions to start, at least 2 (default: 3)")
+    p.add_argument("--duration", type=float, default=60.0,
+                   help="seconds of workload under faults, before the heal (default: 60)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="makes the fault schedule and the workloads' choices reproducible (default: 0)")
+    p.add_argument("--faults", type=_faults, default=None, metavar="KIND,...",
+                   help=f"comma-separated fault kinds among {','.join(KINDS)} (default: all that the backend "
+                        "can inject)")
+    p.add_argument("--fsync", choices=["always", "everysec", "no"], default="everysec",
+                   help="appendfsync policy of every region started (default: everysec)")
+    p.add_argument("--bug", choices=sorted(BUGS), metavar="BUG",
+                   help="plant a known bug in every region, to see a checker fail: "
+                        + "; ".join(f"{name} (caught by {checker})" for name, (_, checker) in sorted(BUGS.items()))
+                        + " (default: none)")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="attach to the running cluster of this cluster file instead of starting regions "
+                        "(default: start them)")
+    p.add_argument("--backend", choices=["process", "netns", "docker"], default="process",
+                   help="process: local processes, links through relays; netns: each region in its own network "
+                        "namespace behind an emulated WAN (needs root); docker: the compose deployment "
+                        "(default: process)")
+    p.add_argument("--wan-delay", type=_seconds, default=0.04, metavar="DURATION",
+                   help="netns: one-way delay of every link, e.g. 40ms or 0.04s (default: 40ms)")
+    p.add_argument("--wan-jitter", type=_seconds, default=0.0, metavar="DURATION",
+                   help="netns: extra random delay per packet, up to this (default: 0)")
+    p.add_argument("--wan-loss", type=_probability, default=0.0, metavar="P",
+                   help="netns: probability a packet is lost, in [0, 1) (default: 0)")
+    p.add_argument("--compose-file", default=os.path.join("deploy", "compose.yaml"), metavar="FILE",
+                   help="docker: the compose file of the deployment (default: deploy/compose.yaml)")
+    p.add_argument("--out", default="chaos-report", metavar="DIR",
+                   help="directory for report.json, timeline.png and history.json.gz (default: chaos-report)")
+    p.add_argument("--full-history", action="store_true",
+                   help="keep every operation, fault and sample in history.json.gz even when the run passes "
+                        "(default: only when it fails)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the regions' data directories and logs (default: delete them)")
+    sub.add_parser("sim", help="the deterministic simulation: many seeded schedules in one process "
+                               "(braid-chaos sim --help)", add_help=False)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "sim":  # the simulation parses its own options
         return cmd_sim(argv[1:])
-    from .planted import BUGS
-
-    parser = argparse.ArgumentParser(prog="braid-chaos", description="Braid's chaos suite")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="a live chaos run against real regions")
-    p.add_argument("--regions", type=int, default=3)
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults")
-    p.add_argument("--seed", type=int, default=0, help="makes the fault schedule and the workloads' choices reproducible")
-    p.add_argument("--faults", type=_faults, default=None,
-                   help=f"comma-separated ({','.join(KINDS)}; default: all)")
-    p.add_argument("--fsync", choices=["always", "everysec", "no"], default="everysec")
-    p.add_argument("--bug", choices=sorted(BUGS), help="plant a known bug in every region (to see a checker fail)")
-    p.add_argument("--cluster", help="attach to the running cluster of this cluster file instead of starting one")
-    p.add_argument("--backend", choices=["process", "netns", "docker"], default="process",
-                   help="process: local processes, links through relays; netns: each region in its own network "
-                        "namespace behind an emulated WAN (root); docker: the compose deployment")
-    p.add_argument("--wan-delay", type=_seconds, default=0.04, help="netns: one-way delay of every link (40ms)")
-    p.add_argument("--wan-jitter", type=_seconds, default=0.0, help="netns: extra random delay per packet, up to this")
-    p.add_argument("--wan-loss", type=_probability, default=0.0, help="netns: probability a packet is lost")
-    p.add_argument("--compose-file", default=os.path.join("deploy", "compose.yaml"))
-    p.add_argument("--out", default="chaos-report", help="directory for report.json and timeline.png")
-    p.add_argument("--keep", action="store_true", help="keep the regions' data directories and logs")
-    sub.add_parser("sim", help="the deterministic simulation (braid-chaos sim --help)")
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.regions < 2:
         parser.error("--regions must be at least 2")

@@ -300,7 +300,11 @@ def test_short_live_run_passes_and_reports(tmp_path):
     paths = report.write_all(result, str(tmp_path / "report"))
     with open(paths["json"]) as f:
         data = json.load(f)
-    assert data["verdict"] == "pass" and len(data["verdicts"]) == 7 and data["history"]["ops"]
+    assert data["verdict"] == "pass" and len(data["verdicts"]) == 7 and data["stats"]["operations"]
+    assert data["full_history"] is None and "history" not in paths  # a passing run keeps only the summary
+    killed = {r for f in result.history.faults if f.kind == "kill" and "not injected" not in f.detail
+              for r in f.targets}
+    assert not killed or any(data["lag"][str(r)]["down"] for r in killed)  # a killed region is shown down
     with open(paths["timeline"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 

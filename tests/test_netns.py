@@ -154,7 +154,7 @@ def test_the_chaos_suite_passes_across_the_wan(tmp_path):
     with open(out / "report.json") as f:
         data = json.load(f)
     assert code == 0 and data["verdict"] == "pass", [v["summary"] for v in data["verdicts"] if not v["ok"]]
-    assert {f["kind"] for f in data["history"]["faults"]} & {"partition", "one-way", "bridge"}
+    assert {f["kind"] for f in data["faults"]} & {"partition", "one-way", "bridge"}
     assert set(leftovers()["namespaces"]) <= before
 
 

@@ -45,26 +45,40 @@ def _faults(text: str) -> tuple[str, ...]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="braid-chaos sim",
-                                description="Deterministic simulation of an Active-Active Braid cluster.")
+                                description="Deterministic simulation of an Active-Active Braid cluster: every "
+                                            "region in one process on a virtual clock, a seeded network and "
+                                            "simulated disks. A failing seed prints the command that replays it "
+                                            "and a minimal trace; exit code 0: every schedule passed.")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--seed", type=int, help="run one schedule")
-    which.add_argument("--seeds", type=_seed_range, help="run the schedules of seeds A..B")
+    which.add_argument("--seed", type=int, help="run the schedule of this one seed (default: seed 1)")
+    which.add_argument("--seeds", type=_seed_range, metavar="A..B",
+                       help="run the schedules of seeds A to B, both included (default: one seed, --seed)")
     which.add_argument("--time-box", type=float, metavar="SECONDS",
-                       help="run consecutive seeds from --start-seed for this long")
-    p.add_argument("--start-seed", type=int, help="first seed of a --time-box batch (default: random, printed)")
-    p.add_argument("--steps", type=int, default=SimConfig.steps, help="client operations per schedule")
-    p.add_argument("--regions", type=int, default=SimConfig.regions)
-    p.add_argument("--fsync", choices=POLICIES, default=SimConfig.fsync, help="appendfsync of every region")
-    p.add_argument("--faults", type=_faults, default=DEFAULT_FAULTS,
-                   help=f"comma-separated fault kinds of {','.join(FAULTS)}, or none "
+                       help="run consecutive seeds from --start-seed for this long (default: one seed, --seed)")
+    p.add_argument("--start-seed", type=int,
+                   help="first seed of a --time-box batch (default: a random one, printed so it can be replayed)")
+    p.add_argument("--steps", type=int, default=SimConfig.steps,
+                   help=f"client operations per schedule (default: {SimConfig.steps})")
+    p.add_argument("--regions", type=int, default=SimConfig.regions,
+                   help=f"regions at the start, 2 to 15 (default: {SimConfig.regions})")
+    p.add_argument("--fsync", choices=POLICIES, default=SimConfig.fsync,
+                   help=f"appendfsync policy of every region (default: {SimConfig.fsync})")
+    p.add_argument("--faults", type=_faults, default=DEFAULT_FAULTS, metavar="KIND,...",
+                   help=f"comma-separated fault kinds among {','.join(FAULTS)}, or none "
                         f"(default: {','.join(DEFAULT_FAULTS)})")
-    p.add_argument("--bug", choices=sorted(BUGS), help="plant a bug (chaos/sim/bugs.py)")
+    p.add_argument("--bug", choices=sorted(BUGS), metavar="BUG",
+                   help="plant a known bug, to see a check fail: "
+                        + "; ".join(f"{name} (caught by {BUGS[name][0]})" for name in sorted(BUGS))
+                        + " (default: none)")
     p.add_argument("--no-copies", action="store_true",
-                   help="leave COPY out of the workload (schedules as they ran before it was added)")
+                   help="leave COPY out of the workload, to replay schedules recorded before it was added "
+                        "(default: COPY included)")
     p.add_argument("--jobs", type=int, default=1,
-                   help="run independent seeds in this many processes (0: one per CPU)")
-    p.add_argument("--trace", action="store_true", help="print the trace of every schedule")
-    p.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
+                   help="run independent seeds in this many processes, 0: one per CPU (default: 1)")
+    p.add_argument("--trace", action="store_true", help="print the trace of every schedule (default: failures only)")
+    p.add_argument("--no-shrink", action="store_true",
+                   help="report a failure without first shrinking it to its smallest failing run "
+                        "(default: shrink)")
     return p
 
 
