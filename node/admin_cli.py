@@ -560,7 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="every member must answer and agree (the default)")
     which.add_argument("--reachable", action="store_true",
                        help="wait only for the members that answer; unreachable ones are named, not waited for")
-    p.set_defaults(fn=cmd_sync)
+    p.set_defaults(fn=cmd_sync, reachable=False)  # not --all's own default (True, as a store_false)
     p = sub.add_parser("tls", help="tls reload --region NAME: re-read the region's certificate, key and CA bundle")
     p.add_argument("action", choices=["reload"], help="reload: the region re-reads its TLS files; its links "
                                                       "handshake again")
