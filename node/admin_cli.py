@@ -22,6 +22,10 @@ when the cluster file has a ``[tls]`` table, mutual TLS: braid-admin presents th
 admin certificate the file names (``--tls-cert``/``--tls-key``/``--tls-ca`` override
 it, and give it with ``--host``/``--port``) and checks that each region's certificate
 names that region.
+``status`` lays its tables out for the console's width (80 columns in a pipe): cells wrap rather
+than end in an ellipsis, and the version vectors get a table of their own, one column per origin.
+``sync wait`` waits for every member (``--all``, the default): one that does not answer fails
+the wait at its deadline, named; ``--reachable`` waits only for those that answer.
 ``tune`` changes every region; each region records the setting in its own cluster
 file, and braid-admin in the file it was given, so restarts keep it.
 
