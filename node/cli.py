@@ -25,7 +25,8 @@ TLS_HELP = {  # what each does, and its default (Redis's)
     "tls-key-file-pass": "the private key's passphrase (default: none)",
     "tls-ca-cert-file": "CA bundle to check client certificates with (default: none)",
     "tls-ca-cert-dir": "directory of CA certificates to check client certificates with (default: none)",
-    "tls-auth-clients": "yes: clients must present a certificate; optional: checked if given; no (default yes)",
+    "tls-auth-clients": "yes: clients must present a certificate; optional: checked when given; no: not asked "
+                        "(default yes)",
     "tls-protocols": "protocols allowed, e.g. \"TLSv1.2 TLSv1.3\" (default: both)",
     "tls-ciphers": "TLSv1.2 cipher list, OpenSSL syntax (default: OpenSSL's)",
     "tls-ciphersuites": "TLSv1.3 cipher suites, OpenSSL syntax (default: OpenSSL's)",
