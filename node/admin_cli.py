@@ -214,7 +214,8 @@ def _vectors(cfg: ClusterConfig, found: dict, console: Console) -> tuple[str, Ta
         cells = [str(st.vv.get(o, 0)) for o in origins] + [str(st.pending)] if st else \
             ["unreachable"] + [""] * len(origins)
         matrix.add_row(r.name, *cells)
-    if Measurement.get(console, console.options, matrix).maximum <= console.width:
+    natural = Measurement.get(console, console.options.update_width(1 << 16), matrix).maximum  # unwrapped
+    if natural <= console.width:
         return "version vectors: operations applied, by origin region number; pending: received, waiting for " \
                "their dependencies", matrix
     lines = _table("region", "version vector", "pending")

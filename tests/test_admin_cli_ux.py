@@ -213,3 +213,28 @@ def test_every_option_and_subcommand_has_help(program, subcommand):
     else:
         missing = _without_help(_subcommands(parser)[subcommand], f"{program} {subcommand}")
     assert not missing, "without help text (or without its default):\n" + "\n".join(missing)
+
+
+def test_vectors_wider_than_the_console_print_as_pairs():
+    """Twelve origins of seven-digit counts do not fit 80 columns as a matrix: each vector is one
+    cell of origin=count pairs, wrapped between pairs, every count whole."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from node.admin_cli import _vectors
+    from node.cluster_config import RegionSpec, local_cluster
+
+    cfg = local_cluster(12, 0)
+    cfg.regions = [RegionSpec(f"region-{n}", n, "127.0.0.1", 7000 + n, 7100 + n) for n in range(1, 13)]
+    vv = {n: 1_000_000 + n for n in range(1, 13)}
+    found = {r.name: SimpleNamespace(vv=vv, pending=0) for r in cfg.regions[:-1]}
+    console = Console(width=WIDTH, file=io.StringIO())
+    heading, table = _vectors(cfg, found, console)
+    console.print(table)
+    out = console.file.getvalue()
+    assert "number=operations applied" in heading and all(len(line) <= WIDTH for line in out.splitlines()), out
+    words = out.replace("│", " ").split()
+    assert all(f"{o}={n}" in words for o, n in vv.items()) and "…" not in out, out
+    assert words.count("1=1000001") == 11 and "unreachable" in words, out
