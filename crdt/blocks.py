@@ -1,4 +1,4 @@
-"""One origin region's entry log, packed in blocks (seed 004, Redis's t_stream.c).
+"""One origin region's entry log, packed in blocks (as Redis's t_stream.c).
 
 Theory of operation
 -------------------

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Seed 001's model.  A group has a "last delivered" cursor; reading with ``>``
+The consumer groups of Redis Streams.  A group has a "last delivered" cursor; reading with ``>``
 hands out the entries after it and moves it.  Every entry handed out (unless
 NOACK) gets a NACK in the group's PEL - consumer, last delivery time, delivery
 count - and the same NACK object sits in that consumer's own PEL, so the group
@@ -38,7 +38,7 @@ The reads take an optional ``take`` callback asked before each entry is handed
 out (and before it touches the PEL): XREAD/XREADGROUP MAXCOUNT and MAXSIZE keep
 one budget over every stream of a command this way.
 
-Consumers and the PEL are local to a region (seed 003); group existence is
+Consumers and the PEL are local to a region (as in Redis Active-Active); group existence is
 replicated through :mod:`crdt.ops`.  Everything here is pure: times come in as
 ``now`` (milliseconds).
 """
@@ -413,7 +413,7 @@ def has_new_per_origin(s, g: ConsumerGroup) -> bool:
 
 
 def ack_watermark(s, g: ConsumerGroup, origin: int) -> StreamID | None:
-    """The new XACK watermark of one origin log, if it moved (seed 003's rule).
+    """The new XACK watermark of one origin log, if it moved (Redis Active-Active's rule).
 
     Everything the group read from the log below its oldest pending entry of that
     log has been acknowledged; that point is worth replicating only when it moved

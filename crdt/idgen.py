@@ -6,7 +6,7 @@ Theory of operation
 takes ``max(now, top.ms)`` and the next sequence; an explicit ID must be above
 the stream's top.
 
-``strict`` (seed 003, the default of a multi-region database) lets two regions
+``strict`` (Redis Active-Active's, the default of a multi-region database) lets two regions
 never mint the same ID: the milliseconds are ``max(now, top.ms)`` (or the
 milliseconds the client gave), and the sequence is the smallest number above
 the top sequence *in that millisecond* that is congruent to the region's number

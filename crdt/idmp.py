@@ -1,4 +1,4 @@
-"""Idempotent XADD (seed 002): per-producer maps of iid -> entry ID.
+"""Idempotent XADD (Redis 8.6's IDMP): per-producer maps of iid -> entry ID.
 
 Theory of operation
 -------------------
@@ -49,8 +49,8 @@ def auto_iid(flat: Sequence[bytes]) -> bytes:
 
     Each pair is hashed with XXH3-128 over field, the field's length (8 bytes,
     little-endian: it separates field from value) and value.  The pair hashes
-    are combined by both sum and XOR, so field order does not matter.  (Seed 002
-    describes a plain XOR; the released code strengthens it this way.)
+    are combined by both sum and XOR, so field order does not matter.  (The IDMP
+    proposal describes a plain XOR; the released code strengthens it this way.)
     """
     sum_lo = sum_hi = xor_lo = xor_hi = 0
     for i in range(0, len(flat), 2):

@@ -10,7 +10,7 @@ The same operation, applied to the same state, always gives the same result,
 so it can be logged, replayed after a crash, and shipped to other regions.
 
 Region-local changes (deliveries to consumers, the PEL, XGROUP SETID,
-CREATECONSUMER, DELCONSUMER) are not operations: seed 003 keeps them local.
+CREATECONSUMER, DELCONSUMER) are not operations: they stay local, as in Redis Active-Active.
 
 Which operations exist:
 
@@ -58,7 +58,7 @@ class Keyspace(dict):
 
     ``active_active`` selects the database's rules: False is one Redis-compatible
     region (an emptied stream still exists, a DEL'd key starts afresh); True applies
-    seed 003's rules, where a key with no entries and no groups does not exist.
+    Redis Active-Active's rules, where a key with no entries and no groups does not exist.
     ``key_contexts[key]`` merges the contexts of every DEL of ``key`` applied here,
     ``group_contexts[(key, group)]`` those of every XGROUP DESTROY; a group creation
     survives only if its dependencies dominate both (see :func:`_create_group`).

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Redis keeps one radix tree per stream.  Braid keeps one :class:`EntryLog` per
 *origin region* (the region that minted the entry), as Redis Active-Active
-does (seed 003): an entry added at region R lives in R's log everywhere, so a
+does: an entry added at region R lives in R's log everywhere, so a
 region only ever appends to its own log and the logs of other regions grow by
 replication.  Reads merge the logs by ID; when two origins hold the same ID
 (possible only outside strict ID mode) both entries are returned, ordered by

@@ -482,7 +482,7 @@ class ActiveActive:
             link = self.hub.links.get(peer.number)
             state = ("paused" if self.hub.is_cut(peer.number) else "down" if link is None
                      else "conflict" if link.conflict else "up")
-            behind, age_ms = link.lag(now) if state == "up" else (0, 0.0)
+            behind, age_ms = self.peer_lag(peer.number, now)  # a paused or lost peer's lag keeps growing
             links.append({"peer": peer.name, "number": peer.number, "state": state,
                           "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number],
                           "peer_own_ops": self.hub.peer_acked.get(peer.number, {}).get(peer.number, 0)})

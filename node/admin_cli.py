@@ -9,7 +9,7 @@ the region tells the rest.
     braid-admin tune db db crdt_xadd_id_uniqueness_mode semi-strict
     braid-admin replication pause --region region-2 [--peer region-3]
     braid-admin replication resume --region region-2 [--peer region-3]
-    braid-admin sync wait --timeout 30
+    braid-admin sync wait --timeout 30 [--reachable]
     braid-admin tls reload --region region-2
     braid-admin region add region-4 --host H --port 7004 --repl-port 7104 [--number N]
     braid-admin region remove region-2 [--force] [--timeout 60]
@@ -22,6 +22,10 @@ when the cluster file has a ``[tls]`` table, mutual TLS: braid-admin presents th
 admin certificate the file names (``--tls-cert``/``--tls-key``/``--tls-ca`` override
 it, and give it with ``--host``/``--port``) and checks that each region's certificate
 names that region.
+``status`` lays its tables out for the console's width (80 columns in a pipe): cells wrap rather
+than end in an ellipsis, and the version vectors get a table of their own, one column per origin.
+``sync wait`` waits for every member (``--all``, the default): one that does not answer fails
+the wait at its deadline, named; ``--reachable`` waits only for those that answer.
 ``tune`` changes every region; each region records the setting in its own cluster
 file, and braid-admin in the file it was given, so restarts keep it.
 
@@ -47,6 +51,7 @@ import time
 import tomllib
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED, Change, Member, Membership, \
@@ -185,38 +190,76 @@ def _vv(st) -> str:
     return ",".join(f"{o}={n}" for o, n in sorted(st.vv.items())) or "-"
 
 
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def _table(*columns: str) -> Table:
+    """A table whose cells wrap (at spaces, else anywhere) rather than end in an ellipsis:
+    what a user compares stays whole at 80 columns, in a terminal or a pipe."""
+    table = Table()
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
+def _vectors(cfg: ClusterConfig, found: dict, console: Console) -> tuple[str, Table]:
+    """The version vectors, one row per member: a matrix (one column per origin region, so that the
+    numbers to compare sit under each other) when it fits the console, else one line per member."""
+    origins = sorted({o for st in found.values() for o in st.vv})
+    members = [r for r in cfg.regions if r.live]
+    matrix = _table("region", *(str(o) for o in origins), "pending")
+    for r in members:
+        st = found.get(r.name)
+        cells = [str(st.vv.get(o, 0)) for o in origins] + [str(st.pending)] if st else \
+            ["unreachable"] + [""] * len(origins)
+        matrix.add_row(r.name, *cells)
+    natural = Measurement.get(console, console.options.update_width(1 << 16), matrix).maximum  # unwrapped
+    if natural <= console.width:
+        return "version vectors: operations applied, by origin region number; pending: received, waiting for " \
+               "their dependencies", matrix
+    lines = _table("region", "version vector", "pending")
+    for r in members:
+        st = found.get(r.name)
+        lines.add_row(r.name, *((" ".join(f"{o}={n}" for o, n in sorted(st.vv.items())) or "-", str(st.pending))
+                                if st else ("unreachable", "")))
+    return "version vectors: origin region number=operations applied; pending: received, waiting for their " \
+           "dependencies", lines
+
+
 def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
     found, failures = _statuses(cfg, path)
-    regions = Table(title=f"cluster {cfg.cluster_id}, database {cfg.database}, membership epoch {cfg.epoch}")
-    for col in ("region", "member", "address", "mode", "sync", "version vector", "pending", "keys",
-                "backlog (bytes)", "idmp iids", "delete contexts", "stability held by"):
-        regions.add_column(col, no_wrap=col in ("region", "address"))
-    links = Table(title="links")
-    for col in ("region", "peer", "state", "lag (ops)", "lag (ms)", "unstable (ops)"):
-        links.add_column(col)
+    regions = _table("region", "no.", "member", "client address", "state", "keys")
+    details = _table("region", "id mode", "backlog (bytes)", "idmp iids", "delete contexts", "held by")
+    links = _table("region", "peer", "state", "behind (ops)", "oldest (ms)", "unstable (ops)")
     for r in cfg.regions:
         st = found.get(r.name) if r.live else None
-        member = r.status
         if r.status == REMOVED:
-            regions.add_row(f"{r.name} ({r.number})", member, f"{r.host}:{r.port}", "-", "-",
-                            f"frozen at {r.frozen}", *["-"] * 6)
+            regions.add_row(r.name, str(r.number), r.status, f"{r.host}:{r.port}", f"frozen at {r.frozen}", "-")
             continue
         if st is None:
-            regions.add_row(f"{r.name} ({r.number})", member, f"{r.host}:{r.port}", "-", "unreachable",
-                            *["-"] * 7)
+            regions.add_row(r.name, str(r.number), r.status, f"{r.host}:{r.port}", "unreachable", "-")
             continue
+        member = r.status
         if st.catch_up_target and r.status == "joining":
             member += f" ({st.catch_up_held}/{st.catch_up_target} ops)"
-        regions.add_row(f"{r.name} ({r.number})", member, st.resp_address, st.id_mode,
-                        "paused" if st.paused else "active", _vv(st), str(st.pending), str(st.keys),
-                        str(st.backlog_bytes), str(st.idmp_iids_tracked), str(st.delete_contexts),
-                        ",".join(st.stability_held_by) or "-")
+        regions.add_row(r.name, str(r.number), member, st.resp_address, "paused" if st.paused else "active",
+                        _count(st.keys, "key"))
+        details.add_row(r.name, st.id_mode, str(st.backlog_bytes), str(st.idmp_iids_tracked),
+                        str(st.delete_contexts), ", ".join(st.stability_held_by) or "-")
         for link in st.links:
-            up = link.state == "up"
-            links.add_row(r.name, link.peer, link.state, str(link.lag_ops) if up else "-",
-                          f"{link.lag_ms:.0f}" if up else "-", str(link.unstable_ops))
-    console.print(regions)
-    console.print(links)
+            links.add_row(r.name, link.peer, link.state, str(link.lag_ops), f"{link.lag_ms:.0f}",
+                          str(link.unstable_ops))
+    heading, vectors = _vectors(cfg, found, console)
+    for text, table in (
+            (f"cluster {cfg.cluster_id}, database {cfg.database}, membership epoch {cfg.epoch}", regions),
+            (heading, vectors),
+            ("links: operations held here that the peer has not acknowledged (behind, and the age of the oldest), "
+             "whatever the link's state; unstable: applied here, not known to be applied there", links),
+            ("settings, and metadata kept until every region has applied what it guards (held by: the regions "
+             "it waits for)", details)):
+        console.print(text, highlight=False)
+        console.print(table)
     for failure in failures:
         print(f"braid-admin: {failure}", file=sys.stderr)
     return 1 if failures else 0
@@ -229,7 +272,7 @@ def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
                   f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}, membership epoch {cfg.epoch}")
     for r in cfg.live_regions():
         st = found.get(r.name)
-        detail = f"{st.keys} keys, {st.id_mode}, version vector {_vv(st)}" if st else "unreachable"
+        detail = f"{_count(st.keys, 'key')}, {st.id_mode}, version vector {_vv(st)}" if st else "unreachable"
         console.print(f"  {r.name} (number {r.number}) {r.host}:{r.port}: {detail}")
     for failure in failures:
         print(f"braid-admin: {failure}", file=sys.stderr)
@@ -267,15 +310,35 @@ def cmd_replication(args, cfg: ClusterConfig, path, console: Console) -> int:
 
 
 def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
+    """Wait until the members hold the same operations: every member (the default, ``--all``), or only
+    those that answer (``--reachable``).  An unreachable member is no member in sync: by default the wait
+    goes on until the deadline (a restarting region may come back), then fails naming it."""
     deadline = time.monotonic() + args.timeout
     while True:
         found, _ = _statuses(cfg, path)
-        reachable = list(found.values())
-        if reachable and len({_vv(st) for st in reachable}) == 1 and all(st.pending == 0 for st in reachable):
-            console.print(f"in sync: {len(reachable)} reachable regions hold the same operations")
+        unreachable = [r.name for r in cfg.live_regions() if r.name not in found]
+        newest: dict[int, int] = {}
+        for st in found.values():
+            for origin, n in st.vv.items():
+                newest[origin] = max(newest.get(origin, 0), n)
+        lacking = {name: sum(n - st.vv.get(o, 0) for o, n in newest.items()) for name, st in found.items()}
+        agreed = bool(found) and not any(lacking.values()) and not any(st.pending for st in found.values())
+        if agreed and not unreachable:
+            console.print(f"in sync: all {len(found)} members hold the same operations", highlight=False)
+            return 0
+        if agreed and args.reachable:
+            console.print(f"in sync: the {len(found)} reachable members hold the same operations; not waited for "
+                          f"(unreachable): {', '.join(unreachable)}", highlight=False)
             return 0
         if time.monotonic() > deadline:
-            raise AdminError(f"not in sync after {args.timeout:g}s")
+            why = [f"{name} lacks {_count(n, 'operation')} another member holds" for name, n in lacking.items()
+                   if n]
+            why += [f"{name} holds {_count(st.pending, 'operation')} waiting for their dependencies"
+                    for name, st in found.items() if st.pending]
+            if unreachable:
+                why.append(f"unreachable: {', '.join(unreachable)}"
+                           + ("" if args.reachable else " (--reachable waits only for the members that answer)"))
+            raise AdminError(f"not in sync after {args.timeout:g}s: {'; '.join(why)}")
         time.sleep(0.05)  # polling interval of a command-line wait
 
 
@@ -437,75 +500,112 @@ def cmd_flush(args, cfg: ClusterConfig, path, console: Console) -> int:
             context[origin] = max(context.get(origin, 0), n)
     done = _call(cfg, runner, "flush", args.db, context, args.timeout)
     covered = ",".join(f"{o}={n}" for o, n in sorted(context.items())) or "-"
-    console.print(f"database {args.db} flushed at {done.region}: {done.keys_removed} keys removed there, "
+    console.print(f"database {args.db} flushed at {done.region}: {_count(done.keys_removed, 'key')} removed there, "
                   f"covering every operation acknowledged before the call (version vector {covered}); "
                   f"the flush is at {_vv(done)} and every region removes the same as it applies it "
                   "(writes made meanwhile stay); `braid-admin sync wait` waits for that")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database.")
-    ap.add_argument("--cluster", help=f"cluster file (default {DEFAULT_CLUSTER})")
-    ap.add_argument("--host", help="a region's host (with --port: its replication port)")
-    ap.add_argument("--port", type=int)
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database: "
+                                 "talk to its regions through their admin service (gRPC, the replication port).",
+                                 epilog="exit status: 0 on success; 1 when a region is unreachable or refuses, "
+                                        "or the command fails (the reason is printed); 2 for bad options")
+    ap.add_argument("--cluster", metavar="FILE", help=f"the cluster file (default {DEFAULT_CLUSTER}); "
+                                                      "ignored with --host/--port")
+    ap.add_argument("--host", help="talk to the region at this host instead of reading a cluster file: it "
+                                   "tells the rest (default 127.0.0.1 when only --port is given)")
+    ap.add_argument("--port", type=int, help="that region's replication (gRPC) port (default 7101 when only "
+                                             "--host is given)")
     ap.add_argument("--token", help="the cluster token, with --host/--port (default $BRAID_TOKEN)")
-    ap.add_argument("--tls-ca", help="CA bundle to check regions' certificates with (default: the cluster file's)")
-    ap.add_argument("--tls-cert", help="certificate braid-admin presents (default: the cluster file's admin_cert)")
-    ap.add_argument("--tls-key", help="its key (default: the cluster file's admin_key)")
-    sub = ap.add_subparsers(dest="verb", required=True)
-    sub.add_parser("status", help="regions, links, version vectors").set_defaults(fn=cmd_status)
-    p = sub.add_parser("info", help="info db <db>")
-    p.add_argument("what", choices=["db"])
-    p.add_argument("db")
+    ap.add_argument("--tls-ca", metavar="FILE",
+                    help="CA bundle to check regions' certificates with (default: the cluster file's)")
+    ap.add_argument("--tls-cert", metavar="FILE",
+                    help="certificate braid-admin presents (default: the cluster file's admin_cert)")
+    ap.add_argument("--tls-key", metavar="FILE", help="its private key (default: the cluster file's admin_key)")
+    sub = ap.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    sub.add_parser("status", help="every member, its version vector, links and the operations each is behind",
+                   description="Every member (state, address, keys), the version vectors (operations applied, "
+                               "by origin region), every link and the operations its peer has not acknowledged "
+                               "(also while paused or down), and the metadata waiting for causal stability. "
+                               "Exit status 1 when a member is unreachable (it is listed as such).").set_defaults(
+        fn=cmd_status)
+    p = sub.add_parser("info", help="info db DB: the database's settings and each region's keys and vector")
+    p.add_argument("what", choices=["db"], help="db: the database")
+    p.add_argument("db", help="the database's name (the cluster file's database)")
     p.set_defaults(fn=cmd_info)
-    p = sub.add_parser("tune", help="tune db <db> crdt_xadd_id_uniqueness_mode|appendfsync <value>")
-    p.add_argument("what", choices=["db"])
-    p.add_argument("db")
-    p.add_argument("setting")
-    p.add_argument("value")
+    p = sub.add_parser("tune", help="tune db DB SETTING VALUE: change a database setting at every region "
+                                    "(crdt_xadd_id_uniqueness_mode, appendfsync)")
+    p.add_argument("what", choices=["db"], help="db: the database")
+    p.add_argument("db", help="the database's name")
+    p.add_argument("setting", help="crdt_xadd_id_uniqueness_mode (strict, semi-strict, liberal) or appendfsync "
+                                   "(always, everysec, no)")
+    p.add_argument("value", help="the new value; every region and the cluster file record it")
     p.set_defaults(fn=cmd_tune)
-    p = sub.add_parser("replication", help="replication pause|resume --region NAME [--peer NAME]")
-    p.add_argument("action", choices=["pause", "resume"])
-    p.add_argument("--region", required=True)
-    p.add_argument("--peer", help="only the link between --region and this region")
+    p = sub.add_parser("replication", help="replication pause|resume --region NAME [--peer NAME]: cut or restore "
+                                           "a region's links")
+    p.add_argument("action", choices=["pause", "resume"], help="pause: cut the links (both ways); resume: "
+                                                               "restore them (the peers catch up)")
+    p.add_argument("--region", required=True, help="the region whose links to pause or resume")
+    p.add_argument("--peer", help="only the link between --region and this region (default: all its links)")
     p.set_defaults(fn=cmd_replication)
-    p = sub.add_parser("sync", help="sync wait [--timeout S]")
-    p.add_argument("action", choices=["wait"])
-    p.add_argument("--timeout", type=float, default=30.0)
-    p.set_defaults(fn=cmd_sync)
+    p = sub.add_parser("sync", help="sync wait [--timeout S] [--reachable]: wait until every member holds the "
+                                    "same operations",
+                       description="Wait until the members hold the same operations (the same version vector, "
+                                   "nothing waiting for its dependencies). By default every member must answer: "
+                                   "an unreachable one makes the wait fail at the deadline, naming it.",
+                       epilog="exit status: 0 when in sync; 1 when not in sync by the deadline (the members "
+                              "behind and the unreachable ones are named)")
+    p.add_argument("action", choices=["wait"], help="wait: poll the members until they agree or time runs out")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait (default 30)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--all", dest="reachable", action="store_false",
+                       help="every member must answer and agree (the default)")
+    which.add_argument("--reachable", action="store_true",
+                       help="wait only for the members that answer; unreachable ones are named, not waited for")
+    p.set_defaults(fn=cmd_sync, reachable=False)  # not --all's own default (True, as a store_false)
     p = sub.add_parser("tls", help="tls reload --region NAME: re-read the region's certificate, key and CA bundle")
-    p.add_argument("action", choices=["reload"])
-    p.add_argument("--region", required=True)
+    p.add_argument("action", choices=["reload"], help="reload: the region re-reads its TLS files; its links "
+                                                      "handshake again")
+    p.add_argument("--region", required=True, help="the region that reloads")
     p.set_defaults(fn=cmd_tls)
     p = sub.add_parser("region", help="region add|remove|purge: change the database's members")
-    rsub = p.add_subparsers(dest="action", required=True)
-    q = rsub.add_parser("add", help="add NAME --host H --port P --repl-port R [--number N]")
-    q.add_argument("name")
+    rsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = rsub.add_parser("add", help="add NAME --host H --port P --repl-port R [--number N]: a new member (it "
+                                    "joins, catches up, then takes writes)")
+    q.add_argument("name", help="the new region's name")
     # dest: braid-admin's own --host/--port say which region to talk to
     q.add_argument("--host", dest="region_host", required=True, help="the new region's host")
-    q.add_argument("--port", dest="region_port", type=int, required=True, help="its RESP port")
+    q.add_argument("--port", dest="region_port", type=int, required=True, help="its RESP (client) port")
     q.add_argument("--repl-port", type=int, required=True, help="its gRPC port (replication and admin)")
     q.add_argument("--number", type=int, help="its region number (default: the lowest never used)")
     q.set_defaults(fn=cmd_region_add)
     q = rsub.add_parser("remove", help="remove NAME [--force]: gracefully, or at once when it is unreachable")
-    q.add_argument("name")
+    q.add_argument("name", help="the member to remove")
     q.add_argument("--force", action="store_true",
-                   help="do not wait for it: its operations no other member holds are lost")
-    q.add_argument("--timeout", type=float, default=60.0, help="how long to wait for the hand-over (seconds)")
+                   help="do not wait for it: its operations no other member holds are lost (default: hand them "
+                        "over first)")
+    q.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the hand-over (default 60)")
     q.set_defaults(fn=cmd_region_remove)
     q = rsub.add_parser("purge", help="purge --region NAME: wipe a removed region's data (it stops)")
-    q.add_argument("--region", required=True)
+    q.add_argument("--region", required=True, help="the removed region to wipe")
     q.set_defaults(fn=cmd_region_purge)
-    p = sub.add_parser("flush", help="flush db <db> [--timeout S] [--region NAME]: empty the whole database "
+    p = sub.add_parser("flush", help="flush db DB [--timeout S] [--region NAME]: empty the whole database "
                                      "at every region (each must be reachable)")
-    p.add_argument("what", choices=["db"])
-    p.add_argument("db")
-    p.add_argument("--timeout", type=float, default=30.0,
+    p.add_argument("what", choices=["db"], help="db: the database")
+    p.add_argument("db", help="the database's name")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long the region may wait for operations it lacks (default 30)")
     p.add_argument("--region", help="the region that runs the flush (default: the first active member)")
     p.set_defaults(fn=cmd_flush)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     console = Console()
     try:
         cfg, path = _cluster(args)

@@ -18,6 +18,23 @@ TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass",
                "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
                "tls-prefer-server-ciphers", "tls-session-caching", "tls-session-cache-size",
                "tls-session-cache-timeout")
+TLS_HELP = {  # what each does, and its default (Redis's)
+    "tls-port": "serve clients with TLS on this port (default 0: off)",
+    "tls-cert-file": "the server certificate, PEM (needed with --tls-port)",
+    "tls-key-file": "its private key, PEM (needed with --tls-port)",
+    "tls-key-file-pass": "the private key's passphrase (default: none)",
+    "tls-ca-cert-file": "CA bundle to check client certificates with (default: none)",
+    "tls-ca-cert-dir": "directory of CA certificates to check client certificates with (default: none)",
+    "tls-auth-clients": "yes: clients must present a certificate; optional: checked when given; no: not asked "
+                        "(default yes)",
+    "tls-protocols": "protocols allowed, e.g. \"TLSv1.2 TLSv1.3\" (default: both)",
+    "tls-ciphers": "TLSv1.2 cipher list, OpenSSL syntax (default: OpenSSL's)",
+    "tls-ciphersuites": "TLSv1.3 cipher suites, OpenSSL syntax (default: OpenSSL's)",
+    "tls-prefer-server-ciphers": "yes: the server's cipher order wins (default no)",
+    "tls-session-caching": "yes: clients may resume TLS sessions (default yes)",
+    "tls-session-cache-size": "TLS sessions kept for resumption (default 20480)",
+    "tls-session-cache-timeout": "seconds a cached TLS session stays valid (default 300)",
+}
 
 
 def _dest(name: str) -> str:
@@ -614,7 +631,8 @@ def add_rdb_commands(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", metavar="LEVEL",
+                        help="DEBUG, INFO, WARNING or ERROR: the least severe messages logged (default INFO)")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("node", help="run one region",
@@ -622,11 +640,13 @@ def main(argv: list[str] | None = None) -> int:
                               "data or its ACL file, listen, or use its TLS certificate, key or CA bundle; 2 for "
                               "a bad cluster file or region; 70 when the region fail-stopped (its state may be "
                               "wrong; restarting it replays its log)")
-    p.add_argument("--port", type=int, default=6380)
+    p.add_argument("--port", type=int, default=6380,
+                   help="the client (RESP) port (default 6380; with --config, the region's port in the file)")
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
                                   "else 127.0.0.1)")
-    p.add_argument("--data-dir", default="./data")
-    p.add_argument("--requirepass", default="", help="the default user's password")
+    p.add_argument("--data-dir", default="./data",
+                   help="where the region keeps its append-only log and snapshots (default ./data)")
+    p.add_argument("--requirepass", default="", help="the default user's password (default: none)")
     p.add_argument("--aclfile", help="users and permissions, one 'user NAME RULES...' line each, as Redis's "
                                      "ACL file (ACL LOAD / ACL SAVE use it); users are per region")
     p.add_argument("--metrics-port", type=_port, metavar="PORT",
@@ -637,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--appendonly", choices=["yes", "no"], default="yes",
                    help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
     p.add_argument("--enable-debug-command", choices=["no", "yes", "local"], default="no",
-                   help="allow DEBUG's fault injection (clock skew, slow fsync, full disk): chaos tests")
+                   help="allow DEBUG's fault injection (clock skew, slow fsync, full disk), as chaos tests do; "
+                        "local: from loopback connections only (default no)")
     p.add_argument("--import", dest="import_rdb", metavar="FILE.rdb",
                    help="on a first start (nothing in the append-only directory yet), restore the streams of this "
                         "Redis RDB file once the region serves, as braid import does (the report goes to stdout); "
@@ -648,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     tls = p.add_argument_group("TLS on the client port (Redis's settings; also CONFIG GET/SET and the cluster "
                                "file's [regions.config]); --port 0 turns the plain port off")
     for name in TLS_OPTIONS:
-        tls.add_argument(f"--{name}", dest=_dest(name), metavar="VALUE")
+        tls.add_argument(f"--{name}", dest=_dest(name), metavar="VALUE", help=TLS_HELP[name])
     p.set_defaults(fn=cmd_node)
 
     p = sub.add_parser("up", help="start a local cluster on loopback")
@@ -690,7 +711,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dir", required=True, help="where to write ca.crt, <region>.crt/.key, admin.*, client.*")
     c.add_argument("--regions", required=True, help="comma-separated region names (the names the cluster file uses)")
     c.add_argument("--hosts", default="localhost,127.0.0.1",
-                   help="host names and addresses clients use to reach the regions (subjectAltNames)")
+                   help="host names and addresses clients use to reach the regions (subjectAltNames; "
+                        "default localhost,127.0.0.1)")
     c.add_argument("--days", type=int, default=825, help="validity of the issued certificates (default 825)")
     c.add_argument("--force", action="store_true", help="re-issue certificates that already exist (keeps the CA)")
     c.set_defaults(fn=cmd_certs)

@@ -401,7 +401,7 @@ class RegionCore:
 
     # ------------------------------------------------------------ the once-a-second work
     def expire_idmp(self, now: int, stable: dict[int, int] | None = None) -> int:
-        """Seed 002's time-based IDMP expiry over every stream; returns how many iids went.
+        """IDMP's time-based expiry (idmp-duration) over every stream; returns how many iids went.
         ``stable`` (a region of a cluster): only adds every region has applied go, and
         the size window is kept here too (crdt/idmp.py)."""
         dropped = 0

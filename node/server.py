@@ -278,7 +278,7 @@ class Server(RegionCore):
 
     async def _cron_loop(self) -> None:
         """Once a second, each step supervised (a failure is counted and retried with backoff,
-        or stops the region when the step changes state): IDMP time-based expiry (seed 002's
+        or stops the region when the step changes state): IDMP time-based expiry (Redis 8.6's
         cron job), the log's tick (everysec fsync, MISCONF recovery), automatic snapshots,
         backlog trimming and garbage collection, and MIGRATE's idle connections closed."""
         run = self.supervisor.run_step

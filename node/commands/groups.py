@@ -102,7 +102,7 @@ def xgroup_setid(client, argv: list[bytes]):
     last = s.last_id if argv[4] == b"$" else parse_stream_id(argv[4])
     if entries_read != ENTRIES_READ_UNKNOWN and entries_read > s.entries_added:
         entries_read = s.entries_added
-    # Region-local (seed 003: XGROUP SETID is not replicated).
+    # Region-local: XGROUP SETID is not replicated (as in Redis Active-Active).
     group.set_id(last, entries_read)
     _local_change(client, argv[2])
     return "OK"

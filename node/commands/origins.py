@@ -5,7 +5,7 @@ Theory of operation
 A key holds one entry log per origin region (``crdt/stream.py``), and every
 Redis read merges them by ID.  A merged read cannot resume exactly: an entry
 minted at region 2 with a *lower* ID than region 1's entries already read may
-reach this region later ("late arrival", seed 003's XREAD caveat), and a
+reach this region later ("late arrival", Redis Active-Active's XREAD caveat), and a
 cursor of one ID would skip it.  Each origin log on its own, though, only ever
 grows at its top: its origin appends with increasing IDs and replication
 delivers one origin's operations in order.  So "the entries of origin ``o``

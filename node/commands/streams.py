@@ -376,7 +376,7 @@ def xcfgset(client, argv: list[bytes]):
 
 
 container("xidmp", -2, group="stream", since="8.6.0",
-          summary="Braid alias (seed spelling) for a stream's IDMP settings: XIDMP CFGSET / CFGGET.")
+          summary="Braid alias (the IDMP proposal's spelling) for a stream's IDMP settings: XIDMP CFGSET / CFGGET.")
 
 
 @subcommand("xidmp", "cfgset", -4, "write fast", (2, 2, 1), since="8.6.0",
