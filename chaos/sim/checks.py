@@ -37,7 +37,7 @@ idmp               a (producer, iid) is added at most once, retries at other
                    copies of it aside); and an
                    iid two regions' IDMP maps both hold names the same entry (which
                    iids a map still holds depends on when its cron expired them)
-observed-remove    seed 003: an entry that is gone was removed by an operation that
+observed-remove    Active-Active deletes: an entry that is gone was removed by an operation that
                    had observed it (DEL / FLUSHALL / trim per-origin tops, XDEL IDs,
                    the IDMP conflict rule) and an entry a DEL, FLUSHALL or trim had
                    observed is gone (an acknowledged XADD a later flush had observed
