@@ -526,6 +526,7 @@ def up(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
     regions: list[_Region] = []
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (`&`)
     signal.signal(signal.SIGTERM, _on_terminate)
     signal.signal(signal.SIGHUP, _on_terminate)
     try:
@@ -596,7 +597,7 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[_Region]) -> int:
         print(f"detached; restart one region with: braid restart --region NAME --data-dir {args.data_dir}\n"
               f"stop with: braid down --data-dir {args.data_dir}")
         return 0
-    _save_pids(data_dir, {**record, "supervisor": os.getpid()})
+    _save_pids(data_dir, {**record, "supervisor": os.getpid(), "supervised": names})
     print("press Ctrl-C to stop (or run braid down); a region that dies is reported and started again", flush=True)
     try:
         _supervise(args, data_dir, regions)
@@ -645,6 +646,7 @@ def _supervise(args: argparse.Namespace, data_dir: str, regions: list[_Region]) 
                 r.proc = None
                 if r.quick_crashes >= MAX_QUICK_CRASHES:
                     r.done = True
+                    _unsupervise(data_dir, r.name)
                     say(f"{r.name} died {r.quick_crashes} times in a row within {QUICK_CRASH_S:.0f} s of its start: "
                         f"not starting it again. Once its log ({r.log}) says why and it is fixed: "
                         f"braid restart --region {r.name} --data-dir {args.data_dir}")
@@ -657,12 +659,14 @@ def _supervise(args: argparse.Namespace, data_dir: str, regions: list[_Region]) 
                 elsewhere = [pid for pid, name in region_processes(data_dir).items() if name == r.name]
                 if elsewhere:
                     r.done = True
+                    _unsupervise(data_dir, r.name)
                     say(f"{r.name} runs again as pid {elsewhere[0]}, started by another command: braid up leaves "
                         "it be (braid down stops it)")
                     continue
                 problems = _ports_taken([r.name], [r.port], [None], False)
                 if problems:
                     r.done = True
+                    _unsupervise(data_dir, r.name)
                     say(f"not starting {r.name} again: {problems[0]}")
                     continue
                 r.start(args.detach)
@@ -670,6 +674,14 @@ def _supervise(args: argparse.Namespace, data_dir: str, regions: list[_Region]) 
             say("no region left to watch")
             return
         time.sleep(POLL_S)  # the supervisor's look at its regions, not synchronisation
+
+
+def _unsupervise(data_dir: str, name: str) -> None:
+    """The foreground braid up no longer restarts ``name``: braid restart / down treat it as detached."""
+    info = _load_pids(data_dir)
+    if info is not None and name in info.get("supervised", []):
+        info["supervised"].remove(name)
+        _save_pids(data_dir, info)
 
 
 def _record_pid(data_dir: str, name: str, port: int, pid: int) -> None:
@@ -684,8 +696,8 @@ def _record_pid(data_dir: str, name: str, port: int, pid: int) -> None:
 
 
 def _load_pids(data_dir: str) -> dict | None:
-    """The cluster's record: ``pids``, ``ports`` and ``names`` (one per region, in order), and
-    ``supervisor``, the foreground braid up's pid."""
+    """The cluster's record: ``pids``, ``ports`` and ``names`` (one per region, in order); in the
+    foreground also ``supervisor``, braid up's pid, and ``supervised``, the regions it restarts."""
     try:
         with open(os.path.join(data_dir, PIDFILE)) as f:
             info = json.load(f)
@@ -799,15 +811,16 @@ def down(args: argparse.Namespace) -> int:
         print(f"braid down: no detached cluster recorded in {args.data_dir} and no region of it running",
               file=sys.stderr)
         return 1
-    stopped = []
+    initial = dict(running)
     if supervisor is not None:  # the foreground braid up stops its regions itself (and would restart them)
         os.kill(supervisor, signal.SIGTERM)
-        if _wait_gone(supervisor, STOP_GRACE_S + 5):
-            stopped.append(f"braid up (pid {supervisor}) and its regions")
+        _wait_gone(supervisor, STOP_GRACE_S + 5)
         running = region_processes(data_dir)
     left = _stop_regions(running, data_dir)
-    stopped += [f"{n} (pid {pid})" for pid, n in sorted(running.items(), key=lambda kv: kv[1]) if pid not in left]
-    ignored = sorted(set((info or {}).get("pids", [])) - set(running))
+    stopped = ([f"braid up (pid {supervisor})"] if supervisor is not None and _process(supervisor) is None else [])
+    stopped += [f"{n} (pid {pid})" for pid, n in sorted(initial.items() | running.items(), key=lambda kv: kv[1])
+                if pid not in left]
+    ignored = sorted(set((info or {}).get("pids", [])) - set(initial) - set(running))
     if left or (supervisor is not None and _process(supervisor) is not None):
         still = {pid: running[pid] for pid in left}
         print(f"braid down: could not stop {_named(still) or f'braid up (pid {supervisor})'}; "
@@ -830,7 +843,7 @@ def _down_region(args, data_dir: str, name: str, info: dict | None, running: dic
         print(f"braid down: no region named {name!r} runs in {args.data_dir} "
               f"(running: {', '.join(names) or 'none'})", file=sys.stderr)
         return 1
-    if supervisor is not None:
+    if supervisor is not None and name in (info or {}).get("supervised", []):
         print(f"braid down: {name} runs under the foreground braid up (pid {supervisor}), which starts it again: "
               "stop the whole cluster (Ctrl-C there, or braid down)", file=sys.stderr)
         return 1
@@ -882,7 +895,7 @@ def restart(args: argparse.Namespace) -> int:
         return 1
     running = {pid: n for pid, n in region_processes(data_dir).items() if n == name}
     supervisor = _supervisor(data_dir, info)
-    if supervisor is not None and running:
+    if supervisor is not None and running and name in (info or {}).get("supervised", []):
         print(f"{name} runs under the foreground braid up (pid {supervisor}): stopping it, braid up starts it again",
               flush=True)
         if _stop_regions(running, data_dir):
