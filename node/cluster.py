@@ -535,6 +535,9 @@ def up(args: argparse.Namespace) -> int:
         _ignore_stop_signals()
         started = [r.proc for r in regions if r.proc is not None]
         _stop_children(started)
+        orphans = _unrecorded_children(data_dir)
+        _stop_regions(orphans, data_dir)
+        started += list(orphans)
         if not args.detach:
             _forget(data_dir)
         print("braid up: interrupted during start-up"
@@ -606,9 +609,24 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[_Region]) -> int:
     finally:
         _ignore_stop_signals()
         _stop_children([r.proc for r in regions if r.proc is not None])
+        _stop_regions(_unrecorded_children(data_dir), data_dir)
         _forget(data_dir)
     print("stopped", flush=True)
     return 0
+
+
+def _unrecorded_children(data_dir: str) -> dict[int, str]:
+    """Regions this process started whose Popen an interrupt cut short (it came between the fork and
+    the assignment): found among the cluster's regions by their parent pid."""
+    mine = {}
+    for pid, name in region_processes(data_dir).items():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid():
+                    mine[pid] = name
+        except (OSError, ValueError, IndexError):
+            pass
+    return mine
 
 
 def _forget(data_dir: str) -> None:
