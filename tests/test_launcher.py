@@ -309,3 +309,21 @@ def test_a_cluster_file_names_each_region_data_folder(tmp_path):
     assert held.region_data_dir(held.region("region-1")) is None
     (tmp_path / "region-1").mkdir()
     assert held.region_data_dir(held.region("region-1")) == str(tmp_path / "region-1")
+
+
+def test_without_redis_cli_up_prints_a_redis_py_line_that_works(tmp_path):
+    base = free_port_base(1)
+    data = tmp_path / "data"
+    env = {**os.environ, "PATH": str(tmp_path / "no-such-dir")}  # no redis-cli on it
+    up = subprocess.run([sys.executable, "-m", "node", "up", "--detach", "--regions", "1", "--base-port", str(base),
+                         "--data-dir", str(data)], capture_output=True, text=True, timeout=90, env=env)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "redis-cli -p" not in up.stdout  # no command the user cannot run
+        assert "sudo apt-get install redis-tools" in up.stdout
+        line = next(li.strip() for li in up.stdout.splitlines() if "import redis" in li)
+        res = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and "rides" not in res.stderr, res.stderr
+        assert res.stdout.startswith("b'") and "b'id': b'123'" in res.stdout  # the XADD's ID, then the entry
+    finally:
+        assert _braid("down", "--data-dir", data).returncode == 0
