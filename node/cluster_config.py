@@ -13,7 +13,6 @@ Example (``deploy/cluster.example.toml``)::
     host = "127.0.0.1"
     port = 7001                # RESP
     repl_port = 7101           # gRPC: replication and the admin service
-    data_dir = "region-1"      # optional: its data, relative to this file (braid node's --data-dir)
     [regions.config]           # optional: server settings of this region, by their Redis names
     tls-port = 7201            # file names are relative to the cluster file's directory
     tls-cert-file = "tls/region-1.crt"
@@ -45,11 +44,11 @@ last of its operations the others accept, and its number is never used again::
     status = "removed"
     frozen = 1234
 
-A region's ``data_dir`` is where ``braid node --config FILE --region NAME`` keeps its
-data when no ``--data-dir`` is given (``braid up`` writes ``data_dir = "region-N"``
-beside the file's own folder).  A file without it falls back to ``NAME/`` beside the
-file when that folder exists (a cluster ``braid up`` made before the field was written),
-else to ``./data``.
+A region's ``data_dir`` (``data_dir = "region-1"``, relative to the file) is where
+``braid node --config FILE --region NAME`` keeps its data when no ``--data-dir`` is
+given; ``braid up`` writes ``data_dir = "region-N"`` (a folder beside the file).  A
+file without it falls back to ``NAME/`` beside the file when that folder exists (a
+cluster ``braid up`` made before the field was written), else to ``./data``.
 
 A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
 ``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
