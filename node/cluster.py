@@ -128,7 +128,7 @@ def _braid_command(argv: list[str]) -> tuple[str, dict[str, str]] | None:
     if os.path.basename(argv[0]) != "braid":
         while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
             i += 1  # the interpreter's own options
-        if argv[i:i + 2] == ["-m", "node"]:
+        if argv[i:i + 1] == ["-m"] and argv[i + 1:i + 2] in (["node"], ["node.cli"]):
             i += 2
         elif i < len(argv) and os.path.basename(argv[i]) == "braid":
             i += 1
