@@ -260,7 +260,14 @@ def _exit_how(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
-    return f"exited with code {code}"
+    return f"exited with code {code}" + _EXIT_MEANS.get(code, "")
+
+
+_EXIT_MEANS = {  # braid node's exit statuses (its --help)
+    1: " (it could not load its data, listen, or use its ACL file or certificates)",
+    2: " (a bad cluster file or region)",
+    70: " (it fail-stopped: its state may be wrong; a restart replays its log)",
+}
 
 
 def _log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:

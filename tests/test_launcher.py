@@ -290,7 +290,8 @@ def test_start_up_failures_name_the_region_and_its_log(tmp_path):
     (data / "region-2" / "appendonlydir").write_text("not a directory")
     res = _braid("up", "--detach", "--base-port", base, "--data-dir", data)
     assert res.returncode == 1
-    assert f"region-2 (port {base + 1}) exited with code 1 during start-up" in res.stderr
+    assert f"region-2 (port {base + 1}) exited with code 1 (it could not load its data" in res.stderr
+    assert "during start-up" in res.stderr
     assert f"{data / 'region-2' / 'node.log'}" in res.stderr and "the other regions are stopped" in res.stderr
     assert region_processes(str(data)) == {}
 
