@@ -863,6 +863,10 @@ def _down_region(args, data_dir: str, name: str, info: dict | None, running: dic
                  supervisor: int | None) -> int:
     """``braid down --region NAME``: stop that region only."""
     mine = {pid: n for pid, n in running.items() if n == name}
+    if not mine and info is not None and name in info["names"]:  # recorded, but gone: only the record is left
+        _drop_from_record(data_dir, info, name)
+        print(f"{name} was not running (its pid is no longer a region of this cluster): removed from {PIDFILE}")
+        return 0
     if not mine:
         names = sorted(set(running.values()))
         print(f"braid down: no region named {name!r} runs in {args.data_dir} "
@@ -877,13 +881,17 @@ def _down_region(args, data_dir: str, name: str, info: dict | None, running: dic
         print(f"braid down: could not stop {_named({pid: name for pid in left})}", file=sys.stderr)
         return 1
     if info is not None and name in info["names"]:
-        i = info["names"].index(name)
-        for field in ("pids", "ports", "names"):
-            del info[field][i]
-        _save_pids(data_dir, info)
+        _drop_from_record(data_dir, info, name)
     print(f"stopped {name} (pid {', '.join(map(str, mine))})")
     _warn_if_member(data_dir, name)
     return 0
+
+
+def _drop_from_record(data_dir: str, info: dict, name: str) -> None:
+    i = info["names"].index(name)
+    for field in ("pids", "ports", "names"):
+        del info[field][i]
+    _save_pids(data_dir, info)
 
 
 def restart(args: argparse.Namespace) -> int:

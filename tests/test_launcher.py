@@ -250,6 +250,9 @@ def test_down_never_signals_a_process_that_is_not_a_region_of_this_cluster(tmp_p
         restart = _braid("restart", "--region", "region-1", "--data-dir", data)
         assert restart.returncode == 1  # its port is held by a region of another cluster: not started
         assert f"port {base}" in restart.stderr and "not by region-1 of this cluster" in restart.stderr
+        one = _braid("down", "--region", "region-2", "--data-dir", data)
+        assert one.returncode == 0 and "region-2 was not running" in one.stdout, one.stderr
+        assert not _gone(foreign) and _record(data)["names"] == ["region-1"]
         down = _braid("down", "--data-dir", data)
         assert down.returncode == 0, down.stderr
         assert "nothing was running" in down.stdout and "left alone" in down.stdout
