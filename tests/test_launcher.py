@@ -331,3 +331,17 @@ def test_without_redis_cli_up_prints_a_redis_py_line_that_works(tmp_path):
         assert res.stdout.startswith("b'") and "b'id': b'123'" in res.stdout  # the XADD's ID, then the entry
     finally:
         assert _braid("down", "--data-dir", data).returncode == 0
+
+
+def test_up_writes_the_data_folders_into_a_cluster_file_made_before_them(tmp_path):
+    import argparse
+
+    from node.cluster import _reuse_cluster
+
+    local_cluster(2, 7001).save(str(tmp_path / "cluster.toml"))  # as braid up wrote it before: no data_dir
+    assert "data_dir" not in (tmp_path / "cluster.toml").read_text()
+    held = _reuse_cluster(str(tmp_path / "cluster.toml"), argparse.Namespace(regions=2, base_port=7001, tls=False))
+    assert held is not None
+    again = load(str(tmp_path / "cluster.toml"))
+    assert [r.data_dir for r in again.regions] == [str(tmp_path / "region-1"), str(tmp_path / "region-2")]
+    assert again.cluster_id == held.cluster_id  # the same cluster, only the field added
