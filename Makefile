@@ -35,8 +35,19 @@ deps:
 	@command -v java >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
 
+# redis-cli (Debian's redis-tools) for the README's first commands: installed when missing and we
+# are root; otherwise the two ways to get a client are printed and the cluster starts anyway.
 up: venv
-	$(BIN)/braid up
+	@command -v redis-cli >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "redis-cli is missing: installing Debian's redis-tools (apt-get install redis-tools)"; \
+	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-tools; } \
+	      || echo "could not install redis-tools: use redis-py instead (see below)"; \
+	  else \
+	    echo "redis-cli is missing; install it with:  sudo apt-get install redis-tools"; \
+	    echo "or talk to a region from Python:  $(BIN)/python -c \"import redis; print(redis.Redis(port=7001).ping())\""; \
+	  fi; }
+	@$(BIN)/braid up
 
 test: venv deps
 	$(BIN)/ruff check crdt node chaos pipeline tests bench

@@ -73,6 +73,9 @@ def cmd_node(args: argparse.Namespace) -> int:
         cluster = (ccfg, me)
         args.port = me.port
         args.bind = args.bind or me.host  # a container binds 0.0.0.0 but is reached by its name
+        if args.data_dir is None:  # the cluster file says where this region's data is
+            args.data_dir = ccfg.region_data_dir(me)
+    args.data_dir = args.data_dir or "./data"
     os.makedirs(args.data_dir, exist_ok=True)
     args.bind = args.bind or "127.0.0.1"
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
@@ -212,6 +215,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     from .cluster import down
     return down(args)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    from .cluster import restart
+    return restart(args)
 
 
 def cmd_check_log(args: argparse.Namespace) -> int:
@@ -644,8 +652,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the client (RESP) port (default 6380; with --config, the region's port in the file)")
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
                                   "else 127.0.0.1)")
-    p.add_argument("--data-dir", default="./data",
-                   help="where the region keeps its append-only log and snapshots (default ./data)")
+    p.add_argument("--data-dir", help="where the region keeps its append-only files and snapshots (default: the "
+                                      "cluster file's data_dir for the region, else ./data)")
     p.add_argument("--requirepass", default="", help="the default user's password (default: none)")
     p.add_argument("--aclfile", help="users and permissions, one 'user NAME RULES...' line each, as Redis's "
                                      "ACL file (ACL LOAD / ACL SAVE use it); users are per region")
@@ -672,11 +680,25 @@ def main(argv: list[str] | None = None) -> int:
         tls.add_argument(f"--{name}", dest=_dest(name), metavar="VALUE", help=TLS_HELP[name])
     p.set_defaults(fn=cmd_node)
 
-    p = sub.add_parser("up", help="start a local cluster on loopback")
-    p.add_argument("--regions", type=int, default=3)
-    p.add_argument("--base-port", type=int, default=7001)
-    p.add_argument("--data-dir", default="./data")
-    p.add_argument("--detach", action="store_true", help="return once the regions serve")
+    p = sub.add_parser(
+        "up", help="start a local cluster on loopback",
+        description="Start a local cluster: one braid node process per region, on loopback, its data and node.log "
+                    "in DATA_DIR/region-N/. In the foreground (the default) a region that dies is reported and "
+                    "started again, and Ctrl-C stops them all; over a cluster that already runs in DATA_DIR it says "
+                    "so (exit 0).",
+        epilog="ports: region N (1, 2, ...) takes BASE+N-1 for clients (RESP), BASE+100+N-1 for replication "
+               "(gRPC) and, with --tls, BASE+200+N-1 for TLS clients; all are checked before anything starts. "
+               "Restart one region: braid restart --region NAME; stop: braid down (both with the same --data-dir)")
+    p.add_argument("--regions", type=int, default=3,
+                   help="how many regions (1-15, default 3); 1 is a standalone region with Redis's own ID rules. "
+                        "A data directory that holds a cluster restarts it as it is")
+    p.add_argument("--base-port", type=int, default=7001, metavar="BASE",
+                   help="first client port (default 7001: clients on 7001.., replication on 7101.., TLS on 7201..)")
+    p.add_argument("--data-dir", default="./data",
+                   help="where the cluster file (cluster.toml), the record of its processes (cluster.pids) and each "
+                        "region's data and log (region-N/) live (default ./data)")
+    p.add_argument("--detach", action="store_true",
+                   help="return once the regions serve (they run on; stop them with braid down)")
     p.add_argument("--tls", action="store_true",
                    help="certificates under DATA/tls/, TLS on a client port 200 above each plain one (kept on), "
                         "mutual TLS between regions")
@@ -687,11 +709,25 @@ def main(argv: list[str] | None = None) -> int:
                         "braid-admin region remove NAME, then braid down --region NAME")
     p.set_defaults(fn=cmd_up)
 
-    p = sub.add_parser("down", help="stop a cluster started with `braid up --detach`")
-    p.add_argument("--data-dir", default="./data")
+    p = sub.add_parser("down", help="stop the local cluster in --data-dir, however its regions were started",
+                       description="Stop every region of the cluster in --data-dir: those braid up started "
+                                   "(detached or in the foreground) and those restarted by hand. A process counts "
+                                   "as a region of the cluster only when its command line says so (braid node with "
+                                   "this cluster file, or a data directory in --data-dir): nothing else is "
+                                   "signalled.")
+    p.add_argument("--data-dir", default="./data", help="the cluster's data directory (default ./data)")
     p.add_argument("--region", metavar="NAME",
                    help="stop only this region (after braid-admin region remove NAME)")
     p.set_defaults(fn=cmd_down)
+
+    p = sub.add_parser("restart", help="restart one region of the local cluster in --data-dir",
+                       description="Stop the region if it runs (only a process that is that region of this "
+                                   "cluster), start it again detached, logging to DATA_DIR/NAME/node.log, and wait "
+                                   "until it answers. It replays its log and catches up from its peers. Under a "
+                                   "foreground braid up, that braid up starts it again.")
+    p.add_argument("--region", metavar="NAME", required=True, help="the region's name (region-1, region-2, ...)")
+    p.add_argument("--data-dir", default="./data", help="the cluster's data directory (default ./data)")
+    p.set_defaults(fn=cmd_restart)
 
     p = sub.add_parser("check-log", help="check an operation log directory (and cut a torn tail)")
     p.add_argument("dir", help="the log directory")

@@ -44,6 +44,12 @@ last of its operations the others accept, and its number is never used again::
     status = "removed"
     frozen = 1234
 
+A region's ``data_dir`` (``data_dir = "region-1"``, relative to the file) is where
+``braid node --config FILE --region NAME`` keeps its data when no ``--data-dir`` is
+given; ``braid up`` writes ``data_dir = "region-N"`` (a folder beside the file).  A
+file without it falls back to ``NAME/`` beside the file when that folder exists (a
+cluster ``braid up`` made before the field was written), else to ``./data``.
+
 A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
 ``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
 :class:`LinkTls` with absolute paths; ``to_toml`` writes them back relative to the
@@ -89,6 +95,7 @@ class RegionSpec:
     config: dict[str, str | int] = field(default_factory=dict)
     status: str = "active"  # active | joining | leaving | removed (crdt/membership.py)
     frozen: int = 0         # removed: the last of its operations the other regions accept
+    data_dir: str | None = None  # where its data lives (absolute), when the file says
 
     @property
     def live(self) -> bool:
@@ -224,6 +231,8 @@ class ClusterConfig:
                 lines.append(f"tls_cert = {path(r.tls_cert)}")
             if r.tls_key:
                 lines.append(f"tls_key = {path(r.tls_key)}")
+            if r.data_dir:
+                lines.append(f"data_dir = {path(r.data_dir)}")
             if r.status != "active":
                 lines.append(f'status = "{r.status}"')
             if not r.live:
@@ -232,6 +241,16 @@ class ClusterConfig:
             if r.config:
                 lines += ["[regions.config]", *(f"{k} = {_toml_value(v)}" for k, v in r.config.items()), ""]
         return "\n".join(lines)
+
+    def region_data_dir(self, region: RegionSpec) -> str | None:
+        """Where ``region`` keeps its data when the command line does not say: the file's
+        ``data_dir``, else ``NAME/`` beside the file when that folder exists; None: neither."""
+        if region.data_dir:
+            return region.data_dir
+        base = os.path.dirname(os.path.abspath(self.path)) if self.path else None
+        if base and os.path.isdir(os.path.join(base, region.name)):
+            return os.path.join(base, region.name)
+        return None
 
     def region_settings(self, region: RegionSpec) -> dict[str, str | int]:
         """A region's [regions.config], file names resolved against the cluster file's directory."""
@@ -335,7 +354,8 @@ def load(path: str) -> ClusterConfig:
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
                             int(r["port"]), int(r["repl_port"]),
                             tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r),
-                            status=str(r.get("status", "active")), frozen=int(r.get("frozen", 0)))
+                            status=str(r.get("status", "active")), frozen=int(r.get("frozen", 0)),
+                            data_dir=pair(r, "data_dir"))
                  for r in data.get("regions", [])],
         path=path, tls=_link_tls(data, base), epoch=int(data.get("epoch", 1)),
     )
@@ -343,10 +363,12 @@ def load(path: str) -> ClusterConfig:
     return cfg
 
 
-def local_cluster(regions: int, base_port: int) -> ClusterConfig:
-    """The cluster ``braid up`` starts: regions on loopback, RESP on base_port.., gRPC on base_port+100.."""
+def local_cluster(regions: int, base_port: int, data_dir: str | None = None) -> ClusterConfig:
+    """The cluster ``braid up`` starts: regions on loopback, RESP on base_port.., gRPC on base_port+100..;
+    with ``data_dir`` (the folder of the cluster file), region-N's data in ``data_dir/region-N``."""
     cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16, [
-        RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1)
+        RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1,
+                   data_dir=os.path.join(data_dir, f"region-{i}") if data_dir else None)
         for i in range(1, regions + 1)
     ])
     cfg.validate()
