@@ -248,6 +248,11 @@ class ActiveActive:
         while unsafe and unsafe[0][0] <= record:
             upto = unsafe.popleft()[1]
         if upto is not None:
+            trace = self.hub.trace
+            if trace is not None:
+                causal = self.causal
+                for e in causal.log[max(0, self.hub.sendable_upto() - causal.base):upto - causal.base]:
+                    trace.mark("durable", 0, e.origin, e.n)
             self.hub.sendable = upto
             self.hub.wake()
 

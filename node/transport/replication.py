@@ -120,6 +120,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import random
 import time
 import zlib
@@ -154,6 +155,34 @@ ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
 # what gRPC's TLS reports when this end's check of the peer's certificate failed
 CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
+
+
+class StageTrace:
+    """When each operation passed each stage of the replication path, for ``bench.replication
+    --stages`` (off unless the environment variable ``BRAID_REPL_TRACE`` names a file prefix: the
+    region then writes ``PREFIX.N``, N its number, when it stops).  A row is
+    ``stage peer origin n monotonic_ns``: ``issued`` (the operation was applied here and
+    joined the causal log), ``durable`` (its log record is on disk: it may leave), ``batch``
+    (put in a frame toward ``peer``), ``received`` (a frame from ``peer`` held it), ``applied``.
+    CLOCK_MONOTONIC is one clock for every process of a machine, so rows of regions on one
+    machine compare."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows: list[tuple[str, int, int, int, int]] = []
+
+    def mark(self, stage: str, peer: int, origin: int, n: int) -> None:
+        self.rows.append((stage, peer, origin, n, time.monotonic_ns()))
+
+    def save(self) -> None:
+        with open(self.path, "w") as f:
+            f.writelines(f"{s} {p} {o} {n} {t}\n" for s, p, o, n, t in self.rows)
+        self.rows.clear()
+
+
+def _stage_trace(region: int) -> StageTrace | None:
+    prefix = os.environ.get("BRAID_REPL_TRACE")
+    return StageTrace(f"{prefix}.{region}") if prefix else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +453,10 @@ class Link:
             missing = self._due_relays(now) + self._hold_relays(missing, start, now)
             if missing:
                 sent_at = now
+                trace = self.hub.trace
+                if trace is not None:
+                    for e in missing:
+                        trace.mark("batch", self.peer, e.origin, e.n)
             for in_parts, envelopes in plan_frames(missing, self.budget):
                 if in_parts:
                     await self.send_parts(envelopes[0])
@@ -478,6 +511,10 @@ class Link:
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
         end = causal.end
+        trace = self.hub.trace
+        if trace is not None:
+            for e in envelopes:
+                trace.mark("received", self.peer, e.origin, e.n)
         for env in self.state.on_batch(envelopes):
             self.hub.deliver(env)
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
@@ -657,6 +694,7 @@ class ReplicationHub:
         self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
+        self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
 
     @property
     def limits(self) -> LinkLimits:
@@ -667,6 +705,8 @@ class ReplicationHub:
         """Stamp a local operation (already applied locally) and wake the links."""
         env = self.causal.stamp(op)
         self.arrivals.append(time.monotonic())
+        if self.trace is not None:
+            self.trace.mark("issued", 0, env.origin, env.n)
         self.wake_if_sendable()
         return env
 
@@ -691,6 +731,8 @@ class ReplicationHub:
         def apply(ready: Envelope) -> None:
             self.on_apply(ready)
             self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
+            if self.trace is not None:
+                self.trace.mark("applied", 0, ready.origin, ready.n)
 
         self.causal.receive(env, apply)
         self.wake_if_sendable()  # relay what arrived to the other peers
@@ -995,3 +1037,5 @@ class ReplicationHub:
             await self.front.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
+        if self.trace is not None:
+            self.trace.save()
