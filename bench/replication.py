@@ -83,6 +83,8 @@ class DelayRun:
     sent: list[int]               # per entry, monotonic ns the XADD was sent
     replied: list[int]            # ... and its reply came back
     readable: dict[str, dict[int, int]]  # region -> entry -> monotonic ns it was readable there
+    relayed: int = 0                # operations of third regions the regions relayed (INFO crdt)
+    duplicates: int = 0             # envelopes that arrived a second time, all regions together
 
     def delays(self, region: str) -> list[float]:
         """Seconds from sending each entry to its being readable at ``region``."""
@@ -214,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             with LocalCluster(3) as cluster:
                 cluster.sync_wait(120)
                 run = delays(cluster, args.rate, seconds)
+                cluster.sync_wait(120)
+                for c in cluster.clients():
+                    info = c.info("crdt")
+                    run.relayed += int(info.get("crdt_relayed_ops", 0))
+                    run.duplicates += int(info.get("crdt_duplicate_ops", 0))
+                    c.close()
         finally:
             os.environ.pop("BRAID_REPL_TRACE", None)
         stages = stage_times(run, prefix, 3) if prefix else {}
@@ -221,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = ", ".join(f"{r} p50 {pct(run.delays(r), 0.5) * 1000:.1f} p99 {pct(run.delays(r), 0.99) * 1000:.1f} ms"
                             for r in run.readable)
         console.print(f"run {i + 1}: writer {run.achieved:,.0f}/s of {run.rate:,}/s offered, reply p99 "
-                      f"{pct(run.replies(), 0.99) * 1000:.2f} ms; {summary}")
+                      f"{pct(run.replies(), 0.99) * 1000:.2f} ms; {summary}; relayed {run.relayed}, "
+                      f"duplicates {run.duplicates}")
     if trace_dir:
         shutil.rmtree(trace_dir, ignore_errors=True)
     regions = list(runs[0][0].readable)
@@ -263,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(f'{run.achieved:,.0f}' for run, _ in runs)}); its XADD round trip p50 "
         f"{median_of(lambda r: pct(r.replies(), 0.5)) * 1000:.2f} ms, p99 "
         f"{median_of(lambda r: pct(r.replies(), 0.99)) * 1000:.2f} ms.",
+        "",
+        f"Operations relayed by a region to another (all regions, per run): "
+        f"{', '.join(str(run.relayed) for run, _ in runs)}; envelopes that arrived a second time: "
+        f"{', '.join(str(run.duplicates) for run, _ in runs)}.",
         "",
         "| region | entries | p50 (ms) | p99 (ms) | mean (ms) | p99 of each run (ms) |",
         "| --- | --- | --- | --- | --- | --- |",

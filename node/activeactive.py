@@ -242,6 +242,10 @@ class ActiveActive:
         if end > self.hub.sendable_upto():
             self._unsafe.append((record, end))
 
+    def fsync_interval(self) -> float:
+        """Seconds between the fsyncs that let operations leave (crdt-repl-fsync-interval-ms)."""
+        return int(self.config["crdt-repl-fsync-interval-ms"]) / 1000
+
     def durable(self, record: int) -> None:
         """Records up to ``record`` are durable (per appendfsync): their operations may leave."""
         unsafe, upto = self._unsafe, None
@@ -529,6 +533,8 @@ class ActiveActive:
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
             f"crdt_link_protocol_errors:{self.hub.protocol_errors}",
             f"crdt_link_stalls:{self.hub.stalls}",
+            f"crdt_relayed_ops:{self.hub.relayed}",
+            f"crdt_duplicate_ops:{self.hub.duplicates}",
             f"crdt_delete_contexts:{st['delete_contexts']}",
             f"crdt_idmp_keys:{st['idmp_keys']}",
             f"crdt_idmp_producers:{st['idmp_producers']}",

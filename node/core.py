@@ -281,6 +281,7 @@ class RegionCore:
             aa.log_started()
             oplog.on_durable = aa.durable
             oplog.replicating = True
+            oplog.replication_fsync_interval = aa.fsync_interval
         self.db.dirty = 0
         self.stats.reset()
 

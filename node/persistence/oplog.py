@@ -86,7 +86,7 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
   process loses nothing); an fsync runs once a second (a crash of the machine
   loses about a second).  In a region of a cluster, fsyncs also run in a
   worker thread while operations wait to leave, one at most every
-  ``REPLICATION_FSYNC_INTERVAL`` (10 ms; the first at once after a quiet spell,
+  ``crdt-repl-fsync-interval-ms`` (10 ms; the first at once after a quiet spell,
   so a steady trickle of writes shares fsyncs instead of one each): other
   regions only receive what is on disk, so a region never forgets an operation
   they hold (it would mint its dot again).  Clients never wait for these.  ``no`` gives that up: operations leave once
@@ -129,7 +129,8 @@ log = logging.getLogger("braid.persistence")
 
 POLICIES = ("always", "everysec", "no")
 # ``everysec`` in a region of a cluster: the fsyncs that let operations leave start at most
-# this often (seconds), so a steady trickle of writes shares them instead of one per record
+# this often (seconds), so a steady trickle of writes shares them instead of one per record;
+# the default when no region's setting (crdt-repl-fsync-interval-ms) is attached
 REPLICATION_FSYNC_INTERVAL = 0.01
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -354,11 +355,13 @@ class OperationLog(DurabilityRules):
         self.on_fsync: Callable[[int], None] | None = None
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
-        self._fsync_started = -REPLICATION_FSYNC_INTERVAL  # monotonic time the last fsync started
+        self._fsync_started = float("-inf")  # monotonic time the last fsync started
         self._fsync_timer: asyncio.TimerHandle | None = None  # a paced fsync for replication
         # told the last durable record (per the policy): replication sends only what is durable
         self.on_durable: Callable[[int], None] | None = None
         self.replicating = False  # a region of a cluster: keep fsyncing while operations wait to leave
+        # seconds between the fsyncs that let operations leave (the region's crdt-repl-fsync-interval-ms)
+        self.replication_fsync_interval: Callable[[], float] = lambda: REPLICATION_FSYNC_INTERVAL
         self._durable_told = self.synced
         # injected faults (DEBUG DISK-FULL / DEBUG FSYNC-DELAY, for the chaos suite)
         self.disk_full = False
@@ -455,12 +458,12 @@ class OperationLog(DurabilityRules):
     def sync_for_replication(self) -> None:
         """``everysec`` in a region of a cluster: fsync soon (in a worker thread) so that
         operations can leave for other regions; clients do not wait for it.  One fsync
-        starts at most every ``REPLICATION_FSYNC_INTERVAL`` (the first at once after a
-        quiet spell): records written meanwhile share the next one."""
+        starts at most every ``replication_fsync_interval()`` seconds (the first at once
+        after a quiet spell): records written meanwhile share the next one."""
         if self.policy != "everysec" or self.synced >= self.file.last_record or self._syncing \
                 or self._fsync_timer is not None:
             return
-        wait = self._fsync_started + REPLICATION_FSYNC_INTERVAL - time.monotonic()
+        wait = self._fsync_started + self.replication_fsync_interval() - time.monotonic()
         if wait <= 0:
             self._start_fsync()
         else:

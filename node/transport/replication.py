@@ -20,18 +20,20 @@ batch raised it, to every other peer too.
 
 Batching and relaying.  What a frame costs (gRPC, protobuf, the peer's apply
 and its ack) is paid per frame, not per operation, so frames are paced: a link
-sends at most one batch per ``SEND_INTERVAL`` (5 ms) and one ack per
-``ACK_INTERVAL`` (10 ms), the first at once after a quiet spell, and what arrives
-meanwhile shares the next frame (a newer ack replaces the waiting one).  A lone
-client writing a few thousand operations a second thus costs each region a few
-hundred frames a second, not several per operation.  Relaying is what heals a
-cut link, but with every link up it only sends each region a second copy of
-every operation: so a fresh operation of a third region (neither this region's
-nor the peer's) is held back on the link for ``RELAY_DELAY`` (50 ms) and then
-sent only if the peer has not acknowledged it meanwhile - it usually has, having
-got it from its origin, since acks go to every peer.  A link catching up (the
-oldest operation it is about to send is older than that) sends everything at
-once, held ones first.  ``ReplicationHub.duplicates`` counts envelopes that
+sends at most one batch per ``crdt-repl-send-interval-ms`` (5 ms) and one ack per
+``crdt-repl-ack-interval-ms`` (10 ms), the first at once after a quiet spell, and
+what arrives meanwhile shares the next frame (a newer ack replaces the waiting
+one).  A lone client writing a few thousand operations a second thus costs each
+region a few hundred frames a second, not several per operation.  Relaying is
+what heals a cut link, but with every link up it only sends each region a second
+copy of every operation: so an operation of a third region (neither this
+region's nor the peer's) is held back on the link, dropped once the peer
+acknowledges it (acks go to every peer), and relayed only when the peer's
+acknowledgements of that region have not risen - past what this link relayed of
+it - for ``crdt-repl-relay-delay-ms`` (50 ms): the peer's own link to that region
+is down or stuck.  A direct link that works, even one far behind, keeps raising
+them, so a slow link is not loaded further with copies.  ``relayed`` counts the
+operations relayed, ``ReplicationHub.duplicates`` counts envelopes that
 arrived a second time.  What to send, what a batch or
 an ack means, when a full resync is needed, how frames are cut and joined again
 are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
@@ -146,13 +148,29 @@ OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queu
 COMPRESS_FROM = 1024    # Batches smaller than this are not worth compressing
 COMPRESS_INLINE = 64 * 1024  # ...and smaller than this are compressed on the event loop
 FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper bound)
-# A link sends at most one batch per SEND_INTERVAL and one ack per ACK_INTERVAL (seconds; the
-# first at once after a quiet spell): operations and acks arriving meanwhile share the next
-# frame.  A third region's fresh operations are relayed only after RELAY_DELAY, and only if
-# the peer has not acknowledged them by then (it usually got them from their origin).
+# The defaults of the pacing settings (seconds; crdt-repl-send-interval-ms, -ack-interval-ms,
+# -relay-delay-ms): a link sends at most one batch per SEND_INTERVAL and one ack per
+# ACK_INTERVAL (the first at once after a quiet spell): operations and acks arriving
+# meanwhile share the next frame.  A third region's operations are relayed only once the
+# peer's acknowledgements of that region stood still for RELAY_DELAY (see Link._due_relays).
 SEND_INTERVAL = 0.005
 ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How a link paces its frames (seconds): read from the settings at every batch, so
+    CONFIG SET applies at once."""
+
+    send_interval: float = SEND_INTERVAL
+    ack_interval: float = ACK_INTERVAL
+    relay_delay: float = RELAY_DELAY
+
+    @classmethod
+    def from_config(cls, config) -> Pacing:
+        return cls(int(config["crdt-repl-send-interval-ms"]) / 1000, int(config["crdt-repl-ack-interval-ms"]) / 1000,
+                   int(config["crdt-repl-relay-delay-ms"]) / 1000)
 # what gRPC's TLS reports when this end's check of the peer's certificate failed
 CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
 
@@ -277,7 +295,8 @@ class Outbox:
         self.ack: pb.Frame | None = None
         self.closed = False
         self._ack_turn = True
-        self._ack_at = -ACK_INTERVAL  # when the last ack was handed to the writer
+        self.ack_interval = ACK_INTERVAL  # the link sets it from its settings (Pacing)
+        self._ack_at = float("-inf")  # when the last ack was handed to the writer
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -314,9 +333,9 @@ class Outbox:
         while not self.closed:
             if self.ack is not None and (self._ack_turn or not self.frames):
                 now = time.monotonic()
-                if not self.frames and now < self._ack_at + ACK_INTERVAL:
+                if not self.frames and now < self._ack_at + self.ack_interval:
                     # only an ack waits and one left a moment ago: a newer one may replace it
-                    await self._readable_or(self._ack_at + ACK_INTERVAL - now)
+                    await self._readable_or(self._ack_at + self.ack_interval - now)
                     continue
                 frame, self.ack = self.ack, None
                 self._ack_turn = False
@@ -379,8 +398,13 @@ class Link:
         self.outbox = Outbox(OUTBOX_FRAMES * self.budget)
         self.wakeup = asyncio.Event()
         self.wakeup.set()
-        self._held: deque[tuple[float, Envelope]] = deque()  # relays waiting for RELAY_DELAY
+        self._held: deque[tuple[float, Envelope]] = deque()  # (due, relay): see _due_relays
         self._relay_timer: asyncio.TimerHandle | None = None
+        self.started = time.monotonic()
+        # per third region: when the peer's acknowledgement of it last rose past what this
+        # link relayed of it (so: got it another way, in practice from the region itself)
+        self._ack_moved: dict[int, float] = {}
+        self._relayed: dict[int, int] = {}  # per third region, the last of its operations relayed here
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.peer_received = 0               # the peer's last Ack.received
 
@@ -438,19 +462,22 @@ class Link:
             await asyncio.Event().wait()  # the link stays up (keepalive) and idle: nothing can cross it
         if self.sends_image and not self.hub.is_cut(self.peer):
             await self.send_image()
-        sent_at = -SEND_INTERVAL
+        sent_at = float("-inf")
         while True:
             await self.wakeup.wait()
+            pacing = self.hub.pacing()
+            self.outbox.ack_interval = pacing.ack_interval
             # let operations issued meanwhile join the batch: the rest of this loop turn,
-            # and after a frame went out, until SEND_INTERVAL passed since it
-            await asyncio.sleep(max(0.0, sent_at + SEND_INTERVAL - time.monotonic()))
+            # and after a frame went out, until the send interval passed since it
+            await asyncio.sleep(max(0.0, sent_at + pacing.send_interval - time.monotonic()))
             self.wakeup.clear()
             if self.hub.is_cut(self.peer):
                 continue
             start = max(self.state.position, self.hub.causal.base)
             missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
             now = time.monotonic()
-            missing = self._due_relays(now) + self._hold_relays(missing, start, now)
+            direct = self._hold_relays(missing, start, now, pacing.relay_delay)
+            missing = self._due_relays(now, pacing.relay_delay) + direct
             if missing:
                 sent_at = now
                 trace = self.hub.trace
@@ -463,46 +490,61 @@ class Link:
                 else:
                     await self.outbox.put(await self.batch_frame(envelopes))
 
-    def _hold_relays(self, envelopes: list[Envelope], start: int, now: float) -> list[Envelope]:
-        """Of ``envelopes`` (the log from absolute position ``start`` on), hold back the fresh
-        operations of third regions for ``RELAY_DELAY``: the peer usually gets them from
-        their origin meanwhile and says so (acks go to every peer), and then they need no
-        relaying.  A link catching up (the oldest of them arrived before that) sends all."""
+    def _hold_relays(self, envelopes: list[Envelope], start: int, now: float, delay: float) -> list[Envelope]:
+        """Of ``envelopes`` (the log from absolute position ``start`` on), return this region's
+        and the peer's own; hold the operations of third regions (:meth:`_due_relays` says
+        which of them to relay, and when).  A relay delay of 0 relays everything at once."""
         hub = self.hub
-        if not envelopes or RELAY_DELAY <= 0:
+        if not envelopes or delay <= 0:
             return envelopes
         i = start - hub.causal.base
-        arrived = hub.arrivals[i] if 0 <= i < len(hub.arrivals) else now
-        if now - arrived >= RELAY_DELAY:  # catching up: everything now, what was held first
-            held = [e for _, e in self._held]
-            self._held.clear()
-            self._arm_relay_timer(now)
-            return held + envelopes
+        due = (hub.arrivals[i] if 0 <= i < len(hub.arrivals) else now) + delay
         keep = []
         for e in envelopes:
             if e.origin == hub.region or e.origin == self.peer:
                 keep.append(e)
             else:
-                self._held.append((now + RELAY_DELAY, e))
-        self._arm_relay_timer(now)
+                self._held.append((due, e))
         return keep
 
-    def _due_relays(self, now: float) -> list[Envelope]:
-        """Held relays whose delay is over and that the peer still lacks (in log order)."""
-        held, acked, due = self._held, self.state.acked, []
-        while held and held[0][0] <= now:
-            e = held.popleft()[1]
-            if e.n > acked.get(e.origin, 0):
+    def _due_relays(self, now: float, delay: float) -> list[Envelope]:
+        """The held operations of third regions to relay now, in log order.
+
+        Relaying is what heals a cut link; with the peer's own link to a region working it
+        only sends the peer a second copy of each of that region's operations.  So a held
+        operation is dropped once the peer acknowledged it, and relayed only when it has
+        been here ``delay`` and the peer's acknowledgements of its region have not risen
+        (past what this link relayed of it) for ``delay`` either: the peer's direct link
+        to that region is down or stuck.  A direct link that works, even far behind, keeps
+        raising them, and nothing is relayed: a slow link is not made slower by copies."""
+        held, acked, moved, relayed = self._held, self.state.acked, self._ack_moved, self._relayed
+        if not held:
+            return []
+        due: list[Envelope] = []
+        waiting: deque[tuple[float, Envelope]] = deque()
+        next_at = None
+        for at, e in held:
+            if e.n <= acked.get(e.origin, 0):
+                continue  # the peer has it
+            ready_at = at if delay <= 0 else max(at, moved.get(e.origin, self.started) + delay)
+            if ready_at <= now:
                 due.append(e)
-        self._arm_relay_timer(now)
+                if e.n > relayed.get(e.origin, 0):
+                    relayed[e.origin] = e.n
+            else:
+                waiting.append((at, e))
+                next_at = ready_at if next_at is None else min(next_at, ready_at)
+        self._held = waiting
+        self.hub.relayed += len(due)
+        self._arm_relay_timer(now, next_at)
         return due
 
-    def _arm_relay_timer(self, now: float) -> None:
+    def _arm_relay_timer(self, now: float, at: float | None) -> None:
         if self._relay_timer is not None:
             self._relay_timer.cancel()
             self._relay_timer = None
-        if self._held:
-            self._relay_timer = asyncio.get_running_loop().call_later(self._held[0][0] - now, self.wakeup.set)
+        if at is not None:
+            self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self.wakeup.set)
 
     # ------------------------------------------------------------ receiving
     def acknowledge(self, received: int = 0) -> None:
@@ -576,7 +618,13 @@ class Link:
             raise ProtocolError(f"an unexpected {kind or 'empty'} frame")
 
     def on_ack(self, ack: pb.Ack) -> None:
-        raised = self.state.on_ack(dict(ack.vv))
+        vv = dict(ack.vv)
+        acked, relayed = self.state.acked, self._relayed
+        now = None
+        for o, n in vv.items():  # the peer got a region's operations another way than from here
+            if n > acked.get(o, 0) and n > relayed.get(o, 0):
+                self._ack_moved[o] = now = now or time.monotonic()
+        raised = self.state.on_ack(vv)
         if raised or ack.received > self.peer_received:
             self.progress_at = time.monotonic()
         self.peer_received = ack.received
@@ -677,6 +725,7 @@ class ReplicationHub:
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.duplicates = 0  # envelopes received that were applied here already
+        self.relayed = 0     # operations of third regions sent to a peer (see Link._due_relays)
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -699,6 +748,9 @@ class ReplicationHub:
     @property
     def limits(self) -> LinkLimits:
         return LinkLimits() if self.config is None else LinkLimits.from_config(self.config)
+
+    def pacing(self) -> Pacing:
+        return Pacing() if self.config is None else Pacing.from_config(self.config)
 
     # ------------------------------------------------------------ local side
     def issue(self, op: bytes) -> Envelope:
