@@ -603,11 +603,10 @@ def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_
             assert len(applied) == 10
             link.on_ack(pb.Ack(vv={3: 1}))  # region 1 got 3's first operation from region 3
             moved = time.monotonic()
-            start = max(link.state.position, hub.causal.base)
             out = link.state.outgoing(hub.sendable_upto())
             assert [e.dot for e in out] == [(3, n) for n in range(2, 11)]
             # nothing of region 3 goes at once, nor while its acks rose less than the delay ago
-            assert link._hold_relays(out, start, moved, delay) == []
+            assert link._hold_relays(out, moved, delay) == []
             assert link._due_relays(moved + delay / 2, delay) == []
             # far behind but working: acks keep rising; what they cover is dropped, not relayed
             link.on_ack(pb.Ack(vv={3: 4}))
@@ -621,17 +620,15 @@ def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_
             # region 1 acknowledges what region 2 relayed: not a sign its own link to 3 is back
             link.on_ack(pb.Ack(vv={3: 10}))
             hub.deliver(Envelope(3, 11, (), b"from-3-11"))
-            start = max(link.state.position, hub.causal.base)
             now = time.monotonic()
-            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), start, now, delay) == []
+            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), now, delay) == []
             assert [e.n for e in link._due_relays(now + delay * 1.5, delay)] == [11]
             # an ack past what was relayed: region 1 gets region 3's operations directly again
             link.on_ack(pb.Ack(vv={3: 12}))
             moved = time.monotonic()
             hub.deliver(Envelope(3, 12, (), b"from-3-12"))
             hub.deliver(Envelope(3, 13, (), b"from-3-13"))
-            start = max(link.state.position, hub.causal.base)
-            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), start, moved, delay) == []
+            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), moved, delay) == []
             assert link._due_relays(moved + delay / 2, delay) == [] and [e.n for _, e in link._held] == [13]
             assert hub.relayed == 7
         finally:

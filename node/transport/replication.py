@@ -473,10 +473,9 @@ class Link:
             self.wakeup.clear()
             if self.hub.is_cut(self.peer):
                 continue
-            start = max(self.state.position, self.hub.causal.base)
             missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
             now = time.monotonic()
-            direct = self._hold_relays(missing, start, now, pacing.relay_delay)
+            direct = self._hold_relays(missing, now, pacing.relay_delay)
             missing = self._due_relays(now, pacing.relay_delay) + direct
             if missing:
                 sent_at = now
@@ -490,16 +489,15 @@ class Link:
                 else:
                     await self.outbox.put(await self.batch_frame(envelopes))
 
-    def _hold_relays(self, envelopes: list[Envelope], start: int, now: float, delay: float) -> list[Envelope]:
-        """Of ``envelopes`` (the log from absolute position ``start`` on), return this region's
-        and the peer's own; hold the operations of third regions (:meth:`_due_relays` says
-        which of them to relay, and when).  A relay delay of 0 relays everything at once."""
+    def _hold_relays(self, envelopes: list[Envelope], now: float, delay: float) -> list[Envelope]:
+        """Of ``envelopes``, return this region's and the peer's own; hold the operations of
+        third regions until ``delay`` from now at least (:meth:`_due_relays` says which of
+        them to relay, and when).  A relay delay of 0 relays everything at once."""
         hub = self.hub
         if not envelopes or delay <= 0:
             return envelopes
-        i = start - hub.causal.base
-        due = (hub.arrivals[i] if 0 <= i < len(hub.arrivals) else now) + delay
         keep = []
+        due = now + delay
         for e in envelopes:
             if e.origin == hub.region or e.origin == self.peer:
                 keep.append(e)
@@ -513,7 +511,7 @@ class Link:
         Relaying is what heals a cut link; with the peer's own link to a region working it
         only sends the peer a second copy of each of that region's operations.  So a held
         operation is dropped once the peer acknowledged it, and relayed only when it has
-        been here ``delay`` and the peer's acknowledgements of its region have not risen
+        been held ``delay`` and the peer's acknowledgements of its region have not risen
         (past what this link relayed of it) for ``delay`` either: the peer's direct link
         to that region is down or stuck.  A direct link that works, even far behind, keeps
         raising them, and nothing is relayed: a slow link is not made slower by copies."""
