@@ -101,6 +101,9 @@ class ActiveActive:
         # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
         self._backlog_bytes = 0
         self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
+        # set after a start that may have lost operations peers hold (see recover_own_operations)
+        self.recovering = False
+        self._on_recovered: Callable[[], None] = lambda: None
 
     @property
     def region(self) -> int:
@@ -545,6 +548,7 @@ class ActiveActive:
             f"crdt_membership_refused:{st['membership_refused']}",
             f"crdt_membership_dropped_ops:{st['membership_dropped']}",
             f"crdt_flushes_waiting:{self.flushes_waiting}",
+            f"crdt_recovering:{int(self.recovering and not self.recovered())}",
         ]
         if self.membership.status(self.region) == JOINING:
             lines.append(f"crdt_catch_up:{st['catch_up_held']}/{st['catch_up_target']}")
@@ -557,17 +561,61 @@ class ActiveActive:
         return lines
 
 
+    # ------------------------------------------------------------ recovery after a machine crash
+    def recover_own_operations(self, on_recovered: Callable[[], None]) -> None:
+        """This region's operations leave once their records reached the OS, before the fsync
+        (node/persistence/oplog.py), so a crash of the machine may lose some that peers
+        hold; minting their dots again would give two operations one dot.  So after such a
+        start the region takes no writes until every live member handshook with it and it
+        holds every operation of its own any of them held then (they send them back, as any
+        operation a peer lacks; or a full resync brings them): :meth:`recovered`.  A peer
+        that stays unreachable keeps it read-only (``LOADING``) until it comes back or is
+        removed from the database.  ``on_recovered`` is told once (the log's mark)."""
+        self.recovering = True
+        self._on_recovered = on_recovered
+        log.warning("region %s may have lost operations in a crash of its machine: it takes writes again "
+                    "once every peer has told it the last of its own operations it holds, and it holds them",
+                    self.me.name)
+
+    def recovery_waits_for(self) -> list[RegionSpec]:
+        """The live members this region has not yet heard from since it started."""
+        return [p for p in self.peers() if p.number not in self.hub.handshake_vv]
+
+    def recovered(self) -> bool:
+        """Has a recovering region heard from every live member and taken back its own operations?"""
+        if not self.recovering:
+            return True
+        if self.recovery_waits_for():
+            return False
+        live = {p.number for p in self.peers()}
+        held = max((vv.get(self.region, 0) for p, vv in self.hub.handshake_vv.items() if p in live), default=0)
+        if self.causal.vv.get(self.region, 0) < held:
+            return False
+        self.recovering = False
+        log.warning("region %s holds its own operations its peers held (up to %d): it takes writes again",
+                    self.me.name, self.causal.vv.get(self.region, 0))
+        self._on_recovered()
+        return True
+
     # ------------------------------------------------------------ membership
     @property
     def writable(self) -> bool:
-        """May clients write here?  Only an active member (a joining one once it caught up).
-        Asked before every write command: the common case is one attribute."""
+        """May clients write here?  Only an active member (a joining one once it caught up),
+        and after a crash of its machine only once it recovered.  Asked before every write
+        command: the common case is two attributes."""
+        if self.recovering and not self.recovered():
+            return False
         if self.active:
             return True
         return self.membership.status(self.region) == JOINING and self.caught_up()
 
     def write_refusal(self) -> str:
         """The error a write gets while this region may not take writes."""
+        if self.recovering:
+            waiting = ", ".join(p.name for p in self.recovery_waits_for())
+            return ("LOADING this region restarted after a crash of its machine and is taking back its own "
+                    "operations from its peers" + (f" (waiting for {waiting})" if waiting else "") +
+                    ": it accepts writes once every peer answered")
         status = self.membership.status(self.region)
         if status == JOINING:
             held, target = self.catch_up_progress()

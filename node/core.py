@@ -282,6 +282,8 @@ class RegionCore:
             oplog.on_durable = aa.durable
             oplog.replicating = True
             oplog.replication_fsync_interval = aa.fsync_interval
+            if getattr(oplog, "may_have_lost", False):  # the machine went down: its peers may hold more
+                aa.recover_own_operations(oplog.recovered)
         self.db.dirty = 0
         self.stats.reset()
 

@@ -160,6 +160,8 @@ class SimRegion:
         self.core = self.client = None
         self.links.clear()
         what = self.file.crash_machine(self.sim.rng) if machine else self.file.crash_process()
+        if machine:
+            self.file.recover_mark = True  # the next start is in another boot of the machine
         for _needs, callback, _reply in held:
             callback(INDETERMINATE)
         return what

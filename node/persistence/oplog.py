@@ -314,6 +314,10 @@ class DurabilityRules:
     synced: int
     _durable_told: int
     on_durable: "Callable[[int], None] | None"
+    # operations leave once their records reached the OS, not the disk: a start that may
+    # have lost the unsynced tail takes its own operations back from its peers first
+    # (node/activeactive.py's recovery); False: they wait for the fsync
+    leave_when_written = True
 
     def durable(self, record: int) -> bool:
         """May a reply that depends on records up to ``record`` leave now?
@@ -324,13 +328,66 @@ class DurabilityRules:
         return self.synced >= record if self.policy == "always" else self.written >= record
 
     def _tell_durable(self) -> None:
-        # what may leave for other regions: only what a machine crash cannot take back
-        # (on disk), except under ``no``, which gives that up (what reached the OS)
-        mark = self.written if self.policy == "no" else self.synced
+        # what may leave for other regions: what reached the OS (a killed process loses none
+        # of it; a crashed machine may, and its region then recovers it from its peers), or
+        # only what is on disk when the region does not recover that way
+        mark = self.written if self.policy == "no" or self.leave_when_written else self.synced
         if mark > self._durable_told:
             self._durable_told = mark
             if self.on_durable is not None:
                 self.on_durable(mark)
+
+
+# ------------------------------------------------------------------ did a crash lose the unsynced tail?
+# A file beside the log says how the last run ended: "clean" (closed, everything fsynced),
+# the boot id of the machine it ran in (whatever the OS held when the process died is on
+# disk as long as that machine did not go down), or "recover" (a start that may have lost
+# records has not yet taken its operations back from its peers).
+RUN_MARK = "last-run"
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str:
+    """This boot of the machine ("" where the OS does not say: every unclean end then counts
+    as a crash of the machine)."""
+    try:
+        with open(_BOOT_ID) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def read_run_mark(directory: str) -> str | None:
+    try:
+        with open(os.path.join(directory, RUN_MARK)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def write_run_mark(directory: str, mark: str) -> None:
+    """Replace the mark, on disk before this returns (written aside, fsynced, renamed)."""
+    path = os.path.join(directory, RUN_MARK)
+    with open(path + ".tmp", "w") as f:
+        f.write(mark + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def unsynced_tail_may_be_lost(mark: str | None, boot: str) -> bool:
+    """Could records written to the OS by the last run be missing from the file?  Not after a
+    clean close, nor when the last run was in this boot of the machine (a killed process's
+    writes survive in the OS), nor without a mark (a new log, or one written by a version
+    that sent only fsynced operations); yes after another boot, or an unfinished recovery."""
+    if mark is None or mark == "clean":
+        return False
+    return mark == "recover" or not boot or mark != boot
 
 
 class OperationLog(DurabilityRules):
@@ -341,6 +398,12 @@ class OperationLog(DurabilityRules):
         self.file = AppendLog.open(directory, scanned=scanned, **kw)
         self.directory = directory
         self.policy = policy
+        # the machine may have lost what the last run wrote and did not fsync: a region of a
+        # cluster takes its own operations back from its peers before it mints any (and
+        # calls recovered() then); until then the mark stays "recover", across restarts too
+        self.boot = boot_id()
+        self.may_have_lost = unsynced_tail_may_be_lost(read_run_mark(directory), self.boot)
+        write_run_mark(directory, "recover" if self.may_have_lost else self.boot or "unknown")
         from . import snapshot
 
         # the record the newest snapshot holds the state after: a start replays only what follows
@@ -527,6 +590,13 @@ class OperationLog(DurabilityRules):
         self.synced_bytes = self.file.appended_bytes
         self._tell_durable()
 
+    def recovered(self) -> None:
+        """This region holds its own operations its peers held: a later crash of this
+        machine is one to recover from again, a killed process is not."""
+        if self.may_have_lost:
+            self.may_have_lost = False
+            write_run_mark(self.directory, self.boot or "unknown")
+
     def close(self) -> None:
         """Flush and fsync everything (a clean shutdown loses nothing, whatever the policy)."""
         if self._fsync_timer is not None:
@@ -536,6 +606,12 @@ class OperationLog(DurabilityRules):
             self.file.close()
         except OSError as e:
             self._failed("fsync", e)
+            return
+        if not self.may_have_lost:  # a recovery left unfinished stays one to finish
+            try:
+                write_run_mark(self.directory, "clean")
+            except OSError as e:
+                log.warning("cannot mark the log in %s as closed cleanly: %s", self.directory, e)
 
 
 def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[[], None] | None = None) -> int:
