@@ -130,12 +130,12 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
 
 
-STAGES = ("reply", "issued", "durable", "batch", "received", "applied", "readable")
+STAGES = ("reply", "issued", "logged", "batch", "received", "applied", "readable")
 
 
 def stage_times(run: DelayRun, prefix: str, regions: int) -> dict[str, dict[str, list[float]]]:
     """Per region other than 1, per stage, the ms from sending each entry to its reaching that
-    stage: region 1's ``issued``, ``durable`` and ``batch`` (toward that region), that region's
+    stage: region 1's ``issued``, ``logged`` and ``batch`` (toward that region), that region's
     ``received`` and ``applied``, the client's ``reply`` and the reader's ``readable``.  Region
     1's operations after the trace began are the writer's entries, in order (XADD: one each)."""
     rows: dict[int, list[tuple[str, int, int, int, int]]] = {}
@@ -151,7 +151,7 @@ def stage_times(run: DelayRun, prefix: str, regions: int) -> dict[str, dict[str,
         name = f"region-{number}"
         at: dict[str, dict[int, int]] = {s: {} for s in STAGES}
         for s, peer, o, n, t in rows[1]:
-            if o == 1 and (s in ("issued", "durable") or (s == "batch" and peer == number)):
+            if o == 1 and (s in ("issued", "logged") or (s == "batch" and peer == number)):
                 at[s].setdefault(n - first, t)
         for s, peer, o, n, t in rows[number]:
             if o == 1 and (s == "applied" or (s == "received" and peer == 1)):
@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         run, stages = sorted(runs, key=lambda rs: pct(rs[0].delays(regions[0]), 0.99))[len(runs) // 2]
         lines += ["", "## Where the time goes (the median run)", "",
                   "Each stage: when the entry reached it, in ms after its XADD was sent: `reply` the client "
-                  "got the reply; at region 1 `issued` (applied, joined the causal log), `durable` (its log "
-                  "record fsynced: it may leave), `batch` (put in a frame toward that region); at the other "
+                  "got the reply; at region 1 `issued` (applied, joined the causal log), `logged` (its log "
+                  "record reached the OS: it may leave), `batch` (put in a frame toward that region); at the other "
                   "region `received` (its frame arrived from region 1) and `applied`; `readable` the "
                   "reader's XREAD returned it.", ""]
         for region in regions:

@@ -22,6 +22,14 @@ A change - agreed here, or adopted - restarts every link, so both ends of each
 handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
 connected (``caught_up``), has itself activated (``node/membership_change.py``).
+
+Recovery after a crash of the machine.  Operations leave once their log records reached
+the OS (node/persistence/oplog.py), so a crashed machine may have lost some that peers
+hold.  After such a start (the log's run mark says so) the region takes no writes until
+every live member has handshaken with it and it holds every operation of its own that
+any of them held at that handshake (they send them back as any operation a peer lacks,
+or a full resync brings them): :meth:`ActiveActive.recovered`.  Client writes are the
+only way this region mints dots, so refusing them (LOADING) is enough.
 """
 
 from __future__ import annotations
@@ -89,7 +97,7 @@ class ActiveActive:
                                   config, tls=tls, names={r.number: r.name for r in c.regions})
         self.hub.gate = MembershipGate(self)
         # (operation-log record, causal-log length once it is safe): links send an
-        # operation only after the record that holds it is durable (see durable())
+        # operation only after the record that holds it reached the OS (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
         self.hub.make_image = lambda: self.resync_image(int(time.time() * 1000))
         # a database setting tuned here that is also a server setting (appendfsync)
@@ -250,7 +258,8 @@ class ActiveActive:
         return int(self.config["crdt-repl-fsync-interval-ms"]) / 1000
 
     def durable(self, record: int) -> None:
-        """Records up to ``record`` are durable (per appendfsync): their operations may leave."""
+        """Records up to ``record`` reached the OS (node/persistence/oplog.py says when records
+        count as safe to send): their operations may leave."""
         unsafe, upto = self._unsafe, None
         while unsafe and unsafe[0][0] <= record:
             upto = unsafe.popleft()[1]
@@ -259,7 +268,7 @@ class ActiveActive:
             if trace is not None:
                 causal = self.causal
                 for e in causal.log[max(0, self.hub.sendable_upto() - causal.base):upto - causal.base]:
-                    trace.mark("durable", 0, e.origin, e.n)
+                    trace.mark("logged", 0, e.origin, e.n)
             self.hub.sendable = upto
             self.hub.wake()
 

@@ -85,14 +85,26 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
 * ``everysec``: records are written to the OS before any reply (a crash of the
   process loses nothing); an fsync runs once a second (a crash of the machine
   loses about a second).  In a region of a cluster, fsyncs also run in a
-  worker thread while operations wait to leave, one at most every
+  worker thread after records were written, one at most every
   ``crdt-repl-fsync-interval-ms`` (10 ms; the first at once after a quiet spell,
-  so a steady trickle of writes shares fsyncs instead of one each): other
-  regions only receive what is on disk, so a region never forgets an operation
-  they hold (it would mint its dot again).  Clients never wait for these.  ``no`` gives that up: operations leave once
-  they reach the OS.
+  so a steady trickle of writes shares fsyncs instead of one each), so a crash
+  of the machine loses about that much.  Clients never wait for these.
 * ``no``: records are written to the OS before any reply; the OS decides when
   they reach the disk.
+
+Operations leave for other regions once their records reached the OS, whatever
+the policy: the disk is not on the way of every cross-region delivery.  (Until
+this version they left only once fsynced.)  A killed process loses nothing the
+OS holds, but a crashed machine may lose the unsynced tail while peers hold
+some of those operations, and a region that minted their dots again would give
+two operations one dot.  So the log keeps a *run mark* beside its segments
+(``last-run``): ``clean`` after a close, else the boot id of the machine it runs
+in, or ``recover``.  A start that finds another boot's id there (or ``recover``)
+may have lost records: it writes ``recover``, and its region takes no writes
+until every live peer handshook and it holds the last of its own operations any
+of them held (node/activeactive.py's recovery); then the mark becomes this
+boot's id (:meth:`OperationLog.recovered`).  A process killed in the same boot
+starts writable at once.
 
 A failed write or fsync stops the region accepting writes (``MISCONF``) until
 the cron manages to write and fsync again (in a worker thread, as the

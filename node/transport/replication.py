@@ -76,11 +76,13 @@ raises what the peer acknowledged, or that reports more bytes of a fragmented
 operation or image received (``Ack.received``), so a large transfer on a slow
 link is not cut.  Closed links are logged and counted (``crdt_link_stalls``).
 
-Only what is safely logged leaves: ``sendable`` (set by the region from its
-operation log) bounds how far into the causal log links may send, so a peer
-never holds an operation the region could lose in a crash and then mint again
-under the same dot.  While it is set, a new operation does not wake the links:
-the log's durability raises ``sendable`` and wakes them (once per fsync).
+Only what is logged leaves: ``sendable`` (set by the region from its operation
+log) bounds how far into the causal log links may send, so a peer never holds an
+operation whose record the region has not handed to the OS (a killed process
+keeps those; after a crash of its machine the region takes its own operations
+back from its peers before it mints again: node/activeactive.py).  While it is
+set, a new operation does not wake the links: the log's write at the end of the
+turn raises ``sendable`` and wakes them (once per turn).
 
 Full resync: a region trims its backlog (``trim``), so a peer that was away long
 may lack operations no longer held.  Hello and Welcome carry each side's backlog
@@ -180,7 +182,7 @@ class StageTrace:
     --stages`` (off unless the environment variable ``BRAID_REPL_TRACE`` names a file prefix: the
     region then writes ``PREFIX.N``, N its number, when it stops).  A row is
     ``stage peer origin n monotonic_ns``: ``issued`` (the operation was applied here and
-    joined the causal log), ``durable`` (its log record is on disk: it may leave), ``batch``
+    joined the causal log), ``logged`` (its log record reached the OS: it may leave), ``batch``
     (put in a frame toward ``peer``), ``received`` (a frame from ``peer`` held it), ``applied``.
     CLOCK_MONOTONIC is one clock for every process of a machine, so rows of regions on one
     machine compare."""
@@ -810,8 +812,8 @@ class ReplicationHub:
 
     def wake_if_sendable(self) -> None:
         """Wake the links for what just joined the causal log, if it may leave now.  When the
-        region logs (``sendable`` set), it may not: the operation log's durability tells the
-        region, which raises ``sendable`` and wakes the links then (one wake-up per fsync,
+        region logs (``sendable`` set), it may not: the operation log's write tells the
+        region, which raises ``sendable`` and wakes the links then (one wake-up per turn,
         not two per operation)."""
         if self.sendable is None or self.sendable >= self.causal.end:
             self.wake()
