@@ -30,8 +30,9 @@ copy of every operation: so an operation of a third region (neither this
 region's nor the peer's) is held back on the link, dropped once the peer
 acknowledges it (acks go to every peer), and relayed only when the peer's
 acknowledgements of that region have not risen - past what this link relayed of
-it - for ``crdt-repl-relay-delay-ms`` (50 ms): the peer's own link to that region
-is down or stuck.  A direct link that works, even one far behind, keeps raising
+it - for ``crdt-repl-relay-delay-ms`` (50 ms) while it acknowledged others' (four
+times that when it acknowledged nothing at all: a peer short of CPU gains nothing
+from copies): the peer's own link to that region is down or stuck.  A direct link that works, even one far behind, keeps raising
 them, so a slow link is not loaded further with copies.  ``relayed`` counts the
 operations relayed, ``ReplicationHub.duplicates`` counts envelopes that
 arrived a second time.  What to send, what a batch or
@@ -158,6 +159,8 @@ FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper 
 SEND_INTERVAL = 0.005
 ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
+# a relay waits this many relay delays when the peer acknowledges nothing at all meanwhile
+RELAY_QUIET_FACTOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +410,7 @@ class Link:
         # link relayed of it (so: got it another way, in practice from the region itself)
         self._ack_moved: dict[int, float] = {}
         self._relayed: dict[int, int] = {}  # per third region, the last of its operations relayed here
+        self._acked_at = self.started  # when the peer's acknowledgements last rose at all
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.peer_received = 0               # the peer's last Ack.received
 
@@ -514,9 +518,12 @@ class Link:
         only sends the peer a second copy of each of that region's operations.  So a held
         operation is dropped once the peer acknowledged it, and relayed only when it has
         been held ``delay`` and the peer's acknowledgements of its region have not risen
-        (past what this link relayed of it) for ``delay`` either: the peer's direct link
-        to that region is down or stuck.  A direct link that works, even far behind, keeps
-        raising them, and nothing is relayed: a slow link is not made slower by copies."""
+        (past what this link relayed of it) for ``delay`` either, while the peer went on
+        acknowledging others': the peer's direct link to that region is down or stuck.  A
+        direct link that works, even far behind, keeps raising them, and nothing is relayed:
+        a slow link is not made slower by copies.  When the peer acknowledges nothing at all
+        (it, or this region, is short of CPU; or only that region writes), the relay waits
+        ``RELAY_QUIET_FACTOR`` times as long: copies would only add to the load."""
         held, acked, moved, relayed = self._held, self.state.acked, self._ack_moved, self._relayed
         if not held:
             return []
@@ -526,7 +533,9 @@ class Link:
         for at, e in held:
             if e.n <= acked.get(e.origin, 0):
                 continue  # the peer has it
-            ready_at = at if delay <= 0 else max(at, moved.get(e.origin, self.started) + delay)
+            still = moved.get(e.origin, self.started)  # the peer's acks of its region stand still since
+            wait = delay if self._acked_at > still else delay * RELAY_QUIET_FACTOR
+            ready_at = at if delay <= 0 else max(at, still + wait)
             if ready_at <= now:
                 due.append(e)
                 if e.n > relayed.get(e.origin, 0):
@@ -625,6 +634,8 @@ class Link:
             if n > acked.get(o, 0) and n > relayed.get(o, 0):
                 self._ack_moved[o] = now = now or time.monotonic()
         raised = self.state.on_ack(vv)
+        if raised:
+            self._acked_at = now or time.monotonic()
         if raised or ack.received > self.peer_received:
             self.progress_at = time.monotonic()
         self.peer_received = ack.received
