@@ -254,7 +254,7 @@ class ActiveActive:
             self._unsafe.append((record, end))
 
     def fsync_interval(self) -> float:
-        """Seconds between the fsyncs that let operations leave (crdt-repl-fsync-interval-ms)."""
+        """Seconds between the fsyncs that follow writes (crdt-repl-fsync-interval-ms)."""
         return int(self.config["crdt-repl-fsync-interval-ms"]) / 1000
 
     def durable(self, record: int) -> None:

@@ -124,9 +124,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("crdt-repl-pending-max-bytes", "memory", 2 * 1024**3, 1024 * 1024, (1 << 63) - 1),
     # pacing of the links (node/transport/replication.py): at most one batch per send interval
     # and one ack per ack interval toward each peer; a third region's operations are relayed
-    # once the peer's acks of that region stood still for the relay delay (0: at once); the
-    # fsyncs that let operations leave start at most once per fsync interval (appendfsync
-    # everysec).  Loopback and LAN want them small, a WAN may take larger ones.
+    # once the peer's acks of that region stood still for the relay delay (0: at once); in a
+    # region of a cluster under appendfsync everysec, an fsync follows writes at most once per
+    # fsync interval (what a crash of the machine may lose).  Loopback and LAN want them
+    # small, a WAN may take larger ones.
     Setting("crdt-repl-send-interval-ms", "int", 5, 0, 60000),
     Setting("crdt-repl-ack-interval-ms", "int", 10, 0, 60000),
     Setting("crdt-repl-relay-delay-ms", "int", 50, 0, 60000),

@@ -140,8 +140,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.persistence")
 
 POLICIES = ("always", "everysec", "no")
-# ``everysec`` in a region of a cluster: the fsyncs that let operations leave start at most
-# this often (seconds), so a steady trickle of writes shares them instead of one per record;
+# ``everysec`` in a region of a cluster: the fsyncs that follow writes start at most this
+# often (seconds), so a steady trickle of writes shares them instead of one per record;
 # the default when no region's setting (crdt-repl-fsync-interval-ms) is attached
 REPLICATION_FSYNC_INTERVAL = 0.01
 
@@ -435,7 +435,7 @@ class OperationLog(DurabilityRules):
         # told the last durable record (per the policy): replication sends only what is durable
         self.on_durable: Callable[[int], None] | None = None
         self.replicating = False  # a region of a cluster: keep fsyncing while operations wait to leave
-        # seconds between the fsyncs that let operations leave (the region's crdt-repl-fsync-interval-ms)
+        # seconds between the fsyncs that follow writes in a region of a cluster (crdt-repl-fsync-interval-ms)
         self.replication_fsync_interval: Callable[[], float] = lambda: REPLICATION_FSYNC_INTERVAL
         self._durable_told = self.synced
         # injected faults (DEBUG DISK-FULL / DEBUG FSYNC-DELAY, for the chaos suite)
@@ -531,8 +531,10 @@ class OperationLog(DurabilityRules):
             self.sync_for_replication()
 
     def sync_for_replication(self) -> None:
-        """``everysec`` in a region of a cluster: fsync soon (in a worker thread) so that
-        operations can leave for other regions; clients do not wait for it.  One fsync
+        """``everysec`` in a region of a cluster: fsync soon (in a worker thread), so that a
+        crash of the machine loses little that peers may already hold (the region would
+        take it back from them at its next start); clients do not wait for it, nor do
+        other regions.  One fsync
         starts at most every ``replication_fsync_interval()`` seconds (the first at once
         after a quiet spell): records written meanwhile share the next one."""
         if self.policy != "everysec" or self.synced >= self.file.last_record or self._syncing \
