@@ -22,6 +22,14 @@ A change - agreed here, or adopted - restarts every link, so both ends of each
 handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
 connected (``caught_up``), has itself activated (``node/membership_change.py``).
+
+Recovery after a crash of the machine.  Operations leave once their log records reached
+the OS (node/persistence/oplog.py), so a crashed machine may have lost some that peers
+hold.  After such a start (the log's run mark says so) the region takes no writes until
+every live member has handshaken with it and it holds every operation of its own that
+any of them held at that handshake (they send them back as any operation a peer lacks,
+or a full resync brings them): :meth:`ActiveActive.recovered`.  Client writes are the
+only way this region mints dots, so refusing them (LOADING) is enough.
 """
 
 from __future__ import annotations
@@ -89,7 +97,7 @@ class ActiveActive:
                                   config, tls=tls, names={r.number: r.name for r in c.regions})
         self.hub.gate = MembershipGate(self)
         # (operation-log record, causal-log length once it is safe): links send an
-        # operation only after the record that holds it is durable (see durable())
+        # operation only after the record that holds it reached the OS (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
         self.hub.make_image = lambda: self.resync_image(int(time.time() * 1000))
         # a database setting tuned here that is also a server setting (appendfsync)
@@ -101,6 +109,9 @@ class ActiveActive:
         # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
         self._backlog_bytes = 0
         self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
+        # set after a start that may have lost operations peers hold (see recover_own_operations)
+        self.recovering = False
+        self._on_recovered: Callable[[], None] = lambda: None
 
     @property
     def region(self) -> int:
@@ -242,12 +253,22 @@ class ActiveActive:
         if end > self.hub.sendable_upto():
             self._unsafe.append((record, end))
 
+    def fsync_interval(self) -> float:
+        """Seconds between the fsyncs that follow writes (crdt-repl-fsync-interval-ms)."""
+        return int(self.config["crdt-repl-fsync-interval-ms"]) / 1000
+
     def durable(self, record: int) -> None:
-        """Records up to ``record`` are durable (per appendfsync): their operations may leave."""
+        """Records up to ``record`` reached the OS (node/persistence/oplog.py says when records
+        count as safe to send): their operations may leave."""
         unsafe, upto = self._unsafe, None
         while unsafe and unsafe[0][0] <= record:
             upto = unsafe.popleft()[1]
         if upto is not None:
+            trace = self.hub.trace
+            if trace is not None:
+                causal = self.causal
+                for e in causal.log[max(0, self.hub.sendable_upto() - causal.base):upto - causal.base]:
+                    trace.mark("logged", 0, e.origin, e.n)
             self.hub.sendable = upto
             self.hub.wake()
 
@@ -524,6 +545,8 @@ class ActiveActive:
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
             f"crdt_link_protocol_errors:{self.hub.protocol_errors}",
             f"crdt_link_stalls:{self.hub.stalls}",
+            f"crdt_relayed_ops:{self.hub.relayed}",
+            f"crdt_duplicate_ops:{self.hub.duplicates}",
             f"crdt_delete_contexts:{st['delete_contexts']}",
             f"crdt_idmp_keys:{st['idmp_keys']}",
             f"crdt_idmp_producers:{st['idmp_producers']}",
@@ -534,6 +557,7 @@ class ActiveActive:
             f"crdt_membership_refused:{st['membership_refused']}",
             f"crdt_membership_dropped_ops:{st['membership_dropped']}",
             f"crdt_flushes_waiting:{self.flushes_waiting}",
+            f"crdt_recovering:{int(self.recovering and not self.recovered())}",
         ]
         if self.membership.status(self.region) == JOINING:
             lines.append(f"crdt_catch_up:{st['catch_up_held']}/{st['catch_up_target']}")
@@ -546,17 +570,61 @@ class ActiveActive:
         return lines
 
 
+    # ------------------------------------------------------------ recovery after a machine crash
+    def recover_own_operations(self, on_recovered: Callable[[], None]) -> None:
+        """This region's operations leave once their records reached the OS, before the fsync
+        (node/persistence/oplog.py), so a crash of the machine may lose some that peers
+        hold; minting their dots again would give two operations one dot.  So after such a
+        start the region takes no writes until every live member handshook with it and it
+        holds every operation of its own any of them held then (they send them back, as any
+        operation a peer lacks; or a full resync brings them): :meth:`recovered`.  A peer
+        that stays unreachable keeps it read-only (``LOADING``) until it comes back or is
+        removed from the database.  ``on_recovered`` is told once (the log's mark)."""
+        self.recovering = True
+        self._on_recovered = on_recovered
+        log.warning("region %s may have lost operations in a crash of its machine: it takes writes again "
+                    "once every peer has told it the last of its own operations it holds, and it holds them",
+                    self.me.name)
+
+    def recovery_waits_for(self) -> list[RegionSpec]:
+        """The live members this region has not yet heard from since it started."""
+        return [p for p in self.peers() if p.number not in self.hub.handshake_vv]
+
+    def recovered(self) -> bool:
+        """Has a recovering region heard from every live member and taken back its own operations?"""
+        if not self.recovering:
+            return True
+        if self.recovery_waits_for():
+            return False
+        live = {p.number for p in self.peers()}
+        held = max((vv.get(self.region, 0) for p, vv in self.hub.handshake_vv.items() if p in live), default=0)
+        if self.causal.vv.get(self.region, 0) < held:
+            return False
+        self.recovering = False
+        log.warning("region %s holds its own operations its peers held (up to %d): it takes writes again",
+                    self.me.name, self.causal.vv.get(self.region, 0))
+        self._on_recovered()
+        return True
+
     # ------------------------------------------------------------ membership
     @property
     def writable(self) -> bool:
-        """May clients write here?  Only an active member (a joining one once it caught up).
-        Asked before every write command: the common case is one attribute."""
+        """May clients write here?  Only an active member (a joining one once it caught up),
+        and after a crash of its machine only once it recovered.  Asked before every write
+        command: the common case is two attributes."""
+        if self.recovering and not self.recovered():
+            return False
         if self.active:
             return True
         return self.membership.status(self.region) == JOINING and self.caught_up()
 
     def write_refusal(self) -> str:
         """The error a write gets while this region may not take writes."""
+        if self.recovering:
+            waiting = ", ".join(p.name for p in self.recovery_waits_for())
+            return ("LOADING this region restarted after a crash of its machine and is taking back its own "
+                    "operations from its peers" + (f" (waiting for {waiting})" if waiting else "") +
+                    ": it accepts writes once every peer answered")
         status = self.membership.status(self.region)
         if status == JOINING:
             held, target = self.catch_up_progress()

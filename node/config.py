@@ -122,6 +122,16 @@ SETTINGS: tuple[Setting, ...] = (
     # that brought them broke the protocol (an honest peer sends in causal order)
     Setting("crdt-repl-pending-max-ops", "int", 100000, 1, (1 << 31) - 1),
     Setting("crdt-repl-pending-max-bytes", "memory", 2 * 1024**3, 1024 * 1024, (1 << 63) - 1),
+    # pacing of the links (node/transport/replication.py): at most one batch per send interval
+    # and one ack per ack interval toward each peer; a third region's operations are relayed
+    # once the peer's acks of that region stood still for the relay delay (0: at once); in a
+    # region of a cluster under appendfsync everysec, an fsync follows writes at most once per
+    # fsync interval (what a crash of the machine may lose).  Loopback and LAN want them
+    # small, a WAN may take larger ones.
+    Setting("crdt-repl-send-interval-ms", "int", 5, 0, 60000),
+    Setting("crdt-repl-ack-interval-ms", "int", 10, 0, 60000),
+    Setting("crdt-repl-relay-delay-ms", "int", 50, 0, 60000),
+    Setting("crdt-repl-fsync-interval-ms", "int", 10, 0, 60000),
     # TLS on the client port (node/security/tls.py), Redis's names, defaults and mutability:
     # tls-port 0 is off; CONFIG SET of any of them builds a new context for new connections
     Setting("tls-port", "int", 0, 0, 65535),

@@ -17,7 +17,7 @@ and what it did comes back as effects a driver acts on:
   (:meth:`end_turn`), and a reply leaves once :meth:`may_release` says the
   records it depends on are durable enough (:meth:`reply_needs`);
 * envelopes stamped into the causal log: links send them once their record
-  is durable (``ActiveActive.durable``);
+  reached the OS (``ActiveActive.durable``; node/persistence/oplog.py);
 * keys made ready for blocked readers (``db.ready``): :meth:`keys_ready` is
   the driver's hook to serve them;
 * ``failed``: set when the region fail-stopped (node/supervision.py); the
@@ -281,6 +281,9 @@ class RegionCore:
             aa.log_started()
             oplog.on_durable = aa.durable
             oplog.replicating = True
+            oplog.replication_fsync_interval = aa.fsync_interval
+            if getattr(oplog, "may_have_lost", False):  # the machine went down: its peers may hold more
+                aa.recover_own_operations(oplog.recovered)
         self.db.dirty = 0
         self.stats.reset()
 
@@ -331,7 +334,7 @@ class RegionCore:
     def end_turn(self) -> bool:
         """Hand this turn's records to the OS (before any reply leaves); returns whether an
         fsync should start now: ``always`` (replies wait for it) and ``everysec`` in a
-        cluster (operations leave for other regions only once on disk)."""
+        cluster (paced, so a crash of the machine loses little that peers may hold)."""
         oplog = self.oplog
         if oplog is None or self.failed is not None:
             return False

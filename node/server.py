@@ -12,7 +12,7 @@ touches the socket.
 event loop: the listening socket and client connections, blocking reads and
 their timers, the end of each turn (the log's records are written once for
 every client served in the turn, then the replies that may leave go out, and
-only then starts an fsync that just lets operations leave for other regions), the
+only then starts an fsync that bounds what a crash of the machine may lose), the
 fsync and BGSAVE worker threads, the once-a-second cron task, the gRPC links
 of a cluster, the Prometheus endpoint (``metrics-port``, node/metrics.py: served
 on this loop, so a scrape reads the state between two commands), signals and
@@ -156,7 +156,7 @@ class Server(RegionCore):
     def _write_log_then_reply(self) -> None:
         """The end of a turn (``RegionCore.end_turn``): write the records, fsync as the
         policy says (``always``: now, before the replies; ``everysec`` in a cluster: in a
-        worker thread, so operations can leave), then send the replies that may leave."""
+        worker thread, after them), then send the replies that may leave."""
         self._log_write_scheduled = False
         if self.failed is not None:
             return  # a fail-stop: this turn's records and replies are dropped

@@ -408,7 +408,7 @@ def test_operation_log_fsync_in_a_worker_covers_the_seal(tmp_path, monkeypatch):
 
     async def run():
         log = OperationLog(str(tmp_path), "everysec", segment_size=300)
-        log.replicating = True
+        log.replicating, log.leave_when_written = True, False  # on_durable then tells the fsyncs
         durable = asyncio.Event()
         log.on_durable = lambda mark: durable.set() if mark >= 40 else None
         calls = _fsyncs_by_thread(monkeypatch)

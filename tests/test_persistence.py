@@ -627,15 +627,21 @@ def test_a_full_disk_refuses_writes_then_loses_nothing_once_space_is_back(tmp_pa
         c.close()
 
 
-@pytest.mark.parametrize("policy,leaves_after", [("always", "fsync"), ("everysec", "fsync"), ("no", "write")])
-def test_operations_leave_for_other_regions_only_once_durable(tmp_path, policy, leaves_after):
-    """A region never hands peers an operation a machine crash could make it forget (except with `no`)."""
+@pytest.mark.parametrize("policy,when_written,leaves_after", [
+    ("always", True, "write"), ("everysec", True, "write"), ("no", True, "write"),
+    ("always", False, "fsync"), ("everysec", False, "fsync"), ("no", False, "write")])
+def test_operations_leave_for_other_regions_once_written_or_once_durable(tmp_path, policy, when_written, leaves_after):
+    """A region hands peers an operation once its record reached the OS (a killed process keeps
+    it; a crashed machine's region recovers it from its peers: test_replication_recovery.py);
+    a log told not to leave when written hands only what a machine crash cannot make it
+    forget (except with `no`)."""
     import asyncio
 
     from node.persistence.oplog import OperationLog
 
     async def scenario() -> list:
         log = OperationLog(str(tmp_path / "log"), policy)
+        log.leave_when_written = when_written
         told: list = []
         log.on_durable, log.replicating = told.append, True
         log.log_command(1, [b"XADD", b"s", b"*", b"f", b"v"])
@@ -678,6 +684,7 @@ def test_replication_fsyncs_are_shared_by_records_written_close_together(tmp_pat
 
     async def scenario() -> None:
         log = OperationLog(str(tmp_path / "log"), "everysec")
+        log.leave_when_written = False  # on_durable then tells the fsyncs
         told: list = []
         log.on_durable, log.replicating = told.append, True
         log.log_command(1, [b"XADD", b"s", b"*", b"f", b"0"])

@@ -62,11 +62,11 @@ def test_under_always_a_reply_leaves_only_after_the_fsync_that_covers_its_record
     assert file.cache and not file.durable
     assert not core.may_release(needs)
     assert core.oplog.begin_fsync() == 1
-    # the operation may not leave for the other region before it is on disk either
-    assert core.aa.hub.sendable_upto() == 0
+    # the operation may leave for the other region already: its record reached the OS (a
+    # crash of the machine makes the region take its own back from its peers before it writes)
+    assert core.aa.hub.sendable_upto() == 1
     core.oplog.fsync_done()
     assert core.may_release(needs)
-    assert core.aa.hub.sendable_upto() == 1
     env = core.aa.causal.log[0]
     assert (env.origin, env.n) == (1, 1)
     assert opcodec.decode(env.op).key == b"k"

@@ -22,7 +22,7 @@ import pytest
 from crdt.causal import CausalLog
 from crdt.sync import LinkState
 from node.config import Config
-from node.transport.replication import ReplicationHub
+from node.transport.replication import Link, ReplicationHub
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -468,7 +468,7 @@ _PEER = """
 import asyncio, sys
 from crdt.causal import CausalLog
 from node.config import Config
-from node.transport.replication import ReplicationHub
+from node.transport.replication import Link, ReplicationHub
 
 async def main():
     hub = ReplicationHub(2, "c1", "db", "s3cret", CausalLog(2), lambda e: None,
@@ -580,3 +580,81 @@ def test_operations_reach_every_region_directly_without_relayed_copies():
                 await h.stop()
 
     run(scenario())
+
+
+def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_stand_still():
+    """Region 2 holds region 3's operations on its link to region 1.  While region 1's
+    acknowledgements of region 3 keep rising (its own link to 3 works, even far behind),
+    nothing is relayed and what it acknowledged is dropped; once they stand still for the
+    relay delay while region 1 acknowledges other things (the 1-3 link is down), the held
+    operations go - four delays when it acknowledges nothing at all; acks that only reflect
+    what was relayed do not count as the direct link working."""
+    delay = 0.05
+
+    async def scenario():
+        hub, applied = make_hub(2)
+        link = Link(hub, 1, {})
+        t0 = time.monotonic()
+        link.started = t0 - 10  # an old link
+        try:
+            from crdt.causal import Envelope
+
+            for n in range(1, 11):
+                hub.deliver(Envelope(3, n, (), b"from-3-%d" % n))
+            assert len(applied) == 10
+            link.on_ack(pb.Ack(vv={3: 1}))  # region 1 got 3's first operation from region 3
+            moved = time.monotonic()
+            out = link.state.outgoing(hub.sendable_upto())
+            assert [e.dot for e in out] == [(3, n) for n in range(2, 11)]
+            # nothing of region 3 goes at once, nor while its acks rose less than the delay ago
+            assert link._hold_relays(out, moved, delay) == []
+            assert link._due_relays(moved + delay / 2, delay) == []
+            # far behind but working: acks keep rising; what they cover is dropped, not relayed
+            link.on_ack(pb.Ack(vv={3: 4}))
+            moved = time.monotonic()
+            assert link._due_relays(moved + delay / 2, delay) == []
+            assert [e.n for _, e in link._held] == [5, 6, 7, 8, 9, 10]
+            # the acks stand still for the delay, but region 1 acknowledged nothing else either
+            # (it may be short of CPU): copies would not help it yet
+            assert link._due_relays(moved + delay * 1.5, delay) == []
+            # four delays of standing still: the rest is relayed
+            due = link._due_relays(moved + delay * 4.5, delay)
+            assert [e.dot for e in due] == [(3, n) for n in range(5, 11)] and hub.relayed == 6
+            assert not link._held
+            # region 1 acknowledges what region 2 relayed: not a sign its own link to 3 is back
+            link.on_ack(pb.Ack(vv={3: 10}))
+            hub.deliver(Envelope(3, 11, (), b"from-3-11"))
+            now = time.monotonic()
+            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), now, delay) == []
+            assert [e.n for e in link._due_relays(now + delay * 1.5, delay)] == [11]
+            # an ack past what was relayed: region 1 gets region 3's operations directly again
+            link.on_ack(pb.Ack(vv={3: 12}))
+            moved = time.monotonic()
+            hub.deliver(Envelope(3, 12, (), b"from-3-12"))
+            hub.deliver(Envelope(3, 13, (), b"from-3-13"))
+            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), moved, delay) == []
+            assert link._due_relays(moved + delay / 2, delay) == [] and [e.n for _, e in link._held] == [13]
+            assert hub.relayed == 7
+        finally:
+            if link._relay_timer is not None:
+                link._relay_timer.cancel()
+
+    run(scenario())
+
+
+def test_the_pacing_of_links_is_a_setting():
+    """crdt-repl-send-interval-ms, -ack-interval-ms and -relay-delay-ms: read by the links
+    at every batch (CONFIG SET applies at once), bounded like every setting."""
+    from node.config import ConfigError
+
+    config = Config()
+    hub = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), lambda env: None, config)
+    assert (hub.pacing().send_interval, hub.pacing().ack_interval, hub.pacing().relay_delay) == (0.005, 0.01, 0.05)
+    for name, value in (("crdt-repl-send-interval-ms", b"40"), ("crdt-repl-ack-interval-ms", b"80"),
+                        ("crdt-repl-relay-delay-ms", b"0")):
+        config.set(name, config.parse(name, value))
+    assert (hub.pacing().send_interval, hub.pacing().ack_interval, hub.pacing().relay_delay) == (0.04, 0.08, 0.0)
+    for name in ("crdt-repl-send-interval-ms", "crdt-repl-ack-interval-ms", "crdt-repl-relay-delay-ms",
+                 "crdt-repl-fsync-interval-ms"):
+        with pytest.raises(ConfigError, match="between 0 and 60000"):
+            config.parse(name, b"60001")

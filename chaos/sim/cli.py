@@ -73,6 +73,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-copies", action="store_true",
                    help="leave COPY out of the workload, to replay schedules recorded before it was added "
                         "(default: COPY included)")
+    p.add_argument("--leave-when-written", action="store_true",
+                   help="operations leave once written to the OS, not the disk, and a region whose machine "
+                        "crashed recovers its own from its peers (as regions do now; default: the earlier rule, "
+                        "operations leave once on disk)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run independent seeds in this many processes, 0: one per CPU (default: 1)")
     p.add_argument("--trace", action="store_true", help="print the trace of every schedule (default: failures only)")
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         print("--regions must be between 2 and 15", file=out)
         return 2
     base = SimConfig(seed=0, steps=args.steps, regions=args.regions, fsync=args.fsync, faults=args.faults,
-                     bug=args.bug, copies=not args.no_copies)
+                     bug=args.bug, copies=not args.no_copies, leave_when_written=args.leave_when_written)
     if args.jobs == 0:
         args.jobs = os.cpu_count() or 1
     started = time.monotonic()

@@ -15,7 +15,9 @@ inside a simulated region's :class:`node.core.RegionCore`: the core logs through
 same methods, the records are the real ones (``oplog.own_record`` and friends
 framed by ``aof.encode_record``), and durability is reported the same way
 (``on_durable`` tells the region which records may leave for other regions:
-fsynced ones, or written ones under ``appendfsync no``).  Time is the world's:
+written ones, and after a crash of the machine the region takes its own back
+from its peers before it mints again, as a real one does; or, without
+``--leave-when-written``, fsynced ones, as regions did before).  Time is the world's:
 an fsync is started (:meth:`SimOperationLog.begin_fsync`) and completes later
 (:meth:`SimOperationLog.fsync_done`), and a crash in between loses it.
 
@@ -45,6 +47,10 @@ class SimFile:
         self.record_ends: list[int] = []  # offsets in the cache where a written record ends
         self.fsyncs = 0
         self.snapshot: tuple[int, bytes] | None = None  # (last record it holds, state): written whole
+        # the log's run mark (node/persistence/oplog.py): set by a crash of the machine, cleared
+        # once the region took its own operations back from its peers; on disk, so it
+        # survives crashes
+        self.recover_mark = False
 
     def write(self, record: bytes) -> None:
         self.cache += record
@@ -131,6 +137,10 @@ class SimOperationLog(DurabilityRules):
         self.fsyncing: int | None = None   # the record an fsync in flight will cover
         self._buffer: list[bytes] = []
         self._durable_told = records
+        self.may_have_lost = False  # set by the region: it recovers before it mints (core.attach_log)
+
+    def recovered(self) -> None:
+        self.may_have_lost = self.file.recover_mark = False
 
     # ------------------------------------------------------------ what the server calls
     def log_own(self, own: list) -> None:

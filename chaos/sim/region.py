@@ -128,7 +128,10 @@ class SimRegion:
             record, data = taken
             replay.install(core, snapshot.decode(data), f"r{self.number}'s snapshot")
             replay.replay(core, [r for r in records if r[0] > record])
-        core.attach_log(SimOperationLog(self.file, self.policy, len(records)))
+        oplog = SimOperationLog(self.file, self.policy, len(records))
+        oplog.leave_when_written = self.sim.config.leave_when_written
+        oplog.may_have_lost = oplog.leave_when_written and self.file.recover_mark
+        core.attach_log(oplog)
         core.db.aa.attach_promise_store(self.promise_store)  # a promise made before a crash holds
         self._watch(core)
         self.core = core
@@ -160,6 +163,8 @@ class SimRegion:
         self.core = self.client = None
         self.links.clear()
         what = self.file.crash_machine(self.sim.rng) if machine else self.file.crash_process()
+        if machine:
+            self.file.recover_mark = True  # the next start is in another boot of the machine
         for _needs, callback, _reply in held:
             callback(INDETERMINATE)
         return what

@@ -85,14 +85,26 @@ When a record reaches the disk is ``appendfsync``, as in Redis:
 * ``everysec``: records are written to the OS before any reply (a crash of the
   process loses nothing); an fsync runs once a second (a crash of the machine
   loses about a second).  In a region of a cluster, fsyncs also run in a
-  worker thread while operations wait to leave, one at most every
-  ``REPLICATION_FSYNC_INTERVAL`` (10 ms; the first at once after a quiet spell,
-  so a steady trickle of writes shares fsyncs instead of one each): other
-  regions only receive what is on disk, so a region never forgets an operation
-  they hold (it would mint its dot again).  Clients never wait for these.  ``no`` gives that up: operations leave once
-  they reach the OS.
+  worker thread after records were written, one at most every
+  ``crdt-repl-fsync-interval-ms`` (10 ms; the first at once after a quiet spell,
+  so a steady trickle of writes shares fsyncs instead of one each), so a crash
+  of the machine loses about that much.  Clients never wait for these.
 * ``no``: records are written to the OS before any reply; the OS decides when
   they reach the disk.
+
+Operations leave for other regions once their records reached the OS, whatever
+the policy: the disk is not on the way of every cross-region delivery.  (Until
+this version they left only once fsynced.)  A killed process loses nothing the
+OS holds, but a crashed machine may lose the unsynced tail while peers hold
+some of those operations, and a region that minted their dots again would give
+two operations one dot.  So the log keeps a *run mark* beside its segments
+(``last-run``): ``clean`` after a close, else the boot id of the machine it runs
+in, or ``recover``.  A start that finds another boot's id there (or ``recover``)
+may have lost records: it writes ``recover``, and its region takes no writes
+until every live peer handshook and it holds the last of its own operations any
+of them held (node/activeactive.py's recovery); then the mark becomes this
+boot's id (:meth:`OperationLog.recovered`).  A process killed in the same boot
+starts writable at once.
 
 A failed write or fsync stops the region accepting writes (``MISCONF``) until
 the cron manages to write and fsync again (in a worker thread, as the
@@ -128,8 +140,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.persistence")
 
 POLICIES = ("always", "everysec", "no")
-# ``everysec`` in a region of a cluster: the fsyncs that let operations leave start at most
-# this often (seconds), so a steady trickle of writes shares them instead of one per record
+# ``everysec`` in a region of a cluster: the fsyncs that follow writes start at most this
+# often (seconds), so a steady trickle of writes shares them instead of one per record;
+# the default when no region's setting (crdt-repl-fsync-interval-ms) is attached
 REPLICATION_FSYNC_INTERVAL = 0.01
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -313,6 +326,10 @@ class DurabilityRules:
     synced: int
     _durable_told: int
     on_durable: "Callable[[int], None] | None"
+    # operations leave once their records reached the OS, not the disk: a start that may
+    # have lost the unsynced tail takes its own operations back from its peers first
+    # (node/activeactive.py's recovery); False: they wait for the fsync
+    leave_when_written = True
 
     def durable(self, record: int) -> bool:
         """May a reply that depends on records up to ``record`` leave now?
@@ -323,13 +340,66 @@ class DurabilityRules:
         return self.synced >= record if self.policy == "always" else self.written >= record
 
     def _tell_durable(self) -> None:
-        # what may leave for other regions: only what a machine crash cannot take back
-        # (on disk), except under ``no``, which gives that up (what reached the OS)
-        mark = self.written if self.policy == "no" else self.synced
+        # what may leave for other regions: what reached the OS (a killed process loses none
+        # of it; a crashed machine may, and its region then recovers it from its peers), or
+        # only what is on disk when the region does not recover that way
+        mark = self.written if self.policy == "no" or self.leave_when_written else self.synced
         if mark > self._durable_told:
             self._durable_told = mark
             if self.on_durable is not None:
                 self.on_durable(mark)
+
+
+# ------------------------------------------------------------------ did a crash lose the unsynced tail?
+# A file beside the log says how the last run ended: "clean" (closed, everything fsynced),
+# the boot id of the machine it ran in (whatever the OS held when the process died is on
+# disk as long as that machine did not go down), or "recover" (a start that may have lost
+# records has not yet taken its operations back from its peers).
+RUN_MARK = "last-run"
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str:
+    """This boot of the machine ("" where the OS does not say: every unclean end then counts
+    as a crash of the machine)."""
+    try:
+        with open(_BOOT_ID) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def read_run_mark(directory: str) -> str | None:
+    try:
+        with open(os.path.join(directory, RUN_MARK)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def write_run_mark(directory: str, mark: str) -> None:
+    """Replace the mark, on disk before this returns (written aside, fsynced, renamed)."""
+    path = os.path.join(directory, RUN_MARK)
+    with open(path + ".tmp", "w") as f:
+        f.write(mark + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def unsynced_tail_may_be_lost(mark: str | None, boot: str) -> bool:
+    """Could records written to the OS by the last run be missing from the file?  Not after a
+    clean close, nor when the last run was in this boot of the machine (a killed process's
+    writes survive in the OS), nor without a mark (a new log, or one written by a version
+    that sent only fsynced operations); yes after another boot, or an unfinished recovery."""
+    if mark is None or mark == "clean":
+        return False
+    return mark == "recover" or not boot or mark != boot
 
 
 class OperationLog(DurabilityRules):
@@ -340,6 +410,12 @@ class OperationLog(DurabilityRules):
         self.file = AppendLog.open(directory, scanned=scanned, **kw)
         self.directory = directory
         self.policy = policy
+        # the machine may have lost what the last run wrote and did not fsync: a region of a
+        # cluster takes its own operations back from its peers before it mints any (and
+        # calls recovered() then); until then the mark stays "recover", across restarts too
+        self.boot = boot_id()
+        self.may_have_lost = unsynced_tail_may_be_lost(read_run_mark(directory), self.boot)
+        write_run_mark(directory, "recover" if self.may_have_lost else self.boot or "unknown")
         from . import snapshot
 
         # the record the newest snapshot holds the state after: a start replays only what follows
@@ -354,11 +430,13 @@ class OperationLog(DurabilityRules):
         self.on_fsync: Callable[[int], None] | None = None
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
-        self._fsync_started = -REPLICATION_FSYNC_INTERVAL  # monotonic time the last fsync started
+        self._fsync_started = float("-inf")  # monotonic time the last fsync started
         self._fsync_timer: asyncio.TimerHandle | None = None  # a paced fsync for replication
         # told the last durable record (per the policy): replication sends only what is durable
         self.on_durable: Callable[[int], None] | None = None
         self.replicating = False  # a region of a cluster: keep fsyncing while operations wait to leave
+        # seconds between the fsyncs that follow writes in a region of a cluster (crdt-repl-fsync-interval-ms)
+        self.replication_fsync_interval: Callable[[], float] = lambda: REPLICATION_FSYNC_INTERVAL
         self._durable_told = self.synced
         # injected faults (DEBUG DISK-FULL / DEBUG FSYNC-DELAY, for the chaos suite)
         self.disk_full = False
@@ -453,14 +531,16 @@ class OperationLog(DurabilityRules):
             self.sync_for_replication()
 
     def sync_for_replication(self) -> None:
-        """``everysec`` in a region of a cluster: fsync soon (in a worker thread) so that
-        operations can leave for other regions; clients do not wait for it.  One fsync
-        starts at most every ``REPLICATION_FSYNC_INTERVAL`` (the first at once after a
-        quiet spell): records written meanwhile share the next one."""
+        """``everysec`` in a region of a cluster: fsync soon (in a worker thread), so that a
+        crash of the machine loses little that peers may already hold (the region would
+        take it back from them at its next start); clients do not wait for it, nor do
+        other regions.  One fsync
+        starts at most every ``replication_fsync_interval()`` seconds (the first at once
+        after a quiet spell): records written meanwhile share the next one."""
         if self.policy != "everysec" or self.synced >= self.file.last_record or self._syncing \
                 or self._fsync_timer is not None:
             return
-        wait = self._fsync_started + REPLICATION_FSYNC_INTERVAL - time.monotonic()
+        wait = self._fsync_started + self.replication_fsync_interval() - time.monotonic()
         if wait <= 0:
             self._start_fsync()
         else:
@@ -524,6 +604,13 @@ class OperationLog(DurabilityRules):
         self.synced_bytes = self.file.appended_bytes
         self._tell_durable()
 
+    def recovered(self) -> None:
+        """This region holds its own operations its peers held: a later crash of this
+        machine is one to recover from again, a killed process is not."""
+        if self.may_have_lost:
+            self.may_have_lost = False
+            write_run_mark(self.directory, self.boot or "unknown")
+
     def close(self) -> None:
         """Flush and fsync everything (a clean shutdown loses nothing, whatever the policy)."""
         if self._fsync_timer is not None:
@@ -533,6 +620,12 @@ class OperationLog(DurabilityRules):
             self.file.close()
         except OSError as e:
             self._failed("fsync", e)
+            return
+        if not self.may_have_lost:  # a recovery left unfinished stays one to finish
+            try:
+                write_run_mark(self.directory, "clean")
+            except OSError as e:
+                log.warning("cannot mark the log in %s as closed cleanly: %s", self.directory, e)
 
 
 def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[[], None] | None = None) -> int:

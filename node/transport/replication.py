@@ -20,18 +20,21 @@ batch raised it, to every other peer too.
 
 Batching and relaying.  What a frame costs (gRPC, protobuf, the peer's apply
 and its ack) is paid per frame, not per operation, so frames are paced: a link
-sends at most one batch per ``SEND_INTERVAL`` (5 ms) and one ack per
-``ACK_INTERVAL`` (10 ms), the first at once after a quiet spell, and what arrives
-meanwhile shares the next frame (a newer ack replaces the waiting one).  A lone
-client writing a few thousand operations a second thus costs each region a few
-hundred frames a second, not several per operation.  Relaying is what heals a
-cut link, but with every link up it only sends each region a second copy of
-every operation: so a fresh operation of a third region (neither this region's
-nor the peer's) is held back on the link for ``RELAY_DELAY`` (50 ms) and then
-sent only if the peer has not acknowledged it meanwhile - it usually has, having
-got it from its origin, since acks go to every peer.  A link catching up (the
-oldest operation it is about to send is older than that) sends everything at
-once, held ones first.  ``ReplicationHub.duplicates`` counts envelopes that
+sends at most one batch per ``crdt-repl-send-interval-ms`` (5 ms) and one ack per
+``crdt-repl-ack-interval-ms`` (10 ms), the first at once after a quiet spell, and
+what arrives meanwhile shares the next frame (a newer ack replaces the waiting
+one).  A lone client writing a few thousand operations a second thus costs each
+region a few hundred frames a second, not several per operation.  Relaying is
+what heals a cut link, but with every link up it only sends each region a second
+copy of every operation: so an operation of a third region (neither this
+region's nor the peer's) is held back on the link, dropped once the peer
+acknowledges it (acks go to every peer), and relayed only when the peer's
+acknowledgements of that region have not risen - past what this link relayed of
+it - for ``crdt-repl-relay-delay-ms`` (50 ms) while it acknowledged others' (four
+times that when it acknowledged nothing at all: a peer short of CPU gains nothing
+from copies): the peer's own link to that region is down or stuck.  A direct link that works, even one far behind, keeps raising
+them, so a slow link is not loaded further with copies.  ``relayed`` counts the
+operations relayed, ``ReplicationHub.duplicates`` counts envelopes that
 arrived a second time.  What to send, what a batch or
 an ack means, when a full resync is needed, how frames are cut and joined again
 are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
@@ -74,11 +77,13 @@ raises what the peer acknowledged, or that reports more bytes of a fragmented
 operation or image received (``Ack.received``), so a large transfer on a slow
 link is not cut.  Closed links are logged and counted (``crdt_link_stalls``).
 
-Only what is safely logged leaves: ``sendable`` (set by the region from its
-operation log) bounds how far into the causal log links may send, so a peer
-never holds an operation the region could lose in a crash and then mint again
-under the same dot.  While it is set, a new operation does not wake the links:
-the log's durability raises ``sendable`` and wakes them (once per fsync).
+Only what is logged leaves: ``sendable`` (set by the region from its operation
+log) bounds how far into the causal log links may send, so a peer never holds an
+operation whose record the region has not handed to the OS (a killed process
+keeps those; after a crash of its machine the region takes its own operations
+back from its peers before it mints again: node/activeactive.py).  While it is
+set, a new operation does not wake the links: the log's write at the end of the
+turn raises ``sendable`` and wakes them (once per turn).
 
 Full resync: a region trims its backlog (``trim``), so a peer that was away long
 may lack operations no longer held.  Hello and Welcome carry each side's backlog
@@ -120,6 +125,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import random
 import time
 import zlib
@@ -145,15 +151,61 @@ OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queu
 COMPRESS_FROM = 1024    # Batches smaller than this are not worth compressing
 COMPRESS_INLINE = 64 * 1024  # ...and smaller than this are compressed on the event loop
 FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper bound)
-# A link sends at most one batch per SEND_INTERVAL and one ack per ACK_INTERVAL (seconds; the
-# first at once after a quiet spell): operations and acks arriving meanwhile share the next
-# frame.  A third region's fresh operations are relayed only after RELAY_DELAY, and only if
-# the peer has not acknowledged them by then (it usually got them from their origin).
+# The defaults of the pacing settings (seconds; crdt-repl-send-interval-ms, -ack-interval-ms,
+# -relay-delay-ms): a link sends at most one batch per SEND_INTERVAL and one ack per
+# ACK_INTERVAL (the first at once after a quiet spell): operations and acks arriving
+# meanwhile share the next frame.  A third region's operations are relayed only once the
+# peer's acknowledgements of that region stood still for RELAY_DELAY (see Link._due_relays).
 SEND_INTERVAL = 0.005
 ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
+# a relay waits this many relay delays when the peer acknowledges nothing at all meanwhile
+RELAY_QUIET_FACTOR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How a link paces its frames (seconds): read from the settings at every batch, so
+    CONFIG SET applies at once."""
+
+    send_interval: float = SEND_INTERVAL
+    ack_interval: float = ACK_INTERVAL
+    relay_delay: float = RELAY_DELAY
+
+    @classmethod
+    def from_config(cls, config) -> Pacing:
+        return cls(int(config["crdt-repl-send-interval-ms"]) / 1000, int(config["crdt-repl-ack-interval-ms"]) / 1000,
+                   int(config["crdt-repl-relay-delay-ms"]) / 1000)
 # what gRPC's TLS reports when this end's check of the peer's certificate failed
 CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
+
+
+class StageTrace:
+    """When each operation passed each stage of the replication path, for ``bench.replication
+    --stages`` (off unless the environment variable ``BRAID_REPL_TRACE`` names a file prefix: the
+    region then writes ``PREFIX.N``, N its number, when it stops).  A row is
+    ``stage peer origin n monotonic_ns``: ``issued`` (the operation was applied here and
+    joined the causal log), ``logged`` (its log record reached the OS: it may leave), ``batch``
+    (put in a frame toward ``peer``), ``received`` (a frame from ``peer`` held it), ``applied``.
+    CLOCK_MONOTONIC is one clock for every process of a machine, so rows of regions on one
+    machine compare."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows: list[tuple[str, int, int, int, int]] = []
+
+    def mark(self, stage: str, peer: int, origin: int, n: int) -> None:
+        self.rows.append((stage, peer, origin, n, time.monotonic_ns()))
+
+    def save(self) -> None:
+        with open(self.path, "w") as f:
+            f.writelines(f"{s} {p} {o} {n} {t}\n" for s, p, o, n, t in self.rows)
+        self.rows.clear()
+
+
+def _stage_trace(region: int) -> StageTrace | None:
+    prefix = os.environ.get("BRAID_REPL_TRACE")
+    return StageTrace(f"{prefix}.{region}") if prefix else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +300,8 @@ class Outbox:
         self.ack: pb.Frame | None = None
         self.closed = False
         self._ack_turn = True
-        self._ack_at = -ACK_INTERVAL  # when the last ack was handed to the writer
+        self.ack_interval = ACK_INTERVAL  # the link sets it from its settings (Pacing)
+        self._ack_at = float("-inf")  # when the last ack was handed to the writer
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -285,9 +338,9 @@ class Outbox:
         while not self.closed:
             if self.ack is not None and (self._ack_turn or not self.frames):
                 now = time.monotonic()
-                if not self.frames and now < self._ack_at + ACK_INTERVAL:
+                if not self.frames and now < self._ack_at + self.ack_interval:
                     # only an ack waits and one left a moment ago: a newer one may replace it
-                    await self._readable_or(self._ack_at + ACK_INTERVAL - now)
+                    await self._readable_or(self._ack_at + self.ack_interval - now)
                     continue
                 frame, self.ack = self.ack, None
                 self._ack_turn = False
@@ -350,8 +403,14 @@ class Link:
         self.outbox = Outbox(OUTBOX_FRAMES * self.budget)
         self.wakeup = asyncio.Event()
         self.wakeup.set()
-        self._held: deque[tuple[float, Envelope]] = deque()  # relays waiting for RELAY_DELAY
+        self._held: deque[tuple[float, Envelope]] = deque()  # (due, relay): see _due_relays
         self._relay_timer: asyncio.TimerHandle | None = None
+        self.started = time.monotonic()
+        # per third region: when the peer's acknowledgement of it last rose past what this
+        # link relayed of it (so: got it another way, in practice from the region itself)
+        self._ack_moved: dict[int, float] = {}
+        self._relayed: dict[int, int] = {}  # per third region, the last of its operations relayed here
+        self._acked_at = self.started  # when the peer's acknowledgements last rose at all
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.peer_received = 0               # the peer's last Ack.received
 
@@ -409,67 +468,92 @@ class Link:
             await asyncio.Event().wait()  # the link stays up (keepalive) and idle: nothing can cross it
         if self.sends_image and not self.hub.is_cut(self.peer):
             await self.send_image()
-        sent_at = -SEND_INTERVAL
+        sent_at = float("-inf")
         while True:
             await self.wakeup.wait()
+            pacing = self.hub.pacing()
+            self.outbox.ack_interval = pacing.ack_interval
             # let operations issued meanwhile join the batch: the rest of this loop turn,
-            # and after a frame went out, until SEND_INTERVAL passed since it
-            await asyncio.sleep(max(0.0, sent_at + SEND_INTERVAL - time.monotonic()))
+            # and after a frame went out, until the send interval passed since it
+            await asyncio.sleep(max(0.0, sent_at + pacing.send_interval - time.monotonic()))
             self.wakeup.clear()
             if self.hub.is_cut(self.peer):
                 continue
-            start = max(self.state.position, self.hub.causal.base)
             missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
             now = time.monotonic()
-            missing = self._due_relays(now) + self._hold_relays(missing, start, now)
+            direct = self._hold_relays(missing, now, pacing.relay_delay)
+            missing = self._due_relays(now, pacing.relay_delay) + direct
             if missing:
                 sent_at = now
+                trace = self.hub.trace
+                if trace is not None:
+                    for e in missing:
+                        trace.mark("batch", self.peer, e.origin, e.n)
             for in_parts, envelopes in plan_frames(missing, self.budget):
                 if in_parts:
                     await self.send_parts(envelopes[0])
                 else:
                     await self.outbox.put(await self.batch_frame(envelopes))
 
-    def _hold_relays(self, envelopes: list[Envelope], start: int, now: float) -> list[Envelope]:
-        """Of ``envelopes`` (the log from absolute position ``start`` on), hold back the fresh
-        operations of third regions for ``RELAY_DELAY``: the peer usually gets them from
-        their origin meanwhile and says so (acks go to every peer), and then they need no
-        relaying.  A link catching up (the oldest of them arrived before that) sends all."""
+    def _hold_relays(self, envelopes: list[Envelope], now: float, delay: float) -> list[Envelope]:
+        """Of ``envelopes``, return this region's and the peer's own; hold the operations of
+        third regions until ``delay`` from now at least (:meth:`_due_relays` says which of
+        them to relay, and when).  A relay delay of 0 relays everything at once."""
         hub = self.hub
-        if not envelopes or RELAY_DELAY <= 0:
+        if not envelopes or delay <= 0:
             return envelopes
-        i = start - hub.causal.base
-        arrived = hub.arrivals[i] if 0 <= i < len(hub.arrivals) else now
-        if now - arrived >= RELAY_DELAY:  # catching up: everything now, what was held first
-            held = [e for _, e in self._held]
-            self._held.clear()
-            self._arm_relay_timer(now)
-            return held + envelopes
         keep = []
+        due = now + delay
         for e in envelopes:
             if e.origin == hub.region or e.origin == self.peer:
                 keep.append(e)
             else:
-                self._held.append((now + RELAY_DELAY, e))
-        self._arm_relay_timer(now)
+                self._held.append((due, e))
         return keep
 
-    def _due_relays(self, now: float) -> list[Envelope]:
-        """Held relays whose delay is over and that the peer still lacks (in log order)."""
-        held, acked, due = self._held, self.state.acked, []
-        while held and held[0][0] <= now:
-            e = held.popleft()[1]
-            if e.n > acked.get(e.origin, 0):
+    def _due_relays(self, now: float, delay: float) -> list[Envelope]:
+        """The held operations of third regions to relay now, in log order.
+
+        Relaying is what heals a cut link; with the peer's own link to a region working it
+        only sends the peer a second copy of each of that region's operations.  So a held
+        operation is dropped once the peer acknowledged it, and relayed only when it has
+        been held ``delay`` and the peer's acknowledgements of its region have not risen
+        (past what this link relayed of it) for ``delay`` either, while the peer went on
+        acknowledging others': the peer's direct link to that region is down or stuck.  A
+        direct link that works, even far behind, keeps raising them, and nothing is relayed:
+        a slow link is not made slower by copies.  When the peer acknowledges nothing at all
+        (it, or this region, is short of CPU; or only that region writes), the relay waits
+        ``RELAY_QUIET_FACTOR`` times as long: copies would only add to the load."""
+        held, acked, moved, relayed = self._held, self.state.acked, self._ack_moved, self._relayed
+        if not held:
+            return []
+        due: list[Envelope] = []
+        waiting: deque[tuple[float, Envelope]] = deque()
+        next_at = None
+        for at, e in held:
+            if e.n <= acked.get(e.origin, 0):
+                continue  # the peer has it
+            still = moved.get(e.origin, self.started)  # the peer's acks of its region stand still since
+            wait = delay if self._acked_at > still else delay * RELAY_QUIET_FACTOR
+            ready_at = at if delay <= 0 else max(at, still + wait)
+            if ready_at <= now:
                 due.append(e)
-        self._arm_relay_timer(now)
+                if e.n > relayed.get(e.origin, 0):
+                    relayed[e.origin] = e.n
+            else:
+                waiting.append((at, e))
+                next_at = ready_at if next_at is None else min(next_at, ready_at)
+        self._held = waiting
+        self.hub.relayed += len(due)
+        self._arm_relay_timer(now, next_at)
         return due
 
-    def _arm_relay_timer(self, now: float) -> None:
+    def _arm_relay_timer(self, now: float, at: float | None) -> None:
         if self._relay_timer is not None:
             self._relay_timer.cancel()
             self._relay_timer = None
-        if self._held:
-            self._relay_timer = asyncio.get_running_loop().call_later(self._held[0][0] - now, self.wakeup.set)
+        if at is not None:
+            self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self.wakeup.set)
 
     # ------------------------------------------------------------ receiving
     def acknowledge(self, received: int = 0) -> None:
@@ -478,6 +562,10 @@ class Link:
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
         end = causal.end
+        trace = self.hub.trace
+        if trace is not None:
+            for e in envelopes:
+                trace.mark("received", self.peer, e.origin, e.n)
         for env in self.state.on_batch(envelopes):
             self.hub.deliver(env)
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
@@ -539,7 +627,15 @@ class Link:
             raise ProtocolError(f"an unexpected {kind or 'empty'} frame")
 
     def on_ack(self, ack: pb.Ack) -> None:
-        raised = self.state.on_ack(dict(ack.vv))
+        vv = dict(ack.vv)
+        acked, relayed = self.state.acked, self._relayed
+        now = None
+        for o, n in vv.items():  # the peer got a region's operations another way than from here
+            if n > acked.get(o, 0) and n > relayed.get(o, 0):
+                self._ack_moved[o] = now = now or time.monotonic()
+        raised = self.state.on_ack(vv)
+        if raised:
+            self._acked_at = now or time.monotonic()
         if raised or ack.received > self.peer_received:
             self.progress_at = time.monotonic()
         self.peer_received = ack.received
@@ -640,6 +736,7 @@ class ReplicationHub:
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.duplicates = 0  # envelopes received that were applied here already
+        self.relayed = 0     # operations of third regions sent to a peer (see Link._due_relays)
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -657,16 +754,22 @@ class ReplicationHub:
         self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
+        self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
 
     @property
     def limits(self) -> LinkLimits:
         return LinkLimits() if self.config is None else LinkLimits.from_config(self.config)
+
+    def pacing(self) -> Pacing:
+        return Pacing() if self.config is None else Pacing.from_config(self.config)
 
     # ------------------------------------------------------------ local side
     def issue(self, op: bytes) -> Envelope:
         """Stamp a local operation (already applied locally) and wake the links."""
         env = self.causal.stamp(op)
         self.arrivals.append(time.monotonic())
+        if self.trace is not None:
+            self.trace.mark("issued", 0, env.origin, env.n)
         self.wake_if_sendable()
         return env
 
@@ -691,6 +794,8 @@ class ReplicationHub:
         def apply(ready: Envelope) -> None:
             self.on_apply(ready)
             self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
+            if self.trace is not None:
+                self.trace.mark("applied", 0, ready.origin, ready.n)
 
         self.causal.receive(env, apply)
         self.wake_if_sendable()  # relay what arrived to the other peers
@@ -718,8 +823,8 @@ class ReplicationHub:
 
     def wake_if_sendable(self) -> None:
         """Wake the links for what just joined the causal log, if it may leave now.  When the
-        region logs (``sendable`` set), it may not: the operation log's durability tells the
-        region, which raises ``sendable`` and wakes the links then (one wake-up per fsync,
+        region logs (``sendable`` set), it may not: the operation log's write tells the
+        region, which raises ``sendable`` and wakes the links then (one wake-up per turn,
         not two per operation)."""
         if self.sendable is None or self.sendable >= self.causal.end:
             self.wake()
@@ -995,3 +1100,5 @@ class ReplicationHub:
             await self.front.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
+        if self.trace is not None:
+            self.trace.save()
