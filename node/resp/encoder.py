@@ -20,7 +20,14 @@ value                  RESP2                       RESP3
 ``ReplyError``         error ``-ERR ...``          error
 ``Verbatim``           bulk string                 verbatim ``=``
 ``Push``               array                       push ``>``
+``Entries``            array (as a list)           array
 =====================  ==========================  ===========================
+
+:class:`Entries` is a list of stream entries, ``[[b"ms-seq", [f1, v1, ...]], ...]``,
+that XRANGE, XREAD and XREADGROUP return: the same value to whoever reads it, but
+encoded in one join of its parts rather than one call per entry and field (a
+reply of 100 entries is over 600 values).  The bulk-string headers of short
+values come from a table.
 """
 
 from __future__ import annotations
@@ -56,6 +63,41 @@ class Push(list):
     """An out-of-band push (RESP3 ``>``)."""
 
 
+class Entries(list):
+    """Stream entries ``[[b"ms-seq", [f1, v1, ...]], ...]`` (a row that is not this
+    shape, such as a deleted entry's ``[id, NULL_ARRAY]`` or XREADGROUP CLAIM's four
+    values, is encoded as any other value)."""
+
+
+_HEADERS = 1024
+_BULK_HEADER = [b"$%d\r\n" % n for n in range(_HEADERS)]  # "$<len>\r\n" of the short bulk strings
+
+
+def _encode_entries(out: bytearray, rows: Entries, resp3: bool) -> None:
+    parts = [b"*%d\r\n" % len(rows)]
+    add = parts.append
+    headers = _BULK_HEADER
+    for row in rows:
+        if len(row) == 2 and type(row[1]) is list and type(row[0]) is bytes:
+            eid, flat = row
+            add(b"*2\r\n$%d\r\n%b\r\n*%d\r\n" % (len(eid), eid, len(flat)))
+            for x in flat:
+                if type(x) is bytes:
+                    n = len(x)
+                    add(headers[n] if n < _HEADERS else b"$%d\r\n" % n)
+                    add(x)
+                    add(b"\r\n")
+                else:
+                    one = bytearray()
+                    encode(one, x, resp3)
+                    add(one)
+        else:
+            one = bytearray()
+            encode(one, row, resp3)
+            add(one)
+    out += b"".join(parts)
+
+
 def _fmt_double(v: float) -> bytes:
     if v != v:
         return b"nan"
@@ -78,6 +120,8 @@ def encode(out: bytearray, v, resp3: bool) -> None:
                 out += b"$%d\r\n%b\r\n" % (len(x), x)
             else:
                 encode(out, x, resp3)
+    elif t is Entries:
+        _encode_entries(out, v, resp3)
     elif t is int:
         out += b":%d\r\n" % v
     elif t is str:
