@@ -72,6 +72,22 @@ def _die_with_parent() -> None:
         pass
 
 
+# --pin: (the servers' CPU, redis-benchmark's CPU), or None to let the kernel place them
+PINNED: tuple[int, int] | None = None
+
+
+def _child_setup(role: str):
+    """The child's set-up before exec: die with the harness, and run on its own CPU with --pin
+    (``role``: "server" or "load")."""
+    cpu = None if PINNED is None else PINNED[0 if role == "server" else 1]
+
+    def setup() -> None:
+        _die_with_parent()
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+    return setup
+
+
 class Server:
     """One server subprocess in its own temp dir, on a free loopback port."""
 
@@ -95,7 +111,7 @@ class Server:
     def spawn(self) -> None:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv(), cwd=self.dir, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                     stdin=subprocess.DEVNULL, preexec_fn=_child_setup("server"))
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -354,7 +370,7 @@ def run_scenario(sc: Scenario, requests: int, console: Console) -> Result:
                 try:
                     sc.prepare(client, requests)
                     proc = subprocess.run(sc.argv(srv.port, requests), capture_output=True, text=True,
-                                          timeout=BENCH_TIMEOUT, preexec_fn=_die_with_parent)
+                                          timeout=BENCH_TIMEOUT, preexec_fn=_child_setup("load"))
                     if proc.returncode != 0:
                         srv.check_alive()
                         raise RuntimeError(f"redis-benchmark against {label} exited {proc.returncode}: "
@@ -620,6 +636,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--redis-server", metavar="PATH",
                     help="the redis-server to compare with (default $BRAID_BENCH_REDIS_SERVER, else the one on "
                          "PATH): a Redis 8.6.3 build gives the issue's reference numbers")
+    ap.add_argument("--pin", nargs="?", const="0,1", metavar="SERVER_CPU,LOAD_CPU",
+                    help="run each server on one CPU and redis-benchmark on another (default 0,1), "
+                         "as the reference numbers were measured")
     ap.add_argument("--out", metavar="PATH",
                     help=f"results file (default {os.path.relpath(DEFAULT_OUT, REPO)} for a full run, "
                          f"{os.path.relpath(PARTIAL_OUT, REPO)} with --quick/--only/--requests/--entries)")
@@ -639,13 +658,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for opt in ("requests", "entries"):
         if getattr(args, opt) is not None and getattr(args, opt) <= 0:
             ap.error(f"--{opt} must be positive")
+    if args.pin is not None:
+        try:
+            server_cpu, load_cpu = (int(c) for c in args.pin.split(","))
+        except ValueError:
+            ap.error("--pin takes two CPU numbers: SERVER_CPU,LOAD_CPU")
+        if not {server_cpu, load_cpu} <= os.sched_getaffinity(0):
+            ap.error(f"--pin {args.pin}: this process may run only on CPUs {sorted(os.sched_getaffinity(0))}")
+        args.pin = (server_cpu, load_cpu)
     partial = args.quick or args.only or args.requests or args.entries
     args.out = args.out or (PARTIAL_OUT if partial else DEFAULT_OUT)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    global PINNED
     args = parse_args(argv)
+    PINNED = args.pin
     if args.redis_server:
         if not os.access(args.redis_server, os.X_OK):
             print(f"--redis-server {args.redis_server}: not an executable file", file=sys.stderr)
