@@ -39,6 +39,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 
 from .ids import StreamID, string2ll
 
@@ -50,6 +51,7 @@ _LP_EMPTY = 7  # listpack header (6) + end byte (1)
 
 # A decoded entry: (id, flat [f1, v1, f2, v2, ...], deleted, offset in buf)
 Decoded = tuple[StreamID, list, bool, int]
+_entry_id = itemgetter(0)  # a decoded entry's ID: what a range bisects a decoded block on
 
 
 # ---------------------------------------------------------------- listpack sizes
@@ -150,15 +152,23 @@ class Block:
         out.append(SAMEFIELDS if same else 0)
         msd = id_[0] - self.first[0]
         seqd = id_[1] - self.first[1]
-        _put_uvarint(out, msd)
-        _put_uvarint(out, (seqd << 1) if seqd >= 0 else ((-seqd) << 1) - 1)
+        zseq = (seqd << 1) if seqd >= 0 else ((-seqd) << 1) - 1
+        if msd < 0x80 and zseq < 0x80:  # the usual entry: a few ms and sequence numbers after the first
+            out += bytes((msd, zseq))
+        else:
+            _put_uvarint(out, msd)
+            _put_uvarint(out, zseq)
         # listpack bytes of flags, ms-delta and seq-delta (small ints take 2)
         lp = 2 + (2 if 0 <= msd <= 127 else lp_int_size(_s64(msd))) \
             + (2 if 0 <= seqd <= 127 else lp_int_size(_s64(seqd)))
         if same:
             for i in range(1, 2 * n, 2):
                 v = flat[i]
-                _put_bytes(out, v)
+                if len(v) < 0x80:  # _put_bytes, inlined for the usual short value
+                    out.append(len(v))
+                    out += v
+                else:
+                    _put_bytes(out, v)
                 lp += lp_str_size(v)
             lp += 2 if n < 125 else lp_int_size(n + 3)
         else:
@@ -340,7 +350,7 @@ class EntryLog:
         tail = self.blocks[-1] if self.blocks else None
         if tail is not None:
             limit = max_bytes if 0 < max_bytes <= LISTPACK_MAX_SIZE else LISTPACK_MAX_SIZE
-            totelelen = sum(len(x) for x in flat)
+            totelelen = sum(map(len, flat))
             if tail.lp_bytes + totelelen >= limit or (
                 max_entries and tail.live + tail.dead >= max_entries
             ):
@@ -469,12 +479,14 @@ class EntryLog:
             block = blocks[k]
             if block.last < start:
                 continue
-            for eid, flat, dead, _off in self._decoded(block):
-                if dead or eid < start:
-                    continue
+            entries = self._decoded(block)
+            # the first block is entered where the range starts, not scanned from its head
+            for i in range(bisect_left(entries, start, key=_entry_id) if k == bi else 0, len(entries)):
+                eid, flat, dead, _off = entries[i]
                 if eid > end:
                     return
-                yield eid, flat
+                if not dead:
+                    yield eid, flat
 
     def revrange(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
         """Live entries with start <= id <= end, descending."""
@@ -488,12 +500,15 @@ class EntryLog:
             block = blocks[k]
             if block.last < start:
                 return
-            for eid, flat, dead, _off in reversed(self._decoded(block)):
-                if dead or eid > end:
-                    continue
+            entries = self._decoded(block)
+            # the last block is entered where the range ends (see range)
+            top = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            for i in range(top - 1, -1, -1):
+                eid, flat, dead, _off = entries[i]
                 if eid < start:
                     return
-                yield eid, flat
+                if not dead:
+                    yield eid, flat
 
     def get(self, id_: StreamID) -> list | None:
         for eid, flat in self.range(id_, id_):

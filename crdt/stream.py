@@ -22,6 +22,7 @@ Nothing here does I/O or reads a clock: times arrive as arguments.
 from __future__ import annotations
 
 import heapq
+from itertools import islice
 from collections.abc import Callable, Iterator, Sequence
 
 from .blocks import EntryLog, TrimSpec, tagged
@@ -154,17 +155,10 @@ class Stream:
         """Live entries with start <= id <= end, ascending, at most count (0: all)."""
         logs = self.logs
         if len(logs) == 1:
-            it = (e for e in next(iter(logs.values())).range(start, end))
+            it = next(iter(logs.values())).range(start, end)
         else:
             it = ((eid, flat) for eid, _o, flat in self.merged(start, end))
-        if count <= 0:
-            return list(it)
-        out = []
-        for e in it:
-            out.append(e)
-            if len(out) >= count:
-                break
-        return out
+        return list(it if count <= 0 else islice(it, count))
 
     def revrange(self, start: StreamID, end: StreamID, count: int = 0) -> list[Entry]:
         logs = self.logs
@@ -175,12 +169,7 @@ class Stream:
                    for origin, log in sorted(self.logs.items(), reverse=True)]
             it = ((eid, flat) for eid, _o, flat in
                   heapq.merge(*its, key=lambda e: (e[0], e[1]), reverse=True))
-        out = []
-        for e in it:
-            out.append(e)
-            if count > 0 and len(out) >= count:
-                break
-        return out
+        return list(it if count <= 0 else islice(it, count))
 
     def get(self, id_: StreamID) -> list | None:
         """The fields of a live entry with this ID (first origin wins), or None."""

@@ -67,6 +67,8 @@ from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopp
 
 log = logging.getLogger("braid.server")
 
+_perf_ns = time.perf_counter_ns
+
 BRAID_VERSION = "0.1.0"
 REDIS_COMPAT_VERSION = "8.10.2"  # the Redis release whose stream commands Braid implements
 
@@ -477,10 +479,15 @@ class RegionCore:
     # ------------------------------------------------------------ dispatch
     def call(self, client: Session, argv: list[bytes]) -> Any:
         """Run one command for a client; returns the reply value."""
-        denied = self.acl.deny(self, client, argv)  # ACL: NOPERM before queueing or running
-        if denied is not None:
-            return self._reject(denied)
-        cmd = cmdtable.COMMANDS.get(argv[0].lower())
+        user = client.user
+        if user is not None and not user.unrestricted:  # what AccessControl.deny lets through at once
+            denied = self.acl.deny(self, client, argv)  # ACL: NOPERM before queueing or running
+            if denied is not None:
+                return self._reject(denied)
+        name = argv[0]
+        cmd = cmdtable.SPELLINGS.get(name)  # the command's name as clients send it, else any case
+        if cmd is None:
+            cmd = cmdtable.COMMANDS.get(name.lower())
         if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
             return self._queue(client, cmd, argv)
         if cmd is None:
@@ -493,24 +500,27 @@ class RegionCore:
             cmd = sub
         if not cmd.check_arity(len(argv)):
             return self._reject(self._exec_abort(client, cmd, f"ERR wrong number of arguments for '{cmd.fullname}' command"))
-        if client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
+        if not client.authenticated and client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
             return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
-        if cmd.is_write and self.db.aa is not None and not self.db.aa.writable and not self.replaying:
-            return self._reject(ReplyError(self.db.aa.write_refusal()))  # joining, leaving or removed
-        if self.oplog is not None and self.oplog.error is not None and cmd.is_write:
-            return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
-        if self.write_cap is not None and cmd.is_write and sum(map(len, argv)) > self.write_cap:
-            return self._reject(ReplyError(f"ERR command of more than {self.write_cap} bytes: too large for "
-                                           "the append-only file (lower client-query-buffer-limit)"))
+        if cmd.is_write:
+            aa = self.db.aa
+            if aa is not None and not aa.writable and not self.replaying:
+                return self._reject(ReplyError(aa.write_refusal()))  # joining, leaving or removed
+            if self.oplog is not None and self.oplog.error is not None:
+                return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
+            if self.write_cap is not None and sum(map(len, argv)) > self.write_cap:
+                return self._reject(ReplyError(f"ERR command of more than {self.write_cap} bytes: too large for "
+                                               "the append-only file (lower client-query-buffer-limit)"))
         return self.execute(client, cmd, argv)
 
     def execute(self, client: Session, cmd: cmdtable.Command, argv: list[bytes]) -> Any:
         stats = self.stats
         stats.total_commands_processed += 1
-        t0 = time.perf_counter_ns()
-        dirty = self.db.dirty
+        t0 = _perf_ns()
+        db = self.db
+        dirty = db.dirty
         outermost = self._clock is None  # clock_pinned(), inlined: every command passes here
         if outermost:
             self._clock = self.wall_ms()
@@ -520,13 +530,17 @@ class RegionCore:
             except ReplyError as e:
                 reply = e
             except Exception as e:
-                reply = self._handler_failed(cmd.fullname, e, self.db.dirty != dirty, outermost)
-            if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
-                self._log_command(client, cmd, argv, self.db.dirty != dirty, reply)
+                reply = self._handler_failed(cmd.fullname, e, db.dirty != dirty, outermost)
+            # what _log_command may log or reset (it does nothing else: a read that changed
+            # nothing, or any command without a log, need not call it)
+            if (db.own_ops or db.local_change
+                    or (self.oplog is not None and (cmd.always_logged or db.dirty != dirty))):
+                if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
+                    self._log_command(client, cmd, argv, db.dirty != dirty, reply)
         finally:
             if outermost:
                 self._clock = None
-        elapsed = time.perf_counter_ns() - t0
+        elapsed = _perf_ns() - t0
         name = cmd.fullname
         rec = stats.command_calls.get(name)
         if rec is None:
@@ -536,10 +550,11 @@ class RegionCore:
         else:
             rec[0] += 1
         rec[1] += elapsed // 1000
-        timed = self.latency.get(name)  # empty unless metrics are on (node/metrics.py)
-        if timed is not None:  # LatencyHistogram.observe_ns, inlined: this runs for every XADD
-            timed.counts[bisect_left(timed.bounds_ns, elapsed)] += 1
-            timed.sum_ns += elapsed
+        if self.latency:  # empty unless metrics are on (node/metrics.py)
+            timed = self.latency.get(name)
+            if timed is not None:  # LatencyHistogram.observe_ns, inlined: this runs for every XADD
+                timed.counts[bisect_left(timed.bounds_ns, elapsed)] += 1
+                timed.sum_ns += elapsed
         if type(reply) is ReplyError:
             rec[3] += 1
             self._count_error(reply)

@@ -79,6 +79,7 @@ class Server(RegionCore):
         self.migrate_transport = SocketMigrateTransport()  # MIGRATE's cached connections to targets
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
+        self._cache_limits()
         if self.db.aa is not None:
             from .persistence.promise import FilePromiseStore
 
@@ -88,9 +89,15 @@ class Server(RegionCore):
     # ------------------------------------------------------------ settings
     def config_changed(self) -> None:
         super().config_changed()
+        self._cache_limits()
         max_bulk = int(self.config["proto-max-bulk-len"])
         for c in self.clients.values():
             c.parser.max_bulk_len = max_bulk
+
+    def _cache_limits(self) -> None:
+        """The settings every read and write of a client checks, read once per change (CONFIG SET)."""
+        self.query_buffer_limit = int(self.config["client-query-buffer-limit"])
+        self.output_buffer_limit = self.config["client-output-buffer-limit"]["normal"]  # (hard, soft, seconds)
 
     # ------------------------------------------------------------ persistence
     def open_log(self) -> None:
@@ -413,16 +420,20 @@ class ClientConnection(Session, asyncio.Protocol):
         self.closing = True
 
     def data_received(self, data: bytes) -> None:
-        self.server.stats.net_input_bytes += len(data)
-        self.parser.feed(data)
+        server = self.server
+        server.stats.net_input_bytes += len(data)
+        parser = self.parser
+        parser.feed(data)
         # What this client's input holds: the command being assembled (its parsed
         # arguments and the buffer) and the commands queued by MULTI.  Redis counts
         # the buffer and the queue; the parsed arguments count too, or a huge
         # multibulk count followed by endless small bulks would grow without a bound.
-        limit = int(self.server.config["client-query-buffer-limit"])
-        if self.needs_auth():
+        limit = server.query_buffer_limit
+        if not self.authenticated and self.needs_auth():
             limit = min(limit, UNAUTH_QUERY_BUFFER_LIMIT)
-        held = self.parser.pending_bytes + self._multi_bytes()
+        held = parser.pending_bytes
+        if self.multi is not None or self._multi_counted is not None:
+            held += self._multi_bytes()
         if held > limit:
             log.warning("closing client %d: query buffer over %d bytes", self.id, limit)
             self.server.stats.client_qbuf_limit_disconnections += 1
@@ -541,7 +552,10 @@ class ClientConnection(Session, asyncio.Protocol):
         not read (what the socket did not take) past the hard limit, or past the soft one
         for longer than its seconds, close the connection; it would grow without a bound."""
         unread = self.transport.get_write_buffer_size() + len(self.out)
-        hard, soft, seconds = self.server.config["client-output-buffer-limit"]["normal"]
+        if not unread:  # the socket took everything (the usual case): no limit can be passed
+            self.obuf_soft_since = None
+            return
+        hard, soft, seconds = self.server.output_buffer_limit
         over = hard and unread > hard
         if soft and unread > soft:
             now = time.monotonic()

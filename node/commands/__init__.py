@@ -42,18 +42,20 @@ class Command:
     parent: "Command | None" = None
     resolved: bool = False  # see RESOLVED
     logged_if_changed: bool = False  # see LOGGED_IF_CHANGED
+    # derived once from the fields above (every command dispatched reads them):
+    fullname: str = field(init=False)   # "xgroup|create" for a subcommand
+    is_write: bool = field(init=False)  # the "write" flag
+    # a write the operation log records when it did not fail (see RegionCore._log_command)
+    always_logged: bool = field(init=False)
 
-    @property
-    def fullname(self) -> str:
-        return f"{self.parent.name}|{self.name}" if self.parent else self.name
+    def __post_init__(self) -> None:
+        self.fullname = f"{self.parent.name}|{self.name}" if self.parent else self.name
+        self.is_write = "write" in self.flags
+        self.always_logged = self.is_write and not self.logged_if_changed
 
     def check_arity(self, argc: int) -> bool:
         a = self.arity
         return argc == a if a > 0 else argc >= -a
-
-    @property
-    def is_write(self) -> bool:
-        return "write" in self.flags
 
     @property
     def is_container(self) -> bool:
@@ -61,6 +63,14 @@ class Command:
 
 
 COMMANDS: dict[bytes, Command] = {}
+# Every top-level command under its lower-case and upper-case names: how clients spell
+# them, so dispatch finds most commands without lower-casing the name first.
+SPELLINGS: dict[bytes, Command] = {}
+
+
+def _register(name: str, cmd: Command) -> None:
+    COMMANDS[name.encode()] = cmd
+    SPELLINGS[name.encode()] = SPELLINGS[name.upper().encode()] = cmd
 
 # Commands whose whole effect is the operations (crdt/ops.py) they apply: the operation
 # log records those operations and not the command (node/persistence/oplog.py), so a
@@ -95,7 +105,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
             cmd = Command(name, arity, _flags(flags), *keys, group=group, summary=summary,
                           since=since, complexity=complexity, acl=_flags(acl), resolved=name in RESOLVED,
                           logged_if_changed=name in LOGGED_IF_CHANGED)
-            COMMANDS[name.encode()] = cmd
+            _register(name, cmd)
         cmd.handler = fn
         return fn
 
@@ -108,7 +118,7 @@ def container(name: str, arity: int = -2, group: str = "generic", summary: str =
     cmd = COMMANDS.get(name.encode())
     if cmd is None:
         cmd = Command(name, arity, _flags(flags), group=group, summary=summary, since=since)
-        COMMANDS[name.encode()] = cmd
+        _register(name, cmd)
     return cmd
 
 

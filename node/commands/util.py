@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id, string2ll, string2ull
 
-from ..resp.encoder import ReplyError
+from ..resp.encoder import Entries, ReplyError
 
 ERR_SYNTAX = "ERR syntax error"
 ERR_NOT_INT = "ERR value is not an integer or out of range"
@@ -101,9 +101,9 @@ def parse_interval(start_arg: bytes, end_arg: bytes) -> tuple[StreamID, StreamID
     return start, end
 
 
-def fmt_entries(entries) -> list:
-    """[(id, flat), ...] -> Redis's [[b"ms-seq", [f, v, ...]], ...]."""
-    return [[b"%d-%d" % eid, flat] for eid, flat in entries]
+def fmt_entries(entries) -> Entries:
+    """[(id, flat), ...] -> Redis's [[b"ms-seq", [f, v, ...]], ...] (encoded in one join)."""
+    return Entries([[b"%d-%d" % eid, flat] for eid, flat in entries])
 
 
 def lower(arg: bytes) -> bytes:

@@ -44,7 +44,7 @@ from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, parse_id
 
 from ..blocking import Blocked
-from ..resp.encoder import NULL_ARRAY, ReplyError
+from ..resp.encoder import NULL_ARRAY, Entries, ReplyError
 from . import command
 from .util import ERR_SYNTAX, parse_int, string2ll
 
@@ -184,8 +184,8 @@ def _resolve_ids(db, a: ReadArgs) -> list[StreamID]:
     return ids
 
 
-def _entries(rows: list) -> list:
-    return [[b"%d-%d" % id_, flat if flat is not None else NULL_ARRAY] for id_, flat in rows]
+def _entries(rows: list) -> Entries:
+    return Entries([[b"%d-%d" % id_, flat if flat is not None else NULL_ARRAY] for id_, flat in rows])
 
 
 class ReplyBudget:
@@ -323,7 +323,7 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
     if history:
         rows = cg.read_history(s, g, consumer, gt, count, now, take)
         return _entries(rows), any(flat is not None for _id, flat in rows)
-    rows: list = []
+    rows: list = Entries()
     if min_idle != -1:
         for id_, flat, idle, dcount in cg.claim_idle(s, g, consumer, min_idle, count, now, take):
             rows.append([b"%d-%d" % id_, flat, idle, dcount])

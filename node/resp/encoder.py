@@ -20,7 +20,20 @@ value                  RESP2                       RESP3
 ``ReplyError``         error ``-ERR ...``          error
 ``Verbatim``           bulk string                 verbatim ``=``
 ``Push``               array                       push ``>``
+``Entries``            array (as a list)           array
 =====================  ==========================  ===========================
+
+:class:`Entries` is a list of stream entries, ``[[b"ms-seq", [f1, v1, ...]], ...]``,
+that XRANGE, XREAD and XREADGROUP return: the same value to whoever reads it, but
+encoded in one join of its parts rather than one call per entry and field (a
+reply of 100 entries is over 600 values).  The bulk-string headers of short
+values come from a table, and the encoding of an entry is kept for the next
+reply that holds the same field list object (and ID): the entry logs hand out the same
+lists for as long as a block stays decoded (crdt/blocks.py), and an entry never
+changes, so a range read again is mostly joins of encodings already made.  The
+cache holds the list it was made from (so its identity cannot be reused) and
+forgets its oldest encodings past ``_ROWS_CACHED``; an entry larger than
+``_ROW_CACHED_MAX`` bytes is not kept.
 """
 
 from __future__ import annotations
@@ -56,6 +69,62 @@ class Push(list):
     """An out-of-band push (RESP3 ``>``)."""
 
 
+class Entries(list):
+    """Stream entries ``[[b"ms-seq", [f1, v1, ...]], ...]`` (a row that is not this
+    shape, such as a deleted entry's ``[id, NULL_ARRAY]`` or XREADGROUP CLAIM's four
+    values, is encoded as any other value)."""
+
+
+_HEADERS = 1024
+_BULK_HEADER = [b"$%d\r\n" % n for n in range(_HEADERS)]  # "$<len>\r\n" of the short bulk strings
+
+
+_ROWS_CACHED = 4096  # entries
+_ROW_CACHED_MAX = 512  # bytes of one entry's encoding: at most 2 MB held, and never a large entry
+_rows_encoded: dict[int, tuple[list, bytes, bytes]] = {}  # id(field list) -> (the list, the ID, the row's encoding)
+
+
+def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
+    """An entry ``[eid, flat]`` as RESP, from the cache when it has it."""
+    hit = _rows_encoded.get(id(flat))
+    if hit is not None and hit[0] is flat and hit[1] == eid:
+        return hit[2]
+    headers = _BULK_HEADER
+    parts = [b"*2\r\n$%d\r\n%b\r\n*%d\r\n" % (len(eid), eid, len(flat))]
+    add = parts.append
+    cacheable = True  # only bulk strings: the same bytes in RESP2 and RESP3
+    for x in flat:
+        if type(x) is bytes:
+            n = len(x)
+            add(headers[n] if n < _HEADERS else b"$%d\r\n" % n)
+            add(x)
+            add(b"\r\n")
+        else:
+            one = bytearray()
+            encode(one, x, resp3)
+            add(bytes(one))
+            cacheable = False
+    data = b"".join(parts)
+    if cacheable and len(data) <= _ROW_CACHED_MAX:
+        if len(_rows_encoded) >= _ROWS_CACHED:
+            del _rows_encoded[next(iter(_rows_encoded))]  # the oldest
+        _rows_encoded[id(flat)] = (flat, eid, data)
+    return data
+
+
+def _encode_entries(out: bytearray, rows: Entries, resp3: bool) -> None:
+    parts = [b"*%d\r\n" % len(rows)]
+    add = parts.append
+    for row in rows:
+        if len(row) == 2 and type(row[1]) is list and type(row[0]) is bytes:
+            add(_encode_row(row[0], row[1], resp3))
+        else:
+            one = bytearray()
+            encode(one, row, resp3)
+            add(one)
+    out += b"".join(parts)
+
+
 def _fmt_double(v: float) -> bytes:
     if v != v:
         return b"nan"
@@ -78,6 +147,8 @@ def encode(out: bytearray, v, resp3: bool) -> None:
                 out += b"$%d\r\n%b\r\n" % (len(x), x)
             else:
                 encode(out, x, resp3)
+    elif t is Entries:
+        _encode_entries(out, v, resp3)
     elif t is int:
         out += b":%d\r\n" % v
     elif t is str:

@@ -1,0 +1,116 @@
+"""The request path in-process: CPU microseconds per request, without sockets or a load generator.
+
+``python -m bench.requestpath [--rounds R] [NAME ...]`` builds one region (``appendonly no``),
+connects a :class:`node.server.ClientConnection` to a transport that takes every write, and
+feeds it the requests of ``bench.run``'s scenarios through ``data_received``, one read at a
+time: the parser, dispatch, the handler, the reply's encoding and the write call, as a real
+connection runs them, minus the event loop and the kernel.  It prints the process CPU time
+per request, the median of R rounds (the first round's numbers are in the list too).
+
+This isolates what Braid's own Python costs from what redis-benchmark and the loopback take
+(they are the same for Redis): the number to compare before and after a change to the request
+path, on the same machine state.  Not part of ``make bench``; no test depends on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from node.config import Config
+from node.server import ClientConnection, Server
+
+
+class _Sink:
+    """A transport that takes every write at once (as a socket with room does)."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default=None):
+        return default
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def request(*args: str | bytes) -> bytes:
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        b = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%b\r\n" % (len(b), b)
+    return out
+
+
+FIELDS = ("f1", "abcdefghijkl", "f2", "abcdefghijkl")
+XADD = request("xadd", "bench:s", "*", *FIELDS)
+# name: (bytes of one read, requests in it, reads per round)
+SCENARIOS = {
+    "ping": (request("ping"), 1, 50_000),
+    "xadd_p1": (XADD, 1, 50_000),
+    "xadd_p16": (XADD * 16, 16, 5_000),
+    "xrange_100": (request("xrange", "bench:r", "-", "+", "COUNT", "100"), 1, 2_000),
+    "xreadgroup_count1": (request("xreadgroup", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "bench:g", ">"),
+                          1, 20_000),
+}
+
+
+async def measure(names: list[str], rounds: int) -> dict[str, list[float]]:
+    config = Config()
+    config.set("appendonly", "no")
+    server = Server(config)
+    client = ClientConnection(server)
+    sink = _Sink()
+    client.connection_made(sink)  # type: ignore[arg-type]
+    for _ in range(1000):
+        client.data_received(request("xadd", "bench:r", "*", *FIELDS))
+    client.data_received(request("xgroup", "create", "bench:g", "g", "$", "mkstream"))
+    results: dict[str, list[float]] = {}
+    for name in names:
+        data, per_read, reads = SCENARIOS[name]
+        if name == "xreadgroup_count1":  # an entry for every read of every round
+            for _ in range(reads * rounds):
+                client.data_received(request("xadd", "bench:g", "*", *FIELDS))
+        runs = []
+        for _ in range(rounds):
+            before = sink.written
+            t0 = time.process_time()
+            for _ in range(reads):
+                client.data_received(data)
+            runs.append((time.process_time() - t0) / (reads * per_read) * 1e6)
+            assert sink.written > before and not client.closing, f"{name}: no replies"
+        results[name] = runs
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.requestpath", description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="*", metavar="NAME", help=f"scenarios (default all): {', '.join(SCENARIOS)}")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per scenario (the median is printed)")
+    args = ap.parse_args(argv)
+    unknown = [n for n in args.names if n not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}")
+    results = asyncio.run(measure(args.names or list(SCENARIOS), max(args.rounds, 1)))
+    print(f"{'scenario':20s} {'CPU us/request':>15s}  rounds")
+    for name, runs in results.items():
+        print(f"{name:20s} {statistics.median(runs):15.2f}  {' '.join(f'{r:.2f}' for r in runs)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
