@@ -30,11 +30,12 @@ planned at (``url``): another region may not have received those entries yet.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import accumulate
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
@@ -104,10 +105,8 @@ def read_range(part: BraidRange) -> Iterator[pa.RecordBatch]:
                                           "COUNT", part.read_count, "PACKED")
             if not blocks:
                 return
-            cols, last = Columns(), None
-            for first, fields, buf in blocks:
-                last = decode_block(braid.id_tuple(first), tuple(fields), buf, lo, hi, cols) or last
-            if cols.ids:
+            cols, last = decode_page(blocks, lo, hi)
+            if cols.ms:
                 yield cols.record_batch(r.key, int(r.origin))
             if last is None or last >= hi:
                 return
@@ -117,29 +116,61 @@ def read_range(part: BraidRange) -> Iterator[pa.RecordBatch]:
 
 
 class Columns:
-    """One page's columns as Python lists, filled block by block, turned into Arrow at once."""
+    """One page of the reader, decoded block by block into flat arrays, turned into Arrow at once.
 
-    __slots__ = ("ids", "ms", "keys", "values", "pairs")
+    Per entry, Python only walks the packed bytes and records integers: the ID's two
+    halves, and where each value starts and ends in the page's bytes.  The strings
+    are then cut by Arrow: the page's bytes seen as a string array whose offsets are
+    every value's start and end (values, with the bytes between them as strings in
+    between) from which a ``take`` keeps every other one; field names are indices
+    into a small pool (a block's master fields once, other names as they come).
+    """
+
+    __slots__ = ("data", "ms", "seq", "bounds", "pairs", "names", "pool", "pool_index")
 
     def __init__(self) -> None:
-        self.ids: list[bytes] = []
-        self.ms: list[int] = []
-        self.keys: list[bytes] = []
-        self.values: list[bytes] = []
-        self.pairs: list[int] = []  # field-value pairs of each entry
+        self.data: list[bytes] = []  # the blocks' bytes, in order
+        self.ms, self.seq = array("q"), array("q")
+        self.bounds = array("q")  # start, end of every value kept, in the blocks' bytes end to end
+        self.pairs = array("i", [0])  # the map's offsets: field-value pairs so far, per entry
+        self.names = array("i")  # every pair's field name, an index into ``pool``
+        self.pool: list[bytes] = []
+        self.pool_index: dict[bytes, int] = {}
+
+    def name_indices(self, names) -> array:
+        index = self.pool_index
+        out = array("i")
+        for name in names:
+            k = index.get(name)
+            if k is None:
+                k = index[name] = len(self.pool)
+                self.pool.append(name)
+            out.append(k)
+        return out
 
     def record_batch(self, key: str, origin: int) -> pa.RecordBatch:
-        n = len(self.ids)
-        offsets = pa.array(list(accumulate(self.pairs, initial=0)), pa.int32())
-        fields = pa.MapArray.from_arrays(offsets, pa.array(self.keys, pa.string()), pa.array(self.values, pa.string()),
-                                         type=ARROW_SCHEMA.field("fields").type)
-        micros = pa.array(self.ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(ARROW_SCHEMA.field("timestamp").type)
+        n = len(self.ms)
+        data = pa.py_buffer(b"".join(self.data))
+        bounds = pa.Array.from_buffers(pa.int64(), len(self.bounds), [None, pa.py_buffer(self.bounds)])
+        # the values and the bytes between them, as one string array over the page's bytes
+        spans = pa.Array.from_buffers(pa.large_string(), len(self.bounds) - 1, [None, bounds.buffers()[1], data])
+        every_other = array("q", range(0, len(self.bounds), 2))
+        values = spans.take(pa.Array.from_buffers(pa.int64(), len(every_other), [None, pa.py_buffer(every_other)]))
+        values = values.cast(pa.string())
+        values.validate(full=True)  # UTF-8, as pa.array(..., pa.string()) checks
+        names = pa.Array.from_buffers(pa.int32(), len(self.names), [None, pa.py_buffer(self.names)])
+        keys = pa.array(self.pool, pa.string()).take(names)
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(self.pairs)])
+        fields = pa.MapArray.from_arrays(offsets, keys, values, type=ARROW_SCHEMA.field("fields").type)
+        ms = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.ms)])
+        seq = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.seq)])
+        ids = pc.binary_join_element_wise(ms.cast(pa.string()), seq.cast(pa.string()), "-")
         return pa.RecordBatch.from_arrays([
             pa.repeat(pa.scalar(key, pa.string()), n),
-            pa.array(self.ids, pa.string()),
+            ids,
             pa.repeat(pa.scalar(origin, pa.int32()), n),
             fields,
-            micros,
+            pc.multiply(ms, 1000).cast(ARROW_SCHEMA.field("timestamp").type),
         ], schema=ARROW_SCHEMA)
 
 
@@ -156,73 +187,100 @@ def _uvarint(buf: bytes, i: int, v: int) -> tuple[int, int]:
         shift += 7
 
 
-def decode_block(first: tuple[int, int], fields: tuple, buf: bytes, lo: tuple[int, int], hi: tuple[int, int],
-                 cols: Columns) -> tuple[int, int] | None:
-    """Append the live entries of one packed block with lo < ID <= hi to ``cols``; return the
-    block's last ID (None when empty).
+def decode_page(blocks: list, lo: tuple[int, int], hi: tuple[int, int]) -> tuple[Columns, tuple[int, int] | None]:
+    """A ``PACKED`` reply -> its live entries with lo < ID <= hi, and the last ID its blocks hold."""
+    cols = Columns()
+    cols.data = [block[2] for block in blocks]
+    data = b"".join(cols.data)
+    last, at = None, 0
+    for first, fields, buf in blocks:
+        last = decode_block(braid.id_tuple(first), tuple(fields), data, at, at + len(buf), lo, hi, cols) or last
+        at += len(buf)
+    return cols, last
 
-    This reads ``crdt/blocks.py``'s entry format (``Block.decode``) straight into columns:
-    no tuple or field list per entry.  ``tests/test_pipeline.py`` checks it against
-    ``XRANGEORIGIN``'s entries.
+
+def decode_block(first: tuple[int, int], fields: tuple, data: bytes, i: int, end: int,
+                 lo: tuple[int, int], hi: tuple[int, int], cols: Columns) -> tuple[int, int] | None:
+    """Add the live entries with lo < ID <= hi of the packed block in ``data[i:end]`` to ``cols``;
+    return the block's last ID (None when empty).
+
+    This reads ``crdt/blocks.py``'s entry format (``Block.decode``) straight into
+    ``cols``.  ``tests/test_pipeline.py`` checks it against ``XRANGEORIGIN``'s entries.
     """
-    ids, ms_col, keys, values, pairs = cols.ids, cols.ms, cols.keys, cols.values, cols.pairs
+    ms_add, seq_add, pairs = cols.ms.append, cols.seq.append, cols.pairs
+    bound, names = cols.bounds.append, cols.names
+    master = cols.name_indices(fields)
+    nf_range = range(len(fields))
     nf = len(fields)
+    total = pairs[-1]
+    pair_add = pairs.append
     fms, fseq = first
-    i, end = 0, len(buf)
+    above_lo = first > lo  # every entry of the block is then above lo
+    hi_ms = hi[0]
     ms = seq = None
     while i < end:
-        flags = buf[i]
-        v = buf[i + 1]
+        flags = data[i]
+        v = data[i + 1]
         i += 2
         if v >= 0x80:
-            v, i = _uvarint(buf, i, v)
+            v, i = _uvarint(data, i, v)
         ms = fms + v
-        v = buf[i]
+        v = data[i]
         i += 1
         if v >= 0x80:
-            v, i = _uvarint(buf, i, v)
+            v, i = _uvarint(data, i, v)
         seq = fseq + ((v >> 1) if not v & 1 else -((v + 1) >> 1))
-        keep = not flags & DELETED and lo < (ms, seq) <= hi
+        keep = (not flags & DELETED and (above_lo or (ms, seq) > lo)
+                and (ms < hi_ms or (ms, seq) <= hi))
         if flags & SAMEFIELDS:
-            n = nf
             if keep:
-                keys += fields
-        else:
-            n = buf[i]
-            i += 1
-            if n >= 0x80:
-                n, i = _uvarint(buf, i, n)
-            if keep:
-                for _ in range(n):
-                    m = buf[i]
+                for _ in nf_range:
+                    m = data[i]
                     i += 1
                     if m >= 0x80:
-                        m, i = _uvarint(buf, i, m)
-                    keys.append(buf[i:i + m])
+                        m, i = _uvarint(data, i, m)
+                    bound(i)
                     i += m
-                    m = buf[i]
+                    bound(i)
+                names.extend(master)
+                total += nf
+                ms_add(ms)
+                seq_add(seq)
+                pair_add(total)
+            else:
+                for _ in nf_range:
+                    m = data[i]
                     i += 1
                     if m >= 0x80:
-                        m, i = _uvarint(buf, i, m)
-                    values.append(buf[i:i + m])
+                        m, i = _uvarint(data, i, m)
                     i += m
-                ids.append(b"%d-%d" % (ms, seq))
-                ms_col.append(ms)
-                pairs.append(n)
-                continue
-            n *= 2  # skipped: names and values alike
+            continue
+        n = data[i]
+        i += 1
+        if n >= 0x80:
+            n, i = _uvarint(data, i, n)
+        entry_names = []
         for _ in range(n):
-            m = buf[i]
+            m = data[i]
             i += 1
             if m >= 0x80:
-                m, i = _uvarint(buf, i, m)
+                m, i = _uvarint(data, i, m)
+            entry_names.append(data[i:i + m])
+            i += m
+            m = data[i]
+            i += 1
+            if m >= 0x80:
+                m, i = _uvarint(data, i, m)
             if keep:
-                values.append(buf[i:i + m])
+                bound(i)
+                bound(i + m)
             i += m
         if keep:
-            ids.append(b"%d-%d" % (ms, seq))
-            ms_col.append(ms)
-            pairs.append(nf)
+            names.extend(cols.name_indices(entry_names))
+            total += n
+            ms_add(ms)
+            seq_add(seq)
+            pair_add(total)
     return None if ms is None else (ms, seq)
 
 
