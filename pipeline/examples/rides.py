@@ -248,13 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="braid pipeline rides", description=__doc__.split("\n\n")[0])
     p.add_argument("--urls", help="the regions, comma-separated (the producer posts to all, the job reads the "
                                   "first; default: the regions of ./data/cluster.toml, else 7001-7003)")
-    p.add_argument("--rides", type=int, default=20000, help="rides to post")
+    p.add_argument("--rides", type=int, default=20000, help="rides to post (default 20000)")
     p.add_argument("--checkpoint", help="the streaming job's checkpoint directory (default: a temporary one, "
                                         "removed when the run succeeds)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the job to catch up")
     args = p.parse_args(argv)
     urls = [u.strip() for u in (args.urls or default_urls()).split(",") if u.strip()]
+    import redis
+
     from pipeline.session import braid_session
 
     spark = braid_session("braid-rides", args.master)
@@ -264,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         same = _run(spark, urls, args, checkpoint)
     except (JobFailed, TimeoutError) as e:
         print(f"braid pipeline rides: {e}", file=sys.stderr)
+    except redis.ConnectionError as e:
+        print(f"braid pipeline rides: a region did not answer ({e}); is the cluster up? (--urls names the regions)",
+              file=sys.stderr)
     finally:
         spark.stop()
         if same and args.checkpoint is None:
