@@ -4,7 +4,7 @@
   ``spark.read`` / ``readStream`` (``pipeline/source.py``) and ``df.write`` /
   ``writeStream`` (``pipeline/sink.py``).
 - ``pipeline.session``: a SparkSession with the source registered.
-- ``pipeline.examples.rides``: seed 000's unified log on Spark.
+- ``pipeline.examples.rides``: the Rocket Rides unified log on Spark.
 
 Importing this package does not import pyspark; :func:`register` does.
 """

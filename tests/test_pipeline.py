@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -94,6 +95,39 @@ def test_batch_read_is_the_merged_stream_split_per_origin(spark, cluster, client
     assert {k.encode(): v.encode() for k, v in sample.fields.items()} == expected[5][1]
     assert int(sample.timestamp.timestamp() * 1000) == int(sample.id.split("-")[0])
     assert sample.key == "batch"
+
+
+def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
+    """The reader decodes XRANGEORIGIN ... PACKED (whole blocks of the region's log) itself:
+    every range and page size gives exactly XRANGEORIGIN's live entries, fields and times."""
+    from pipeline.braid import LogRange
+    from pipeline.source import BraidRange, read_range
+
+    with BraidProcess(extra_args=["--appendonly", "no"]) as region:
+        conn = region.client()
+        conn.config_set("stream-node-max-entries", 10)  # many blocks: pages cut them
+        ids = []
+        for i in range(150):
+            ms, seq = 1000 + i // 7, (i % 7) * 3 + (50 if i // 7 % 2 == 0 else 0)  # negative seq deltas
+            fields = {"n": i, "v": "x" * (20000 if i == 40 else 200 if i % 9 == 0 else 3)}
+            if i % 11 == 5:
+                fields = {"other": i, "é": "ü"}  # not the block's master fields; UTF-8
+            ids.append(conn.xadd("packed", fields, id=f"{ms}-{seq}"))
+        conn.xdel("packed", *ids[3:6], ids[19], ids[30], ids[-1])  # a deleted block end, and the log's last
+        for after, upto in [("0-0", "9999-0"), (ids[2].decode(), ids[-1].decode()), (ids[4].decode(), ids[30].decode()),
+                            (ids[29].decode(), ids[31].decode()), (ids[60].decode(), ids[60].decode())]:
+            expected = conn.execute_command("XRANGEORIGIN", "packed", 1, "(" + after, upto)
+            for count in (1, 7, 1000):
+                part = BraidRange(f"redis://127.0.0.1:{region.port}", LogRange("packed", "1", after, upto, 0), count)
+                rows = [row for batch in read_range(part) for row in batch.to_pylist()]
+                assert [r["id"].encode() for r in rows] == [e[0] for e in expected], (after, upto, count)
+                assert [[x for kv in r["fields"] for x in (kv[0].encode(), kv[1].encode())] for r in rows] == \
+                    [e[1] for e in expected]
+                epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+                assert [(r["timestamp"] - epoch) // timedelta(milliseconds=1) for r in rows] == \
+                    [int(r["id"].split("-")[0]) for r in rows]
+                assert {(r["key"], r["origin"]) for r in rows} <= {("packed", 1)}
+        conn.close()
 
 
 def test_stream_resumes_from_checkpoint_without_skip_or_repeat(spark, cluster, clients, tmp_dir):

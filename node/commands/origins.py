@@ -17,6 +17,13 @@ source (``pipeline/source.py``) keeps one per key and origin.
 - ``XRANGEORIGIN key origin start end [COUNT n]`` is XRANGE on one origin log,
   with XRANGE's bounds (``-``, ``+``, ``(`` exclusive, incomplete IDs), COUNT
   rules and reply.
+- ``XRANGEORIGIN ... PACKED`` answers the log's blocks that hold the range
+  instead of its entries: ``[[first-id, [master fields], bytes], ...]``, whole
+  blocks (``crdt/blocks.py``'s format, deleted entries and entries outside the
+  range included), until they hold COUNT live entries.  The region copies
+  bytes instead of formatting every entry; the reader (the Spark source, which
+  decodes them with the same ``crdt.blocks`` code) drops what is outside the
+  range and deleted, and resumes after the last block's last ID.
 - ``XSPLITORIGIN key origin start end size`` cuts that range into consecutive
   runs of ``size`` live entries and answers each run's last ID and length
   (``[[id, n], ...]``; the last run may be shorter).  Whole blocks are counted
@@ -69,12 +76,16 @@ def xorigins(client, argv: list[bytes]):
 def xrangeorigin(client, argv: list[bytes]):
     start, end = parse_interval(argv[3], argv[4])
     count = -1
+    packed = False
     j = 5
     while j < len(argv):
         if argv[j].lower() == b"count" and j + 1 < len(argv):
             count = parse_int(argv[j + 1], ERR_NOT_INT)
             count = max(count, 0)
             j += 2
+        elif argv[j].lower() == b"packed":
+            packed = True
+            j += 1
         else:
             raise ReplyError(ERR_SYNTAX)
     log = _origin_log(client, argv[1], argv[2])
@@ -82,8 +93,29 @@ def xrangeorigin(client, argv: list[bytes]):
         return []
     if count == 0:
         return NULL_ARRAY  # as XRANGE ... COUNT 0
+    if packed:
+        return packed_blocks(log, start, end, count)
     entries = log.range(start, end)
     return fmt_entries(entries if count < 0 else islice(entries, count))
+
+
+def packed_blocks(log: EntryLog, start: StreamID, end: StreamID, count: int) -> list:
+    """The blocks holding live entries in [start, end], whole, until they hold ``count`` of them
+    (every such block when ``count`` < 0): ``[[first-id, [fields], bytes], ...]``."""
+    out: list = []
+    if start > end:
+        return out
+    blocks, firsts = log.blocks, log.firsts
+    live = 0
+    for k in range(max(bisect_right(firsts, start) - 1, 0), bisect_right(firsts, end)):
+        block = blocks[k]
+        if block.last < start or not block.live:
+            continue
+        out.append([fmt(block.first), list(block.fields), bytes(block.buf)])
+        live += block.live
+        if 0 <= count <= live:
+            break
+    return out
 
 
 @command("xsplitorigin", 6, "readonly", (1, 1, 1), group="stream", since="0.1.0",
