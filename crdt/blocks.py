@@ -211,7 +211,7 @@ class Block:
                     shift += 7
             seq = fseq + ((v >> 1) if not v & 1 else -((v + 1) >> 1))
             if flags & SAMEFIELDS:
-                flat = [None] * (2 * nf)
+                flat: list = [None] * (2 * nf)
                 flat[0::2] = fields
                 for k in range(1, 2 * nf, 2):
                     n = buf[i]
@@ -293,10 +293,18 @@ class Block:
         self.dead += 1
 
 
+def restored_block(first: StreamID, last: StreamID, fields: tuple, buf: bytearray, live: int, dead: int,
+                   lp_base: int) -> Block:
+    """A block as a snapshot holds it, counts and listpack size included (not checked here)."""
+    b = Block(first, fields)
+    b.last, b.buf, b.live, b.dead, b.lp_base = last, buf, live, dead, lp_base
+    return b
+
+
 _U64 = (1 << 64) - 1
 
 
-def _uvarint_tail(buf: bytes, i: int, first: int) -> tuple[int, int]:
+def _uvarint_tail(buf: bytes | bytearray, i: int, first: int) -> tuple[int, int]:
     v = first & 0x7F
     shift = 7
     while True:
@@ -396,7 +404,8 @@ class EntryLog:
         simply kept (DELREF / ACKED): it may clean references and says
         whether the entry may go.
         """
-        maxlen, minid = spec.maxlen, spec.minid
+        maxlen = spec.maxlen
+        minid = spec.minid if spec.minid is not None else (0, 0)  # MINID when maxlen is None
         deleted = 0
         bi = 0
         while bi < len(self.blocks):
@@ -488,7 +497,9 @@ class EntryLog:
             block = blocks[k]
             if block.last < start:
                 return
-            for eid, flat, dead, _off in reversed(self._decoded(block)):
+            entries = self._decoded(block)
+            for n in range(len(entries) - 1, -1, -1):  # not reversed(): mypyc cannot compile that loop
+                eid, flat, dead, _off = entries[n]
                 if dead or eid > end:
                     continue
                 if eid < start:

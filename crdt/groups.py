@@ -321,7 +321,7 @@ def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count
     start = incr(after)
     if start is None:
         return []
-    out = []
+    out: list = []
     for id_ in consumer.pel.irange(start, MAX_ID):
         if count and len(out) >= count:
             break
@@ -389,7 +389,7 @@ def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noa
         start = incr(g.cursor(origin))
         if start is not None:
             its.append(tagged(origin, log.range(start, MAX_ID)))
-    out = []
+    out: list = []
     for eid, origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
         if count and len(out) >= count or take is not None and not take(eid, flat):
             break
