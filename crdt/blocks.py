@@ -40,6 +40,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
+from .copying import copy_attributes
 from .ids import StreamID, string2ll
 
 DELETED = 1
@@ -135,6 +136,9 @@ class Block:
         # listpack bytes of everything except the live/dead counters
         self.lp_base = _LP_EMPTY + lp_int_size(len(fields)) + lp_int_size(0)
         self.lp_base += sum(lp_str_size(f) for f in fields)
+
+    def __deepcopy__(self, memo: dict) -> Block:
+        return copy_attributes(self, Block(self.first, self.fields), ('last', 'buf', 'live', 'dead', 'lp_base'), memo)
 
     @property
     def lp_bytes(self) -> int:
@@ -343,6 +347,9 @@ class EntryLog:
         self._cache: OrderedDict[Block, list[Decoded]] = OrderedDict()
 
     # ------------------------------------------------------------ writing
+    def __deepcopy__(self, memo: dict) -> EntryLog:
+        return copy_attributes(self, EntryLog(), ('blocks', 'firsts', 'length'), memo)
+
     def append(self, id_: StreamID, flat: Sequence[bytes], max_entries: int, max_bytes: int) -> None:
         """Add an entry whose ID is above every ID in the log."""
         tail = self.blocks[-1] if self.blocks else None
