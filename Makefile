@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml setup.py Makefile $(COMPILED_SOURCES)
 	$(BIN)/pip install -q --upgrade pip
 	@# builds the compiled modules in place (setup.py), or the pure build if no C compiler is installed
 	$(BIN)/pip install -q -e '.[test,pipeline,docker]'
+	@$(BIN)/python -c 'import crdt.blocks as b; print("braid: installed the", \
+	  "compiled build" if b.__file__.endswith(".so") else "pure-Python build, slower: no C compiler or" \
+	  " no Python headers (make deps installs them; then .venv/bin/pip install -e .)")'
 	touch $(STAMP)
 
 venv: $(STAMP)
