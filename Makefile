@@ -20,12 +20,16 @@ COMPILED_SOURCES := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 $(STAMP): pyproject.toml setup.py Makefile $(COMPILED_SOURCES)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@# what setup.py compiles with, in this venv (no build isolation: nothing more to fetch, and a
+	@# rebuild after an edit reuses it); pinned here, as the build needs it before the package exists
+	$(BIN)/pip install -q 'setuptools==84.2.1' 'mypy==2.4.1'
 	@# builds the compiled modules in place (setup.py), or the pure build if no C compiler is installed
-	$(BIN)/pip install -q -e '.[test,pipeline,docker]'
-	@$(BIN)/python -c 'import crdt.blocks as b; print("braid: installed the", \
-	  "compiled build" if b.__file__.endswith(".so") else "pure-Python build, slower: no C compiler or" \
-	  " no Python headers (make deps installs them; then .venv/bin/pip install -e .)")'
-	touch $(STAMP)
+	$(BIN)/pip install -q --no-build-isolation -e '.[test,pipeline,docker]'
+	@# the pure build is not stamped: once make deps has installed the compiler, the next make compiles
+	@if $(BIN)/python -c 'import crdt.blocks as b, sys; sys.exit(not b.__file__.endswith(".so"))'; then \
+	  echo "braid: installed the compiled build"; touch $(STAMP); \
+	else echo "braid: installed the pure-Python build, which is slower: no C compiler or no Python" \
+	  "headers (make deps installs them, and the next make builds the compiled one)"; fi
 
 venv: $(STAMP)
 

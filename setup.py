@@ -1,6 +1,7 @@
 """Build configuration: the hot modules compiled with mypyc, from the same Python source.
 
-``pip install -e .`` (what ``make up`` and ``make test`` run) compiles the modules in
+``pip install --no-build-isolation -e .`` with mypy installed (what ``make up`` and ``make test``
+run) compiles the modules in
 ``COMPILED`` to C extensions placed beside their ``.py`` files; Python then imports the
 extension (``crdt/blocks.cpython-311-x86_64-linux-gnu.so``) in preference to the source.
 The source stays the reference: ``BRAID_PURE=1`` in the environment makes a running
@@ -56,7 +57,7 @@ def _ext_modules() -> list:
         try:
             from mypyc.build import mypycify
         except ImportError:
-            reason = "mypyc is not installed (pip install mypy)"
+            reason = "mypyc is not installed (pip install mypy==2.4.1, then pip install --no-build-isolation -e .)"
     if reason is not None:
         print(f"braid: installing the pure-Python build: {reason}", file=sys.stderr)
         return []

@@ -38,7 +38,7 @@ def _compiled_is_stale() -> bool:
 PURE = os.environ.get("BRAID_PURE") == "1"
 if not PURE and _compiled_is_stale():
     print("braid: the compiled modules are older than their source, which is used instead "
-          "(rebuild them: make venv, or pip install -e .)", file=sys.stderr)
+          "(rebuild them: make venv, or pip install --no-build-isolation -e .)", file=sys.stderr)
     PURE = True
 
 
