@@ -9,12 +9,27 @@ STAMP   := $(VENV)/.installed
 # Property tests of the pure core, run a second time from a fresh random seed by `make test`
 PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py tests/test_ops.py \
                   tests/test_blocks.py tests/test_causal.py tests/test_idgen.py
+# Run again on the pure build (BRAID_PURE=1) after the suite: seconds, not minutes
+PURE_TESTS := tests/test_convergence.py tests/test_ops.py tests/test_blocks.py tests/test_causal.py \
+              tests/test_idgen.py tests/test_resp_parser.py
 
-$(STAMP): pyproject.toml Makefile
+# The modules setup.py compiles with mypyc: editing one rebuilds the extensions (a compiled
+# module older than its source is not used: crdt/__init__.py imports the source instead).
+COMPILED_SOURCES := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
+
+$(STAMP): pyproject.toml setup.py Makefile $(COMPILED_SOURCES)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,pipeline,docker]'
-	touch $(STAMP)
+	@# what setup.py compiles with, in this venv (no build isolation: nothing more to fetch, and a
+	@# rebuild after an edit reuses it); pinned here, as the build needs it before the package exists
+	$(BIN)/pip install -q 'setuptools==84.2.1' 'mypy==2.4.1'
+	@# builds the compiled modules in place (setup.py), or the pure build if no C compiler is installed
+	$(BIN)/pip install -q --no-build-isolation -e '.[test,pipeline,docker]'
+	@# the pure build is not stamped: once make deps has installed the compiler, the next make compiles
+	@if $(BIN)/python -c 'import crdt.blocks as b, sys; sys.exit(not b.__file__.endswith(".so"))'; then \
+	  echo "braid: installed the compiled build"; touch $(STAMP); \
+	else echo "braid: installed the pure-Python build, which is slower: no C compiler or no Python" \
+	  "headers (make deps installs them, and the next make builds the compiled one)"; fi
 
 venv: $(STAMP)
 
@@ -24,6 +39,10 @@ venv: $(STAMP)
 # Docker (docker.io, docker-compose, debootstrap, a running dockerd and the images) is set up
 # by deploy/docker/build.sh, which tests/test_docker.py runs.
 deps:
+	@# a C compiler and Python's headers compile the hot modules (setup.py)
+	@command -v gcc >/dev/null && $(PY) -c 'import os, sys, sysconfig; \
+	  sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev; }
 	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server redis-tools; }
 	@# the packaged service is not wanted: tests start their own servers
@@ -49,9 +68,17 @@ up: venv
 	  fi; }
 	@$(BIN)/braid up
 
-test: venv deps
+# deps first: the compiler must be there when the venv builds the compiled modules
+test: deps venv
 	$(BIN)/ruff check crdt node chaos pipeline tests bench
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not)
+	BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@# the pure source too: the compiled build's checks, the core's property tests and a short
+	@# simulation batch, with every crdt/ and node/resp module imported from its .py file
+	BRAID_PURE=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q \
+	  tests/test_compiled.py $(PURE_TESTS)
+	@# the planted bugs patch crdt/ functions, which compiled callers call past the patch
+	BRAID_PURE=1 BRAID_SIM_TIME_BOX=5 $(BIN)/python -m pytest -q tests/test_sim.py -k 'planted or time_boxed'
 	@# the pure property tests once more, from a fresh seed (printed, so a failure replays)
 	seed=$${HYPOTHESIS_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
 	  replay="HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest --hypothesis-seed=$$seed $(PROPERTY_TESTS)"; \
@@ -66,4 +93,7 @@ bench: venv deps
 	$(BIN)/python -m bench.pipeline
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .mypy_cache
+	@# the compiled modules (built in place beside their source) and mypyc's shared library
+	find crdt node -name '*.so' -delete
+	rm -f *__mypyc*.so

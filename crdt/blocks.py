@@ -41,6 +41,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 
+from .copying import copy_attributes
 from .ids import StreamID, string2ll
 
 DELETED = 1
@@ -138,6 +139,9 @@ class Block:
         self.lp_base = _LP_EMPTY + lp_int_size(len(fields)) + lp_int_size(0)
         self.lp_base += sum(lp_str_size(f) for f in fields)
 
+    def __deepcopy__(self, memo: dict) -> Block:
+        return copy_attributes(self, Block(self.first, self.fields), ('last', 'buf', 'live', 'dead', 'lp_base'), memo)
+
     @property
     def lp_bytes(self) -> int:
         live, dead = self.live, self.dead
@@ -221,7 +225,7 @@ class Block:
                     shift += 7
             seq = fseq + ((v >> 1) if not v & 1 else -((v + 1) >> 1))
             if flags & SAMEFIELDS:
-                flat = [None] * (2 * nf)
+                flat: list = [None] * (2 * nf)
                 flat[0::2] = fields
                 for k in range(1, 2 * nf, 2):
                     n = buf[i]
@@ -303,10 +307,18 @@ class Block:
         self.dead += 1
 
 
+def restored_block(first: StreamID, last: StreamID, fields: tuple, buf: bytearray, live: int, dead: int,
+                   lp_base: int) -> Block:
+    """A block as a snapshot holds it, counts and listpack size included (not checked here)."""
+    b = Block(first, fields)
+    b.last, b.buf, b.live, b.dead, b.lp_base = last, buf, live, dead, lp_base
+    return b
+
+
 _U64 = (1 << 64) - 1
 
 
-def _uvarint_tail(buf: bytes, i: int, first: int) -> tuple[int, int]:
+def _uvarint_tail(buf: bytes | bytearray, i: int, first: int) -> tuple[int, int]:
     v = first & 0x7F
     shift = 7
     while True:
@@ -345,6 +357,9 @@ class EntryLog:
         self._cache: OrderedDict[Block, list[Decoded]] = OrderedDict()
 
     # ------------------------------------------------------------ writing
+    def __deepcopy__(self, memo: dict) -> EntryLog:
+        return copy_attributes(self, EntryLog(), ('blocks', 'firsts', 'length'), memo)
+
     def append(self, id_: StreamID, flat: Sequence[bytes], max_entries: int, max_bytes: int) -> None:
         """Add an entry whose ID is above every ID in the log."""
         tail = self.blocks[-1] if self.blocks else None
@@ -406,7 +421,8 @@ class EntryLog:
         simply kept (DELREF / ACKED): it may clean references and says
         whether the entry may go.
         """
-        maxlen, minid = spec.maxlen, spec.minid
+        maxlen = spec.maxlen
+        minid = spec.minid if spec.minid is not None else (0, 0)  # MINID when maxlen is None
         deleted = 0
         bi = 0
         while bi < len(self.blocks):

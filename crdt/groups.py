@@ -50,6 +50,7 @@ from collections.abc import Callable
 
 from sortedcontainers import SortedDict
 
+from .copying import copy_attributes
 from .blocks import tagged
 from .ids import MAX_ID, MIN_ID, StreamID, decr, incr
 
@@ -69,6 +70,9 @@ class Nack:
         self.delivery_time = delivery_time
         self.delivery_count = delivery_count
         self.stamp = stamp  # orders equal delivery times, as Redis's time-ordered PEL list
+
+    def __deepcopy__(self, memo: dict) -> Nack:
+        return copy_attributes(self, Nack(None, 0), ('consumer', 'delivery_time', 'delivery_count', 'stamp'), memo)
 
     @property
     def released(self) -> bool:
@@ -101,6 +105,9 @@ class Consumer:
         self.active_time = -1  # never active yet
         self.pel: SortedDict = SortedDict()  # StreamID -> Nack (shared with the group)
 
+    def __deepcopy__(self, memo: dict) -> Consumer:
+        return copy_attributes(self, Consumer(self.name, 0), ('seen_time', 'active_time', 'pel'), memo)
+
 
 class ConsumerGroup:
     __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "_stamps",
@@ -125,6 +132,11 @@ class ConsumerGroup:
         self.cursors: dict[int, StreamID] = {}
         self.watermarks: dict[int, StreamID] = {}
         self.acked_sent: dict[int, StreamID] = {}
+
+    def __deepcopy__(self, memo: dict) -> ConsumerGroup:
+        return copy_attributes(self, ConsumerGroup(self.name),
+                               ('last_id', 'entries_read', 'pel', 'consumers', '_stamps', 'created_deps',
+                                'created_dot', 'floor', 'cursors', 'watermarks', 'acked_sent'), memo)
 
     def cursor(self, origin: int) -> StreamID:
         """Where ``>`` resumes in one origin log: after local reads and replicated acks."""
@@ -321,7 +333,7 @@ def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count
     start = incr(after)
     if start is None:
         return []
-    out = []
+    out: list = []
     for id_ in consumer.pel.irange(start, MAX_ID):
         if count and len(out) >= count:
             break
@@ -389,7 +401,7 @@ def read_new_per_origin(s, g: ConsumerGroup, consumer: Consumer, count: int, noa
         start = incr(g.cursor(origin))
         if start is not None:
             its.append(tagged(origin, log.range(start, MAX_ID)))
-    out = []
+    out: list = []
     for eid, origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
         if count and len(out) >= count or take is not None and not take(eid, flat):
             break

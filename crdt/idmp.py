@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import xxhash
 
+from .copying import copy_attributes
 from .ids import StreamID
 
 
@@ -77,6 +78,9 @@ class IdmpState:
         self.iids_duplicates = 0
         self.dots: dict[tuple[bytes, bytes], tuple[int, int]] = {}  # Active-Active: (pid, iid) -> dot of its add
         self.cleared: set[tuple[bytes, bytes]] = set()  # Active-Active: cleared by XCFGSET, go once stable
+
+    def __deepcopy__(self, memo: dict) -> IdmpState:
+        return copy_attributes(self, IdmpState(), ('duration', 'maxsize', 'producers', 'iids_added', 'iids_duplicates', 'dots', 'cleared'), memo)
 
     def __setstate__(self, state) -> None:
         """Snapshots made before ``dots`` existed load with none."""

@@ -325,7 +325,7 @@ def trim_cutoffs(s: Stream, spec: TrimSpec) -> dict[int, StreamID]:
     if spec.maxlen is not None:
         excess = s.length - spec.maxlen
     else:
-        excess = s.count_between(MIN_ID, decr(spec.minid) or MIN_ID) if spec.minid != MIN_ID else 0
+        excess = s.count_between(MIN_ID, decr(spec.minid) or MIN_ID) if spec.minid not in (None, MIN_ID) else 0
     if spec.limit:
         excess = min(excess, spec.limit)
     cutoffs: dict[int, StreamID] = {}

@@ -26,6 +26,7 @@ from itertools import islice
 from collections.abc import Callable, Iterator, Sequence
 
 from .blocks import EntryLog, TrimSpec, tagged
+from .copying import copy_attributes
 from .groups import ConsumerGroup
 from .idmp import IdmpState
 from .ids import MAX_ID, MIN_ID, StreamID, incr
@@ -48,6 +49,9 @@ class Stream:
         self.entries_added = 0
         self.groups: dict[bytes, ConsumerGroup] = {}
         self.idmp = IdmpState(idmp_duration, idmp_maxsize)
+
+    def __deepcopy__(self, memo: dict) -> Stream:
+        return copy_attributes(self, Stream(), ('logs', 'last_id', 'first_id', 'max_deleted_id', 'entries_added', 'groups', 'idmp'), memo)
 
     # ------------------------------------------------------------ size
     @property

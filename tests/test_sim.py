@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import sys
+import types
 
 import pytest
 
@@ -166,8 +168,20 @@ def test_the_same_seed_gives_the_identical_trace():
     assert [v.render() for v in first.verdicts] == [v.render() for v in second.verdicts]
 
 
+def _patches_compiled_code(bug: str) -> bool:
+    """Does ``bug`` patch a module or class compiled with mypyc (setup.py)?  Compiled code calls
+    compiled functions directly, past a patch, so the bug may not take effect there."""
+    for target, _name, _replacement in BUGS[bug][1]:
+        module = sys.modules[target.__name__ if isinstance(target, types.ModuleType) else target.__module__]
+        if (module.__file__ or "").endswith(".so"):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_each_planted_bug_is_caught_by_its_checker(bug):
+    if _patches_compiled_code(bug):
+        pytest.skip(f"{bug} patches compiled code: checked on the pure build (BRAID_PURE=1, as `make test` does)")
     faults = DEFAULT_FAULTS + NEEDS_FAULTS.get(bug, ())
     for seed in range(1, SEEDS_PER_BUG + 1):
         if catches(bug) in run_sim(SimConfig(seed=seed, faults=faults, bug=bug)).failed:

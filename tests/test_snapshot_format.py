@@ -511,9 +511,22 @@ def test_random_damage_with_a_valid_checksum_is_a_clean_error_or_a_valid_state(d
 
 
 # ---------------------------------------------------------------- old pickle snapshots
-def _legacy_bytes(s: snapshot.Snapshot) -> bytes:
-    """Format 1, as Braid wrote it before the schema format (pickle protocol 5)."""
-    body = pickle.dumps({"keys": s.keys, "causal": s.causal}, protocol=5)
+_PICKLE_STATE = """
+import pickle, sys
+from node.persistence import snapshot
+s = snapshot.decode(sys.stdin.buffer.read())
+sys.stdout.buffer.write(pickle.dumps({"keys": s.keys, "causal": s.causal}, protocol=5))
+"""
+
+
+def _legacy_bytes(current: bytes) -> bytes:
+    """Format 1, as Braid wrote it before the schema format: a pickle (protocol 5) of the state's
+    pure-Python objects, made by a pure-build process (the compiled classes do not pickle)."""
+    s = snapshot.decode(current)
+    env = {**os.environ, "BRAID_PURE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+    body = subprocess.run([sys.executable, "-c", _PICKLE_STATE], input=current, capture_output=True, check=True,
+                          env=env, timeout=60).stdout
     return _framed(snapshot.LEGACY_MAGIC, {"record": s.record, "created_ms": s.created_ms,
                                            "active_active": s.active_active, "region": s.region}, body)
 
@@ -540,7 +553,7 @@ def test_an_old_pickle_snapshot_stops_the_region_until_converted(tmp_path):
     log_dir = tmp_path / "appendonlydir"
     (_record, path), = snapshot.list_snapshots(str(log_dir))
     new_format = Path(path).read_bytes()
-    Path(path).write_bytes(_legacy_bytes(snapshot.decode(new_format)))
+    Path(path).write_bytes(_legacy_bytes(new_format))
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent),
                                                           os.environ.get("PYTHONPATH", "")])}
@@ -574,10 +587,9 @@ def test_an_active_active_pickle_converts_to_the_same_state(tmp_path):
 
     cluster, regions = full_feature_regions()
     for n, r in regions.items():
-        s = snapshot.decode(r.image())
         path = tmp_path / f"r{n}" / snapshot.file_name(7)
         path.parent.mkdir()
-        path.write_bytes(_legacy_bytes(s))
+        path.write_bytes(_legacy_bytes(r.image()))
         assert legacy.convert(str(path)) == (str(path), str(path) + legacy.BACKUP_SUFFIX)
         back = snapshot.read(str(path))
         assert deep(back.keys) == deep(r.server.db.keys) and deep(back.causal) == deep(r.causal)

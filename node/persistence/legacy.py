@@ -24,6 +24,8 @@ new and whole.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import io
 import os
 import pickle
@@ -47,11 +49,34 @@ _ALLOWED = {
 }
 
 
+_source_modules: dict[str, object] = {}
+
+
+def _source_class(module: str, name: str):
+    """The class as its ``.py`` source defines it.  Format 1 pickled the pure-Python classes; a
+    class compiled with mypyc (setup.py) cannot be rebuilt from their pickled state, so the
+    converter rebuilds the objects with the source's classes (it only reads them)."""
+    mod = _source_modules.get(module)
+    if mod is None:
+        compiled = importlib.util.find_spec(module)
+        origin = compiled.origin if compiled is not None else None
+        if origin is None or origin.endswith(".py"):
+            return getattr(importlib.import_module(module), name)
+        source = os.path.join(os.path.dirname(origin), module.rpartition(".")[2] + ".py")
+        spec = importlib.util.spec_from_file_location(module, source)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)  # not put in sys.modules: the region keeps the compiled one
+        _source_modules[module] = mod
+    return getattr(mod, name)
+
+
 class _Unpickler(pickle.Unpickler):
     """Builds only the core's state classes and plain containers, by exact name."""
 
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED:
+            if module.startswith("crdt."):
+                return _source_class(module, name)
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"a snapshot may not contain {module}.{name}")
 

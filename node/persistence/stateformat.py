@@ -66,7 +66,7 @@ import msgspec
 from msgspec import Meta, Struct
 from sortedcontainers import SortedDict
 
-from crdt.blocks import DELETED, SAMEFIELDS, Block, EntryLog
+from crdt.blocks import DELETED, SAMEFIELDS, EntryLog, restored_block
 from crdt.causal import CausalLog, Envelope
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
@@ -309,16 +309,13 @@ def _log_in(key: bytes, ls: LogS, verify: bool) -> EntryLog:
     blocks, firsts = log.blocks, log.firsts
     length = 0
     prev_last = None
-    new_block = Block.__new__
     for bs in ls.blocks:
         first, last, buf = bs.first, bs.last, bs.buf
         if last < first or (prev_last is not None and first <= prev_last):
             raise StateFormatError(f"{_where(key, ls, bs)}: blocks out of order")
         if bs.live + bs.dead == 0 or len(buf) < 3 or buf[0] > (DELETED | SAMEFIELDS) or buf[1] or buf[2]:
             raise StateFormatError(f"{_where(key, ls, bs)}: empty, or its first entry is not its first ID")
-        b = new_block(Block)
-        b.first, b.last, b.fields, b.buf, b.live, b.dead, b.lp_base = first, last, bs.fields, buf, bs.live, \
-            bs.dead, bs.lp_base
+        b = restored_block(first, last, bs.fields, buf, bs.live, bs.dead, bs.lp_base)
         if verify:
             try:
                 b.check()

@@ -197,9 +197,10 @@ class RequestParser:
             if digits.isdigit() and len(digits) < 19 and (digits[0] != 0x30 or len(digits) == 1):
                 n = int(digits)
             else:
-                n = string2ll(bytes(digits))
-                if n is None or n < 0:
+                parsed = string2ll(bytes(digits))
+                if parsed is None or parsed < 0:
                     raise ProtocolError("Protocol error: invalid bulk length")
+                n = parsed
             if n > self.max_bulk_len:
                 raise ProtocolError("Protocol error: invalid bulk length")
             if n > UNAUTH_MAX_BULK and self.auth_required is not None and self.auth_required():
@@ -208,7 +209,7 @@ class RequestParser:
             end = start + n
             if end + 2 > size:
                 break
-            argv.append(bytes(buf[start:end]) if copy else buf[start:end])
+            argv.append(bytes(buf[start:end]) if copy else buf[start:end])  # type: ignore[arg-type]
             held += n + ARG_OVERHEAD
             pos = end + 2
             remaining -= 1
