@@ -366,9 +366,9 @@ class HiredisRequestParser(RequestParser):
             reader = self._reader
             ready = self._ready
             if start == 0 and end == len(buf):
-                reader.feed(buf)  # the common case: a whole read
+                reader.feed(buf)  # type: ignore[arg-type]  # a whole read (hiredis takes any buffer; its stub says bytes)
             else:
-                reader.feed(buf, start, end - start)
+                reader.feed(buf, start, end - start)  # type: ignore[arg-type]
             try:
                 while pos < end:
                     argv = reader.gets()
