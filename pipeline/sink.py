@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Each row becomes ``XADD key IDMP pid iid * column value ...`` (a fixed ``key``
 or the value of ``keyColumn``; the other columns are the fields, nulls left
-out).  IDMP (seed 002) makes a replay harmless: the region answers a known
+out).  IDMP (idempotent production: XADD … IDMP producer iid) makes a replay harmless: the region answers a known
 (pid, iid) with the original entry's ID and adds nothing, and under
 Active-Active the pair travels with the entry, so a retry at another region is
 recognised too.
