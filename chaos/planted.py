@@ -8,7 +8,12 @@ region.  Each bug names the checker that must catch it.
 
 from __future__ import annotations
 
+import os
 import sys
+
+# A bug is planted by replacing a rule's Python function; code compiled with mypyc calls
+# compiled functions directly, past the replacement, so a planted region runs the pure source.
+os.environ["BRAID_PURE"] = "1"
 
 
 def _strict_dup() -> None:
@@ -67,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in BUGS:
         print(f"usage: python -m chaos.planted {{{','.join(BUGS)}}} <braid arguments>", file=sys.stderr)
+        return 2
+    import crdt
+
+    if not crdt.PURE:  # imported before the switch above was set: the bug would not take effect
+        print("chaos.planted: crdt was imported from its compiled build; run it as python -m chaos.planted",
+              file=sys.stderr)
         return 2
     BUGS[argv[0]][0]()
     from node.cli import main as braid
