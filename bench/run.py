@@ -703,7 +703,18 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
     lines += ["## Targets", ""] + targets(results, mem) + [""]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + kept_sections(path))
+
+
+def kept_sections(path: str) -> str:
+    """The sections other benchmarks keep in the same file (``<!-- bench.NAME:start -->`` ..
+    ``<!-- bench.NAME:end -->``, e.g. bench.pipeline's), read before it is rewritten."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return ""
+    blocks = re.finditer(r"<!-- bench\.(\w+):start -->.*?<!-- bench\.\1:end -->", text, flags=re.S)
+    return "".join("\n" + m.group(0) + "\n" for m in blocks)
 
 
 def print_tables(console: Console, results: list[Result], mem: dict) -> None:
