@@ -137,7 +137,11 @@ class Server:
     def display_argv(self) -> str:
         """The command line with the port and temp dir as placeholders."""
         text = " ".join(a if a else "''" for a in self.argv())
-        return text.replace(self.dir, "$TMP").replace(str(self.port), "$PORT").replace(sys.executable, "python")
+        text = text.replace(self.dir, "$TMP").replace(str(self.port), "$PORT").replace(sys.executable, "python")
+        exe = redis_server_exe()
+        if exe and os.environ.get("BRAID_BENCH_REDIS_SERVER"):   # a build of one's own: where it is says nothing
+            text = text.replace(exe, "$REDIS_SERVER")
+        return text
 
     def spawn(self) -> None:
         self._log = open(self.log_path, "ab")
@@ -603,7 +607,8 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
         "",
         f"- CPU: {m['cpu']}, {m['cores']} cores; memory {m['memory'] or 'n/a'}; {m['kernel']}",
         f"- Python: {m['python']} (runs Braid and the harness)",
-        f"- Redis: {m['redis']}",
+        f"- Redis: {m['redis']}" + (" (`$REDIS_SERVER`, given with --redis-server)"
+                                    if os.environ.get("BRAID_BENCH_REDIS_SERVER") else ""),
         f"- load generator: {m['benchmark']}",
         "",
         "## Servers",
@@ -819,6 +824,8 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(width=150)
     invocation = "python -m bench.run" + ("" if argv is None and len(sys.argv) <= 1
                                           else " " + " ".join(sys.argv[1:] if argv is None else argv))
+    if args.redis_server:
+        invocation = invocation.replace(args.redis_server, "$REDIS_SERVER")
     load_start = loadavg()
     started = time.monotonic()
     results: list[Result] = []
