@@ -75,8 +75,8 @@ def parser() -> argparse.ArgumentParser:
                         "(default: COPY included)")
     p.add_argument("--leave-when-written", action="store_true",
                    help="operations leave once written to the OS, not the disk, and a region whose machine "
-                        "crashed recovers its own from its peers (as regions do now; default: the earlier rule, "
-                        "operations leave once on disk)")
+                        "crashed recovers its own from its peers, as regions do now (default: off, the earlier "
+                        "rule, operations leave once on disk, which the pinned scenario schedules ran under)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run independent seeds in this many processes, 0: one per CPU (default: 1)")
     p.add_argument("--trace", action="store_true", help="print the trace of every schedule (default: failures only)")
