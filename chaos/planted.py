@@ -11,10 +11,6 @@ from __future__ import annotations
 import os
 import sys
 
-# A bug is planted by replacing a rule's Python function; code compiled with mypyc calls
-# compiled functions directly, past the replacement, so a planted region runs the pure source.
-os.environ["BRAID_PURE"] = "1"
-
 
 def _strict_dup() -> None:
     """Strict IDs minted without the region's number: two regions mint the same ID."""
@@ -73,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in BUGS:
         print(f"usage: python -m chaos.planted {{{','.join(BUGS)}}} <braid arguments>", file=sys.stderr)
         return 2
+    # A bug is planted by replacing a rule's Python function; code compiled with mypyc calls
+    # compiled functions directly, past the replacement, so a planted region runs the pure source
+    # (set here, not at import: the chaos suite imports this module to list the bugs).
+    os.environ["BRAID_PURE"] = "1"
     import crdt
 
     if not crdt.PURE:  # imported before the switch above was set: the bug would not take effect
