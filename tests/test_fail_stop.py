@@ -194,6 +194,8 @@ def test_a_long_lived_task_that_dies_stops_the_region_and_an_unseen_exception_is
         wait_until(lambda: srv.server.supervisor.steps.get("event-loop") is not None, 10, what="the loop's handler")
         assert srv.server.supervisor.steps["event-loop"].last_error == "ZeroDivisionError"
         assert srv.server.supervisor.failures == 2
+        # the fail-stop is recorded before its log line is written (from the loop's thread)
+        wait_until(lambda: _fail_stop_records(caplog), 10, what="the fail-stop's log line")
         [message] = _fail_stop_records(caplog)
         assert "test-task" in message
 
