@@ -95,14 +95,26 @@ def _client(cfg: ClusterConfig, r: RegionSpec) -> AdminClient:
     return AdminClient(f"{r.host}:{r.repl_port}", cfg.token, tls=_tls(r.name))
 
 
+# Calls that change nothing, asked again when a region is slow to answer: a region busy
+# catching up (or a loaded machine) can miss one 5 s deadline without being down.
+_READ_ONLY_CALLS = {"status": 2, "cluster_toml": 2}
+
+
 def _call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
+    attempts = _READ_ONLY_CALLS.get(method, 1)
     with _client(cfg, r) as c:
-        try:
-            return getattr(c, method)(*args)
-        except AdminCallError as e:
-            if e.unreachable:
-                raise AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True) from None
-            raise AdminError(f"region {r.name} refused: {e}") from None
+        for attempt in range(1, attempts + 1):
+            try:
+                return getattr(c, method)(*args)
+            except AdminCallError as e:
+                if e.timed_out and attempt < attempts:
+                    continue
+                if e.timed_out:
+                    raise AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable (no answer within "
+                                     f"{c.timeout:g} s, {attempts} times)", True) from None
+                if e.unreachable:
+                    raise AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True) from None
+                raise AdminError(f"region {r.name} refused: {e}") from None
 
 
 def _use_tls(args, cfg: ClusterConfig | None) -> None:

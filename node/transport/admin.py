@@ -167,9 +167,10 @@ class AdminTls:
 class AdminCallError(Exception):
     """A call that failed; ``unreachable`` tells a down region from a refused request."""
 
-    def __init__(self, message: str, unreachable: bool) -> None:
+    def __init__(self, message: str, unreachable: bool, timed_out: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        self.timed_out = timed_out  # connected (or connecting) but no answer within the call's timeout
 
 
 class AdminClient:
@@ -205,7 +206,8 @@ class AdminClient:
             details = e.details() or ""
             if unreachable and any(w in details.lower() for w in TLS_FAILURE_WORDS):
                 raise AdminCallError(f"TLS handshake failed: {details}", False) from None
-            raise AdminCallError("unreachable" if unreachable else details, unreachable) from None
+            timed_out = code == grpc.StatusCode.DEADLINE_EXCEEDED
+            raise AdminCallError("unreachable" if unreachable else details, unreachable, timed_out) from None
 
     def status(self) -> pb.RegionStatus:
         return self._call("Status", pb.Empty())
