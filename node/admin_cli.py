@@ -58,7 +58,7 @@ from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED,
     MembershipError
 
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, load
-from .membership_change import MembershipChangeError, agree, clients
+from .membership_change import MembershipChangeError, agree, clients, commit
 from .transport.admin import AdminCallError, AdminClient, AdminTls
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
@@ -375,8 +375,12 @@ def _agree(cfg: ClusterConfig, path: str | None, change: Change, console: Consol
     (frozen point, voters the commit did not reach)."""
     m = cfg.membership()
     voters = clients(cfg, m.live(), _tls_tuple())
+    names = {r.number: r.name for r in cfg.regions}
     try:
-        p, frozen, unreached = agree(change, m, voters, _ballot(), {r.number: r.name for r in cfg.regions})
+        p, frozen, unreached = agree(change, m, voters, _ballot(), names)
+        needed = m.voters(change)
+        if needed and len(unreached) == len(needed):
+            unreached = _commit_again(p, frozen, voters, needed, names, unreached)
     except (MembershipError, MembershipChangeError) as e:
         raise AdminError(str(e)) from None
     finally:
@@ -390,6 +394,32 @@ def _agree(cfg: ClusterConfig, path: str | None, change: Change, console: Consol
         print(f"braid-admin: the change was agreed, but its commit did not reach {u}: it learns the new "
               "list at its next handshake with any member", file=sys.stderr)
     return frozen, unreached
+
+
+# Every voter promised, but the commit reached none of them (they all went down in between):
+# the change has taken effect nowhere yet, and each voter keeps its promise (and a forced
+# removal's hold) until the commit comes, so it is sent again this often, for this long.
+COMMIT_RETRY_S = 1.0
+COMMIT_RETRY_FOR_S = 60.0
+
+
+def _commit_again(p, frozen, voters, needed, names, unreached: list[str]) -> list[str]:
+    print(f"braid-admin: every voter promised the change, but its commit reached none of them "
+          f"({'; '.join(unreached)}): sending it again until one has it (for up to {COMMIT_RETRY_FOR_S:g} s)",
+          file=sys.stderr)
+    deadline = time.monotonic() + COMMIT_RETRY_FOR_S
+    while True:
+        time.sleep(COMMIT_RETRY_S)
+        unreached = commit(p, frozen, voters, needed, names)
+        if len(unreached) < len(needed) or time.monotonic() >= deadline:
+            break
+    if len(unreached) == len(needed):
+        raise MembershipChangeError(
+            f"every voter promised the change, but none received its commit within {COMMIT_RETRY_FOR_S:g} s "
+            f"({'; '.join(unreached)}): it has not taken effect. Each voter keeps its promise until a change "
+            "for that epoch commits (a forced removal's voters take no more of that region's operations "
+            "meanwhile): run the same command again once they answer")
+    return unreached
 
 
 def _tls_tuple() -> tuple[bytes, bytes, bytes] | None:

@@ -74,13 +74,22 @@ def agree(change: Change, current: Membership, voters: Mapping[int, Voter], ball
                 pass  # its promise lapses: it is refused when the next proposal finds it held
         raise MembershipChangeError(f"{refusal}; nothing changed")
     frozen = max(held, default=0) if change.kind in (REMOVE, FORCE_REMOVE) else 0
+    return p, frozen, commit(p, frozen, voters, needed, names)
+
+
+def commit(p: Proposal, frozen: int, voters: Mapping[int, Voter], needed, names: Mapping[int, str]) -> list[str]:
+    """Send the commit of ``p`` (every voter promised it) to the voters ``needed``; returns
+    those it did not reach, described.  Sending it again is safe: a voter that has it
+    ignores it.  A commit that reached no voter has taken effect nowhere yet: each voter
+    keeps its promise (on disk, across restarts) until this commit, an abort or - once it
+    lapsed - another proposal comes, so the coordinator sends it again (node/admin_cli.py)."""
     unreached = []
     for n in needed:
         try:
             voters[n].commit(p, frozen)
         except AdminCallError as e:
             unreached.append(f"{names.get(n, n)} ({e})")
-    return p, frozen, unreached
+    return unreached
 
 
 def clients(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,

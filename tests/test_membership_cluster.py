@@ -266,3 +266,82 @@ def test_a_removed_or_unknown_region_is_refused_at_the_handshake_and_counted():
         c1 = cluster.proc("region-1").client()
         assert info_field(c1, "crdt_membership_refused") == "2"
         assert c1.xadd(KEY, {"alone": "1"})  # the last active region takes writes
+
+
+def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: LocalCluster, monkeypatch):
+    """Both voters of region-3's forced removal promised it, then were killed before the commit
+    reached them: braid-admin sends the commit again, and once they are back (each kept its
+    promise on disk) the removal takes effect; without that, their holds on region-3's
+    operations would stand forever."""
+    from crdt.membership import FORCE_REMOVE, Change
+    from node import admin_cli
+    from node.membership_change import clients
+
+    cfg = cluster.config
+    cluster.proc("region-3").kill()
+    m = cfg.membership()
+    change = Change(FORCE_REMOVE, 3)
+    needed = m.voters(change)
+    assert sorted(needed) == [1, 2]
+    voters = clients(cfg, needed, None, timeout=2.0)
+    try:
+        p = m.propose(change, (0, 7))
+        answers = [voters[n].promise(p) for n in needed]
+        assert all(a.ok for a in answers), answers
+        frozen = max(a.held for a in answers)
+        for name in ("region-1", "region-2"):
+            cluster.proc(name).kill()
+        monkeypatch.setattr(admin_cli, "COMMIT_RETRY_S", 0.2)
+        names = {r.number: r.name for r in cfg.regions}
+        result: dict = {}
+
+        def coordinator() -> None:
+            try:
+                result["unreached"] = admin_cli._commit_again(p, frozen, voters, needed, names,
+                                                            ["region-1 (down)", "region-2 (down)"])
+            except Exception as e:  # reported below
+                result["error"] = e
+
+        t = threading.Thread(target=coordinator)
+        t.start()
+        for name in ("region-1", "region-2"):
+            cluster.proc(name).restart()
+        t.join(admin_cli.COMMIT_RETRY_FOR_S + 10)
+        assert not t.is_alive()
+        assert "error" not in result, result
+        assert len(result["unreached"]) < len(needed), result  # one has it; the other adopts it at a handshake
+    finally:
+        for c in voters.values():
+            c.close()
+    remaining = [cluster.proc(n).client() for n in ("region-1", "region-2")]
+    for c in remaining:
+        wait_until(lambda c=c: info_field(c, "crdt_membership_epoch") == "2", 30, what="the removal everywhere")
+        assert info_field(c, "crdt_stability_held_by") == ""
+    c1, c2 = remaining
+    c1.xadd(KEY, {"after": "1"})
+    from node.testing import wait_in_sync
+
+    wait_in_sync(remaining, 30)
+
+
+def test_braid_admin_says_when_no_voter_ever_received_the_commit(monkeypatch):
+    """A commit that reaches no voter within the retry window: the change did not take effect,
+    and the error says so and what to do."""
+    from crdt.membership import Proposal
+    from node import admin_cli
+    from node.membership_change import MembershipChangeError
+    from node.transport.admin import AdminCallError
+
+    class Down:
+        calls = 0
+
+        def commit(self, p: Proposal, frozen: int) -> None:
+            Down.calls += 1
+            raise AdminCallError("unreachable", True)
+
+    monkeypatch.setattr(admin_cli, "COMMIT_RETRY_S", 0.01)
+    monkeypatch.setattr(admin_cli, "COMMIT_RETRY_FOR_S", 0.05)
+    with pytest.raises(MembershipChangeError, match="has not taken effect.*run the same command again"):
+        admin_cli._commit_again(None, 0, {1: Down(), 2: Down()}, [1, 2], {1: "region-1", 2: "region-2"},
+                                ["region-1 (unreachable)", "region-2 (unreachable)"])
+    assert Down.calls >= 2  # it was sent again

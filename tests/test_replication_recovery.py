@@ -131,7 +131,7 @@ def test_a_killed_region_on_a_running_machine_takes_writes_at_once():
 
 
 def test_the_simulation_recovers_machine_crashes_and_catches_a_region_that_does_not(monkeypatch):
-    """braid-chaos sim --leave-when-written: operations leave once written; regions whose
+    """braid-chaos sim (its default rule): operations leave once written; regions whose
     machines crashed recover their own from their peers and every check holds.  The same
     schedule with the recovery taken out mints a dot again and the checkers say so."""
     from chaos.sim import region as sim_region

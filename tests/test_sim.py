@@ -32,12 +32,16 @@ from crdt.sync import LinkState, NeedsResync
 from node.persistence import aof
 from node.resp.encoder import ReplyError
 
-SEEDS_PER_BUG = 80  # every planted bug is caught within this many seeds
+SEEDS_PER_BUG = 100  # every planted bug is caught within this many seeds
 # the fault kinds before membership changes joined them: the schedules of the cases found then
 # (their seeds replay them with these, as chaos/README.md's replay commands do)
 FAULTS_BEFORE_MEMBERSHIP = tuple(f for f in FAULTS if f != "membership")
 # schedules pinned for a case found before COPY joined the workload run without it
 # (``copies=False``, ``--no-copies``): with it, their events happen differently
+# schedules pinned for a case found under the earlier replication rule (operations left once
+# fsynced, ``leave_when_written=False``, ``--leave-when-on-disk``) replay under it: with the
+# rule regions use now, their events happen differently
+ON_DISK = False
 TIME_BOX = float(os.environ.get("BRAID_SIM_TIME_BOX", "20"))
 
 
@@ -221,7 +225,7 @@ def _count(outcome, text: str) -> int:
 def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     """With the backlog bounded, a region that was away gets a full-resync image, installs it
     and snapshots it (a later restart starts from that snapshot); every check still passes."""
-    outcome = run_sim(SimConfig(seed=seed, faults=FAULTS, copies=False))
+    outcome = run_sim(SimConfig(seed=seed, faults=FAULTS, copies=False, leave_when_written=ON_DISK))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
     assert _count(outcome, "operations trimmed") and _count(outcome, "full-resync image")
     assert _count(outcome, "installed r") and _count(outcome, "snapshot at record")
@@ -242,7 +246,7 @@ def test_regions_that_both_dropped_what_the_other_lacks_stay_apart_and_lose_noth
     the other side lacks.  No image crosses either way (it would replace what the receiver
     dropped), the conflict is reported at the handshake and by the liveness check, and every
     operation a region promised as durable is still held by the region that issued it."""
-    sim = Simulation(SimConfig(seed=18, faults=FAULTS))
+    sim = Simulation(SimConfig(seed=18, faults=FAULTS, leave_when_written=ON_DISK))
     sim.run()
     assert sim.conflicts, "the seed no longer makes both backlogs overflow"
     assert any("in conflict" in line for line in sim.sched.trace)
@@ -293,7 +297,7 @@ WRITES = ("xadd", "xdel", "xtrim", "del", "group_create", "group_destroy", "xrea
 
 
 def _settled(seed: int, copies: bool = True) -> Simulation:
-    sim = Simulation(SimConfig(seed=seed, copies=copies))
+    sim = Simulation(SimConfig(seed=seed, copies=copies, leave_when_written=ON_DISK))
     sim.run()
     verdicts = run_checks(sim)
     assert all(v.ok for v in verdicts), "\n".join(v.render() for v in verdicts if not v.ok)
@@ -414,7 +418,7 @@ def test_a_voter_that_restarts_before_the_commit_keeps_its_promise(monkeypatch):
 
     monkeypatch.setattr(ActiveActive, "attach_promise_store", recording)
     faults = ("crash", "partition", "clog", "swizzle", "clock", "membership", "reorder")
-    outcome = run_sim(SimConfig(seed=118, faults=faults, copies=False))
+    outcome = run_sim(SimConfig(seed=118, faults=faults, copies=False, leave_when_written=ON_DISK))
     assert _count(outcome, "MEMBERSHIP epoch 2: force-remove")
     assert _count(outcome, "MEMBERSHIP epoch 2: the commit did not reach r")
     assert restored  # the crashed voter came back holding the removed region's operations

@@ -73,10 +73,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-copies", action="store_true",
                    help="leave COPY out of the workload, to replay schedules recorded before it was added "
                         "(default: COPY included)")
-    p.add_argument("--leave-when-written", action="store_true",
-                   help="operations leave once written to the OS, not the disk, and a region whose machine "
-                        "crashed recovers its own from its peers, as regions do now (default: off, the earlier "
-                        "rule, operations leave once on disk, which the pinned scenario schedules ran under)")
+    p.add_argument("--leave-when-on-disk", dest="leave_when_written", action="store_false",
+                   help="the earlier replication rule: operations leave a region once their records are on "
+                        "disk (fsynced), to replay schedules recorded under it (default: as regions do, they "
+                        "leave once written to the OS, and a region whose machine crashed takes its own "
+                        "back from its peers before it takes writes)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run independent seeds in this many processes, 0: one per CPU (default: 1)")
     p.add_argument("--trace", action="store_true", help="print the trace of every schedule (default: failures only)")

@@ -16,8 +16,8 @@ same methods, the records are the real ones (``oplog.own_record`` and friends
 framed by ``aof.encode_record``), and durability is reported the same way
 (``on_durable`` tells the region which records may leave for other regions:
 written ones, and after a crash of the machine the region takes its own back
-from its peers before it mints again, as a real one does; or, without
-``--leave-when-written``, fsynced ones, as regions did before).  Time is the world's:
+from its peers before it mints again, as a real one does; or, with
+``--leave-when-on-disk``, fsynced ones, as regions did before).  Time is the world's:
 an fsync is started (:meth:`SimOperationLog.begin_fsync`) and completes later
 (:meth:`SimOperationLog.fsync_done`), and a crash in between loses it.
 

@@ -69,7 +69,10 @@ EXTRA_REGIONS = 2        # joins stop once the live members outnumber the initia
 HANDOVER_POLL_MS = 50    # braid-admin's polling while a leaver's operations are handed over
 ACTIVATION_TICK_MS = 1000  # a joining region looks whether it caught up once a virtual second
 COMMIT_MS = (1, 40)      # from the last promise to the commits: the coordinator's round trips
+COMMIT_RETRY_MS = 1000   # a commit that reached no voter is sent again (braid-admin's COMMIT_RETRY_S)
 STARTUP_RETRY_MS = 1000  # a start-up check no peer answered is asked again
+LEARN_EVERY_MS = 5000    # a region with no link up asks its peers for their lists (LEARN_EVERY_S)
+QUIET_LEARN_TRIES = 10   # ... at most this many times once the faults are healed
 ADMIN = 0                # braid-admin's number in ballots (regions are 1 and up)
 
 
@@ -202,14 +205,21 @@ class MembershipDriver:
         sim.relink(number, f"r{number} committed membership epoch {p.epoch}")
 
     def committed_everywhere(self, p: Proposal, frozen: int, then: Callable[[Proposal, int], None]) -> None:
+        sim = self.sim
+        if not any(r.aa.membership.changes.get(p.epoch) == p for r in sim.regions.values() if r.up):
+            # every voter went down between its promise and the commit: braid-admin sends the
+            # commit again until one has it (node/admin_cli.py); each kept its promise on disk
+            up = sorted(n for n in self.voting if sim.regions[n].up)
+            sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: the commit of {p.change.kind} of r{p.change.number} "
+                          f"reached no voter yet: braid-admin sends it again"
+                          f"{' to ' + ', '.join(f'r{n}' for n in up) if up else ' (no voter is up)'}")
+            delay = self.rng.randint(*COMMIT_MS)
+            for n in up:
+                SimVoter(self, sim.regions[n], delay).commit(p, frozen)
+            sim.sched.after(COMMIT_RETRY_MS + delay, self.committed_everywhere, p, frozen, then)
+            return
         self.agreeing = False
         self.voting = set()
-        sim = self.sim
-        if not any(r.up and r.aa.membership.changes.get(p.epoch) == p for r in sim.regions.values()):
-            sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: {p.change.kind} of r{p.change.number} took effect "
-                          "nowhere (every voter crashed before its commit)")
-            self.in_flight = ""
-            return
         self.committed.append(p)
         if p.change.kind in (REMOVE, FORCE_REMOVE):
             self.frozen[p.change.number] = frozen
@@ -287,7 +297,7 @@ class MembershipDriver:
             self.in_flight = ""
 
     # ------------------------------------------------------------ a region's start
-    def startup_check(self, number: int, incarnation: int) -> None:
+    def startup_check(self, number: int, incarnation: int, tries: int = 0) -> None:
         """A region's start: ask the peers of its list for their lists, adopt the newest (a
         region removed while it was down learns it here).  Asked again until some peer answers:
         a removed region that no peer dials (a removed number dials nobody, and the others do
@@ -305,6 +315,14 @@ class MembershipDriver:
             return
         _epoch, source = max(lists)
         self.hand_list(sim.regions[source], region, "its start-up check")
+        # and, as the real region (ActiveActive._keep_learning), every LEARN_EVERY_MS while no
+        # link is up: a region removed while its voters held their links to it cut is dialed
+        # by nobody afterwards, and learns it was removed only by asking (bounded once the
+        # world is quiet, so two regions asking each other cannot run it forever)
+        if region.up and not region.links and aa.membership.status(number) != REMOVED:
+            tries = 0 if sim.active else tries + 1
+            if tries < QUIET_LEARN_TRIES and (sim.active or sim.sched.pending()):
+                sim.sched.after(LEARN_EVERY_MS, self.startup_check, number, incarnation, tries)
 
     def hand_list(self, source: "SimRegion", to: "SimRegion", how: str) -> None:
         """``to`` adopts ``source``'s list if it is newer (then restarts its links)."""

@@ -117,10 +117,10 @@ class SimConfig:
     faults: tuple[str, ...] = DEFAULT_FAULTS
     bug: str | None = None
     copies: bool = True       # COPY in the workload (schedules pinned before it was run without)
-    # operations leave once their records reached the OS (as regions do now), and a region
-    # whose machine crashed takes its own back from its peers before it writes; False: they
-    # leave once fsynced, as before (the schedules the scenario tests pin ran that way)
-    leave_when_written: bool = False
+    # operations leave once their records reached the OS (as regions do), and a region whose
+    # machine crashed takes its own back from its peers before it writes; False: they leave
+    # once fsynced, the earlier rule (some schedules the scenario tests pin were recorded so)
+    leave_when_written: bool = True
 
     def command(self) -> str:
         parts = [f"braid-chaos sim --seed {self.seed} --steps {self.steps} --regions {self.regions}",
@@ -131,8 +131,8 @@ class SimConfig:
             parts.append(f"--bug {self.bug}")
         if not self.copies:
             parts.append("--no-copies")
-        if self.leave_when_written:
-            parts.append("--leave-when-written")
+        if not self.leave_when_written:
+            parts.append("--leave-when-on-disk")
         return " ".join(parts)
 
 
