@@ -76,7 +76,7 @@ from crdt.ids import MIN_ID, MAX_ID
 from crdt.membership import REMOVED
 from node import opcodec
 
-from .workload import XCFGSET_KEY, Call, delivered_ids, parse_id
+from .workload import LAYOUT, XCFGSET_KEY, Call, delivered_ids, parse_id
 
 if TYPE_CHECKING:
     from .region import SimRegion
@@ -305,12 +305,15 @@ def check_idmp(sim: "Simulation") -> Verdict:
         return Verdict("idmp", True)
     writes = _writes(sim.workload.history)
     holders: dict[bytes, list[str]] = {}
+    minted: dict[bytes, list[int]] = {}  # the milliseconds of each copy's ID
     for key, origin, i, flat in _entries(region):
         call = writes.get(flat[-1])
         if call is not None and "idmp" in call.extra and not _copied(region, origin):
             holders.setdefault(flat[-1], []).append(f"{key.decode()} {_id(i)} (r{origin})")
+            minted.setdefault(flat[-1], []).append(i[0])
     problems = [f"{w.decode()} {writes[w].extra['idmp']} added {len(h)} times: {', '.join(h)}"
-                for w, h in sorted(holders.items()) if len(h) > 1 and not _cleared_between(sim, writes[w])]
+                for w, h in sorted(holders.items())
+                if len(h) > 1 and not _cleared_between(sim, writes[w]) and not _expired_between(minted[w])]
     named: dict[tuple, dict[tuple, list[int]]] = {}
     for r in members(sim):
         for iid, id_ in idmp_maps(r).items():
@@ -320,6 +323,18 @@ def check_idmp(sim: "Simulation") -> Verdict:
                  for (key, pid, iid), ids in sorted(named.items()) if len(ids) > 1]
     return _verdict("idmp", problems, "an idempotent XADD was added more than once, or regions' IDMP maps "
                                       "name different entries for one iid")
+
+
+IDMP_DURATION_MS = int(dict(LAYOUT)[b"stream-idmp-duration"]) * 1000  # every key's window (XCFGSET sets the same)
+
+
+def _expired_between(minted: list[int]) -> bool:
+    """Was the iid past its IDMP-DURATION, by the clock of the region that added it again?
+    An iid's age is its entry ID's milliseconds against the region's own clock (crdt/idmp.py),
+    and a retry's ``*`` ID is at least that clock: a later copy minted more than the duration
+    after the first may rightly be a new entry (with the clock fault's skew, even a retry made
+    moments after the first add)."""
+    return max(minted) - min(minted) > IDMP_DURATION_MS
 
 
 def _cleared_between(sim: "Simulation", first: "Call") -> bool:
