@@ -40,7 +40,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -180,7 +180,7 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCou
                     counts.remote += 1
                 at += 1
             except ValueError as e:
-                number = records[own.at][0] if own.failed else number
+                number = records[own.failed_at][0] if own.failed_at is not None else number
                 raise LoadError(f"record {number} of the append-only file cannot be replayed: {e}") from None
     finally:
         server.replaying = False
@@ -249,17 +249,14 @@ class _OwnReplay:
         self._deps_at = -1         # the causal log's end when _expected was right
         self._expected: list = []  # the dependencies the next operation must carry, as pairs
         self._own: list | None = None  # this region's pair in it
-        self.at = 0           # the record being replayed
-        self.failed = False   # a record of a run raised (self.at says which)
+        self.failed_at: int | None = None  # the index of the record a run could not apply
 
     def replay_run(self, records: list, start: int) -> int:
         """Replay ``records[start:]`` while they are ``o`` records this path recognises;
         returns the index of the first one it left (``start``: none replayed).  ValueError
-        when a recognised record cannot be applied (``failed`` and ``at`` name it)."""
-        db = self.db
-        keys, limits, causal = db.keys, db.limits, self.causal
-        decode, append_entry, apply = _raw_decode, ops.append_entry, ops.apply
+        when a recognised record cannot be applied (``failed_at`` is its index)."""
         at, end = start, len(records)
+        decode = _raw_decode
         while at < end:
             _number, kind, payload = records[at]
             if kind != OP_REPLICATED:
@@ -273,41 +270,48 @@ class _OwnReplay:
             entries = rec[1]
             if not _recognised(entries):  # checked first: nothing is applied from a malformed record
                 break
-            self.at, self.failed = at, True
-            for e in entries:
-                if type(e) is bytes:
-                    data = e
-                elif causal is None:
-                    apply_own(self.server, 0, OwnOperation(e[0], e[1], _deps(e[2])))
-                    continue
-                else:
-                    data = e[0]
-                try:
-                    v = decode(data)
-                except msgspec.DecodeError as err:
-                    raise ValueError(f"undecodable operation: {type(err).__name__}: {err}") from None
-                plain_add = (type(v) is list and len(v) == 9 and v[0] == _ADD_ENTRY_TAG and type(v[0]) is int
-                             and type(v[3]) is list and type(v[4]) is list
-                             and v[5] is None and v[6] is None and v[7] is None and v[8] is None)
-                op = None if plain_add else _op(v, data)
-                if data is not e:
-                    self._check_dot(e[1], e[2])
-                try:
-                    if plain_add:  # an XADD without IDMP: AddEntry(key, origin, id, fields) as _op builds it
-                        append_entry(keys, v[1], v[2], tuple(v[3]), v[4], limits)
-                    else:
-                        apply(keys, op, limits)
-                except (TypeError, AttributeError, KeyError, IndexError, ValueError) as err:
-                    raise ValueError(f"the operation cannot be applied: {type(err).__name__}: {err}") from None
-                if type(e) is list:
-                    causal.stamp(data)
-                    self.arrivals.append(self.loaded_at)
-                    if self._deps_at == causal.end - 1 and self._own is not None:
-                        self._deps_at += 1
-                        self._own[1] += 1  # the next operation depends on this one
-            self.failed = False
+            try:
+                for e in entries:
+                    self._apply(e)
+            except ValueError:
+                self.failed_at = at
+                raise
             at += 1
         return at
+
+    def _apply(self, e: "bytes | list") -> None:
+        """Apply one entry of an ``o`` record (its shape checked), as apply_own would."""
+        causal = self.causal
+        if type(e) is bytes:
+            data = e
+        elif causal is None:
+            apply_own(self.server, 0, OwnOperation(e[0], e[1], _deps(e[2])))
+            return
+        else:
+            data = e[0]
+        try:
+            add = _decode_plain_add(data)  # (tag, key, origin, id, fields, None, None, None, None)
+            op = None
+        except msgspec.ValidationError:  # another operation, or an XADD with IDMP
+            add, op = None, _op(data)
+        except msgspec.DecodeError as err:
+            raise ValueError(f"undecodable operation: {type(err).__name__}: {err}") from None
+        if data is not e:
+            self._check_dot(e[1], e[2])
+        db = self.db
+        try:
+            if add is not None:  # AddEntry(key, origin, id, fields): appended without building it
+                ops.append_entry(db.keys, add[1], add[2], add[3], add[4], db.limits)
+            else:
+                ops.apply(db.keys, op, db.limits)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"the operation cannot be applied: {type(err).__name__}: {err}") from None
+        if data is not e:
+            causal.stamp(data)
+            self.arrivals.append(self.loaded_at)
+            if self._deps_at == causal.end - 1 and self._own is not None:
+                self._deps_at += 1
+                self._own[1] += 1  # the next operation depends on this one
 
     def _check_dot(self, n: int, deps: list) -> None:
         """ValueError unless the causal log stamps the next operation with dot ``n`` and
@@ -339,6 +343,11 @@ def _deps(pairs: list) -> tuple:
 
 _raw_decode = msgspec.msgpack.Decoder().decode
 _ADD_ENTRY_TAG = 0  # node/opcodec.py's OPS
+# The operation nearly every record of a log of writes holds: an AddEntry (tag 0) without
+# IDMP - key, origin, ID, fields, and no producer, iid, dot or dependencies.  Decoding to
+# this exact shape checks it in C; anything else is refused (ValidationError) and goes to _op.
+_decode_plain_add = msgspec.msgpack.Decoder(
+    tuple[Literal[0], bytes, int, tuple[int, int], list[bytes], None, None, None, None]).decode
 
 
 def _recognised(entries: list) -> bool:
@@ -351,12 +360,12 @@ def _recognised(entries: list) -> bool:
     return True
 
 
-def _op(v: object, data: bytes) -> "ops.Op":
-    """:func:`node.opcodec.decode` of an operation's bytes ``data``, decoded as ``v``
-    (ValueError if undecodable), with an AddEntry - the operation nearly every record holds - built from
+def _op(data: bytes) -> "ops.Op":
+    """:func:`node.opcodec.decode` (ValueError if undecodable), with an AddEntry - the operation nearly every record holds - built from
     its array without the generic field table (the same values: IDs and dots as tuples, the
     version vector with int keys)."""
     try:
+        v = _raw_decode(data)
         if type(v) is list and len(v) == 9 and v[0] == _ADD_ENTRY_TAG and type(v[0]) is int:
             _tag, key, origin, id_, fields, pid, iid, dot, deps = v
             return ops.AddEntry(key, origin, None if id_ is None else tuple(id_),
