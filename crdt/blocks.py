@@ -151,7 +151,12 @@ class Block:
     def append(self, id_: StreamID, flat: Sequence[bytes]) -> None:
         fields = self.fields
         n = len(flat) // 2
-        same = n == len(fields) and tuple(flat[0::2]) == fields
+        same = n == len(fields) and len(flat) == 2 * n
+        if same:  # the field names are the master entry's (compared in place: no tuple built)
+            for k in range(n):
+                if flat[2 * k] != fields[k]:
+                    same = False
+                    break
         out = self.buf
         out.append(SAMEFIELDS if same else 0)
         msd = id_[0] - self.first[0]
@@ -365,7 +370,9 @@ class EntryLog:
         tail = self.blocks[-1] if self.blocks else None
         if tail is not None:
             limit = max_bytes if 0 < max_bytes <= LISTPACK_MAX_SIZE else LISTPACK_MAX_SIZE
-            totelelen = sum(map(len, flat))
+            totelelen = 0
+            for x in flat:
+                totelelen += len(x)
             if tail.lp_bytes + totelelen >= limit or (
                 max_entries and tail.live + tail.dead >= max_entries
             ):
