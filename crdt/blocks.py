@@ -88,12 +88,9 @@ def lp_int_size(v: int) -> int:
     return n + _lp_backlen(n)
 
 
-_NUMERIC_START = frozenset(b"-0123456789")
-
-
 def lp_str_size(s: bytes) -> int:
     """Bytes a string element takes in a listpack (integers are packed)."""
-    if len(s) <= 20 and s and s[0] in _NUMERIC_START:
+    if len(s) <= 20 and s and (s[0] == 45 or 48 <= s[0] <= 57):  # starts with "-" or a digit
         v = string2ll(s)
         if v is not None:
             return lp_int_size(v)
@@ -163,7 +160,8 @@ class Block:
         seqd = id_[1] - self.first[1]
         zseq = (seqd << 1) if seqd >= 0 else ((-seqd) << 1) - 1
         if msd < 0x80 and zseq < 0x80:  # the usual entry: a few ms and sequence numbers after the first
-            out += bytes((msd, zseq))
+            out.append(msd)
+            out.append(zseq)
         else:
             _put_uvarint(out, msd)
             _put_uvarint(out, zseq)
