@@ -27,9 +27,10 @@ nothing is loaded.  Then every record is replayed in order
 
 Most records of a log of writes are this region's own operations, so those take a bulk
 path (:class:`_OwnReplay`) with the same effect and the same checks, and the work only a
-live region needs left out: no per-operation tuples, an XADD's operation built straight
-from its msgpack array, the expected dependencies kept between stamps instead of sorted
-again, and no replication links woken.  Anything it does not recognise goes the general
+live region needs left out: a run of records per call, no per-operation tuples, an XADD
+without IDMP decoded into its exact shape and appended to its stream without building the
+operation, the expected dependencies kept between stamps instead of sorted again, and no
+replication links woken.  Anything it does not recognise goes the general
 way, which reports it.  How long a start may spend replaying is bounded by snapshots
 (``auto-aof-rewrite-max-replay-ms``, :func:`node.persistence.oplog.rewrite_due`).
 """
@@ -361,9 +362,9 @@ def _recognised(entries: list) -> bool:
 
 
 def _op(data: bytes) -> "ops.Op":
-    """:func:`node.opcodec.decode` (ValueError if undecodable), with an AddEntry - the operation nearly every record holds - built from
-    its array without the generic field table (the same values: IDs and dots as tuples, the
-    version vector with int keys)."""
+    """:func:`node.opcodec.decode` (ValueError if undecodable), with an AddEntry - the
+    operation nearly every record holds - built from its array without the generic field
+    table (the same values: IDs and dots as tuples, the version vector with int keys)."""
     try:
         v = _raw_decode(data)
         if type(v) is list and len(v) == 9 and v[0] == _ADD_ENTRY_TAG and type(v[0]) is int:
