@@ -15,7 +15,9 @@ For each file: a fresh region in this process loads it (``open_log``: scan, snap
 ``--repeat`` times - CPU seconds (``time.process_time``, so other work on a shared machine
 disturbs it less) and wall seconds - and a real ``braid node`` process is started on a copy of
 the directory until it answers PING (the wall clock a user sees: interpreter start, imports,
-the load), ``--repeat`` times.  ``--no-snapshot-only``: only the first file.  Medians are printed, with every run.  A measurement, not a test.
+the load; and the CPU seconds the process used until then), ``--repeat`` times.
+``--no-snapshot-only``: only the first file.  Medians are printed, with every run.  A measurement,
+not a test.
 """
 
 from __future__ import annotations
@@ -98,8 +100,20 @@ def load(directory: str, cluster, auto: bool) -> tuple[float, float, int]:
     return cpu, wall, records
 
 
-def process_start(directory: str, cluster_file: str | None, scratch: str) -> float:
-    """Wall seconds from spawning ``braid node`` on a copy of ``directory`` until it answers PING."""
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a running process has used (Linux's /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def process_start(directory: str, cluster_file: str | None, scratch: str) -> tuple[float, float | None]:
+    """Wall seconds from spawning ``braid node`` on a copy of ``directory`` until it answers PING,
+    and the CPU seconds the process used until then (None where it cannot be read): on a
+    machine other work shares, the wall clock depends on the load, the CPU much less."""
     copy = os.path.join(scratch, "start")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(os.path.join(directory, "appendonlydir"), os.path.join(copy, "appendonlydir"))
@@ -123,7 +137,7 @@ def process_start(directory: str, cluster_file: str | None, scratch: str) -> flo
                 if time.perf_counter() > deadline:
                     raise TimeoutError(f"braid node did not answer PING within {START_DEADLINE_S} s")
                 time.sleep(0.01)  # polling a process we wait for, not synchronising a test
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, _cpu_seconds(proc.proc.pid)
         finally:
             proc.stop()
 
@@ -160,8 +174,11 @@ def main() -> None:
             starts = [] if args.no_process else [process_start(directory, cluster_file, directory)
                                                  for _ in range(args.repeat if auto else args.process_runs or args.repeat)]
             if starts:
-                print(f"  braid node start until PING: median {statistics.median(starts):.2f} s wall; runs: "
-                      + ", ".join(f"{s:.2f}" for s in starts))
+                cpus = [c for _, c in starts if c is not None]
+                cpu_text = f" ({statistics.median(cpus):.2f} s CPU of the process)" if cpus else ""
+                print(f"  braid node start until PING: median {statistics.median(w for w, _ in starts):.2f} s wall"
+                      f"{cpu_text}; runs (wall s / CPU s): "
+                      + ", ".join(f"{w:.2f} / {c if c is None else round(c, 2)}" for w, c in starts))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     print(f"load average {os.getloadavg()[0]:.2f}")

@@ -88,12 +88,9 @@ def lp_int_size(v: int) -> int:
     return n + _lp_backlen(n)
 
 
-_NUMERIC_START = frozenset(b"-0123456789")
-
-
 def lp_str_size(s: bytes) -> int:
     """Bytes a string element takes in a listpack (integers are packed)."""
-    if len(s) <= 20 and s and s[0] in _NUMERIC_START:
+    if len(s) <= 20 and s and (s[0] == 45 or 48 <= s[0] <= 57):  # starts with "-" or a digit
         v = string2ll(s)
         if v is not None:
             return lp_int_size(v)
@@ -151,14 +148,20 @@ class Block:
     def append(self, id_: StreamID, flat: Sequence[bytes]) -> None:
         fields = self.fields
         n = len(flat) // 2
-        same = n == len(fields) and tuple(flat[0::2]) == fields
+        same = n == len(fields) and len(flat) == 2 * n
+        if same:  # the field names are the master entry's (compared in place: no tuple built)
+            for k in range(n):
+                if flat[2 * k] != fields[k]:
+                    same = False
+                    break
         out = self.buf
         out.append(SAMEFIELDS if same else 0)
         msd = id_[0] - self.first[0]
         seqd = id_[1] - self.first[1]
         zseq = (seqd << 1) if seqd >= 0 else ((-seqd) << 1) - 1
         if msd < 0x80 and zseq < 0x80:  # the usual entry: a few ms and sequence numbers after the first
-            out += bytes((msd, zseq))
+            out.append(msd)
+            out.append(zseq)
         else:
             _put_uvarint(out, msd)
             _put_uvarint(out, zseq)
@@ -365,7 +368,9 @@ class EntryLog:
         tail = self.blocks[-1] if self.blocks else None
         if tail is not None:
             limit = max_bytes if 0 < max_bytes <= LISTPACK_MAX_SIZE else LISTPACK_MAX_SIZE
-            totelelen = sum(map(len, flat))
+            totelelen = 0
+            for x in flat:
+                totelelen += len(x)
             if tail.lp_bytes + totelelen >= limit or (
                 max_entries and tail.live + tail.dead >= max_entries
             ):

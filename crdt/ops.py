@@ -283,6 +283,9 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
     """Apply ``op`` to the keyspace ``keys``; returns what the reply needs."""
     t = type(op)
     if t is AddEntry:
+        if op.pid is None:
+            append_entry(keys, op.key, op.origin, op.id, op.fields, limits)
+            return op.id
         s = keys.stream(op.key, limits)
         if keys.active_active:
             if op.id > keys.id_floor.get(op.key, (0, 0)):
@@ -361,6 +364,18 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
         keys.note_idmp(op.key)
         return True
     raise TypeError(f"unknown operation {op!r}")
+
+
+def append_entry(keys: Keyspace, key: bytes, origin: int, id_: StreamID, fields: list, limits: Limits) -> None:
+    """:func:`apply` of an :class:`AddEntry` without an IDMP producer (``pid`` None), given
+    its parts: a start replaying a log of XADDs calls it once per record, without building
+    the operation it would throw away."""
+    s = keys.get(key)
+    if s is None:
+        s = keys.stream(key, limits)
+    if keys.active_active and id_ > keys.id_floor.get(key, MIN_ID):
+        keys.id_floor[key] = id_
+    s.add(origin, id_, fields, limits.node_max_entries, limits.node_max_bytes)
 
 
 def touched_keys(keys: Keyspace, op: Op) -> list[bytes]:

@@ -77,9 +77,11 @@ class Stream:
         """Append an entry with an already validated ID."""
         self.log(origin).append(id_, flat, max_entries, max_bytes)
         self.entries_added += 1
-        if id_ > self.last_id:
+        # compared number by number: compiled, the IDs stay unboxed (comparing the tuples boxes both)
+        last, first = self.last_id, self.first_id
+        if id_[0] > last[0] or (id_[0] == last[0] and id_[1] > last[1]):
             self.last_id = id_
-        if self.first_id == MIN_ID:  # the stream was empty (IDs are > 0-0)
+        if first[0] == 0 and first[1] == 0:  # the stream was empty (IDs are > 0-0)
             self.first_id = id_
 
     def delete_ids(self, ids: Sequence[StreamID], origins: Sequence[int] | None = None) -> int:

@@ -131,6 +131,53 @@ def test_reader_random_chunks(records, cuts):
     assert out == records
 
 
+def _one_by_one(chunks: list[bytes], max_payload: int) -> tuple[list, object, list]:
+    """next_record over ``chunks``: (records, the error's (offset, reason, may_be_torn) or None, last_offsets)."""
+    reader, out, lasts = RecordReader(max_payload), [], []
+    try:
+        for chunk in chunks:
+            reader.feed(chunk)
+            while (record := reader.next_record()) is not None:
+                out.append(record)
+            lasts.append((reader.last_offset, reader.offset, reader.pending))
+    except RecordError as e:
+        return out, (e.offset, e.reason, e.may_be_torn), lasts
+    return out, None, lasts
+
+
+def _in_bulk(chunks: list[bytes], max_payload: int) -> tuple[list, object, list]:
+    reader, out, lasts = RecordReader(max_payload), [], []
+    try:
+        for chunk in chunks:
+            reader.feed(chunk)
+            reader.take_records(out, 10 + len(out))
+            lasts.append((reader.last_offset, reader.offset, reader.pending))
+    except RecordError as e:
+        err = (e.offset, e.reason, e.may_be_torn)
+        with pytest.raises(RecordError):  # sticky, as next_record's
+            reader.take_records(out, 0)
+        return _unnumbered(out), err, lasts
+    return _unnumbered(out), None, lasts
+
+
+def _unnumbered(out: list) -> list:
+    assert [n for n, _, _ in out] == list(range(10, 10 + len(out)))
+    return [(k, p) for _, k, p in out]
+
+
+@given(records=records_st, cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=20),
+       damage=st.one_of(st.none(), st.tuples(st.integers(min_value=0), st.integers(min_value=1, max_value=255))),
+       max_payload=st.sampled_from([aof.MAX_PAYLOAD, 200]))
+def test_take_records_reads_what_next_record_reads(records, cuts, damage, max_payload):
+    """The bulk reader a load uses gives the same records, offsets and errors, damaged bytes included."""
+    data = bytearray(b"".join(encode_record(k, p) for k, p in records))
+    if damage is not None and data:
+        data[damage[0] % len(data)] ^= damage[1]
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    chunks = [bytes(data[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert _in_bulk(chunks, max_payload) == _one_by_one(chunks, max_payload)
+
+
 def test_reader_rejects_huge_length_without_waiting_for_the_payload():
     reader = RecordReader(max_payload=100)
     reader.feed(encode_record(OP_REPLICATED, b"ok") + struct.pack("<IQ", 101, 0) + b"\x01")

@@ -181,3 +181,25 @@ def test_an_iid_leaves_the_map_only_once_stable_and_a_later_add_is_kept_everywhe
     ops.apply(r1, again, limits)   # forgot X: a new entry
     ops.apply(r3, again, limits)   # still holds X -> (10, 1), but the add came after it: kept too
     assert _entries(r1) == _entries(r3) == [(10, 1), (11, 1), (20, 2)]
+
+
+def test_append_entry_is_apply_of_an_add_without_idmp():
+    """What a replay calls per XADD record: the same stream, ID floor and restored IDMP maps as
+    applying the AddEntry, in a one-region and an Active-Active keyspace."""
+    limits = ops.Limits(node_max_entries=2)
+    for active_active in (False, True):
+        applied, appended = ops.Keyspace(active_active=active_active), ops.Keyspace(active_active=active_active)
+        kept = {}
+        for keys in (applied, appended):  # a dropped key's IDMP maps, taken back when it is created again
+            kept[id(keys)] = keys.idmp_kept[b"k"] = ops.Stream(5, 5).idmp
+        for n, (origin, id_) in enumerate([(1, (5, 1)), (2, (5, 2)), (1, (7, 1)), (2, (6, 2))]):
+            fields = [b"f", b"v%d" % n, b"g", b"w"]
+            assert ops.apply(applied, ops.AddEntry(b"k", origin, id_, list(fields)), limits) == id_
+            ops.append_entry(appended, b"k", origin, id_, list(fields), limits)
+        a, b = applied[b"k"], appended[b"k"]
+        assert (a.last_id, a.first_id, a.entries_added, a.length) == (b.last_id, b.first_id, b.entries_added, b.length)
+        assert a.last_id == (7, 1) and a.first_id == (5, 1) and a.length == 4
+        assert [list(log.blocks[i].buf for i in range(len(log.blocks))) for log in a.logs.values()] == \
+               [list(log.blocks[i].buf for i in range(len(log.blocks))) for log in b.logs.values()]
+        assert applied.id_floor == appended.id_floor == ({b"k": (7, 1)} if active_active else {})
+        assert a.idmp is kept[id(applied)] and b.idmp is kept[id(appended)] and not appended.idmp_kept

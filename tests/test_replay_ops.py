@@ -206,6 +206,24 @@ def test_a_malformed_operation_record_stops_the_load_naming_it(tmp_path, entry, 
         Region(str(tmp_path), number)
 
 
+GOOD_ADD = b"\x99\x00\xc4\x01s\x01\x92\x05\x00\x92\xc4\x01f\xc4\x01v\xc0\xc0\xc0\xc0"  # AddEntry s 5-0 f v
+
+
+@pytest.mark.parametrize("entry,why", [
+    (GOOD_ADD[:8], "undecodable operation"),                                  # an XADD cut short
+    (GOOD_ADD.replace(b"\x92\x05\x00", b"\x91\x06"), "the operation cannot be applied"),  # an ID of one number
+])
+def test_a_bad_xadd_after_good_ones_stops_the_load_naming_its_record(tmp_path, entry, why):
+    """The bulk path replays a run of records in one call: an error names the record it is in."""
+    log = aof.AppendLog.open(str(tmp_path / "appendonlydir"))
+    log.append(aof.OP_REPLICATED, msgspec.msgpack.encode([b"o", [GOOD_ADD]]))
+    log.append(aof.OP_REPLICATED, msgspec.msgpack.encode([b"o", [GOOD_ADD.replace(b"\x05", b"\x06")]]))
+    log.append(aof.OP_REPLICATED, msgspec.msgpack.encode([b"o", [entry]]))
+    log.close()
+    with pytest.raises(LoadError, match=f"record 3 of the append-only file cannot be replayed: .*{why}"):
+        Region(str(tmp_path), None)
+
+
 def _v1_command(now_ms: int, argv: list[str], id_mode: str | None = None) -> bytes:
     rec = [b"c", now_ms, [a.encode() for a in argv]]
     return msgspec.msgpack.encode(rec if id_mode is None else [*rec, id_mode.encode()])

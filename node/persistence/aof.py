@@ -210,6 +210,46 @@ class RecordReader:
         self._pos = end
         return kind, bytes(buf[pos + HEADER_SIZE : end])
 
+    def take_records(self, out: list, number: int) -> int:
+        """Append ``(number, kind, payload)`` to ``out`` for every complete record buffered,
+        numbering from ``number``; returns how many.  The same records, checks and errors as
+        calling :meth:`next_record` until None (a load reads a whole log: one call per chunk
+        instead of one per record).  On damage the records before it are in ``out`` already
+        when :class:`RecordError` is raised."""
+        if self._error is not None:
+            raise self._error
+        buf, pos = self._buf, self._pos
+        size, limit = len(buf), self.max_payload
+        unpack, digest, kinds, append = _PREFIX.unpack_from, xxh3_64_intdigest, KINDS, out.append
+        taken, last = 0, -1
+        reason, may_be_torn = None, True
+        with memoryview(buf) as view:
+            while size - pos >= HEADER_SIZE:
+                length, checksum = unpack(buf, pos)
+                if length > limit:
+                    reason = f"record length {length} exceeds the maximum {limit}"
+                    break
+                start = pos + _KIND_AT
+                end = start + 1 + length
+                if end > size:
+                    break
+                if digest(view[start:end]) != checksum:
+                    reason = "checksum mismatch"
+                    break
+                kind = buf[start]
+                if kind not in kinds:
+                    reason, may_be_torn = f"unknown record kind {kind}", False
+                    break
+                append((number + taken, kind, view[start + 1:end].tobytes()))
+                taken += 1
+                last, pos = pos, end
+        if taken:
+            self.last_offset = self._base + last
+        self._pos = pos
+        if reason is not None:
+            self._fail(reason, may_be_torn)
+        return taken
+
     def _fail(self, reason: str, may_be_torn: bool = True) -> None:
         self._error = RecordError(self.offset, reason, may_be_torn)
         raise self._error
@@ -371,16 +411,19 @@ def _scan_segment(path: str, first: int, is_last: bool, records: list | None) ->
     """(valid record count, torn tail or None) of one segment; appends to ``records``."""
     reader = RecordReader()
     count = 0
+    out = records if records is not None else []
     with open(path, "rb") as f:
         while chunk := f.read(_READ_CHUNK):
             reader.feed(chunk)
+            before = len(out)
             try:
-                while (record := reader.next_record()) is not None:
-                    if records is not None:
-                        records.append((first + count, *record))
-                    count += 1
+                count += reader.take_records(out, first + count)
             except RecordError as e:
+                count += len(out) - before
                 return count, _classify(path, e.offset, e.reason, is_last, e.may_be_torn)
+            finally:
+                if records is None:
+                    out.clear()
     if reader.pending:
         reason = f"incomplete record ({reader.pending} bytes at the end of the file)"
         return count, _classify(path, reader.offset, reason, is_last, True)

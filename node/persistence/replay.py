@@ -27,9 +27,10 @@ nothing is loaded.  Then every record is replayed in order
 
 Most records of a log of writes are this region's own operations, so those take a bulk
 path (:class:`_OwnReplay`) with the same effect and the same checks, and the work only a
-live region needs left out: no per-operation tuples, an XADD's operation built straight
-from its msgpack array, the expected dependencies kept between stamps instead of sorted
-again, and no replication links woken.  Anything it does not recognise goes the general
+live region needs left out: a run of records per call, no per-operation tuples, an XADD
+without IDMP decoded into its exact shape and appended to its stream without building the
+operation, the expected dependencies kept between stamps instead of sorted again, and no
+replication links woken.  Anything it does not recognise goes the general
 way, which reports it.  How long a start may spend replaying is bounded by snapshots
 (``auto-aof-rewrite-max-replay-ms``, :func:`node.persistence.oplog.rewrite_due`).
 """
@@ -40,7 +41,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -48,7 +49,7 @@ from crdt import ops
 
 from .. import opcodec
 from . import snapshot as snap
-from .aof import OP_LOCAL, CorruptLog, scan, truncate_torn
+from .aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
 from .oplog import OwnOperation, decode_local, decode_replicated
 
 if TYPE_CHECKING:
@@ -154,24 +155,33 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCou
     settings = dict(server.config.values)  # a replayed CONFIG SET lasts only for the replay
     server.replaying = True
     own = _OwnReplay(server)
+    at, end = 0, len(records)
     try:
-        for number, kind, payload in records:
+        while at < end:
+            number, kind, payload = records[at]
             try:
                 if kind == OP_LOCAL:
                     counts.differences += _replay_local(server, client, number, payload)
                     counts.commands += 1
-                elif own.replay(payload):  # this region's own operations, without the general decoding
+                    at += 1
+                    continue
+                # this region's own operations, as many records as follow, without the general decoding
+                done = own.replay_run(records, at)
+                if done > at:
+                    counts.own += done - at
+                    at = done
+                    continue
+                rec = decode_replicated(payload)
+                if type(rec) is list:
+                    for entry in rec:
+                        apply_own(server, number, entry)
                     counts.own += 1
                 else:
-                    rec = decode_replicated(payload)
-                    if type(rec) is list:
-                        for entry in rec:
-                            apply_own(server, number, entry)
-                        counts.own += 1
-                    else:
-                        _replay_remote(server, rec)
-                        counts.remote += 1
+                    _replay_remote(server, rec)
+                    counts.remote += 1
+                at += 1
             except ValueError as e:
+                number = records[own.failed_at][0] if own.failed_at is not None else number
                 raise LoadError(f"record {number} of the append-only file cannot be replayed: {e}") from None
     finally:
         server.replaying = False
@@ -219,12 +229,13 @@ def apply_own(server: "Server", number: int, entry: OwnOperation) -> object:
 class _OwnReplay:
     """The bulk path for ``o`` records - this region's own operations, nearly every record of
     a log of writes - with exactly the effect of :func:`decode_replicated` and
-    :func:`apply_own`, minus their per-record work: no :class:`OwnOperation` tuples, an
-    :class:`~crdt.ops.AddEntry` built straight from its msgpack array (:func:`_op`), and a
-    sent operation stamped by the causal log itself (the hub's ``issue`` also wakes the
-    replication links, which do not run during a load).  A record this path does not
-    recognise - malformed, or another kind - is left to the general path (``replay``
-    returns False before changing anything), which decodes and reports it as before.
+    :func:`apply_own`, minus their per-record work: one call for a run of records, no
+    :class:`OwnOperation` tuples, an XADD without IDMP appended to its stream straight from
+    its msgpack array (:func:`crdt.ops.append_entry`), other operations built from theirs
+    (:func:`_op`), and a sent operation stamped by the causal log itself (the hub's
+    ``issue`` also wakes the replication links, which do not run during a load).  A record
+    this path does not recognise - malformed, or another kind - ends the run before anything
+    of it is changed, and is left to the general path, which decodes and reports it as before.
     """
 
     def __init__(self, server: "Server") -> None:
@@ -239,42 +250,69 @@ class _OwnReplay:
         self._deps_at = -1         # the causal log's end when _expected was right
         self._expected: list = []  # the dependencies the next operation must carry, as pairs
         self._own: list | None = None  # this region's pair in it
+        self.failed_at: int | None = None  # the index of the record a run could not apply
 
-    def replay(self, payload: bytes) -> bool:
-        try:
-            rec = _raw_decode(payload)
-        except msgspec.DecodeError:
-            return False
-        if type(rec) is not list or len(rec) != 2 or rec[0] != b"o" or type(rec[1]) is not list:
-            return False
-        entries = rec[1]
-        for e in entries:  # checked first, as _decode_own does: nothing is applied from a malformed record
-            if type(e) is not bytes and (type(e) is not list or len(e) != 3 or type(e[0]) is not bytes
-                                         or type(e[1]) is not int or type(e[2]) is not list):
-                return False
-        db = self.db
-        keys, limits, causal = db.keys, db.limits, self.causal
-        for e in entries:
-            if type(e) is bytes:
-                op = _op(e)
-            elif causal is None:
-                apply_own(self.server, 0, OwnOperation(e[0], e[1], _deps(e[2])))
-                continue
-            else:
-                data = e[0]
-                op = _op(data)
-                self._check_dot(e[1], e[2])
+    def replay_run(self, records: list, start: int) -> int:
+        """Replay ``records[start:]`` while they are ``o`` records this path recognises;
+        returns the index of the first one it left (``start``: none replayed).  ValueError
+        when a recognised record cannot be applied (``failed_at`` is its index)."""
+        at, end = start, len(records)
+        decode = _raw_decode
+        while at < end:
+            _number, kind, payload = records[at]
+            if kind != OP_REPLICATED:
+                break
             try:
-                ops.apply(keys, op, limits)
-            except (TypeError, AttributeError, KeyError, IndexError, ValueError) as err:
-                raise ValueError(f"the operation cannot be applied: {type(err).__name__}: {err}") from None
-            if type(e) is list:
-                causal.stamp(data)
-                self.arrivals.append(self.loaded_at)
-                if self._deps_at == causal.end - 1 and self._own is not None:
-                    self._deps_at += 1
-                    self._own[1] += 1  # the next operation depends on this one
-        return True
+                rec = decode(payload)
+            except msgspec.DecodeError:
+                break
+            if type(rec) is not list or len(rec) != 2 or rec[0] != b"o" or type(rec[1]) is not list:
+                break
+            entries = rec[1]
+            if not _recognised(entries):  # checked first: nothing is applied from a malformed record
+                break
+            try:
+                for e in entries:
+                    self._apply(e)
+            except ValueError:
+                self.failed_at = at
+                raise
+            at += 1
+        return at
+
+    def _apply(self, e: "bytes | list") -> None:
+        """Apply one entry of an ``o`` record (its shape checked), as apply_own would."""
+        causal = self.causal
+        if type(e) is bytes:
+            data = e
+        elif causal is None:
+            apply_own(self.server, 0, OwnOperation(e[0], e[1], _deps(e[2])))
+            return
+        else:
+            data = e[0]
+        try:
+            add = _decode_plain_add(data)  # (tag, key, origin, id, fields, None, None, None, None)
+            op = None
+        except msgspec.ValidationError:  # another operation, or an XADD with IDMP
+            add, op = None, _op(data)
+        except msgspec.DecodeError as err:
+            raise ValueError(f"undecodable operation: {type(err).__name__}: {err}") from None
+        if data is not e:
+            self._check_dot(e[1], e[2])
+        db = self.db
+        try:
+            if add is not None:  # AddEntry(key, origin, id, fields): appended without building it
+                ops.append_entry(db.keys, add[1], add[2], add[3], add[4], db.limits)
+            else:
+                ops.apply(db.keys, op, db.limits)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"the operation cannot be applied: {type(err).__name__}: {err}") from None
+        if data is not e:
+            causal.stamp(data)
+            self.arrivals.append(self.loaded_at)
+            if self._deps_at == causal.end - 1 and self._own is not None:
+                self._deps_at += 1
+                self._own[1] += 1  # the next operation depends on this one
 
     def _check_dot(self, n: int, deps: list) -> None:
         """ValueError unless the causal log stamps the next operation with dot ``n`` and
@@ -306,6 +344,21 @@ def _deps(pairs: list) -> tuple:
 
 _raw_decode = msgspec.msgpack.Decoder().decode
 _ADD_ENTRY_TAG = 0  # node/opcodec.py's OPS
+# The operation nearly every record of a log of writes holds: an AddEntry (tag 0) without
+# IDMP - key, origin, ID, fields, and no producer, iid, dot or dependencies.  Decoding to
+# this exact shape checks it in C; anything else is refused (ValidationError) and goes to _op.
+_decode_plain_add = msgspec.msgpack.Decoder(
+    tuple[Literal[0], bytes, int, tuple[int, int], list[bytes], None, None, None, None]).decode
+
+
+def _recognised(entries: list) -> bool:
+    """Whether each of an ``o`` record's entries has the shape :func:`decode_replicated` reads:
+    an operation's bytes, or [operation, n, dependencies] for one that was sent."""
+    for e in entries:
+        if type(e) is not bytes and (type(e) is not list or len(e) != 3 or type(e[0]) is not bytes
+                                     or type(e[1]) is not int or type(e[2]) is not list):
+            return False
+    return True
 
 
 def _op(data: bytes) -> "ops.Op":
