@@ -266,11 +266,24 @@ class LinkLimits:
 
 
 def to_proto(env: Envelope) -> pb.Envelope:
-    return pb.Envelope(origin=env.origin, n=env.n, deps=dict(env.deps), op=env.op)
+    m = pb.Envelope(origin=env.origin, n=env.n, op=env.op)
+    deps = m.deps  # filled in place: cheaper than building a dict for the constructor to copy
+    for o, n in env.deps:
+        deps[o] = n
+    return m
+
+
+def _same_envelopes(a: list[Envelope], b: list[Envelope]) -> bool:
+    """The same envelopes (the same objects of the causal log), in the same order?"""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def from_proto(m: pb.Envelope) -> Envelope:
     return Envelope(m.origin, m.n, tuple(sorted(m.deps.items())), bytes(m.op))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _no_resync(*_args):
@@ -302,6 +315,7 @@ class Outbox:
         self._ack_turn = True
         self.ack_interval = ACK_INTERVAL  # the link sets it from its settings (Pacing)
         self._ack_at = float("-inf")  # when the last ack was handed to the writer
+        self._holding_ack = False  # the writer waits for the ack interval to end (see get)
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -319,9 +333,12 @@ class Outbox:
         self._readable.set()
 
     def put_ack(self, frame: pb.Frame) -> None:
-        """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value)."""
+        """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value).
+        A writer holding an ack back until its interval passed is not woken (it would only
+        wait again): the newer ack simply leaves when the interval ends."""
         self.ack = frame
-        self._readable.set()
+        if not self._holding_ack:
+            self._readable.set()
 
     def close(self) -> None:
         """End the link: the writer gets None, a waiting sender returns."""
@@ -340,7 +357,11 @@ class Outbox:
                 now = time.monotonic()
                 if not self.frames and now < self._ack_at + self.ack_interval:
                     # only an ack waits and one left a moment ago: a newer one may replace it
-                    await self._readable_or(self._ack_at + self.ack_interval - now)
+                    self._holding_ack = True
+                    try:
+                        await self._readable_or(self._ack_at + self.ack_interval - now)
+                    finally:
+                        self._holding_ack = False
                     continue
                 frame, self.ack = self.ack, None
                 self._ack_turn = False
@@ -442,15 +463,28 @@ class Link:
         self.state.image_sent(vv, end)
 
     async def batch_frame(self, envelopes: list[Envelope]) -> pb.Frame:
-        """A Batch, zlib-compressed (off the event loop) when it is large enough and that helps."""
+        """A Batch, zlib-compressed (off the event loop) when it is large enough and that helps.
+
+        The links of a region mostly send the same envelopes (its own operations go to every
+        peer, woken together): a frame built for one link is reused by the next one that
+        sends exactly those envelopes, so each is converted and compressed once, not once
+        per peer.  (A frame is never changed once built: gRPC serializes it when written.)"""
+        hub = self.hub
+        last = hub.last_batch
+        if last is not None and _same_envelopes(last[0], envelopes):
+            return last[1]
         batch = pb.Batch(envelopes=[to_proto(e) for e in envelopes])
         raw = batch.SerializeToString()
+        frame = None
         if len(raw) >= COMPRESS_FROM:
             # a small batch compresses in microseconds: a hand-off to a worker thread costs more
             packed = zlib.compress(raw, 1) if len(raw) < COMPRESS_INLINE else await asyncio.to_thread(zlib.compress, raw, 1)
             if len(packed) < len(raw):
-                return pb.Frame(batch_zlib=packed)
-        return pb.Frame(batch=batch)
+                frame = pb.Frame(batch_zlib=packed)
+        if frame is None:
+            frame = pb.Frame(batch=batch)
+        hub.last_batch = (envelopes, frame)
+        return frame
 
     async def send_parts(self, env: Envelope) -> None:
         """An operation too large for a frame: its parts, one after another."""
@@ -566,8 +600,14 @@ class Link:
         if trace is not None:
             for e in envelopes:
                 trace.mark("received", self.peer, e.origin, e.n)
-        for env in self.state.on_batch(envelopes):
-            self.hub.deliver(env)
+        hub = self.hub
+        hub.in_batch = True
+        try:
+            for env in self.state.on_batch(envelopes):
+                hub.deliver(env)
+        finally:
+            hub.in_batch = False
+        hub.on_batch_applied()
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
             # an honest peer sends in causal order: this one piles up what can never apply
             dropped = causal.drop_pending()
@@ -694,6 +734,7 @@ class _Servicer(pb_grpc.ReplicationServicer):
             hub._served_ports[link.peer] = hub.front.port_of(context.peer())
         try:
             while (frame := await link.outbox.get()) is not None:
+                hub.frames_sent += 1
                 yield frame
         finally:
             running.cancel()
@@ -729,6 +770,11 @@ class ReplicationHub:
         self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, the version vector it acknowledged
+        # called once a link handed a whole received batch to the causal log (the region
+        # wakes its blocked readers once per batch, not once per operation); ``in_batch``
+        # is true meanwhile
+        self.on_batch_applied: Callable[[], None] = _nothing
+        self.in_batch = False
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
@@ -737,6 +783,8 @@ class ReplicationHub:
         self.resyncs_received = 0
         self.duplicates = 0  # envelopes received that were applied here already
         self.relayed = 0     # operations of third regions sent to a peer (see Link._due_relays)
+        self.frames_sent = 0      # frames written to peers, data and acks (what batching saves)
+        self.frames_received = 0  # ... and read from them
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -755,6 +803,8 @@ class ReplicationHub:
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
         self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
+        # the envelopes of the last Batch frame a link built, and that frame (Link.batch_frame)
+        self.last_batch: tuple[list[Envelope], pb.Frame] | None = None
 
     @property
     def limits(self) -> LinkLimits:
@@ -950,6 +1000,7 @@ class ReplicationHub:
 
         async def receive() -> None:
             async for frame in incoming:
+                self.frames_received += 1
                 link.on_frame(frame)
 
         tasks = {asyncio.ensure_future(link.send_loop()), asyncio.ensure_future(receive()),
@@ -1088,6 +1139,7 @@ class ReplicationHub:
 
             async def writer() -> None:
                 while (frame := await link.outbox.get()) is not None:
+                    self.frames_sent += 1
                     await call.write(frame)
 
             await self.run_link(link, frames, writer())
