@@ -840,15 +840,15 @@ class ReplicationHub:
 
         if env.n <= self.causal.vv.get(env.origin, 0):
             self.duplicates += 1  # it came another way first (a relay, or a resend after a reconnection)
-
-        def apply(ready: Envelope) -> None:
-            self.on_apply(ready)
-            self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
-            if self.trace is not None:
-                self.trace.mark("applied", 0, ready.origin, ready.n)
-
-        self.causal.receive(env, apply)
+        self.causal.receive(env, self._apply_ready)
         self.wake_if_sendable()  # relay what arrived to the other peers
+
+    def _apply_ready(self, ready: Envelope) -> None:
+        """The causal log's callback for each envelope it makes ready (see :meth:`deliver`)."""
+        self.on_apply(ready)
+        self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
+        if self.trace is not None:
+            self.trace.mark("applied", 0, ready.origin, ready.n)
 
     def sendable_upto(self) -> int:
         return self.causal.end if self.sendable is None else self.sendable
