@@ -161,6 +161,9 @@ ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
 # a relay waits this many relay delays when the peer acknowledges nothing at all meanwhile
 RELAY_QUIET_FACTOR = 4
+# an ack that only tells a peer its own operations arrived waits this many ack intervals
+# (Outbox.put_ack): the peer holds no relays of them, nothing of it waits for that ack
+LAZY_ACK_FACTOR = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +319,8 @@ class Outbox:
         self.ack_interval = ACK_INTERVAL  # the link sets it from its settings (Pacing)
         self._ack_at = float("-inf")  # when the last ack was handed to the writer
         self._holding_ack = False  # the writer waits for the ack interval to end (see get)
+        self._ack_waiting = False  # an ack was put and not yet sent
+        self._ack_lazy = False     # ...and it may wait longer (see put_ack)
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -332,12 +337,18 @@ class Outbox:
         self.queued += size
         self._readable.set()
 
-    def put_ack(self, frame: pb.Frame) -> None:
+    def put_ack(self, frame: pb.Frame, lazy: bool = False) -> None:
         """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value).
+        ``lazy``: it only tells the peer that its own operations arrived, which nothing of the
+        peer waits for (it holds no relays of them): it may wait ``LAZY_ACK_FACTOR`` ack
+        intervals, unless a prompt one was waiting too (the newer ack says all it said).
         A writer holding an ack back until its interval passed is not woken (it would only
-        wait again): the newer ack simply leaves when the interval ends."""
+        wait again), unless the ack now waiting is prompt and the held one was lazy."""
         self.ack = frame
-        if not self._holding_ack:
+        hurry = not lazy and self._ack_lazy
+        self._ack_lazy = self._ack_lazy and lazy if self._ack_waiting else lazy
+        self._ack_waiting = True
+        if not self._holding_ack or hurry:
             self._readable.set()
 
     def close(self) -> None:
@@ -355,15 +366,17 @@ class Outbox:
         while not self.closed:
             if self.ack is not None and (self._ack_turn or not self.frames):
                 now = time.monotonic()
-                if not self.frames and now < self._ack_at + self.ack_interval:
+                due = self._ack_at + self.ack_interval * (LAZY_ACK_FACTOR if self._ack_lazy else 1)
+                if not self.frames and now < due:
                     # only an ack waits and one left a moment ago: a newer one may replace it
                     self._holding_ack = True
                     try:
-                        await self._readable_or(self._ack_at + self.ack_interval - now)
+                        await self._readable_or(due - now)
                     finally:
                         self._holding_ack = False
                     continue
                 frame, self.ack = self.ack, None
+                self._ack_waiting = self._ack_lazy = False
                 self._ack_turn = False
                 self._ack_at = now
                 return frame
@@ -590,12 +603,13 @@ class Link:
             self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self.wakeup.set)
 
     # ------------------------------------------------------------ receiving
-    def acknowledge(self, received: int = 0) -> None:
-        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)))
+    def acknowledge(self, received: int = 0, lazy: bool = False) -> None:
+        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)), lazy)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
         end = causal.end
+        before = dict(causal.vv)
         trace = self.hub.trace
         if trace is not None:
             for e in envelopes:
@@ -614,11 +628,19 @@ class Link:
             raise ProtocolError(f"{dropped} operations waiting for dependencies that never come "
                                 f"(past crdt-repl-pending-max-ops {limits.max_pending_ops} or -bytes "
                                 f"{limits.max_pending_bytes}): dropped, none was applied")
-        self.acknowledge()
+        # A peer holds back, as relays toward this region, the operations of regions other than
+        # itself: an ack that raises what this region holds of any of those is prompt (the peer
+        # drops them).  One that only says the peer's own operations arrived is lazy
+        # (Outbox.put_ack): a lone writer's region then gets a few acks a second, not one per
+        # ack interval from every peer.
+        vv = causal.vv
+        risen = {o for o, n in vv.items() if n > before.get(o, 0)}
+        peer = self.peer
+        self.acknowledge(lazy=all(e.origin == peer for e in envelopes) and risen <= {peer})
         if causal.end > end:  # every other peer learns it too: it need not relay these here
             for link in self.hub.links.values():
                 if link is not self:
-                    link.acknowledge()
+                    link.acknowledge(lazy=risen <= {link.peer})
 
     def unpack(self, packed: bytes) -> pb.Batch:
         inflate = zlib.decompressobj()
