@@ -23,7 +23,14 @@ and its ack) is paid per frame, not per operation, so frames are paced: a link
 sends at most one batch per ``crdt-repl-send-interval-ms`` (5 ms) and one ack per
 ``crdt-repl-ack-interval-ms`` (10 ms), the first at once after a quiet spell, and
 what arrives meanwhile shares the next frame (a newer ack replaces the waiting
-one).  A lone client writing a few thousand operations a second thus costs each
+one).  An ack that only tells a peer its own operations arrived is lazy: it waits
+``LAZY_ACK_FACTOR`` ack intervals, since the peer holds no relays of its own
+operations and nothing else of it waits for that ack (backlog trimming, stability
+and the lag it reports may lag as much); one that raises a third region's
+operations stays prompt.  The links of a region share the frames they build: its
+own operations go to every peer, converted and compressed once.  A received batch
+is applied operation by operation, and the region's blocked readers are woken once,
+at its end.  A lone client writing a few thousand operations a second thus costs each
 region a few hundred frames a second, not several per operation.  Relaying is
 what heals a cut link, but with every link up it only sends each region a second
 copy of every operation: so an operation of a third region (neither this
