@@ -1,6 +1,6 @@
 """Benchmark: one client's round trips at region 1 of three against a standalone region.
 
-``python -m bench.roundtrip [--ops N] [--runs R] [--redis PATH]`` (not part of ``make bench``):
+``python -m bench.roundtrip [--ops N] [--runs R] [--rate R] [--redis PATH]`` (not part of ``make bench``):
 
 Starts a three-region cluster on loopback (``node.testing.LocalCluster``: every region
 with the cluster's default settings, ``appendfsync everysec`` with its fsyncs for
@@ -15,7 +15,10 @@ Rates swing with the machine's load; what each operation costs does less.  So fo
 XADD run it also records the CPU time (user + system, ``/proc/PID/stat``) each Braid
 process spent from just before the run until every region holds its operations, and the
 replication frames each region sent and received (``INFO crdt``), and prints their medians
-per operation: ``r1 r2 r3`` for the cluster's regions, then the standalone region.
+per operation: ``r1 r2 r3`` for the cluster's regions, then the standalone region.  What a
+region spends per second whatever the load (replication frames paced by time, fsyncs) is
+spread over more operations the faster the client goes, so to compare two versions of the
+code at the same frame rate ``--rate`` paces the XADDs (operations offered per second).
 """
 
 from __future__ import annotations
@@ -35,14 +38,20 @@ from node.testing import BraidProcess, LocalCluster, free_port, wait_in_sync, wa
 PAYLOAD = {"f1": "abcdefghijkl", "f2": "abcdefghijkl"}
 
 
-def _run(client: redis.Redis, what: str, n: int) -> list[float]:
-    """Per-operation latencies (seconds) of ``n`` sequential commands."""
+def _run(client: redis.Redis, what: str, n: int, rate: float = 0.0) -> list[float]:
+    """Per-operation latencies (seconds) of ``n`` sequential commands (XADDs at most ``rate``
+    a second, when given)."""
     clock = time.perf_counter
     lat = []
     append = lat.append
     if what == "XADD":
         xadd = client.xadd
-        for _ in range(n):
+        start = clock()
+        for k in range(n):
+            if rate:
+                pause = start + k / rate - clock()
+                if pause > 0:
+                    time.sleep(pause)  # pacing the offered load, not synchronising
             t0 = clock()
             xadd("rt:s", PAYLOAD)
             append(clock() - t0)
@@ -112,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=5000, help="sequential commands per run and target")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rate", type=float, default=0.0, help="XADDs offered per second (default: as fast as it goes)")
     ap.add_argument("--redis", default=None, help="a redis-server binary to measure beside Braid")
     args = ap.parse_args(argv)
     cluster = LocalCluster(3).start()
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                     if measured:
                         cpu0 = [_cpu_seconds(p.pid) for p in measured]
                         frames0 = [_frames(p.port) for p in measured]
-                    results.setdefault((name, what), []).append(_summary(_run(c, what, args.ops)))
+                    results.setdefault((name, what), []).append(_summary(_run(c, what, args.ops, args.rate)))
                     if measured:
                         if len(measured) > 1:  # until the other regions applied the run's operations
                             wait_in_sync([p.client() for p in measured], timeout=120)
