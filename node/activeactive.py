@@ -547,6 +547,8 @@ class ActiveActive:
             f"crdt_link_stalls:{self.hub.stalls}",
             f"crdt_relayed_ops:{self.hub.relayed}",
             f"crdt_duplicate_ops:{self.hub.duplicates}",
+            f"crdt_frames_sent:{self.hub.frames_sent}",
+            f"crdt_frames_received:{self.hub.frames_received}",
             f"crdt_delete_contexts:{st['delete_contexts']}",
             f"crdt_idmp_keys:{st['idmp_keys']}",
             f"crdt_idmp_producers:{st['idmp_producers']}",

@@ -169,6 +169,7 @@ class RegionCore:
             aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me)
             self.db.resolver = resolve.ActiveActive(aa)
             aa.hub.on_apply = self.apply_remote
+            aa.hub.on_batch_applied = self.remote_batch_applied
             aa.hub.install_image = self.install_image
             aa.on_setting = self._db_setting_changed
             aa.flush_database = self.flush_database
@@ -647,12 +648,26 @@ class RegionCore:
                 self.oplog.log_remote(env)
                 aa.logged(self.oplog.last_record, aa.causal.end + 1)  # relayed only once logged here
                 self.records_appended()
-            self.keys_ready()  # a reader served raising here must not leave it applied but uncounted
+            if not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
+                self.keys_ready()  # a reader served raising here must not leave it applied but uncounted
         except Exception as e:
             reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
                       f"{type(e).__name__}: {e}")
             if not self.replaying:  # a replay reports it as a record it cannot load
                 self.fail_stop(reason, e)
+            raise ApplyFailed(reason) from e
+
+    def remote_batch_applied(self) -> None:
+        """A link applied a batch of other regions' operations: serve the readers blocked on
+        the keys they touched, once (a reader then gets the whole batch in one reply).  A
+        failure here stops the region, as one while applying would."""
+        if self.failed is not None:
+            return
+        try:
+            self.keys_ready()
+        except Exception as e:
+            reason = f"cannot serve the readers of operations of other regions: {type(e).__name__}: {e}"
+            self.fail_stop(reason, e)
             raise ApplyFailed(reason) from e
 
     def records_appended(self) -> None:

@@ -88,18 +88,58 @@ def _key(v) -> bytes:
     return v
 
 
+def _converter(convert, kind: str):
+    """``convert(kind, value)`` as a function of the value alone."""
+    def one(v):
+        return convert(kind, v)
+    return one
+
+
+def _id_out(v):
+    return None if v is None else list(v)
+
+
+def _id_in(v):
+    return None if v is None else tuple(v)
+
+
+def _vv_out(v):
+    return None if v is None else dict(v)
+
+
+def _vv_in(v):
+    return None if v is None else {int(o): n for o, n in v.items()}
+
+
+# Per tag: the field names and one converter per field, out and in (None: the value is kept
+# as it is).  Every operation a region sends or receives is encoded or decoded here, so the
+# kinds are resolved once, at import, not for every field of every operation; the values
+# are those of _out and _in (msgspec decodes an array as a list: a ``blist`` needs no copy).
+_FAST_OUT = {"raw": None, "blist": None, "id": _id_out, "dot": _id_out, "vv": _vv_out}
+_FAST_IN = {"raw": None, "blist": None, "id": _id_in, "dot": _id_in, "vv": _vv_in}
+_PLAN = [(tuple(kinds),
+          tuple(_FAST_OUT[k] if k in _FAST_OUT else _converter(_out, k) for k in kinds.values()),
+          tuple(_FAST_IN[k] if k in _FAST_IN else _converter(_in, k) for k in kinds.values()))
+         for _cls, kinds in OPS]
+
+
 def encode(op: ops.Op) -> bytes:
     tag = _TAGS[type(op)]
-    kinds = OPS[tag][1]
-    return _encoder.encode([tag, op.key, *(_out(k, getattr(op, f)) for f, k in kinds.items())])
+    names, outs, _ins = _PLAN[tag]
+    values: list = [tag, op.key]
+    for name, out in zip(names, outs):
+        v = getattr(op, name)
+        values.append(v if out is None else out(v))
+    return _encoder.encode(values)
 
 
 def decode(data: bytes) -> ops.Op:
     tag, key, *values = _decoder.decode(data)
-    cls, kinds = OPS[tag]
-    if not _REQUIRED[tag] <= len(values) <= len(kinds):
-        raise ValueError(f"operation {cls.__name__} has {len(kinds)} fields, got {len(values)}")
-    return cls(key, *(_in(k, v) for k, v in zip(kinds.values(), values)))
+    cls = OPS[tag][0]
+    names, _outs, ins = _PLAN[tag]
+    if not _REQUIRED[tag] <= len(values) <= len(names):
+        raise ValueError(f"operation {cls.__name__} has {len(names)} fields, got {len(values)}")
+    return cls(key, *[v if conv is None else conv(v) for conv, v in zip(ins, values)])
 
 
 def _check_table() -> None:

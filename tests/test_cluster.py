@@ -181,6 +181,30 @@ def test_blocked_reader_wakes_on_a_replicated_entry(cluster, regions, how):
     assert not t.is_alive() and ids(got["r"][0][1]) == [new_id]
 
 
+def test_a_blocked_reader_gets_a_replicated_batch_in_one_reply(cluster, regions):
+    """Operations of one transaction at region 1 reach region 2 in one batch; its blocked reader
+    is served once the whole batch is applied, so one reply holds every entry (not the first
+    alone, then the rest on its next read)."""
+    r1, r2, _ = regions
+    key = "wake-batch"
+    got: dict = {}
+    reader = cluster.procs[1].client()
+
+    def read():
+        got["r"] = reader.xread({key: "$"}, block=20000)
+
+    t = threading.Thread(target=read)
+    t.start()
+    wait_until(lambda: int(r2.info("clients")["blocked_clients"]) == 1, 10, what="reader blocked")
+    pipe = r1.pipeline(transaction=True)  # MULTI/EXEC: one turn of region 1, one batch to each peer
+    for i in range(20):
+        pipe.xadd(key, {"i": str(i)})
+    added = pipe.execute()
+    t.join(15)
+    reader.close()
+    assert not t.is_alive() and ids(got["r"][0][1]) == added
+
+
 def test_rename_moves_observed_entries_and_drops_groups(cluster, regions):
     r1, r2, _ = regions
     a = r1.xadd("src", {"f": "1"})

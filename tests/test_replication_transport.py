@@ -552,6 +552,101 @@ def test_an_image_is_never_sent_when_both_regions_dropped_what_the_other_lacks()
     run(scenario())
 
 
+def test_a_batch_frame_is_built_once_for_the_peers_that_send_the_same_envelopes():
+    """A region's own operations go to every peer: the frame built for one link is reused by
+    the next link sending exactly those envelopes; other envelopes get a frame of their own."""
+    async def scenario():
+        hub, _ = make_hub(1)
+        for i in range(1, 6):
+            hub.issue(b"op-%d" % i)
+        to_2, to_3 = Link(hub, 2, {}), Link(hub, 3, {})
+        envelopes = list(hub.causal.log)
+        first = await to_2.batch_frame(envelopes)
+        assert await to_3.batch_frame(list(envelopes)) is first  # another list, the same envelopes
+        assert [(e.origin, e.n, dict(e.deps), e.op) for e in first.batch.envelopes] == \
+            [(e.origin, e.n, dict(e.deps), e.op) for e in envelopes]
+        rest = await to_3.batch_frame(envelopes[1:])
+        assert rest is not first and [e.n for e in rest.batch.envelopes] == [2, 3, 4, 5]
+        assert await to_2.batch_frame(envelopes[1:]) is rest
+
+    run(scenario())
+
+
+def test_a_newer_ack_waiting_for_its_interval_replaces_the_older_and_data_goes_first():
+    from node.transport.replication import Outbox
+
+    async def scenario():
+        out = Outbox(capacity=2000)
+        out.ack_interval = 0.05
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 1})))
+        assert dict((await out.get()).ack.vv) == {2: 1}  # the first ack after a quiet spell goes at once
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 2})))
+        waiting = asyncio.ensure_future(out.get())  # holds the ack until the interval passed
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 3})))  # replaces the held one
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        data = pb.Frame(batch=pb.Batch(envelopes=[pb.Envelope(origin=1, n=1, op=b"x")]))
+        await out.put(data)  # data does not wait for the ack interval
+        assert await asyncio.wait_for(waiting, 5) is data
+        assert dict((await asyncio.wait_for(out.get(), 5)).ack.vv) == {2: 3}  # only the latest
+        out.close()
+        assert await out.get() is None
+
+    run(scenario())
+
+
+def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
+    """Region 2 acknowledges what it receives to every peer; to the region whose own operations
+    they are the ack is lazy (that region holds no relays of them), to a third region it is
+    prompt (it holds them as relays toward region 2 until it learns region 2 has them)."""
+    async def scenario():
+        hub, _ = make_hub(2)
+        from_1, to_3 = Link(hub, 1, {}), Link(hub, 3, {})
+        hub.links.update({1: from_1, 3: to_3})
+        origin1 = CausalLog(1)
+        own = [origin1.stamp(b"op-%d" % i) for i in range(3)]
+        from_1.deliver(own)
+        assert hub.causal.vv[1] == 3
+        assert from_1.outbox.ack is not None and from_1.outbox._ack_lazy      # region 1's own: lazy
+        assert to_3.outbox.ack is not None and not to_3.outbox._ack_lazy      # region 3 may hold them
+        origin3 = CausalLog(3)
+        relayed = [origin3.stamp(b"op3-%d" % i) for i in range(2)]
+        from_1.deliver(relayed)  # region 3's operations, relayed by region 1
+        assert not from_1.outbox._ack_lazy  # region 1 holds them as relays: a prompt ack replaces the lazy one
+        assert dict(from_1.outbox.ack.ack.vv) == {1: 3, 3: 2}
+        assert not to_3.outbox._ack_lazy  # the prompt one still waiting stays prompt
+        first = await to_3.outbox.get()  # the first ack after a quiet spell goes at once
+        assert dict(first.ack.vv) == {1: 3, 3: 2}
+        to_3.deliver([origin3.stamp(b"op3-2")])
+        assert to_3.outbox._ack_lazy  # region 3's own operation, told to region 3: lazy
+        assert not from_1.outbox._ack_lazy
+
+    run(scenario())
+
+
+def test_a_prompt_ack_does_not_wait_for_a_lazy_ones_interval():
+    from node.transport.replication import LAZY_ACK_FACTOR, Outbox
+
+    async def scenario():
+        out = Outbox(capacity=2000)
+        out.ack_interval = 0.02
+        assert LAZY_ACK_FACTOR > 1
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 1})), lazy=True)
+        assert dict((await out.get()).ack.vv) == {2: 1}  # the first after a quiet spell goes at once
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 2})), lazy=True)
+        waiting = asyncio.ensure_future(out.get())  # a lazy ack: held for LAZY_ACK_FACTOR intervals
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 3})))  # a prompt one wakes the writer to wait less
+        assert out._readable.is_set() and not out._ack_lazy
+        assert dict((await asyncio.wait_for(waiting, 5)).ack.vv) == {2: 3}
+        out.close()
+
+    run(scenario())
+
+
 def test_operations_reach_every_region_directly_without_relayed_copies():
     """With every link up, a region holds back relaying a third region's operations for a
     moment, the peer acknowledges getting them from their origin, and no copy arrives twice;

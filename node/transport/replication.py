@@ -23,7 +23,14 @@ and its ack) is paid per frame, not per operation, so frames are paced: a link
 sends at most one batch per ``crdt-repl-send-interval-ms`` (5 ms) and one ack per
 ``crdt-repl-ack-interval-ms`` (10 ms), the first at once after a quiet spell, and
 what arrives meanwhile shares the next frame (a newer ack replaces the waiting
-one).  A lone client writing a few thousand operations a second thus costs each
+one).  An ack that only tells a peer its own operations arrived is lazy: it waits
+``LAZY_ACK_FACTOR`` ack intervals, since the peer holds no relays of its own
+operations and nothing else of it waits for that ack (backlog trimming, stability
+and the lag it reports may lag as much); one that raises a third region's
+operations stays prompt.  The links of a region share the frames they build: its
+own operations go to every peer, converted and compressed once.  A received batch
+is applied operation by operation, and the region's blocked readers are woken once,
+at its end.  A lone client writing a few thousand operations a second thus costs each
 region a few hundred frames a second, not several per operation.  Relaying is
 what heals a cut link, but with every link up it only sends each region a second
 copy of every operation: so an operation of a third region (neither this
@@ -161,6 +168,9 @@ ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
 # a relay waits this many relay delays when the peer acknowledges nothing at all meanwhile
 RELAY_QUIET_FACTOR = 4
+# an ack that only tells a peer its own operations arrived waits this many ack intervals
+# (Outbox.put_ack): the peer holds no relays of them, nothing of it waits for that ack
+LAZY_ACK_FACTOR = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +276,24 @@ class LinkLimits:
 
 
 def to_proto(env: Envelope) -> pb.Envelope:
-    return pb.Envelope(origin=env.origin, n=env.n, deps=dict(env.deps), op=env.op)
+    m = pb.Envelope(origin=env.origin, n=env.n, op=env.op)
+    deps = m.deps  # filled in place: cheaper than building a dict for the constructor to copy
+    for o, n in env.deps:
+        deps[o] = n
+    return m
+
+
+def _same_envelopes(a: list[Envelope], b: list[Envelope]) -> bool:
+    """The same envelopes (the same objects of the causal log), in the same order?"""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def from_proto(m: pb.Envelope) -> Envelope:
     return Envelope(m.origin, m.n, tuple(sorted(m.deps.items())), bytes(m.op))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _no_resync(*_args):
@@ -302,6 +325,9 @@ class Outbox:
         self._ack_turn = True
         self.ack_interval = ACK_INTERVAL  # the link sets it from its settings (Pacing)
         self._ack_at = float("-inf")  # when the last ack was handed to the writer
+        self._holding_ack = False  # the writer waits for the ack interval to end (see get)
+        self._ack_waiting = False  # an ack was put and not yet sent
+        self._ack_lazy = False     # ...and it may wait longer (see put_ack)
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -318,10 +344,19 @@ class Outbox:
         self.queued += size
         self._readable.set()
 
-    def put_ack(self, frame: pb.Frame) -> None:
-        """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value)."""
+    def put_ack(self, frame: pb.Frame, lazy: bool = False) -> None:
+        """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value).
+        ``lazy``: it only tells the peer that its own operations arrived, which nothing of the
+        peer waits for (it holds no relays of them): it may wait ``LAZY_ACK_FACTOR`` ack
+        intervals, unless a prompt one was waiting too (the newer ack says all it said).
+        A writer holding an ack back until its interval passed is not woken (it would only
+        wait again), unless the ack now waiting is prompt and the held one was lazy."""
         self.ack = frame
-        self._readable.set()
+        hurry = not lazy and self._ack_lazy
+        self._ack_lazy = self._ack_lazy and lazy if self._ack_waiting else lazy
+        self._ack_waiting = True
+        if not self._holding_ack or hurry:
+            self._readable.set()
 
     def close(self) -> None:
         """End the link: the writer gets None, a waiting sender returns."""
@@ -338,11 +373,17 @@ class Outbox:
         while not self.closed:
             if self.ack is not None and (self._ack_turn or not self.frames):
                 now = time.monotonic()
-                if not self.frames and now < self._ack_at + self.ack_interval:
+                due = self._ack_at + self.ack_interval * (LAZY_ACK_FACTOR if self._ack_lazy else 1)
+                if not self.frames and now < due:
                     # only an ack waits and one left a moment ago: a newer one may replace it
-                    await self._readable_or(self._ack_at + self.ack_interval - now)
+                    self._holding_ack = True
+                    try:
+                        await self._readable_or(due - now)
+                    finally:
+                        self._holding_ack = False
                     continue
                 frame, self.ack = self.ack, None
+                self._ack_waiting = self._ack_lazy = False
                 self._ack_turn = False
                 self._ack_at = now
                 return frame
@@ -442,15 +483,28 @@ class Link:
         self.state.image_sent(vv, end)
 
     async def batch_frame(self, envelopes: list[Envelope]) -> pb.Frame:
-        """A Batch, zlib-compressed (off the event loop) when it is large enough and that helps."""
+        """A Batch, zlib-compressed (off the event loop) when it is large enough and that helps.
+
+        The links of a region mostly send the same envelopes (its own operations go to every
+        peer, woken together): a frame built for one link is reused by the next one that
+        sends exactly those envelopes, so each is converted and compressed once, not once
+        per peer.  (A frame is never changed once built: gRPC serializes it when written.)"""
+        hub = self.hub
+        last = hub.last_batch
+        if last is not None and _same_envelopes(last[0], envelopes):
+            return last[1]
         batch = pb.Batch(envelopes=[to_proto(e) for e in envelopes])
         raw = batch.SerializeToString()
+        frame = None
         if len(raw) >= COMPRESS_FROM:
             # a small batch compresses in microseconds: a hand-off to a worker thread costs more
             packed = zlib.compress(raw, 1) if len(raw) < COMPRESS_INLINE else await asyncio.to_thread(zlib.compress, raw, 1)
             if len(packed) < len(raw):
-                return pb.Frame(batch_zlib=packed)
-        return pb.Frame(batch=batch)
+                frame = pb.Frame(batch_zlib=packed)
+        if frame is None:
+            frame = pb.Frame(batch=batch)
+        hub.last_batch = (envelopes, frame)
+        return frame
 
     async def send_parts(self, env: Envelope) -> None:
         """An operation too large for a frame: its parts, one after another."""
@@ -556,29 +610,44 @@ class Link:
             self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self.wakeup.set)
 
     # ------------------------------------------------------------ receiving
-    def acknowledge(self, received: int = 0) -> None:
-        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)))
+    def acknowledge(self, received: int = 0, lazy: bool = False) -> None:
+        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)), lazy)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
         end = causal.end
+        before = dict(causal.vv)
         trace = self.hub.trace
         if trace is not None:
             for e in envelopes:
                 trace.mark("received", self.peer, e.origin, e.n)
-        for env in self.state.on_batch(envelopes):
-            self.hub.deliver(env)
+        hub = self.hub
+        hub.in_batch = True
+        try:
+            for env in self.state.on_batch(envelopes):
+                hub.deliver(env)
+        finally:
+            hub.in_batch = False
+        hub.on_batch_applied()
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
             # an honest peer sends in causal order: this one piles up what can never apply
             dropped = causal.drop_pending()
             raise ProtocolError(f"{dropped} operations waiting for dependencies that never come "
                                 f"(past crdt-repl-pending-max-ops {limits.max_pending_ops} or -bytes "
                                 f"{limits.max_pending_bytes}): dropped, none was applied")
-        self.acknowledge()
+        # A peer holds back, as relays toward this region, the operations of regions other than
+        # itself: an ack that raises what this region holds of any of those is prompt (the peer
+        # drops them).  One that only says the peer's own operations arrived is lazy
+        # (Outbox.put_ack): a lone writer's region then gets a few acks a second, not one per
+        # ack interval from every peer.
+        vv = causal.vv
+        risen = {o for o, n in vv.items() if n > before.get(o, 0)}
+        peer = self.peer
+        self.acknowledge(lazy=all(e.origin == peer for e in envelopes) and risen <= {peer})
         if causal.end > end:  # every other peer learns it too: it need not relay these here
             for link in self.hub.links.values():
                 if link is not self:
-                    link.acknowledge()
+                    link.acknowledge(lazy=risen <= {link.peer})
 
     def unpack(self, packed: bytes) -> pb.Batch:
         inflate = zlib.decompressobj()
@@ -694,6 +763,7 @@ class _Servicer(pb_grpc.ReplicationServicer):
             hub._served_ports[link.peer] = hub.front.port_of(context.peer())
         try:
             while (frame := await link.outbox.get()) is not None:
+                hub.frames_sent += 1
                 yield frame
         finally:
             running.cancel()
@@ -729,6 +799,11 @@ class ReplicationHub:
         self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, the version vector it acknowledged
+        # called once a link handed a whole received batch to the causal log (the region
+        # wakes its blocked readers once per batch, not once per operation); ``in_batch``
+        # is true meanwhile
+        self.on_batch_applied: Callable[[], None] = _nothing
+        self.in_batch = False
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
@@ -737,6 +812,8 @@ class ReplicationHub:
         self.resyncs_received = 0
         self.duplicates = 0  # envelopes received that were applied here already
         self.relayed = 0     # operations of third regions sent to a peer (see Link._due_relays)
+        self.frames_sent = 0      # frames written to peers, data and acks (what batching saves)
+        self.frames_received = 0  # ... and read from them
         self.paused = False          # every link cut
         self.cut: set[int] = set()   # links to these peers cut
         self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
@@ -755,6 +832,8 @@ class ReplicationHub:
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
         self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
+        # the envelopes of the last Batch frame a link built, and that frame (Link.batch_frame)
+        self.last_batch: tuple[list[Envelope], pb.Frame] | None = None
 
     @property
     def limits(self) -> LinkLimits:
@@ -790,15 +869,15 @@ class ReplicationHub:
 
         if env.n <= self.causal.vv.get(env.origin, 0):
             self.duplicates += 1  # it came another way first (a relay, or a resend after a reconnection)
-
-        def apply(ready: Envelope) -> None:
-            self.on_apply(ready)
-            self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
-            if self.trace is not None:
-                self.trace.mark("applied", 0, ready.origin, ready.n)
-
-        self.causal.receive(env, apply)
+        self.causal.receive(env, self._apply_ready)
         self.wake_if_sendable()  # relay what arrived to the other peers
+
+    def _apply_ready(self, ready: Envelope) -> None:
+        """The causal log's callback for each envelope it makes ready (see :meth:`deliver`)."""
+        self.on_apply(ready)
+        self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
+        if self.trace is not None:
+            self.trace.mark("applied", 0, ready.origin, ready.n)
 
     def sendable_upto(self) -> int:
         return self.causal.end if self.sendable is None else self.sendable
@@ -950,6 +1029,7 @@ class ReplicationHub:
 
         async def receive() -> None:
             async for frame in incoming:
+                self.frames_received += 1
                 link.on_frame(frame)
 
         tasks = {asyncio.ensure_future(link.send_loop()), asyncio.ensure_future(receive()),
@@ -1088,6 +1168,7 @@ class ReplicationHub:
 
             async def writer() -> None:
                 while (frame := await link.outbox.get()) is not None:
+                    self.frames_sent += 1
                     await call.write(frame)
 
             await self.run_link(link, frames, writer())
