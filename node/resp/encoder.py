@@ -32,11 +32,13 @@ reply that holds the same field list object (and ID): the entry logs hand out th
 lists for as long as a block stays decoded (crdt/blocks.py), and an entry never
 changes, so a range read again is mostly joins of encodings already made.  The
 cache holds the list it was made from (so its identity cannot be reused) and
-forgets its oldest encodings past ``_ROWS_CACHED``; an entry larger than
+forgets its oldest quarter when it holds ``_ROWS_CACHED`` encodings; an entry larger than
 ``_ROW_CACHED_MAX`` bytes is not kept.
 """
 
 from __future__ import annotations
+
+from itertools import islice
 
 
 class ReplyError(Exception):
@@ -107,7 +109,11 @@ def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
     data = b"".join(parts)
     if cacheable and len(data) <= _ROW_CACHED_MAX:
         if len(_rows_encoded) >= _ROWS_CACHED:
-            del _rows_encoded[next(iter(_rows_encoded))]  # the oldest
+            # forget the oldest quarter at once: deleting one key at a time from the front
+            # leaves a run of dead slots that every later ``next(iter(...))`` walks again
+            # (µs per reply once the cache is full)
+            for key in list(islice(_rows_encoded, _ROWS_CACHED // 4)):
+                del _rows_encoded[key]
         _rows_encoded[id(flat)] = (flat, eid, data)
     return data
 
