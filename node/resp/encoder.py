@@ -74,7 +74,18 @@ class Push(list):
 class Entries(list):
     """Stream entries ``[[b"ms-seq", [f1, v1, ...]], ...]`` (a row that is not this
     shape, such as a deleted entry's ``[id, NULL_ARRAY]`` or XREADGROUP CLAIM's four
-    values, is encoded as any other value)."""
+    values, is encoded as any other value).
+
+    ``parts``, when given, is the encoding of each row (:func:`entry_encoding`), made
+    beforehand (node/commands/entryreply.py): the reply is then their join.  A value
+    with ``parts`` is not changed afterwards (a row count that no longer matches sends
+    the encoder back to the rows)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, rows=(), parts: list | None = None) -> None:
+        super().__init__(rows)
+        self.parts = parts
 
 
 _HEADERS = 1024
@@ -84,6 +95,22 @@ _BULK_HEADER = [b"$%d\r\n" % n for n in range(_HEADERS)]  # "$<len>\r\n" of the 
 _ROWS_CACHED = 4096  # entries
 _ROW_CACHED_MAX = 512  # bytes of one entry's encoding: at most 2 MB held, and never a large entry
 _rows_encoded: dict[int, tuple[list, bytes, bytes]] = {}  # id(field list) -> (the list, the ID, the row's encoding)
+
+
+def entry_encoding(eid: bytes, flat: list) -> bytes | None:
+    """An entry ``[eid, flat]`` as RESP when its fields are all bulk strings (the same
+    bytes in RESP2 and RESP3), else None."""
+    headers = _BULK_HEADER
+    parts = [b"*2\r\n$%d\r\n%b\r\n*%d\r\n" % (len(eid), eid, len(flat))]
+    add = parts.append
+    for x in flat:
+        if type(x) is not bytes:
+            return None
+        n = len(x)
+        add(headers[n] if n < _HEADERS else b"$%d\r\n" % n)
+        add(x)
+        add(b"\r\n")
+    return b"".join(parts)
 
 
 def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
@@ -119,6 +146,11 @@ def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
 
 
 def _encode_entries(out: bytearray, rows: Entries, resp3: bool) -> None:
+    made = rows.parts
+    if made is not None and len(made) == len(rows):
+        out += b"*%d\r\n" % len(rows)
+        out += b"".join(made)
+        return
     parts = [b"*%d\r\n" % len(rows)]
     add = parts.append
     for row in rows:
