@@ -546,8 +546,9 @@ class EntryLog:
             return out
         firsts = self.firsts
         bi = max(bisect_right(firsts, start) - 1, 0)
-        stop = bisect_right(firsts, end)
         blocks = self.blocks
+        # a read "to the end" (XREADGROUP >, XRANGE ... +) needs no second bisection
+        stop = len(firsts) if end >= blocks[-1].last else bisect_right(firsts, end)
         for k in range(bi, stop):
             block = blocks[k]
             if block.last < start:

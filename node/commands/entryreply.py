@@ -74,4 +74,7 @@ def range_entries(s, start, end, count: int) -> Entries:
             encs += mencs[i:j]
         if count > 0 and len(rows) >= count:
             break
-    return Entries(rows, None if None in encs else encs)
+    reply = Entries(rows)
+    if None not in encs:
+        reply.parts = encs
+    return reply

@@ -46,6 +46,7 @@ from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, parse_id
 from ..blocking import Blocked
 from ..resp.encoder import NULL_ARRAY, Entries, ReplyError
 from . import command
+from .entryreply import range_entries
 from .util import ERR_SYNTAX, parse_int, string2ll
 
 GT_GROUP = MAX_ID  # the '>' sentinel, as Redis encodes it
@@ -259,10 +260,11 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
             continue
         if a.group is None:
             if s.length and s.top_id() > gt:
-                rows = s.range(_after(gt), MAX_ID, count)
-                if take is not None:
-                    rows = list(_accepted(rows, take))
-                served.append((key, _entries(rows)))
+                if take is None:  # readers of the same new entries share their encodings
+                    served.append((key, range_entries(s, _after(gt), MAX_ID, count)))
+                else:
+                    rows = list(_accepted(s.range(_after(gt), MAX_ID, count), take))
+                    served.append((key, _entries(rows)))
                 if budget is not None:
                     budget.served(key)
             continue

@@ -81,11 +81,9 @@ class Entries(list):
     with ``parts`` is not changed afterwards (a row count that no longer matches sends
     the encoder back to the rows)."""
 
-    __slots__ = ("parts",)
-
-    def __init__(self, rows=(), parts: list | None = None) -> None:
-        super().__init__(rows)
-        self.parts = parts
+    # a class default rather than an ``__init__``: Entries are made on every read, and
+    # list's own constructor is much cheaper than a Python one
+    parts: list | None = None
 
 
 _HEADERS = 1024
