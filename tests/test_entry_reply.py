@@ -22,8 +22,10 @@ def _reference(s: Stream, start, end, count: int) -> list:
 
 
 def _check(s: Stream, start, end, count: int) -> None:
-    got = range_entries(s, start, end, count)
+    ids: list = []
+    got = range_entries(s, start, end, count, ids)
     want = _reference(s, start, end, count)
+    assert [b"%d-%d" % eid for eid in ids] == [row[0] for row in want]  # what XREADGROUP delivers
     assert [[b"%d-%d" % eid, flat] for eid, flat in s.range(start, end, count)] == want  # range_list
     assert type(got) is Entries
     assert got == want

@@ -25,7 +25,11 @@ before.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from ..resp.encoder import Entries, entry_encoding
+
+_entry_id = itemgetter(0)  # a decoded entry's ID
 
 
 def _fill(memo: list, entries: list) -> tuple[list, list]:
@@ -48,12 +52,16 @@ def _fill(memo: list, entries: list) -> tuple[list, list]:
     return rows, encs
 
 
-def range_entries(s, start, end, count: int) -> Entries:
+def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries:
     """XRANGE's reply: live entries with start <= id <= end, ascending, at most ``count``
-    (0: all)."""
+    (0: all).  ``ids``, when given, gets their IDs (for the group's bookkeeping of a
+    XREADGROUP that replies this way)."""
     logs = s.logs
     if len(logs) != 1:
-        return Entries([[b"%d-%d" % eid, flat] for eid, flat in s.range(start, end, count)])
+        found = s.range(start, end, count)
+        if ids is not None:
+            ids += [eid for eid, _flat in found]
+        return Entries([[b"%d-%d" % eid, flat] for eid, flat in found])
     log = next(iter(logs.values()))
     rows: list = []
     encs: list = []
@@ -65,6 +73,8 @@ def range_entries(s, start, end, count: int) -> Entries:
                 if row is not None:
                     rows.append(row)
                     encs.append(mencs[k])
+                    if ids is not None:
+                        ids.append(entries[k][0])
                     if len(rows) == count:  # (count 0: never)
                         break
         else:
@@ -72,6 +82,8 @@ def range_entries(s, start, end, count: int) -> Entries:
                 j = i + count - len(rows)
             rows += mrows[i:j]
             encs += mencs[i:j]
+            if ids is not None:
+                ids += map(_entry_id, entries[i:j])
         if count > 0 and len(rows) >= count:
             break
     reply = Entries(rows)

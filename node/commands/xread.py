@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crdt import groups as cg
-from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, parse_id
+from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, incr, parse_id
 
 from ..blocking import Blocked
 from ..resp.encoder import NULL_ARRAY, Entries, ReplyError
@@ -315,7 +315,6 @@ def _accepted(rows: list, take):
 
 def _after(id_: StreamID) -> StreamID:
     """Range start strictly after ``id_`` (MAX_ID wraps like Redis's streamIncrID)."""
-    from crdt.ids import incr
     return incr(id_) or MIN_ID
 
 
@@ -334,6 +333,15 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
     left = count - len(rows) if count else 0
     if gt == GT_GROUP:  # Active-Active: each origin log after its own cursor
         new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now, take)
+    elif min_idle == -1 and take is None and len(s.logs) == 1:
+        # the usual read: the reply straight from the blocks' memos, then the bookkeeping
+        start = incr(gt)
+        if start is None:
+            return rows, False
+        ids: list = []
+        rows = range_entries(s, start, MAX_ID, left, ids)
+        cg.deliver_new(s, g, consumer, ids, a.noack, now)
+        return rows, bool(rows)
     else:
         new = cg.read_new(s, g, consumer, gt, left, a.noack, now, take)
     for id_, flat in new:
