@@ -347,7 +347,7 @@ class TrimSpec:
 class EntryLog:
     """The entries minted by one origin region, in ID order."""
 
-    __slots__ = ("blocks", "firsts", "length", "_cache", "_memos")
+    __slots__ = ("blocks", "firsts", "length", "_cache", "_memos", "_at")
 
     CACHED_BLOCKS = 8  # decoded blocks kept: the head and tail that readers revisit
 
@@ -360,6 +360,10 @@ class EntryLog:
         # entries, index by index (the reply encoding of each entry): it lives exactly as long
         # as the decoded block, so it is dropped whenever an entry of the block changes
         self._memos: dict[Block, list] = {}
+        # the index of the block where the last ``runs`` ended: a reader that goes on from
+        # there (XREADGROUP >, a tailing XREAD) starts in it or the next one, checked in two
+        # comparisons rather than found by bisecting every block's first ID
+        self._at = 0
 
     # ------------------------------------------------------------ writing
     def __deepcopy__(self, memo: dict) -> EntryLog:
@@ -501,14 +505,21 @@ class EntryLog:
         if start > end or not self.blocks:
             return
         firsts = self.firsts
-        bi = max(bisect_right(firsts, start) - 1, 0)
-        stop = bisect_right(firsts, end)
         blocks = self.blocks
+        n = len(firsts)
+        bi = self._at
+        # the block holding ``start`` is the last one whose first ID is <= start (or block 0)
+        if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
+            bi = bisect_right(firsts, start) - 1
+            if bi < 0:
+                bi = 0
+        stop = n if end >= blocks[-1].last else bisect_right(firsts, end)
         memos = self._memos
         for k in range(bi, stop):
             block = blocks[k]
             if block.last < start:
                 continue
+            self._at = k
             entries = self._decoded(block)
             i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
             j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
