@@ -549,6 +549,28 @@ class EntryLog:
                 if not dead:
                     yield eid, flat
 
+    def revruns(self, start: StreamID, end: StreamID) -> Iterator[tuple[list[Decoded], list, int, int, int]]:
+        """:meth:`runs` for a descending read: the same tuples, last block first (each
+        block's ``entries[i:j]`` still in ascending order: the reader reverses them)."""
+        if start > end or not self.blocks:
+            return
+        firsts = self.firsts
+        bi = max(bisect_right(firsts, start) - 1, 0)
+        stop = bisect_right(firsts, end)
+        blocks = self.blocks
+        memos = self._memos
+        for k in range(stop - 1, bi - 1, -1):
+            block = blocks[k]
+            if block.last < start:
+                return
+            entries = self._decoded(block)
+            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
+            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            memo = memos.get(block)
+            if memo is None:
+                memo = memos[block] = []
+            yield entries, memo, i, j, block.dead
+
     def range_list(self, start: StreamID, end: StreamID, count: int = 0) -> list[tuple[StreamID, list]]:
         """:meth:`range` as a list of at most ``count`` entries (0: all), a block's run at a
         time: what a read of a few entries (XREADGROUP COUNT 1) pays is two bisections."""

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from crdt.blocks import TrimSpec
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
-from node.commands.entryreply import range_entries
+from node.commands.entryreply import range_entries, revrange_entries
 from node.resp.encoder import Entries, to_bytes
 
 
@@ -19,6 +19,14 @@ def _reference(s: Stream, start, end, count: int) -> list:
     """Entry by entry, from the logs' generators (``EntryLog.range``)."""
     merged = ((eid, flat) for eid, _origin, flat in s.merged(start, end))
     return [[b"%d-%d" % eid, flat] for eid, flat in (islice(merged, count) if count else merged)]
+
+
+def _check_rev(s: Stream, start, end, count: int) -> None:
+    got = revrange_entries(s, start, end, count)
+    want = [[b"%d-%d" % eid, flat] for eid, flat in s.revrange(start, end, count)]  # EntryLog.revrange
+    assert got == want
+    for resp3 in (False, True):
+        assert to_bytes(got, resp3) == to_bytes(Entries(want), resp3)
 
 
 def _check(s: Stream, start, end, count: int) -> None:
@@ -63,7 +71,9 @@ def test_range_entries_match_the_entry_by_entry_reply(script):
         else:
             lo, hi = sorted(op[1:3])
             _check(s, (lo, 0), (hi, 9), op[3])
+            _check_rev(s, (lo, 0), (hi, 9), op[3])
         _check(s, MIN_ID, MAX_ID, 0)
+        _check_rev(s, MIN_ID, MAX_ID, 0)
 
 
 def test_a_memoized_tail_block_sees_later_appends_and_deletions():

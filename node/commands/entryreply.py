@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A range read (XRANGE, XREVRANGE, XREAD) answers ``[[b"ms-seq", [f1, v1, ...]], ...]``
+A range read (XRANGE, XREVRANGE, XREAD, XREADGROUP) answers ``[[b"ms-seq", [f1, v1, ...]], ...]``
 (:class:`~node.resp.encoder.Entries`).  Building that list entry by entry and then
 encoding it entry by entry is most of such a read's cost, and a stream read over and
 over (a dashboard's XRANGE, readers catching up on the same blocks) would redo it
@@ -84,6 +84,38 @@ def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries
             encs += mencs[i:j]
             if ids is not None:
                 ids += map(_entry_id, entries[i:j])
+        if count > 0 and len(rows) >= count:
+            break
+    reply = Entries(rows)
+    if None not in encs:
+        reply.parts = encs
+    return reply
+
+
+def revrange_entries(s, start, end, count: int) -> Entries:
+    """XREVRANGE's reply: live entries with start <= id <= end, descending, at most
+    ``count`` (0: all)."""
+    logs = s.logs
+    if len(logs) != 1:
+        return Entries([[b"%d-%d" % eid, flat] for eid, flat in s.revrange(start, end, count)])
+    log = next(iter(logs.values()))
+    rows: list = []
+    encs: list = []
+    for entries, memo, i, j, dead in log.revruns(start, end):
+        mrows, mencs = _fill(memo, entries)
+        if dead:  # skip the deleted entries (their rows are None)
+            for k in range(j - 1, i - 1, -1):
+                row = mrows[k]
+                if row is not None:
+                    rows.append(row)
+                    encs.append(mencs[k])
+                    if len(rows) == count:  # (count 0: never)
+                        break
+        else:
+            if count > 0 and j - i > count - len(rows):
+                i = j - (count - len(rows))
+            rows += reversed(mrows[i:j])
+            encs += reversed(mencs[i:j])
         if count > 0 and len(rows) >= count:
             break
     reply = Entries(rows)

@@ -16,8 +16,8 @@ from crdt.ids import U64, InvalidID, StreamID, c_string, parse_id
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, container, subcommand
-from .entryreply import range_entries
-from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_interval, parse_stream_id, string2ll
+from .entryreply import range_entries, revrange_entries
+from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
 
@@ -228,7 +228,7 @@ def _range(client, argv: list[bytes], rev: bool):
     if count < 0:
         count = 0
     if rev:
-        return fmt_entries(s.revrange(start, end, count))
+        return revrange_entries(s, start, end, count)
     return range_entries(s, start, end, count)
 
 
