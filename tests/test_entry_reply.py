@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from crdt.blocks import TrimSpec
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
-from node.commands.entryreply import range_entries, revrange_entries
+from node.commands.entryreply import MEMO_ENTRY_MAX, range_entries, revrange_entries
 from node.resp.encoder import Entries, to_bytes
 
 
@@ -97,3 +97,14 @@ def test_a_changed_entries_value_is_encoded_from_its_rows():
     rows = range_entries(s, MIN_ID, MAX_ID, 0)
     rows.append([b"9-0", [b"x", b"y"]])
     assert to_bytes(rows) == to_bytes(Entries(list(rows)))
+
+
+def test_a_large_entry_keeps_no_encoding_and_its_reply_is_encoded_row_by_row():
+    s = Stream()
+    big = b"x" * (MEMO_ENTRY_MAX + 1)
+    s.add(1, (1, 0), [b"f", b"1"], 100, 0)
+    s.add(1, (2, 0), [b"f", big], 100, 0)
+    reply = range_entries(s, MIN_ID, MAX_ID, 0)
+    assert reply.parts is None
+    assert to_bytes(reply) == to_bytes(Entries([[b"1-0", [b"f", b"1"]], [b"2-0", [b"f", big]]]))
+    assert range_entries(s, MIN_ID, (1, 0), 0).parts is not None  # the small one alone: joined

@@ -16,7 +16,9 @@ writes the joined encodings without looking at the rows.
 The memo of a block is filled the first time a read reaches the block, and extended
 when entries were appended to it since; the log drops it with the decoded block (on
 XDEL, a trim, or when the block leaves the log's small cache of decoded blocks), so
-its memory is bounded by what that cache holds.  Rows are shared between replies:
+its memory is bounded by what that cache holds (and an entry larger than
+``MEMO_ENTRY_MAX`` keeps no encoding: a reply holding one is encoded row by row).
+Rows are shared between replies:
 nothing may change a reply value after the command returned it (nothing does).
 
 A key with several origin logs merges them entry by entry (``Stream.range``), as
@@ -30,6 +32,7 @@ from operator import itemgetter
 from ..resp.encoder import Entries, entry_encoding
 
 _entry_id = itemgetter(0)  # a decoded entry's ID
+MEMO_ENTRY_MAX = 16384  # bytes of fields and values past which an entry's encoding is not kept
 
 
 def _fill(memo: list, entries: list) -> tuple[list, list]:
@@ -48,7 +51,8 @@ def _fill(memo: list, entries: list) -> tuple[list, list]:
             else:
                 idb = b"%d-%d" % eid
                 add_row([idb, flat])
-                add_enc(entry_encoding(idb, flat))
+                # a large entry is not copied into the memo: its reply encodes it on the spot
+                add_enc(entry_encoding(idb, flat) if sum(map(len, flat)) <= MEMO_ENTRY_MAX else None)
     return rows, encs
 
 
