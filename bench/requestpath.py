@@ -64,6 +64,7 @@ SCENARIOS = {
     "xadd_p1": (XADD, 1, 50_000),
     "xadd_p16": (XADD * 16, 16, 5_000),
     "xrange_100": (request("xrange", "bench:r", "-", "+", "COUNT", "100"), 1, 2_000),
+    "xrevrange_100": (request("xrevrange", "bench:r", "+", "-", "COUNT", "100"), 1, 2_000),
     "xreadgroup_count1": (request("xreadgroup", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "bench:g", ">"),
                           1, 20_000),
 }

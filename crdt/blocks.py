@@ -53,6 +53,7 @@ _LP_EMPTY = 7  # listpack header (6) + end byte (1)
 # A decoded entry: (id, flat [f1, v1, f2, v2, ...], deleted, offset in buf)
 Decoded = tuple[StreamID, list, bool, int]
 _entry_id = itemgetter(0)  # a decoded entry's ID: what a range bisects a decoded block on
+_id_and_fields = itemgetter(0, 1)  # a decoded entry as reads return it: (id, flat)
 
 
 # ---------------------------------------------------------------- listpack sizes
@@ -349,7 +350,7 @@ class TrimSpec:
 class EntryLog:
     """The entries minted by one origin region, in ID order."""
 
-    __slots__ = ("blocks", "firsts", "length", "_cache")
+    __slots__ = ("blocks", "firsts", "length", "_cache", "_memos", "_at")
 
     CACHED_BLOCKS = 8  # decoded blocks kept: the head and tail that readers revisit
 
@@ -358,6 +359,14 @@ class EntryLog:
         self.firsts: list[StreamID] = []
         self.length = 0
         self._cache: OrderedDict[Block, list[Decoded]] = OrderedDict()
+        # per decoded block, a list the readers above may fill with what they derive from its
+        # entries, index by index (the reply encoding of each entry): it lives exactly as long
+        # as the decoded block, so it is dropped whenever an entry of the block changes
+        self._memos: dict[Block, list] = {}
+        # the index of the block where the last ``runs`` ended: a reader that goes on from
+        # there (XREADGROUP >, a tailing XREAD) starts in it or the next one, checked in two
+        # comparisons rather than found by bisecting every block's first ID
+        self._at = 0
 
     # ------------------------------------------------------------ writing
     def __deepcopy__(self, memo: dict) -> EntryLog:
@@ -417,6 +426,7 @@ class EntryLog:
 
     def _invalidate(self, block: Block) -> None:
         self._cache.pop(block, None)
+        self._memos.pop(block, None)
 
     def trim(self, spec: TrimSpec, can_delete: Callable[[StreamID], bool] | None,
              keep_refs: bool) -> int:
@@ -485,8 +495,43 @@ class EntryLog:
         if entries is None:
             entries = cache[block] = block.decode()
             if len(cache) > self.CACHED_BLOCKS:
-                cache.popitem(last=False)
+                oldest, _ = cache.popitem(last=False)
+                self._memos.pop(oldest, None)
         return entries
+
+    def runs(self, start: StreamID, end: StreamID) -> Iterator[tuple[list[Decoded], list, int, int, int]]:
+        """The range start <= id <= end block by block, ascending, for readers that work on
+        slices rather than entry by entry: ``(entries, memo, i, j, dead)`` per block, where
+        ``entries[i:j]`` are the block's decoded entries in the range (deleted ones included
+        when ``dead``, the block's count of deleted entries, is not 0), and ``memo`` is the
+        block's memo list (see ``_memos``: empty until a reader fills it, and entries
+        appended to the block since are not in it yet).  The lists are shared: read them,
+        never change ``entries``."""
+        if start > end or not self.blocks:
+            return
+        firsts = self.firsts
+        blocks = self.blocks
+        n = len(firsts)
+        bi = self._at
+        # the block holding ``start`` is the last one whose first ID is <= start (or block 0)
+        if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
+            bi = bisect_right(firsts, start) - 1
+            if bi < 0:
+                bi = 0
+        stop = n if end >= blocks[-1].last else bisect_right(firsts, end)
+        memos = self._memos
+        for k in range(bi, stop):
+            block = blocks[k]
+            if block.last < start:
+                continue
+            self._at = k
+            entries = self._decoded(block)
+            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
+            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            memo = memos.get(block)
+            if memo is None:
+                memo = memos[block] = []
+            yield entries, memo, i, j, block.dead
 
     def range(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
         """Live entries with start <= id <= end, ascending."""
@@ -508,6 +553,60 @@ class EntryLog:
                     return
                 if not dead:
                     yield eid, flat
+
+    def revruns(self, start: StreamID, end: StreamID) -> Iterator[tuple[list[Decoded], list, int, int, int]]:
+        """:meth:`runs` for a descending read: the same tuples, last block first (each
+        block's ``entries[i:j]`` still in ascending order: the reader reverses them)."""
+        if start > end or not self.blocks:
+            return
+        firsts = self.firsts
+        bi = max(bisect_right(firsts, start) - 1, 0)
+        stop = bisect_right(firsts, end)
+        blocks = self.blocks
+        memos = self._memos
+        for k in range(stop - 1, bi - 1, -1):
+            block = blocks[k]
+            if block.last < start:
+                return
+            entries = self._decoded(block)
+            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
+            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            memo = memos.get(block)
+            if memo is None:
+                memo = memos[block] = []
+            yield entries, memo, i, j, block.dead
+
+    def range_list(self, start: StreamID, end: StreamID, count: int = 0) -> list[tuple[StreamID, list]]:
+        """:meth:`range` as a list of at most ``count`` entries (0: all), a block's run at a
+        time: what a read of a few entries (XREADGROUP COUNT 1) pays is two bisections."""
+        out: list[tuple[StreamID, list]] = []
+        if start > end or not self.blocks:
+            return out
+        firsts = self.firsts
+        bi = max(bisect_right(firsts, start) - 1, 0)
+        blocks = self.blocks
+        # a read "to the end" (XREADGROUP >, XRANGE ... +) needs no second bisection
+        stop = len(firsts) if end >= blocks[-1].last else bisect_right(firsts, end)
+        for k in range(bi, stop):
+            block = blocks[k]
+            if block.last < start:
+                continue
+            entries = self._decoded(block)
+            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
+            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            if block.dead:
+                for eid, flat, dead, _off in entries[i:j]:
+                    if not dead:
+                        out.append((eid, flat))
+                        if len(out) == count:
+                            return out
+            else:
+                if count and j - i > count - len(out):
+                    j = i + count - len(out)
+                out += map(_id_and_fields, entries[i:j])
+                if count and len(out) >= count:
+                    return out
+        return out
 
     def revrange(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
         """Live entries with start <= id <= end, descending."""

@@ -314,13 +314,21 @@ def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: in
     out = s.range(start, MAX_ID, count)
     if take is not None:
         out = _taken(out, take)
-    for id_, _flat in out:
+    deliver_new(s, g, consumer, [id_ for id_, _flat in out], noack, now)
+    return out
+
+
+def deliver_new(s, g: ConsumerGroup, consumer: Consumer, ids: list[StreamID], noack: bool,
+                now: int) -> None:
+    """What handing out ``ids`` (ascending, after the group's cursor) to ``consumer`` changes:
+    the cursor and entries-read, and the PEL unless NOACK.  ``read_new`` calls it; a reader
+    that takes the entries itself (the reply made from the blocks' memos) calls it too."""
+    for id_ in ids:
         if id_ > g.last_id:
             advance(s, g, id_)
         if not noack:
             g.deliver(id_, consumer, now)
             consumer.active_time = now
-    return out
 
 
 def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,

@@ -56,7 +56,10 @@ class Stream:
     # ------------------------------------------------------------ size
     @property
     def length(self) -> int:
-        return sum(log.length for log in self.logs.values())
+        total = 0  # a loop, not sum() over a generator: every read asks for this
+        for log in self.logs.values():
+            total += log.length
+        return total
 
     def __len__(self) -> int:
         return self.length
@@ -161,9 +164,8 @@ class Stream:
         """Live entries with start <= id <= end, ascending, at most count (0: all)."""
         logs = self.logs
         if len(logs) == 1:
-            it = next(iter(logs.values())).range(start, end)
-        else:
-            it = ((eid, flat) for eid, _o, flat in self.merged(start, end))
+            return next(iter(logs.values())).range_list(start, end, max(count, 0))
+        it = ((eid, flat) for eid, _o, flat in self.merged(start, end))
         return list(it if count <= 0 else islice(it, count))
 
     def revrange(self, start: StreamID, end: StreamID, count: int = 0) -> list[Entry]:
@@ -198,8 +200,12 @@ class Stream:
 
     def top_id(self) -> StreamID:
         """Highest ID of a live entry, MIN_ID if none (Redis's streamLastValidID)."""
-        tops = [t for t in (log.last_live() for log in self.logs.values()) if t is not None]
-        return max(tops) if tops else MIN_ID
+        top = MIN_ID
+        for log in self.logs.values():
+            t = log.last_live()
+            if t is not None and t > top:
+                top = t
+        return top
 
     @property
     def node_count(self) -> int:

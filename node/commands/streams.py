@@ -16,7 +16,8 @@ from crdt.ids import U64, InvalidID, StreamID, c_string, parse_id
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, container, subcommand
-from .util import ERR_NOT_INT, ERR_SYNTAX, fmt_entries, parse_int, parse_interval, parse_stream_id, string2ll
+from .entryreply import range_entries, revrange_entries
+from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
 
@@ -227,8 +228,8 @@ def _range(client, argv: list[bytes], rev: bool):
     if count < 0:
         count = 0
     if rev:
-        return fmt_entries(s.revrange(start, end, count))
-    return fmt_entries(s.range(start, end, count))
+        return revrange_entries(s, start, end, count)
+    return range_entries(s, start, end, count)
 
 
 @command("xrange", -4, "readonly", (1, 1, 1), group="stream", since="5.0.0",

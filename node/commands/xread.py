@@ -41,11 +41,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crdt import groups as cg
-from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, parse_id
+from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, incr, parse_id
 
 from ..blocking import Blocked
 from ..resp.encoder import NULL_ARRAY, Entries, ReplyError
 from . import command
+from .entryreply import range_entries
 from .util import ERR_SYNTAX, parse_int, string2ll
 
 GT_GROUP = MAX_ID  # the '>' sentinel, as Redis encodes it
@@ -259,10 +260,11 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
             continue
         if a.group is None:
             if s.length and s.top_id() > gt:
-                rows = s.range(_after(gt), MAX_ID, count)
-                if take is not None:
-                    rows = list(_accepted(rows, take))
-                served.append((key, _entries(rows)))
+                if take is None:  # readers of the same new entries share their encodings
+                    served.append((key, range_entries(s, _after(gt), MAX_ID, count)))
+                else:
+                    rows = list(_accepted(s.range(_after(gt), MAX_ID, count), take))
+                    served.append((key, _entries(rows)))
                 if budget is not None:
                     budget.served(key)
             continue
@@ -313,7 +315,6 @@ def _accepted(rows: list, take):
 
 def _after(id_: StreamID) -> StreamID:
     """Range start strictly after ``id_`` (MAX_ID wraps like Redis's streamIncrID)."""
-    from crdt.ids import incr
     return incr(id_) or MIN_ID
 
 
@@ -332,6 +333,15 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
     left = count - len(rows) if count else 0
     if gt == GT_GROUP:  # Active-Active: each origin log after its own cursor
         new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now, take)
+    elif min_idle == -1 and take is None and len(s.logs) == 1:
+        # the usual read: the reply straight from the blocks' memos, then the bookkeeping
+        start = incr(gt)
+        if start is None:
+            return rows, False
+        ids: list = []
+        rows = range_entries(s, start, MAX_ID, left, ids)
+        cg.deliver_new(s, g, consumer, ids, a.noack, now)
+        return rows, bool(rows)
     else:
         new = cg.read_new(s, g, consumer, gt, left, a.noack, now, take)
     for id_, flat in new:

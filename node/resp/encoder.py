@@ -32,11 +32,13 @@ reply that holds the same field list object (and ID): the entry logs hand out th
 lists for as long as a block stays decoded (crdt/blocks.py), and an entry never
 changes, so a range read again is mostly joins of encodings already made.  The
 cache holds the list it was made from (so its identity cannot be reused) and
-forgets its oldest encodings past ``_ROWS_CACHED``; an entry larger than
+forgets its oldest quarter when it holds ``_ROWS_CACHED`` encodings; an entry larger than
 ``_ROW_CACHED_MAX`` bytes is not kept.
 """
 
 from __future__ import annotations
+
+from itertools import islice
 
 
 class ReplyError(Exception):
@@ -72,7 +74,16 @@ class Push(list):
 class Entries(list):
     """Stream entries ``[[b"ms-seq", [f1, v1, ...]], ...]`` (a row that is not this
     shape, such as a deleted entry's ``[id, NULL_ARRAY]`` or XREADGROUP CLAIM's four
-    values, is encoded as any other value)."""
+    values, is encoded as any other value).
+
+    ``parts``, when given, is the encoding of each row (:func:`entry_encoding`), made
+    beforehand (node/commands/entryreply.py): the reply is then their join.  A value
+    with ``parts`` is not changed afterwards (a row count that no longer matches sends
+    the encoder back to the rows)."""
+
+    # a class default rather than an ``__init__``: Entries are made on every read, and
+    # list's own constructor is much cheaper than a Python one
+    parts: list | None = None
 
 
 _HEADERS = 1024
@@ -82,6 +93,22 @@ _BULK_HEADER = [b"$%d\r\n" % n for n in range(_HEADERS)]  # "$<len>\r\n" of the 
 _ROWS_CACHED = 4096  # entries
 _ROW_CACHED_MAX = 512  # bytes of one entry's encoding: at most 2 MB held, and never a large entry
 _rows_encoded: dict[int, tuple[list, bytes, bytes]] = {}  # id(field list) -> (the list, the ID, the row's encoding)
+
+
+def entry_encoding(eid: bytes, flat: list) -> bytes | None:
+    """An entry ``[eid, flat]`` as RESP when its fields are all bulk strings (the same
+    bytes in RESP2 and RESP3), else None."""
+    headers = _BULK_HEADER
+    parts = [b"*2\r\n$%d\r\n%b\r\n*%d\r\n" % (len(eid), eid, len(flat))]
+    add = parts.append
+    for x in flat:
+        if type(x) is not bytes:
+            return None
+        n = len(x)
+        add(headers[n] if n < _HEADERS else b"$%d\r\n" % n)
+        add(x)
+        add(b"\r\n")
+    return b"".join(parts)
 
 
 def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
@@ -107,12 +134,21 @@ def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
     data = b"".join(parts)
     if cacheable and len(data) <= _ROW_CACHED_MAX:
         if len(_rows_encoded) >= _ROWS_CACHED:
-            del _rows_encoded[next(iter(_rows_encoded))]  # the oldest
+            # forget the oldest quarter at once: deleting one key at a time from the front
+            # leaves a run of dead slots that every later ``next(iter(...))`` walks again
+            # (µs per reply once the cache is full)
+            for key in list(islice(_rows_encoded, _ROWS_CACHED // 4)):
+                del _rows_encoded[key]
         _rows_encoded[id(flat)] = (flat, eid, data)
     return data
 
 
 def _encode_entries(out: bytearray, rows: Entries, resp3: bool) -> None:
+    made = rows.parts
+    if made is not None and len(made) == len(rows):
+        out += b"*%d\r\n" % len(rows)
+        out += b"".join(made)
+        return
     parts = [b"*%d\r\n" % len(rows)]
     add = parts.append
     for row in rows:

@@ -1,0 +1,128 @@
+"""Stream entries as reply values, made from the entry logs' decoded blocks a slice at a time.
+
+Theory of operation
+-------------------
+A range read (XRANGE, XREVRANGE, XREAD, XREADGROUP) answers ``[[b"ms-seq", [f1, v1, ...]], ...]``
+(:class:`~node.resp.encoder.Entries`).  Building that list entry by entry and then
+encoding it entry by entry is most of such a read's cost, and a stream read over and
+over (a dashboard's XRANGE, readers catching up on the same blocks) would redo it
+each time.  So, for a key with a single origin log (every key of a single region),
+the reply is built from each decoded block's *memo* (``EntryLog.runs``): two lists
+aligned with the block's entries, the reply row of each entry (``[b"ms-seq", flat]``,
+the same list object in every reply) and its RESP encoding (only bulk strings: the
+same bytes in RESP2 and RESP3).  A read then takes slices of both, and the encoder
+writes the joined encodings without looking at the rows.
+
+The memo of a block is filled the first time a read reaches the block, and extended
+when entries were appended to it since; the log drops it with the decoded block (on
+XDEL, a trim, or when the block leaves the log's small cache of decoded blocks), so
+its memory is bounded by what that cache holds (and an entry larger than
+``MEMO_ENTRY_MAX`` keeps no encoding: a reply holding one is encoded row by row).
+Rows are shared between replies:
+nothing may change a reply value after the command returned it (nothing does).
+
+A key with several origin logs merges them entry by entry (``Stream.range``), as
+before.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+from ..resp.encoder import Entries, entry_encoding
+
+_entry_id = itemgetter(0)  # a decoded entry's ID
+MEMO_ENTRY_MAX = 16384  # bytes of fields and values past which an entry's encoding is not kept
+
+
+def _fill(memo: list, entries: list) -> tuple[list, list]:
+    """The block's memo [rows, encodings], extended to every entry decoded so far."""
+    if not memo:
+        memo += ([], [])
+    rows, encs = memo
+    n = len(rows)
+    if n < len(entries):
+        add_row, add_enc = rows.append, encs.append
+        for k in range(n, len(entries)):
+            eid, flat, dead, _off = entries[k]
+            if dead:
+                add_row(None)
+                add_enc(None)
+            else:
+                idb = b"%d-%d" % eid
+                add_row([idb, flat])
+                # a large entry is not copied into the memo: its reply encodes it on the spot
+                add_enc(entry_encoding(idb, flat) if sum(map(len, flat)) <= MEMO_ENTRY_MAX else None)
+    return rows, encs
+
+
+def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries:
+    """XRANGE's reply: live entries with start <= id <= end, ascending, at most ``count``
+    (0: all).  ``ids``, when given, gets their IDs (for the group's bookkeeping of a
+    XREADGROUP that replies this way)."""
+    logs = s.logs
+    if len(logs) != 1:
+        found = s.range(start, end, count)
+        if ids is not None:
+            ids += [eid for eid, _flat in found]
+        return Entries([[b"%d-%d" % eid, flat] for eid, flat in found])
+    log = next(iter(logs.values()))
+    rows: list = []
+    encs: list = []
+    for entries, memo, i, j, dead in log.runs(start, end):
+        mrows, mencs = _fill(memo, entries)
+        if dead:  # skip the deleted entries (their rows are None)
+            for k in range(i, j):
+                row = mrows[k]
+                if row is not None:
+                    rows.append(row)
+                    encs.append(mencs[k])
+                    if ids is not None:
+                        ids.append(entries[k][0])
+                    if len(rows) == count:  # (count 0: never)
+                        break
+        else:
+            if count > 0 and j - i > count - len(rows):
+                j = i + count - len(rows)
+            rows += mrows[i:j]
+            encs += mencs[i:j]
+            if ids is not None:
+                ids += map(_entry_id, entries[i:j])
+        if count > 0 and len(rows) >= count:
+            break
+    reply = Entries(rows)
+    if None not in encs:
+        reply.parts = encs
+    return reply
+
+
+def revrange_entries(s, start, end, count: int) -> Entries:
+    """XREVRANGE's reply: live entries with start <= id <= end, descending, at most
+    ``count`` (0: all)."""
+    logs = s.logs
+    if len(logs) != 1:
+        return Entries([[b"%d-%d" % eid, flat] for eid, flat in s.revrange(start, end, count)])
+    log = next(iter(logs.values()))
+    rows: list = []
+    encs: list = []
+    for entries, memo, i, j, dead in log.revruns(start, end):
+        mrows, mencs = _fill(memo, entries)
+        if dead:  # skip the deleted entries (their rows are None)
+            for k in range(j - 1, i - 1, -1):
+                row = mrows[k]
+                if row is not None:
+                    rows.append(row)
+                    encs.append(mencs[k])
+                    if len(rows) == count:  # (count 0: never)
+                        break
+        else:
+            if count > 0 and j - i > count - len(rows):
+                i = j - (count - len(rows))
+            rows += reversed(mrows[i:j])
+            encs += reversed(mencs[i:j])
+        if count > 0 and len(rows) >= count:
+            break
+    reply = Entries(rows)
+    if None not in encs:
+        reply.parts = encs
+    return reply

@@ -1,0 +1,110 @@
+"""Range replies built from the decoded blocks' memos (node/commands/entryreply.py) equal the
+replies built entry by entry, in values and in bytes, while the log changes under them."""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crdt.blocks import TrimSpec
+from crdt.ids import MAX_ID, MIN_ID
+from crdt.stream import Stream
+from node.commands.entryreply import MEMO_ENTRY_MAX, range_entries, revrange_entries
+from node.resp.encoder import Entries, to_bytes
+
+
+def _reference(s: Stream, start, end, count: int) -> list:
+    """Entry by entry, from the logs' generators (``EntryLog.range``)."""
+    merged = ((eid, flat) for eid, _origin, flat in s.merged(start, end))
+    return [[b"%d-%d" % eid, flat] for eid, flat in (islice(merged, count) if count else merged)]
+
+
+def _check_rev(s: Stream, start, end, count: int) -> None:
+    got = revrange_entries(s, start, end, count)
+    want = [[b"%d-%d" % eid, flat] for eid, flat in s.revrange(start, end, count)]  # EntryLog.revrange
+    assert got == want
+    for resp3 in (False, True):
+        assert to_bytes(got, resp3) == to_bytes(Entries(want), resp3)
+
+
+def _check(s: Stream, start, end, count: int) -> None:
+    ids: list = []
+    got = range_entries(s, start, end, count, ids)
+    want = _reference(s, start, end, count)
+    assert [b"%d-%d" % eid for eid in ids] == [row[0] for row in want]  # what XREADGROUP delivers
+    assert [[b"%d-%d" % eid, flat] for eid, flat in s.range(start, end, count)] == want  # range_list
+    assert type(got) is Entries
+    assert got == want
+    for resp3 in (False, True):
+        assert to_bytes(got, resp3) == to_bytes(Entries(want), resp3)
+
+
+_op = st.one_of(
+    st.tuples(st.just("add"), st.integers(1, 6), st.booleans()),
+    st.tuples(st.just("del"), st.integers(0, 60)),
+    st.tuples(st.just("trim"), st.integers(0, 40)),
+    st.tuples(st.just("read"), st.integers(0, 70), st.integers(0, 70), st.integers(0, 12)),
+    st.tuples(st.just("origin"), st.integers(2, 3)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_op, max_size=60))
+def test_range_entries_match_the_entry_by_entry_reply(script):
+    s = Stream()
+    ms = 0
+    origin = 1
+    for op in script:
+        if op[0] == "add":
+            for _ in range(op[1]):
+                ms += 1
+                flat = [b"f", b"%d" % ms] if op[2] else [b"g%d" % (ms % 3), b"v" * (ms % 5)]
+                s.add(origin, (ms, origin), flat, 4, 0)  # 4 entries a block: many blocks
+        elif op[0] == "del":
+            s.delete_ids([(op[1], 1)])
+        elif op[0] == "trim":
+            s.trim(TrimSpec(maxlen=op[1]))
+        elif op[0] == "origin":
+            origin = op[1]  # a second origin log: the merged path
+        else:
+            lo, hi = sorted(op[1:3])
+            _check(s, (lo, 0), (hi, 9), op[3])
+            _check_rev(s, (lo, 0), (hi, 9), op[3])
+        _check(s, MIN_ID, MAX_ID, 0)
+        _check_rev(s, MIN_ID, MAX_ID, 0)
+
+
+def test_a_memoized_tail_block_sees_later_appends_and_deletions():
+    s = Stream()
+    for ms in range(1, 4):
+        s.add(1, (ms, 0), [b"f", b"%d" % ms], 100, 0)
+    first = range_entries(s, MIN_ID, MAX_ID, 0)
+    s.add(1, (4, 0), [b"f", b"4"], 100, 0)
+    assert [r[0] for r in range_entries(s, MIN_ID, MAX_ID, 0)] == [b"1-0", b"2-0", b"3-0", b"4-0"]
+    s.delete_ids([(2, 0)])
+    again = range_entries(s, MIN_ID, MAX_ID, 0)
+    assert [r[0] for r in again] == [b"1-0", b"3-0", b"4-0"]
+    assert to_bytes(again).startswith(b"*3\r\n*2\r\n$3\r\n1-0\r\n")
+    assert [r[0] for r in first] == [b"1-0", b"2-0", b"3-0"]  # a reply already made stays as it was
+    assert range_entries(s, MIN_ID, MAX_ID, 2) == [[b"1-0", [b"f", b"1"]], [b"3-0", [b"f", b"3"]]]
+
+
+def test_a_changed_entries_value_is_encoded_from_its_rows():
+    s = Stream()
+    s.add(1, (1, 0), [b"f", b"1"], 100, 0)
+    rows = range_entries(s, MIN_ID, MAX_ID, 0)
+    rows.append([b"9-0", [b"x", b"y"]])
+    assert to_bytes(rows) == to_bytes(Entries(list(rows)))
+
+
+def test_a_large_entry_keeps_no_encoding_and_its_reply_is_encoded_row_by_row():
+    s = Stream()
+    big = b"x" * (MEMO_ENTRY_MAX + 1)
+    s.add(1, (1, 0), [b"f", b"1"], 100, 0)
+    s.add(1, (2, 0), [b"f", big], 100, 0)
+    reply = range_entries(s, MIN_ID, MAX_ID, 0)
+    assert reply.parts is None
+    assert to_bytes(reply) == to_bytes(Entries([[b"1-0", [b"f", b"1"]], [b"2-0", [b"f", big]]]))
+    assert range_entries(s, MIN_ID, (1, 0), 0).parts is not None  # the small one alone: joined
