@@ -99,25 +99,45 @@ class BraidRange(InputPartition):
 
 
 def read_range(part: BraidRange) -> Iterator[pa.RecordBatch]:
-    """Page through one origin log's range (runs on an executor, with its own connection)."""
+    """Page through one origin log's range (runs on an executor, with its own connection).
+
+    The request for the next page goes out before this page is decoded: the region
+    reads it while the task decodes and Spark takes the batch, instead of each
+    waiting for the other."""
     r = part.range
     lo, hi = braid.id_tuple(r.after), braid.id_tuple(r.upto)
     conn = braid.connect(part.url)
+    link = conn.connection_pool.get_connection()
+
+    def ask(after: str) -> None:
+        link.send_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto, "COUNT", part.read_count, "PACKED")
+
     try:
-        after = r.after
+        ask(r.after)
         while True:
-            blocks = conn.execute_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto,
-                                          "COUNT", part.read_count, "PACKED")
+            blocks = link.read_response()
             if not blocks:
                 return
-            page, last = decode_page(blocks, lo, hi)
+            last = last_id(blocks)
+            more = last < hi
+            if more:
+                ask("%d-%d" % last)
+            page, _last = decode_page(blocks, lo, hi)
             if page.rows:
                 yield page.record_batch(r.key, int(r.origin))
-            if last is None or last >= hi:
+            if not more:
                 return
-            after = "%d-%d" % last
     finally:
+        link.disconnect()  # Spark may stop reading with a request in flight: its reply is not read
+        conn.connection_pool.release(link)
         conn.close()
+
+
+def last_id(blocks: list) -> tuple[int, int]:
+    """The last ID (deleted or not) a ``PACKED`` reply's blocks hold: where the next page starts."""
+    first, fields, buf = blocks[-1]
+    first_id = braid.id_tuple(first)
+    return restored_block(first_id, first_id, tuple(fields), bytearray(buf), 0, 0, 0).decode()[-1][0]
 
 
 class Page:

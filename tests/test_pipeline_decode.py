@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from crdt.blocks import EntryLog, entry_starts
 from crdt.ids import fmt
 from node.commands.origins import packed_blocks
-from pipeline.source import _decode_columns, _decode_entries, decode_page
+from pipeline.source import _decode_columns, _decode_entries, decode_page, last_id
 
 MASTER = [b"ride", b"note"]
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -68,7 +68,7 @@ def test_pages_decode_to_the_live_entries_of_the_range(spec, own_fields, data):
     page, last = decode_page(blocks, lo, hi)
     got = rows(page)
     assert got == (expected if count < 0 else expected[:len(got)])
-    assert last == _last_of(log, blocks)
+    assert last == _last_of(log, blocks) == last_id(blocks)
     firsts = [(int(b[0].split(b"-")[0]), int(b[0].split(b"-")[1])) for b in blocks]
     entry_by_entry = _decode_entries(blocks, firsts, lo, hi)
     assert rows(entry_by_entry[0]) == got and entry_by_entry[1] == last
