@@ -14,7 +14,8 @@ per-origin cursor is sure to read it.
   share into an end ID without reading the entries.  Under
   ``Trigger.AvailableNow`` the tops are captured once and never exceeded.
 - ``partitions`` (driver) cuts each log's range into ranges of at most
-  ``partitionSize`` entries (``XSPLITORIGIN`` again): one Spark task each.
+  ``partitionSize`` entries (``XSPLITORIGIN`` again), and groups short ranges
+  (of other keys and origin logs) into tasks of at most that many entries.
 - ``read`` (executor) opens its own connection and pages through its range
   with ``XRANGEORIGIN ... COUNT readCount PACKED``, yielding one Arrow record
   batch per page.  ``PACKED`` answers the log's blocks as the region stores
@@ -85,32 +86,58 @@ class ReadOptions:
             starting=options.get("startingPosition", "earliest"),
             ending=options.get("endingPosition", "latest"),
             max_rows_per_batch=braid.positive_option(limit, "maxRowsPerBatch") if limit is not None else None,
-            partition_size=braid.positive_option(options.get("partitionSize", "100000"), "partitionSize"),
+            partition_size=braid.positive_option(options.get("partitionSize", "500000"), "partitionSize"),
             read_count=braid.positive_option(options.get("readCount", "10000"), "readCount"),
         )
 
 
 class BraidRange(InputPartition):
-    """One Spark task: a range of one origin log (picklable, sent to an executor)."""
+    """One Spark task: ranges of origin logs, read one after the other (picklable, sent to an executor)."""
 
-    def __init__(self, url: str, log_range: LogRange, read_count: int) -> None:
-        super().__init__(log_range)
-        self.url, self.range, self.read_count = url, log_range, read_count
+    def __init__(self, url: str, ranges: LogRange | list[LogRange], read_count: int) -> None:
+        ranges = [ranges] if isinstance(ranges, LogRange) else list(ranges)
+        super().__init__(ranges)
+        self.url, self.ranges, self.read_count = url, ranges, read_count
 
 
-def read_range(part: BraidRange) -> Iterator[pa.RecordBatch]:
-    """Page through one origin log's range (runs on an executor, with its own connection).
+def tasks(url: str, ranges: list[LogRange], size: int, read_count: int) -> list[BraidRange]:
+    """The planned ranges grouped into tasks of at most ``size`` entries, in order.
+
+    A task has a fixed cost (about 0.1 s of CPU between the JVM and the Python
+    worker, bench/README.md): the short ranges of many keys or origin logs are
+    read by one task rather than one task each."""
+    out: list[BraidRange] = []
+    group: list[LogRange] = []
+    rows = 0
+    for r in ranges:
+        if group and rows + r.rows > size:
+            out.append(BraidRange(url, group, read_count))
+            group, rows = [], 0
+        group.append(r)
+        rows += r.rows
+    if group:
+        out.append(BraidRange(url, group, read_count))
+    return out
+
+
+def read_task(part: BraidRange) -> Iterator[pa.RecordBatch]:
+    """Every range of a task (runs on an executor)."""
+    for r in part.ranges:
+        yield from read_range(part.url, r, part.read_count)
+
+
+def read_range(url: str, r: LogRange, read_count: int) -> Iterator[pa.RecordBatch]:
+    """Page through one origin log's range, with its own connection.
 
     The request for the next page goes out before this page is decoded: the region
     reads it while the task decodes and Spark takes the batch, instead of each
     waiting for the other."""
-    r = part.range
     lo, hi = braid.id_tuple(r.after), braid.id_tuple(r.upto)
-    conn = braid.connect(part.url)
+    conn = braid.connect(url)
     link = conn.connection_pool.get_connection()
 
     def ask(after: str) -> None:
-        link.send_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto, "COUNT", part.read_count, "PACKED")
+        link.send_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto, "COUNT", read_count, "PACKED")
 
     try:
         ask(r.after)
@@ -314,10 +341,10 @@ class BraidBatchReader(DataSourceReader):
             ranges = braid.plan_ranges(conn, start, end, opts.partition_size)
         finally:
             conn.close()
-        return [BraidRange(opts.url, r, opts.read_count) for r in ranges]
+        return tasks(opts.url, ranges, opts.partition_size, opts.read_count)
 
     def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)
+        return read_task(partition)
 
 
 class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -378,10 +405,10 @@ class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> list[BraidRange]:
         opts = self.options
         ranges = braid.plan_ranges(self.conn, start, end, opts.partition_size)
-        return [BraidRange(opts.url, r, opts.read_count) for r in ranges]
+        return tasks(opts.url, ranges, opts.partition_size, opts.read_count)
 
     def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)
+        return read_task(partition)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to release: a stream is a log, entries stay for other readers."""

@@ -101,7 +101,7 @@ def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
     """The reader decodes XRANGEORIGIN ... PACKED (whole blocks of the region's log) itself:
     every range and page size gives exactly XRANGEORIGIN's live entries, fields and times."""
     from pipeline.braid import LogRange
-    from pipeline.source import BraidRange, read_range
+    from pipeline.source import read_range
 
     with BraidProcess(extra_args=["--appendonly", "no"]) as region:
         conn = region.client()
@@ -118,8 +118,9 @@ def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
                             (ids[29].decode(), ids[31].decode()), (ids[60].decode(), ids[60].decode())]:
             expected = conn.execute_command("XRANGEORIGIN", "packed", 1, "(" + after, upto)
             for count in (1, 7, 1000):
-                part = BraidRange(f"redis://127.0.0.1:{region.port}", LogRange("packed", "1", after, upto, 0), count)
-                rows = [row for batch in read_range(part) for row in batch.to_pylist()]
+                log_range = LogRange("packed", "1", after, upto, 0)
+                rows = [row for batch in read_range(f"redis://127.0.0.1:{region.port}", log_range, count)
+                        for row in batch.to_pylist()]
                 assert [r["id"].encode() for r in rows] == [e[0] for e in expected], (after, upto, count)
                 assert [[x for kv in r["fields"] for x in (kv[0].encode(), kv[1].encode())] for r in rows] == \
                     [e[1] for e in expected]

@@ -1,4 +1,4 @@
-"""The Spark reader's decoding of ``XRANGEORIGIN ... PACKED`` pages (pipeline/source.py), as pure code.
+"""The Spark reader's decoding of ``XRANGEORIGIN ... PACKED`` pages and its task planning (pipeline/source.py).
 
 Pages are made by the region's own ``packed_blocks`` from logs built with
 ``crdt.blocks``; what the reader gets out of them must be exactly the log's live
@@ -96,3 +96,16 @@ def test_entry_starts_finds_every_entry_of_a_block(spec, own_fields):
         out = [-1]
         assert entry_starts(bytes(block.buf), len(block.fields), 100, out) == len(block.decode())
         assert out == [-1] + [100 + offset for _id, _flat, _deleted, offset in block.decode()]
+
+
+def test_short_ranges_are_grouped_into_tasks_of_at_most_partition_size_entries():
+    from pipeline.braid import LogRange
+    from pipeline.source import tasks
+
+    ranges = [LogRange("a", "1", "0-0", "5-1", 500), LogRange("a", "1", "5-1", "9-1", 500),  # one long log, cut
+              LogRange("a", "2", "0-0", "3-2", 40), LogRange("b", "1", "0-0", "4-1", 300),
+              LogRange("c", "1", "0-0", "7-1", 200), LogRange("d", "3", "0-0", "8-3", 1)]
+    got = tasks("redis://x", ranges, 500, 77)
+    assert [t.ranges for t in got] == [ranges[0:1], ranges[1:2], ranges[2:4], ranges[4:6]]
+    assert {(t.url, t.read_count) for t in got} == {("redis://x", 77)}
+    assert [r for t in tasks("redis://x", ranges, 1, 77) for r in t.ranges] == ranges  # every range, in order
