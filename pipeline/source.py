@@ -121,28 +121,44 @@ def tasks(url: str, ranges: list[LogRange], size: int, read_count: int) -> list[
 
 
 def read_task(part: BraidRange) -> Iterator[pa.RecordBatch]:
-    """Every range of a task (runs on an executor)."""
-    for r in part.ranges:
-        yield from read_range(part.url, r, part.read_count)
+    """Every range of a task, over one connection (runs on an executor)."""
+    conn = braid.connect(part.url)
+    try:
+        for r in part.ranges:
+            yield from read_pages(conn, r, part.read_count)
+    finally:
+        conn.close()
 
 
 def read_range(url: str, r: LogRange, read_count: int) -> Iterator[pa.RecordBatch]:
-    """Page through one origin log's range, with its own connection.
+    """One origin log's range, with a connection of its own."""
+    conn = braid.connect(url)
+    try:
+        yield from read_pages(conn, r, read_count)
+    finally:
+        conn.close()
+
+
+def read_pages(conn, r: LogRange, read_count: int) -> Iterator[pa.RecordBatch]:
+    """Page through one origin log's range: one Arrow record batch per page with live entries.
 
     The request for the next page goes out before this page is decoded: the region
     reads it while the task decodes and Spark takes the batch, instead of each
     waiting for the other."""
     lo, hi = braid.id_tuple(r.after), braid.id_tuple(r.upto)
-    conn = braid.connect(url)
     link = conn.connection_pool.get_connection()
+    in_flight = False
 
     def ask(after: str) -> None:
+        nonlocal in_flight
         link.send_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto, "COUNT", read_count, "PACKED")
+        in_flight = True
 
     try:
         ask(r.after)
         while True:
             blocks = link.read_response()
+            in_flight = False
             if not blocks:
                 return
             last = last_id(blocks)
@@ -155,9 +171,9 @@ def read_range(url: str, r: LogRange, read_count: int) -> Iterator[pa.RecordBatc
             if not more:
                 return
     finally:
-        link.disconnect()  # Spark may stop reading with a request in flight: its reply is not read
+        if in_flight:  # Spark stopped reading (or an error) with a request sent: its reply is never read
+            link.disconnect()
         conn.connection_pool.release(link)
-        conn.close()
 
 
 def last_id(blocks: list) -> tuple[int, int]:
