@@ -334,6 +334,43 @@ def _uvarint_tail(buf: bytes | bytearray, i: int, first: int) -> tuple[int, int]
         shift += 7
 
 
+def entry_starts(buf: bytes, nfields: int, base: int, out: list[int]) -> int:
+    """Append to ``out`` where each entry of a block's packed bytes starts (deleted entries
+    included), plus ``base``; return how many entries there are.  ``nfields`` is the
+    number of the block's master fields.
+
+    The one step of reading packed bytes that must go entry by entry: a reader that
+    cuts many blocks into columns at once (the Spark source) finds the entries here,
+    in compiled code, and reads their IDs and values with whole-array operations."""
+    i, end, count = 0, len(buf), 0
+    while i < end:
+        out.append(base + i)
+        count += 1
+        flags = buf[i]
+        i += 1
+        for _ in range(2):  # the ms and seq deltas
+            v = buf[i]
+            i += 1
+            while v >= 0x80:
+                v = buf[i]
+                i += 1
+        if flags & SAMEFIELDS:
+            values = nfields
+        else:
+            n = buf[i]
+            i += 1
+            if n >= 0x80:
+                n, i = _uvarint_tail(buf, i, n)
+            values = 2 * n
+        for _ in range(values):
+            n = buf[i]
+            i += 1
+            if n >= 0x80:
+                n, i = _uvarint_tail(buf, i, n)
+            i += n
+    return count
+
+
 class TrimSpec:
     """What a trim asks for (XADD's and XTRIM's MAXLEN / MINID options)."""
 

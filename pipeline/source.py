@@ -14,14 +14,19 @@ per-origin cursor is sure to read it.
   share into an end ID without reading the entries.  Under
   ``Trigger.AvailableNow`` the tops are captured once and never exceeded.
 - ``partitions`` (driver) cuts each log's range into ranges of at most
-  ``partitionSize`` entries (``XSPLITORIGIN`` again): one Spark task each.
+  ``partitionSize`` entries (``XSPLITORIGIN`` again), and groups short ranges
+  (of other keys and origin logs) into tasks of at most that many entries.
 - ``read`` (executor) opens its own connection and pages through its range
   with ``XRANGEORIGIN ... COUNT readCount PACKED``, yielding one Arrow record
   batch per page.  ``PACKED`` answers the log's blocks as the region stores
   them (``crdt/blocks.py``) instead of formatting every entry: the region,
   which serves every task on one core, only copies bytes, and the tasks, which
-  run in parallel, decode the blocks (the same ``crdt.blocks`` code), drop
-  the deleted entries and those outside their range, and build the columns.
+  run in parallel, cut the blocks into columns, drop the deleted entries and
+  those outside their range.  Only finding where each entry starts goes entry
+  by entry (``crdt.blocks.entry_starts``, compiled); IDs and values are read
+  for the whole page at once with numpy and Arrow, and no Python object is made
+  per entry.  A page with entries of their own field names is decoded with
+  ``crdt.blocks``' entry decoder instead.
 
 A restart from the checkpoint resumes at the committed cursors, so no entry is
 skipped or read twice.  Every task reads from the region the offsets were
@@ -34,12 +39,13 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from crdt.blocks import DELETED, SAMEFIELDS
+from crdt.blocks import DELETED, SAMEFIELDS, entry_starts, restored_block
 
 from . import braid
 from .braid import LogRange, Offsets
@@ -80,91 +86,117 @@ class ReadOptions:
             starting=options.get("startingPosition", "earliest"),
             ending=options.get("endingPosition", "latest"),
             max_rows_per_batch=braid.positive_option(limit, "maxRowsPerBatch") if limit is not None else None,
-            partition_size=braid.positive_option(options.get("partitionSize", "100000"), "partitionSize"),
+            partition_size=braid.positive_option(options.get("partitionSize", "500000"), "partitionSize"),
             read_count=braid.positive_option(options.get("readCount", "10000"), "readCount"),
         )
 
 
 class BraidRange(InputPartition):
-    """One Spark task: a range of one origin log (picklable, sent to an executor)."""
+    """One Spark task: ranges of origin logs, read one after the other (picklable, sent to an executor)."""
 
-    def __init__(self, url: str, log_range: LogRange, read_count: int) -> None:
-        super().__init__(log_range)
-        self.url, self.range, self.read_count = url, log_range, read_count
+    def __init__(self, url: str, ranges: LogRange | list[LogRange], read_count: int) -> None:
+        ranges = [ranges] if isinstance(ranges, LogRange) else list(ranges)
+        super().__init__(ranges)
+        self.url, self.ranges, self.read_count = url, ranges, read_count
 
 
-def read_range(part: BraidRange) -> Iterator[pa.RecordBatch]:
-    """Page through one origin log's range (runs on an executor, with its own connection)."""
-    r = part.range
-    lo, hi = braid.id_tuple(r.after), braid.id_tuple(r.upto)
+def tasks(url: str, ranges: list[LogRange], size: int, read_count: int) -> list[BraidRange]:
+    """The planned ranges grouped into tasks of at most ``size`` entries, in order.
+
+    A task has a fixed cost (about 0.1 s of CPU between the JVM and the Python
+    worker, bench/README.md): the short ranges of many keys or origin logs are
+    read by one task rather than one task each."""
+    out: list[BraidRange] = []
+    group: list[LogRange] = []
+    rows = 0
+    for r in ranges:
+        if group and rows + r.rows > size:
+            out.append(BraidRange(url, group, read_count))
+            group, rows = [], 0
+        group.append(r)
+        rows += r.rows
+    if group:
+        out.append(BraidRange(url, group, read_count))
+    return out
+
+
+def read_task(part: BraidRange) -> Iterator[pa.RecordBatch]:
+    """Every range of a task, over one connection (runs on an executor)."""
     conn = braid.connect(part.url)
     try:
-        after = r.after
-        while True:
-            blocks = conn.execute_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto,
-                                          "COUNT", part.read_count, "PACKED")
-            if not blocks:
-                return
-            cols, last = decode_page(blocks, lo, hi)
-            if cols.ms:
-                yield cols.record_batch(r.key, int(r.origin))
-            if last is None or last >= hi:
-                return
-            after = "%d-%d" % last
+        for r in part.ranges:
+            yield from read_pages(conn, r, part.read_count)
     finally:
         conn.close()
 
 
-class Columns:
-    """One page of the reader, decoded block by block into flat arrays, turned into Arrow at once.
+def read_range(url: str, r: LogRange, read_count: int) -> Iterator[pa.RecordBatch]:
+    """One origin log's range, with a connection of its own."""
+    conn = braid.connect(url)
+    try:
+        yield from read_pages(conn, r, read_count)
+    finally:
+        conn.close()
 
-    Per entry, Python only walks the packed bytes and records integers: the ID's two
-    halves, and where each value starts and ends in the page's bytes.  The strings
-    are then cut by Arrow: the page's bytes seen as a string array whose offsets are
-    every value's start and end (values, with the bytes between them as strings in
-    between) from which a ``take`` keeps every other one; field names are indices
-    into a small pool (a block's master fields once, other names as they come).
-    """
 
-    __slots__ = ("data", "ms", "seq", "bounds", "pairs", "names", "pool", "pool_index")
+def read_pages(conn, r: LogRange, read_count: int) -> Iterator[pa.RecordBatch]:
+    """Page through one origin log's range: one Arrow record batch per page with live entries.
 
-    def __init__(self) -> None:
-        self.data: list[bytes] = []  # the blocks' bytes, in order
-        self.ms, self.seq = array("q"), array("q")
-        self.bounds = array("q")  # start, end of every value kept, in the blocks' bytes end to end
-        self.pairs = array("i", [0])  # the map's offsets: field-value pairs so far, per entry
-        self.names = array("i")  # every pair's field name, an index into ``pool``
-        self.pool: list[bytes] = []
-        self.pool_index: dict[bytes, int] = {}
+    The request for the next page goes out before this page is decoded: the region
+    reads it while the task decodes and Spark takes the batch, instead of each
+    waiting for the other."""
+    lo, hi = braid.id_tuple(r.after), braid.id_tuple(r.upto)
+    link = conn.connection_pool.get_connection()
+    in_flight = False
 
-    def name_indices(self, names) -> array:
-        index = self.pool_index
-        out = array("i")
-        for name in names:
-            k = index.get(name)
-            if k is None:
-                k = index[name] = len(self.pool)
-                self.pool.append(name)
-            out.append(k)
-        return out
+    def ask(after: str) -> None:
+        nonlocal in_flight
+        link.send_command("XRANGEORIGIN", r.key, r.origin, "(" + after, r.upto, "COUNT", read_count, "PACKED")
+        in_flight = True
+
+    try:
+        ask(r.after)
+        while True:
+            blocks = link.read_response()
+            in_flight = False
+            if not blocks:
+                return
+            last = last_id(blocks)
+            more = last < hi
+            if more:
+                ask("%d-%d" % last)
+            page, _last = decode_page(blocks, lo, hi)
+            if page.rows:
+                yield page.record_batch(r.key, int(r.origin))
+            if not more:
+                return
+    finally:
+        if in_flight:  # Spark stopped reading (or an error) with a request sent: its reply is never read
+            link.disconnect()
+        conn.connection_pool.release(link)
+
+
+def last_id(blocks: list) -> tuple[int, int]:
+    """The last ID (deleted or not) a ``PACKED`` reply's blocks hold: where the next page starts."""
+    first, fields, buf = blocks[-1]
+    first_id = braid.id_tuple(first)
+    return restored_block(first_id, first_id, tuple(fields), bytearray(buf), 0, 0, 0).decode()[-1][0]
+
+
+class Page:
+    """The live entries of one page in the range, as Arrow columns: IDs, and the field map's
+    offsets, names and values."""
+
+    __slots__ = ("rows", "ms", "seq", "offsets", "names", "values")
+
+    def __init__(self, ms: pa.Array, seq: pa.Array, offsets: pa.Array, names: pa.Array, values: pa.Array) -> None:
+        self.rows = len(ms)
+        self.ms, self.seq, self.offsets, self.names, self.values = ms, seq, offsets, names, values
 
     def record_batch(self, key: str, origin: int) -> pa.RecordBatch:
-        n = len(self.ms)
-        data = pa.py_buffer(b"".join(self.data))
-        bounds = pa.Array.from_buffers(pa.int64(), len(self.bounds), [None, pa.py_buffer(self.bounds)])
-        # the values and the bytes between them, as one string array over the page's bytes
-        spans = pa.Array.from_buffers(pa.large_string(), len(self.bounds) - 1, [None, bounds.buffers()[1], data])
-        every_other = array("q", range(0, len(self.bounds), 2))
-        values = spans.take(pa.Array.from_buffers(pa.int64(), len(every_other), [None, pa.py_buffer(every_other)]))
-        values = values.cast(pa.string())
-        values.validate(full=True)  # UTF-8, as pa.array(..., pa.string()) checks
-        names = pa.Array.from_buffers(pa.int32(), len(self.names), [None, pa.py_buffer(self.names)])
-        keys = pa.array(self.pool, pa.string()).take(names)
-        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(self.pairs)])
-        fields = pa.MapArray.from_arrays(offsets, keys, values, type=ARROW_SCHEMA.field("fields").type)
-        ms = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.ms)])
-        seq = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.seq)])
-        ids = pc.binary_join_element_wise(ms.cast(pa.string()), seq.cast(pa.string()), "-")
+        n, ms = self.rows, self.ms
+        fields = pa.MapArray.from_arrays(self.offsets, self.names, self.values, type=ARROW_SCHEMA.field("fields").type)
+        ids = pc.binary_join_element_wise(ms.cast(pa.string()), self.seq.cast(pa.string()), "-")
         return pa.RecordBatch.from_arrays([
             pa.repeat(pa.scalar(key, pa.string()), n),
             ids,
@@ -174,114 +206,130 @@ class Columns:
         ], schema=ARROW_SCHEMA)
 
 
-def _uvarint(buf: bytes, i: int, v: int) -> tuple[int, int]:
-    """The rest of a LEB128 varint whose first byte ``v`` (>= 0x80) was read; (value, next index)."""
+def decode_page(blocks: list, lo: tuple[int, int], hi: tuple[int, int]) -> tuple[Page, tuple[int, int] | None]:
+    """A ``PACKED`` reply -> its live entries with lo < ID <= hi, and the last ID its blocks hold.
+
+    Pages whose entries all use their block's master fields (what a stream written by
+    one kind of producer holds) are cut into columns with whole-array operations
+    (``_decode_columns``); other pages are decoded entry by entry (``_decode_entries``).
+    Both read ``crdt/blocks.py``'s format with its own code; ``tests/test_pipeline.py``
+    checks both against ``XRANGEORIGIN``'s entries."""
+    firsts = [braid.id_tuple(first) for first, _fields, _buf in blocks]
+    decoded = _decode_columns(blocks, firsts, lo, hi)
+    return decoded if decoded is not None else _decode_entries(blocks, firsts, lo, hi)
+
+
+_SMALL = 1 << 62  # IDs below this, plus any delta, fit numpy's int64 (an ID's halves are 64-bit unsigned)
+_INT64_MAX = (1 << 63) - 1
+
+
+def _uvarints(data: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The LEB128 varints starting at every index of ``at`` -> (values, index after each)."""
+    v = data[at].astype(np.int64)
+    after = at + 1
+    more = np.flatnonzero(v >= 0x80)
     v &= 0x7F
     shift = 7
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, i
+    while more.size:
+        if shift > 56:
+            raise ValueError("varint longer than 9 bytes")
+        b = data[after[more]].astype(np.int64)
+        v[more] |= (b & 0x7F) << shift
+        after[more] += 1
+        more = more[b >= 0x80]
         shift += 7
+    return v, after
 
 
-def decode_page(blocks: list, lo: tuple[int, int], hi: tuple[int, int]) -> tuple[Columns, tuple[int, int] | None]:
-    """A ``PACKED`` reply -> its live entries with lo < ID <= hi, and the last ID its blocks hold."""
-    cols = Columns()
-    cols.data = [block[2] for block in blocks]
-    data = b"".join(cols.data)
-    last, at = None, 0
-    for first, fields, buf in blocks:
-        last = decode_block(braid.id_tuple(first), tuple(fields), data, at, at + len(buf), lo, hi, cols) or last
-        at += len(buf)
-    return cols, last
+def _decode_columns(blocks: list, firsts: list[tuple[int, int]], lo: tuple[int, int],
+                    hi: tuple[int, int]) -> tuple[Page, tuple[int, int] | None] | None:
+    """The page cut into columns by numpy, or None when an entry has fields of its own
+    (no SAMEFIELDS flag), the blocks' master fields differ in number, or an ID is too
+    large for int64 arithmetic: the caller then decodes entry by entry.
+
+    Only finding where each entry starts goes entry by entry (``entry_starts``,
+    compiled with ``crdt.blocks``); the IDs, the deleted flags and every value's
+    start and end are then read at once for all entries.  The values stay where
+    they are in the page's bytes: an Arrow string array whose offsets are every
+    value's start and end (values, and the length bytes between them) from which a
+    ``take`` keeps every other element."""
+    nf = len(blocks[0][1])
+    if nf == 0 or any(len(fields) != nf for _first, fields, _buf in blocks) or \
+            any(ms >= _SMALL or seq >= _SMALL for ms, seq in firsts):
+        return None
+    starts_list: list[int] = []
+    counts, base = [], 0
+    for _first, _fields, buf in blocks:
+        counts.append(entry_starts(buf, nf, base, starts_list))
+        base += len(buf)
+    raw = b"".join(buf for _first, _fields, buf in blocks)
+    data = np.frombuffer(raw, np.uint8)
+    starts = np.array(starts_list, np.int64)
+    flags = data[starts]
+    if not (flags & SAMEFIELDS).all():
+        return None
+    block_of = np.repeat(np.arange(len(blocks)), counts)
+    ms_delta, at = _uvarints(data, starts + 1)
+    zigzag, at = _uvarints(data, at)
+    if ms_delta.max() >= _SMALL or zigzag.max() >= _SMALL:
+        return None
+    ms = np.array([f[0] for f in firsts], np.int64)[block_of] + ms_delta
+    seq = np.array([f[1] for f in firsts], np.int64)[block_of] + np.where(zigzag & 1, -((zigzag + 1) >> 1), zigzag >> 1)
+    bounds = np.empty((len(starts), nf, 2), np.int64)  # every value's start and end in ``raw``
+    for k in range(nf):
+        length, at = _uvarints(data, at)
+        bounds[:, k, 0] = at
+        at += length
+        bounds[:, k, 1] = at
+    last = (int(ms[-1]), int(seq[-1]))
+    lo_ms, lo_seq = min(lo[0], _INT64_MAX), min(lo[1], _INT64_MAX)
+    hi_ms, hi_seq = min(hi[0], _INT64_MAX), min(hi[1], _INT64_MAX)
+    keep = ((flags & DELETED) == 0) & ((ms > lo_ms) | ((ms == lo_ms) & (seq > lo_seq))) \
+        & ((ms < hi_ms) | ((ms == hi_ms) & (seq <= hi_seq)))
+    kept = np.flatnonzero(keep)
+    # field names: each block's master fields, as indices into the page's distinct names
+    pool: dict[bytes, int] = {}
+    master = np.array([[pool.setdefault(f, len(pool)) for f in fields] for _first, fields, _buf in blocks], np.int32)
+    names = pa.array(list(pool), pa.string()).take(pa.array(master[block_of[kept]].ravel()))
+    # a page under 2 GiB takes 32-bit offsets: the string type Spark wants, without a cast
+    wide = len(raw) >= 1 << 31
+    edges = np.ascontiguousarray(bounds[kept].ravel(), np.int64 if wide else np.int32)
+    if len(edges):
+        spans = pa.Array.from_buffers(pa.large_string() if wide else pa.string(), len(edges) - 1,
+                                      [None, pa.py_buffer(edges), pa.py_buffer(raw)])
+        values = spans.take(pa.array(np.arange(0, len(edges), 2, dtype=np.int32))).cast(pa.string())
+    else:
+        values = pa.array([], pa.string())
+    values.validate(full=True)  # UTF-8, as pa.array(..., pa.string()) checks
+    offsets = pa.array(np.arange(0, nf * len(kept) + 1, nf, dtype=np.int32))
+    return Page(pa.array(ms[kept]), pa.array(seq[kept]), offsets, names, values), last
 
 
-def decode_block(first: tuple[int, int], fields: tuple, data: bytes, i: int, end: int,
-                 lo: tuple[int, int], hi: tuple[int, int], cols: Columns) -> tuple[int, int] | None:
-    """Add the live entries with lo < ID <= hi of the packed block in ``data[i:end]`` to ``cols``;
-    return the block's last ID (None when empty).
-
-    This reads ``crdt/blocks.py``'s entry format (``Block.decode``) straight into
-    ``cols``.  ``tests/test_pipeline.py`` checks it against ``XRANGEORIGIN``'s entries.
-    """
-    ms_add, seq_add, pairs = cols.ms.append, cols.seq.append, cols.pairs
-    bound, names = cols.bounds.append, cols.names
-    master = cols.name_indices(fields)
-    nf_range = range(len(fields))
-    nf = len(fields)
-    total = pairs[-1]
-    pair_add = pairs.append
-    fms, fseq = first
-    above_lo = first > lo  # every entry of the block is then above lo
-    hi_ms = hi[0]
-    ms = seq = None
-    while i < end:
-        flags = data[i]
-        v = data[i + 1]
-        i += 2
-        if v >= 0x80:
-            v, i = _uvarint(data, i, v)
-        ms = fms + v
-        v = data[i]
-        i += 1
-        if v >= 0x80:
-            v, i = _uvarint(data, i, v)
-        seq = fseq + ((v >> 1) if not v & 1 else -((v + 1) >> 1))
-        keep = (not flags & DELETED and (above_lo or (ms, seq) > lo)
-                and (ms < hi_ms or (ms, seq) <= hi))
-        if flags & SAMEFIELDS:
-            if keep:
-                for _ in nf_range:
-                    m = data[i]
-                    i += 1
-                    if m >= 0x80:
-                        m, i = _uvarint(data, i, m)
-                    bound(i)
-                    i += m
-                    bound(i)
-                names.extend(master)
-                total += nf
-                ms_add(ms)
-                seq_add(seq)
-                pair_add(total)
-            else:
-                for _ in nf_range:
-                    m = data[i]
-                    i += 1
-                    if m >= 0x80:
-                        m, i = _uvarint(data, i, m)
-                    i += m
-            continue
-        n = data[i]
-        i += 1
-        if n >= 0x80:
-            n, i = _uvarint(data, i, n)
-        entry_names = []
-        for _ in range(n):
-            m = data[i]
-            i += 1
-            if m >= 0x80:
-                m, i = _uvarint(data, i, m)
-            entry_names.append(data[i:i + m])
-            i += m
-            m = data[i]
-            i += 1
-            if m >= 0x80:
-                m, i = _uvarint(data, i, m)
-            if keep:
-                bound(i)
-                bound(i + m)
-            i += m
-        if keep:
-            names.extend(cols.name_indices(entry_names))
-            total += n
-            ms_add(ms)
-            seq_add(seq)
-            pair_add(total)
-    return None if ms is None else (ms, seq)
+def _decode_entries(blocks: list, firsts: list[tuple[int, int]], lo: tuple[int, int],
+                    hi: tuple[int, int]) -> tuple[Page, tuple[int, int] | None]:
+    """The page decoded entry by entry with ``crdt.blocks``' own decoder (any entry layout)."""
+    ms, seq, offsets = array("q"), array("q"), array("i", [0])
+    names: list[bytes] = []
+    values: list[bytes] = []
+    last = None
+    for (first, fields, buf), first_id in zip(blocks, firsts):
+        block = restored_block(first_id, first_id, tuple(fields), bytearray(buf), 0, 0, 0)
+        for id_, flat, deleted, _offset in block.decode():
+            last = id_
+            if deleted or not lo < id_ <= hi:
+                continue
+            ms.append(id_[0])
+            seq.append(id_[1])
+            names += flat[0::2]
+            values += flat[1::2]
+            offsets.append(len(names))
+    keys, vals = pa.array(names, pa.string()), pa.array(values, pa.string())
+    keys.validate(full=True)
+    vals.validate(full=True)
+    n = len(ms)
+    return Page(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(ms)]),
+                pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(seq)]),
+                pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]), keys, vals), last
 
 
 def _position(conn, keys: list[str], text: str) -> Offsets:
@@ -309,10 +357,10 @@ class BraidBatchReader(DataSourceReader):
             ranges = braid.plan_ranges(conn, start, end, opts.partition_size)
         finally:
             conn.close()
-        return [BraidRange(opts.url, r, opts.read_count) for r in ranges]
+        return tasks(opts.url, ranges, opts.partition_size, opts.read_count)
 
     def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)
+        return read_task(partition)
 
 
 class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -373,10 +421,10 @@ class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> list[BraidRange]:
         opts = self.options
         ranges = braid.plan_ranges(self.conn, start, end, opts.partition_size)
-        return [BraidRange(opts.url, r, opts.read_count) for r in ranges]
+        return tasks(opts.url, ranges, opts.partition_size, opts.read_count)
 
     def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)
+        return read_task(partition)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to release: a stream is a log, entries stay for other readers."""

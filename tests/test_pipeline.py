@@ -101,7 +101,8 @@ def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
     """The reader decodes XRANGEORIGIN ... PACKED (whole blocks of the region's log) itself:
     every range and page size gives exactly XRANGEORIGIN's live entries, fields and times."""
     from pipeline.braid import LogRange
-    from pipeline.source import BraidRange, read_range
+    from pipeline import braid
+    from pipeline.source import BraidRange, read_pages, read_range, read_task
 
     with BraidProcess(extra_args=["--appendonly", "no"]) as region:
         conn = region.client()
@@ -118,8 +119,9 @@ def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
                             (ids[29].decode(), ids[31].decode()), (ids[60].decode(), ids[60].decode())]:
             expected = conn.execute_command("XRANGEORIGIN", "packed", 1, "(" + after, upto)
             for count in (1, 7, 1000):
-                part = BraidRange(f"redis://127.0.0.1:{region.port}", LogRange("packed", "1", after, upto, 0), count)
-                rows = [row for batch in read_range(part) for row in batch.to_pylist()]
+                log_range = LogRange("packed", "1", after, upto, 0)
+                rows = [row for batch in read_range(f"redis://127.0.0.1:{region.port}", log_range, count)
+                        for row in batch.to_pylist()]
                 assert [r["id"].encode() for r in rows] == [e[0] for e in expected], (after, upto, count)
                 assert [[x for kv in r["fields"] for x in (kv[0].encode(), kv[1].encode())] for r in rows] == \
                     [e[1] for e in expected]
@@ -127,6 +129,19 @@ def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
                 assert [(r["timestamp"] - epoch) // timedelta(milliseconds=1) for r in rows] == \
                     [int(r["id"].split("-")[0]) for r in rows]
                 assert {(r["key"], r["origin"]) for r in rows} <= {("packed", 1)}
+        # a task reads its ranges one after the other over one connection, also after a page left unread
+        url = f"redis://127.0.0.1:{region.port}"
+        whole = [e[0] for e in conn.execute_command("XRANGEORIGIN", "packed", 1, "-", "+")]
+        task = BraidRange(url, [LogRange("packed", "1", "0-0", ids[30].decode(), 0),
+                                LogRange("packed", "1", ids[30].decode(), ids[-1].decode(), 0)], 7)
+        assert [r["id"].encode() for batch in read_task(task) for r in batch.to_pylist()] == whole
+        reader = braid.connect(url)
+        pages = read_pages(reader, task.ranges[0], 7)
+        next(pages)
+        pages.close()  # as when Spark stops reading: the next page was already asked for
+        assert [r["id"].encode() for batch in read_pages(reader, task.ranges[1], 7)
+                for r in batch.to_pylist()] == whole[len(whole) - len([i for i in whole if i > ids[30]]):]
+        reader.close()
         conn.close()
 
 
