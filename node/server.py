@@ -238,15 +238,23 @@ class Server(RegionCore):
             return  # not serving (the simulation): whoever drives the server sees ``failed``
         self.shutdown()
 
-    async def serve_forever(self) -> None:
-        assert self._server is not None or self.config["tls-port"]
-        stop = asyncio.Event()
+    def stop_on_signals(self) -> asyncio.Event:
+        """SIGTERM and SIGINT stop the region cleanly (serve_forever returns) from now on.
+        Called before start(): the region answers as soon as it listens, while the rest of
+        its start (its links, asking its peers) may still take a while, and a stop sent then
+        (a supervisor's, Kubernetes') must not kill it outright."""
+        self._stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, self._stop_requested.set)
             except (NotImplementedError, RuntimeError):
                 pass
+        return self._stop_requested
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None or self.config["tls-port"]
+        stop = getattr(self, "_stop_requested", None) or self.stop_on_signals()
         self.shutdown_event = stop
         if self.failed is not None:
             stop.set()  # it fail-stopped while starting
@@ -581,6 +589,7 @@ class ClientConnection(Session, asyncio.Protocol):
 async def run_server(server: Server, host: str, port: int | None) -> int:
     """Serve until SHUTDOWN or a signal (0), or a fail-stop (EXIT_FAIL_STOP): the exit status.
     ``port`` None: the setting's (0: no plain port)."""
+    server.stop_on_signals()
     await server.start(host, port)
     if server._server is not None:
         log.info("braid region %d listening on %s:%d", server.region, host, server.port)

@@ -177,3 +177,42 @@ def test_add_region_to_a_tls_cluster_signs_its_certificate_with_the_cluster_ca(t
         third.close()
     finally:
         assert _braid("down", "--data-dir", data).returncode == 0
+
+
+def test_sigterm_right_after_the_region_answers_stops_it_cleanly(tmp_path):
+    """A region answers PING as soon as it listens, while the rest of its start (its links,
+    asking peers that do not answer) goes on: a SIGTERM then (a supervisor's, Kubernetes'
+    right after a readiness probe) is a clean stop with status 0, not a kill by the signal."""
+    import signal
+
+    import redis
+
+    from node.cluster_config import local_cluster
+    from node.testing import free_ports, wait_until
+
+    ports = free_ports(6)
+    cfg = local_cluster(3, 0)
+    for r, (port, repl) in zip(cfg.regions, zip(ports[::2], ports[1::2])):
+        r.port, r.repl_port = port, repl  # region-2 and region-3 never start: nothing answers there
+    path = tmp_path / "cluster.toml"
+    cfg.save(str(path))
+    log = tmp_path / "region.log"
+    with open(log, "wb") as out:
+        region = subprocess.Popen([sys.executable, "-m", "node", "node", "--config", str(path), "--region",
+                                   "region-1", "--data-dir", str(tmp_path / "data"), "--port", str(ports[0])],
+                                  stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def answers() -> bool:
+            assert region.poll() is None, log.read_text()[-2000:]
+            try:
+                return redis.Redis(port=ports[0], socket_timeout=1).ping()
+            except redis.exceptions.ConnectionError:
+                return False
+
+        wait_until(answers, 30, what="region-1 to answer")
+        region.send_signal(signal.SIGTERM)
+        assert region.wait(30) == 0, log.read_text()[-2000:]
+    finally:
+        if region.poll() is None:
+            region.kill()
+            region.wait(10)
