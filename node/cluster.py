@@ -720,6 +720,13 @@ def _record_pid(data_dir: str, name: str, port: int, pid: int) -> None:
     _save_pids(data_dir, info)
 
 
+def _recorded_pid(data_dir: str, name: str) -> int | None:
+    info = _load_pids(data_dir)
+    if info is None or name not in info["names"]:
+        return None
+    return info["pids"][info["names"].index(name)]
+
+
 def _load_pids(data_dir: str) -> dict | None:
     """The cluster's record: ``pids``, ``ports`` and ``names`` (one per region, in order); in the
     foreground also ``supervisor``, braid up's pid, and ``supervised``, the regions it restarts."""
@@ -937,7 +944,7 @@ def restart(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + READY_TIMEOUT_S + 5
         while time.monotonic() < deadline:
             back = [pid for pid, n in region_processes(data_dir).items() if n == name and pid not in running]
-            if back and ping(port):
+            if back and ping(port) and _recorded_pid(data_dir, name) == back[0]:  # braid up knows it too
                 print(f"{name} is back on port {port} (pid {back[0]})")
                 return 0
             time.sleep(0.1)  # polling the foreground braid up's restart under a deadline
