@@ -459,15 +459,25 @@ def cmd_region_add(args, cfg: ClusterConfig, path, console: Console) -> int:
     return 0
 
 
+LEAVER_GRACE_S = 15.0  # a leaving region that stops answering is given up after this long
+
+
 def _wait_handed_over(cfg: ClusterConfig, path, r: RegionSpec, timeout: float) -> int:
     """Wait until every other member holds all of leaving region ``r``'s operations; returns their count."""
     deadline = time.monotonic() + timeout
+    lost_at = None  # since when the leaver does not answer: a busy region may miss a poll or two
     while True:
         found, _ = _statuses(cfg, path)
         leaver = found.get(r.name)
         if leaver is None:
-            raise AdminError(f"{r.name} is leaving but unreachable: its operations cannot be handed over "
-                             f"(run this again when it is back, or remove it with --force)")
+            now = time.monotonic()
+            lost_at = now if lost_at is None else lost_at
+            if now - lost_at >= LEAVER_GRACE_S or now > deadline:
+                raise AdminError(f"{r.name} is leaving but unreachable: its operations cannot be handed over "
+                                 f"(run this again when it is back, or remove it with --force)")
+            time.sleep(0.5)
+            continue
+        lost_at = None
         total = leaver.vv.get(r.number, 0)
         behind = [f"{name} ({st.vv.get(r.number, 0)} of {total})" for name, st in found.items()
                   if name != r.name and st.vv.get(r.number, 0) < total]
