@@ -707,15 +707,17 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
         ]
     lines += ["## Targets", ""] + targets(results, mem) + [""]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    kept = kept_sections(path)  # read before opening the file for writing empties it
     with open(path, "w") as f:
-        f.write("\n".join(lines) + kept_sections(path))
+        f.write("\n".join(lines) + kept)
 
 
 def kept_sections(path: str) -> str:
     """The sections other benchmarks keep in the same file (``<!-- bench.NAME:start -->`` ..
     ``<!-- bench.NAME:end -->``, e.g. bench.pipeline's), read before it is rewritten."""
     try:
-        text = open(path).read()
+        with open(path) as f:
+            text = f.read()
     except OSError:
         return ""
     blocks = re.finditer(r"<!-- bench\.(\w+):start -->.*?<!-- bench\.\1:end -->", text, flags=re.S)
