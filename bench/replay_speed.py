@@ -83,10 +83,10 @@ def write(directory: str, cluster, mb: int, auto: bool, xadds: int | None) -> di
     write_s = time.process_time() - t0
     size = server.oplog.size
     server.oplog.close()
-    last = scan(os.path.join(directory, "appendonlydir")).records[-1]
+    records = scan(os.path.join(directory, "appendonlydir")).records  # none: a snapshot just took them all
     return {"written": written, "write_s": write_s, "size": size, "snapshots": len(save_s),
             "last_save_s": save_s[-1] if save_s else 0.0,
-            "record_bytes": len(last[2]) + 13}
+            "record_bytes": len(records[-1][2]) + 13 if records else 0}
 
 
 def load(directory: str, cluster, auto: bool) -> tuple[float, float, int]:
