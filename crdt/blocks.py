@@ -536,6 +536,15 @@ class EntryLog:
                 self._memos.pop(oldest, None)
         return entries
 
+    def _span(self, block: Block, start: StreamID | None, end: StreamID | None) -> tuple[list[Decoded], int, int]:
+        """A block's decoded entries and the slice [i, j) of them from ``start`` to ``end``
+        (None: from its first entry, to its last): a range's first and last blocks are
+        bisected, the blocks between taken whole."""
+        entries = self._decoded(block)
+        i = 0 if start is None else bisect_left(entries, start, key=_entry_id)
+        j = len(entries) if end is None else bisect_right(entries, end, key=_entry_id)
+        return entries, i, j
+
     def runs(self, start: StreamID, end: StreamID) -> Iterator[tuple[list[Decoded], list, int, int, int]]:
         """The range start <= id <= end block by block, ascending, for readers that work on
         slices rather than entry by entry: ``(entries, memo, i, j, dead)`` per block, where
@@ -562,9 +571,7 @@ class EntryLog:
             if block.last < start:
                 continue
             self._at = k
-            entries = self._decoded(block)
-            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
-            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            entries, i, j = self._span(block, start if k == bi else None, end if k == stop - 1 else None)
             memo = memos.get(block)
             if memo is None:
                 memo = memos[block] = []
@@ -605,9 +612,7 @@ class EntryLog:
             block = blocks[k]
             if block.last < start:
                 return
-            entries = self._decoded(block)
-            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
-            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            entries, i, j = self._span(block, start if k == bi else None, end if k == stop - 1 else None)
             memo = memos.get(block)
             if memo is None:
                 memo = memos[block] = []
@@ -628,9 +633,7 @@ class EntryLog:
             block = blocks[k]
             if block.last < start:
                 continue
-            entries = self._decoded(block)
-            i = bisect_left(entries, start, key=_entry_id) if k == bi else 0
-            j = bisect_right(entries, end, key=_entry_id) if k == stop - 1 else len(entries)
+            entries, i, j = self._span(block, start if k == bi else None, end if k == stop - 1 else None)
             if block.dead:
                 for eid, flat, dead, _off in entries[i:j]:
                     if not dead:
