@@ -148,6 +148,17 @@ class Membership:
         """The regions causal stability waits for: every live member."""
         return self.live()
 
+    def stable_past_removals(self, stable: dict[int, int]) -> dict[int, int]:
+        """``stable`` (what every live member applied), or nothing while a removed region's
+        operations up to its frozen point have not reached every live member: they may still
+        arrive (relayed) and be concurrent with a delete the others made, so a delete
+        context collected before they all arrived would let one of its concurrent creations
+        survive at one region and lose at another."""
+        for origin, frozen in self.frozen.items():
+            if frozen and stable.get(origin, 0) < frozen:
+                return {}
+        return stable
+
     def writable(self, number: int) -> bool:
         """May this region take writes?  Only when active (a joining region is catching up,
         a leaving one hands over)."""

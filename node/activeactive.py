@@ -324,7 +324,8 @@ class ActiveActive:
     def stable(self) -> dict[int, int]:
         """What every live member has applied (crdt/causal.py: causal stability); a removed
         region holds it back no more."""
-        return self.causal.stable(self.membership.stability_regions(), self.hub.peer_acked)
+        m = self.membership
+        return m.stable_past_removals(self.causal.stable(m.stability_regions(), self.hub.peer_acked))
 
     def collect_garbage(self) -> int:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""

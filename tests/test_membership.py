@@ -267,3 +267,19 @@ def test_a_forced_removal_hold_outlives_a_lapsed_promise_until_an_epoch_settles_
     assert a.promise(r, held=9).ok
     a.abort(r)  # an explicit abort: the hold goes with the promise
     assert a.holding == {} and a.accepts(3, 10)
+
+
+def test_nothing_is_stable_until_a_force_removed_regions_operations_reached_every_member():
+    """A region removed by force is frozen at the most of its operations any voter held; the
+    others may still be on their way (relayed) to a live member, and one of them may be a
+    group creation concurrent with a delete: until every live member holds them all, no
+    delete context may be collected, or that creation survives at one region only (found by
+    the convergence state machine: a forced removal, then a cron's garbage collection)."""
+    ms = [three() for _ in range(2)]
+    agree(ms, Change(FORCE_REMOVE, 3), frozen=4)
+    m = ms[0]
+    assert m.stability_regions() == [1, 2]
+    assert m.stable_past_removals({1: 9, 2: 7, 3: 3}) == {}       # a live member lacks 3.4
+    assert m.stable_past_removals({1: 9, 2: 7}) == {}             # ... or any of region 3's
+    assert m.stable_past_removals({1: 9, 2: 7, 3: 4}) == {1: 9, 2: 7, 3: 4}
+    assert three().stable_past_removals({1: 2, 2: 2}) == {1: 2, 2: 2}  # nobody removed: as it was
