@@ -42,7 +42,9 @@ What membership means for the other rules (crdt/causal.py, crdt/ops.py):
   need nothing new.
 * Causal stability (delete contexts, IDMP maps, backlog trimming) waits for the
   live members only (:meth:`Membership.stability_regions`): a removed region
-  never holds it back again.
+  never holds it back again - once every live member holds its operations up to
+  its frozen point (:meth:`Membership.stable_past_removals`): after a forced
+  removal some may still be on their way, concurrent with a delete.
 * Operations of a removed region: a graceful leave is committed (``remove`` of a
   ``leaving`` member) only once every remaining member holds all of the leaver's
   operations.  A forced removal *freezes* the removed origin at the highest of its
