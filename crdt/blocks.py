@@ -282,20 +282,7 @@ class Block:
                 if ms > _U64 or not 0 <= seq <= _U64 or ms < pms or (ms == pms and seq <= pseq):
                     raise ValueError(f"entry {count} has ID {ms}-{seq} out of order or range")
                 pms, pseq = ms, seq
-                if flags & SAMEFIELDS:
-                    values = nf
-                else:
-                    n = buf[i]
-                    i += 1
-                    if n >= 0x80:
-                        n, i = uv(buf, i, n)
-                    values = 2 * n
-                for _ in range(values):  # each value takes at least one byte: bounded by the buffer
-                    n = buf[i]
-                    i += 1
-                    if n >= 0x80:
-                        n, i = uv(buf, i, n)
-                    i += n
+                i = _skip_values(buf, i, flags, nf)
                 if i > end:
                     raise IndexError
                 count += 1
@@ -334,6 +321,26 @@ def _uvarint_tail(buf: bytes | bytearray, i: int, first: int) -> tuple[int, int]
         shift += 7
 
 
+def _skip_values(buf: bytes | bytearray, i: int, flags: int, nfields: int) -> int:
+    """The index past an entry's field names (when it has its own) and values, which start
+    at ``i``: what walking packed entries without building them skips."""
+    if flags & SAMEFIELDS:
+        values = nfields
+    else:
+        n = buf[i]
+        i += 1
+        if n >= 0x80:
+            n, i = _uvarint_tail(buf, i, n)
+        values = 2 * n
+    for _ in range(values):  # each value takes at least one byte: bounded by the buffer
+        n = buf[i]
+        i += 1
+        if n >= 0x80:
+            n, i = _uvarint_tail(buf, i, n)
+        i += n
+    return i
+
+
 def entry_starts(buf: bytes, nfields: int, base: int, out: list[int]) -> int:
     """Append to ``out`` where each entry of a block's packed bytes starts (deleted entries
     included), plus ``base``; return how many entries there are.  ``nfields`` is the
@@ -354,20 +361,7 @@ def entry_starts(buf: bytes, nfields: int, base: int, out: list[int]) -> int:
             while v >= 0x80:
                 v = buf[i]
                 i += 1
-        if flags & SAMEFIELDS:
-            values = nfields
-        else:
-            n = buf[i]
-            i += 1
-            if n >= 0x80:
-                n, i = _uvarint_tail(buf, i, n)
-            values = 2 * n
-        for _ in range(values):
-            n = buf[i]
-            i += 1
-            if n >= 0x80:
-                n, i = _uvarint_tail(buf, i, n)
-            i += n
+        i = _skip_values(buf, i, flags, nfields)
     return count
 
 
