@@ -17,12 +17,13 @@ import time
 import zlib
 
 import grpc
+import msgspec
 import pytest
 
 from crdt.causal import CausalLog
 from crdt.sync import LinkState
 from node.config import Config
-from node.transport.replication import Link, ReplicationHub
+from node.transport.replication import Link, ReplicationHub, pack_batch, unpack_batch
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -322,7 +323,9 @@ OP = bytes(range(256)) * 64  # 16 KB
 @pytest.mark.parametrize("case", ["gap", "other dot", "too long", "batch inside", "above the cap",
                                   "part above a frame", "deps later", "unannounced image",
                                   "image larger than stated", "image above the cap", "batch before the image",
-                                  "unreadable compressed batch"])
+                                  "unreadable compressed batch", "unreadable packed batch",
+                                  "packed batch of another shape", "negative counter in a packed batch",
+                                  "region beyond 32 bits in a packed batch", "packed batch above the limit"])
 def test_a_peer_that_breaks_the_protocol_is_cut_and_nothing_of_it_is_applied(case):
     batch = pb.Frame(batch=pb.Batch(envelopes=[pb.Envelope(origin=2, n=1, op=b"sneaked")]))
     frames = {
@@ -343,6 +346,12 @@ def test_a_peer_that_breaks_the_protocol_is_cut_and_nothing_of_it_is_applied(cas
         "image above the cap": [_hello(floor={2: 5}), pb.Frame(resync=pb.Resync(data=b"x", total=9 << 30))],
         "batch before the image": [_hello(floor={2: 5}), batch],
         "unreadable compressed batch": [_hello(), pb.Frame(batch_zlib=zlib.compress(b"\0" * (20 << 20), 9))],
+        "unreadable packed batch": [_hello(), pb.Frame(packed=b"\xc1")],
+        "packed batch of another shape": [_hello(), pb.Frame(packed=msgspec.msgpack.encode([[2, 1, b"sneaked"]]))],
+        "negative counter in a packed batch": [_hello(), pb.Frame(packed=msgspec.msgpack.encode([[2, -1, {}, b"x"]]))],
+        "region beyond 32 bits in a packed batch":
+            [_hello(), pb.Frame(packed=msgspec.msgpack.encode([[2 ** 32 + 2, 1, {}, b"x"]]))],
+        "packed batch above the limit": [_hello(), pb.Frame(packed_zlib=zlib.compress(b"\x90" * (20 << 20), 9))],
     }[case]
 
     async def scenario():
@@ -568,6 +577,68 @@ def test_a_batch_frame_is_built_once_for_the_peers_that_send_the_same_envelopes(
         rest = await to_3.batch_frame(envelopes[1:])
         assert rest is not first and [e.n for e in rest.batch.envelopes] == [2, 3, 4, 5]
         assert await to_2.batch_frame(envelopes[1:]) is rest
+
+    run(scenario())
+
+
+def test_a_peer_that_reads_packed_batches_gets_them_and_each_form_is_built_once():
+    """Toward a peer whose handshake said ``packed_batches`` a batch is one MessagePack array
+    (compressed when that helps); toward an older peer, a protobuf Batch: the same envelopes,
+    a frame per form, each shared by the links that send it."""
+    async def scenario():
+        hub, _ = make_hub(1)
+        for i in range(1, 6):
+            hub.issue(b"op-%d" % i)
+        packed_2, packed_3, older_4 = Link(hub, 2, {}, packed=True), Link(hub, 3, {}, packed=True), Link(hub, 4, {})
+        envelopes = list(hub.causal.log)
+        first = await packed_2.batch_frame(envelopes)
+        assert first.WhichOneof("body") == "packed"
+        assert unpack_batch(first.packed) == envelopes
+        assert [e.op for e in unpack_batch(first.packed)] == [e.op for e in envelopes]  # ops are not compared
+        assert await packed_3.batch_frame(list(envelopes)) is first
+        older = await older_4.batch_frame(envelopes)
+        assert older.WhichOneof("body") == "batch" and [e.n for e in older.batch.envelopes] == [1, 2, 3, 4, 5]
+        for i in range(6, 200):
+            hub.issue(b"operation number %d" % i)
+        large = await packed_2.batch_frame(list(hub.causal.log))
+        assert large.WhichOneof("body") == "packed_zlib"
+        assert [e.op for e in unpack_batch(zlib.decompress(large.packed_zlib))] == [e.op for e in hub.causal.log]
+
+    run(scenario())
+
+
+def test_packed_batches_keep_every_field_a_protobuf_batch_can_carry():
+    """Counters up to 2**64 - 1, regions up to 2**32 - 1, empty and binary operations, deps in
+    any order (sorted on arrival, as from protobuf's map)."""
+    from crdt.causal import Envelope
+    envelopes = [Envelope(2 ** 32 - 1, 2 ** 64 - 1, ((1, 2 ** 64 - 1), (7, 3)), b""),
+                 Envelope(0, 1, (), bytes(range(256)))]
+    back = unpack_batch(pack_batch(envelopes))
+    assert [(e.origin, e.n, e.deps, e.op) for e in back] == [(e.origin, e.n, e.deps, e.op) for e in envelopes]
+    unsorted = msgspec.msgpack.encode([[3, 9, {5: 1, 2: 4}, b"op"]])
+    assert unpack_batch(unsorted)[0].deps == ((2, 4), (5, 1))
+
+
+def test_regions_of_two_versions_replicate_both_ways():
+    """A region that does not announce packed batches (an earlier version) gets protobuf
+    batches and sends them; a newer one reads both."""
+    async def scenario():
+        (new, got_new), (old, got_old) = make_hub(1), make_hub(2)
+        old.packed_batches = False
+        port = await old.serve()
+        try:
+            new.dial(2, f"127.0.0.1:{port}")
+            await until(lambda: 2 in new.links and 1 in old.links)
+            assert new.links[2].packed is False and old.links[1].packed is True
+            for i in range(300):
+                new.issue(b"new-%d" % i)
+                old.issue(b"old-%d" % i)
+            await until(lambda: new.causal.vv == old.causal.vv == {1: 300, 2: 300})
+            assert [e.op for e in got_old] == [b"new-%d" % i for i in range(300)]
+            assert [e.op for e in got_new] == [b"old-%d" % i for i in range(300)]
+        finally:
+            await new.stop()
+            await old.stop()
 
     run(scenario())
 
