@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         with BraidProcess() as single:
             single_rps = _benchmark(single.port, n, 50, 1, *cmd)
         with LocalCluster(3) as cluster:
+            cluster.links_wait(120)
             cluster_rps = _benchmark(cluster.procs[0].port, n, 50, 1, *cmd)
         console.print(f"XADD c50 P1: standalone {single_rps:,.0f}/s, region 1 of 3 {cluster_rps:,.0f}/s")
     runs: list[tuple[DelayRun, dict]] = []
@@ -214,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["BRAID_REPL_TRACE"] = prefix  # the regions started next record their stages
         try:
             with LocalCluster(3) as cluster:
-                cluster.sync_wait(120)
+                cluster.links_wait(120)  # a region started before its peers dials them again later:
+                cluster.sync_wait(120)   # the first operations would arrive relayed, not directly
                 run = delays(cluster, args.rate, seconds)
                 cluster.sync_wait(120)
                 for c in cluster.clients():

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis", default=None, help="a redis-server binary to measure beside Braid")
     args = ap.parse_args(argv)
     cluster = LocalCluster(3).start()
+    cluster.links_wait(60)  # measure the steady state: every link up, none relaying
     single = BraidProcess().start()
     ref = _Redis(args.redis) if args.redis else None
     try:

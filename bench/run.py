@@ -421,6 +421,7 @@ def cluster_and_standalone():
     alone = BraidServer("standalone", ["--appendonly", "yes"])
     try:
         cluster.start()
+        cluster.links_wait(60)  # the steady state: every link up, none relaying
         for i, p in enumerate(cluster.procs):
             pin_process(p.proc.pid, "server" if i == 0 else "load")
         alone.spawn()

@@ -299,6 +299,20 @@ class LocalCluster:
         """Return when every region has applied the same operations (no sleeping)."""
         wait_in_sync(self.clients(), timeout)
 
+    def links_wait(self, timeout: float = 20.0) -> None:
+        """Return when every region reports its link to every other one ``up``.  A region that
+        starts before its peers dials them again with backoff, so right after :meth:`start`
+        some links may still be down (their operations arrive relayed): a benchmark of the
+        steady state waits for this first."""
+        clients = self.clients()
+        try:
+            wait_until(lambda: all(peer["link"] == "up" for c in clients
+                                   for key, peer in c.info("crdt").items() if key.startswith("crdt_peer_")),
+                       timeout, what="every replication link up")
+        finally:
+            for c in clients:
+                c.close()
+
     def stop(self) -> None:
         for p in self.procs:
             p.stop()

@@ -43,6 +43,20 @@ def ids(entries):
     return [e[0] for e in entries]
 
 
+def test_links_wait_returns_only_once_every_link_is_up(cluster, regions):
+    """The helper benchmarks use before measuring the steady state: it does not return while a
+    link is paused, and does once the region resumed."""
+    pause(regions[1])
+    try:
+        with pytest.raises(TimeoutError, match="every replication link up"):
+            cluster.links_wait(timeout=1)
+    finally:
+        resume(cluster, regions[1])
+    cluster.links_wait()
+    assert all(peer["link"] == "up" for c in regions
+               for key, peer in c.info("crdt").items() if key.startswith("crdt_peer_"))
+
+
 def test_concurrent_writes_then_sync(cluster, regions):
     r1, r2, _ = regions
     pause(r1, r2)
