@@ -182,8 +182,14 @@ class Membership:
         """May an envelope be applied here: its origin accepted (:meth:`accepts`) and every
         region it depends on a member (``deps``: (region, n) pairs)?  A region never a member
         at this epoch makes it wait for a newer list (the link restarts and the handshake
-        brings it)."""
-        return self.accepts(origin, n) and all(self.status(o) is not None for o, _ in deps)
+        brings it).  Asked for every operation a peer sends: a loop, not a generator."""
+        if not self.accepts(origin, n):
+            return False
+        members = self.members
+        for o, _ in deps:
+            if o not in members:
+                return False
+        return True
 
     def voters(self, change: Change) -> list[int]:
         """The members whose promise a change needs."""

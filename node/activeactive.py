@@ -289,13 +289,14 @@ class ActiveActive:
         # never what has not left yet, nor what a connected peer has not been sent
         stop = min([len(log_), self.hub.sendable_upto() - self.causal.base,
                     *(p - self.causal.base for p in positions)])
+        # per origin, the least every peer acknowledged (None: no peer, everything is acknowledged
+        # by all of them); worked out once, not once per operation
+        by_all = {o: min(a.get(o, 0) for a in acked) for o in set().union(*acked)} if acked else None
         k = 0
         while k < stop:
             e = log_[k]
-            acked_by_all = all(a.get(e.origin, 0) >= e.n for a in acked)
-            too_big = max_bytes and size > max_bytes
-            too_old = ttl_s and now - arrivals[k] > ttl_s
-            if not (acked_by_all or too_big or too_old):
+            if not (by_all is None or by_all.get(e.origin, 0) >= e.n or (max_bytes and size > max_bytes)
+                    or (ttl_s and now - arrivals[k] > ttl_s)):
                 break
             size -= len(e.op)
             k += 1

@@ -52,6 +52,8 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from crdt import ops, resolve
 from crdt.causal import Envelope
 
@@ -642,8 +644,12 @@ class RegionCore:
             if self.apply_faults:  # DEBUG APPLY-FAIL
                 self.apply_faults -= 1
                 raise InjectedFault("DEBUG APPLY-FAIL")
-            op = opcodec.decode(env.op)
-            self.db.apply_remote(op)
+            try:  # nearly always an XADD without IDMP: appended without building the operation
+                add = opcodec.decode_plain_add(env.op)
+            except msgspec.ValidationError:
+                self.db.apply_remote(opcodec.decode(env.op))
+            else:
+                self.db.append_remote(add[1], add[2], add[3], add[4])
             if self.oplog is not None and not self.replaying:
                 self.oplog.log_remote(env)
                 aa.logged(self.oplog.last_record, aa.causal.end + 1)  # relayed only once logged here

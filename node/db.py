@@ -123,6 +123,12 @@ class Database:
             self.touch(op.key)
         self.dirty += 1
 
+    def append_remote(self, key: bytes, origin: int, id_: tuple[int, int], fields: list) -> None:
+        """:meth:`apply_remote` of an AddEntry without IDMP, given its parts."""
+        ops.append_entry(self.keys, key, origin, id_, fields, self.limits)
+        self.touch(key)
+        self.dirty += 1
+
     def remove(self, key: bytes) -> bool:
         if self.keys.pop(key, None) is None:
             return False

@@ -11,6 +11,7 @@ encoded before the field existed (an old file, an older peer) decodes with it.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import msgspec
 
@@ -140,6 +141,15 @@ def decode(data: bytes) -> ops.Op:
     if not _REQUIRED[tag] <= len(values) <= len(names):
         raise ValueError(f"operation {cls.__name__} has {len(names)} fields, got {len(values)}")
     return cls(key, *[v if conv is None else conv(v) for conv, v in zip(ins, values)])
+
+
+# The operation nearly every operation a region receives (and nearly every record of a log of
+# writes) holds: an AddEntry (tag 0) without IDMP - key, origin, ID, fields, and no producer,
+# iid, dot or dependencies.  Decoding to this exact shape checks it in C and builds no
+# AddEntry: the caller appends it (crdt.ops.append_entry); anything else is refused with
+# msgspec.ValidationError (decode it with decode), bytes that are no msgpack with DecodeError.
+decode_plain_add = msgspec.msgpack.Decoder(
+    tuple[Literal[0], bytes, int, tuple[int, int], list[bytes], None, None, None, None]).decode
 
 
 def _check_table() -> None:

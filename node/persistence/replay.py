@@ -41,7 +41,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -291,7 +291,7 @@ class _OwnReplay:
         else:
             data = e[0]
         try:
-            add = _decode_plain_add(data)  # (tag, key, origin, id, fields, None, None, None, None)
+            add = opcodec.decode_plain_add(data)  # (tag, key, origin, id, fields, None, None, None, None)
             op = None
         except msgspec.ValidationError:  # another operation, or an XADD with IDMP
             add, op = None, _op(data)
@@ -344,11 +344,6 @@ def _deps(pairs: list) -> tuple:
 
 _raw_decode = msgspec.msgpack.Decoder().decode
 _ADD_ENTRY_TAG = 0  # node/opcodec.py's OPS
-# The operation nearly every record of a log of writes holds: an AddEntry (tag 0) without
-# IDMP - key, origin, ID, fields, and no producer, iid, dot or dependencies.  Decoding to
-# this exact shape checks it in C; anything else is refused (ValidationError) and goes to _op.
-_decode_plain_add = msgspec.msgpack.Decoder(
-    tuple[Literal[0], bytes, int, tuple[int, int], list[bytes], None, None, None, None]).decode
 
 
 def _recognised(entries: list) -> bool:
