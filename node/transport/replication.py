@@ -65,11 +65,11 @@ more is zlib-compressed at level 1 (in a worker thread from 64 KB) and sent as
 hand-off would cost more than the compression), decompressed on arrival with a bound (the
 message limit), so small operations still travel compressed; fragments and
 full-resync pieces go as they are.  Packed batches: building a Batch of nested protobuf
-messages and reading one cost both ends more than everything else they do per frame
-(~130 and ~200 µs for 60 small operations), so toward a peer whose handshake says it reads
-them (``packed_batches``) a batch goes as one MessagePack array (``packed``,
-``packed_zlib``: :func:`pack_batch`), a sixth of that; every region reads both forms, so
-regions of two versions still replicate during a rolling upgrade.
+messages and reading one back cost each end ~100 and ~140 µs of CPU for 60 small operations
+(``python -m bench.frames``), so toward a peer whose handshake says it reads them
+(``packed_batches``) a batch goes as one MessagePack array (``packed``, ``packed_zlib``:
+:func:`pack_batch`), which costs a third of that to build and half to read; every region
+reads both forms, so regions of two versions still replicate during a rolling upgrade.
 
 Writing never blocks reading.  Each link has an :class:`Outbox`: the data frames
 in order, bounded by bytes (the sender waits for room: backpressure), and one
@@ -881,7 +881,6 @@ class ReplicationHub:
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
         self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
-        # the envelopes of the last Batch frame a link built, and that frame (Link.batch_frame)
         # the last batch frame built: (its envelopes, packed?, the frame); see Link.batch_frame
         self.last_batch: tuple[list[Envelope], bool, pb.Frame] | None = None
         # announced in the handshake: send this region packed batches (every region reads both
