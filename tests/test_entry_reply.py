@@ -4,14 +4,18 @@ replies built entry by entry, in values and in bytes, while the log changes unde
 from __future__ import annotations
 
 from itertools import islice
+from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crdt import groups as cg
 from crdt.blocks import TrimSpec
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
 from node.commands.entryreply import MEMO_ENTRY_MAX, range_entries, revrange_entries
+from node.commands.xread import GT_GROUP, _group_rows
 from node.resp.encoder import Entries, to_bytes
 
 
@@ -108,3 +112,38 @@ def test_a_large_entry_keeps_no_encoding_and_its_reply_is_encoded_row_by_row():
     assert reply.parts is None
     assert to_bytes(reply) == to_bytes(Entries([[b"1-0", [b"f", b"1"]], [b"2-0", [b"f", big]]]))
     assert range_entries(s, MIN_ID, (1, 0), 0).parts is not None  # the small one alone: joined
+
+
+@pytest.mark.parametrize("noack", [False, True])
+def test_an_active_active_group_read_of_one_origin_log_is_the_per_origin_read(noack):
+    """XREADGROUP ``>`` at a region of a cluster, on a stream holding one origin log, replies
+    from the memos: the same entries, cursors, entries-read and pending entries as the read
+    over every origin log after its own cursor (``read_new_per_origin``), including after a
+    replicated ack watermark moved that log's cursor ahead and after deletions."""
+    def build():
+        s = Stream()
+        for i in range(1, 301):
+            s.add(2, (1000 + i, 2), [b"f", b"%d" % i], 100, 4096)
+        s.delete_ids([(1000 + i, 2) for i in range(5, 300, 7)])
+        return s, cg.ConsumerGroup(b"g", MIN_ID, 0)
+
+    (memo_s, memo_g), (ref_s, ref_g) = build(), build()
+    args = SimpleNamespace(noack=noack)
+    for step, count in enumerate([1, 1, 3, 10, 2, 1, 0]):
+        if step == 3:  # another region's acks moved the log's cursor past what was read here
+            memo_g.watermarks[2] = ref_g.watermarks[2] = (1000 + 40, 2)
+        if step == 5:
+            memo_s.delete_ids([(1000 + 60, 2)])
+            ref_s.delete_ids([(1000 + 60, 2)])
+        mine, _ = memo_g.consumer(b"c", step)
+        theirs, _ = ref_g.consumer(b"c", step)
+        rows, delivered = _group_rows(memo_s, memo_g, mine, GT_GROUP, args, count, -1, False, False, step, None)
+        want = cg.read_new_per_origin(ref_s, ref_g, theirs, count, noack, step)
+        assert rows == [[b"%d-%d" % eid, flat] for eid, flat in want] and delivered == bool(want)
+        assert want and getattr(rows, "parts", None) is not None  # from the memos
+        assert (memo_g.cursors, memo_g.last_id, memo_g.entries_read) == (ref_g.cursors, ref_g.last_id, ref_g.entries_read)
+        assert list(memo_g.pel) == list(ref_g.pel) and list(mine.pel) == list(theirs.pel)
+        assert [(n.delivery_time, n.delivery_count) for n in memo_g.pel.values()] == \
+            [(n.delivery_time, n.delivery_count) for n in ref_g.pel.values()]
+    rows, delivered = _group_rows(memo_s, memo_g, mine, GT_GROUP, args, 1, -1, False, False, 9, None)
+    assert rows == [] and not delivered  # nothing left after the cursor

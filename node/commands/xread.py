@@ -331,17 +331,22 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
         if claimed_only or (count and len(rows) >= count):
             return rows, bool(rows)
     left = count - len(rows) if count else 0
-    if gt == GT_GROUP:  # Active-Active: each origin log after its own cursor
-        new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now, take)
-    elif min_idle == -1 and take is None and len(s.logs) == 1:
-        # the usual read: the reply straight from the blocks' memos, then the bookkeeping
-        start = incr(gt)
+    if min_idle == -1 and take is None and len(s.logs) == 1:
+        # the usual read: the reply straight from the blocks' memos, then the bookkeeping; in
+        # Active-Active (gt is '>') after the one origin log's own cursor, as
+        # cg.read_new_per_origin reads it when the stream holds a single log
+        origin = next(iter(s.logs))
+        start = incr(g.cursor(origin) if gt == GT_GROUP else gt)
         if start is None:
             return rows, False
         ids: list = []
         rows = range_entries(s, start, MAX_ID, left, ids)
+        if gt == GT_GROUP and ids:
+            g.cursors[origin] = ids[-1]
         cg.deliver_new(s, g, consumer, ids, a.noack, now)
         return rows, bool(rows)
+    if gt == GT_GROUP:  # Active-Active: each origin log after its own cursor
+        new = cg.read_new_per_origin(s, g, consumer, left, a.noack, now, take)
     else:
         new = cg.read_new(s, g, consumer, gt, left, a.noack, now, take)
     for id_, flat in new:
