@@ -165,19 +165,27 @@ class Stream:
         logs = self.logs
         if len(logs) == 1:
             return next(iter(logs.values())).range_list(start, end, max(count, 0))
-        it = ((eid, flat) for eid, _o, flat in self.merged(start, end))
-        return list(it if count <= 0 else islice(it, count))
+        # a loop, not a generator expression under islice: compiled (mypyc), that expression
+        # ran the whole merge before the first ``count`` entries were taken
+        out: list[Entry] = []
+        for eid, _o, flat in self.merged(start, end):
+            out.append((eid, flat))
+            if len(out) == count:  # (count 0: never)
+                break
+        return out
 
     def revrange(self, start: StreamID, end: StreamID, count: int = 0) -> list[Entry]:
         logs = self.logs
         if len(logs) == 1:
             it = next(iter(logs.values())).revrange(start, end)
-        else:
-            its = [tagged(origin, log.revrange(start, end))
-                   for origin, log in sorted(self.logs.items(), reverse=True)]
-            it = ((eid, flat) for eid, _o, flat in
-                  heapq.merge(*its, key=lambda e: (e[0], e[1]), reverse=True))
-        return list(it if count <= 0 else islice(it, count))
+            return list(it if count <= 0 else islice(it, count))
+        its = [tagged(origin, log.revrange(start, end)) for origin, log in sorted(self.logs.items(), reverse=True)]
+        out: list[Entry] = []
+        for eid, _o, flat in heapq.merge(*its, key=lambda e: (e[0], e[1]), reverse=True):
+            out.append((eid, flat))
+            if len(out) == count:  # (count 0: never)
+                break
+        return out
 
     def get(self, id_: StreamID) -> list | None:
         """The fields of a live entry with this ID (first origin wins), or None."""

@@ -179,3 +179,24 @@ def test_log_matches_an_independent_model_of_the_node_layout(script, max_entries
         assert log.length == model.length
         assert len(log.blocks) == len(model.nodes)
         assert list(log.range((0, 0), (U64, U64))) == model.live()
+
+
+def test_a_counted_read_of_several_origin_logs_decodes_only_what_it_returns():
+    """``Stream.range`` / ``revrange`` with a count over several origin logs (XINFO STREAM's
+    first and last entry, XREAD with MAXCOUNT, XINFO FULL) stop the merge once they have
+    ``count`` entries: only the block each log's first entries are in gets decoded.  (The
+    compiled build once ran the whole merge first: every block of every log, every time.)"""
+    from crdt.stream import Stream
+
+    s = Stream()
+    for ms in range(1, 601):
+        origin = 1 + ms % 3
+        s.add(origin, (ms, origin), [b"f", b"%d" % ms], 10, 4096)  # 20 blocks per log
+    assert s.range((0, 0), (10**6, 0), 2) == [((1, 2), [b"f", b"1"]), ((2, 3), [b"f", b"2"])]
+    assert all(len(log._cache) == 1 for log in s.logs.values())
+    assert s.first_entry() == ((1, 2), [b"f", b"1"])
+    assert s.last_entry() == ((600, 1), [b"f", b"600"])
+    assert all(len(log._cache) == 2 for log in s.logs.values())  # its first and its last block
+    assert s.revrange((0, 0), (10**6, 0), 3) == [((600, 1), [b"f", b"600"]), ((599, 3), [b"f", b"599"]),
+                                                  ((598, 2), [b"f", b"598"])]
+    assert all(len(log._cache) == 2 for log in s.logs.values())

@@ -51,6 +51,7 @@ _op = st.one_of(
     st.tuples(st.just("trim"), st.integers(0, 40)),
     st.tuples(st.just("read"), st.integers(0, 70), st.integers(0, 70), st.integers(0, 12)),
     st.tuples(st.just("origin"), st.integers(2, 3)),
+    st.tuples(st.just("twins"), st.integers(1, 3)),
 )
 
 
@@ -72,6 +73,10 @@ def test_range_entries_match_the_entry_by_entry_reply(script):
             s.trim(TrimSpec(maxlen=op[1]))
         elif op[0] == "origin":
             origin = op[1]  # a second origin log: the merged path
+        elif op[0] == "twins":  # one ID in two origin logs (full IDs outside strict mode)
+            ms += 1
+            for o in (1, op[1]) if op[1] != 1 else (1, 2):
+                s.add(o, (ms, 0), [b"twin", b"%d" % o], 4, 0)
         else:
             lo, hi = sorted(op[1:3])
             _check(s, (lo, 0), (hi, 9), op[3])

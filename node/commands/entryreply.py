@@ -21,8 +21,9 @@ its memory is bounded by what that cache holds (and an entry larger than
 Rows are shared between replies:
 nothing may change a reply value after the command returned it (nothing does).
 
-A key with several origin logs merges them entry by entry (``Stream.range``), as
-before.
+A key with several origin logs (a region of a cluster where several regions write it)
+takes each log's slices the same way and merges them by ID: a stable sort of the logs'
+sorted runs, in C, rather than a merge of generators entry by entry.
 """
 
 from __future__ import annotations
@@ -56,19 +57,9 @@ def _fill(memo: list, entries: list) -> tuple[list, list]:
     return rows, encs
 
 
-def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries:
-    """XRANGE's reply: live entries with start <= id <= end, ascending, at most ``count``
-    (0: all).  ``ids``, when given, gets their IDs (for the group's bookkeeping of a
-    XREADGROUP that replies this way)."""
-    logs = s.logs
-    if len(logs) != 1:
-        found = s.range(start, end, count)
-        if ids is not None:
-            ids += [eid for eid, _flat in found]
-        return Entries([[b"%d-%d" % eid, flat] for eid, flat in found])
-    log = next(iter(logs.values()))
-    rows: list = []
-    encs: list = []
+def _log_range(log, start, end, count: int, rows: list, encs: list, ids: list | None) -> None:
+    """One log's live entries with start <= id <= end, ascending, at most ``count`` (0: all),
+    appended to ``rows`` and ``encs`` (both empty on the way in), their IDs to ``ids``."""
     for entries, memo, i, j, dead in log.runs(start, end):
         mrows, mencs = _fill(memo, entries)
         if dead:  # skip the deleted entries (their rows are None)
@@ -90,21 +81,10 @@ def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries
                 ids += map(_entry_id, entries[i:j])
         if count > 0 and len(rows) >= count:
             break
-    reply = Entries(rows)
-    if None not in encs:
-        reply.parts = encs
-    return reply
 
 
-def revrange_entries(s, start, end, count: int) -> Entries:
-    """XREVRANGE's reply: live entries with start <= id <= end, descending, at most
-    ``count`` (0: all)."""
-    logs = s.logs
-    if len(logs) != 1:
-        return Entries([[b"%d-%d" % eid, flat] for eid, flat in s.revrange(start, end, count)])
-    log = next(iter(logs.values()))
-    rows: list = []
-    encs: list = []
+def _log_revrange(log, start, end, count: int, rows: list, encs: list, ids: list | None) -> None:
+    """:func:`_log_range`, descending."""
     for entries, memo, i, j, dead in log.revruns(start, end):
         mrows, mencs = _fill(memo, entries)
         if dead:  # skip the deleted entries (their rows are None)
@@ -113,6 +93,8 @@ def revrange_entries(s, start, end, count: int) -> Entries:
                 if row is not None:
                     rows.append(row)
                     encs.append(mencs[k])
+                    if ids is not None:
+                        ids.append(entries[k][0])
                     if len(rows) == count:  # (count 0: never)
                         break
         else:
@@ -120,9 +102,60 @@ def revrange_entries(s, start, end, count: int) -> Entries:
                 i = j - (count - len(rows))
             rows += reversed(mrows[i:j])
             encs += reversed(mencs[i:j])
+            if ids is not None:
+                ids += map(_entry_id, reversed(entries[i:j]))
         if count > 0 and len(rows) >= count:
             break
+
+
+def _merged(logs: dict, start, end, count: int, ids: list | None, descending: bool) -> tuple[list, list]:
+    """Several origin logs' rows and encodings in one ID order (ties: the lower origin first
+    ascending, the higher first descending, as ``Stream.range`` / ``revrange`` merge): each
+    log gives at most ``count`` entries from its memos, their concatenation (in origin order)
+    is sorted by ID - a stable sort of a few sorted runs - and cut to ``count``."""
+    read = _log_revrange if descending else _log_range
+    tagged: list = []
+    for origin in sorted(logs, reverse=descending):
+        rows: list = []
+        encs: list = []
+        found: list = []
+        read(logs[origin], start, end, count, rows, encs, found)
+        tagged += zip(found, rows, encs)
+    tagged.sort(key=_entry_id, reverse=descending)
+    if count > 0:
+        del tagged[count:]
+    if ids is not None:
+        ids += map(_entry_id, tagged)
+    return [t[1] for t in tagged], [t[2] for t in tagged]
+
+
+def _reply(rows: list, encs: list) -> Entries:
     reply = Entries(rows)
     if None not in encs:
         reply.parts = encs
     return reply
+
+
+def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries:
+    """XRANGE's reply: live entries with start <= id <= end, ascending, at most ``count``
+    (0: all).  ``ids``, when given, gets their IDs (for the group's bookkeeping of a
+    XREADGROUP that replies this way)."""
+    logs = s.logs
+    if len(logs) != 1:
+        return _reply(*_merged(logs, start, end, count, ids, descending=False))
+    rows: list = []
+    encs: list = []
+    _log_range(next(iter(logs.values())), start, end, count, rows, encs, ids)
+    return _reply(rows, encs)
+
+
+def revrange_entries(s, start, end, count: int) -> Entries:
+    """XREVRANGE's reply: live entries with start <= id <= end, descending, at most
+    ``count`` (0: all)."""
+    logs = s.logs
+    if len(logs) != 1:
+        return _reply(*_merged(logs, start, end, count, None, descending=True))
+    rows: list = []
+    encs: list = []
+    _log_revrange(next(iter(logs.values())), start, end, count, rows, encs, None)
+    return _reply(rows, encs)
