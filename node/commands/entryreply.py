@@ -129,7 +129,14 @@ def _merged(logs: dict, start, end, count: int, ids: list | None, descending: bo
     return [t[1] for t in tagged], [t[2] for t in tagged]
 
 
-def _reply(rows: list, encs: list) -> Entries:
+def _entries(s, start, end, count: int, ids: list | None, descending: bool) -> Entries:
+    logs = s.logs
+    if len(logs) != 1:
+        rows, encs = _merged(logs, start, end, count, ids, descending)
+    else:
+        rows, encs = [], []
+        read = _log_revrange if descending else _log_range
+        read(next(iter(logs.values())), start, end, count, rows, encs, ids)
     reply = Entries(rows)
     if None not in encs:
         reply.parts = encs
@@ -140,22 +147,10 @@ def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries
     """XRANGE's reply: live entries with start <= id <= end, ascending, at most ``count``
     (0: all).  ``ids``, when given, gets their IDs (for the group's bookkeeping of a
     XREADGROUP that replies this way)."""
-    logs = s.logs
-    if len(logs) != 1:
-        return _reply(*_merged(logs, start, end, count, ids, descending=False))
-    rows: list = []
-    encs: list = []
-    _log_range(next(iter(logs.values())), start, end, count, rows, encs, ids)
-    return _reply(rows, encs)
+    return _entries(s, start, end, count, ids, descending=False)
 
 
 def revrange_entries(s, start, end, count: int) -> Entries:
     """XREVRANGE's reply: live entries with start <= id <= end, descending, at most
     ``count`` (0: all)."""
-    logs = s.logs
-    if len(logs) != 1:
-        return _reply(*_merged(logs, start, end, count, None, descending=True))
-    rows: list = []
-    encs: list = []
-    _log_revrange(next(iter(logs.values())), start, end, count, rows, encs, None)
-    return _reply(rows, encs)
+    return _entries(s, start, end, count, None, descending=True)
