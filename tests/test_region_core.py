@@ -9,18 +9,19 @@ links, the keys woken for blocked readers, and a fail-stop.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from chaos.sim.disk import SimFile, SimOperationLog, read_back
 from crdt import ops
-from crdt.causal import CausalLog
+from crdt.causal import CausalLog, Envelope
 from node import opcodec
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
 from node.core import RegionCore, Session
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
-from node.persistence.oplog import decode_replicated
+from node.persistence.oplog import decode_replicated, remote_record
 from node.server import Server
 
 T0 = 1_700_000_000_000
@@ -101,6 +102,11 @@ def test_an_operation_of_another_region_is_applied_logged_and_wakes_its_key():
     core.end_turn()
     [(_n, kind, payload)] = read_back(file)[0]
     assert kind == OP_REPLICATED and decode_replicated(payload).dot == (2, 1)
+    # the record's layout: [b"r", origin, n, [[origin, n], ...], operation]
+    assert msgspec.msgpack.decode(payload) == [b"r", 2, 1, [list(d) for d in env.deps], env.op]
+    later = Envelope(2, 7, ((1, 3), (2, 6)), b"op")
+    assert msgspec.msgpack.decode(remote_record(later)) == [b"r", 2, 7, [[1, 3], [2, 6]], b"op"]
+    assert decode_replicated(remote_record(later)) == later
     # a restart replays it through the causal log: same version vector, same entry
     core.oplog.begin_fsync()
     core.oplog.fsync_done()

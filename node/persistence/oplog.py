@@ -193,7 +193,8 @@ def idmp_expiry_record(now_ms: int, stable: dict[int, int] | None = None) -> byt
 
 
 def remote_record(env: Envelope) -> bytes:
-    return _encode([b"r", env.origin, env.n, [list(d) for d in env.deps], env.op])
+    # the deps pairs as they are: msgpack writes a tuple as the array a list would be
+    return _encode([b"r", env.origin, env.n, env.deps, env.op])
 
 
 class OwnOperation(NamedTuple):
