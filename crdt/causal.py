@@ -102,6 +102,9 @@ class CausalLog:
         self.log: list[Envelope] = []
         self.pending: dict[tuple[int, int], Envelope] = {}
         self.pending_bytes = 0         # what ``pending`` holds (operation bytes)
+        # origins that may have envelopes in ``pending`` (a superset; see receive): only the
+        # next envelope of each can be ready, so receive looks at one per origin, not at all
+        self.pending_origins: set[int] = set()
         self.base = 0                  # absolute position of log[0]: envelopes dropped so far
         self.floor: VersionVector = {}  # per origin, the highest n dropped from the log
         self.seen: dict[int, VersionVector] = {}  # per origin: its version vector at its last op here
@@ -111,6 +114,7 @@ class CausalLog:
         region knows of what others had seen (it only grows)."""
         self.vv, self.log, self.pending = other.vv, other.log, other.pending
         self.pending_bytes = sum(_size(e.op) for e in self.pending.values())
+        self.index_pending()
         self.base, self.floor = other.base, other.floor
         for origin, view in other.seen.items():
             self.seen[origin] = merge(self.seen.get(origin, {}), view)
@@ -188,25 +192,40 @@ class CausalLog:
         """
         if env.n <= self.vv.get(env.origin, 0) or env.dot in self.pending:
             return []  # a duplicate
-        self.pending[env.dot] = env
+        pending, vv = self.pending, self.vv
+        pending[env.dot] = env
         self.pending_bytes += _size(env.op)
+        self.pending_origins.add(env.origin)
         out: list[Envelope] = []
+        # Passes in origin order, each applying every origin's run of ready envelopes, until
+        # one applies nothing: the order of a scan of every pending dot in sorted order, but
+        # looking only at each origin's next dot (only it can be ready: FIFO per origin), so
+        # a joining region holding thousands of envelopes that wait for another peer's does
+        # not sort and test them all for each one that arrives.
         progress = True
         while progress:
             progress = False
-            for dot in sorted(self.pending):
-                cand = self.pending[dot]
-                if self._ready(cand):
-                    del self.pending[dot]
+            for origin in sorted(self.pending_origins):
+                while True:
+                    cand = pending.get((origin, vv.get(origin, 0) + 1))
+                    if cand is None or not self._ready(cand):
+                        break
+                    del pending[cand.dot]
                     self.pending_bytes -= _size(cand.op)
                     if apply is not None:
                         apply(cand)  # raises: cand is forgotten, nothing counts it
-                    self.vv[cand.origin] = cand.n
+                    vv[cand.origin] = cand.n
                     self.log.append(cand)
                     self._saw(cand)
                     out.append(cand)
                     progress = True
+        if not pending:
+            self.pending_origins.clear()
         return out
+
+    def index_pending(self) -> None:
+        """Call after setting ``pending`` from outside (a snapshot's, an image's log)."""
+        self.pending_origins = {origin for origin, _n in self.pending}
 
     def drop_pending(self, which: Callable[[Envelope], bool] | None = None) -> int:
         """Forget the envelopes waiting for their dependencies (none was counted): every one, or

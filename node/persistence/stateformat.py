@@ -389,6 +389,7 @@ def _causal_in(cs: CausalS) -> CausalLog:
     c.vv, c.base, c.floor, c.seen = cs.vv, cs.base, cs.floor, cs.seen
     c.log = [_envelope_in(e) for e in cs.log]
     c.pending = {(e.origin, e.n): _envelope_in(e) for e in cs.pending}
+    c.index_pending()
     c.pending_bytes = sum(len(e.op) for e in c.pending.values())  # codec bytes (EnvelopeS.op)
     if len(c.pending) != len(cs.pending):
         raise StateFormatError("a pending operation appears twice")
