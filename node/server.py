@@ -73,6 +73,7 @@ class Server(RegionCore):
         self.port = int(self.config["port"])
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
         self._log_write_scheduled = False
+        self._log_closed = False  # stop() closed the log: a turn still scheduled has nothing to write
         self._bgsave: asyncio.Future | None = None
         self._replay_snapshot_after = 0.0  # monotonic time from which the replay bound may snapshot again
         self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
@@ -167,6 +168,8 @@ class Server(RegionCore):
         self._log_write_scheduled = False
         if self.failed is not None:
             return  # a fail-stop: this turn's records and replies are dropped
+        if self._log_closed:
+            return  # stop() closed the log after the turn was scheduled: closing wrote it
         clients, self._after_log_write = self._after_log_write, {}
         sync = self.end_turn()
         if sync and self.oplog.policy == "always":
@@ -281,6 +284,7 @@ class Server(RegionCore):
         if self.oplog is not None:
             if self.failed is not None:
                 self.oplog.file.discard_unwritten()  # the failing turn never happened
+            self._log_closed = True
             self.oplog.close()
             if self.purging:
                 import shutil

@@ -308,3 +308,19 @@ def test_a_blocked_read_whose_retry_raises_after_serving_stops_the_region(tmp_pa
         assert c.xlen("s") == 0  # the turn that failed is not in the log
         assert c.xinfo_groups("s")[0]["consumers"] == 0
         c.close()
+
+
+def test_a_turn_scheduled_before_the_log_closed_writes_nothing_after_it(tmp_path, caplog):
+    """A reply turn the loop runs after stop() closed the append log (a record appended during
+    stop's last wait) finds nothing to do: closing wrote and fsynced the records."""
+    srv = InProcessServer(Config(dir=str(tmp_path))).start()
+    c = srv.client()
+    c.xadd("k", {"f": "v"})
+    srv.stop()
+    # the state a record appended during stop's last wait leaves: its turn still scheduled,
+    # the record written by closing, not by the turn
+    srv.server.oplog.written -= 1
+    srv.server._write_log_then_reply()  # the turn runs after the log closed: nothing to do
+    assert "the append log is closed" not in caplog.text
+    with InProcessServer(Config(dir=str(tmp_path))) as again:
+        assert again.client().xlen("k") == 1
