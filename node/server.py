@@ -592,10 +592,11 @@ class ClientConnection(Session, asyncio.Protocol):
 
 # Python's cyclic garbage collector, once a region serves: what the start loaded (the modules,
 # the replayed streams) is frozen out of its scans, and the youngest generation is collected
-# every 20,000 net allocations instead of 700.  Its pauses made the slowest 1 % of replicated
-# entries wait: p99 from write to readable at the other regions 32-56 ms with Python's
-# defaults, 14-16 ms with these (bench/README.md, "The replication tail").  Nearly everything a
-# region holds is freed by reference counting; only cycles wait for the collector.
+# every 20,000 net allocations instead of 700.  Its pauses make the slowest 1 % of replicated
+# entries wait: p99 from write to readable at the other regions 11.5-19 ms with Python's
+# defaults, 9.3-10 ms with these, once every link is up (bench/README.md, "The replication
+# tail").  Nearly everything a region holds is freed by reference counting; only cycles wait
+# for the collector.
 GC_YOUNG_THRESHOLD = 20_000
 
 
