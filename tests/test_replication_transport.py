@@ -294,10 +294,12 @@ def test_two_regions_catching_up_large_backlogs_from_each_other_at_once():
 # ------------------------------------------------------------------ forged peers
 async def _forge(port: int, frames) -> tuple[grpc.StatusCode, str]:
     """A raw peer speaking the protocol: send ``frames``, read until the region ends the call."""
+    async def requests():  # an iterator, not call.write: a write racing the region's abort
+        for frame in frames:  # would end the call with the client's error, not the region's
+            yield frame
+
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = pb_grpc.ReplicationStub(channel).Sync(timeout=20)
-        for frame in frames:
-            await call.write(frame)
+        call = pb_grpc.ReplicationStub(channel).Sync(requests(), timeout=20)
         try:
             async for _reply in call:
                 pass
