@@ -223,6 +223,72 @@ class CausalLog:
             self.pending_origins.clear()
         return out
 
+    def receive_all(self, envs: list[Envelope], apply_run: Callable[[list[Envelope]], Any]) -> int:
+        """Accept a peer's batch: the same applications, in the same order, as :meth:`receive`
+        of each envelope in turn with ``apply = lambda e: apply_run([e])``; returns how many
+        were already applied when their turn came (duplicates).
+
+        A peer sends its log in causal order, so with nothing waiting a batch is nearly always
+        a run of envelopes each ready once the ones before it are: those go to
+        ``apply_run(run)`` in one call (one log record write and one count for the run, not
+        one per envelope).  The first envelope that is not ready, and everything after it,
+        go through :meth:`receive` one by one.  If ``apply_run`` raises, the exception's
+        ``applied`` attribute (0 without one) says how many of the run it applied first:
+        those count as applied, the rest are forgotten as :meth:`receive` forgets a failed
+        one, and the exception propagates.
+        """
+        vv = self.vv
+        run: list[Envelope] = []
+        duplicates = 0
+        at = 0
+        if not self.pending:
+            # the run's effect on vv, kept aside until the run is applied (``tip``)
+            tip: dict[int, int] = {}
+            for env in envs:
+                origin = env.origin
+                last = tip[origin] if origin in tip else vv.get(origin, 0)
+                if env.n <= last:
+                    duplicates += 1
+                elif env.n == last + 1 and self._deps_held(env, tip):
+                    run.append(env)
+                    tip[origin] = env.n
+                else:
+                    break
+                at += 1
+            if run:
+                try:
+                    apply_run(run)
+                except BaseException as e:
+                    self._count_run(run[:getattr(e, "applied", 0)])
+                    raise
+                self._count_run(run)
+        for env in envs[at:]:
+            if env.n <= vv.get(env.origin, 0):
+                duplicates += 1
+            self.receive(env, _apply_one(apply_run))
+        return duplicates
+
+    def _deps_held(self, env: Envelope, tip: VersionVector) -> bool:
+        vv = self.vv
+        for o, n in env.deps:
+            if o != env.origin and (tip[o] if o in tip else vv.get(o, 0)) < n:
+                return False
+        return True
+
+    def _count_run(self, run: list[Envelope]) -> None:
+        """Take in an applied run: ``vv``, the log, and ``seen`` (each origin's view only grows
+        along its operations, so the last of each origin's in the run says it all)."""
+        if not run:
+            return
+        vv = self.vv
+        last: dict[int, Envelope] = {}
+        for env in run:
+            vv[env.origin] = env.n
+            last[env.origin] = env
+        self.log.extend(run)
+        for env in last.values():
+            self._saw(env)
+
     def index_pending(self) -> None:
         """Call after setting ``pending`` from outside (a snapshot's, an image's log)."""
         self.pending_origins = {origin for origin, _n in self.pending}
@@ -238,6 +304,12 @@ class CausalLog:
     def missing(self, peer_vv: VersionVector) -> list[Envelope]:
         """Envelopes this region holds that a peer with ``peer_vv`` has not applied."""
         return [e for e in self.log if e.n > peer_vv.get(e.origin, 0)]
+
+
+def _apply_one(apply_run: Callable[[list[Envelope]], Any]) -> Callable[[Envelope], Any]:
+    def apply(env: Envelope) -> Any:
+        return apply_run([env])
+    return apply
 
 
 def _size(op: Any) -> int:

@@ -865,6 +865,14 @@ class MembershipGate:
     def refused(self) -> None:
         self.aa.membership_refused += 1
 
+    def admits_all(self, envs: list[Envelope]) -> bool:
+        """Whether :meth:`admits` would say '' (apply it) of every one of ``envs``."""
+        admits = self.aa.membership.admits
+        for env in envs:
+            if not admits(env.origin, env.n, env.deps):
+                return False
+        return True
+
     def admits(self, env: Envelope) -> str:
         """'' apply it; 'drop': an operation of a removed region past its frozen point (or of one
         being force-removed past what this region held); 'behind': a region this list does

@@ -171,6 +171,7 @@ class RegionCore:
             aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me)
             self.db.resolver = resolve.ActiveActive(aa)
             aa.hub.on_apply = self.apply_remote
+            aa.hub.on_apply_run = self.apply_remote_run
             aa.hub.on_batch_applied = self.remote_batch_applied
             aa.hub.install_image = self.install_image
             aa.on_setting = self._db_setting_changed
@@ -662,6 +663,45 @@ class RegionCore:
             if not self.replaying:  # a replay reports it as a record it cannot load
                 self.fail_stop(reason, e)
             raise ApplyFailed(reason) from e
+
+    def apply_remote_run(self, run: list[Envelope]) -> None:
+        """:meth:`apply_remote` of each of ``run`` in turn (envelopes the causal log found ready
+        in order), with one log write for them all.  If one fails, those before it are logged
+        and counted (``ApplyFailed.applied``) and the region fail-stops, as one at a time."""
+        if self.failed is not None:
+            raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
+        db, decode_plain_add = self.db, opcodec.decode_plain_add
+        applied = 0
+        try:
+            for env in run:
+                if self.apply_faults:  # DEBUG APPLY-FAIL
+                    self.apply_faults -= 1
+                    raise InjectedFault("DEBUG APPLY-FAIL")
+                try:  # nearly always an XADD without IDMP: appended without building the operation
+                    add = decode_plain_add(env.op)
+                except msgspec.ValidationError:
+                    db.apply_remote(opcodec.decode(env.op))
+                else:
+                    db.append_remote(add[1], add[2], add[3], add[4])
+                applied += 1
+        except Exception as e:
+            env = run[applied]
+            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
+                      f"{type(e).__name__}: {e}")
+            failure: Exception | None = e
+        else:
+            failure = None
+        aa = db.aa
+        if applied and self.oplog is not None and not self.replaying:
+            self.oplog.log_remote_run(run[:applied])
+            aa.logged(self.oplog.last_record, aa.causal.end + applied)  # relayed only once logged here
+            self.records_appended()
+        if failure is not None:
+            if not self.replaying:
+                self.fail_stop(reason, failure)
+            raise ApplyFailed(reason, applied) from failure
+        if not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
+            self.keys_ready()
 
     def remote_batch_applied(self) -> None:
         """A link applied a batch of other regions' operations: serve the readers blocked on

@@ -70,7 +70,13 @@ class RegionStopped(Exception):
 
 class ApplyFailed(ValueError):
     """An operation of another region could not be decoded or applied.  A ValueError, so
-    that a replay of the append-only file reports it as a record it cannot load."""
+    that a replay of the append-only file reports it as a record it cannot load.
+    ``applied``: of a run of operations applied together, how many were applied before
+    this one (crdt/causal.py counts them)."""
+
+    def __init__(self, reason: str, applied: int = 0) -> None:
+        super().__init__(reason)
+        self.applied = applied
 
 
 class InjectedFault(RuntimeError):

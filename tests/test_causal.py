@@ -223,3 +223,98 @@ def test_receive_applies_in_the_order_of_a_scan_of_every_pending_dot(history, rn
         assert fast.receive(env) == _receive_by_scanning(reference, env)
     assert fast.vv == reference.vv and fast.log == reference.log
     assert set(fast.pending) == set(reference.pending)
+
+
+class _RunFailed(Exception):
+    def __init__(self, applied: int) -> None:
+        super().__init__(applied)
+        self.applied = applied
+
+
+def _history(steps, rnd) -> list[Envelope]:
+    """Operations of three regions, each writer first taking in what another region has."""
+    regions = {r: CausalLog(r) for r in REGIONS}
+    issued = []
+    for writer, learns_from in steps:
+        for e in regions[learns_from].log:
+            regions[writer].receive(e)
+        issued.append(regions[writer].stamp(b"%d" % len(issued)))
+    return issued
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(REGIONS), st.sampled_from(REGIONS)), min_size=1, max_size=50),
+       st.randoms(use_true_random=False), st.booleans(), st.integers(0, 60))
+def test_receiving_a_batch_at_once_is_receiving_each_of_it_in_turn(steps, rnd, in_order, fail_at):
+    """``receive_all`` of each batch applies the same envelopes in the same order as ``receive``
+    of each envelope in turn, counts the same duplicates, and leaves the same log, waiting
+    envelopes and views - batches in causal order (a peer's) or shuffled with duplicates and
+    a loss, and when applying one of them fails (then both stop at it)."""
+    issued = _history(steps, rnd)
+    arrivals = list(issued)
+    if not in_order:
+        arrivals += rnd.sample(issued, len(issued) // 3)
+        rnd.shuffle(arrivals)
+        if len(arrivals) > 3:
+            del arrivals[rnd.randrange(len(arrivals))]
+    batches, at = [], 0
+    while at < len(arrivals):
+        size = rnd.randint(1, 8)
+        batches.append(arrivals[at:at + size])
+        at += size
+    failing = issued[fail_at].dot if fail_at < len(issued) else None
+
+    fast, reference = CausalLog(9), CausalLog(9)
+    fast_applied: list = []
+    reference_applied: list = []
+    reference_duplicates = 0
+
+    def apply_run(run):
+        for k, env in enumerate(run):
+            if env.dot == failing:
+                raise _RunFailed(k)
+            fast_applied.append(env.dot)
+
+    def apply_one(env):
+        if env.dot == failing:
+            raise _RunFailed(0)
+        reference_applied.append(env.dot)
+
+    fast_failed = reference_failed = False
+    fast_duplicates = 0
+    for batch in batches:
+        try:
+            fast_duplicates += fast.receive_all(batch, apply_run)
+        except _RunFailed:
+            fast_failed = True
+        try:
+            for env in batch:
+                if env.n <= reference.vv.get(env.origin, 0):
+                    reference_duplicates += 1
+                reference.receive(env, apply_one)
+        except _RunFailed:
+            reference_failed = True
+        assert fast_applied == reference_applied
+        assert fast_failed == reference_failed
+        if fast_failed:
+            break
+        assert fast_duplicates == reference_duplicates
+    assert fast.vv == reference.vv and fast.log == reference.log
+    assert set(fast.pending) == set(reference.pending)
+    assert fast.seen == reference.seen
+
+
+def test_a_run_whose_apply_fails_counts_only_what_it_applied():
+    a, c = CausalLog(1), CausalLog(3)
+    e1, e2, e3 = a.stamp("a1"), a.stamp("a2"), a.stamp("a3")
+
+    def fail_third(run):
+        raise _RunFailed(2)
+
+    with pytest.raises(_RunFailed):
+        c.receive_all([e1, e2, e3], fail_third)
+    assert c.vv == {1: 2} and c.log == [e1, e2] and not c.pending
+    assert [e.dot for e in c.missing({})] == [(1, 1), (1, 2)]  # only what was applied may be relayed
+    runs = []
+    assert c.receive_all([e2, e3], runs.append) == 1  # e2 is a duplicate now
+    assert runs == [[e3]] and c.vv == {1: 3}

@@ -148,15 +148,15 @@ def test_a_dialer_keeps_dialing_whatever_ended_its_link():
         two, got_two = make_hub(2)
         port = await two.serve()
         failures = {"left": 1}
-        real = one.deliver
+        real = one.deliver_batch
 
-        def flaky_deliver(env):
+        def flaky_deliver(envs):
             if failures["left"]:
                 failures["left"] -= 1
                 raise ValueError("a bug while applying")  # ends the link at region 1
-            real(env)
+            real(envs)
 
-        one.deliver = flaky_deliver
+        one.deliver_batch = flaky_deliver
         one.dial(2, f"127.0.0.1:{port}")
         two.issue(b"op-1")
         await until(lambda: len(got_one) == 1)  # after the failure, the link came back and delivered

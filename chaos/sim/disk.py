@@ -158,6 +158,10 @@ class SimOperationLog(DurabilityRules):
     def log_remote(self, env: Envelope) -> None:
         self._append(aof.OP_REPLICATED, remote_record(env))
 
+    def log_remote_run(self, run: list[Envelope]) -> None:
+        for env in run:
+            self.log_remote(env)
+
     def _append(self, kind: int, payload: bytes) -> None:
         self._buffer.append(aof.encode_record(kind, payload))
         self.last_record += 1

@@ -145,17 +145,22 @@ class SimRegion:
         """What the membership checks need to see as it happens: every operation of another
         region this one applies, and every one it issues (chaos/sim/membership.py)."""
         hub, membership = core.db.aa.hub, self.sim.membership
-        apply, issue = hub.on_apply, hub.issue
+        apply, apply_run, issue = hub.on_apply, hub.on_apply_run, hub.issue
 
         def applying(env):
             membership.on_apply(self, env)
             apply(env)
 
+        def applying_run(run):
+            for env in run:
+                membership.on_apply(self, env)
+            apply_run(run)
+
         def issuing(op: bytes):
             membership.on_issue(self)
             return issue(op)
 
-        hub.on_apply, hub.issue = applying, issuing
+        hub.on_apply, hub.on_apply_run, hub.issue = applying, applying_run, issuing
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""

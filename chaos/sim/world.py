@@ -457,8 +457,7 @@ class Simulation:
         before = dict(region.causal.vv)
         behind = None
         try:
-            for env in link.on_batch(body):
-                hub.deliver(env)
+            hub.deliver_batch(link.on_batch(body))
         except MembershipBehind as e:  # of a region this list does not know: handshake again
             behind = e
         except Exception:

@@ -484,10 +484,11 @@ class SegmentWriter:
         self.size = size
         self.pending = bytearray()
 
-    def write(self, record: bytes) -> None:
-        self.pending += record
-        self.records += 1
-        self.size += len(record)
+    def write(self, records: bytes, count: int = 1) -> None:
+        """Buffer ``count`` whole records (their bytes one after the other)."""
+        self.pending += records
+        self.records += count
+        self.size += len(records)
 
     def flush(self) -> None:
         while self.pending:
@@ -590,7 +591,9 @@ class AppendLog:
 
     def append(self, kind: int, payload: bytes) -> int:
         """Buffer one record; returns its record number."""
-        record = encode_record(kind, payload)
+        return self._append_encoded(encode_record(kind, payload))
+
+    def _append_encoded(self, record: bytes) -> int:
         segment = self._current()
         if segment.size and segment.size + len(record) > self.segment_size:
             try:
@@ -601,6 +604,21 @@ class AppendLog:
         segment.write(record)
         self.appended_bytes += len(record)
         self._last_record += 1
+        return self._last_record
+
+    def append_many(self, kind: int, payloads: list[bytes]) -> int:
+        """:meth:`append` of each payload in turn (the same records, the same segment rolls),
+        in one write to the segment's buffer when they fit; returns the last record number."""
+        records = [encode_record(kind, payload) for payload in payloads]
+        size = sum(map(len, records))
+        segment = self._current()
+        if segment.size and segment.size + size > self.segment_size:
+            for record in records:  # a segment rolls among them: one at a time, as append does
+                self._append_encoded(record)
+            return self._last_record
+        segment.write(b"".join(records), len(records))
+        self.appended_bytes += size
+        self._last_record += len(records)
         return self._last_record
 
     def flush(self) -> None:
