@@ -125,6 +125,10 @@ _PLAN = [(tuple(kinds),
 
 
 def encode(op: ops.Op) -> bytes:
+    if type(op) is ops.AddEntry and op.pid is None and op.iid is None and op.dot is None and op.deps is None:
+        # nearly every operation: an XADD without IDMP, written as the loop below writes it
+        # (msgspec writes the ID's tuple as the array its list would be); decode_plain_add reads it
+        return _encoder.encode((0, op.key, op.origin, op.id, op.fields, None, None, None, None))
     tag = _TAGS[type(op)]
     names, outs, _ins = _PLAN[tag]
     values: list = [tag, op.key]
