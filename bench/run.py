@@ -299,6 +299,13 @@ def fill(client: redis.Redis, key: str, count: int, batch: int = MEMORY_BATCH) -
         done += n
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process (all its threads) used so far, from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def parse_benchmark(text: str) -> dict:
     """rps and latencies (ms) from ``redis-benchmark --csv`` output, or rps from ``-q`` output."""
     rows = [r for r in csv.reader(io.StringIO(text)) if r]
@@ -405,6 +412,12 @@ class Result:
         return None
 
 
+def _median_of(runs: list[dict], name: str) -> float | None:
+    """The median of one number over the runs that have it (of an even count, the lower middle)."""
+    values = sorted(d[name] for d in runs if d.get(name) is not None)
+    return values[(len(values) - 1) // 2] if values else None
+
+
 def _median_run(runs: list[dict]) -> dict:
     """The run with the median throughput (of an even count, the lower middle)."""
     ordered = sorted(runs, key=lambda d: d.get("rps") or 0.0)
@@ -434,6 +447,7 @@ def cluster_and_standalone():
         first = Server.__new__(Server)           # a view of region 1 for the scenario's client and checks
         first.label, first.port, first.proc = "region-1 of 3", cluster.procs[0].port, cluster.procs[0].proc
         first.log_path = cluster.procs[0].log_path
+        first.peers = [p.proc.pid for p in cluster.procs[1:]]  # their CPU per request is reported too
         yield {"braid": first, "redis": alone}
     finally:
         alone.stop()
@@ -453,13 +467,20 @@ def run_scenario(sc: Scenario, requests: int, console: Console, repeat: int = 1)
                     client = srv.client()
                     try:
                         sc.prepare(client, requests)
+                        pids = [srv.proc.pid, *getattr(srv, "peers", [])]
+                        cpu_before = [cpu_seconds(pid) for pid in pids]
                         proc = subprocess.run(sc.argv(srv.port, requests), capture_output=True, text=True,
                                               timeout=BENCH_TIMEOUT, preexec_fn=_child_setup("load"))
                         if proc.returncode != 0:
                             srv.check_alive()
                             raise RuntimeError(f"redis-benchmark against {names[label]} exited {proc.returncode}: "
                                                f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-                        runs[label].append(parse_benchmark(proc.stdout))
+                        run = parse_benchmark(proc.stdout)
+                        # the server's CPU per request (all its threads; for region 1 of 3, each
+                        # peer's too): what a request costs whatever shares the cores
+                        cpu = [(cpu_seconds(pid) - before) / requests * 1e6 for pid, before in zip(pids, cpu_before)]
+                        run["cpu_us"], run["peer_cpu_us"] = cpu[0], cpu[1:]
+                        runs[label].append(run)
                         check = sc.check(client, requests)
                         if res.checks.get(label, "ok") == "ok":
                             res.checks[label] = check
@@ -658,6 +679,17 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
                 checks = ", ".join(f"{k}: {v}" for k, v in r.checks.items() if v != "ok") or "ok"
                 lines.append(f"| {r.scenario.name} | {r.scenario.load} | {r.requests:,} | {r.braid['rps']:,.0f} "
                              f"| {r.redis['rps']:,.0f} | {r.ratio:.2f} | {lat['b']} | {lat['r']} | {checks} |")
+            for r in aa:
+                b_cpu, s_cpu = _median_of(r.runs.get("braid", []), "cpu_us"), _median_of(r.runs.get("redis", []), "cpu_us")
+                peers = [_median_of([{"p": d["peer_cpu_us"][k]} for d in r.runs.get("braid", [])], "p")
+                         for k in range(len((r.runs.get("braid") or [{}])[0].get("peer_cpu_us", [])))]
+                if b_cpu and s_cpu:
+                    lines += ["", f"CPU per request ({r.scenario.name}, medians of the runs): region 1 "
+                              f"{b_cpu:.1f} µs, the standalone region {s_cpu:.1f} µs (standalone / region 1: "
+                              f"{s_cpu / b_cpu:.2f}); regions 2 and 3, applying region 1's operations: "
+                              + ", ".join(f"{p:.1f} µs" for p in peers) + ". Region 1's CPU per request does "
+                              "not depend on what shares the cores; its throughput does (the peers share the "
+                              "load generator's core here)."]
         lines += ["", "Ratios are Braid/Redis (above 1: Braid faster). Checks after each run: XLEN grew by at "
                   "least the request count (XADD), XRANGE returns 100 entries, the group's PEL holds at "
                   "least the request count (XREADGROUP).", "", "Exact commands (`$PORT` is the server's port):", ""]
@@ -666,8 +698,8 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
             if r.scenario.prepare_note:
                 lines.append(f"  - before it, on each server: `FLUSHALL`; {r.scenario.prepare_note}")
         lines += ["", "Raw `redis-benchmark --csv` results of every run (latencies in ms):", "",
-                  "| scenario | server | run | rps | avg | min | p50 | p95 | p99 | max |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| scenario | server | run | rps | avg | min | p50 | p95 | p99 | max | server CPU µs/request |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in results:
             names = ({"braid": "braid", "redis": "redis"} if r.scenario.against == "redis"
                      else {"braid": "region-1 of 3", "redis": "standalone"})
@@ -675,7 +707,8 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
                 for n, d in enumerate(r.runs.get(label, []), 1):
                     lines.append(f"| {r.scenario.name} | {names[label]} | {n} | {_fmt(d.get('rps'), '.2f')} | "
                                  + " | ".join(_fmt(d.get(f"{k}_latency_ms"), ".3f")
-                                              for k in ("avg", "min", "p50", "p95", "p99", "max")) + " |")
+                                              for k in ("avg", "min", "p50", "p95", "p99", "max"))
+                                 + f" | {_fmt(d.get('cpu_us'), '.1f')} |")
         lines.append("")
     if mem:
         b, r = mem["braid"], mem["redis"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def test_rewriting_the_results_keeps_the_sections_other_benchmarks_wrote(tmp_path):
     from bench.run import write_results
@@ -17,3 +19,29 @@ def test_rewriting_the_results_keeps_the_sections_other_benchmarks_wrote(tmp_pat
     text = path.read_text()
     assert section in text
     assert "the previous run's tables" not in text
+
+
+def test_the_results_give_region_1s_cpu_per_request_beside_the_standalone_regions(tmp_path):
+    """The Active-Active scenario reports CPU per request (a number the core layout does not
+    move) from the median of the runs, besides the throughput ratio."""
+    from bench.run import SCENARIOS, Result, cpu_seconds, write_results
+
+    assert cpu_seconds(os.getpid()) > 0  # this process has run: /proc is read as the runs read it
+    scenario = next(s for s in SCENARIOS if s.against == "standalone")
+    result = Result(scenario, 1000)
+    result.runs = {"braid": [{"rps": 24000.0 + k, "cpu_us": cpu, "peer_cpu_us": [9.0 + k, 10.0 + k]}
+                             for k, cpu in enumerate((33.0, 31.0, 32.0))],
+                   "redis": [{"rps": 48000.0 + k, "cpu_us": cpu, "peer_cpu_us": []}
+                             for k, cpu in enumerate((21.0, 20.0, 22.0))]}
+    result.braid, result.redis = result.runs["braid"][1], result.runs["redis"][1]
+    result.checks = {"braid": "ok", "redis": "ok"}
+    machine = {"date": "2026-11-27 05:52 UTC", "commit": "0000000", "cpu": "a CPU", "cores": 2, "memory": "1 GiB",
+               "kernel": "Linux", "python": "CPython 3.11", "redis": "Redis 8.6.3", "redis_path": "$REDIS_SERVER",
+               "benchmark": "redis-benchmark 7.0.15", "cores_used": (0, 1), "repeat": 3}
+    path = tmp_path / "RESULTS.md"
+    write_results(str(path), machine, [result], {}, "python -m bench.run", ("0.00 0.00 0.00", "0.00 0.00 0.00"),
+                  {"braid": "python -m node", "redis": "redis-server"})
+    text = path.read_text()
+    assert ("region 1 32.0 µs, the standalone region 21.0 µs (standalone / region 1: 0.66); "
+            "regions 2 and 3, applying region 1's operations: 10.0 µs, 11.0 µs") in text
+    assert "| 33.0 |" in text and "| 20.0 |" in text  # every run's own number, in the raw table
