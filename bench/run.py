@@ -83,6 +83,8 @@ def _die_with_parent() -> None:
 # Cores: the server under test on one, the load generator on the other, so they never
 # compete for a core with each other (``--cores``; other work on the machine still can).
 PIN = {"server": None, "load": None}   # sets of CPU numbers, or None (not pinned)
+# region1of3: the niceness given to regions 2 and 3 (``--peers-nice``; 0: the load generator's)
+PEERS_NICE = {"value": 0}
 
 
 def set_cores(spec: str | None) -> str:
@@ -106,6 +108,15 @@ def _child_setup(role: str):
         if cores:
             os.sched_setaffinity(0, cores)
     return setup
+
+
+def renice_process(pid: int, nice: int) -> None:
+    """Give every thread of a running process the niceness ``nice`` (threads it starts later
+    inherit their creator's)."""
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
 def pin_process(pid: int, role: str) -> None:
@@ -437,6 +448,8 @@ def cluster_and_standalone():
         cluster.links_wait(60)  # the steady state: every link up, none relaying
         for i, p in enumerate(cluster.procs):
             pin_process(p.proc.pid, "server" if i == 0 else "load")
+            if i and PEERS_NICE["value"]:
+                renice_process(p.proc.pid, PEERS_NICE["value"])
         alone.spawn()
         deadline = time.monotonic() + START_DEADLINE
         while not ping(alone.port):
@@ -814,6 +827,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cores", metavar="SERVER,LOAD",
                     help="pin the server under test to CPU SERVER and redis-benchmark to CPU LOAD "
                          "(default 0,1 with two cores or more; 'none' pins nothing)")
+    ap.add_argument("--peers-nice", type=int, default=0, metavar="N",
+                    help="region1of3: run regions 2 and 3 at niceness N (1-19), so that they take "
+                         "the load generator's core only when it does not need it, as peers on "
+                         "machines of their own would (default 0: they compete with it)")
     ap.add_argument("--out", metavar="PATH",
                     help=f"results file (default {os.path.relpath(DEFAULT_OUT, REPO)} for a full run, "
                          f"{os.path.relpath(PARTIAL_OUT, REPO)} with --quick/--only/--requests/--entries)")
@@ -835,7 +852,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--{opt} must be positive")
     if args.cores not in (None, "none") and not re.fullmatch(r"\d+,\d+", args.cores):
         ap.error("--cores takes SERVER,LOAD (two CPU numbers, e.g. 0,1) or none")
-    partial = args.quick or args.only or args.requests or args.entries or args.repeat != 3
+    if not 0 <= args.peers_nice <= 19:
+        ap.error("--peers-nice takes a niceness from 0 to 19")
+    partial = args.quick or args.only or args.requests or args.entries or args.repeat != 3 or args.peers_nice
     args.out = args.out or (PARTIAL_OUT if partial else DEFAULT_OUT)
     return args
 
@@ -855,6 +874,9 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     cores_used = set_cores(args.cores)
+    PEERS_NICE["value"] = args.peers_nice
+    if args.peers_nice:
+        cores_used += f"; regions 2 and 3 of the Active-Active scenario at niceness {args.peers_nice}"
     console = Console()
     if not console.is_terminal:      # under make or a pipe rich assumes 80 columns: too narrow for the tables
         console = Console(width=150)

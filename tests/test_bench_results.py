@@ -45,3 +45,27 @@ def test_the_results_give_region_1s_cpu_per_request_beside_the_standalone_region
     assert ("region 1 32.0 µs, the standalone region 21.0 µs (standalone / region 1: 0.66); "
             "regions 2 and 3, applying region 1's operations: 10.0 µs, 11.0 µs") in text
     assert "| 33.0 |" in text and "| 20.0 |" in text  # every run's own number, in the raw table
+
+
+def test_peers_nice_renices_every_thread_of_a_running_process():
+    import subprocess
+    import sys
+    import time
+
+    from bench.run import parse_args, renice_process
+
+    child = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                              "threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"])
+    try:
+        def threads():
+            return os.listdir(f"/proc/{child.pid}/task")
+        deadline = time.monotonic() + 10
+        while len(threads()) < 2:  # the second thread started (a poll with a deadline)
+            assert time.monotonic() < deadline, "the child's thread never started"
+            time.sleep(0.01)
+        renice_process(child.pid, 7)
+        assert [os.getpriority(os.PRIO_PROCESS, int(t)) for t in threads()] == [7] * len(threads())
+    finally:
+        child.kill()
+        child.wait()
+    assert parse_args(["--peers-nice", "7"]).peers_nice == 7
