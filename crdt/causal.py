@@ -24,6 +24,10 @@ brings it again), nothing after it is applied, and the exception reaches the
 caller - so an operation a region failed to apply is never counted as applied,
 never acknowledged and never relayed.  A region cannot skip an operation and
 stay convergent: the region stops instead (fail-stop) and a restart resumes.
+:meth:`CausalLog.receive_all` takes a peer's whole batch with the same outcome as
+receiving each envelope in turn, but hands the run of envelopes that are ready in
+order (nearly all of a batch: peers send in causal order) to one ``apply_run`` call,
+so the caller can apply and log them together.
 
 What waits (``pending``) is counted (``pending_bytes``) so that the caller can
 bound it: a peer that keeps the protocol sends a region's log in causal order,

@@ -6,7 +6,8 @@ and holds what the multi-region resolver (crdt/resolve.py) reads: the ID mode, t
 region's number and stride, and the causal log's version vector.  It sees the region
 only through the keyspace (``Database``) and the settings: applying another region's
 operation, and installing a full-resync image, are the region core's
-(node/core.py), which it reaches through the hub's ``on_apply`` / ``install_image``.
+(node/core.py), which it reaches through the hub's ``on_apply`` / ``on_apply_run`` /
+``install_image``.
 
 Membership (crdt/membership.py holds the rules).  The region keeps the agreed member
 list (``membership``) and records every change in its cluster file.  It is the
@@ -92,7 +93,7 @@ class ActiveActive:
             from .transport.tls import LinkCredentials
 
             tls = LinkCredentials(c.tls.ca, *c.tls.region_pair(me))
-        # the region core sets on_apply and install_image (node/core.py)
+        # the region core sets on_apply, on_apply_run and install_image (node/core.py)
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, _not_attached,
                                   config, tls=tls, names={r.number: r.name for r in c.regions})
         self.hub.gate = MembershipGate(self)

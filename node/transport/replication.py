@@ -129,7 +129,10 @@ refused peer sent is applied.  ``reload_tls`` re-reads the certificate, key and
 CA bundle and has every link handshake again with them.
 
 The hub does not know what an operation means: envelopes carry it as bytes and
-``on_apply`` is called with each envelope the causal log delivers.
+``on_apply`` is called with each envelope the causal log delivers - or, for a peer's
+batch, ``on_apply_run`` with each run of envelopes that are ready in order (nearly the
+whole batch: a peer sends in causal order), so that the region applies and logs them
+in one call (``deliver_batch``).
 """
 
 from __future__ import annotations
