@@ -328,7 +328,7 @@ def test_a_single_region_file_round_trips_through_a_real_restart(tmp_path):
 
 # ---------------------------------------------------------------- the exploit pickle
 def _exploit(target: str) -> bytes:
-    """Protocol 4 pickle: crdt.causal's dataclass.__globals__.get('sys').modules.get('os').mkdir(target)."""
+    """Protocol 4 pickle: crdt.ops's dataclass.__globals__.get('sys').modules.get('os').mkdir(target)."""
     def s(text: str) -> bytes:
         b = text.encode()
         return pickle.SHORT_BINUNICODE + bytes([len(b)]) + b
@@ -337,7 +337,7 @@ def _exploit(target: str) -> bytes:
         return s(module) + s(name) + pickle.STACK_GLOBAL
 
     getattr_ = glob("builtins", "getattr")
-    sys_ = glob("crdt.causal", "dataclass.__globals__.get") + s("sys") + pickle.TUPLE1 + pickle.REDUCE
+    sys_ = glob("crdt.ops", "dataclass.__globals__.get") + s("sys") + pickle.TUPLE1 + pickle.REDUCE
     modules = getattr_ + sys_ + s("modules") + pickle.TUPLE2 + pickle.REDUCE
     os_ = getattr_ + modules + s("get") + pickle.TUPLE2 + pickle.REDUCE + s("os") + pickle.TUPLE1 + pickle.REDUCE
     mkdir = getattr_ + os_ + s("mkdir") + pickle.TUPLE2 + pickle.REDUCE + s(target) + pickle.TUPLE1 + pickle.REDUCE
@@ -594,3 +594,21 @@ def test_an_active_active_pickle_converts_to_the_same_state(tmp_path):
         back = snapshot.read(str(path))
         assert deep(back.keys) == deep(r.server.db.keys) and deep(back.causal) == deep(r.causal)
         assert legacy.convert(str(path)) is None  # already converted
+
+
+# [Envelope(2, 7, ((1, 3), (2, 6)), b"op-bytes")] as a format-1 snapshot pickled it, when the
+# envelope was a frozen dataclass (its state a list of the four values)
+_OLD_ENVELOPE_PICKLE = (b"\x80\x05\x95D\x00\x00\x00\x00\x00\x00\x00]\x94\x8c\x0bcrdt.causal\x94\x8c\x08Envelope"
+                        b"\x94\x93\x94)\x81\x94]\x94(K\x02K\x07K\x01K\x03\x86\x94K\x02K\x06\x86\x94\x86\x94C\x08"
+                        b"op-bytes\x94eba.")
+
+
+def test_the_converter_reads_envelopes_pickled_as_the_old_frozen_dataclass():
+    import io
+
+    from crdt.causal import Envelope
+    from node.persistence import legacy
+
+    [env] = legacy._Unpickler(io.BytesIO(_OLD_ENVELOPE_PICKLE)).load()
+    assert (env.origin, env.n, env.deps, env.op, env.dot) == (2, 7, ((1, 3), (2, 6)), b"op-bytes", (2, 7))
+    assert env.__class__.__name__ == "Envelope" and repr(env) == repr(Envelope(2, 7, ((1, 3), (2, 6)), b"op-bytes"))

@@ -5,7 +5,7 @@ Theory of operation
 Until format version 2 a snapshot's body was a pickle of the core's objects.
 A pickle can name any importable object and call it, and the restricted
 unpickler that read it could be led outside its allow-list (with protocol 4 a
-class name may be a dotted path: ``crdt.causal`` + ``dataclass.__globals__.get``
+class name may be a dotted path: ``crdt.ops`` + ``dataclass.__globals__.get``
 reaches ``sys``), so a region never unpickles anything any more: loading a
 format-1 snapshot stops the region with a message naming
 ``braid convert-snapshot``.
