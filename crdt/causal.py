@@ -196,6 +196,24 @@ class CausalLog:
                 self.floor[e.origin] = e.n
         return dropped
 
+    def acked_prefix(self, acked: VersionVector | None, stop: int) -> tuple[int, int]:
+        """How many of the oldest envelopes (at most ``stop``) have ``n <= acked[origin]`` -
+        ``acked`` being per origin what every peer acknowledged (None: there is no peer, all
+        count) - and their operations' bytes: what trimming the backlog may drop first."""
+        log = self.log
+        stop = min(stop, len(log))
+        if acked is None:
+            return stop, sum(len(e.op) for e in log[:stop])
+        k = 0
+        size = 0
+        while k < stop:
+            e = log[k]
+            if acked.get(e.origin, 0) < e.n:
+                break
+            size += len(e.op)
+            k += 1
+        return k, size
+
     def lacks_dropped(self, peer_vv: VersionVector) -> bool:
         """Does a peer with ``peer_vv`` miss envelopes this log no longer holds?"""
         return any(peer_vv.get(o, 0) < n for o, n in self.floor.items())

@@ -152,12 +152,16 @@ class LinkState:
     # ------------------------------------------------------------ receiving
     def on_batch(self, envelopes: list[Envelope]) -> list[Envelope]:
         """The peer sent these (it holds them); returns them for the causal log."""
-        sent, acked = self.sent, self.acked
+        top: VersionVector = {}  # per origin, the highest n of the batch
         for e in envelopes:
-            if e.n > sent.get(e.origin, 0):
-                sent[e.origin] = e.n    # never echo it back
-            if e.n > acked.get(e.origin, 0):
-                acked[e.origin] = e.n   # nor count it as the peer's lag
+            if e.n > top.get(e.origin, 0):
+                top[e.origin] = e.n
+        sent, acked = self.sent, self.acked
+        for origin, n in top.items():
+            if n > sent.get(origin, 0):
+                sent[origin] = n    # never echo it back
+            if n > acked.get(origin, 0):
+                acked[origin] = n   # nor count it as the peer's lag
         return envelopes
 
     def on_ack(self, vv: VersionVector) -> bool:

@@ -293,7 +293,10 @@ class ActiveActive:
         # per origin, the least every peer acknowledged (None: no peer, everything is acknowledged
         # by all of them); worked out once, not once per operation
         by_all = {o: min(a.get(o, 0) for a in acked) for o in set().union(*acked)} if acked else None
-        k = 0
+        # what every peer acknowledged goes first, counted by the (compiled) causal log; past
+        # it, the backlog's size and age may drop more
+        k, acked_bytes = self.causal.acked_prefix(by_all, stop)
+        size -= acked_bytes
         while k < stop:
             e = log_[k]
             if not (by_all is None or by_all.get(e.origin, 0) >= e.n or (max_bytes and size > max_bytes)

@@ -318,3 +318,19 @@ def test_a_run_whose_apply_fails_counts_only_what_it_applied():
     runs = []
     assert c.receive_all([e2, e3], runs.append) == 1  # e2 is a duplicate now
     assert runs == [[e3]] and c.vv == {1: 3}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(REGIONS), st.sampled_from(REGIONS)), min_size=0, max_size=40),
+       st.randoms(use_true_random=False), st.integers(0, 45), st.booleans())
+def test_the_acked_prefix_is_the_oldest_envelopes_every_peer_has(steps, rnd, stop, no_peer):
+    """``acked_prefix``: the leading envelopes with ``n <= acked[origin]`` (all of them without
+    a peer), at most ``stop``, and their bytes - what a scan of the log one by one finds."""
+    log = CausalLog(9)
+    for env in _history(steps, rnd):
+        log.receive(env)
+    acked = None if no_peer else {o: rnd.randint(0, 20) for o in REGIONS if rnd.random() < 0.8}
+    k = 0
+    while k < min(stop, len(log.log)) and (acked is None or acked.get(log.log[k].origin, 0) >= log.log[k].n):
+        k += 1
+    assert log.acked_prefix(acked, stop) == (k, sum(len(e.op) for e in log.log[:k]))
