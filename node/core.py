@@ -638,40 +638,19 @@ class RegionCore:
         """Apply and log an operation of another region; the causal log counts it (and relays
         it) only once this returns.  One that cannot be decoded or applied stops the region
         (fail-stop, node/supervision.py): skipping it would leave this region diverged."""
-        if self.failed is not None:
-            raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
-        aa = self.db.aa
-        try:
-            if self.apply_faults:  # DEBUG APPLY-FAIL
-                self.apply_faults -= 1
-                raise InjectedFault("DEBUG APPLY-FAIL")
-            try:  # nearly always an XADD without IDMP: appended without building the operation
-                add = opcodec.decode_plain_add(env.op)
-            except msgspec.ValidationError:
-                self.db.apply_remote(opcodec.decode(env.op))
-            else:
-                self.db.append_remote(add[1], add[2], add[3], add[4])
-            if self.oplog is not None and not self.replaying:
-                self.oplog.log_remote(env)
-                aa.logged(self.oplog.last_record, aa.causal.end + 1)  # relayed only once logged here
-                self.records_appended()
-            if not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
-                self.keys_ready()  # a reader served raising here must not leave it applied but uncounted
-        except Exception as e:
-            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
-                      f"{type(e).__name__}: {e}")
-            if not self.replaying:  # a replay reports it as a record it cannot load
-                self.fail_stop(reason, e)
-            raise ApplyFailed(reason) from e
+        self.apply_remote_run([env])
 
     def apply_remote_run(self, run: list[Envelope]) -> None:
         """:meth:`apply_remote` of each of ``run`` in turn (envelopes the causal log found ready
-        in order), with one log write for them all.  If one fails, those before it are logged
-        and counted (``ApplyFailed.applied``) and the region fail-stops, as one at a time."""
+        in order), with one log write for them all.  Whatever fails - decoding or applying one,
+        logging them, serving the readers - stops the region; ``ApplyFailed.applied`` says how
+        many of the run count as applied (those logged before the failure)."""
         if self.failed is not None:
             raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
         db, decode_plain_add = self.db, opcodec.decode_plain_add
-        applied = 0
+        aa = db.aa
+        applied = counted = 0
+        failure: Exception | None = None
         try:
             for env in run:
                 if self.apply_faults:  # DEBUG APPLY-FAIL
@@ -685,23 +664,24 @@ class RegionCore:
                     db.append_remote(add[1], add[2], add[3], add[4])
                 applied += 1
         except Exception as e:
-            env = run[applied]
-            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
-                      f"{type(e).__name__}: {e}")
-            failure: Exception | None = e
-        else:
-            failure = None
-        aa = db.aa
-        if applied and self.oplog is not None and not self.replaying:
-            self.oplog.log_remote_run(run[:applied])
-            aa.logged(self.oplog.last_record, aa.causal.end + applied)  # relayed only once logged here
-            self.records_appended()
+            failure = e
+        try:
+            if applied and self.oplog is not None and not self.replaying:
+                self.oplog.log_remote_run(run[:applied])
+                aa.logged(self.oplog.last_record, aa.causal.end + applied)  # relayed only once logged here
+                self.records_appended()
+            counted = applied
+            if failure is None and not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
+                self.keys_ready()  # a reader served raising here must not leave them applied but uncounted
+        except Exception as e:
+            failure = failure or e
         if failure is not None:
-            if not self.replaying:
+            env = run[min(counted, len(run) - 1)]
+            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
+                      f"{type(failure).__name__}: {failure}")
+            if not self.replaying:  # a replay reports it as a record it cannot load
                 self.fail_stop(reason, failure)
-            raise ApplyFailed(reason, applied) from failure
-        if not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
-            self.keys_ready()
+            raise ApplyFailed(reason, counted) from failure
 
     def remote_batch_applied(self) -> None:
         """A link applied a batch of other regions' operations: serve the readers blocked on

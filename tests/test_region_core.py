@@ -47,7 +47,8 @@ def region(policy: str, number: int = 1, file: SimFile | None = None) -> tuple[R
 
 def test_the_server_is_a_driver_of_the_same_core():
     assert issubclass(Server, RegionCore)
-    for rule in ("call", "execute", "end_turn", "reply_needs", "may_release", "apply_remote", "install_image",
+    for rule in ("call", "execute", "end_turn", "reply_needs", "may_release", "apply_remote", "apply_remote_run",
+                 "install_image",
                  "cron_steps", "fail_stop", "save"):
         assert getattr(Server, rule) is getattr(RegionCore, rule), rule  # one rule, not a copy
 
@@ -124,6 +125,52 @@ def test_an_operation_that_cannot_be_applied_stops_the_region_and_is_not_counted
     assert core.aa.causal.vv.get(2, 0) == 0  # not counted: a restart asks the peer for it again
     assert core.call(me, [b"PING"]) is not None
     assert core.end_turn() is False  # nothing more is written
+
+
+def _peer_adds(count: int) -> list[Envelope]:
+    other = CausalLog(2)
+    return [other.stamp(opcodec.encode(ops.AddEntry(b"k", 2, (T0, 2 + i), [b"f", b"v"]))) for i in range(count)]
+
+
+def test_a_peers_batch_is_applied_as_one_run_with_one_write_of_its_records():
+    core, _me, file = region("always")
+    run = _peer_adds(3)
+    core.aa.hub.deliver_batch(run)
+    assert core.aa.causal.vv == {2: 3} and core.aa.causal.log == run
+    assert core.db.keys[b"k"].length == 3
+    core.end_turn()
+    assert [decode_replicated(payload).dot for _n, _kind, payload in read_back(file)[0]] == [(2, 1), (2, 2), (2, 3)]
+
+
+@pytest.mark.parametrize("where", ["applying the second", "logging", "serving the readers"])
+def test_a_failure_in_a_run_stops_the_region_and_counts_only_what_was_logged(where, monkeypatch):
+    """Decoding or applying one of a peer's run, writing their records or serving the readers
+    after them: any failure stops the region, and the causal log counts exactly the
+    operations whose records were appended (the fail-stop then drops the turn's records:
+    nothing was acknowledged, and peers resend them to the restarted region)."""
+    core, me, file = region("always")
+    run = _peer_adds(3)
+    if where == "applying the second":
+        run[1] = Envelope(2, 2, run[1].deps, b"\xff\x00 not an operation")
+        counted = 1
+    elif where == "logging":
+        def no_room(_run):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(core.oplog, "log_remote_run", no_room)
+        counted = 0
+    else:
+        def reader_bug():
+            raise RuntimeError("a reader's bug")
+        monkeypatch.setattr(core, "keys_ready", reader_bug)
+        counted = 3
+    with pytest.raises(ValueError) as failed:
+        core.aa.hub.deliver_batch(run)
+    assert failed.value.applied == counted
+    assert core.failed is not None and "cannot apply operation 2." in core.failed
+    assert core.aa.causal.vv.get(2, 0) == counted and core.aa.causal.log == run[:counted]
+    assert core.call(me, [b"PING"]) is not None
+    assert core.end_turn() is False  # the turn's records go with the region: peers resend them
+    assert read_back(file)[0] == []
 
 
 def test_the_cron_steps_are_the_same_for_every_driver():
