@@ -507,3 +507,20 @@ def test_check_log_corrupt_changes_nothing(tmp_path):
 def test_check_log_missing_directory(tmp_path):
     run = _check_log(str(tmp_path / "nope"))
     assert run.returncode == 2 and "no such directory" in run.stderr
+
+
+@given(st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=6), min_size=1, max_size=8))
+def test_appending_many_is_appending_each_in_turn(tmp_path_factory, runs):
+    """``append_many`` writes the records ``append`` would, in the same segments (a run that
+    would cross a segment's end rolls where appending one by one rolls), and numbers them alike."""
+    one_by_one, together = tmp_path_factory.mktemp("each"), tmp_path_factory.mktemp("many")
+    with AppendLog.open(str(one_by_one), segment_size=120) as a, AppendLog.open(str(together), segment_size=120) as b:
+        for run in runs:
+            for payload in run:
+                a.append(OP_REPLICATED, payload)
+            assert b.append_many(OP_REPLICATED, run) == a.last_record
+            assert b.last_record == a.last_record
+    each, many = scan(str(one_by_one)), scan(str(together))
+    assert many.records == each.records
+    assert [(s.first_record, s.records, os.path.basename(s.path)) for s in many.segments] == \
+        [(s.first_record, s.records, os.path.basename(s.path)) for s in each.segments]

@@ -155,12 +155,9 @@ class SimOperationLog(DurabilityRules):
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self._append(aof.OP_LOCAL, idmp_expiry_record(now_ms, stable))
 
-    def log_remote(self, env: Envelope) -> None:
-        self._append(aof.OP_REPLICATED, remote_record(env))
-
     def log_remote_run(self, run: list[Envelope]) -> None:
         for env in run:
-            self.log_remote(env)
+            self._append(aof.OP_REPLICATED, remote_record(env))
 
     def _append(self, kind: int, payload: bytes) -> None:
         self._buffer.append(aof.encode_record(kind, payload))

@@ -612,8 +612,8 @@ class AppendLog:
         records = [encode_record(kind, payload) for payload in payloads]
         size = sum(map(len, records))
         segment = self._current()
-        if segment.size and segment.size + size > self.segment_size:
-            for record in records:  # a segment rolls among them: one at a time, as append does
+        if segment.size + size > self.segment_size:
+            for record in records:  # a segment may roll among them: one at a time, as append does
                 self._append_encoded(record)
             return self._last_record
         segment.write(b"".join(records), len(records))

@@ -456,11 +456,9 @@ class OperationLog(DurabilityRules):
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self.file.append(OP_LOCAL, idmp_expiry_record(now_ms, stable))
 
-    def log_remote(self, env: Envelope) -> None:
-        self.file.append(OP_REPLICATED, remote_record(env))
-
     def log_remote_run(self, run: list[Envelope]) -> None:
-        """:meth:`log_remote` of each of ``run``: the same records, written in one go."""
+        """A record of each of ``run`` (operations of other regions applied here, in order),
+        appended in one go."""
         self.file.append_many(OP_REPLICATED, [remote_record(env) for env in run])
 
     @property
