@@ -649,7 +649,7 @@ class RegionCore:
             raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
         db, decode_plain_add = self.db, opcodec.decode_plain_add
         aa = db.aa
-        applied = counted = 0
+        applied = counted = at = 0
         failure: Exception | None = None
         try:
             for env in run:
@@ -664,7 +664,7 @@ class RegionCore:
                     db.append_remote(add[1], add[2], add[3], add[4])
                 applied += 1
         except Exception as e:
-            failure = e
+            failure, at = e, applied
         try:
             if applied and self.oplog is not None and not self.replaying:
                 self.oplog.log_remote_run(run[:applied])
@@ -674,9 +674,10 @@ class RegionCore:
             if failure is None and not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
                 self.keys_ready()  # a reader served raising here must not leave them applied but uncounted
         except Exception as e:
-            failure = failure or e
+            if failure is None:
+                failure, at = e, min(counted, len(run) - 1)
         if failure is not None:
-            env = run[min(counted, len(run) - 1)]
+            env = run[at]
             reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
                       f"{type(failure).__name__}: {failure}")
             if not self.replaying:  # a replay reports it as a record it cannot load

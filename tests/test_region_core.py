@@ -152,21 +152,21 @@ def test_a_failure_in_a_run_stops_the_region_and_counts_only_what_was_logged(whe
     run = _peer_adds(3)
     if where == "applying the second":
         run[1] = Envelope(2, 2, run[1].deps, b"\xff\x00 not an operation")
-        counted = 1
+        counted, named = 1, "2.2"
     elif where == "logging":
         def no_room(_run):
             raise OSError(28, "No space left on device")
         monkeypatch.setattr(core.oplog, "log_remote_run", no_room)
-        counted = 0
+        counted, named = 0, "2.1"
     else:
         def reader_bug():
             raise RuntimeError("a reader's bug")
         monkeypatch.setattr(core, "keys_ready", reader_bug)
-        counted = 3
+        counted, named = 3, "2.3"
     with pytest.raises(ValueError) as failed:
         core.aa.hub.deliver_batch(run)
     assert failed.value.applied == counted
-    assert core.failed is not None and "cannot apply operation 2." in core.failed
+    assert core.failed is not None and f"cannot apply operation {named} of region 2" in core.failed
     assert core.aa.causal.vv.get(2, 0) == counted and core.aa.causal.log == run[:counted]
     assert core.call(me, [b"PING"]) is not None
     assert core.end_turn() is False  # the turn's records go with the region: peers resend them
