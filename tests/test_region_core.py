@@ -168,6 +168,7 @@ def test_a_failure_in_a_run_stops_the_region_and_counts_only_what_was_logged(whe
     assert failed.value.applied == counted
     assert core.failed is not None and f"cannot apply operation {named} of region 2" in core.failed
     assert core.aa.causal.vv.get(2, 0) == counted and core.aa.causal.log == run[:counted]
+    assert len(core.aa.hub.arrivals) == len(core.aa.causal.log)  # one arrival time per log entry
     assert core.call(me, [b"PING"]) is not None
     assert core.end_turn() is False  # the turn's records go with the region: peers resend them
     assert read_back(file)[0] == []

@@ -951,18 +951,25 @@ class ReplicationHub:
         """The causal log's callback for a run of ready envelopes (see :meth:`deliver_batch`).
         If applying fails, the exception's ``applied`` says how many of the run were applied
         (crdt/causal.py counts those)."""
-        if self.on_apply_run is not None:
-            self.on_apply_run(run)
-        else:
-            for k, env in enumerate(run):
-                try:
-                    self.on_apply(env)
-                except Exception as e:
-                    e.applied = k  # type: ignore[attr-defined]
-                    raise
-        self.arrivals.extend([time.monotonic()] * len(run))
+        try:
+            if self.on_apply_run is not None:
+                self.on_apply_run(run)
+            else:
+                for k, env in enumerate(run):
+                    try:
+                        self.on_apply(env)
+                    except Exception as e:
+                        e.applied = k  # type: ignore[attr-defined]
+                        raise
+        except BaseException as e:
+            self._arrived(run[:getattr(e, "applied", 0)])  # those the causal log counts
+            raise
+        self._arrived(run)
+
+    def _arrived(self, applied: list[Envelope]) -> None:
+        self.arrivals.extend([time.monotonic()] * len(applied))  # one per log entry, in log order
         if self.trace is not None:
-            for env in run:
+            for env in applied:
                 self.trace.mark("applied", 0, env.origin, env.n)
 
     def sendable_upto(self) -> int:
