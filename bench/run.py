@@ -12,7 +12,9 @@ Each scenario runs ``--repeat`` times (default 3) and the tables show each side'
 median run; the server under test runs on one core and ``redis-benchmark`` on the
 other (``--cores``, default ``0,1``).  ``region1of3_xadd_c50_p1`` measures what
 Active-Active costs: region 1 of a three-region cluster against one standalone
-region with the same persistence (regions 2 and 3 share the load generator's core).
+region with the same persistence (regions 2 and 3 share the load generator's core;
+``--peers-nice N`` runs them at a lower priority).  Every run also records the server's
+CPU per request (all its threads, from ``/proc``), which the core layout does not move.
 ``--redis-server PATH`` (or ``$BRAID_BENCH_REDIS_SERVER``) compares with another
 redis-server build, e.g. Redis 8.6.3, instead of the one on PATH.
 
