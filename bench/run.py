@@ -112,24 +112,25 @@ def _child_setup(role: str):
     return setup
 
 
-def renice_process(pid: int, nice: int) -> None:
-    """Give every thread of a running process the niceness ``nice`` (threads it starts later
-    inherit their creator's)."""
+def _each_thread(pid: int, change) -> None:
+    """``change(tid)`` for every thread of a running process (one that exits meanwhile is skipped)."""
     with contextlib.suppress(OSError):
         for tid in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                change(int(tid))
+
+
+def renice_process(pid: int, nice: int) -> None:
+    """Give every thread of a running process the niceness ``nice`` (threads it starts later
+    inherit their creator's)."""
+    _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
 
 
 def pin_process(pid: int, role: str) -> None:
     """Move every thread of a running process onto the role's cores (regions started by others)."""
     cores = PIN[role]
-    if not cores:
-        return
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(int(tid), cores)
+    if cores:
+        _each_thread(pid, lambda tid: os.sched_setaffinity(tid, cores))
 
 
 class Server:

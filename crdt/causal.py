@@ -227,10 +227,7 @@ class CausalLog:
         return env
 
     def _ready(self, env: Envelope) -> bool:
-        vv = self.vv
-        if env.n != vv.get(env.origin, 0) + 1:
-            return False
-        return all(vv.get(o, 0) >= n for o, n in env.deps if o != env.origin)
+        return env.n == self.vv.get(env.origin, 0) + 1 and self._deps_held(env, _NO_TIP)
 
     def receive(self, env: Envelope, apply: Callable[[Envelope], Any] | None = None) -> list[Envelope]:
         """Accept an envelope from a peer: apply it and every envelope it makes ready, in
@@ -314,13 +311,17 @@ class CausalLog:
                     self._count_run(run[:getattr(e, "applied", 0)])
                     raise
                 self._count_run(run)
-        for env in envs[at:]:
-            if env.n <= vv.get(env.origin, 0):
-                duplicates += 1
-            self.receive(env, _apply_one(apply_run))
+        if at < len(envs):
+            apply = _apply_one(apply_run)
+            for env in envs[at:]:
+                if env.n <= vv.get(env.origin, 0):
+                    duplicates += 1
+                self.receive(env, apply)
         return duplicates
 
     def _deps_held(self, env: Envelope, tip: VersionVector) -> bool:
+        """Every region ``env`` depends on (but its own) applied up to its dependency, counting
+        ``tip`` (per origin, what a run about to be applied brings) over ``vv``."""
         vv = self.vv
         for o, n in env.deps:
             if o != env.origin and (tip[o] if o in tip else vv.get(o, 0)) < n:
@@ -328,8 +329,10 @@ class CausalLog:
         return True
 
     def _count_run(self, run: list[Envelope]) -> None:
-        """Take in an applied run: ``vv``, the log, and ``seen`` (each origin's view only grows
-        along its operations, so the last of each origin's in the run says it all)."""
+        """Take in an applied run: ``vv``, the log, and ``seen``.  An origin's view only grows
+        along its operations, so the last of each origin's in the run says what all of them
+        would; a peer sending dependencies that shrink gets no more than that (a lower view
+        only holds stability back, never lets it run ahead)."""
         if not run:
             return
         vv = self.vv
@@ -356,6 +359,9 @@ class CausalLog:
     def missing(self, peer_vv: VersionVector) -> list[Envelope]:
         """Envelopes this region holds that a peer with ``peer_vv`` has not applied."""
         return [e for e in self.log if e.n > peer_vv.get(e.origin, 0)]
+
+
+_NO_TIP: VersionVector = {}  # no run under way (never written)
 
 
 def _apply_one(apply_run: Callable[[list[Envelope]], Any]) -> Callable[[Envelope], Any]:

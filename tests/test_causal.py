@@ -334,3 +334,16 @@ def test_the_acked_prefix_is_the_oldest_envelopes_every_peer_has(steps, rnd, sto
     while k < min(stop, len(log.log)) and (acked is None or acked.get(log.log[k].origin, 0) >= log.log[k].n):
         k += 1
     assert log.acked_prefix(acked, stop) == (k, sum(len(e.op) for e in log.log[:k]))
+
+
+def test_a_batch_whose_dependencies_shrink_never_raises_the_views_past_one_by_one():
+    """A peer that breaks the rules (an origin's later operation claiming less than an earlier
+    one): the run counts the last one's view, never more than receiving each would."""
+    batch = [Envelope(2, 1, ((1, 5),), b"a"), Envelope(2, 2, ((1, 0),), b"b")]
+    fast, reference = CausalLog(9), CausalLog(9)
+    fast.vv[1] = reference.vv[1] = 5
+    assert fast.receive_all(batch, lambda run: None) == 0
+    for env in batch:
+        reference.receive(env)
+    assert fast.vv == reference.vv and fast.log == reference.log
+    assert all(fast.seen[2].get(o, 0) <= n for o, n in reference.seen[2].items())
