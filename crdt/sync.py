@@ -85,15 +85,22 @@ class NeedsResync(ConnectionResetError):
 class LinkState:
     """One end of a link to ``peer``: what it was sent, what it acknowledged, where the sender is."""
 
-    __slots__ = ("causal", "acked", "sent", "position", "unacked_from")
+    __slots__ = ("causal", "acked", "reported", "sent", "position", "unacked_from")
 
-    def __init__(self, causal: CausalLog, peer_vv: VersionVector, acked: VersionVector | None = None) -> None:
-        """``acked``: a dict to keep what the peer acknowledged in (the hub keeps one per peer
-        across reconnections); it is reset to ``peer_vv``, which is what the peer holds now."""
+    def __init__(self, causal: CausalLog, peer_vv: VersionVector, acked: VersionVector | None = None,
+                 reported: VersionVector | None = None) -> None:
+        """``acked``: a dict to keep what the peer is known to hold in (the hub keeps one per
+        peer across reconnections); ``reported``: likewise, what the peer reported holding as
+        a whole (its version vector at a handshake or an ack, never raised by a batch: causal
+        stability may read only those, see :meth:`on_batch`).  Both are reset to ``peer_vv``,
+        which is what the peer holds now."""
         self.causal = causal
         self.acked = {} if acked is None else acked
         self.acked.clear()
         self.acked.update(peer_vv)
+        self.reported = {} if reported is None else reported
+        self.reported.clear()
+        self.reported.update(peer_vv)
         self.sent: VersionVector = dict(peer_vv)  # what was put on the wire to the peer
         self.position = causal.base      # how far into the causal log the sender looked (absolute)
         self.unacked_from = causal.base  # no envelope before this position is unacknowledged
@@ -151,7 +158,13 @@ class LinkState:
 
     # ------------------------------------------------------------ receiving
     def on_batch(self, envelopes: list[Envelope]) -> list[Envelope]:
-        """The peer sent these (it holds them); returns them for the causal log."""
+        """The peer sent these (it holds them); returns them for the causal log.
+
+        They raise ``acked`` (what the peer holds: nothing to send back, no lag), not
+        ``reported``: a batch says what the peer held of some origins, not its version vector
+        at one moment - a relay of another region's operation can leave before the peer's own
+        concurrent one (still waiting for its fsync), and a view built from such marks would
+        count that region as stable while a concurrent operation has yet to arrive here."""
         top: VersionVector = {}  # per origin, the highest n of the batch
         for e in envelopes:
             if e.n > top.get(e.origin, 0):
@@ -171,6 +184,10 @@ class LinkState:
             if n > acked.get(o, 0):
                 acked[o] = n
                 raised = True
+        reported = self.reported
+        for o, n in vv.items():
+            if n > reported.get(o, 0):
+                reported[o] = n
         return raised
 
     def image_installed(self, vv: VersionVector) -> None:

@@ -330,7 +330,7 @@ class ActiveActive:
         """What every live member has applied (crdt/causal.py: causal stability); a removed
         region holds it back no more."""
         m = self.membership
-        return m.stable_past_removals(self.causal.stable(m.stability_regions(), self.hub.peer_acked))
+        return m.stable_past_removals(self.causal.stable(m.stability_regions(), self.hub.peer_reported))
 
     def collect_garbage(self) -> int:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
@@ -467,7 +467,7 @@ class ActiveActive:
         vv = self.causal.vv
         out = {}
         for r in self.peers():
-            view = self.causal.view(r.number, self.hub.peer_acked.get(r.number))
+            view = self.causal.view(r.number, self.hub.peer_reported.get(r.number))
             out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
         return out
 

@@ -347,3 +347,21 @@ def test_a_batch_whose_dependencies_shrink_never_raises_the_views_past_one_by_on
         reference.receive(env)
     assert fast.vv == reference.vv and fast.log == reference.log
     assert all(fast.seen[2].get(o, 0) <= n for o, n in reference.seen[2].items())
+
+
+def test_a_relayed_operation_does_not_stand_for_the_relaying_peers_acknowledgement():
+    """Peer 3 sends its 3.1, then relays 2.1 while its own 3.2 (concurrent with 2.1) has not
+    left yet: region 1 knows peer 3 holds 2.1 (nothing to send back), but peer 3 reported no
+    version vector holding it, so 2.1 is not stable here - 3.2 may still come and meet it."""
+    from crdt.sync import LinkState
+
+    here = CausalLog(1)
+    to_three = LinkState(here, {})
+    for batch in ([Envelope(3, 1, (), b"3.1")], [Envelope(2, 1, (), b"2.1")]):
+        here.receive_all(to_three.on_batch(batch), lambda run: None)
+    assert to_three.acked == {3: 1, 2: 1}
+    assert here.stable([1, 2, 3], {3: to_three.reported}).get(2, 0) == 0
+    to_three.on_ack({3: 2, 2: 1, 1: 0})  # peer 3's whole version vector, 3.2 in it
+    assert here.stable([1, 2, 3], {3: to_three.reported}).get(2, 0) == 0  # 3.2 not here yet
+    here.receive_all(to_three.on_batch([Envelope(3, 2, ((3, 1),), b"3.2")]), lambda run: None)
+    assert here.stable([1, 2, 3], {3: to_three.reported}).get(2, 0) == 1

@@ -160,6 +160,15 @@ def test_fixed_seeds_pass_in_other_shapes(fsync, regions, seed):
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
 
 
+def test_a_seed_where_a_relay_overtook_a_concurrent_idmp_add_passes():
+    """Seed 105212586 (found by a random batch): region 3 relayed region 2's IDMP add to region
+    1 before its own concurrent add of the same iid (still waiting for its fsync); region 1
+    took the relay for an acknowledgement, counted the add as stable, let the iid go, and
+    later kept both entries while the others kept one."""
+    outcome = run_sim(SimConfig(seed=105212586))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+
+
 def test_a_time_boxed_batch_of_random_seeds_passes():
     out = io.StringIO()
     status = sim_main(["--time-box", str(TIME_BOX)], out=out)

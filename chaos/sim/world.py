@@ -341,8 +341,10 @@ class Simulation:
             return
         self.conflicts.discard(pair)
         hub_a, hub_b = ra.core.db.aa.hub, rb.core.db.aa.hub
-        ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}))
-        rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}))
+        ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}),
+                                hub_a.peer_reported.setdefault(b, {}))
+        rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}),
+                                hub_b.peer_reported.setdefault(a, {}))
         hub_a.handshake_vv.setdefault(b, dict(rb.causal.vv))  # what a joining region must catch up to
         hub_b.handshake_vv.setdefault(a, dict(ra.causal.vv))
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "

@@ -454,7 +454,8 @@ class Link:
         limits = self.limits = hub.limits
         # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
         # its Hello says what it holds now (it may have lost some in a crash)
-        self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}))
+        self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}),
+                               hub.peer_reported.setdefault(peer, {}))
         hub.handshake_vv.setdefault(peer, dict(peer_vv))  # what the peer held when first met
         my_floor = dict(hub.causal.floor) if my_floor is None else my_floor
         my_vv = dict(hub.causal.vv) if my_vv is None else my_vv
@@ -851,7 +852,10 @@ class ReplicationHub:
         self.protocol_errors = 0  # links ended because the peer broke the protocol
         self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
-        self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, the version vector it acknowledged
+        self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, what it is known to hold
+        # per peer, the version vector it last reported as a whole (handshake, ack): causal
+        # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
+        self.peer_reported: dict[int, dict[int, int]] = {}
         # called once a link handed a whole received batch to the causal log (the region
         # wakes its blocked readers once per batch, not once per operation); ``in_batch``
         # is true meanwhile
