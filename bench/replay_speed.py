@@ -59,7 +59,7 @@ def _region(directory: str, cluster, auto: bool) -> Server:
     if not auto:
         config.set("auto-aof-rewrite-percentage", 0)
     server = Server(config, cluster=(cluster, cluster.regions[0]) if cluster is not None else None)
-    server.schedule_log_write = lambda: None  # no event loop: the writer flushes every 10,000 XADDs
+    server.schedule_turn_end = lambda: None  # no event loop: the writer flushes every 10,000 XADDs
     return server
 
 

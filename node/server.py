@@ -72,7 +72,8 @@ class Server(RegionCore):
         self._cron: asyncio.Task | None = None
         self.port = int(self.config["port"])
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
-        self._log_write_scheduled = False
+        self._replies_due: dict[int, ClientConnection] = {}  # replies free to leave, written at the end of the turn
+        self._turn_end_scheduled = False
         self._log_closed = False  # stop() closed the log: a turn still scheduled has nothing to write
         self._bgsave: asyncio.Future | None = None
         self._replay_snapshot_after = 0.0  # monotonic time from which the replay bound may snapshot again
@@ -149,33 +150,42 @@ class Server(RegionCore):
             self.bgsave()
 
     def flush_after_log_write(self, client: "ClientConnection") -> None:
-        self.schedule_log_write()
+        self.schedule_turn_end()
         self._after_log_write[client.id] = client
 
-    def schedule_log_write(self) -> None:
-        """Write this turn's records once the turn's work is done (then send the replies)."""
-        if not self._log_write_scheduled:
-            self._log_write_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_log_then_reply)
+    def reply_at_end_of_turn(self, client: "ClientConnection") -> None:
+        self.schedule_turn_end()
+        self._replies_due[client.id] = client
+
+    def schedule_turn_end(self) -> None:
+        """Write this turn's records and replies once the turn's work is done."""
+        if not self._turn_end_scheduled:
+            self._turn_end_scheduled = True
+            asyncio.get_running_loop().call_soon(self.finish_turn)
 
     def records_appended(self) -> None:
-        self.schedule_log_write()  # an operation of another region was logged: write it this turn
+        self.schedule_turn_end()  # an operation of another region was logged: write it this turn
 
-    def _write_log_then_reply(self) -> None:
+    def finish_turn(self) -> None:
         """The end of a turn (``RegionCore.end_turn``): write the records, fsync as the
         policy says (``always``: now, before the replies; ``everysec`` in a cluster: in a
-        worker thread, after them), then send the replies that may leave."""
-        self._log_write_scheduled = False
+        worker thread, after them), then send the replies that may leave: those that
+        waited for the log, then those that waited only for the turn to end."""
+        self._turn_end_scheduled = False
+        clients, self._after_log_write = self._after_log_write, {}
+        due, self._replies_due = self._replies_due, {}
         if self.failed is not None:
             return  # a fail-stop: this turn's records and replies are dropped
         if self._log_closed:
             return  # stop() closed the log after the turn was scheduled: closing wrote it
-        clients, self._after_log_write = self._after_log_write, {}
         sync = self.end_turn()
         if sync and self.oplog.policy == "always":
             self.oplog.fsync_now()
         for client in clients.values():
             client.send_held()
+        for client in due.values():
+            if not client.reply_held:  # (a held reply went with send_held, or waits for an fsync)
+                client.send_now()
         if sync and self.oplog.policy != "always":
             self.oplog.sync_for_replication()  # after the replies: they do not wait for it
 
@@ -512,12 +522,17 @@ class ClientConnection(Session, asyncio.Protocol):
         self.flush()
 
     def flush(self) -> None:
-        """Send the replies produced so far, once the operation log allows it.
+        """Send the replies produced so far at the end of this turn of the event loop, once
+        the operation log allows it.
 
         Records not yet handed to the OS are written once for every client served in
-        this turn of the event loop (as Redis does before it sleeps), then the
-        replies go out: one write of the log instead of one per client.  Which
-        records a reply waits for is the core's rule (``RegionCore.reply_needs``).
+        this turn (as Redis does before it sleeps), then the replies go out, one write
+        per client: one write of the log instead of one per client, and writes to many
+        clients close together, so that a client that was asleep is woken once, not
+        between every two replies (a wake-up costs the writer more than its write:
+        ``bench/README.md``, "Replies leave at the end of the turn").  Which records a
+        reply waits for is the core's rule (``RegionCore.reply_needs``).  A client that
+        is closing gets its replies at once: nothing comes after them.
         """
         if not self.out or self.transport is None:
             return
@@ -529,7 +544,10 @@ class ClientConnection(Session, asyncio.Protocol):
                 server.flush_after_log_write(self)
                 self._check_output_limit()  # held replies count too (a failing disk holds them)
                 return
-        self._send_out()
+        if self.closing:
+            self.send_now()  # the connection closes after this: nothing waits for the end of the turn
+        else:
+            server.reply_at_end_of_turn(self)
 
     def send_held(self) -> None:
         """After this turn's log write (and fsync, under ``always``): send the held replies.
@@ -544,7 +562,7 @@ class ClientConnection(Session, asyncio.Protocol):
                 oplog.after_sync(self.reply_needs, self._fsynced)
             return
         self.reply_held = False
-        self._send_out()
+        self.send_now()
         if self.closing and self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # what closing waited for has left
 
@@ -552,7 +570,8 @@ class ClientConnection(Session, asyncio.Protocol):
         self.fsync_waiter = False
         self.send_held()
 
-    def _send_out(self) -> None:
+    def send_now(self) -> None:
+        """Write the unsent replies to the socket (what ``flush`` decided may leave)."""
         if self.out and self.transport is not None and not self.transport.is_closing():
             self.server.stats.net_output_bytes += len(self.out)
             self.transport.write(bytes(self.out))

@@ -6,6 +6,8 @@
   tests.
 - :class:`InProcessServer`: a region on an event loop in a background thread,
   for fast command tests.
+- :class:`RecordingTransport`: what a client connection writes, call by call,
+  without a socket (for tests and measurements of the request path).
 
 Start-up waits poll with a deadline; nothing sleeps to synchronise.
 """
@@ -400,3 +402,34 @@ class InProcessServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class RecordingTransport:
+    """A transport that takes every write at once, as a socket with room does, and keeps
+    each write call's bytes (``writes``) unless ``keep`` is False (then it only counts)."""
+
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep
+        self.writes: list[bytes] = []
+        self.written = 0
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+        if self.keep:
+            self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default=None):
+        return default
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True

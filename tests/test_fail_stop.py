@@ -320,7 +320,7 @@ def test_a_turn_scheduled_before_the_log_closed_writes_nothing_after_it(tmp_path
     # the state a record appended during stop's last wait leaves: its turn still scheduled,
     # the record written by closing, not by the turn
     srv.server.oplog.written -= 1
-    srv.server._write_log_then_reply()  # the turn runs after the log closed: nothing to do
+    srv.server.finish_turn()  # the turn runs after the log closed: nothing to do
     assert "the append log is closed" not in caplog.text
     with InProcessServer(Config(dir=str(tmp_path))) as again:
         assert again.client().xlen("k") == 1

@@ -39,7 +39,7 @@ class Region:
         cluster = (ClusterConfig("test", "db", "token", 16, SPECS), SPECS[number - 1]) if number else None
         self.directory = directory
         self.server = Server(Config(dir=directory), cluster=cluster)
-        self.server.schedule_log_write = lambda: None  # no event loop: close() writes everything
+        self.server.schedule_turn_end = lambda: None  # no event loop: close() writes everything
         self.server.open_log()
         self.client = ClientConnection(self.server)
         self.client.authenticated = True
