@@ -30,6 +30,7 @@ COMPILED = [
     "crdt/idgen.py",
     "crdt/idmp.py",
     "crdt/groups.py",
+    "crdt/pel.py",
     "crdt/stream.py",
     "node/resp/parser.py",
 ]

@@ -47,12 +47,18 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-
-from sortedcontainers import SortedDict
+from typing import Any
 
 from .copying import copy_attributes
 from .blocks import tagged
-from .ids import MAX_ID, MIN_ID, StreamID, decr, incr
+from .ids import MAX_ID, MIN_ID, decr, incr
+from .pel import PendingMap
+
+# An entry ID here is the Python tuple ``(ms, seq)`` the caller holds, passed on as it is: IDs
+# move between the stream, the PELs and the replies, and typed as ``StreamID`` (a fixed-length
+# tuple) mypyc would unbox each one on entry and build a new tuple object each time it is
+# stored in a PEL or returned (three per delivery).
+ID = Any
 
 ENTRIES_READ_UNKNOWN = -1  # Redis's SCG_INVALID_ENTRIES_READ
 DELIVERIES_MAX = (1 << 63) - 1  # LLONG_MAX: where a delivery count stops (and XNACK FATAL puts it)
@@ -103,7 +109,7 @@ class Consumer:
         self.name = name
         self.seen_time = now
         self.active_time = -1  # never active yet
-        self.pel: SortedDict = SortedDict()  # StreamID -> Nack (shared with the group)
+        self.pel = PendingMap()  # ID -> Nack (shared with the group)
 
     def __deepcopy__(self, memo: dict) -> Consumer:
         return copy_attributes(self, Consumer(self.name, 0), ('seen_time', 'active_time', 'pel'), memo)
@@ -113,12 +119,12 @@ class ConsumerGroup:
     __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "_stamps",
                  "created_deps", "created_dot", "floor", "cursors", "watermarks", "acked_sent")
 
-    def __init__(self, name: bytes, last_id: StreamID = MIN_ID,
+    def __init__(self, name: bytes, last_id: ID = MIN_ID,
                  entries_read: int = ENTRIES_READ_UNKNOWN) -> None:
         self.name = name
         self.last_id = last_id
         self.entries_read = entries_read
-        self.pel: SortedDict = SortedDict()  # StreamID -> Nack
+        self.pel = PendingMap()  # ID -> Nack
         self.consumers: dict[bytes, Consumer] = {}
         self._stamps = 0
         # multi-region: the creation's dependencies and dot (delete-wins, see crdt/ops.py)
@@ -128,23 +134,23 @@ class ConsumerGroup:
         # ``floor`` (the ID given at creation or SETID); ``watermarks`` are the
         # replicated XACK watermarks (everything up to them was read and acked
         # at some region); ``acked_sent`` what this region already replicated.
-        self.floor: StreamID = last_id
-        self.cursors: dict[int, StreamID] = {}
-        self.watermarks: dict[int, StreamID] = {}
-        self.acked_sent: dict[int, StreamID] = {}
+        self.floor: ID = last_id
+        self.cursors: dict[int, ID] = {}
+        self.watermarks: dict[int, ID] = {}
+        self.acked_sent: dict[int, ID] = {}
 
     def __deepcopy__(self, memo: dict) -> ConsumerGroup:
         return copy_attributes(self, ConsumerGroup(self.name),
                                ('last_id', 'entries_read', 'pel', 'consumers', '_stamps', 'created_deps',
                                 'created_dot', 'floor', 'cursors', 'watermarks', 'acked_sent'), memo)
 
-    def cursor(self, origin: int) -> StreamID:
+    def cursor(self, origin: int) -> ID:
         """Where ``>`` resumes in one origin log: after local reads and replicated acks."""
         c = self.cursors.get(origin, self.floor)
         w = self.watermarks.get(origin)
         return w if w is not None and w > c else c
 
-    def set_id(self, id_: StreamID, entries_read: int) -> None:
+    def set_id(self, id_: ID, entries_read: int) -> None:
         """XGROUP SETID (region-local): every origin log restarts after ``id_``."""
         self.last_id = self.floor = id_
         self.entries_read = entries_read
@@ -177,7 +183,7 @@ class ConsumerGroup:
         self._stamps += 1
         return self._stamps
 
-    def deliver(self, id_: StreamID, consumer: Consumer, now: int) -> Nack:
+    def deliver(self, id_: ID, consumer: Consumer, now: int) -> Nack:
         """Record a delivery of ``id_`` to ``consumer`` (a fresh read: count 1)."""
         nack = self.pel.get(id_)
         if nack is None:
@@ -190,7 +196,7 @@ class ConsumerGroup:
         nack.stamp = self._stamp()
         return nack
 
-    def assign(self, id_: StreamID, nack: Nack, consumer: Consumer) -> None:
+    def assign(self, id_: ID, nack: Nack, consumer: Consumer) -> None:
         if nack.consumer is not consumer:
             if nack.consumer is not None:
                 nack.consumer.pel.pop(id_, None)
@@ -201,7 +207,7 @@ class ConsumerGroup:
         nack.delivery_time = when
         nack.stamp = self._stamp()
 
-    def ack(self, id_: StreamID) -> bool:
+    def ack(self, id_: ID) -> bool:
         nack = self.pel.pop(id_, None)
         if nack is None:
             return False
@@ -209,7 +215,7 @@ class ConsumerGroup:
             nack.consumer.pel.pop(id_, None)
         return True
 
-    def release(self, id_: StreamID, mode: str, retrycount: int = -1, force: bool = False,
+    def release(self, id_: ID, mode: str, retrycount: int = -1, force: bool = False,
                 exists: bool = False) -> bool:
         """XNACK of one ID: move its NACK to the end of the NACK zone; True if released.
 
@@ -232,7 +238,7 @@ class ConsumerGroup:
         """XINFO's ``nacked-count``: the entries in the NACK zone."""
         return sum(1 for nack in self.pel.values() if nack.consumer is None)
 
-    def by_delivery_time(self) -> list[tuple[StreamID, Nack]]:
+    def by_delivery_time(self) -> list[tuple[ID, Nack]]:
         """PEL entries in Redis's time-ordered PEL list: the NACK zone first (in the order
         the entries were released), then the owned ones, oldest delivery first."""
         return sorted(self.pel.items(),
@@ -240,7 +246,7 @@ class ConsumerGroup:
 
 
 # ---------------------------------------------------------------- counters
-def range_has_tombstones(s, start: StreamID | None, end: StreamID | None = None) -> bool:
+def range_has_tombstones(s, start: ID | None, end: ID | None = None) -> bool:
     if not s.length or s.max_deleted_id == MIN_ID:
         return False
     lo = start if start is not None else MIN_ID
@@ -248,7 +254,7 @@ def range_has_tombstones(s, start: StreamID | None, end: StreamID | None = None)
     return lo <= s.max_deleted_id <= hi
 
 
-def estimate_distance(s, id_: StreamID) -> int:
+def estimate_distance(s, id_: ID) -> int:
     """``streamEstimateDistanceFromFirstEverEntry``: entries up to ``id_``, or -1."""
     if not s.entries_added:
         return 0
@@ -280,7 +286,7 @@ def lag(s, g: ConsumerGroup) -> int | None:
     return None if read == ENTRIES_READ_UNKNOWN else s.entries_added - read
 
 
-def advance(s, g: ConsumerGroup, id_: StreamID) -> None:
+def advance(s, g: ConsumerGroup, id_: ID) -> None:
     """Move the group's cursor to a newly delivered ID, keeping entries_read."""
     if (g.entries_read != ENTRIES_READ_UNKNOWN and g.last_id >= s.first_id
             and not range_has_tombstones(s, g.last_id)):
@@ -294,7 +300,7 @@ def advance(s, g: ConsumerGroup, id_: StreamID) -> None:
 # A read's ``take(id, fields)``, when given, is asked before each entry is handed out (and
 # counts it): False ends the read there.  XREAD/XREADGROUP MAXCOUNT and MAXSIZE, whose
 # budget spans every stream of the command, are kept by the caller this way.
-Take = Callable[[StreamID, "list | None"], bool]
+Take = Callable[[ID, "list | None"], bool]
 
 
 def _taken(entries: list, take: Take) -> list:
@@ -305,7 +311,7 @@ def _taken(entries: list, take: Take) -> list:
     return entries
 
 
-def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
+def read_new(s, g: ConsumerGroup, consumer: Consumer, after: ID, count: int,
              noack: bool, now: int, take: Take | None = None) -> list:
     """XREADGROUP ``>``: entries after ``after`` (the group cursor). [(id, flat)]"""
     start = incr(after)
@@ -318,7 +324,7 @@ def read_new(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: in
     return out
 
 
-def deliver_new(s, g: ConsumerGroup, consumer: Consumer, ids: list[StreamID], noack: bool,
+def deliver_new(s, g: ConsumerGroup, consumer: Consumer, ids: list[ID], noack: bool,
                 now: int) -> None:
     """What handing out ``ids`` (ascending, after the group's cursor) to ``consumer`` changes:
     the cursor and entries-read, and the PEL unless NOACK.  ``read_new`` calls it; a reader
@@ -331,7 +337,7 @@ def deliver_new(s, g: ConsumerGroup, consumer: Consumer, ids: list[StreamID], no
             consumer.active_time = now
 
 
-def read_history(s, g: ConsumerGroup, consumer: Consumer, after: StreamID, count: int,
+def read_history(s, g: ConsumerGroup, consumer: Consumer, after: ID, count: int,
                  now: int, take: Take | None = None) -> list:
     """XREADGROUP with an ID: the consumer's own pending entries after it.
 
@@ -432,7 +438,7 @@ def has_new_per_origin(s, g: ConsumerGroup) -> bool:
     return False
 
 
-def ack_watermark(s, g: ConsumerGroup, origin: int) -> StreamID | None:
+def ack_watermark(s, g: ConsumerGroup, origin: int) -> ID | None:
     """The new XACK watermark of one origin log, if it moved (Redis Active-Active's rule).
 
     Everything the group read from the log below its oldest pending entry of that
@@ -444,7 +450,7 @@ def ack_watermark(s, g: ConsumerGroup, origin: int) -> StreamID | None:
     if log is None or cursor is None:
         return None
     pending = [i for i in g.pel.irange(MIN_ID, cursor) if log.get(i) is not None]
-    mark = cursor if not pending else decr(pending[0])
+    mark: ID = cursor if not pending else decr(pending[0])
     if mark is None or mark <= g.acked_sent.get(origin, g.floor):
         return None
     g.acked_sent[origin] = mark

@@ -904,12 +904,11 @@ def _not_attached(env: Envelope) -> None:
 
 def _keep_local_group_state(g, old) -> None:
     """A group from a resync image: its local half (consumers, PEL, cursors) is this region's."""
-    from sortedcontainers import SortedDict
-
     from crdt.groups import ENTRIES_READ_UNKNOWN
+    from crdt.pel import PendingMap
 
     if old is None:  # new here: nobody read it in this region yet
-        g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = SortedDict(), {}, {}, {}, 0
+        g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = PendingMap(), {}, {}, {}, 0
         g.last_id, g.entries_read = g.floor, ENTRIES_READ_UNKNOWN
         return
     g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = old.pel, old.consumers, old.cursors, old.acked_sent, old._stamps

@@ -40,6 +40,7 @@ from crdt.causal import CausalLog
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
 from crdt.ops import Keyspace
+from crdt.pel import PendingMap
 from crdt.stream import Stream
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
@@ -119,11 +120,11 @@ def deep(obj, seen: dict | None = None):
     if t in (list, tuple):
         return (t.__name__, [deep(x, seen) for x in obj])
     out = [t.__name__]
-    if isinstance(obj, (dict, SortedDict)):
+    if isinstance(obj, (dict, SortedDict, PendingMap)):
         out.append([(deep(k, seen), deep(v, seen)) for k, v in obj.items()])
     names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if not n.startswith("__")]
     names += sorted(getattr(obj, "__dict__", {}))
-    if isinstance(obj, SortedDict):
+    if isinstance(obj, (SortedDict, PendingMap)):
         names = []
     for name in names:
         if (t, name) in _CACHES:
@@ -513,8 +514,14 @@ def test_random_damage_with_a_valid_checksum_is_a_clean_error_or_a_valid_state(d
 # ---------------------------------------------------------------- old pickle snapshots
 _PICKLE_STATE = """
 import pickle, sys
+from sortedcontainers import SortedDict
 from node.persistence import snapshot
 s = snapshot.decode(sys.stdin.buffer.read())
+for stream in s.keys.values():  # format 1 held each PEL as sortedcontainers' SortedDict
+    for g in stream.groups.values():
+        g.pel = SortedDict(g.pel.items())
+        for c in g.consumers.values():
+            c.pel = SortedDict(c.pel.items())
 sys.stdout.buffer.write(pickle.dumps({"keys": s.keys, "causal": s.causal}, protocol=5))
 """
 

@@ -374,7 +374,7 @@ def _pending_summary(group) -> list:
     if not group.pel:
         return [0, None, None, NULL_ARRAY]
     consumers = [[c.name, b"%d" % len(c.pel)] for c in group.sorted_consumers() if c.pel]
-    return [len(group.pel), _fmt(group.pel.keys()[0]), _fmt(group.pel.keys()[-1]), consumers]
+    return [len(group.pel), _fmt(group.pel.first()), _fmt(group.pel.last()), consumers]
 
 
 # ---------------------------------------------------------------- XCLAIM

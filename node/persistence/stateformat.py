@@ -64,12 +64,12 @@ from typing import Annotated
 
 import msgspec
 from msgspec import Meta, Struct
-from sortedcontainers import SortedDict
 
 from crdt.blocks import DELETED, SAMEFIELDS, EntryLog, restored_block
 from crdt.causal import CausalLog, Envelope
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
+from crdt.pel import PendingMap
 from crdt.ops import Keyspace
 from crdt.stream import Stream
 
@@ -358,11 +358,11 @@ def _group_in(key: bytes, gs: GroupS) -> ConsumerGroup:
         pel.append((ns.id, nack))
         if c is not None:
             own[ci].append((ns.id, nack))
-    g.pel = SortedDict(pel)
+    g.pel = PendingMap(pel)
     if len(g.pel) != len(pel):
         raise StateFormatError(f"stream {key!r}, group {gs.name!r}: an entry is pending twice")
     for c, items in zip(consumers, own):
-        c.pel = SortedDict(items)
+        c.pel = PendingMap(items)
     return g
 
 
