@@ -381,7 +381,7 @@ class TrimSpec:
 class EntryLog:
     """The entries minted by one origin region, in ID order."""
 
-    __slots__ = ("blocks", "firsts", "length", "_cache", "_memos", "_at")
+    __slots__ = ("blocks", "firsts", "length", "_cache", "_memos", "_at", "_next")
 
     CACHED_BLOCKS = 8  # decoded blocks kept: the head and tail that readers revisit
 
@@ -398,6 +398,9 @@ class EntryLog:
         # there (XREADGROUP >, a tailing XREAD) starts in it or the next one, checked in two
         # comparisons rather than found by bisecting every block's first ID
         self._at = 0
+        # the index, in that block's decoded entries, after the entry where the last
+        # ``first_run`` started: a reader of one entry at a time starts its next read there
+        self._next = 0
 
     # ------------------------------------------------------------ writing
     def __deepcopy__(self, memo: dict) -> EntryLog:
@@ -570,6 +573,40 @@ class EntryLog:
             if memo is None:
                 memo = memos[block] = []
             yield entries, memo, i, j, block.dead
+
+    def first_run(self, start: StreamID, end: StreamID) -> tuple[list[Decoded], list, int, int, int] | None:
+        """The first tuple :meth:`runs` gives (None when the range is empty), in a plain call:
+        a read of a few entries (XREADGROUP COUNT 1, a tailing XREAD) needs no more, and a
+        generator's creation and closing cost it more than the run.  A reader that goes on
+        from the entry after the last one this returned finds it in two comparisons."""
+        if start > end or not self.blocks:
+            return None
+        firsts = self.firsts
+        n = len(firsts)
+        bi = self._at
+        if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
+            bi = bisect_right(firsts, start) - 1
+            if bi < 0:
+                bi = 0
+        block = self.blocks[bi]
+        if block.last < start:  # between two blocks: the range starts in the next one
+            bi += 1
+            if bi == n:
+                return None
+            block = self.blocks[bi]
+        if firsts[bi] > end:
+            return None
+        self._at = bi
+        entries = self._decoded(block)
+        i = self._next
+        if not (i < len(entries) and start <= entries[i][0] and (i == 0 or entries[i - 1][0] < start)):
+            i = bisect_left(entries, start, key=_entry_id)  # (what the two comparisons stand for)
+        self._next = i + 1
+        j = len(entries) if end >= block.last else bisect_right(entries, end, key=_entry_id)
+        memo = self._memos.get(block)
+        if memo is None:
+            memo = self._memos[block] = []
+        return entries, memo, i, j, block.dead
 
     def range(self, start: StreamID, end: StreamID) -> Iterator[tuple[StreamID, list]]:
         """Live entries with start <= id <= end, ascending."""

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from crdt import groups as cg
 from crdt.blocks import TrimSpec
-from crdt.ids import MAX_ID, MIN_ID
+from crdt.ids import MAX_ID, MIN_ID, incr
 from crdt.stream import Stream
 from node.commands.entryreply import MEMO_ENTRY_MAX, range_entries, revrange_entries
 from node.commands.xread import GT_GROUP, _group_rows
@@ -52,6 +52,7 @@ _op = st.one_of(
     st.tuples(st.just("read"), st.integers(0, 70), st.integers(0, 70), st.integers(0, 12)),
     st.tuples(st.just("origin"), st.integers(2, 3)),
     st.tuples(st.just("twins"), st.integers(1, 3)),
+    st.tuples(st.just("walk"), st.integers(1, 3), st.integers(0, 30)),
 )
 
 
@@ -77,6 +78,13 @@ def test_range_entries_match_the_entry_by_entry_reply(script):
             ms += 1
             for o in (1, op[1]) if op[1] != 1 else (1, 2):
                 s.add(o, (ms, 0), [b"twin", b"%d" % o], 4, 0)
+        elif op[0] == "walk":  # a reader going on in order, a few entries at a time (XREADGROUP >)
+            cursor = (op[2], 0)
+            while cursor is not None:
+                ids: list = []
+                range_entries(s, cursor, MAX_ID, op[1], ids)
+                _check(s, cursor, MAX_ID, op[1])
+                cursor = incr(ids[-1]) if ids else None
         else:
             lo, hi = sorted(op[1:3])
             _check(s, (lo, 0), (hi, 9), op[3])

@@ -60,27 +60,38 @@ def _fill(memo: list, entries: list) -> tuple[list, list]:
 def _log_range(log, start, end, count: int, rows: list, encs: list, ids: list | None) -> None:
     """One log's live entries with start <= id <= end, ascending, at most ``count`` (0: all),
     appended to ``rows`` and ``encs`` (both empty on the way in), their IDs to ``ids``."""
-    for entries, memo, i, j, dead in log.runs(start, end):
-        mrows, mencs = _fill(memo, entries)
-        if dead:  # skip the deleted entries (their rows are None)
-            for k in range(i, j):
-                row = mrows[k]
-                if row is not None:
-                    rows.append(row)
-                    encs.append(mencs[k])
-                    if ids is not None:
-                        ids.append(entries[k][0])
-                    if len(rows) == count:  # (count 0: never)
-                        break
-        else:
-            if count > 0 and j - i > count - len(rows):
-                j = i + count - len(rows)
-            rows += mrows[i:j]
-            encs += mencs[i:j]
-            if ids is not None:
-                ids += map(_entry_id, entries[i:j])
-        if count > 0 and len(rows) >= count:
-            break
+    run = log.first_run(start, end)  # a read of a few entries ends in the first block
+    if run is None or _take_run(run, count, rows, encs, ids):
+        return
+    rest = log.runs(start, end)
+    next(rest)  # the first run: taken
+    for run in rest:
+        if _take_run(run, count, rows, encs, ids):
+            return
+
+
+def _take_run(run: tuple, count: int, rows: list, encs: list, ids: list | None) -> bool:
+    """Append one block's run to the reply (see ``EntryLog.runs``); True once ``count`` is reached."""
+    entries, memo, i, j, dead = run
+    mrows, mencs = _fill(memo, entries)
+    if dead:  # skip the deleted entries (their rows are None)
+        for k in range(i, j):
+            row = mrows[k]
+            if row is not None:
+                rows.append(row)
+                encs.append(mencs[k])
+                if ids is not None:
+                    ids.append(entries[k][0])
+                if len(rows) == count:  # (count 0: never)
+                    return True
+    else:
+        if count > 0 and j - i > count - len(rows):
+            j = i + count - len(rows)
+        rows += mrows[i:j]
+        encs += mencs[i:j]
+        if ids is not None:
+            ids += map(_entry_id, entries[i:j])
+    return count > 0 and len(rows) >= count
 
 
 def _log_revrange(log, start, end, count: int, rows: list, encs: list, ids: list | None) -> None:
