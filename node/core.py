@@ -160,7 +160,6 @@ class RegionCore:
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
         self.db = Database(self._limits(), active_active=cluster is not None)
-        self.db.own_ops = []  # what commands resolved into, for the operation log (_log_command)
         if clock is not None:
             self.system_ms = clock
         if cluster is not None:
@@ -282,6 +281,8 @@ class RegionCore:
         """Append to ``oplog`` from now on: everything loaded so far is in it (and may leave)."""
         self.oplog = oplog
         self.log_base_size = oplog.size
+        # what commands resolve into, for the log (_log_command); without a log nothing is kept
+        self.db.own_ops = []
         aa = self.db.aa
         if aa is not None:
             aa.log_started()
@@ -502,7 +503,8 @@ class RegionCore:
                 return self._reject(ReplyError(
                     f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
             cmd = sub
-        if not cmd.check_arity(len(argv)):
+        argc = len(argv)
+        if argc < cmd.min_argc or argc > cmd.max_argc:  # Command.check_arity, inlined
             return self._reject(self._exec_abort(client, cmd, f"ERR wrong number of arguments for '{cmd.fullname}' command"))
         if not client.authenticated and client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
             return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))

@@ -47,11 +47,16 @@ class Command:
     is_write: bool = field(init=False)  # the "write" flag
     # a write the operation log records when it did not fail (see RegionCore._log_command)
     always_logged: bool = field(init=False)
+    # the argument counts the arity allows, as two bounds (dispatch compares, calls nothing)
+    min_argc: int = field(init=False)
+    max_argc: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.fullname = f"{self.parent.name}|{self.name}" if self.parent else self.name
         self.is_write = "write" in self.flags
         self.always_logged = self.is_write and not self.logged_if_changed
+        self.min_argc = abs(self.arity)
+        self.max_argc = self.arity if self.arity > 0 else 1 << 62
 
     def check_arity(self, argc: int) -> bool:
         a = self.arity

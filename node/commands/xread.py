@@ -126,6 +126,27 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
     return a
 
 
+# The arguments of recent reads, parsed, by the exact arguments: a consumer sends one command
+# (XREADGROUP GROUP g c COUNT 10 STREAMS s >) again and again for as long as it runs, and
+# parsing it each time was a tenth of such a read's cost.  A memo of a pure function (not
+# state): a ReadArgs is never changed once parsed, a parse that fails is not kept, nor one
+# whose BLOCK timeout is so large that its check depends on the clock (see _parse_timeout).
+_PARSED: dict[tuple, ReadArgs] = {}
+PARSED_KEPT = 1024  # the memo starts afresh when it holds this many
+
+
+def _parse_memo(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int) -> ReadArgs:
+    key = (xreadgroup, *argv)
+    a = _PARSED.get(key)
+    if a is None:
+        a = _parse(argv, xreadgroup, fullname, now_ms)
+        if a.timeout < 1 << 40:
+            if len(_PARSED) >= PARSED_KEPT:
+                _PARSED.clear()
+            _PARSED[key] = a
+    return a
+
+
 def _parse_positive(arg: bytes, name: str) -> int:
     """MAXCOUNT / MAXSIZE: an integer from 1 to LLONG_MAX, in Redis's strict spelling."""
     v = string2ll(arg)
@@ -355,7 +376,7 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
 
 
 def _read(client, argv: list[bytes], xreadgroup: bool):
-    a = _parse(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread", client.server.now_ms())
+    a = _parse_memo(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread", client.server.now_ms())
     db = client.server.db
     ids = _resolve_ids(db, a)
     reply = _serve(client, a, ids)

@@ -1,0 +1,53 @@
+"""XREAD / XREADGROUP keep their recent parses (node/commands/xread.py, ``_parse_memo``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from node.commands import xread
+from node.resp.encoder import ReplyError
+
+
+def _argv(*args: str) -> list[bytes]:
+    return [a.encode() for a in args]
+
+
+def test_the_same_arguments_reuse_one_parse_and_others_get_their_own(monkeypatch):
+    monkeypatch.setattr(xread, "_PARSED", {})
+    one = xread._parse_memo(_argv("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "s", ">"), True,
+                            "xreadgroup", 1000)
+    again = xread._parse_memo(_argv("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "s", ">"), True,
+                              "xreadgroup", 2000)
+    other = xread._parse_memo(_argv("XREADGROUP", "GROUP", "g", "d", "COUNT", "1", "STREAMS", "s", ">"), True,
+                              "xreadgroup", 2000)
+    assert again is one and (one.consumer, one.count, one.keys) == (b"c", 1, [b"s"])
+    assert other is not one and other.consumer == b"d"
+    # XREAD with the same words after the name is another command: parsed on its own
+    plain = xread._parse_memo(_argv("XREAD", "COUNT", "1", "STREAMS", "s", "$"), False, "xread", 0)
+    assert plain.group is None
+
+
+def test_a_failing_parse_fails_every_time_and_is_not_kept(monkeypatch):
+    monkeypatch.setattr(xread, "_PARSED", {})
+    bad = _argv("XREADGROUP", "GROUP", "g", "c", "COUNT", "1.5", "STREAMS", "s", ">")
+    for _ in range(2):
+        with pytest.raises(ReplyError, match="not an integer"):
+            xread._parse_memo(bad, True, "xreadgroup", 0)
+    assert xread._PARSED == {}
+
+
+def test_a_timeout_whose_check_depends_on_the_clock_is_not_kept(monkeypatch):
+    monkeypatch.setattr(xread, "_PARSED", {})
+    late = str((1 << 63) - 1 - 5000)
+    argv = _argv("XREAD", "BLOCK", late, "STREAMS", "s", "$")
+    assert xread._parse_memo(argv, False, "xread", 1000).timeout == int(late)
+    assert xread._PARSED == {}
+    with pytest.raises(ReplyError, match="timeout is out of range"):  # later, the deadline would overflow
+        xread._parse_memo(argv, False, "xread", 10_000)
+
+
+def test_the_memo_is_bounded(monkeypatch):
+    monkeypatch.setattr(xread, "_PARSED", {})
+    for n in range(xread.PARSED_KEPT + 5):
+        xread._parse_memo(_argv("XREAD", "COUNT", str(n), "STREAMS", "s", "0"), False, "xread", 0)
+    assert 0 < len(xread._PARSED) <= xread.PARSED_KEPT
