@@ -249,6 +249,8 @@ def same_result(data: bytes, cuts: list[int] = (), max_bulk_len: int = 512 * 102
     # a huge nested count after valid commands: hiredis never sees it (it would allocate the list)
     (encode([b"PING"]) + b"*1\r\n*4000000000\r\n", "Protocol error: expected '$', got '*'"),
     (encode([b"PING"]) + b"*1\r\n>4000000000\r\n", "Protocol error: expected '$', got '>'"),
+    (encode([b"PING"]) + b"*1\r\n~4000000000\r\n", "Protocol error: expected '$', got '~'"),
+    (encode([b"PING"]) + b"*1\r\n|4000000000\r\n", "Protocol error: expected '$', got '|'"),
     (encode([b"PING"]) + encode([b"AUTH", b"x"]) + b"*1\r\n$16385\r\n",
      None),  # authenticated by then: just incomplete
     (encode([b"PING"]) + b"*1\r\n$16385\r\n" + b"x" * 16385 + b"\r\n",
@@ -314,3 +316,17 @@ _piece = st.one_of(
        small_limit=st.booleans())
 def test_random_input_gives_the_same_commands_and_errors(pieces, cuts, small_limit):
     same_result(b"".join(pieces), cuts, 20 if small_limit else 512 * 1024 * 1024)
+
+
+@given(st.lists(st.sampled_from([b"*", b"~", b">", b"|", b"%", b"1", b"9", b"x", b"\r"]), max_size=60).map(b"".join),
+       st.integers(0, 70), st.integers(0, 70), st.booleans())
+def test_the_large_aggregate_search_finds_what_the_pattern_does(data, a, b, as_bytearray):
+    """``_large_aggregate`` (a translated buffer, a literal pattern) against ``[*~>|][0-9]{4}``."""
+    import re
+
+    from node.resp.parser import _large_aggregate
+
+    buf = bytearray(data) if as_bytearray else data
+    start, end = sorted((min(a, len(buf)), min(b, len(buf))))
+    m = re.compile(rb"[*~>|][0-9]{4}").search(buf, start, end)
+    assert _large_aggregate(buf, start, end) == (m.start() if m else -1)
