@@ -40,6 +40,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
+from typing import Any
 
 from .copying import copy_attributes
 from .ids import StreamID, string2ll
@@ -574,14 +575,16 @@ class EntryLog:
                 memo = memos[block] = []
             yield entries, memo, i, j, block.dead
 
-    def first_run(self, start: StreamID, end: StreamID) -> tuple[list[Decoded], list, int, int, int] | None:
+    def first_run(self, start: Any, end: Any) -> tuple[list[Decoded], list, int, int, int] | None:
         """The first tuple :meth:`runs` gives (None when the range is empty), in a plain call:
         a read of a few entries (XREADGROUP COUNT 1, a tailing XREAD) needs no more, and a
         generator's creation and closing cost it more than the run.  A reader that goes on
         from the entry after the last one this returned finds it in two comparisons."""
         if start > end or not self.blocks:
             return None
-        firsts = self.firsts
+        # (IDs and entries are kept as the Python objects they are, not unboxed by mypyc: each
+        # is compared once or twice, and unboxing a decoded entry costs more than comparing it)
+        firsts: Any = self.firsts
         n = len(firsts)
         bi = self._at
         if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
@@ -597,7 +600,7 @@ class EntryLog:
         if firsts[bi] > end:
             return None
         self._at = bi
-        entries = self._decoded(block)
+        entries: Any = self._decoded(block)
         i = self._next
         if not (i < len(entries) and start <= entries[i][0] and (i == 0 or entries[i - 1][0] < start)):
             i = bisect_left(entries, start, key=_entry_id)  # (what the two comparisons stand for)
