@@ -252,7 +252,7 @@ class RegionCore:
     # ------------------------------------------------------------ the clock
     @staticmethod
     def system_ms() -> int:
-        return int(time.time() * 1000)
+        return time.time_ns() // 1_000_000
 
     def wall_ms(self) -> int:
         """This region's wall clock in milliseconds: the driver's clock moved by
@@ -529,7 +529,7 @@ class RegionCore:
         dirty = db.dirty
         outermost = self._clock is None  # clock_pinned(), inlined: every command passes here
         if outermost:
-            self._clock = self.wall_ms()
+            self._clock = self.system_ms() + self.clock_offset_ms  # wall_ms(), inlined
         try:
             try:
                 reply = cmd.handler(client, argv)  # type: ignore[misc]
