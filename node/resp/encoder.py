@@ -100,14 +100,11 @@ def entry_encoding(eid: bytes, flat: list) -> bytes | None:
     bytes in RESP2 and RESP3), else None."""
     headers = _BULK_HEADER
     parts = [b"*2\r\n$%d\r\n%b\r\n*%d\r\n" % (len(eid), eid, len(flat))]
-    add = parts.append
     for x in flat:
         if type(x) is not bytes:
             return None
         n = len(x)
-        add(headers[n] if n < _HEADERS else b"$%d\r\n" % n)
-        add(x)
-        add(b"\r\n")
+        parts += (headers[n] if n < _HEADERS else b"$%d\r\n" % n, x, b"\r\n")  # (one extend: fewer calls)
     return b"".join(parts)
 
 
