@@ -556,12 +556,7 @@ class EntryLog:
         firsts = self.firsts
         blocks = self.blocks
         n = len(firsts)
-        bi = self._at
-        # the block holding ``start`` is the last one whose first ID is <= start (or block 0)
-        if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
-            bi = bisect_right(firsts, start) - 1
-            if bi < 0:
-                bi = 0
+        bi = self._block_of(start)
         stop = n if end >= blocks[-1].last else bisect_right(firsts, end)
         memos = self._memos
         for k in range(bi, stop):
@@ -575,6 +570,18 @@ class EntryLog:
                 memo = memos[block] = []
             yield entries, memo, i, j, block.dead
 
+    def _block_of(self, start: Any) -> int:
+        """The block holding ``start``: the last one whose first ID is <= start (or block 0).
+        The block where the last read started is tried first (two comparisons)."""
+        firsts: Any = self.firsts
+        n = len(firsts)
+        bi = self._at
+        if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
+            bi = bisect_right(firsts, start) - 1
+            if bi < 0:
+                bi = 0
+        return bi
+
     def first_run(self, start: Any, end: Any) -> tuple[list[Decoded], list, int, int, int] | None:
         """The first tuple :meth:`runs` gives (None when the range is empty), in a plain call:
         a read of a few entries (XREADGROUP COUNT 1, a tailing XREAD) needs no more, and a
@@ -586,11 +593,7 @@ class EntryLog:
         # is compared once or twice, and unboxing a decoded entry costs more than comparing it)
         firsts: Any = self.firsts
         n = len(firsts)
-        bi = self._at
-        if not (bi < n and firsts[bi] <= start and (bi + 1 == n or start < firsts[bi + 1])):
-            bi = bisect_right(firsts, start) - 1
-            if bi < 0:
-                bi = 0
+        bi = self._block_of(start)
         block = self.blocks[bi]
         if block.last < start:  # between two blocks: the range starts in the next one
             bi += 1
