@@ -31,7 +31,7 @@ The values are opaque here (groups.py's NACKs): the map never looks into them.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from copy import deepcopy
 from typing import Any
