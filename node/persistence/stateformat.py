@@ -69,8 +69,8 @@ from crdt.blocks import DELETED, SAMEFIELDS, EntryLog, restored_block
 from crdt.causal import CausalLog, Envelope
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
-from crdt.pel import PendingMap
 from crdt.ops import Keyspace
+from crdt.pel import PendingMap
 from crdt.stream import Stream
 
 
