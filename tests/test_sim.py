@@ -169,6 +169,28 @@ def test_a_seed_where_a_relay_overtook_a_concurrent_idmp_add_passes():
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
 
 
+# Two schedules random batches found failing, on this code and on the code before the session
+# that found them (replay: chaos/README.md).  Their causes are open, so each is pinned as a
+# strict expected failure: when a fix makes one pass, it becomes a passing case.
+@pytest.mark.xfail(strict=True, reason=(
+    "durability: region 3's last operations (3.98-3.100) reached only region 4 before region 3 "
+    "crashed; its forced removal froze it at 100 (region 4 held them), then region 4 crashed and "
+    "was force-removed too, taking the only copies: neither the second removal nor the "
+    "durability check accounts for another removed region's tail that only it held"))
+def test_a_forced_removal_of_the_only_holder_of_a_removed_regions_tail():
+    outcome = run_sim(SimConfig(seed=1083394374, steps=130))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "liveness: region 4, joining while region 2's machine crashed with unsynced records, holds "
+    "region 2's operation 2.112 and never applies it (region 2 came back at 2:92): the cluster "
+    "does not settle; whether region 2 can mint that dot again is the open question"))
+def test_a_joining_region_holds_an_operation_a_crashed_region_lost():
+    outcome = run_sim(SimConfig(seed=293921961, steps=104))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+
+
 def test_a_time_boxed_batch_of_random_seeds_passes():
     out = io.StringIO()
     status = sim_main(["--time-box", str(TIME_BOX)], out=out)
