@@ -51,3 +51,35 @@ def test_the_memo_is_bounded(monkeypatch):
     for n in range(xread.PARSED_KEPT + 5):
         xread._parse_memo(_argv("XREAD", "COUNT", str(n), "STREAMS", "s", "0"), False, "xread", 0)
     assert 0 < len(xread._PARSED) <= xread.PARSED_KEPT
+
+
+def test_ids_that_depend_on_no_stream_are_resolved_once_and_errors_keep_their_order():
+    from node.config import Config
+    from node.core import RegionCore, Session
+
+    def args(*words: str):
+        return xread._parse(_argv(*words), words[0] == "XREADGROUP", words[0].lower(), 0)
+
+    assert args("XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", "b", ">", "5-1").fixed_ids == [xread.GT_GROUP, (5, 1)]
+    assert args("XREAD", "STREAMS", "a", "7").fixed_ids == [(7, 0)]
+    for words in (("XREAD", "STREAMS", "a", "$"), ("XREAD", "STREAMS", "a", "+"), ("XREAD", "STREAMS", "a", ">"),
+                  ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", "b", ">", "x-1")):
+        assert args(*words).fixed_ids is None, words
+
+    core = RegionCore(Config())
+    client = Session(core)
+    client.authenticated = True
+
+    def call(*words: str):
+        return core.call(client, _argv(*words))
+
+    call("XGROUP", "CREATE", "b", "g", "0", "MKSTREAM")
+    for _ in range(2):  # parsed, then from the memo: the same errors, in the streams' order
+        assert str(call("XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", "b", ">", ">")).startswith(
+            "NOGROUP No such key 'a'")
+        assert str(call("XREADGROUP", "GROUP", "g", "c", "STREAMS", "b", "a", "bad", ">")) == \
+            "ERR Invalid stream ID specified as stream command argument"
+    for n in (1, 2):  # the second read takes its IDs from the memo: '>' still means the group's cursor
+        call("XADD", "b", f"{n}-1", "f", "v")
+        reply = call("XREADGROUP", "GROUP", "g", "c", "STREAMS", "b", ">")
+        assert [[k, [row[0] for row in rows]] for k, rows in reply] == [[b"b", [b"%d-1" % n]]]

@@ -64,6 +64,9 @@ class ReadArgs:
     maxsize: int = 0
     keys: list | None = None
     idargs: list | None = None
+    # the IDs resolved, when no stream's state changes them (every ID argument is '>' with
+    # GROUP, or a valid ID): reads repeating the command (see _parse_memo) take them as they are
+    fixed_ids: list | None = None
 
 
 def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) -> ReadArgs:
@@ -123,7 +126,26 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
         raise ReplyError("ERR Missing GROUP option for XREADGROUP")
     if a.maxcount and a.count and a.maxcount < a.count:
         raise ReplyError("ERR MAXCOUNT must be greater than or equal to COUNT")
+    a.fixed_ids = _fixed_ids(a)
     return a
+
+
+def _fixed_ids(a: ReadArgs) -> list | None:
+    """The resolved IDs when they depend on no stream (see ``ReadArgs.fixed_ids``), else None
+    (``$`` and ``+`` name a stream's state; an invalid ID is reported by _resolve_ids, in order
+    with the other streams' errors)."""
+    ids = []
+    for arg in a.idargs or ():
+        if arg == b">" and a.group is not None:
+            ids.append(GT_GROUP)
+        elif arg in (b"$", b"+", b">"):
+            return None
+        else:
+            try:
+                ids.append(parse_id(arg, 0, strict=True)[0])
+            except InvalidID:
+                return None
+    return ids
 
 
 # The arguments of recent reads, parsed, by the exact arguments: a consumer sends one command
@@ -178,6 +200,13 @@ def _group_error(key: bytes, group: bytes) -> ReplyError:
 
 
 def _resolve_ids(db, a: ReadArgs) -> list[StreamID]:
+    if a.fixed_ids is not None:  # only the groups are to be checked (shared: never changed)
+        if a.group is not None:
+            for key in a.keys:
+                s = db.keys.get(key)
+                if s is None or a.group not in s.groups:
+                    raise _group_error(key, a.group)
+        return a.fixed_ids
     ids = []
     for key, arg in zip(a.keys, a.idargs):
         s = db.keys.get(key)
@@ -270,7 +299,7 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
     budget = ReplyBudget(a.maxcount, a.maxsize) if a.maxcount or a.maxsize else None
     take = budget.take if budget is not None else None
     count = a.count
-    served = []
+    served = []  # [key, entries] per stream, the RESP2 reply as it is
     for key, gt in zip(a.keys, ids):
         if budget is not None:
             if budget.spent():
@@ -282,10 +311,10 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
         if a.group is None:
             if s.length and s.top_id() > gt:
                 if take is None:  # readers of the same new entries share their encodings
-                    served.append((key, range_entries(s, _after(gt), MAX_ID, count)))
+                    served.append([key, range_entries(s, _after(gt), MAX_ID, count)])
                 else:
                     rows = list(_accepted(s.range(_after(gt), MAX_ID, count), take))
-                    served.append((key, _entries(rows)))
+                    served.append([key, _entries(rows)])
                 if budget is not None:
                     budget.served(key)
             continue
@@ -312,7 +341,7 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
         if not sync:
             continue
         rows, delivered = _group_rows(s, g, consumer, gt, a, count, min_idle, history, claimed_only, now, take)
-        served.append((key, rows))
+        served.append([key, rows])
         if budget is not None:
             budget.served(key)
         if history:
@@ -324,7 +353,7 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
         return None
     if client.resp3:
         return {k: v for k, v in served}
-    return [[k, v] for k, v in served]
+    return served
 
 
 def _accepted(rows: list, take):
