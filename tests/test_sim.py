@@ -183,9 +183,11 @@ def test_a_forced_removal_of_the_only_holder_of_a_removed_regions_tail():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "liveness: region 4, joining while region 2's machine crashed with unsynced records, holds "
-    "region 2's operation 2.112 and never applies it (region 2 came back at 2:92): the cluster "
-    "does not settle; whether region 2 can mint that dot again is the open question"))
+    "liveness: region 2's machine crashed after 2.112 reached region 4 (waiting there for "
+    "2.28-2.111) but before its records from 2.93 on were on disk; region 2 came back at 2:92 and "
+    "recovered from its peers' version vectors, which count applied operations only (region 4's "
+    "said 2:27), so region 4 waits for 2.112's predecessors forever, and region 2 would mint "
+    "2.93-2.112 again (a second operation under the dot region 4 holds)"))
 def test_a_joining_region_holds_an_operation_a_crashed_region_lost():
     outcome = run_sim(SimConfig(seed=293921961, steps=104))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
