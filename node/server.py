@@ -182,12 +182,26 @@ class Server(RegionCore):
         if sync and self.oplog.policy == "always":
             self.oplog.fsync_now()
         for client in clients.values():
-            client.send_held()
+            self._reply(client, client.send_held)
         for client in due.values():
             if not client.reply_held:  # (a held reply went with send_held, or waits for an fsync)
-                client.send_now()
+                self._reply(client, client.send_now)
         if sync and self.oplog.policy != "always":
             self.oplog.sync_for_replication()  # after the replies: they do not wait for it
+
+    @staticmethod
+    def _reply(client: "ClientConnection", send: Any) -> None:
+        """One client's replies at the end of the turn: a failure to write them closes that
+        client (counted and logged by the loop's handler), not the others' replies."""
+        try:
+            send()
+        except Exception as e:  # noqa: BLE001 - reported below, the turn goes on
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": f"writing the replies of client {client.id} failed: it is closed", "exception": e})
+            client.closing = True
+            client.out.clear()
+            if client.transport is not None:
+                client.transport.abort()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int | None = None) -> None:

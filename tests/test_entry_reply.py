@@ -160,3 +160,17 @@ def test_an_active_active_group_read_of_one_origin_log_is_the_per_origin_read(no
             [(n.delivery_time, n.delivery_count) for n in ref_g.pel.values()]
     rows, delivered = _group_rows(memo_s, memo_g, mine, GT_GROUP, args, 1, -1, False, False, 9, None)
     assert rows == [] and not delivered  # nothing left after the cursor
+
+
+def test_a_runs_slice_is_taken_whole_either_way_and_an_empty_one_adds_nothing():
+    from node.commands.entryreply import _take_run
+
+    entries = [((n, 0), [b"f", b"%d" % n], False, 0) for n in range(1, 5)]
+    for i, j, descending, want in [(0, 4, False, [1, 2, 3, 4]), (0, 4, True, [4, 3, 2, 1]), (1, 3, True, [3, 2]),
+                                   (0, 0, True, []), (2, 2, True, []), (0, 0, False, [])]:
+        rows: list = []
+        encs: list = []
+        ids: list = []
+        _take_run((entries, [], i, j, 0), 0, rows, encs, ids, descending)
+        assert [r[0] for r in rows] == [b"%d-0" % n for n in want] and ids == [(n, 0) for n in want]
+        assert len(encs) == len(rows)

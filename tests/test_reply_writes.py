@@ -114,3 +114,26 @@ def test_a_woken_readers_reply_leaves_at_the_end_of_the_writers_turn(tmp_path):
         assert treader.writes == [b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n5-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n"]
 
     asyncio.run(main())
+
+
+def test_a_client_whose_write_fails_is_closed_and_the_others_still_get_theirs(tmp_path):
+    async def main() -> None:
+        server = _server(tmp_path)
+        broken, tbroken = _connect(server)
+        fine, tfine = _connect(server)
+        reported = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: reported.append(context))
+
+        def refuse(data: bytes) -> None:
+            raise OSError("the socket refused the write")
+
+        tbroken.write = refuse  # type: ignore[method-assign]
+        broken.data_received(_req("PING"))
+        fine.data_received(_req("PING"))
+        await asyncio.sleep(0)
+        assert tfine.writes == [b"+PONG\r\n"]
+        assert tbroken.closed and broken.closing and not broken.out
+        assert len(reported) == 1 and isinstance(reported[0]["exception"], OSError)
+        assert f"client {broken.id}" in reported[0]["message"]
+
+    asyncio.run(main())

@@ -172,24 +172,21 @@ def test_a_seed_where_a_relay_overtook_a_concurrent_idmp_add_passes():
 # Two schedules random batches found failing, on this code and on the code before the session
 # that found them (replay: chaos/README.md).  Their causes are open, so each is pinned as a
 # strict expected failure: when a fix makes one pass, it becomes a passing case.
-@pytest.mark.xfail(strict=True, reason=(
-    "durability: region 3's last operations (3.98-3.100) reached only region 4 before region 3 "
-    "crashed; its forced removal froze it at 100 (region 4 held them), then region 4 crashed and "
-    "was force-removed too, taking the only copies: neither the second removal nor the "
-    "durability check accounts for another removed region's tail that only it held"))
-def test_a_forced_removal_of_the_only_holder_of_a_removed_regions_tail():
-    outcome = run_sim(SimConfig(seed=1083394374, steps=130))
-    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "liveness: region 2's machine crashed after 2.112 reached region 4 (waiting there for "
-    "2.28-2.111) but before its records from 2.93 on were on disk; region 2 came back at 2:92 and "
-    "recovered from its peers' version vectors, which count applied operations only (region 4's "
-    "said 2:27), so region 4 waits for 2.112's predecessors forever, and region 2 would mint "
-    "2.93-2.112 again (a second operation under the dot region 4 holds)"))
-def test_a_joining_region_holds_an_operation_a_crashed_region_lost():
-    outcome = run_sim(SimConfig(seed=293921961, steps=104))
+@pytest.mark.parametrize("seed,steps", [
+    pytest.param(1083394374, 130, id="forced-removal-of-the-only-holder", marks=pytest.mark.xfail(strict=True, reason=(
+        "durability: region 3's last operations (3.98-3.100) reached only region 4 before region 3 "
+        "crashed; its forced removal froze it at 100 (region 4 held them), then region 4 crashed and "
+        "was force-removed too, taking the only copies: neither the second removal nor the "
+        "durability check accounts for another removed region's tail that only it held"))),
+    pytest.param(293921961, 104, id="recovery-ignores-waiting-operations", marks=pytest.mark.xfail(strict=True, reason=(
+        "liveness: region 2's machine crashed after 2.112 reached region 4 (waiting there for "
+        "2.28-2.111) but before its records from 2.93 on were on disk; region 2 came back at 2:92 and "
+        "recovered from its peers' version vectors, which count applied operations only (region 4's "
+        "said 2:27), so region 4 waits for 2.112's predecessors forever, and region 2 would mint "
+        "2.93-2.112 again (a second operation under the dot region 4 holds)"))),
+])
+def test_schedules_found_failing_whose_causes_are_open(seed, steps):
+    outcome = run_sim(SimConfig(seed=seed, steps=steps))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
 
 

@@ -51,6 +51,13 @@ def test_the_memo_is_bounded(monkeypatch):
     for n in range(xread.PARSED_KEPT + 5):
         xread._parse_memo(_argv("XREAD", "COUNT", str(n), "STREAMS", "s", "0"), False, "xread", 0)
     assert 0 < len(xread._PARSED) <= xread.PARSED_KEPT
+    # a long command is parsed each time, never kept: many keys, or a long key name
+    monkeypatch.setattr(xread, "_PARSED", {})
+    many = _argv("XREAD", "STREAMS", *[f"k{n}" for n in range(40)], *["0"] * 40)
+    long_key = _argv("XREAD", "STREAMS", "k" * (xread.PARSED_BYTES_KEPT + 1), "0")
+    for argv in (many, long_key):
+        assert xread._parse_memo(argv, False, "xread", 0).keys == argv[2:2 + (len(argv) - 2) // 2]
+    assert xread._PARSED == {}
 
 
 def test_ids_that_depend_on_no_stream_are_resolved_once_and_errors_keep_their_order():

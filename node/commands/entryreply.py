@@ -70,12 +70,14 @@ def _log_range(log, start, end, count: int, rows: list, encs: list, ids: list | 
             return
 
 
-def _take_run(run: tuple, count: int, rows: list, encs: list, ids: list | None) -> bool:
-    """Append one block's run to the reply (see ``EntryLog.runs``); True once ``count`` is reached."""
+def _take_run(run: tuple, count: int, rows: list, encs: list, ids: list | None,
+              descending: bool = False) -> bool:
+    """Append one block's run to the reply (see ``EntryLog.runs``; ``descending``: from its last
+    entry down, as ``revruns`` is read); True once ``count`` is reached."""
     entries, memo, i, j, dead = run
     mrows, mencs = _fill(memo, entries)
     if dead:  # skip the deleted entries (their rows are None)
-        for k in range(i, j):
+        for k in range(j - 1, i - 1, -1) if descending else range(i, j):
             row = mrows[k]
             if row is not None:
                 rows.append(row)
@@ -85,38 +87,28 @@ def _take_run(run: tuple, count: int, rows: list, encs: list, ids: list | None) 
                 if len(rows) == count:  # (count 0: never)
                     return True
     else:
-        if count > 0 and j - i > count - len(rows):
-            j = i + count - len(rows)
-        rows += mrows[i:j]
-        encs += mencs[i:j]
+        left = count - len(rows)
+        if descending:
+            if count > 0 and j - i > left:
+                i = j - left
+            # entries[i:j] backwards (a stop of -1 would mean the list's end, a start of -1 its last)
+            part = slice(j - 1, i - 1, -1) if i else slice(j - 1, None, -1) if j else slice(0)
+        else:
+            if count > 0 and j - i > left:
+                j = i + left
+            part = slice(i, j)
+        rows += mrows[part]
+        encs += mencs[part]
         if ids is not None:
-            ids += map(_entry_id, entries[i:j])
+            ids += map(_entry_id, entries[part])
     return count > 0 and len(rows) >= count
 
 
 def _log_revrange(log, start, end, count: int, rows: list, encs: list, ids: list | None) -> None:
     """:func:`_log_range`, descending."""
-    for entries, memo, i, j, dead in log.revruns(start, end):
-        mrows, mencs = _fill(memo, entries)
-        if dead:  # skip the deleted entries (their rows are None)
-            for k in range(j - 1, i - 1, -1):
-                row = mrows[k]
-                if row is not None:
-                    rows.append(row)
-                    encs.append(mencs[k])
-                    if ids is not None:
-                        ids.append(entries[k][0])
-                    if len(rows) == count:  # (count 0: never)
-                        break
-        else:
-            if count > 0 and j - i > count - len(rows):
-                i = j - (count - len(rows))
-            rows += reversed(mrows[i:j])
-            encs += reversed(mencs[i:j])
-            if ids is not None:
-                ids += map(_entry_id, reversed(entries[i:j]))
-        if count > 0 and len(rows) >= count:
-            break
+    for run in log.revruns(start, end):
+        if _take_run(run, count, rows, encs, ids, descending=True):
+            return
 
 
 def _merged(logs: dict, start, end, count: int, ids: list | None, descending: bool) -> tuple[list, list]:

@@ -152,9 +152,11 @@ def _fixed_ids(a: ReadArgs) -> list | None:
 # (XREADGROUP GROUP g c COUNT 10 STREAMS s >) again and again for as long as it runs, and
 # parsing it each time was a tenth of such a read's cost.  A memo of a pure function (not
 # state): a ReadArgs is never changed once parsed, a parse that fails is not kept, nor one
-# whose BLOCK timeout is so large that its check depends on the clock (see _parse_timeout).
+# whose BLOCK timeout is so large that its check depends on the clock (see _parse_timeout),
+# nor a long command (many keys, long names: the memo's memory stays small).
 _PARSED: dict[tuple, ReadArgs] = {}
 PARSED_KEPT = 1024  # the memo starts afresh when it holds this many
+PARSED_BYTES_KEPT = 1024  # and keeps no command longer than this (it holds at most ~1 MB)
 
 
 def _parse_memo(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int) -> ReadArgs:
@@ -162,7 +164,7 @@ def _parse_memo(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int)
     a = _PARSED.get(key)
     if a is None:
         a = _parse(argv, xreadgroup, fullname, now_ms)
-        if a.timeout < 1 << 40:
+        if a.timeout < 1 << 40 and len(argv) <= 64 and sum(map(len, argv)) <= PARSED_BYTES_KEPT:
             if len(_PARSED) >= PARSED_KEPT:
                 _PARSED.clear()
             _PARSED[key] = a
