@@ -32,6 +32,7 @@ COMPILED = [
     "crdt/groups.py",
     "crdt/pel.py",
     "crdt/stream.py",
+    "crdt/sync.py",
     "node/resp/parser.py",
 ]
 

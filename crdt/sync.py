@@ -63,23 +63,16 @@ progress for too long (a peer that reads but never acknowledges, or never reads)
 from __future__ import annotations
 
 from .causal import CausalLog, Envelope, VersionVector, merge
+from .linkerrors import NeedsResync, ProtocolError
+
+__all__ = ["LinkState", "NeedsResync", "ProtocolError", "ImageAssembler", "PartsAssembler", "part_size",
+           "plan_frames", "wire_size"]
 
 
 # Upper bounds of what an envelope's header takes on the wire besides its operation bytes
 # (protobuf tags, lengths and varints of origin and n), and per dependency (one map entry).
 ENVELOPE_OVERHEAD = 40
 DEP_OVERHEAD = 24
-
-
-class ProtocolError(ConnectionError):
-    """A peer broke the link protocol: the link ends and nothing of the offending frames is applied."""
-
-
-class NeedsResync(ConnectionResetError):
-    """The peer needs envelopes the backlog no longer holds: restart the link for a full resync."""
-
-    def __init__(self) -> None:
-        super().__init__("the peer needs trimmed operations: reconnect for a full resync")
 
 
 class LinkState:

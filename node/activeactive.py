@@ -392,6 +392,11 @@ class ActiveActive:
             return self.hub.issue(opcodec.encode(op))
         return None
 
+    def publish_add(self, key: bytes, origin: int, id_: tuple[int, int], fields: list) -> Envelope:
+        """:meth:`publish` of ``AddEntry(key, origin, id_, fields)`` (an XADD without IDMP), given
+        its parts (node/db.py: ``Database.add_plain``)."""
+        return self.hub.issue(opcodec.encode_plain_add(key, origin, id_, fields))
+
     # ------------------------------------------------------------ database settings
     def tune(self, database: str, name: str, value: str) -> None:
         """Change a database setting here and in this region's cluster file (ValueError if invalid)."""

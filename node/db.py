@@ -18,6 +18,8 @@ from __future__ import annotations
 from crdt import ops, resolve
 from crdt.stream import Stream
 
+from . import opcodec
+
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 
@@ -77,7 +79,8 @@ class Database:
     # The operation log (node/persistence/oplog.py) records what commands resolved into:
     # ``own_ops`` collects (operation, envelope it was sent in or None, operation sent)
     # for every operation applied since the server last logged a command (None: not
-    # collected); ``logged_ops``, set while a replay runs a logged command again, supplies
+    # collected), an operation and the one sent being its encoded bytes for a plain add
+    # (add_plain); ``logged_ops``, set while a replay runs a logged command again, supplies
     # the operations it logged, applied instead of the ones the command computes now.
     own_ops: "list | None" = None
     logged_ops = None
@@ -110,6 +113,25 @@ class Database:
         if self.own_ops is not None:
             self.own_ops.append((op, env, sent))
         return result
+
+    def add_plain(self, key: bytes, origin: int, id_: "tuple[int, int]", fields: list) -> None:
+        """:meth:`apply` of ``AddEntry(key, origin, id_, fields)`` (an XADD without IDMP: every
+        resolver resolves one into exactly that operation), with the same outcome, without
+        building the operation: the bytes it is sent and logged as are made from its parts."""
+        if self.logged_ops is not None:  # a replay applies the logged operation instead
+            self.apply(ops.AddEntry(key, origin, id_, fields))
+            return
+        ops.append_entry(self.keys, key, origin, id_, fields, self.limits)
+        self.dirty += 1
+        self.touch(key)
+        own = self.own_ops
+        if self.aa is not None:
+            env = self.aa.publish_add(key, origin, id_, fields)
+            if own is not None:
+                own.append((env.op, env, env.op))
+        elif own is not None:
+            encoded = opcodec.encode_plain_add(key, origin, id_, fields)
+            own.append((encoded, None, encoded))
 
     def apply_remote(self, op: "ops.Op") -> None:
         """An operation another region issued (delivered in causal order)."""

@@ -124,11 +124,16 @@ _PLAN = [(tuple(kinds),
          for _cls, kinds in OPS]
 
 
+def encode_plain_add(key: bytes, origin: int, id_: tuple[int, int], fields: list) -> bytes:
+    """``encode(AddEntry(key, origin, id_, fields))``, from the parts: nearly every operation is
+    an XADD without IDMP, written as the loop of :func:`encode` writes it (msgspec writes the
+    ID's tuple as the array its list would be); :data:`decode_plain_add` reads it."""
+    return _encoder.encode((0, key, origin, id_, fields, None, None, None, None))
+
+
 def encode(op: ops.Op) -> bytes:
     if type(op) is ops.AddEntry and op.pid is None and op.iid is None and op.dot is None and op.deps is None:
-        # nearly every operation: an XADD without IDMP, written as the loop below writes it
-        # (msgspec writes the ID's tuple as the array its list would be); decode_plain_add reads it
-        return _encoder.encode((0, op.key, op.origin, op.id, op.fields, None, None, None, None))
+        return encode_plain_add(op.key, op.origin, op.id, op.fields)
     tag = _TAGS[type(op)]
     names, outs, _ins = _PLAN[tag]
     values: list = [tag, op.key]

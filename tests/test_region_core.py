@@ -79,6 +79,42 @@ def test_under_always_a_reply_leaves_only_after_the_fsync_that_covers_its_record
     assert (own.n, own.op) == (1, env.op)
 
 
+def standalone(file: SimFile) -> tuple[RegionCore, Session]:
+    clock = [T0]
+    core = RegionCore(Config(appendfsync="everysec"), clock=lambda: clock[0])
+    records, _cut = read_back(file)
+    replay.replay(core, records)
+    core.attach_log(SimOperationLog(file, "everysec", len(records)))
+    session = Session(core)
+    session.authenticated = True
+    return core, session
+
+
+@pytest.mark.parametrize("clustered", [True, False], ids=["region-of-a-cluster", "standalone"])
+def test_a_plain_xadd_is_logged_and_sent_as_the_operation_it_stands_for(clustered):
+    """``XADD key * field value ...`` does not build its operation (``Database.add_plain``):
+    its record, and in a cluster the envelope that leaves, hold the bytes the operation
+    encodes to, and a start that replays the file has the same stream."""
+    file = SimFile()
+    if clustered:
+        core, me, _file = region("everysec", file=file)
+    else:
+        core, me = standalone(file)
+    replies = [core.call(me, [b"XADD", b"k", b"*", b"f%d" % i, b"v", b"g", b"w"]) for i in range(3)]
+    replies.append(core.call(me, [b"XADD", b"k", b"MAXLEN", b"5", b"*", b"h", b"x"]))  # with options
+    assert core.end_turn() is not None
+    ids = [tuple(int(x) for x in r.split(b"-")) for r in replies]
+    ops_ = [ops.AddEntry(b"k", core.region, ids[i], [b"f%d" % i, b"v", b"g", b"w"]) for i in range(3)]
+    [*plain, _with_options] = [payload for _n, kind, payload in read_back(file)[0] if kind == OP_REPLICATED]
+    logged = [own.op for payload in plain for own in decode_replicated(payload)]
+    assert logged == [opcodec.encode(op) for op in ops_]
+    if clustered:
+        assert [e.op for e in core.aa.causal.log][:3] == logged
+    assert core.db.dirty == 4
+    again, me2 = (region("everysec", file=file)[:2] if clustered else standalone(file))
+    assert again.call(me2, [b"XRANGE", b"k", b"-", b"+"]) == core.call(me, [b"XRANGE", b"k", b"-", b"+"])
+
+
 def test_under_everysec_a_reply_waits_for_its_own_records_only():
     core, writer, _file = region("everysec")
     reader = Session(core)

@@ -145,14 +145,32 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
     return a
 
 
-_PLAIN_XADD = AddTrimArgs(strategy=ops.KEEPREF, idpos=2)  # "XADD key * ...": nothing to parse
-
-
 @command("xadd", -5, "write denyoom fast", (1, 1, 1), group="stream", since="5.0.0",
          summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
          complexity="O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.")
 def xadd(client, argv: list[bytes]):
-    a = _PLAIN_XADD if argv[2] == b"*" else parse_add_or_trim(client, argv, xadd=True)
+    if argv[2] == b"*":  # nearly every XADD: "XADD key * field value ...", nothing to parse
+        nfields = len(argv) - 3
+        if nfields < 2 or nfields % 2:
+            raise ReplyError(ERR_WRONG_ARGS_XADD)
+        key = argv[1]
+        server = client.server
+        db = server.db
+        rules = db.resolver
+        last = rules.top_id(db.keys, key)
+        if last == (U64, U64):
+            raise ReplyError(idgen.ERR_EXHAUSTED)
+        try:
+            new_id = rules.new_id(last, server.now_ms(), None, False, False)
+        except idgen.IdError as e:
+            raise ReplyError(str(e)) from None
+        db.add_plain(key, server.region, new_id, argv[3:])
+        return b"%d-%d" % new_id
+    return _xadd(client, argv, parse_add_or_trim(client, argv, xadd=True))
+
+
+def _xadd(client, argv: list[bytes], a: "AddTrimArgs"):
+    """XADD with options (NOMKSTREAM, a trim, IDMP, an explicit ID)."""
     field_pos = a.idpos + 1
     nfields = len(argv) - field_pos
     if nfields < 2 or nfields % 2:

@@ -160,9 +160,10 @@ def own_entry(op: "ops.Op", env: Envelope | None, sent: "ops.Op") -> "bytes | li
 
     ``env``: the envelope it was sent in (None: it stayed here); ``sent``: the operation
     sent, when it is not ``op`` itself (a delete whose strategy only this region can judge).
+    A plain add comes as its encoded bytes (``Database.add_plain``).
     """
     if env is None:
-        return opcodec.encode(op)
+        return op if type(op) is bytes else opcodec.encode(op)
     if sent is op:
         return [env.op, env.n, env.deps]
     return [env.op, env.n, env.deps, opcodec.encode(op)]
