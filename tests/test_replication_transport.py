@@ -777,6 +777,9 @@ def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_
             # nothing of region 3 goes at once, nor while its acks rose less than the delay ago
             assert link._hold_relays(out, moved, delay) == []
             assert link._due_relays(moved + delay / 2, delay) == []
+            # a look before the hold ends arms the link's wake-up for then: nothing else need wake it
+            link.wakeup.clear()
+            await asyncio.wait_for(link.wakeup.wait(), timeout=30)
             # far behind but working: acks keep rising; what they cover is dropped, not relayed
             link.on_ack(pb.Ack(vv={3: 4}))
             moved = time.monotonic()

@@ -140,6 +140,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import os
 import random
 import time
@@ -480,7 +481,9 @@ class Link:
         self.wakeup = asyncio.Event()
         self.wakeup.set()
         self._held: deque[tuple[float, Envelope]] = deque()  # (due, relay): see _due_relays
+        self._held_from = math.inf  # the earliest due of _held: no relay is ready before it
         self._relay_timer: asyncio.TimerHandle | None = None
+        self._relay_timer_at = math.inf
         self.started = time.monotonic()
         # per third region: when the peer's acknowledgement of it last rose past what this
         # link relayed of it (so: got it another way, in practice from the region itself)
@@ -598,11 +601,14 @@ class Link:
             return envelopes
         keep = []
         due = now + delay
+        region, peer, held = hub.region, self.peer, self._held
         for e in envelopes:
-            if e.origin == hub.region or e.origin == self.peer:
+            if e.origin == region or e.origin == peer:
                 keep.append(e)
             else:
-                self._held.append((due, e))
+                held.append((due, e))
+        if held and due < self._held_from:
+            self._held_from = due
         return keep
 
     def _due_relays(self, now: float, delay: float) -> list[Envelope]:
@@ -621,6 +627,19 @@ class Link:
         held, acked, moved, relayed = self._held, self.state.acked, self._ack_moved, self._relayed
         if not held:
             return []
+        while held and held[0][1].n <= acked.get(held[0][1].origin, 0):
+            held.popleft()  # the peer has it (nearly always a prefix: the peer acknowledges in order)
+        if not held:
+            self._held_from = math.inf
+            return []
+        if self._held_from > now:
+            # No held operation is ready before its own hold ends, and none ends before
+            # _held_from (a bound from below): nothing else to look at now.  A link is woken
+            # for every batch it sends, and the hold is ~delay x the rate of third regions'
+            # operations long; the timer makes sure of a look once the first hold ends.
+            if self._relay_timer_at > self._held_from:
+                self._arm_relay_timer(now, self._held_from)
+            return []
         due: list[Envelope] = []
         waiting: deque[tuple[float, Envelope]] = deque()
         next_at = None
@@ -638,6 +657,7 @@ class Link:
                 waiting.append((at, e))
                 next_at = ready_at if next_at is None else min(next_at, ready_at)
         self._held = waiting
+        self._held_from = min((at for at, _e in waiting), default=math.inf)
         self.hub.relayed += len(due)
         self._arm_relay_timer(now, next_at)
         return due
@@ -646,8 +666,13 @@ class Link:
         if self._relay_timer is not None:
             self._relay_timer.cancel()
             self._relay_timer = None
+        self._relay_timer_at = math.inf if at is None else at
         if at is not None:
-            self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self.wakeup.set)
+            self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self._relay_timer_fired)
+
+    def _relay_timer_fired(self) -> None:
+        self._relay_timer, self._relay_timer_at = None, math.inf
+        self.wakeup.set()
 
     # ------------------------------------------------------------ receiving
     def acknowledge(self, received: int = 0, lazy: bool = False) -> None:
