@@ -191,6 +191,23 @@ class Membership:
                 return False
         return True
 
+    def admits_all(self, envelopes) -> bool:
+        """Whether :meth:`admits` holds for every one of ``envelopes`` (a peer's batch).
+        :meth:`accepts` only bounds ``n`` from above, so each origin is asked once, with its
+        highest ``n`` in the batch."""
+        members = self.members
+        top: dict[int, int] = {}
+        for env in envelopes:
+            if env.n > top.get(env.origin, 0):
+                top[env.origin] = env.n
+            for o, _ in env.deps:
+                if o not in members:
+                    return False
+        for origin, n in top.items():
+            if not self.accepts(origin, n):
+                return False
+        return True
+
     def voters(self, change: Change) -> list[int]:
         """The members whose promise a change needs."""
         return [n for n in self.live() if not (change.kind == FORCE_REMOVE and n == change.number)]

@@ -876,11 +876,7 @@ class MembershipGate:
 
     def admits_all(self, envs: list[Envelope]) -> bool:
         """Whether :meth:`admits` would say '' (apply it) of every one of ``envs``."""
-        admits = self.aa.membership.admits
-        for env in envs:
-            if not admits(env.origin, env.n, env.deps):
-                return False
-        return True
+        return self.aa.membership.admits_all(envs)
 
     def admits(self, env: Envelope) -> str:
         """'' apply it; 'drop': an operation of a removed region past its frozen point (or of one

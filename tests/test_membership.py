@@ -12,6 +12,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from crdt.causal import Envelope
 from crdt.membership import (ACTIVATE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, Change,
                              Membership, MembershipError, Proposal)
 
@@ -52,6 +53,23 @@ def test_a_graceful_leave_then_its_removal():
     agree(ms, Change(REMOVE, 3), frozen=42)
     assert ms[0].status(3) == REMOVED and ms[0].stability_regions() == [1, 2]
     assert ms[0].accepts(3, 42) and not ms[0].accepts(3, 43)
+
+
+def test_a_batch_is_admitted_only_if_each_of_its_operations_is():
+    ms = [three() for _ in range(3)]
+    agree(ms, Change(LEAVE, 3))
+    agree(ms, Change(REMOVE, 3), frozen=42)
+    m = ms[0]
+
+    def batch(*dots, deps=((1, 5),)):
+        return [Envelope(o, n, deps, b"") for o, n in dots]
+
+    assert m.admits_all(batch((3, 41), (3, 42), (1, 7)))
+    assert not m.admits_all(batch((3, 41), (3, 43)))  # the last one is past region 3's frozen point
+    assert not m.admits_all(batch((3, 43), (3, 41)))
+    assert not m.admits_all(batch((1, 7), deps=((1, 5), (9, 1))))  # depends on a region never a member
+    assert not m.admits_all(batch((9, 1)))
+    assert m.admits_all([])
 
 
 def test_a_forced_removal_does_not_ask_the_removed_region_and_freezes_its_operations():
@@ -223,6 +241,16 @@ class ConcurrentChanges(RuleBasedStateMachine):
         """``b`` takes ``a``'s newer list, with the proposals that made it or (as a region's
         handshake carries it) without: a commit reaching ``b`` later changes nothing."""
         self.members[b].adopt(handshake_form(self.members[a]) if handshake else self.members[a])
+
+    @rule(at=st.sampled_from(EVERYONE),
+          batch=st.lists(st.tuples(st.sampled_from(EVERYONE + (9,)), st.integers(1, 60),
+                                   st.lists(st.sampled_from(EVERYONE + (9,)), max_size=3, unique=True)), max_size=8))
+    def a_batch_is_admitted_as_each_of_it_would_be(self, at, batch):
+        """A peer's batch is checked at once (per origin, its highest n): the same verdict as
+        one by one, whatever the list holds (frozen points, holds of a forced removal)."""
+        m = self.members[at]
+        envs = [Envelope(o, n, tuple((d, 1) for d in sorted(deps)), b"") for o, n, deps in batch]
+        assert m.admits_all(envs) == all(m.admits(e.origin, e.n, e.deps) for e in envs)
 
     @invariant()
     def one_list_per_epoch(self):
