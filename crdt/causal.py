@@ -364,6 +364,17 @@ class CausalLog:
 _NO_TIP: VersionVector = {}  # no run under way (never written)
 
 
+def envelopes_of(rows: list) -> list[Envelope]:
+    """Envelopes from ``(origin, n, deps, op)`` rows, ``deps`` a map of region to n (a packed
+    batch as decoded, node/transport/replication.py), their deps as sorted pairs: once per
+    operation a peer receives, so compiled with this module rather than a comprehension."""
+    out: list[Envelope] = []
+    for row in rows:
+        origin, n, deps, op = row
+        out.append(Envelope(origin, n, tuple(sorted(deps.items())), op))
+    return out
+
+
 def _apply_one(apply_run: Callable[[list[Envelope]], Any]) -> Callable[[Envelope], Any]:
     def apply(env: Envelope) -> Any:
         return apply_run([env])

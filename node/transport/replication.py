@@ -153,7 +153,7 @@ from typing import Annotated
 import grpc
 import msgspec
 
-from crdt.causal import CausalLog, Envelope
+from crdt.causal import CausalLog, Envelope, envelopes_of
 from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, part_size, plan_frames
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
@@ -312,7 +312,7 @@ def unpack_batch(raw: bytes) -> list[Envelope]:
         rows = _unpack(raw)
     except msgspec.MsgspecError as e:
         raise ProtocolError(f"an unreadable packed batch: {e}") from None
-    return [Envelope(origin, n, tuple(sorted(deps.items())), op) for origin, n, deps, op in rows]
+    return envelopes_of(rows)
 
 
 def _same_envelopes(a: list[Envelope], b: list[Envelope]) -> bool:
