@@ -39,7 +39,7 @@ async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         config = Config()
         config.set("dir", tmp)
-        config.set("appendonly", "yes")
+        config.set("appendonly", True)
         peer = Server(config, region=2, cluster=(cluster, cluster.regions[1]))
         peer.open_log()
         hub = peer.db.aa.hub

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
 
 from node.config import Config
@@ -46,10 +47,28 @@ SCENARIOS = {
 }
 
 
-async def measure(names: list[str], rounds: int) -> dict[str, list[float]]:
+def _server(region_of: int, log_dir: str | None) -> Server:
+    """A standalone region (``region_of`` 0) or region 1 of a cluster of that many regions,
+    with the append-only file (``everysec``) in ``log_dir`` if given; a cluster's links are
+    not dialed: its operations wait in the backlog, as they do between two sends."""
     config = Config()
-    config.set("appendonly", "no")
-    server = Server(config)
+    config.set("appendonly", bool(log_dir))
+    if log_dir:
+        config.set("dir", log_dir)
+    if region_of:
+        from node.cluster_config import ClusterConfig, RegionSpec
+
+        cluster = ClusterConfig("bench", "db", "token", 16,
+                                [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in range(1, region_of + 1)])
+        server = Server(config, region=1, cluster=(cluster, cluster.regions[0]))
+    else:
+        server = Server(config)
+    server.open_log()
+    return server
+
+
+async def measure(names: list[str], rounds: int, region_of: int = 0, log_dir: str | None = None) -> dict[str, list[float]]:
+    server = _server(region_of, log_dir)
     client = ClientConnection(server)
     sink = RecordingTransport(keep=False)
     client.connection_made(sink)  # type: ignore[arg-type]
@@ -86,11 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.requestpath", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", metavar="NAME", help=f"scenarios (default all): {', '.join(SCENARIOS)}")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per scenario (the median is printed)")
+    ap.add_argument("--appendonly", action="store_true", help="with the append-only file (everysec, in a temporary "
+                    "directory); the scenarios' default is without, as bench.run compares with Redis")
+    ap.add_argument("--region-of", type=int, default=0, metavar="N",
+                    help="region 1 of a cluster of N regions (links not dialed) instead of a standalone region")
     args = ap.parse_args(argv)
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}")
-    results = asyncio.run(measure(args.names or list(SCENARIOS), max(args.rounds, 1)))
+    with tempfile.TemporaryDirectory() as tmp:
+        results = asyncio.run(measure(args.names or list(SCENARIOS), max(args.rounds, 1), args.region_of,
+                                      tmp if args.appendonly else None))
     print(f"{'scenario':20s} {'CPU us/request':>15s}  rounds")
     for name, runs in results.items():
         print(f"{name:20s} {statistics.median(runs):15.2f}  {' '.join(f'{r:.2f}' for r in runs)}")

@@ -73,6 +73,9 @@ class ActiveActive:
         self.config = config
         self.cluster = cluster
         self.me = me
+        # read for every XADD's ID (crdt/resolve.py): attributes, not properties; neither changes
+        self.region: int = me.number
+        self.stride: int = cluster.stride
         self.mode = cluster.id_mode
         self.membership: Membership = cluster.membership()
         self.active = self.membership.status(me.number) == ACTIVE  # kept with the list (writable)
@@ -113,14 +116,6 @@ class ActiveActive:
         # set after a start that may have lost operations peers hold (see recover_own_operations)
         self.recovering = False
         self._on_recovered: Callable[[], None] = lambda: None
-
-    @property
-    def region(self) -> int:
-        return self.me.number
-
-    @property
-    def stride(self) -> int:
-        return self.cluster.stride
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str) -> None:
