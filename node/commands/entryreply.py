@@ -153,6 +153,29 @@ def range_entries(s, start, end, count: int, ids: list | None = None) -> Entries
     return _entries(s, start, end, count, ids, descending=False)
 
 
+def first_entry(log, start, end, ids: list) -> Entries | None:
+    """``range_entries`` of COUNT 1 for a stream whose only log is ``log`` (a consumer taking
+    one entry at a time), from the first block's run without the general reader's slices;
+    None when that run holds no live entry (the general reader then looks further)."""
+    run = log.first_run(start, end)
+    if run is None:
+        reply = Entries([])
+        reply.parts = []
+        return reply
+    entries, memo, i, j, dead = run
+    mrows, mencs = _fill(memo, entries)
+    for k in range(i, j):
+        row = mrows[k]
+        if row is not None:  # (None: a deleted entry)
+            ids.append(entries[k][0])
+            reply = Entries([row])
+            enc = mencs[k]
+            if enc is not None:
+                reply.parts = [enc]
+            return reply
+    return None
+
+
 def revrange_entries(s, start, end, count: int) -> Entries:
     """XREVRANGE's reply: live entries with start <= id <= end, descending, at most
     ``count`` (0: all)."""

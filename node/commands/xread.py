@@ -46,7 +46,7 @@ from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, incr, parse_id
 from ..blocking import Blocked
 from ..resp.encoder import NULL_ARRAY, Entries, ReplyError
 from . import command
-from .entryreply import range_entries
+from .entryreply import first_entry, range_entries
 from .util import ERR_SYNTAX, parse_int, string2ll
 
 GT_GROUP = MAX_ID  # the '>' sentinel, as Redis encodes it
@@ -392,7 +392,8 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
         if start is None:
             return rows, False
         ids: list = []
-        rows = range_entries(s, start, MAX_ID, left, ids)
+        one = first_entry(s.logs[origin], start, MAX_ID, ids) if left == 1 else None
+        rows = one if one is not None else range_entries(s, start, MAX_ID, left, ids)
         if gt == GT_GROUP and ids:
             g.cursors[origin] = ids[-1]
         cg.deliver_new(s, g, consumer, ids, a.noack, now)
