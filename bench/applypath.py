@@ -20,28 +20,18 @@ import statistics
 import tempfile
 import time
 
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
-from node.server import Server
+from node.testing import cluster_of, region_server
 from node.transport.replication import Link, pack_batch
 from proto import replication_pb2 as pb
 
 FIELDS = [b"f1", b"abcdefghijkl", b"f2", b"abcdefghijkl"]
 
 
-def _cluster() -> ClusterConfig:
-    return ClusterConfig("bench", "db", "token", 16, [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in (1, 2, 3)])
-
-
 async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
-    cluster = _cluster()
-    source = Server(Config(), region=1, cluster=(cluster, cluster.regions[0]))
+    cluster = cluster_of(3)
+    source = region_server(cluster, 1)
     with tempfile.TemporaryDirectory() as tmp:
-        config = Config()
-        config.set("dir", tmp)
-        config.set("appendonly", True)
-        peer = Server(config, region=2, cluster=(cluster, cluster.regions[1]))
-        peer.open_log()
+        peer = region_server(cluster, 2, tmp)
         hub = peer.db.aa.hub
         link = Link(hub, 1, {}, packed=True)
         hub.links[1] = link

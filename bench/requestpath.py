@@ -20,9 +20,8 @@ import statistics
 import tempfile
 import time
 
-from node.config import Config
-from node.server import ClientConnection, Server
-from node.testing import RecordingTransport
+from node.server import ClientConnection
+from node.testing import RecordingTransport, cluster_of, region_server
 
 
 def request(*args: str | bytes) -> bytes:
@@ -47,28 +46,8 @@ SCENARIOS = {
 }
 
 
-def _server(region_of: int, log_dir: str | None) -> Server:
-    """A standalone region (``region_of`` 0) or region 1 of a cluster of that many regions,
-    with the append-only file (``everysec``) in ``log_dir`` if given; a cluster's links are
-    not dialed: its operations wait in the backlog, as they do between two sends."""
-    config = Config()
-    config.set("appendonly", bool(log_dir))
-    if log_dir:
-        config.set("dir", log_dir)
-    if region_of:
-        from node.cluster_config import ClusterConfig, RegionSpec
-
-        cluster = ClusterConfig("bench", "db", "token", 16,
-                                [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in range(1, region_of + 1)])
-        server = Server(config, region=1, cluster=(cluster, cluster.regions[0]))
-    else:
-        server = Server(config)
-    server.open_log()
-    return server
-
-
 async def measure(names: list[str], rounds: int, region_of: int = 0, log_dir: str | None = None) -> dict[str, list[float]]:
-    server = _server(region_of, log_dir)
+    server = region_server(cluster_of(region_of) if region_of else None, 1, log_dir)
     client = ClientConnection(server)
     sink = RecordingTransport(keep=False)
     client.connection_made(sink)  # type: ignore[arg-type]

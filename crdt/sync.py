@@ -63,10 +63,8 @@ progress for too long (a peer that reads but never acknowledges, or never reads)
 from __future__ import annotations
 
 from .causal import CausalLog, Envelope, VersionVector, merge
-from .linkerrors import NeedsResync, ProtocolError
-
-__all__ = ["LinkState", "NeedsResync", "ProtocolError", "ImageAssembler", "PartsAssembler", "part_size",
-           "plan_frames", "wire_size"]
+from .linkerrors import NeedsResync as NeedsResync  # exported: the link errors this module raises
+from .linkerrors import ProtocolError as ProtocolError
 
 
 # Upper bounds of what an envelope's header takes on the wire besides its operation bytes

@@ -354,6 +354,32 @@ class RedisProcess(_ServerProcess):
                 "--appendonly", "no", "--dir", self.data_dir, "--daemonize", "no"]
 
 
+def cluster_of(regions: int, name: str = "local"):
+    """A cluster file of regions 1..``regions`` for regions built in one process (no addresses:
+    their links are never dialed), as the in-process benchmarks build them."""
+    from .cluster_config import ClusterConfig, RegionSpec
+
+    return ClusterConfig(name, "db", "token", 16,
+                         [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in range(1, regions + 1)])
+
+
+def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
+    """A :class:`node.server.Server` that is not listening: region ``number`` of ``cluster``
+    (standalone when None), with its append-only file (``everysec``) in ``log_dir``, loaded and
+    then appended to, or without one."""
+    from .config import Config
+    from .server import Server
+
+    config = Config()
+    config.set("appendonly", log_dir is not None)
+    if log_dir is not None:
+        config.set("dir", log_dir)
+    server = Server(config) if cluster is None else \
+        Server(config, region=number, cluster=(cluster, cluster.regions[number - 1]))
+    server.open_log()
+    return server
+
+
 class InProcessServer:
     """A region on an asyncio loop in a background thread (port 0 = any free port)."""
 

@@ -132,6 +132,10 @@ def test_a_large_entry_keeps_no_encoding_and_its_reply_is_encoded_row_by_row():
     assert reply.parts is None
     assert to_bytes(reply) == to_bytes(Entries([[b"1-0", [b"f", b"1"]], [b"2-0", [b"f", big]]]))
     assert range_entries(s, MIN_ID, (1, 0), 0).parts is not None  # the small one alone: joined
+    ids: list = []
+    one = first_entry(next(iter(s.logs.values())), (2, 0), MAX_ID, ids)  # a group read of COUNT 1
+    assert one is not None and one.parts is None and ids == [(2, 0)]
+    assert to_bytes(one) == to_bytes(Entries([[b"2-0", [b"f", big]]]))
 
 
 @pytest.mark.parametrize("noack", [False, True])

@@ -155,18 +155,24 @@ def xadd(client, argv: list[bytes]):
             raise ReplyError(ERR_WRONG_ARGS_XADD)
         key = argv[1]
         server = client.server
-        db = server.db
-        rules = db.resolver
-        last = rules.top_id(db.keys, key)
-        if last == (U64, U64):
-            raise ReplyError(idgen.ERR_EXHAUSTED)
-        try:
-            new_id = rules.new_id(last, server.now_ms(), None, False, False)
-        except idgen.IdError as e:
-            raise ReplyError(str(e)) from None
-        db.add_plain(key, server.region, new_id, argv[3:])
+        new_id = _new_entry_id(server, key, None, False, False)
+        server.db.add_plain(key, server.region, new_id, argv[3:])
         return b"%d-%d" % new_id
     return _xadd(client, argv, parse_add_or_trim(client, argv, xadd=True))
+
+
+def _new_entry_id(server, key: bytes, wanted: StreamID | None, seq_given: bool, ms_only: bool) -> StreamID:
+    """The ID of XADD's new entry under ``key`` (``wanted`` None: ``*``), as the database's
+    resolver chooses it, or Redis's error."""
+    db = server.db
+    rules = db.resolver
+    last = rules.top_id(db.keys, key)
+    if last == (U64, U64):
+        raise ReplyError(idgen.ERR_EXHAUSTED)
+    try:
+        return rules.new_id(last, server.now_ms(), wanted, seq_given, ms_only)
+    except idgen.IdError as e:
+        raise ReplyError(str(e)) from None
 
 
 def _xadd(client, argv: list[bytes], a: "AddTrimArgs"):
@@ -196,15 +202,8 @@ def _xadd(client, argv: list[bytes], a: "AddTrimArgs"):
                 db.dirty += 1
                 db.touch(key, ready=False)
                 return b"%d-%d" % found
-    rules = db.resolver
-    last = rules.top_id(db.keys, key)
-    if last == (U64, U64):
-        raise ReplyError(idgen.ERR_EXHAUSTED)
-    try:
-        new_id = rules.new_id(last, server.now_ms(), a.id, a.seq_given, a.ms_only)
-    except idgen.IdError as e:
-        raise ReplyError(str(e)) from None
-    db.apply(rules.add_entry(key, server.region, new_id, flat, a.pid, iid))
+    new_id = _new_entry_id(server, key, a.id, a.seq_given, a.ms_only)
+    db.apply(db.resolver.add_entry(key, server.region, new_id, flat, a.pid, iid))
     if a.trims:
         _trim(db, key, a)
     return b"%d-%d" % new_id
