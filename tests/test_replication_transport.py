@@ -673,7 +673,10 @@ def test_a_newer_ack_waiting_for_its_interval_replaces_the_older_and_data_goes_f
 def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
     """Region 2 acknowledges what it receives to every peer; to the region whose own operations
     they are the ack is lazy (that region holds no relays of them), to a third region it is
-    prompt (it holds them as relays toward region 2 until it learns region 2 has them)."""
+    paced by the relay delay (it holds them as relays toward region 2 until it learns region 2
+    has them)."""
+    from node.transport.replication import AckPace
+
     async def scenario():
         hub, _ = make_hub(2)
         from_1, to_3 = Link(hub, 1, {}), Link(hub, 3, {})
@@ -682,42 +685,62 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
         own = [origin1.stamp(b"op-%d" % i) for i in range(3)]
         from_1.deliver(own)
         assert hub.causal.vv[1] == 3
-        assert from_1.outbox.ack is not None and from_1.outbox._ack_lazy      # region 1's own: lazy
-        assert to_3.outbox.ack is not None and not to_3.outbox._ack_lazy      # region 3 may hold them
+        assert from_1.outbox.ack is not None and from_1.outbox._ack_pace == AckPace.LAZY  # region 1's own
+        assert to_3.outbox.ack is not None and to_3.outbox._ack_pace == AckPace.RELAYS    # region 3 may hold them
         origin3 = CausalLog(3)
         relayed = [origin3.stamp(b"op3-%d" % i) for i in range(2)]
         from_1.deliver(relayed)  # region 3's operations, relayed by region 1
-        assert not from_1.outbox._ack_lazy  # region 1 holds them as relays: a prompt ack replaces the lazy one
+        assert from_1.outbox._ack_pace == AckPace.RELAYS  # region 1 holds them as relays: a sooner ack replaces the lazy one
         assert dict(from_1.outbox.ack.ack.vv) == {1: 3, 3: 2}
-        assert not to_3.outbox._ack_lazy  # the prompt one still waiting stays prompt
+        assert to_3.outbox._ack_pace == AckPace.RELAYS  # the sooner one still waiting keeps its pace
         first = await to_3.outbox.get()  # the first ack after a quiet spell goes at once
         assert dict(first.ack.vv) == {1: 3, 3: 2}
         to_3.deliver([origin3.stamp(b"op3-2")])
-        assert to_3.outbox._ack_lazy  # region 3's own operation, told to region 3: lazy
-        assert not from_1.outbox._ack_lazy
+        assert to_3.outbox._ack_pace == AckPace.LAZY  # region 3's own operation, told to region 3: lazy
+        assert from_1.outbox._ack_pace == AckPace.RELAYS
 
     run(scenario())
 
 
 def test_a_prompt_ack_does_not_wait_for_a_lazy_ones_interval():
-    from node.transport.replication import LAZY_ACK_FACTOR, Outbox
+    from node.transport.replication import LAZY_ACK_FACTOR, AckPace, Outbox
 
     async def scenario():
         out = Outbox(capacity=2000)
         out.ack_interval = 0.02
         assert LAZY_ACK_FACTOR > 1
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 1})), lazy=True)
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 1})), AckPace.LAZY)
         assert dict((await out.get()).ack.vv) == {2: 1}  # the first after a quiet spell goes at once
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 2})), lazy=True)
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 2})), AckPace.LAZY)
         waiting = asyncio.ensure_future(out.get())  # a lazy ack: held for LAZY_ACK_FACTOR intervals
         await asyncio.sleep(0)
         assert not waiting.done()
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 3})))  # a prompt one wakes the writer to wait less
-        assert out._readable.is_set() and not out._ack_lazy
-        assert dict((await asyncio.wait_for(waiting, 5)).ack.vv) == {2: 3}
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 3})), AckPace.RELAYS)  # a sooner one wakes the writer to wait less
+        assert out._readable.is_set() and out._ack_pace == AckPace.RELAYS
+        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 4})), AckPace.LAZY)  # a lazier one keeps the sooner pace
+        assert out._ack_pace == AckPace.RELAYS
+        assert dict((await asyncio.wait_for(waiting, 5)).ack.vv) == {2: 4}
         out.close()
 
     run(scenario())
+
+
+def test_an_ack_for_relays_waits_a_third_of_the_relay_delay_within_the_ack_intervals_bounds():
+    """What each pace waits after the previous ack: the relay pace follows the relay delay
+    (CONFIG SET crdt-repl-relay-delay-ms), never sooner than an ack interval nor later than a
+    lazy ack."""
+    from node.transport.replication import LAZY_ACK_FACTOR, RELAY_ACKS_PER_DELAY, AckPace, Outbox
+
+    out = Outbox(capacity=2000)
+    out.ack_interval, out.relay_delay = 0.01, 0.05
+    assert out.ack_wait(AckPace.PARTS) == 0.01
+    assert out.ack_wait(AckPace.LAZY) == 0.01 * LAZY_ACK_FACTOR
+    assert out.ack_wait(AckPace.RELAYS) == 0.05 / RELAY_ACKS_PER_DELAY
+    assert out.ack_wait(AckPace.PARTS) < out.ack_wait(AckPace.RELAYS) < out.ack_wait(AckPace.LAZY)
+    out.relay_delay = 0.0  # every relay at once: nothing to hurry
+    assert out.ack_wait(AckPace.RELAYS) == 0.01
+    out.relay_delay = 10.0
+    assert out.ack_wait(AckPace.RELAYS) == out.ack_wait(AckPace.LAZY)
 
 
 def test_operations_reach_every_region_directly_without_relayed_copies():

@@ -23,11 +23,17 @@ and its ack) is paid per frame, not per operation, so frames are paced: a link
 sends at most one batch per ``crdt-repl-send-interval-ms`` (5 ms) and one ack per
 ``crdt-repl-ack-interval-ms`` (10 ms), the first at once after a quiet spell, and
 what arrives meanwhile shares the next frame (a newer ack replaces the waiting
-one).  An ack that only tells a peer its own operations arrived is lazy: it waits
+one).  How long an ack may wait depends on who waits for it (:class:`AckPace`).  One
+that only tells a peer its own operations arrived is lazy: it waits
 ``LAZY_ACK_FACTOR`` ack intervals, since the peer holds no relays of its own
 operations and nothing else of it waits for that ack (backlog trimming, stability
-and the lag it reports may lag as much); one that raises a third region's
-operations stays prompt.  The links of a region share the frames they build: its
+and the lag it reports may lag as much).  One that raises a third region's
+operations lets the peer drop the copies it holds as relays toward this region: it
+must come well within the relay delay, so it waits a third of that (at least an ack
+interval, at most a lazy one's wait) - with three regions and one writer, the two
+other regions then tell each other a third fewer times a second that the writer's
+operations arrived, which was half of their frames.  Acks of the parts of a large
+operation or of a full resync (progress the stall watch reads) wait one ack interval.  The links of a region share the frames they build: its
 own operations go to every peer, converted and compressed once.  A received batch
 is applied operation by operation, and the region's blocked readers are woken once,
 at its end.  A lone client writing a few thousand operations a second thus costs each
@@ -138,6 +144,7 @@ in one call (``deliver_batch``).
 from __future__ import annotations
 
 import asyncio
+import enum
 import hmac
 import logging
 import math
@@ -182,6 +189,17 @@ RELAY_QUIET_FACTOR = 4
 # an ack that only tells a peer its own operations arrived waits this many ack intervals
 # (Outbox.put_ack): the peer holds no relays of them, nothing of it waits for that ack
 LAZY_ACK_FACTOR = 5
+# an ack that lets a peer drop the relays it holds waits a relay delay divided by this
+RELAY_ACKS_PER_DELAY = 3
+
+
+class AckPace(enum.IntEnum):
+    """How long an ack may wait after the previous one, by what it tells the peer (the lower,
+    the sooner): of two waiting, the newer ack says all the older said, at the sooner pace."""
+
+    PARTS = 0   # parts of a large operation or of a full resync arrived: one ack interval
+    RELAYS = 1  # a third region's operations arrived: a third of the relay delay
+    LAZY = 2    # only the peer's own operations arrived: LAZY_ACK_FACTOR ack intervals
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,11 +373,12 @@ class Outbox:
         self.ack: pb.Frame | None = None
         self.closed = False
         self._ack_turn = True
-        self.ack_interval = ACK_INTERVAL  # the link sets it from its settings (Pacing)
+        self.ack_interval = ACK_INTERVAL  # the link sets both from its settings (Pacing)
+        self.relay_delay = RELAY_DELAY
         self._ack_at = float("-inf")  # when the last ack was handed to the writer
-        self._holding_ack = False  # the writer waits for the ack interval to end (see get)
+        self._holding_ack = False  # the writer waits for the ack's pace to allow it (see get)
         self._ack_waiting = False  # an ack was put and not yet sent
-        self._ack_lazy = False     # ...and it may wait longer (see put_ack)
+        self._ack_pace = AckPace.PARTS  # ...and how long it may wait (see put_ack)
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -376,19 +395,29 @@ class Outbox:
         self.queued += size
         self._readable.set()
 
-    def put_ack(self, frame: pb.Frame, lazy: bool = False) -> None:
+    def put_ack(self, frame: pb.Frame, pace: AckPace = AckPace.PARTS) -> None:
         """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value).
-        ``lazy``: it only tells the peer that its own operations arrived, which nothing of the
-        peer waits for (it holds no relays of them): it may wait ``LAZY_ACK_FACTOR`` ack
-        intervals, unless a prompt one was waiting too (the newer ack says all it said).
-        A writer holding an ack back until its interval passed is not woken (it would only
-        wait again), unless the ack now waiting is prompt and the held one was lazy."""
+        ``pace``: how long after the previous ack it may leave (:meth:`ack_wait`); when an
+        ack was already waiting, the sooner of the two paces holds (the newer ack says all
+        the older said).  A writer holding an ack back until its pace allows it is not woken
+        (it would only wait again), unless the pace is now a sooner one."""
         self.ack = frame
-        hurry = not lazy and self._ack_lazy
-        self._ack_lazy = self._ack_lazy and lazy if self._ack_waiting else lazy
+        if self._ack_waiting and self._ack_pace <= pace:
+            pace = self._ack_pace
+        hurry = pace < self._ack_pace
+        self._ack_pace = pace
         self._ack_waiting = True
         if not self._holding_ack or hurry:
             self._readable.set()
+
+    def ack_wait(self, pace: AckPace) -> float:
+        """Seconds an ack of that pace waits after the previous ack (see :class:`AckPace`)."""
+        if pace == AckPace.PARTS:
+            return self.ack_interval
+        lazy = self.ack_interval * LAZY_ACK_FACTOR
+        if pace == AckPace.LAZY:
+            return lazy
+        return min(lazy, max(self.ack_interval, self.relay_delay / RELAY_ACKS_PER_DELAY))
 
     def close(self) -> None:
         """End the link: the writer gets None, a waiting sender returns."""
@@ -405,7 +434,7 @@ class Outbox:
         while not self.closed:
             if self.ack is not None and (self._ack_turn or not self.frames):
                 now = time.monotonic()
-                due = self._ack_at + self.ack_interval * (LAZY_ACK_FACTOR if self._ack_lazy else 1)
+                due = self._ack_at + self.ack_wait(self._ack_pace)
                 if not self.frames and now < due:
                     # only an ack waits and one left a moment ago: a newer one may replace it
                     self._holding_ack = True
@@ -415,7 +444,7 @@ class Outbox:
                         self._holding_ack = False
                     continue
                 frame, self.ack = self.ack, None
-                self._ack_waiting = self._ack_lazy = False
+                self._ack_waiting = False
                 self._ack_turn = False
                 self._ack_at = now
                 return frame
@@ -569,7 +598,7 @@ class Link:
         while True:
             await self.wakeup.wait()
             pacing = self.hub.pacing()
-            self.outbox.ack_interval = pacing.ack_interval
+            self.outbox.ack_interval, self.outbox.relay_delay = pacing.ack_interval, pacing.relay_delay
             # let operations issued meanwhile join the batch: the rest of this loop turn,
             # and after a frame went out, until the send interval passed since it
             await asyncio.sleep(max(0.0, sent_at + pacing.send_interval - time.monotonic()))
@@ -675,8 +704,8 @@ class Link:
         self.wakeup.set()
 
     # ------------------------------------------------------------ receiving
-    def acknowledge(self, received: int = 0, lazy: bool = False) -> None:
-        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)), lazy)
+    def acknowledge(self, received: int = 0, pace: AckPace = AckPace.PARTS) -> None:
+        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)), pace)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
@@ -700,18 +729,19 @@ class Link:
                                 f"(past crdt-repl-pending-max-ops {limits.max_pending_ops} or -bytes "
                                 f"{limits.max_pending_bytes}): dropped, none was applied")
         # A peer holds back, as relays toward this region, the operations of regions other than
-        # itself: an ack that raises what this region holds of any of those is prompt (the peer
-        # drops them).  One that only says the peer's own operations arrived is lazy
-        # (Outbox.put_ack): a lone writer's region then gets a few acks a second, not one per
-        # ack interval from every peer.
+        # itself: an ack that raises what this region holds of any of those lets the peer drop
+        # them, within the relay delay (AckPace.RELAYS).  One that only says the peer's own
+        # operations arrived is lazy: a lone writer's region then gets a few acks a second,
+        # not one per ack interval from every peer.
         vv = causal.vv
         risen = {o for o, n in vv.items() if n > before.get(o, 0)}
         peer = self.peer
-        self.acknowledge(lazy=all(e.origin == peer for e in envelopes) and risen <= {peer})
+        own = all(e.origin == peer for e in envelopes) and risen <= {peer}
+        self.acknowledge(pace=AckPace.LAZY if own else AckPace.RELAYS)
         if causal.end > end:  # every other peer learns it too: it need not relay these here
             for link in self.hub.links.values():
                 if link is not self:
-                    link.acknowledge(lazy=risen <= {link.peer})
+                    link.acknowledge(pace=AckPace.LAZY if risen <= {link.peer} else AckPace.RELAYS)
 
     def inflate(self, compressed: bytes) -> bytes:
         """A compressed batch's bytes, bounded by the message limit."""
