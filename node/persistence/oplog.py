@@ -133,6 +133,7 @@ from crdt.causal import Envelope
 from .. import opcodec
 from ..cluster_config import ID_MODES
 from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
+from .fsyncthread import FsyncThread
 
 if TYPE_CHECKING:
     from crdt import ops
@@ -432,6 +433,7 @@ class OperationLog(DurabilityRules):
         self.on_fsync: Callable[[int], None] | None = None
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
+        self._fsync_thread = FsyncThread()  # where fsyncs run, off the event loop
         self._fsync_started = float("-inf")  # monotonic time the last fsync started
         self._fsync_timer: asyncio.TimerHandle | None = None  # a paced fsync for replication
         # told the last durable record (per the policy): replication sends only what is durable
@@ -512,19 +514,18 @@ class OperationLog(DurabilityRules):
         fd = os.dup(self.file.fileno())  # the segment may be rolled while the thread works
         directory_dirty = self.file.take_directory_dirty()
         seal = self.file.sealing()  # a finished segment still being put on disk goes first (aof.py)
-        task = asyncio.get_running_loop().run_in_executor(None, _fsync, fd, self.directory if directory_dirty else None,
-                                                          self.fsync_delay_s, seal)
-        task.add_done_callback(lambda fut: self._fsynced(fut, target, target_bytes, directory_dirty))
+        self._fsync_thread.run(_fsync, (fd, self.directory if directory_dirty else None, self.fsync_delay_s, seal),
+                               lambda took_ns, err: self._fsynced(took_ns, err, target, target_bytes, directory_dirty))
 
-    def _fsynced(self, fut: asyncio.Future, target: int, target_bytes: int, directory_dirty: bool) -> None:
+    def _fsynced(self, took_ns: int, err: BaseException | None, target: int, target_bytes: int,
+                 directory_dirty: bool) -> None:
         self._syncing = False
-        err = fut.exception()
         if err is not None:
             if directory_dirty:
                 self.file.mark_directory_dirty()
             self._failed("fsync", err)
             return
-        self._synced_to(target, target_bytes, fut.result())
+        self._synced_to(target, target_bytes, took_ns)
         ready = [cb for rec, cb in self._waiters if rec <= self.synced]
         self._waiters = [(rec, cb) for rec, cb in self._waiters if rec > self.synced]
         for cb in ready:
@@ -620,6 +621,7 @@ class OperationLog(DurabilityRules):
         if self._fsync_timer is not None:
             self._fsync_timer.cancel()
             self._fsync_timer = None
+        self._fsync_thread.stop()  # after an fsync still running: closing fsyncs everything anyway
         try:
             self.file.close()
         except OSError as e:
@@ -633,7 +635,7 @@ class OperationLog(DurabilityRules):
 
 
 def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[[], None] | None = None) -> int:
-    """Runs in a worker thread; returns how long it took in nanoseconds (an injected delay included)."""
+    """Runs in the log's fsync thread; returns how long it took in nanoseconds (an injected delay included)."""
     t0 = time.perf_counter_ns()
     if delay_s:
         time.sleep(delay_s)  # a slow disk (DEBUG FSYNC-DELAY): this runs in a worker thread
