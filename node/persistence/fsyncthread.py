@@ -33,7 +33,7 @@ class FsyncThread:
     def run(self, fn: Callable[..., Any], args: tuple, done: Done) -> None:
         """Run ``fn(*args)`` in the thread; then ``done(result, error)`` on this event loop."""
         loop = asyncio.get_running_loop()
-        if self._thread is None or not self._thread.is_alive():
+        if self._thread is None:  # (it ends only when stopped: a job's exception goes to its caller)
             self._jobs = queue.SimpleQueue()  # the thread's own: one stopped never takes another's job
             self._thread = threading.Thread(target=self._work, args=(self._jobs,), name=self.name, daemon=True)
             self._thread.start()

@@ -370,7 +370,9 @@ class Outbox:
         self.capacity = capacity  # bytes of queued data frames before put() waits
         self.frames: deque[tuple[pb.Frame, int]] = deque()
         self.queued = 0
-        self.ack: pb.Frame | None = None
+        # the ack to send next, or what builds it when it leaves (Link.acknowledge: most acks
+        # put are replaced before they leave, so their version vector is read only then)
+        self.ack: pb.Frame | Callable[[], pb.Frame] | None = None
         self.closed = False
         self._ack_turn = True
         self.ack_interval = ACK_INTERVAL  # the link sets both from its settings (Pacing)
@@ -395,8 +397,9 @@ class Outbox:
         self.queued += size
         self._readable.set()
 
-    def put_ack(self, frame: pb.Frame, pace: AckPace = AckPace.PARTS) -> None:
-        """Make ``frame`` the ack to send next, replacing one not yet sent (acks only raise a value).
+    def put_ack(self, frame: pb.Frame | Callable[[], pb.Frame], pace: AckPace = AckPace.PARTS) -> None:
+        """Make ``frame`` (or what a call of it returns, when it leaves) the ack to send next,
+        replacing one not yet sent (acks only raise a value).
         ``pace``: how long after the previous ack it may leave (:meth:`ack_wait`); when an
         ack was already waiting, the sooner of the two paces holds (the newer ack says all
         the older said).  A writer holding an ack back until its pace allows it is not woken
@@ -444,6 +447,8 @@ class Outbox:
                         self._holding_ack = False
                     continue
                 frame, self.ack = self.ack, None
+                if callable(frame):
+                    frame = frame()
                 self._ack_waiting = False
                 self._ack_turn = False
                 self._ack_at = now
@@ -705,7 +710,8 @@ class Link:
 
     # ------------------------------------------------------------ receiving
     def acknowledge(self, received: int = 0, pace: AckPace = AckPace.PARTS) -> None:
-        self.outbox.put_ack(pb.Frame(ack=pb.Ack(vv=self.hub.causal.vv, received=received)), pace)
+        causal = self.hub.causal
+        self.outbox.put_ack(lambda: pb.Frame(ack=pb.Ack(vv=causal.vv, received=received)), pace)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
