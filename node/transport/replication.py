@@ -33,8 +33,9 @@ must come well within the relay delay, so it waits a third of that (at least an 
 interval, at most a lazy one's wait) - with three regions and one writer, the two
 other regions then tell each other a third fewer times a second that the writer's
 operations arrived, which was half of their frames.  Acks of the parts of a large
-operation or of a full resync (progress the stall watch reads) wait one ack interval.  The links of a region share the frames they build: its
-own operations go to every peer, converted and compressed once.  A received batch
+operation or of a full resync (progress the stall watch reads) wait one ack
+interval.  The links of a region share the frames they build: its own operations
+go to every peer, converted and compressed once.  A received batch
 is applied operation by operation, and the region's blocked readers are woken once,
 at its end.  A lone client writing a few thousand operations a second thus costs each
 region a few hundred frames a second, not several per operation.  Relaying is
