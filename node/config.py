@@ -166,7 +166,7 @@ class Config:
     def __init__(self, **overrides: object) -> None:
         self.values: dict[str, object] = {s.name: s.default for s in SETTINGS}
         for k, v in overrides.items():
-            self.values[k.replace("_", "-")] = v
+            self.set(k.replace("_", "-"), v)
 
     def __getitem__(self, name: str):
         return self.values[name]
@@ -232,4 +232,15 @@ class Config:
         return limits
 
     def set(self, name: str, value: object) -> None:
+        """Set a value already parsed (:meth:`parse` turns CONFIG SET's bytes into one).  A
+        yes/no setting takes a bool, a number setting an int and a choice one of its choices:
+        a ``"no"`` stored as it is would read as true where the server tests the setting."""
+        s = BY_NAME.get(name)
+        if s is not None:
+            if s.kind == "bool" and type(value) is not bool:
+                raise TypeError(f"setting {name} takes a bool, not {value!r}")
+            if s.kind in ("int", "memory") and type(value) is not int:
+                raise TypeError(f"setting {name} takes an int, not {value!r}")
+            if s.kind == "enum" and value not in s.choices:
+                raise TypeError(f"setting {name} takes one of {', '.join(s.choices)}, not {value!r}")
         self.values[name] = value

@@ -32,7 +32,7 @@ def _connect(server: Server) -> tuple[ClientConnection, RecordingTransport]:
     return client, transport
 
 
-def _server(tmp_path, appendonly: str = "no") -> Server:
+def _server(tmp_path, appendonly: bool = False) -> Server:
     config = Config(dir=str(tmp_path))
     config.set("appendonly", appendonly)
     server = Server(config)
@@ -59,7 +59,7 @@ def test_a_turns_replies_leave_together_at_its_end_one_write_per_client(tmp_path
 
 def test_replies_that_wait_for_the_log_leave_after_its_write_in_the_same_single_write(tmp_path):
     async def main() -> None:
-        server = _server(tmp_path, appendonly="yes")
+        server = _server(tmp_path, appendonly=True)
         client, transport = _connect(server)
         seen_written = []
         write = transport.write

@@ -69,6 +69,24 @@ def test_config_get_lists_every_setting_and_set_validates(raw):
     assert raw.call("CONFIG", "RESETSTAT") == b"OK"
 
 
+def test_a_setting_set_in_code_takes_the_parsed_type_only():
+    """What CONFIG SET parses goes in as it is; a "no" handed to a yes/no setting as a string
+    would read as true where the server tests it, so the setter refuses it (and a string
+    number, and a choice that is not one), at start too."""
+    cfg = Config()
+    cfg.set("appendonly", False)
+    cfg.set("stream-node-max-entries", cfg.parse("stream-node-max-entries", b"50"))
+    cfg.set("appendfsync", "always")
+    assert (cfg["appendonly"], cfg["stream-node-max-entries"], cfg["appendfsync"]) == (False, 50, "always")
+    for name, value in (("appendonly", "no"), ("appendonly", 0), ("stream-node-max-entries", "50"),
+                        ("stream-node-max-entries", True), ("appendfsync", "sometimes")):
+        with pytest.raises(TypeError, match=name):
+            cfg.set(name, value)
+        with pytest.raises(TypeError, match=name):
+            Config(**{name.replace("-", "_"): value})
+    assert cfg["appendonly"] is False and cfg["stream-node-max-entries"] == 50
+
+
 def test_node_size_settings_shape_new_blocks(raw):
     raw.call("CONFIG", "SET", "stream-node-max-entries", "3")
     try:
