@@ -25,21 +25,10 @@ import time
 
 import grpc
 
+from bench.run import cpu_seconds
 from node.testing import free_port, wait_until
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
-
-
-def _cpu_ticks(pid: int) -> int:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total
 
 
 class _Counting(pb_grpc.ReplicationServicer):
@@ -102,14 +91,14 @@ def measure(rate: int, seconds: float, size: int, reply_every: int, cores: tuple
         for tid in os.listdir(f"/proc/{server.pid}/task"):
             os.sched_setaffinity(int(tid), {cores[1]})
         os.sched_setaffinity(0, {cores[0]})
-        before = _cpu_ticks(server.pid)
+        before = cpu_seconds(server.pid)
         sent = uvloop.run(_write(port, rate, seconds, size))
-        after = _cpu_ticks(server.pid)
+        after = cpu_seconds(server.pid)
     finally:
         os.sched_setaffinity(0, mine)
         server.kill()
         server.wait()
-    return (after - before) / os.sysconf("SC_CLK_TCK") * 1e6 / sent
+    return (after - before) * 1e6 / sent
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,23 +26,11 @@ import time
 
 import redis
 
+from bench.run import cpu_seconds
 from node.testing import LocalCluster
 
 FIELDS = {"f1": "abcdefghijkl", "f2": "abcdefghijkl"}
 SEND_INTERVAL_S = 0.005  # the writer's pipelines: one per default send interval
-
-
-def _cpu_ticks(pid: int) -> int:
-    """User + system clock ticks of every thread of ``pid``."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue  # a thread that ended meanwhile
-        total += int(fields[11]) + int(fields[12])
-    return total
 
 
 def _pin(pid: int, core: int) -> None:
@@ -68,7 +56,7 @@ def measure(rate: int, seconds: float, settings: dict[str, str], cores: tuple[in
         os.sched_setaffinity(0, {cores[0]})
         try:
             per_pipeline = max(1, round(rate * SEND_INTERVAL_S))
-            before = [_cpu_ticks(pid) for pid in pids]
+            before = [cpu_seconds(pid) for pid in pids]
             start, issued = time.monotonic(), 0
             while time.monotonic() - start < seconds:
                 pipe = clients[0].pipeline(transaction=False)
@@ -84,11 +72,10 @@ def measure(rate: int, seconds: float, settings: dict[str, str], cores: tuple[in
                 if time.monotonic() > deadline:
                     raise TimeoutError("the other regions did not receive every operation within 60 s")
                 time.sleep(0.01)
-            after = [_cpu_ticks(pid) for pid in pids]
+            after = [cpu_seconds(pid) for pid in pids]
         finally:
             os.sched_setaffinity(0, mine)
-    hz = os.sysconf("SC_CLK_TCK")
-    return [(a - b) / hz * 1e6 / issued for a, b in zip(after, before)]
+    return [(a - b) * 1e6 / issued for a, b in zip(after, before)]
 
 
 def _settings(pairs: list[str]) -> dict[str, str]:
