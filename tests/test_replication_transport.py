@@ -50,6 +50,11 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def ack_of(vv: dict[int, int]):
+    """What builds an Ack of ``vv`` (Outbox.put_ack calls it when the ack leaves)."""
+    return lambda: pb.Frame(ack=pb.Ack(vv=vv))
+
+
 def test_relay_heals_a_cut_link():
     async def scenario():
         hubs = {r: make_hub(r) for r in (1, 2, 3)}
@@ -250,11 +255,11 @@ def test_an_ack_never_waits_for_room_and_the_latest_one_goes_first():
         await asyncio.sleep(0)
         assert not blocked.done()
         for n in (1, 2, 3):  # the receiver acknowledges three times without waiting
-            out.put_ack(pb.Frame(ack=pb.Ack(vv={2: n})))
+            out.put_ack(ack_of({2: n}))
         first = await out.get()
         assert first.WhichOneof("body") == "ack" and dict(first.ack.vv) == {2: 3}  # only the latest
         assert (await out.get()).batch.envelopes[0].n == 1  # then data...
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 4})))
+        out.put_ack(ack_of({2: 4}))
         assert dict((await out.get()).ack.vv) == {2: 4}      # ...and acks take turns with it
         assert (await out.get()).batch.envelopes[0].n == 2
         await blocked  # room was made
@@ -651,13 +656,13 @@ def test_a_newer_ack_waiting_for_its_interval_replaces_the_older_and_data_goes_f
     async def scenario():
         out = Outbox(capacity=2000)
         out.ack_interval = 0.05
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 1})))
+        out.put_ack(ack_of({2: 1}))
         assert dict((await out.get()).ack.vv) == {2: 1}  # the first ack after a quiet spell goes at once
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 2})))
+        out.put_ack(ack_of({2: 2}))
         waiting = asyncio.ensure_future(out.get())  # holds the ack until the interval passed
         await asyncio.sleep(0)
         assert not waiting.done()
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 3})))  # replaces the held one
+        out.put_ack(ack_of({2: 3}))  # replaces the held one
         await asyncio.sleep(0)
         assert not waiting.done()
         data = pb.Frame(batch=pb.Batch(envelopes=[pb.Envelope(origin=1, n=1, op=b"x")]))
@@ -691,7 +696,7 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
         relayed = [origin3.stamp(b"op3-%d" % i) for i in range(2)]
         from_1.deliver(relayed)  # region 3's operations, relayed by region 1
         assert from_1.outbox._ack_pace == AckPace.RELAYS  # region 1 holds them as relays: a sooner ack replaces the lazy one
-        assert dict(from_1.outbox.ack().ack.vv) == {1: 3, 3: 2}  # built when it leaves
+        assert dict(from_1.outbox.ack().ack.vv) == {1: 3, 3: 2}  # (built when it leaves)
         assert to_3.outbox._ack_pace == AckPace.RELAYS  # the sooner one still waiting keeps its pace
         first = await to_3.outbox.get()  # the first ack after a quiet spell goes at once
         assert dict(first.ack.vv) == {1: 3, 3: 2}
@@ -709,15 +714,15 @@ def test_a_prompt_ack_does_not_wait_for_a_lazy_ones_interval():
         out = Outbox(capacity=2000)
         out.ack_interval = 0.02
         assert LAZY_ACK_FACTOR > 1
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 1})), AckPace.LAZY)
+        out.put_ack(ack_of({2: 1}), AckPace.LAZY)
         assert dict((await out.get()).ack.vv) == {2: 1}  # the first after a quiet spell goes at once
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 2})), AckPace.LAZY)
+        out.put_ack(ack_of({2: 2}), AckPace.LAZY)
         waiting = asyncio.ensure_future(out.get())  # a lazy ack: held for LAZY_ACK_FACTOR intervals
         await asyncio.sleep(0)
         assert not waiting.done()
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 3})), AckPace.RELAYS)  # a sooner one wakes the writer to wait less
+        out.put_ack(ack_of({2: 3}), AckPace.RELAYS)  # a sooner one wakes the writer to wait less
         assert out._readable.is_set() and out._ack_pace == AckPace.RELAYS
-        out.put_ack(pb.Frame(ack=pb.Ack(vv={2: 4})), AckPace.LAZY)  # a lazier one keeps the sooner pace
+        out.put_ack(ack_of({2: 4}), AckPace.LAZY)  # a lazier one keeps the sooner pace
         assert out._ack_pace == AckPace.RELAYS
         assert dict((await asyncio.wait_for(waiting, 5)).ack.vv) == {2: 4}
         out.close()

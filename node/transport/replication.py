@@ -371,9 +371,9 @@ class Outbox:
         self.capacity = capacity  # bytes of queued data frames before put() waits
         self.frames: deque[tuple[pb.Frame, int]] = deque()
         self.queued = 0
-        # the ack to send next, or what builds it when it leaves (Link.acknowledge: most acks
+        # what builds the ack to send next, called when it leaves (Link.acknowledge: most acks
         # put are replaced before they leave, so their version vector is read only then)
-        self.ack: pb.Frame | Callable[[], pb.Frame] | None = None
+        self.ack: Callable[[], pb.Frame] | None = None
         self.closed = False
         self._ack_turn = True
         self.ack_interval = ACK_INTERVAL  # the link sets both from its settings (Pacing)
@@ -398,14 +398,14 @@ class Outbox:
         self.queued += size
         self._readable.set()
 
-    def put_ack(self, frame: pb.Frame | Callable[[], pb.Frame], pace: AckPace = AckPace.PARTS) -> None:
-        """Make ``frame`` (or what a call of it returns, when it leaves) the ack to send next,
+    def put_ack(self, build: Callable[[], pb.Frame], pace: AckPace = AckPace.PARTS) -> None:
+        """Make the ack ``build`` returns (called when it leaves) the ack to send next,
         replacing one not yet sent (acks only raise a value).
         ``pace``: how long after the previous ack it may leave (:meth:`ack_wait`); when an
         ack was already waiting, the sooner of the two paces holds (the newer ack says all
         the older said).  A writer holding an ack back until its pace allows it is not woken
         (it would only wait again), unless the pace is now a sooner one."""
-        self.ack = frame
+        self.ack = build
         if self._ack_waiting and self._ack_pace <= pace:
             pace = self._ack_pace
         hurry = pace < self._ack_pace
@@ -447,9 +447,7 @@ class Outbox:
                     finally:
                         self._holding_ack = False
                     continue
-                frame, self.ack = self.ack, None
-                if callable(frame):
-                    frame = frame()
+                frame, self.ack = self.ack(), None
                 self._ack_waiting = False
                 self._ack_turn = False
                 self._ack_at = now
