@@ -193,8 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-throughput", action="store_true", help="skip the redis-benchmark comparison")
     ap.add_argument("--stages", action="store_true",
                     help="also time each stage of the path (the regions record them: BRAID_REPL_TRACE)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of every region of the delay runs (e.g. crdt-repl-send-interval-ms=10)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS-replication.md"))
     args = ap.parse_args(argv)
+    settings: list[tuple[str, str]] = []
+    for pair in args.set:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            ap.error(f"--set takes NAME=VALUE, not {pair!r}")
+        settings.append((name, value))
     console = Console()
     n = 20_000 if args.quick else 100_000
     seconds = args.seconds or (2.0 if args.quick else 10.0)
@@ -215,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["BRAID_REPL_TRACE"] = prefix  # the regions started next record their stages
         try:
             with LocalCluster(3) as cluster:
+                for c in cluster.clients():
+                    for name, value in settings:
+                        c.config_set(name, value)
+                    c.close()
                 cluster.links_wait(120)  # a region started before its peers dials them again later:
                 cluster.sync_wait(120)   # the first operations would arrive relayed, not directly
                 run = delays(cluster, args.rate, seconds)

@@ -69,3 +69,27 @@ def test_peers_nice_renices_every_thread_of_a_running_process():
         child.kill()
         child.wait()
     assert parse_args(["--peers-nice", "7"]).peers_nice == 7
+
+
+def test_colocation_refuses_a_share_outside_a_core_and_an_unknown_placement(capsys):
+    import pytest
+
+    from bench.colocation import main
+
+    for argv in (["--shares", "0.1,1.5"], ["--shares", "x"], ["--only", "peers,elsewhere"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'1.5'" in err and "'x'" in err and "unknown placements: elsewhere" in err
+
+
+def test_the_replication_benchmark_takes_settings_as_name_equals_value(capsys):
+    import pytest
+
+    from bench.replication import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--set", "crdt-repl-send-interval-ms"])
+    assert exc.value.code == 2
+    assert "--set takes NAME=VALUE, not 'crdt-repl-send-interval-ms'" in capsys.readouterr().err
