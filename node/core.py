@@ -180,6 +180,10 @@ class RegionCore:
         # the region exports metrics, else empty (execute() then only looks it up)
         self.latency: dict[str, LatencyHistogram] = {}
         self._set_write_cap()
+        # what lets other processes run on this region's core a moment (the server sets
+        # os.sched_yield; a core in the simulation or a test has none): see apply_remote_run
+        self.offer_cpu: Callable[[], object] | None = None
+        self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         self.blocking = BlockingRegistry()
         self.clients: dict[int, Session] = {}
         self._client_ids = itertools.count(1)
@@ -217,6 +221,7 @@ class RegionCore:
     def config_changed(self) -> None:
         self.db.limits = self._limits()
         self._set_write_cap()
+        self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         if self.oplog is not None:
             self.oplog.policy = self.config["appendfsync"]
 
@@ -646,15 +651,27 @@ class RegionCore:
         """:meth:`apply_remote` of each of ``run`` in turn (envelopes the causal log found ready
         in order), with one log write for them all.  Whatever fails - decoding or applying one,
         logging them, serving the readers - stops the region; ``ApplyFailed.applied`` says how
-        many of the run count as applied (those logged before the failure)."""
+        many of the run count as applied (those logged before the failure).
+
+        Every ``crdt-repl-apply-yield-ops`` operations the region offers its core to other
+        runnable processes (``offer_cpu``): a peer's batch of a few hundred operations takes a
+        few milliseconds to apply, and where regions share cores with each other or with their
+        clients (a local cluster, a busy host), what waits behind that burst is another
+        process's request - the kernel does not preempt a region for a process that woke
+        after it.  With nothing else runnable the offer returns at once (a system call every
+        sixteen operations by default); never while replaying the log at start."""
         if self.failed is not None:
             raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
         db, decode_plain_add = self.db, opcodec.decode_plain_add
         aa = db.aa
         applied = counted = at = 0
+        offer_cpu = self.offer_cpu
+        every = self.apply_yield_ops if offer_cpu is not None and not self.replaying else 0
         failure: Exception | None = None
         try:
             for env in run:
+                if every and applied and applied % every == 0:
+                    offer_cpu()
                 if self.apply_faults:  # DEBUG APPLY-FAIL
                     self.apply_faults -= 1
                     raise InjectedFault("DEBUG APPLY-FAIL")

@@ -81,6 +81,7 @@ class Server(RegionCore):
         self.migrate_transport = SocketMigrateTransport()  # MIGRATE's cached connections to targets
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
+        self.offer_cpu = getattr(os, "sched_yield", None)  # between slices of a peer's batch (core.py)
         self._cache_limits()
         if self.db.aa is not None:
             from .persistence.promise import FilePromiseStore

@@ -178,6 +178,40 @@ def test_a_peers_batch_is_applied_as_one_run_with_one_write_of_its_records():
     assert [decode_replicated(payload).dot for _n, _kind, payload in read_back(file)[0]] == [(2, 1), (2, 2), (2, 3)]
 
 
+def test_applying_a_peers_batch_offers_the_core_to_other_processes_every_so_many_operations():
+    """Every crdt-repl-apply-yield-ops operations of a peer's run, the region calls its
+    ``offer_cpu`` (the server's is os.sched_yield) between two operations; 0 never does."""
+    core, me, _file = region("always")
+    offered_after = []
+    core.offer_cpu = lambda: offered_after.append(core.db.keys[b"k"].length)
+    core.aa.hub.deliver_batch(_peer_adds(40))
+    assert offered_after == [16, 32] and core.db.keys[b"k"].length == 40
+    assert core.call(me, [b"CONFIG", b"SET", b"crdt-repl-apply-yield-ops", b"10"]) == "OK"
+    core.aa.hub.deliver_batch(_peer_adds(60)[40:])
+    assert offered_after == [16, 32, 50] and core.db.keys[b"k"].length == 60  # none after the last
+    assert core.call(me, [b"CONFIG", b"SET", b"crdt-repl-apply-yield-ops", b"0"]) == "OK"
+    core.aa.hub.deliver_batch(_peer_adds(100)[60:])
+    assert len(offered_after) == 3 and core.db.keys[b"k"].length == 100
+
+
+def test_replaying_the_log_never_offers_the_core():
+    core, _me, file = region("always")
+    core.aa.hub.deliver_batch(_peer_adds(40))
+    core.end_turn()
+    again = RegionCore(Config(appendfsync="always"), cluster=(cluster(), cluster().regions[0]), clock=lambda: T0)
+    offers = []
+    again.offer_cpu = lambda: offers.append(1)
+    replay.replay(again, read_back(file)[0])
+    assert again.db.keys[b"k"].length == 40 and offers == []
+
+
+def test_a_server_offers_its_core_with_sched_yield():
+    import os
+
+    assert Server(Config()).offer_cpu is os.sched_yield
+    assert RegionCore(Config()).offer_cpu is None  # a core without a process of its own does not
+
+
 @pytest.mark.parametrize("where", ["applying the second", "logging", "serving the readers"])
 def test_a_failure_in_a_run_stops_the_region_and_counts_only_what_was_logged(where, monkeypatch):
     """Decoding or applying one of a peer's run, writing their records or serving the readers
