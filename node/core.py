@@ -172,6 +172,7 @@ class RegionCore:
             aa.hub.on_apply = self.apply_remote
             aa.hub.on_apply_run = self.apply_remote_run
             aa.hub.on_batch_applied = self.remote_batch_applied
+            aa.hub.frame_arrives = self.peer_frame_arrives
             aa.hub.install_image = self.install_image
             aa.on_setting = self._db_setting_changed
             aa.flush_database = self.flush_database
@@ -654,12 +655,13 @@ class RegionCore:
         many of the run count as applied (those logged before the failure).
 
         Every ``crdt-repl-apply-yield-ops`` operations the region offers its core to other
-        runnable processes (``offer_cpu``): a peer's batch of a few hundred operations takes a
-        few milliseconds to apply, and where regions share cores with each other or with their
-        clients (a local cluster, a busy host), what waits behind that burst is another
-        process's request - the kernel does not preempt a region for a process that woke
-        after it.  With nothing else runnable the offer returns at once (a system call every
-        sixteen operations by default); never while replaying the log at start."""
+        runnable processes (``offer_cpu``; and before each frame, :meth:`peer_frame_arrives`):
+        a peer's batch of a few hundred operations takes a few milliseconds to apply, and where
+        regions share cores with each other or with their clients (a local cluster, a busy
+        host), what waits behind that burst is another process's request - the kernel does not
+        preempt a region for a process that woke after it.  With nothing else runnable the
+        offer returns at once (a system call every sixteen operations by default); never while
+        replaying the log at start."""
         if self.failed is not None:
             raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
         db, decode_plain_add = self.db, opcodec.decode_plain_add
@@ -702,6 +704,14 @@ class RegionCore:
             if not self.replaying:  # a replay reports it as a record it cannot load
                 self.fail_stop(reason, failure)
             raise ApplyFailed(reason, counted) from failure
+
+    def peer_frame_arrives(self) -> None:
+        """A link is about to handle a frame of a peer's: offer the core to other runnable
+        processes first, as between slices of a batch (:meth:`apply_remote_run`).  A peer's
+        frame leaves when the peer ends a turn of its event loop, the same moment its replies
+        to its clients leave: where they share this region's core, those clients go first."""
+        if self.offer_cpu is not None and self.apply_yield_ops:
+            self.offer_cpu()
 
     def remote_batch_applied(self) -> None:
         """A link applied a batch of other regions' operations: serve the readers blocked on

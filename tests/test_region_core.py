@@ -194,6 +194,18 @@ def test_applying_a_peers_batch_offers_the_core_to_other_processes_every_so_many
     assert len(offered_after) == 3 and core.db.keys[b"k"].length == 100
 
 
+def test_the_core_is_offered_before_each_frame_of_a_peer_unless_the_setting_is_0():
+    core, me, _file = region("always")
+    offers = []
+    core.offer_cpu = lambda: offers.append(1)
+    assert core.aa.hub.frame_arrives == core.peer_frame_arrives  # what a link calls (transport)
+    core.aa.hub.frame_arrives()
+    assert offers == [1]
+    assert core.call(me, [b"CONFIG", b"SET", b"crdt-repl-apply-yield-ops", b"0"]) == "OK"
+    core.aa.hub.frame_arrives()
+    assert offers == [1]
+
+
 def test_replaying_the_log_never_offers_the_core():
     core, _me, file = region("always")
     core.aa.hub.deliver_batch(_peer_adds(40))

@@ -767,6 +767,7 @@ class Link:
 
     def on_frame(self, frame: pb.Frame) -> None:
         """Take one frame from the peer; never waits (acks go to the outbox's slot)."""
+        self.hub.frame_arrives()
         kind = frame.WhichOneof("body")
         if self.hub.is_cut(self.peer):
             return  # nothing crosses a cut link; it is being closed
@@ -921,6 +922,9 @@ class ReplicationHub:
         # is true meanwhile
         self.on_batch_applied: Callable[[], None] = _nothing
         self.in_batch = False
+        # called as a link is about to handle a frame from its peer (the region offers its core
+        # to other runnable processes first: node/core.py, RegionCore.peer_frame_arrives)
+        self.frame_arrives: Callable[[], None] = _nothing
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
