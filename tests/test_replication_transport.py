@@ -859,9 +859,10 @@ def test_the_pacing_of_links_is_a_setting():
             config.parse(name, b"60001")
 
 
-def test_a_link_tells_the_hub_before_it_handles_each_frame_of_its_peer():
-    """The region offers its core to other processes before a peer's frame is handled
-    (node/core.py): the link calls ``frame_arrives`` before anything of the frame is applied."""
+def test_a_link_tells_the_hub_before_it_handles_each_frame_of_operations_of_its_peer():
+    """The region offers its core to other processes before a peer's frame of operations is
+    handled (node/core.py): the link calls ``frame_arrives`` before anything of the frame is
+    applied - not for an ack, which applies nothing."""
 
     async def scenario():
         hub, applied = make_hub(2)
@@ -872,6 +873,7 @@ def test_a_link_tells_the_hub_before_it_handles_each_frame_of_its_peer():
         origin1 = CausalLog(1)
         link.on_frame(pb.Frame(packed=pack_batch([origin1.stamp(b"op-%d" % i) for i in range(3)])))
         link.on_frame(pb.Frame(ack=pb.Ack(vv={2: 0})))
-        assert seen == [0, 3] and len(applied) == 3
+        link.on_frame(pb.Frame(packed=pack_batch([origin1.stamp(b"op-3")])))
+        assert seen == [0, 3] and len(applied) == 4
 
     run(scenario())

@@ -767,13 +767,13 @@ class Link:
 
     def on_frame(self, frame: pb.Frame) -> None:
         """Take one frame from the peer; never waits (acks go to the outbox's slot)."""
-        self.hub.frame_arrives()
         kind = frame.WhichOneof("body")
         if self.hub.is_cut(self.peer):
             return  # nothing crosses a cut link; it is being closed
         if kind == "ack":
             self.on_ack(frame.ack)
             return
+        self.hub.frame_arrives()  # what follows applies operations: the region may offer its core first
         if self.parts.open and kind != "fragment":
             raise ProtocolError(f"a {kind} frame among the parts of operation {self.parts.dot}")
         if self.image.pending and kind != "resync":
@@ -922,8 +922,8 @@ class ReplicationHub:
         # is true meanwhile
         self.on_batch_applied: Callable[[], None] = _nothing
         self.in_batch = False
-        # called as a link is about to handle a frame from its peer (the region offers its core
-        # to other runnable processes first: node/core.py, RegionCore.peer_frame_arrives)
+        # called as a link is about to handle a frame of operations from its peer, not an ack (the
+        # region offers its core to other runnable processes first: RegionCore.peer_frame_arrives)
         self.frame_arrives: Callable[[], None] = _nothing
         self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
