@@ -132,9 +132,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("crdt-repl-ack-interval-ms", "int", 10, 0, 60000),
     Setting("crdt-repl-relay-delay-ms", "int", 50, 0, 60000),
     Setting("crdt-repl-fsync-interval-ms", "int", 10, 0, 60000),
-    # before a peer's frame of operations, and after every N operations of a peer's batch, a region offers its
-    # core to other runnable processes (sched_yield; 0: never), so that a large batch does not hold a shared core for
-    # milliseconds while co-located processes - other regions, clients - wait to run
+    # before a peer's frame of operations, and after every N operations of a peer's batch, a
+    # region offers its core to other runnable processes (sched_yield; 0: never), so that a large
+    # batch does not hold a shared core for milliseconds while co-located processes - other
+    # regions, clients - wait to run
     Setting("crdt-repl-apply-yield-ops", "int", 16, 0, 1 << 20),
     # TLS on the client port (node/security/tls.py), Redis's names, defaults and mutability:
     # tls-port 0 is off; CONFIG SET of any of them builds a new context for new connections

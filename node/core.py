@@ -706,10 +706,11 @@ class RegionCore:
             raise ApplyFailed(reason, counted) from failure
 
     def peer_frame_arrives(self) -> None:
-        """A link is about to handle a frame of a peer's operations: offer the core to other runnable
-        processes first, as between slices of a batch (:meth:`apply_remote_run`).  A peer's
-        frame leaves when the peer ends a turn of its event loop, the same moment its replies
-        to its clients leave: where they share this region's core, those clients go first."""
+        """A link is about to handle a frame of a peer's operations: offer the core to other
+        runnable processes first, as between slices of a batch (:meth:`apply_remote_run`).  A
+        peer's frame leaves when the peer ends a turn of its event loop, the same moment its
+        replies to its clients leave: where they share this region's core, those clients go
+        first."""
         if self.offer_cpu is not None and self.apply_yield_ops:
             self.offer_cpu()
 
