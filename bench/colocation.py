@@ -42,8 +42,8 @@ import subprocess
 import sys
 import time
 
-from bench.run import (XADD, BraidServer, _child_setup, cpu_seconds, parse_benchmark, pin_process, ping,
-                       renice_process, set_cores)
+from bench.run import (XADD, BraidServer, _child_setup, cpu_seconds, parse_benchmark, pin_process, renice_process,
+                       set_cores)
 from bench.run import _each_thread as each_thread
 from node.testing import LocalCluster
 
@@ -88,12 +88,7 @@ def standalone(requests: int) -> float:
     server = BraidServer("standalone", ["--appendonly", "yes"])
     try:
         server.spawn()
-        deadline = time.monotonic() + 60
-        while not ping(server.port):
-            server.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError("the standalone region did not answer PING within 60 s")
-            time.sleep(0.05)
+        server.wait_ready()
         pin_process(server.pid, "server")
         return _benchmark(server.port, requests)[0]
     finally:

@@ -28,22 +28,12 @@ import time
 
 from rich.console import Console
 
-from node.cluster import ping
 from node.testing import replication_status
 
-from .run import (PAYLOAD, START_DEADLINE, BraidServer, RedisServer, fill, machine, parse_benchmark)
+from .run import (PAYLOAD, BraidServer, RedisServer, fill, machine, parse_benchmark)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "RESULTS-durability.md")
-
-
-def _wait_ping(server) -> None:
-    deadline = time.monotonic() + START_DEADLINE
-    while not ping(server.port):
-        server.check_alive()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{server.label} did not answer PING")
-        time.sleep(0.01)
 
 
 def throughput(policy: str, requests: int) -> dict:
@@ -53,7 +43,7 @@ def throughput(policy: str, requests: int) -> dict:
         s = cls(label, extra)
         try:
             s.spawn()
-            _wait_ping(s)
+            s.wait_ready()
             text = subprocess.run(["redis-benchmark", "-p", str(s.port), "-c", "50", "-P", "1", "-n", str(requests),
                                    "--csv", "XADD", "s", "*", *PAYLOAD], capture_output=True, text=True,
                                   timeout=1800).stdout
@@ -70,7 +60,7 @@ def restart(entries: int) -> dict:
     s = BraidServer("braid", ["--appendfsync", "everysec"])
     try:
         s.spawn()
-        _wait_ping(s)
+        s.wait_ready()
         c = s.client()
         fill(c, "s", entries * 9 // 10)
         c.bgsave()
@@ -82,7 +72,7 @@ def restart(entries: int) -> dict:
         s.proc.wait(60)
         t0 = time.monotonic()
         s.spawn()
-        _wait_ping(s)
+        s.wait_ready()
         seconds = time.monotonic() - t0
         c = s.client()
         info = c.info("persistence")

@@ -26,6 +26,7 @@ import time
 
 import redis
 
+from bench.run import _each_thread as each_thread
 from bench.run import cpu_seconds
 from node.testing import LocalCluster
 
@@ -34,11 +35,7 @@ SEND_INTERVAL_S = 0.005  # the writer's pipelines: one per default send interval
 
 
 def _pin(pid: int, core: int) -> None:
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            os.sched_setaffinity(int(tid), {core})
-        except OSError:
-            pass  # a thread that ended meanwhile
+    each_thread(pid, lambda tid: os.sched_setaffinity(tid, {core}))
 
 
 def measure(rate: int, seconds: float, settings: dict[str, str], cores: tuple[int, int]) -> list[float]:

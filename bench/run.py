@@ -162,6 +162,17 @@ class Server:
         self.proc = subprocess.Popen(self.argv(), cwd=self.dir, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, preexec_fn=_child_setup("server"))
 
+    def wait_ready(self, seconds: float | None = None) -> None:
+        """Poll PING (with a deadline: START_DEADLINE by default) until the server answers;
+        RuntimeError if it exits first."""
+        limit = START_DEADLINE if seconds is None else seconds
+        deadline = time.monotonic() + limit
+        while not ping(self.port):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.label} did not answer PING within {limit:.0f}s")
+            time.sleep(0.02)  # polling a process we wait for, with a deadline
+
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             code = None if self.proc is None else self.proc.returncode
@@ -243,17 +254,8 @@ def servers():
     try:
         for s in pair.values():
             s.spawn()
-        deadline = time.monotonic() + START_DEADLINE
-        waiting = dict(pair)
-        while waiting:
-            for label, s in list(waiting.items()):
-                s.check_alive()
-                if ping(s.port):
-                    del waiting[label]
-            if waiting and time.monotonic() > deadline:
-                raise TimeoutError(f"{', '.join(waiting)} did not answer PING within {START_DEADLINE:.0f}s")
-            if waiting:
-                time.sleep(0.05)
+        for s in pair.values():  # started together: the second is mostly ready by then
+            s.wait_ready()
         yield pair
     finally:
         for s in pair.values():
@@ -454,12 +456,7 @@ def cluster_and_standalone():
             if i and PEERS_NICE["value"]:
                 renice_process(p.proc.pid, PEERS_NICE["value"])
         alone.spawn()
-        deadline = time.monotonic() + START_DEADLINE
-        while not ping(alone.port):
-            alone.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the standalone region did not answer PING within {START_DEADLINE:.0f}s")
-            time.sleep(0.05)
+        alone.wait_ready()
         first = Server.__new__(Server)           # a view of region 1 for the scenario's client and checks
         first.label, first.port, first.proc = "region-1 of 3", cluster.procs[0].port, cluster.procs[0].proc
         first.log_path = cluster.procs[0].log_path
