@@ -23,7 +23,10 @@ in turn, on fresh processes (a drift of the machine hits them all); medians are 
 
 ``--shares 0.1,0.18`` adds stand-ins that burn those fixed shares of a core each (placements
 named ``stand-ins@0.1``...): how region 1's throughput follows the load on the load
-generator's core when nothing else changes.
+generator's core when nothing else changes.  ``--with NAME=VALUE[,NAME=VALUE]`` (repeatable)
+adds ``peers`` runs with those settings (``CONFIG SET`` at every region once the links are
+up; placements named ``peers:NAME=VALUE``...): a setting's worth in this scenario, alternated
+with the others in every round.
 
 For each: XADD/s, the ratio to the standalone region of the same round, region 1's main
 thread's busy share and CPU µs per XADD, the CPU share of each peer (or stand-in), and the
@@ -42,8 +45,11 @@ import subprocess
 import sys
 import time
 
+import redis
+
 from bench.run import (XADD, BraidServer, _child_setup, cpu_seconds, parse_benchmark, pin_process, renice_process,
                        set_cores)
+from bench.peercost import settings_of
 from bench.run import _each_thread as each_thread
 from node.testing import LocalCluster
 
@@ -95,11 +101,17 @@ def standalone(requests: int) -> float:
         server.stop()
 
 
-def placed(placement: str, requests: int, peer_share: float) -> dict:
-    """One run of the scenario with the peers placed so; ``peer_share``: what a stand-in burns."""
+def placed(placement: str, requests: int, peer_share: float, settings: dict[str, str] | None = None) -> dict:
+    """One run of the scenario with the peers placed so; ``peer_share``: what a stand-in burns;
+    ``settings``: set at every region before the run."""
     burners: list[subprocess.Popen] = []
     with LocalCluster(3) as cluster:
         cluster.links_wait(60)
+        for proc in cluster.procs:
+            client = redis.Redis(port=proc.port)
+            for name, value in (settings or {}).items():
+                client.config_set(name, value)
+            client.close()
         pids = [p.proc.pid for p in cluster.procs]
         for i, pid in enumerate(pids):
             pin_process(pid, "server" if i == 0 else "load")
@@ -141,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", default="0,1", help="two cores: region 1's, and the load generator's and the peers'")
     p.add_argument("--only", default=",".join(PLACEMENTS), help=f"placements, comma-separated ({', '.join(PLACEMENTS)})")
     p.add_argument("--shares", default="", help="also stand-ins burning these shares of a core each, comma-separated")
+    p.add_argument("--with", dest="variants", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                   help="also the peers with these settings at every region (repeatable)")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds takes a number of rounds of at least 1")
     only = args.only.split(",") if args.only else []
     if unknown := [x for x in only if x not in PLACEMENTS]:
         p.error(f"unknown placements: {', '.join(unknown)}")
@@ -155,13 +171,17 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--shares takes shares of a core between 0 and 1, not {text!r}")
         fixed[f"stand-ins@{text}"] = share
     only += list(fixed)
+    variants: dict[str, dict[str, str]] = {}
+    for text in args.variants:
+        variants[f"peers:{text}"] = settings_of(text.split(","))
+    only += list(variants)
     set_cores(args.cores)
     runs: dict[str, list[dict]] = {name: [] for name in only}
     for round_ in range(args.rounds):
         alone = standalone(args.requests)
         share = 0.2  # a peer's usual share, until this round's "peers" run says
         for name in only:
-            run = placed(name, args.requests, fixed.get(name, share))
+            run = placed(name, args.requests, fixed.get(name, share), variants.get(name))
             if name == "peers":
                 share = statistics.mean(run["peer_share"])
             run["ratio"] = run["rps"] / alone
@@ -171,11 +191,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"  peers {' '.join(f'{s * 100:.0f} %' for s in run['peer_share']) or '-'};  load generator "
                   f"preempted {run['switches']:,.0f}/s", flush=True)
     print(f"\nmedians of {args.rounds} rounds")
-    print(f"{'placement':<15} {'XADD/s':>9} {'ratio':>6} {'main busy':>10} {'µs/XADD':>8} {'peer CPU':>9} {'preempted/s':>12}")
+    width = max(15, *(len(name) + 1 for name in runs))
+    print(f"{'placement':<{width}} {'XADD/s':>9} {'ratio':>6} {'main busy':>10} {'µs/XADD':>8} {'peer CPU':>9} {'preempted/s':>12}")
     for name, done in runs.items():
         med = {k: statistics.median(r[k] for r in done) for k in ("rps", "ratio", "main_busy", "us_per_xadd", "switches")}
         share = statistics.median(statistics.mean(r["peer_share"]) for r in done) if done[0]["peer_share"] else None
-        print(f"{name:<15} {med['rps']:9,.0f} {med['ratio']:6.2f} {med['main_busy'] * 100:9.0f}% {med['us_per_xadd']:8.1f} "
+        print(f"{name:<{width}} {med['rps']:9,.0f} {med['ratio']:6.2f} {med['main_busy'] * 100:9.0f}% {med['us_per_xadd']:8.1f} "
               f"{(f'{share * 100:.0f}%' if share is not None else '-'):>9} {med['switches']:12,.0f}")
     return 0
 

@@ -75,12 +75,13 @@ def measure(rate: int, seconds: float, settings: dict[str, str], cores: tuple[in
     return [(a - b) * 1e6 / issued for a, b in zip(after, before)]
 
 
-def _settings(pairs: list[str]) -> dict[str, str]:
+def settings_of(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments (``--set``, ``--against``; ``bench.colocation --with``) as settings."""
     out = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set/--against take NAME=VALUE, not {pair!r}")
+        if not name or not sep:
+            raise SystemExit(f"a setting is NAME=VALUE, not {pair!r}")
         out[name] = value
     return out
 
@@ -98,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     cores = tuple(int(c) for c in args.cores.split(","))
     if len(cores) != 2:
         raise SystemExit("--cores takes two core numbers")
-    base = _settings(args.set)
+    base = settings_of(args.set)
     variants = {"as set": base}
     if args.against:
-        variants["against"] = {**base, **_settings(args.against)}
+        variants["against"] = {**base, **settings_of(args.against)}
     print(f"{'rate/s':>7}  {'settings':<8}  {'region 1':>8}  {'region 2':>8}  {'region 3':>8}   CPU µs per operation, "
           f"medians of {args.runs}")
     for rate in (int(r) for r in args.rate.split(",")):
