@@ -7,9 +7,10 @@ temporary directory) takes them in packed frames of that many operations (``--op
 what a region 1 serving 50 clients sends a peer per 5 ms send interval) through its link's
 ``on_frame``, as the link does once gRPC hands it a frame, and the event loop turns after
 each frame (the log's write, the paced fsync in a worker thread, the acknowledgement in the
-link's outbox).  It prints the process CPU time per operation (every thread), the median of
-the rounds: the peer's side of ``bench.run``'s region1of3 scenario minus gRPC and the
-kernel.  Not part of ``make bench``; no test depends on it.
+link's outbox), with the garbage collector tuned as a serving region tunes it.  It prints the
+process CPU time per operation (every thread), the median of the rounds: the peer's side of
+``bench.run``'s region1of3 scenario minus gRPC and the kernel.  Not part of ``make bench``;
+no test depends on it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import statistics
 import tempfile
 import time
 
+from node.server import tune_garbage_collector
 from node.testing import cluster_of, region_server
 from node.transport.replication import Link, pack_batch
 from proto import replication_pb2 as pb
@@ -32,6 +34,7 @@ async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
     source = region_server(cluster, 1)
     with tempfile.TemporaryDirectory() as tmp:
         peer = region_server(cluster, 2, tmp)
+        tune_garbage_collector()  # as a serving region runs (node/server.py)
         hub = peer.db.aa.hub
         link = Link(hub, 1, {}, packed=True)
         hub.links[1] = link

@@ -4,8 +4,9 @@
 connects a :class:`node.server.ClientConnection` to a transport that takes every write, and
 feeds it the requests of ``bench.run``'s scenarios through ``data_received``, one read at a
 time: the parser, dispatch, the handler, the reply's encoding and the write call, as a real
-connection runs them, minus the event loop and the kernel.  It prints the process CPU time
-per request, the median of R rounds (the first round's numbers are in the list too).
+connection runs them, minus the event loop and the kernel, with the garbage collector tuned as
+a serving region tunes it.  It prints the process CPU time per request, the median of R rounds
+(the first round's numbers are in the list too).
 
 This isolates what Braid's own Python costs from what redis-benchmark and the loopback take
 (they are the same for Redis): the number to compare before and after a change to the request
@@ -20,7 +21,7 @@ import statistics
 import tempfile
 import time
 
-from node.server import ClientConnection
+from node.server import ClientConnection, tune_garbage_collector
 from node.testing import RecordingTransport, cluster_of, region_server
 
 
@@ -48,6 +49,7 @@ SCENARIOS = {
 
 async def measure(names: list[str], rounds: int, region_of: int = 0, log_dir: str | None = None) -> dict[str, list[float]]:
     server = region_server(cluster_of(region_of) if region_of else None, 1, log_dir)
+    tune_garbage_collector()  # as a serving region runs (node/server.py)
     client = ClientConnection(server)
     sink = RecordingTransport(keep=False)
     client.connection_made(sink)  # type: ignore[arg-type]
