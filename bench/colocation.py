@@ -47,9 +47,9 @@ import time
 
 import redis
 
+from bench.peercost import settings_of
 from bench.run import (XADD, BraidServer, _child_setup, cpu_seconds, parse_benchmark, pin_process, renice_process,
                        set_cores)
-from bench.peercost import settings_of
 from bench.run import _each_thread as each_thread
 from node.testing import LocalCluster
 
