@@ -45,11 +45,8 @@ import subprocess
 import sys
 import time
 
-import redis
-
-from bench.peercost import settings_of
 from bench.run import (XADD, BraidServer, _child_setup, cpu_seconds, parse_benchmark, pin_process, renice_process,
-                       set_cores)
+                       set_cores, settings_of)
 from bench.run import _each_thread as each_thread
 from node.testing import LocalCluster
 
@@ -107,8 +104,7 @@ def placed(placement: str, requests: int, peer_share: float, settings: dict[str,
     burners: list[subprocess.Popen] = []
     with LocalCluster(3) as cluster:
         cluster.links_wait(60)
-        for proc in cluster.procs:
-            client = redis.Redis(port=proc.port)
+        for client in cluster.clients():
             for name, value in (settings or {}).items():
                 client.config_set(name, value)
             client.close()
@@ -173,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     only += list(fixed)
     variants: dict[str, dict[str, str]] = {}
     for text in args.variants:
-        variants[f"peers:{text}"] = settings_of(text.split(","))
+        try:
+            variants[f"peers:{text}"] = settings_of(text.split(","), "--with")
+        except ValueError as e:
+            p.error(str(e))
     only += list(variants)
     set_cores(args.cores)
     runs: dict[str, list[dict]] = {name: [] for name in only}

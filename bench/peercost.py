@@ -27,7 +27,7 @@ import time
 import redis
 
 from bench.run import _each_thread as each_thread
-from bench.run import cpu_seconds
+from bench.run import cpu_seconds, settings_of
 from node.testing import LocalCluster
 
 FIELDS = {"f1": "abcdefghijkl", "f2": "abcdefghijkl"}
@@ -75,17 +75,6 @@ def measure(rate: int, seconds: float, settings: dict[str, str], cores: tuple[in
     return [(a - b) * 1e6 / issued for a, b in zip(after, before)]
 
 
-def settings_of(pairs: list[str]) -> dict[str, str]:
-    """``NAME=VALUE`` arguments (``--set``, ``--against``; ``bench.colocation --with``) as settings."""
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not name or not sep:
-            raise SystemExit(f"a setting is NAME=VALUE, not {pair!r}")
-        out[name] = value
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.peercost", description=__doc__.splitlines()[0])
     p.add_argument("--rate", default="2000,10000", help="operations per second at region 1, comma-separated")
@@ -99,10 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     cores = tuple(int(c) for c in args.cores.split(","))
     if len(cores) != 2:
         raise SystemExit("--cores takes two core numbers")
-    base = settings_of(args.set)
-    variants = {"as set": base}
-    if args.against:
-        variants["against"] = {**base, **settings_of(args.against)}
+    try:
+        base = settings_of(args.set, "--set")
+        variants = {"as set": base}
+        if args.against:
+            variants["against"] = {**base, **settings_of(args.against, "--against")}
+    except ValueError as e:
+        p.error(str(e))
     print(f"{'rate/s':>7}  {'settings':<8}  {'region 1':>8}  {'region 2':>8}  {'region 3':>8}   CPU µs per operation, "
           f"medians of {args.runs}")
     for rate in (int(r) for r in args.rate.split(",")):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from bench.run import settings_of
 from node.testing import BraidProcess, LocalCluster
 
 PAYLOAD = ["f1", "abcdefghijkl", "f2", "abcdefghijkl"]
@@ -197,12 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="a setting of every region of the delay runs (e.g. crdt-repl-send-interval-ms=10)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS-replication.md"))
     args = ap.parse_args(argv)
-    settings: list[tuple[str, str]] = []
-    for pair in args.set:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            ap.error(f"--set takes NAME=VALUE, not {pair!r}")
-        settings.append((name, value))
+    try:
+        settings = settings_of(args.set, "--set")
+    except ValueError as e:
+        ap.error(str(e))
     console = Console()
     n = 20_000 if args.quick else 100_000
     seconds = args.seconds or (2.0 if args.quick else 10.0)
@@ -224,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with LocalCluster(3) as cluster:
                 for c in cluster.clients():
-                    for name, value in settings:
+                    for name, value in settings.items():
                         c.config_set(name, value)
                     c.close()
                 cluster.links_wait(120)  # a region started before its peers dials them again later:

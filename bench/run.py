@@ -133,6 +133,19 @@ def pin_process(pid: int, role: str) -> None:
         _each_thread(pid, lambda tid: os.sched_setaffinity(tid, cores))
 
 
+def settings_of(pairs: list[str], option: str) -> dict[str, str]:
+    """``NAME=VALUE`` arguments of ``option`` as settings (ValueError naming a malformed one):
+    what ``bench.replication --set``, ``bench.peercost --set/--against`` and
+    ``bench.colocation --with`` set at every region."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not name or not sep:
+            raise ValueError(f"{option} takes NAME=VALUE, not {pair!r}")
+        out[name] = value
+    return out
+
+
 class Server:
     """One server subprocess in its own temp dir, on a free loopback port."""
 

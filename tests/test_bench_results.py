@@ -71,17 +71,19 @@ def test_peers_nice_renices_every_thread_of_a_running_process():
     assert parse_args(["--peers-nice", "7"]).peers_nice == 7
 
 
-def test_colocation_refuses_a_share_outside_a_core_and_an_unknown_placement(capsys):
+def test_colocation_refuses_a_share_outside_a_core_an_unknown_placement_a_bad_setting_and_no_rounds(capsys):
     import pytest
 
     from bench.colocation import main
 
-    for argv in (["--shares", "0.1,1.5"], ["--shares", "x"], ["--only", "peers,elsewhere"]):
+    for argv in (["--shares", "0.1,1.5"], ["--shares", "x"], ["--only", "peers,elsewhere"],
+                 ["--with", "crdt-repl-send-interval-ms=20,oops"], ["--rounds", "0"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "'1.5'" in err and "'x'" in err and "unknown placements: elsewhere" in err
+    assert "--with takes NAME=VALUE, not 'oops'" in err and "--rounds takes a number of rounds of at least 1" in err
 
 
 def test_the_replication_benchmark_takes_settings_as_name_equals_value(capsys):
@@ -93,3 +95,9 @@ def test_the_replication_benchmark_takes_settings_as_name_equals_value(capsys):
         main(["--set", "crdt-repl-send-interval-ms"])
     assert exc.value.code == 2
     assert "--set takes NAME=VALUE, not 'crdt-repl-send-interval-ms'" in capsys.readouterr().err
+    from bench.peercost import main as peercost
+
+    with pytest.raises(SystemExit) as exc:
+        peercost(["--against", "=10"])  # the same parser: a name is needed too
+    assert exc.value.code == 2
+    assert "--against takes NAME=VALUE, not '=10'" in capsys.readouterr().err

@@ -15,13 +15,15 @@ import pytest
 from chaos.sim.disk import SimFile, SimOperationLog, read_back
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
+from crdt.ids import string2ll
 from node import opcodec
 from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
+from node.config import SETTINGS, Config
 from node.core import RegionCore, Session
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated, remote_record
+from node.resp.encoder import ReplyError
 from node.server import Server
 
 T0 = 1_700_000_000_000
@@ -268,3 +270,41 @@ def test_the_cron_steps_are_the_same_for_every_driver():
     name, step, _changes = core.cron_steps(0.0)[0]
     core.system_ms = lambda: T0 + 10**9  # far past the IDMP duration
     assert name == "idmp-expiry" and step() == 0 and core.db.keys[b"k"].idmp.lookup(b"p", b"i") is not None
+
+
+@pytest.mark.parametrize("name", [s.name for s in SETTINGS if s.name.startswith("crdt-repl-") and s.kind == "int"
+                                  and s.mutable])
+def test_a_replication_setting_takes_an_integer_in_redis_spelling_only_and_keeps_its_value_when_refused(name):
+    """Braid's own integer settings go through the parser CONFIG SET's Redis settings use
+    (tests/test_numeric_args.py compares those with redis-server): every odd spelling is
+    refused with Redis's text and changes nothing; a value in Redis's spelling is taken
+    within the setting's bounds."""
+    from tests.test_numeric_args import SPELLINGS
+
+    setting = next(s for s in SETTINGS if s.name == name)
+    core, me, _file = region("always")
+    problems = []
+    for value in SPELLINGS:
+        before = core.call(me, [b"CONFIG", b"GET", name.encode()])
+        yields_before = core.apply_yield_ops
+        reply = core.call(me, [b"CONFIG", b"SET", name.encode(), value.encode()])
+        n = string2ll(value.encode())
+        prefix = f"ERR CONFIG SET failed (possibly related to argument '{name}') - argument "
+        if n is None:
+            expected = prefix + "couldn't be parsed into an integer"
+        elif not setting.lo <= n <= setting.hi:
+            expected = prefix + f"must be between {setting.lo} and {setting.hi} inclusive"
+        else:
+            expected = "OK"
+        got = str(reply) if isinstance(reply, ReplyError) else reply
+        if got != expected:
+            problems.append(f"{value!r}: {reply!r}, expected {expected!r}")
+        after = core.call(me, [b"CONFIG", b"GET", name.encode()])
+        if expected == "OK":
+            if after != {name.encode(): str(n).encode()}:
+                problems.append(f"{value!r} taken, but CONFIG GET says {after!r}")
+        elif after != before or core.apply_yield_ops != yields_before:
+            problems.append(f"{value!r} refused, but the setting changed: {before!r} -> {after!r}")
+    assert not problems, "\n".join(problems)
+    if name == "crdt-repl-apply-yield-ops":  # what the apply path reads follows the setting
+        assert core.call(me, [b"CONFIG", b"SET", name.encode(), b"3"]) == "OK" and core.apply_yield_ops == 3
