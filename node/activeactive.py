@@ -30,7 +30,10 @@ hold.  After such a start (the log's run mark says so) the region takes no write
 every live member has handshaken with it and it holds every operation of its own that
 any of them held at that handshake (they send them back as any operation a peer lacks,
 or a full resync brings them): :meth:`ActiveActive.recovered`.  Client writes are the
-only way this region mints dots, so refusing them (LOADING) is enough.
+only way this region mints dots, so refusing them (LOADING) is enough.  A peer's
+handshake counts what it *applied*; one of this region's operations that waited there
+for its dependencies is forgotten by that handshake (``ReplicationHub.handshook``), so
+no region keeps a lost operation beside the one minted again under its dot.
 """
 
 from __future__ import annotations
@@ -375,6 +378,11 @@ class ActiveActive:
         self.db.keys = new_keys
         self.causal.take(img.causal)
         self._drop_refused_pending()  # the sender's waiting operations came along
+        # and the rest of them go too: their own senders send them here in time, and one
+        # kept could be an operation its origin lost in a crash of its machine and minted
+        # again since (ReplicationHub.handshook); this region's own waiting ones are in
+        # the returned log, delivered again
+        self.causal.drop_pending()
         self._unsafe.clear()
         self.hub.log_replaced()
         return old_log
@@ -528,7 +536,7 @@ class ActiveActive:
             "stability_held_by": [r.name for r in self.peers() if unstable.get(r.number)],
             "epoch": self.membership.epoch, "members": members, "writable": self.writable,
             "catch_up_held": held, "catch_up_target": target, "membership_refused": self.membership_refused,
-            "membership_dropped": self.membership_dropped,
+            "membership_dropped": self.membership_dropped, "forgotten_waiting": self.hub.forgotten_at_handshake,
         }
 
     def info_lines(self) -> list[str]:
@@ -553,6 +561,7 @@ class ActiveActive:
             f"crdt_link_stalls:{self.hub.stalls}",
             f"crdt_relayed_ops:{self.hub.relayed}",
             f"crdt_duplicate_ops:{self.hub.duplicates}",
+            f"crdt_forgotten_waiting_ops:{self.hub.forgotten_at_handshake}",
             f"crdt_frames_sent:{self.hub.frames_sent}",
             f"crdt_frames_received:{self.hub.frames_received}",
             f"crdt_delete_contexts:{st['delete_contexts']}",

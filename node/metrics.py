@@ -310,6 +310,9 @@ class RegionCollector:
                        "(never added, or removed)", st["membership_refused"])
         yield _counter("braid_membership_dropped_operations", "Operations of removed regions past their frozen "
                        "point, dropped", st["membership_dropped"])
+        yield _counter("braid_forgotten_waiting_operations", "Operations of a peer that waited here for their "
+                       "dependencies, forgotten when that peer handshook (it sends them again)",
+                       st["forgotten_waiting"])
         yield _gauge("braid_replication_paused", "1 while every link of this region is paused", int(st["paused"]))
         yield _gauge("braid_pending_operations", "Operations received that wait for the ones they depend on",
                      st["pending"])

@@ -41,7 +41,9 @@ What is modelled:
   is simply not delivering), duplicates (an envelope the receiver already
   applied or holds pending), and a full-resync image where the sender trimmed
   operations the receiver lacks; the first delivery over a link stands for its
-  handshake (each end records what the other held: ``hub.handshake_vv``);
+  handshake (each end records what the other held: ``hub.handshake_vv``), and a
+  reconnection handshakes again (each end forgets the other's own operations that
+  wait there for their dependencies: the other sends them again);
 - membership (crdt/membership.py), every change agreed by every voter through
   ``node.membership_change.agree`` with the regions' own ``promise`` / ``commit``:
   up to two regions join (numbers 4 and 5), start empty with the newest list,
@@ -626,6 +628,21 @@ class ConvergenceMachine(RuleBasedStateMachine):
         assert dst.causal.vv == vv and dst.causal.log == log and dst.causal.pending == pending
         assert dst.snapshot() == snap
 
+    @rule(data=st.data())
+    def reconnect(self, data):
+        """A link breaks and its ends handshake again: each forgets the other's own
+        operations that wait for their dependencies (``ReplicationHub.handshook``: one kept
+        could share its dot with one its origin minted again after losing it in a crash).
+        Nothing applied changes, and nothing is lost: the other end sends again what this
+        end has not applied (the invariants after full delivery)."""
+        a, b = self._link(data)
+        for x, y in ((a, b), (b, a)):
+            vv, log, waiting = dict(x.causal.vv), list(x.causal.log), dict(x.causal.pending)
+            forgotten = x.aa.hub.handshook(y.number, dict(y.causal.vv))
+            assert x.causal.vv == vv and x.causal.log == log
+            assert x.causal.pending == {d: e for d, e in waiting.items() if e.origin != y.number}
+            assert forgotten == len(waiting) - len(x.causal.pending)
+
     @rule()
     def every_region_writes_after_a_sync(self):
         """Every region issues an operation after seeing everything: what came before becomes
@@ -685,8 +702,9 @@ class ConvergenceMachine(RuleBasedStateMachine):
     def _meet(self, a: Region, b: Region) -> None:
         """A link's handshake: each end records what the other held when they first met
         (``hub.handshake_vv``; a joining region has caught up once it holds all of that)."""
-        a.aa.hub.handshake_vv.setdefault(b.number, dict(b.causal.vv))
-        b.aa.hub.handshake_vv.setdefault(a.number, dict(a.causal.vv))
+        for x, y in ((a, b), (b, a)):
+            if y.number not in x.aa.hub.handshake_vv:
+                x.aa.hub.handshook(y.number, dict(y.causal.vv))
         if a.aa.membership.epoch != b.aa.membership.epoch:  # (mid-agreement) the newer list is adopted
             assert not a.aa.hub.gate.check_peer(b.number, *b.aa.hub.gate.hello())
             assert not b.aa.hub.gate.check_peer(a.number, *a.aa.hub.gate.hello())

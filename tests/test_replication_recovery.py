@@ -151,3 +151,49 @@ def test_the_simulation_recovers_machine_crashes_and_catches_a_region_that_does_
     monkeypatch.setattr(sim_region, "SimOperationLog", Forgetful)
     broken = run_sim(config)
     assert not broken.ok and "convergence" in broken.failed
+
+
+def test_waiting_operations_are_not_taken_back_from_a_snapshot_or_a_resync_image():
+    """What waits for its dependencies was never applied, acknowledged nor relayed: its
+    senders send it again.  Kept from a snapshot at a restart, or from a peer's resync image,
+    it could be an operation its origin lost in a crash of its machine and has since minted
+    again under the same dot - so neither brings waiting operations back (this region's own
+    waiting ones survive an image: they are delivered again on top of it)."""
+    from node.persistence import replay, snapshot
+    from tests.test_convergence import Region, deliver
+
+    one, two, three = Region(1), Region(2), Region(3)
+    for _ in range(3):
+        one.xadd(b"s")
+        three.xadd(b"t")
+    deliver(one, two)
+    second = three.causal.log[1]
+    one.aa.hub.deliver(second)  # 3.2 without 3.1: it waits at region 1
+    two.aa.hub.deliver(three.causal.log[2])  # and 3.3 at region 2
+    assert set(one.causal.pending) == {(3, 2)} and set(two.causal.pending) == {(3, 3)}
+
+    # a restart from a snapshot taken meanwhile
+    data = snapshot.encode(one.keys, one.causal, 7, 1234, True, 1)
+    assert set(snapshot.decode(data).causal.pending) == {(3, 2)}  # the file holds it (format unchanged)
+    restarted = Region(1)
+    replay.install(restarted.server, snapshot.decode(data), "snapshot")
+    assert restarted.causal.vv == one.causal.vv and restarted.causal.pending == {}
+
+    # a resync image from region 1 (which trimmed what region 2 lacks) leaves region 2 only its own waiting one
+    one.xadd(b"s")
+    one.trim_backlog(len(one.causal.log))
+    assert deliver(one, two)  # the image was installed
+    assert set(two.causal.pending) == {(3, 3)} and two.causal.vv[1] == one.causal.vv[1]
+    deliver(three, one)
+    deliver(three, two)
+    assert one.snapshot() == two.snapshot() and one.causal.pending == two.causal.pending == {}
+
+    # a handshake of region 3 forgets region 3's waiting operations, and INFO counts them
+    three.xadd(b"t")
+    three.xadd(b"t")
+    one.aa.hub.deliver(three.causal.log[-1])
+    assert set(one.causal.pending) == {(3, 5)} and "crdt_forgotten_waiting_ops:0" in one.aa.info_lines()
+    assert one.aa.hub.handshook(3, dict(three.causal.vv)) == 1
+    assert one.causal.pending == {} and "crdt_forgotten_waiting_ops:1" in one.aa.info_lines()
+    deliver(three, one)
+    assert one.causal.vv[3] == 5

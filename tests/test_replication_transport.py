@@ -877,3 +877,61 @@ def test_a_link_tells_the_hub_before_it_handles_each_frame_of_operations_of_its_
         assert seen == [0, 3] and len(applied) == 4
 
     run(scenario())
+
+
+def test_a_peers_handshake_forgets_its_own_waiting_operations_and_supersedes_its_older_link():
+    """A region back from a crash of its machine may have lost operations a peer holds only
+    waiting for their dependencies (never applied, so no handshake counted them); it then
+    mints other operations under their dots.  So each handshake of region 2 makes region 1
+    forget region 2's own waiting operations (others' stay), and region 2's older link,
+    still up here (its machine went down without closing it), applies nothing more."""
+    old_1, old_2 = pb.Envelope(origin=2, n=1, op=b"old-1"), pb.Envelope(origin=2, n=2, op=b"old-2")
+    third = pb.Envelope(origin=3, n=2, op=b"3.2")  # region 3's, waiting for 3.1: stays
+
+    async def scenario():
+        hub, applied = make_hub(1)
+        port = await hub.serve()
+        late = asyncio.Event()
+
+        async def old_frames():  # the incarnation before the crash: its link stays up
+            yield _hello()
+            yield pb.Frame(batch=pb.Batch(envelopes=[old_2, third]))
+            await late.wait()
+            yield pb.Frame(batch=pb.Batch(envelopes=[old_1]))  # a frame from before the restart, late
+            await asyncio.Event().wait()
+
+        new_batch = asyncio.Event()
+
+        async def new_frames():  # the incarnation after it, with other operations under 2.1 and 2.2
+            yield _hello()
+            await new_batch.wait()
+            yield pb.Frame(batch=pb.Batch(envelopes=[pb.Envelope(origin=2, n=1, op=b"new-1"),
+                                                     pb.Envelope(origin=2, n=2, op=b"new-2")]))
+            await asyncio.Event().wait()
+
+        async def read(call) -> None:  # what the region sends back (Welcome, acks) until it ends the call
+            async for _frame in call:
+                pass
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            old = asyncio.ensure_future(read(pb_grpc.ReplicationStub(channel).Sync(old_frames())))
+            new = None
+            try:
+                await until(lambda: set(hub.causal.pending) == {(2, 2), (3, 2)})
+                assert hub.forgotten_at_handshake == 0
+                new = asyncio.ensure_future(read(pb_grpc.ReplicationStub(channel).Sync(new_frames())))
+                await until(lambda: hub.forgotten_at_handshake == 1)
+                assert set(hub.causal.pending) == {(3, 2)} and applied == []
+                late.set()
+                await asyncio.wait_for(old, 15)  # the older link ended without applying its late frame
+                assert applied == [] and hub.causal.vv == {} and set(hub.causal.pending) == {(3, 2)}
+                new_batch.set()
+                await until(lambda: hub.causal.vv.get(2) == 2)
+                assert [e.op for e in applied] == [b"new-1", b"new-2"]
+            finally:
+                for task in (old, new):
+                    if task is not None:
+                        task.cancel()
+                await hub.stop()
+
+    run(scenario())

@@ -169,21 +169,28 @@ def test_a_seed_where_a_relay_overtook_a_concurrent_idmp_add_passes():
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
 
 
-# Two schedules random batches found failing, on this code and on the code before the session
-# that found them (replay: chaos/README.md).  Their causes are open, so each is pinned as a
-# strict expected failure: when a fix makes one pass, it becomes a passing case.
+def test_a_seed_where_a_crashed_region_had_an_operation_waiting_at_a_peer_passes():
+    """Seed 293921961, 104 steps (found by a random batch): region 2's machine crashed after
+    its operation 2.112 reached region 4 - waiting there for 2.28-2.111, which a reordered
+    frame had not brought yet - but before its records from 2.93 on were on disk.  Region 2
+    came back at 2:92 and recovered from its peers' handshakes, which count applied
+    operations only, so region 4 waited for 2.112's predecessors for ever, and region 2 could
+    mint 2.93-2.112 again, a second operation under the dot region 4 held.  Now a region
+    forgets a peer's own waiting operations whenever that peer handshakes with it."""
+    outcome = run_sim(SimConfig(seed=293921961, steps=104))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+    assert any("r4 forgot 1 waiting operations of r2" in line for line in outcome.trace)
+
+
+# A schedule a random batch found failing, on this code and on the code before the session
+# that found it (replay: chaos/README.md).  Its cause is open, so it is pinned as a strict
+# expected failure: when a fix makes it pass, it becomes a passing case.
 @pytest.mark.parametrize("seed,steps", [
     pytest.param(1083394374, 130, id="forced-removal-of-the-only-holder", marks=pytest.mark.xfail(strict=True, reason=(
         "durability: region 3's last operations (3.98-3.100) reached only region 4 before region 3 "
         "crashed; its forced removal froze it at 100 (region 4 held them), then region 4 crashed and "
         "was force-removed too, taking the only copies: neither the second removal nor the "
         "durability check accounts for another removed region's tail that only it held"))),
-    pytest.param(293921961, 104, id="recovery-ignores-waiting-operations", marks=pytest.mark.xfail(strict=True, reason=(
-        "liveness: region 2's machine crashed after 2.112 reached region 4 (waiting there for "
-        "2.28-2.111) but before its records from 2.93 on were on disk; region 2 came back at 2:92 and "
-        "recovered from its peers' version vectors, which count applied operations only (region 4's "
-        "said 2:27), so region 4 waits for 2.112's predecessors forever, and region 2 would mint "
-        "2.93-2.112 again (a second operation under the dot region 4 holds)"))),
 ])
 def test_schedules_found_failing_whose_causes_are_open(seed, steps):
     outcome = run_sim(SimConfig(seed=seed, steps=steps))
@@ -408,7 +415,8 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
     once its dependency came (at region 2, and at region 4, which joined from region 2's image)
     while region 1 dropped it, so region 2's later operations never applied at region 1.  What
     waits and is no longer accepted is now dropped: at the promise, at the change, after an image.
-    (This seed has a region drop such a waiting operation; every check passes.)"""
+    (Seed 3693 has regions drop such waiting operations - seed 349's schedule changed when a
+    peer's handshake began to forget its waiting operations; every check passes.)"""
     from node.activeactive import ActiveActive
 
     dropped = []
@@ -420,7 +428,7 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
         dropped.append(self.membership_dropped - before)
 
     monkeypatch.setattr(ActiveActive, "_drop_refused_pending", counting)
-    sim = _settled(349, copies=False)
+    sim = _settled(3693, copies=False)
     (force,) = _changes(sim, FORCE_REMOVE)
     n = force.change.number
     assert sum(dropped) > 0

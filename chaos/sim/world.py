@@ -345,8 +345,11 @@ class Simulation:
                                 hub_a.peer_reported.setdefault(b, {}))
         rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}),
                                 hub_b.peer_reported.setdefault(a, {}))
-        hub_a.handshake_vv.setdefault(b, dict(rb.causal.vv))  # what a joining region must catch up to
-        hub_b.handshake_vv.setdefault(a, dict(ra.causal.vv))
+        # each end records what the other held, and forgets the other's own waiting operations
+        for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
+            forgotten = hub.handshook(peer, dict(region.causal.vv))
+            if forgotten:
+                self.sched.log(f"link {a}-{b}: r{hub.region} forgot {forgotten} waiting operations of r{peer}")
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}")
         for x, y in ((ra, b), (rb, a)):

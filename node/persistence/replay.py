@@ -134,6 +134,11 @@ def install(server: "Server", s: "snap.Snapshot", path: str) -> None:
     server.db.keys = s.keys
     if aa is not None:
         aa.causal.take(s.causal)
+        # operations that waited for their dependencies when the snapshot was taken are not
+        # taken back: their senders send them again, and one kept could be an operation its
+        # origin lost in a crash of its machine and has since minted again under the same
+        # dot (node/transport/replication.py: ReplicationHub.handshook)
+        aa.causal.drop_pending()
         aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
 
 

@@ -485,12 +485,13 @@ class Link:
         self.hub = hub
         self.peer = peer
         self.packed = packed
+        self.superseded = False  # a newer connection of the peer handshook (ReplicationHub.handshook)
         limits = self.limits = hub.limits
         # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
         # its Hello says what it holds now (it may have lost some in a crash)
         self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}),
                                hub.peer_reported.setdefault(peer, {}))
-        hub.handshake_vv.setdefault(peer, dict(peer_vv))  # what the peer held when first met
+        hub.handshook(peer, peer_vv)
         my_floor = dict(hub.causal.floor) if my_floor is None else my_floor
         my_vv = dict(hub.causal.vv) if my_vv is None else my_vv
         peer_floor = peer_floor or {}
@@ -952,6 +953,7 @@ class ReplicationHub:
         self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
+        self.forgotten_at_handshake = 0  # a peer's own waiting operations dropped when it handshook
         self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
         # the last batch frame built: (its envelopes, packed?, the frame); see Link.batch_frame
         self.last_batch: tuple[list[Envelope], bool, pb.Frame] | None = None
@@ -967,6 +969,37 @@ class ReplicationHub:
         return Pacing() if self.config is None else Pacing.from_config(self.config)
 
     # ------------------------------------------------------------ local side
+    def handshook(self, peer: int, peer_vv: dict[int, int]) -> int:
+        """A link with ``peer`` is up (either end dialed; every handshake, not only the first).
+        Record what the peer held when first met (``handshake_vv``: what a joining region
+        catches up to, what a recovering one takes back) and forget the operations *of the
+        peer's own* that wait here for their dependencies; returns how many were forgotten.
+
+        Why forget them: a region that restarts after a crash of its machine may have lost
+        the tail of its own log - operations that left before their records were on its
+        disk.  It learns from each peer's handshake the last of its own operations that peer
+        *applied* and takes those back before it mints again (``ActiveActive.recovered``),
+        but one that waits here was never applied, acknowledged nor relayed, so nothing
+        counts it: kept, it would share its dot with the different operation the region
+        mints after recovering - two operations under one dot, a silent divergence.
+        Forgetting a waiting operation is always safe (crdt/causal.py): this end's
+        handshake said what it applied, so the peer sends again everything after that.
+        An older link with the peer still up here (its machine went down without closing
+        the connection) is superseded: it applies nothing more, so no frame sent before the
+        peer's restart can bring such an operation back after this."""
+        self.handshake_vv.setdefault(peer, dict(peer_vv))
+        older = self.links.get(peer)
+        if older is not None:
+            older.superseded = True  # it applies nothing more (run_link)
+        if not self.causal.pending:
+            return 0
+        forgotten = self.causal.drop_pending(lambda e: e.origin == peer)
+        if forgotten:
+            self.forgotten_at_handshake += forgotten
+            log.info("forgot %d operations of region %d that were waiting here for their dependencies: "
+                     "it sends again what this region has not applied", forgotten, peer)
+        return forgotten
+
     def issue(self, op: bytes) -> Envelope:
         """Stamp a local operation (already applied locally) and wake the links."""
         env = self.causal.stamp(op)
@@ -1190,6 +1223,9 @@ class ReplicationHub:
 
         async def receive() -> None:
             async for frame in incoming:
+                if link.superseded:  # a newer connection of the peer handshook (see handshook)
+                    log.info("link to region %d closed: a newer connection of it handshook", link.peer)
+                    return
                 self.frames_received += 1
                 link.on_frame(frame)
 
