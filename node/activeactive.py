@@ -536,7 +536,7 @@ class ActiveActive:
             "stability_held_by": [r.name for r in self.peers() if unstable.get(r.number)],
             "epoch": self.membership.epoch, "members": members, "writable": self.writable,
             "catch_up_held": held, "catch_up_target": target, "membership_refused": self.membership_refused,
-            "membership_dropped": self.membership_dropped, "forgotten_waiting": self.hub.forgotten_at_handshake,
+            "membership_dropped": self.membership_dropped,
         }
 
     def info_lines(self) -> list[str]:

@@ -312,7 +312,7 @@ class RegionCollector:
                        "point, dropped", st["membership_dropped"])
         yield _counter("braid_forgotten_waiting_operations", "Operations of a peer that waited here for their "
                        "dependencies, forgotten when that peer handshook (it sends them again)",
-                       st["forgotten_waiting"])
+                       aa.hub.forgotten_at_handshake)
         yield _gauge("braid_replication_paused", "1 while every link of this region is paused", int(st["paused"]))
         yield _gauge("braid_pending_operations", "Operations received that wait for the ones they depend on",
                      st["pending"])

@@ -27,7 +27,9 @@ durability         every operation a region promised was durable - by replying
                    history, byte for byte, under its dot; a lost one would be minted
                    again.  A region that left gracefully handed all of its over; what
                    a region removed by force promised past its frozen point is lost
-                   by the removal (counted in the trace)
+                   by the removal, and so is what no member holds of another region's
+                   operations that only a region removed by force held (both counted
+                   in the trace)
 strict-ids         two regions never mint the same ID (``*`` and milliseconds-only
                    IDs, in strict and semi-strict mode): in the history and in the
                    final state (where the entries a COPY added, in logs of their own,
@@ -234,18 +236,30 @@ def _brief(state) -> str:
 def check_durability(sim: "Simulation") -> Verdict:
     """Every member holds every promised operation - a region that left gracefully handed all of
     its over first - except what a region removed by force promised past its frozen point
-    (lost by the removal: counted in the trace)."""
+    (lost by the removal: counted in the trace), and what such a region promised up to its
+    frozen point that no member holds while a region removed by force later held it (the
+    only copies went with that second removal: counted in the trace too)."""
     promises = sim.promises
     logs = {r.number: {e.dot: e.op for e in sim.history(r)} for r in members(sim)}
     forced = sim.membership.forced()
+    # what each region removed by force held when it went: a later forced removal may take
+    # the only copies of an earlier removed region's operations up to its frozen point
+    removed_held = {n: {e.dot for e in sim.history(sim.regions[n])} for n in forced}
     problems = []
     excused: dict[int, int] = {}
+    orphaned: dict[tuple[int, int], int] = {}  # (origin, the removed region that held them) -> count
     for dot in sorted(promises.ops):
         want = promises.ops[dot]
         if dot[0] in forced and dot[1] > forced[dot[0]]:
             excused[dot[0]] = excused.get(dot[0], 0) + 1
             continue
         bad = [n for n, log in sorted(logs.items()) if log.get(dot) != want]
+        holders = [n for n, held in sorted(removed_held.items()) if n != dot[0] and dot in held] \
+            if dot[0] in forced else []
+        if bad and len(bad) == len(logs) and not any(dot in log for log in logs.values()) and holders:
+            # no member holds it, and a region removed by force did: lost with that removal
+            orphaned[(dot[0], holders[0])] = orphaned.get((dot[0], holders[0]), 0) + 1
+            continue
         if bad:
             problems.append(f"operation {dot[0]}.{dot[1]} ({_op(want)}), promised by {promises.why[dot]}: "
                             f"regions {bad} hold {'another operation' if any(dot in logs[n] for n in bad) else 'nothing'}"
@@ -253,6 +267,9 @@ def check_durability(sim: "Simulation") -> Verdict:
     for origin, count in sorted(excused.items()):
         sim.sched.log(f"durability: {count} operation(s) r{origin} promised past its frozen point {forced[origin]} "
                       "are lost, as its forced removal allows")
+    for (origin, holder), count in sorted(orphaned.items()):
+        sim.sched.log(f"durability: {count} operation(s) of r{origin} that only r{holder} held are lost with "
+                      f"r{holder}'s forced removal, as it allows")
     return _verdict("durability", problems, "an operation a region promised was durable was lost")
 
 
