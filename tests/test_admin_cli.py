@@ -159,3 +159,26 @@ def test_tune_appendfsync_everywhere(cluster):
         admin(cluster, "tune", "db", "db", "appendfsync", "everysec")
         for c in clients:
             c.close()
+
+
+def test_a_forced_removal_names_what_an_earlier_removed_region_loses_with_it():
+    """region-3 was removed by force at 100 while only region-4 held its operations 98-100;
+    removing region-4 by force takes them along, and braid-admin says so.  A region removed
+    gracefully (every member held all of it), or whose operations a remaining member holds,
+    is not named."""
+    from types import SimpleNamespace
+
+    from node.admin_cli import orphaned_operations
+    from node.cluster_config import ClusterConfig, RegionSpec
+
+    regions = [RegionSpec("region-1", 1, "h", 1, 2), RegionSpec("region-2", 2, "h", 1, 2, status="removed", frozen=40),
+               RegionSpec("region-3", 3, "h", 1, 2, status="removed", frozen=100), RegionSpec("region-4", 4, "h", 1, 2),
+               RegionSpec("region-5", 5, "h", 1, 2, status="removed", frozen=7), RegionSpec("region-6", 6, "h", 1, 2)]
+    cfg = ClusterConfig("c", "db", "tok", 16, regions)
+    statuses = {"region-1": SimpleNamespace(vv={2: 40, 3: 97, 5: 7}),
+                "region-4": SimpleNamespace(vv={2: 40, 3: 100, 5: 7}),
+                "region-6": SimpleNamespace(vv={2: 40, 3: 96, 5: 6})}
+    assert [(x.name, held) for x, held in orphaned_operations(cfg, statuses, 4)] == [("region-3", 97)]
+    assert orphaned_operations(cfg, statuses, 6) == []  # region-4 stays and holds them
+    del statuses["region-4"]  # unreachable (down): what it holds does not count
+    assert [(x.name, held) for x, held in orphaned_operations(cfg, statuses, 6)] == [("region-3", 97)]
