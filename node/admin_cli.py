@@ -528,7 +528,8 @@ def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
                       f"If it comes back it is refused; wipe it with: braid-admin region purge --region {r.name}")
         for x, held in orphaned:
             console.print(f"{x.name} (removed earlier, frozen at {x.frozen}): no remaining member holds its "
-                          f"operations {held + 1} to {x.frozen}; they are lost with {r.name}")
+                          f"operations {held + 1} to {x.frozen}; they are lost (the remaining members converge "
+                          "without them)")
         return 0
     _all_reachable(cfg, path, "removing a region")
     if r.status != LEAVING:
