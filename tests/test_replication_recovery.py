@@ -179,7 +179,7 @@ def test_waiting_operations_are_not_taken_back_from_a_snapshot_or_a_resync_image
     replay.install(restarted.server, snapshot.decode(data), "snapshot")
     assert restarted.causal.vv == one.causal.vv and restarted.causal.pending == {}
 
-    # a resync image from region 1 (which trimmed what region 2 lacks) leaves region 2 only its own waiting one
+    # a resync image from region 1 (which trimmed what region 2 lacks) leaves region 2 only what waited there
     one.xadd(b"s")
     one.trim_backlog(len(one.causal.log))
     assert deliver(one, two)  # the image was installed
