@@ -491,24 +491,20 @@ def _wait_handed_over(cfg: ClusterConfig, path, r: RegionSpec, timeout: float) -
         time.sleep(0.05)  # polling interval of a command-line wait
 
 
-def orphaned_operations(cfg: ClusterConfig, statuses: dict, removing: int) -> list[tuple[RegionSpec, int]]:
+def orphaned_operations(cfg: ClusterConfig, statuses: dict, removing: RegionSpec) -> list[tuple[RegionSpec, int]]:
     """Regions removed earlier whose operations up to their frozen point no member but
     ``removing`` is known to hold: (the region, the last of its operations a remaining member
     holds).  A forced removal of ``removing`` takes them with it (the remaining members
     converge without them).  ``statuses``: each reachable member's status by name."""
-    remaining = [st for name, st in statuses.items() if name != _name_of(cfg, removing)]
+    remaining = [st for name, st in statuses.items() if name != removing.name]
     out = []
     for x in cfg.regions:
-        if x.status != REMOVED or x.number == removing or not x.frozen:
+        if x.status != REMOVED or x.number == removing.number or not x.frozen:
             continue
         held = max((st.vv.get(x.number, 0) for st in remaining), default=0)
         if held < x.frozen:
             out.append((x, held))
     return out
-
-
-def _name_of(cfg: ClusterConfig, number: int) -> str:
-    return next((r.name for r in cfg.regions if r.number == number), str(number))
 
 
 def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
@@ -519,7 +515,7 @@ def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
         found = _all_reachable(cfg, path, "a forced removal", but=r.number)
         issued = max((link.peer_own_ops for st in found.values() for link in st.links if link.number == r.number),
                      default=0)
-        orphaned = orphaned_operations(cfg, found, r.number)
+        orphaned = orphaned_operations(cfg, found, r)
         frozen, _ = _agree(cfg, path, Change(FORCE_REMOVE, r.number), console)
         lost = max(issued - frozen, 0)
         console.print(f"{r.name} (region {r.number}) was removed by force at membership epoch {cfg.epoch}: the "

@@ -178,7 +178,7 @@ def test_a_forced_removal_names_what_an_earlier_removed_region_loses_with_it():
     statuses = {"region-1": SimpleNamespace(vv={2: 40, 3: 97, 5: 7}),
                 "region-4": SimpleNamespace(vv={2: 40, 3: 100, 5: 7}),
                 "region-6": SimpleNamespace(vv={2: 40, 3: 96, 5: 6})}
-    assert [(x.name, held) for x, held in orphaned_operations(cfg, statuses, 4)] == [("region-3", 97)]
-    assert orphaned_operations(cfg, statuses, 6) == []  # region-4 stays and holds them
+    assert [(x.name, held) for x, held in orphaned_operations(cfg, statuses, cfg.by_number(4))] == [("region-3", 97)]
+    assert orphaned_operations(cfg, statuses, cfg.by_number(6)) == []  # region-4 stays and holds them
     del statuses["region-4"]  # unreachable (down): what it holds does not count
-    assert [(x.name, held) for x, held in orphaned_operations(cfg, statuses, 6)] == [("region-3", 97)]
+    assert [(x.name, held) for x, held in orphaned_operations(cfg, statuses, cfg.by_number(6))] == [("region-3", 97)]

@@ -254,12 +254,12 @@ def check_durability(sim: "Simulation") -> Verdict:
             excused[dot[0]] = excused.get(dot[0], 0) + 1
             continue
         bad = [n for n, log in sorted(logs.items()) if log.get(dot) != want]
-        holders = [n for n, held in sorted(removed_held.items()) if n != dot[0] and dot in held] \
-            if dot[0] in forced else []
-        if bad and len(bad) == len(logs) and not any(dot in log for log in logs.values()) and holders:
-            # no member holds it, and a region removed by force did: lost with that removal
-            orphaned[(dot[0], holders[0])] = orphaned.get((dot[0], holders[0]), 0) + 1
-            continue
+        if bad and dot[0] in forced and not any(dot in log for log in logs.values()):
+            # no member holds it: lost with a later forced removal if a removed region held it
+            holders = [n for n, held in sorted(removed_held.items()) if n != dot[0] and dot in held]
+            if holders:
+                orphaned[(dot[0], holders[0])] = orphaned.get((dot[0], holders[0]), 0) + 1
+                continue
         if bad:
             problems.append(f"operation {dot[0]}.{dot[1]} ({_op(want)}), promised by {promises.why[dot]}: "
                             f"regions {bad} hold {'another operation' if any(dot in logs[n] for n in bad) else 'nothing'}"
