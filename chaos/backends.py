@@ -32,7 +32,9 @@ the run's cluster file with the real addresses).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,14 +43,15 @@ import threading
 import redis
 
 from node.cluster_config import ClusterConfig, RegionSpec, load, local_cluster
-from node.testing import BraidProcess, free_ports
+from node.testing import BraidProcess, free_ports, replication_status, version_vector, wait_until
 
 from .relay import RelayHub
 from .workloads import Members, connect
 
 DEBUG_FAULTS = {"clock", "disk-full", "slow-fsync"}
+RESTORED_ALONE_S = 1.0  # the restore fault: how long a restored region runs before its peers reach it
 NETWORK_FAULTS = {"partition", "one-way", "bridge", "link-faults"}
-PROCESS_FAULTS = {"kill", "pause"}
+PROCESS_FAULTS = {"kill", "pause", "restore"}
 
 
 class Backend:
@@ -114,6 +117,7 @@ class ProcessBackend(Backend):
         if not membership:
             self.faults = type(self).faults - {"membership"}
         self.procs: dict[int, RegionProcess] = {}
+        self.copies: dict[int, str] = {}  # the restore fault's copies of data folders, per region
         self.relays: RelayHub | None = None
         self.config: ClusterConfig | None = None
         self.lock = threading.RLock()  # the fault nemesis and the membership nemesis share the processes
@@ -280,6 +284,66 @@ class ProcessBackend(Backend):
         with self.lock:  # a region that left meanwhile is not started again
             if region in self.procs and not self.procs[region].alive():
                 self.procs[region].restart()
+
+    def copy_folder(self, region: int) -> None:
+        """A copy of the region's data folder taken while it runs, as a careless backup or a
+        snapshot of its VM would be (a record half written is a torn tail to it)."""
+        with self.lock:
+            source = self.procs[region].data_dir
+        copy = os.path.join(self.workdir, f"copy-of-region-{region}")
+        for _attempt in range(5):
+            shutil.rmtree(copy, ignore_errors=True)
+            try:
+                shutil.copytree(source, copy, ignore=shutil.ignore_patterns(f"{RegionProcess.name}.log"))
+                break
+            except (shutil.Error, FileNotFoundError):
+                continue  # a file went while it was copied (a compaction, a snapshot's rename): copy again
+        else:
+            raise OSError(f"could not copy region {region}'s folder while it ran")
+        self.copies[region] = copy
+
+    def restore(self, region: int) -> None:
+        """Stop the region and start it from its copy (its log file stays).
+
+        What a region acknowledged and had not yet sent to any other region is on its disk
+        only, and replacing that disk loses it, whatever a database does (as losing the
+        disk would).  The fault is about what the copy lacks that *peers* hold: so first
+        the region takes no more writes (its disk reports full: writes get MISCONF, never
+        acknowledged) and its peers catch up with everything it issued; then SIGKILL, and
+        the copy goes in.  Its peers then hold operations of its own that the copy lacks,
+        and it must take them back before it writes again."""
+        with self.lock:
+            proc, copy = self.procs.get(region), self.copies.pop(region, None)
+            if proc is None or copy is None:
+                return  # it left the members meanwhile
+            if proc.paused:
+                self.resume(region)
+            with contextlib.suppress(redis.RedisError, OSError, TimeoutError):
+                self.debug(region, "DISK-FULL", "yes")
+                wait_until(lambda: self._peers_hold_all_of(region), 15.0, what=f"region {region}'s peers catching up")
+            proc.kill(signal.SIGKILL)
+            for name in os.listdir(proc.data_dir):
+                if name != f"{RegionProcess.name}.log":
+                    path = os.path.join(proc.data_dir, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            shutil.copytree(copy, proc.data_dir, dirs_exist_ok=True)
+            shutil.rmtree(copy, ignore_errors=True)
+            # it comes back while its peers are out of reach for a moment, as after a restore on
+            # a machine whose network is not up yet: clients reach it before any peer does
+            peers = [number for number in self.addresses if number != region]
+            for number in peers:
+                self.partition(region, number)
+            try:
+                proc.restart()
+                threading.Event().wait(RESTORED_ALONE_S)  # the fault's own length, not a synchronisation
+            finally:
+                self.heal_network()
+
+    def _peers_hold_all_of(self, region: int) -> bool:
+        """Does every other member hold every operation ``region`` issued?"""
+        issued = version_vector(replication_status(connect(self.addresses[region], timeout=2.0))).get(region, 0)
+        return all(version_vector(replication_status(connect(address, timeout=2.0))).get(region, 0) >= issued
+                   for number, address in self.addresses.items() if number != region)
 
     def pause(self, region: int) -> None:
         with self.lock:

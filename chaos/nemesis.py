@@ -19,6 +19,10 @@ link-faults    every link delays (with jitter) and resets now and then (loss)
 clock          a region's clock jumps (forwards or backwards, up to a minute)
 disk-full      a region's append-only file cannot be written (ENOSPC)
 slow-fsync     a region's fsyncs take hundreds of milliseconds
+restore        a copy of a region's data folder is taken while it runs (as a careless
+               backup or a snapshot of its VM would be); the heal SIGKILLs the region
+               and starts it from that copy: what it wrote since, its peers must give
+               back before it writes again
 membership     while the faults above go on: a region is added (it joins, catches up,
                becomes active), one is removed gracefully, one is killed and removed by
                force, then restarted (every member refuses it), purged, and maybe added
@@ -46,7 +50,7 @@ import redis
 from .history import History
 
 KINDS = ("kill", "pause", "partition", "one-way", "bridge", "link-faults", "clock", "disk-full", "slow-fsync",
-         "membership")
+         "restore", "membership")
 SCHEDULED = KINDS[:-1]  # membership changes are not steps of the schedule: MembershipNemesis plays them
 
 
@@ -131,7 +135,7 @@ class Nemesis(threading.Thread):
         the targets are marked as under a fault (membership changes leave them alone)."""
         b = self.backend
         with getattr(b, "lock", None) or contextlib.nullcontext():
-            if step.kind in ("kill", "pause") and getattr(b, "busy", None):
+            if step.kind in ("kill", "pause", "restore") and getattr(b, "busy", None):
                 return None  # a removal under way needs every other member up; network faults still happen
             current = b.fault_targets() if hasattr(b, "fault_targets") else sorted(b.addresses)
             if not set(step.targets) <= set(current) or (step.kind == "link-faults" and
@@ -184,6 +188,9 @@ class Nemesis(threading.Thread):
         if step.kind == "slow-fsync":
             b.debug(first, "FSYNC-DELAY", p["delay_ms"])
             return lambda: b.debug(first, "FSYNC-DELAY", 0)
+        if step.kind == "restore":
+            b.copy_folder(first)
+            return lambda: b.restore(first)
         raise ValueError(f"unknown fault kind {step.kind!r}")
 
 
@@ -327,4 +334,6 @@ def _describe(step: Step) -> str:
         return f"region {t[0]} clock {p['offset_ms']:+d} ms"
     if k == "slow-fsync":
         return f"region {t[0]} fsync +{p['delay_ms']} ms"
+    if k == "restore":
+        return f"copy region {t[0]}'s folder, then after {step.length:.1f}s SIGKILL it and start it from the copy"
     return f"region {t[0]} disk full"

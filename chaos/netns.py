@@ -243,6 +243,8 @@ class NetnsCluster:
                                    ["--bind", "0.0.0.0", *self.extra_args], bug=self.bug)
                 self.procs.append(proc)
                 proc.start()
+            for proc in self.procs:  # as LocalCluster: once every region takes writes
+                proc.wait_writable()
         except BaseException:
             self.stop()
             raise

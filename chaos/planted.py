@@ -57,10 +57,20 @@ def _lost_delete() -> None:
     Database.apply_remote = ignore_deletes
 
 
+def _no_start_gate() -> None:
+    """A region takes writes as soon as it starts, before its peers told it the last of its own
+    operations they hold: started from an older copy of its folder (the restore fault), it mints
+    again numbers its peers hold, and the regions keep different operations under them."""
+    from node.activeactive import ActiveActive
+
+    ActiveActive.recover_own_operations = lambda self, on_recovered, machine_crash=False: None
+
+
 BUGS = {
     "strict-dup": (_strict_dup, "unique IDs"),
     "skip-late": (_skip_late, "XREADGROUP never skips"),
     "lost-delete": (_lost_delete, "convergence"),
+    "no-start-gate": (_no_start_gate, "convergence"),
 }
 
 

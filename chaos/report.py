@@ -55,10 +55,12 @@ from .history import FAIL, INFO, OK, History
 
 FAULT_COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple", "one-way": "tab:pink",
                  "bridge": "tab:brown", "link-faults": "tab:olive", "clock": "tab:cyan",
-                 "disk-full": "tab:gray", "slow-fsync": "tab:blue", "membership": "tab:green"}
+                 "disk-full": "tab:gray", "slow-fsync": "tab:blue", "restore": "tab:red",
+                 "membership": "tab:green"}
 REGION_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
                   "tab:gray", "tab:olive", "tab:cyan")
-DOWN_CAUSES = {"kill": "killed", "pause": "paused", "membership": "membership change"}
+DOWN_CAUSES = {"kill": "killed", "pause": "paused", "restore": "restored from an older copy",
+               "membership": "membership change"}
 FONT_PT = 10      # every text of the timeline; the smallest is SMALL_PT
 SMALL_PT = 9
 LEFT_AFTER_S = 2.0  # a region the sampler stopped asking this long before the end left the members

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from node.testing import replication_status, version_vector
+from node.cluster import writable
+from node.testing import replication_status, version_vector, wait_until
 
 from . import checkers
 from .history import History
@@ -72,6 +73,10 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
     regions = sorted(members.addresses)
     kinds = [k for k in config.faults if k in backend.faults]
     steps = schedule(config.seed, config.duration, regions, kinds)
+    # every region of a cluster takes writes only once its peers told it the last of its own
+    # operations they hold (node/activeactive.py): the workloads start after that
+    wait_until(lambda: all(writable(port, host) for host, port in members.addresses.values()), 60.0,
+               what="every region taking writes")
     _create_group(members.addresses)
     wait_converged(members.addresses, 30.0)
     history.mark("faults")
@@ -106,7 +111,9 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
     final = members.addresses  # the members at the end: convergence, the drain and the checkers are theirs
     convergence = wait_converged(final, config.converge_timeout)
     if convergence is None:
-        errors.append(f"regions did not converge within {config.converge_timeout:.0f} s of the heal")
+        forked = [r for r, a in final.items() if (st := replication_state(a)) is not None and st[3]]
+        errors.append(f"regions {forked} found other histories under the same operation numbers (a fork)" if forked
+                      else f"regions did not converge within {config.converge_timeout:.0f} s of the heal")
     else:
         history.mark("converged")
     drain(final, history)
@@ -140,8 +147,9 @@ def _create_group(addresses: dict) -> None:
         c.close()
 
 
-def replication_state(address) -> tuple[dict[int, int], int] | None:
-    """(version vector, operations pending) of a region, or None if it does not answer."""
+def replication_state(address) -> tuple[dict[int, int], int, str, int] | None:
+    """(version vector, operations pending, history digests, forks found) of a region, or None if
+    it does not answer."""
     c = connect(address, timeout=0.5)
     try:
         status = replication_status(c)
@@ -149,7 +157,8 @@ def replication_state(address) -> tuple[dict[int, int], int] | None:
         return None
     finally:
         c.close()
-    return version_vector(status), int(status["crdt_pending"])
+    return (version_vector(status), int(status["crdt_pending"]), status.get("crdt_history", ""),
+            int(status.get("crdt_history_forks", 0)))
 
 
 def _sample(members: Members, history: History, stop: threading.Event) -> None:
@@ -160,11 +169,16 @@ def _sample(members: Members, history: History, stop: threading.Event) -> None:
 
 
 def wait_converged(addresses: dict, timeout: float) -> float | None:
-    """Seconds until every region holds the same operations with none pending; None at the deadline."""
+    """Seconds until every region holds the same operations (the same numbers, and the same
+    history digests) with none pending; None at the deadline, or at once when a region found
+    another history under the same numbers (a fork: waiting cannot heal it)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         states = [replication_state(a) for a in addresses.values()]
-        if all(s is not None and s[1] == 0 for s in states) and len({tuple(sorted(s[0].items())) for s in states}) == 1:
+        if any(s is not None and s[3] for s in states):
+            return None
+        if all(s is not None and s[1] == 0 for s in states) and \
+                len({(tuple(sorted(s[0].items())), s[2]) for s in states}) == 1:
             return time.monotonic() - t0
         time.sleep(0.05)  # polling interval of a deadline wait
     return None

@@ -137,6 +137,12 @@ class Worker(threading.Thread):
         try:
             value = command(self.client(region))
         except redis.ResponseError as e:
+            if str(e).startswith("MISCONF"):
+                # a write held while the disk failed, answered once aof-write-error-timeout-ms
+                # passed, was applied and may yet be logged: its outcome is unknown, as a timeout's
+                # (one refused at once is not; the same text cannot tell them apart)
+                self.history.complete(op, INFO, str(e))
+                return INFO, None
             self.history.complete(op, FAIL, str(e))
             return FAIL, str(e)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:

@@ -61,14 +61,54 @@ only from its operations' dependencies, so a peer's acknowledgement counts too
 once this region holds every operation of that peer up to ``V[peer]`` it holds
 every operation the peer issued before acknowledging - the ones that could be
 concurrent with what ``V`` covers.  Before that, the acknowledgement waits.
+
+Histories that can be checked.  Two regions that hold *different* operations under the
+same dot (a region restored from an older copy of its folder mints again numbers its
+peers hold) would each drop the other's as duplicates and never converge, while their
+version vectors agree.  So every origin's history carries a digest: a hash chain,
+``heads[o]`` = H(H(...H(0, op1)..., op n-1), op n) over the operations' bytes (the same
+bytes at every region: the wire's, the log's), xxh3-64 with the previous digest as its
+seed.  ``heads`` holds the chain at ``vv[o]``, and ``recent`` the last
+``HISTORY_WINDOW`` digests of each origin, so a peer's digest at a lower ``n`` can be
+checked too.  Handshakes and acknowledgements carry ``(vv, heads)``; :func:`forks` says
+where a peer's history differs from this region's (:class:`Fork`: the origin, the
+``n`` and both digests).  Where a peer is ahead, this region cannot check, but the
+peer can: once it sends what this region lacks, this region's chain at the same
+``n`` differs from the peer's if their earlier histories did, and the next
+acknowledgement shows it.  A state written by an older version has no digest for an
+origin (absent from ``heads`` while ``vv[o] > 0``): it is unknown, never compared, and
+learnt from a peer holding the same ``n`` (:meth:`CausalLog.learn_heads`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+from xxhash import xxh3_64_intdigest
 
 VersionVector = dict[int, int]
+
+# per origin, how many of the latest history digests a region keeps (to check a peer's
+# digest at an ``n`` below its own): a few seconds of a busy origin's operations
+HISTORY_WINDOW = 4096
+
+
+def chain(previous: int, op: Any) -> int:
+    """The history digest after ``op``, the previous one being ``previous`` (0: empty)."""
+    if isinstance(op, (bytes, bytearray, memoryview)):
+        return xxh3_64_intdigest(op, previous)
+    return xxh3_64_intdigest(repr(op).encode(), previous)  # pure models carry other values
+
+
+class Fork(NamedTuple):
+    """Two regions hold different histories of ``origin``: their digests at its ``n``-th
+    operation differ (``here`` this region's, ``there`` the peer's)."""
+    origin: int
+    n: int
+    here: int
+    there: int
 
 
 def dominates(a: VersionVector, b: VersionVector) -> bool:
@@ -142,11 +182,16 @@ class CausalLog:
         self.base = 0                  # absolute position of log[0]: envelopes dropped so far
         self.floor: VersionVector = {}  # per origin, the highest n dropped from the log
         self.seen: dict[int, VersionVector] = {}  # per origin: its version vector at its last op here
+        # per origin, the history digest at vv[o] (absent while vv[o] > 0: unknown, see the
+        # module's theory) and the latest HISTORY_WINDOW digests, the last one at vv[o]
+        self.heads: dict[int, int] = {}
+        self.recent: dict[int, deque[int]] = {}
 
     def take(self, other: "CausalLog") -> None:
         """Become ``other`` (a snapshot's or a full-resync image's log), keeping what this
         region knows of what others had seen (it only grows)."""
         self.vv, self.log, self.pending = other.vv, other.log, other.pending
+        self.heads, self.recent = other.heads, other.recent
         self.pending_bytes = sum(_size(e.op) for e in self.pending.values())
         self.index_pending()
         self.base, self.floor = other.base, other.floor
@@ -222,9 +267,59 @@ class CausalLog:
         """Issue a local operation: it is applied here at once (the caller applies it)."""
         n = self.vv.get(self.region, 0) + 1
         env = Envelope(self.region, n, tuple(sorted(self.vv.items())), op)
+        self._chain(env)
         self.vv[self.region] = n
         self.log.append(env)
         return env
+
+    # ------------------------------------------------------------ history digests
+    def _chain(self, env: Envelope) -> None:
+        """Extend ``env.origin``'s history digest by ``env`` (before ``vv`` counts it)."""
+        origin = env.origin
+        heads = self.heads
+        previous = heads.get(origin)
+        if previous is None:
+            if env.n != 1:
+                return  # unknown history: it stays unknown until learnt (learn_heads)
+            previous = 0
+        digest = chain(previous, env.op)
+        heads[origin] = digest
+        recent = self.recent.get(origin)
+        if recent is None:
+            recent = self.recent[origin] = deque(maxlen=HISTORY_WINDOW)
+        recent.append(digest)
+
+    def digest_at(self, origin: int, n: int) -> int | None:
+        """This region's digest of ``origin``'s history up to its ``n``-th operation, if it
+        holds that many and still knows it (None otherwise)."""
+        held = self.vv.get(origin, 0)
+        if n <= 0:
+            return 0
+        if n > held:
+            return None
+        if n == held:
+            return self.heads.get(origin)
+        recent = self.recent.get(origin)
+        back = held - n
+        if recent is None or back >= len(recent) or origin not in self.heads:
+            return None
+        return recent[len(recent) - 1 - back]
+
+    def learn_heads(self, vv: VersionVector, heads: dict[int, int]) -> list[int]:
+        """Take a peer's digests for the origins whose history this region does not know (a
+        state of an older version) and where both hold as many operations; returns them."""
+        learnt = []
+        for origin, digest in heads.items():
+            n = self.vv.get(origin, 0)
+            if n and origin not in self.heads and vv.get(origin, 0) == n:
+                self.heads[origin] = digest
+                self.recent[origin] = deque([digest], maxlen=HISTORY_WINDOW)
+                learnt.append(origin)
+        return learnt
+
+    def held_heads(self) -> dict[int, int]:
+        """The digests of every origin whose history this region knows (vv's origins)."""
+        return {o: d for o, d in self.heads.items() if self.vv.get(o, 0)}
 
     def _ready(self, env: Envelope) -> bool:
         return env.n == self.vv.get(env.origin, 0) + 1 and self._deps_held(env, _NO_TIP)
@@ -263,6 +358,7 @@ class CausalLog:
                     self.pending_bytes -= _size(cand.op)
                     if apply is not None:
                         apply(cand)  # raises: cand is forgotten, nothing counts it
+                    self._chain(cand)
                     vv[cand.origin] = cand.n
                     self.log.append(cand)
                     self._saw(cand)
@@ -338,6 +434,7 @@ class CausalLog:
         vv = self.vv
         last: dict[int, Envelope] = {}
         for env in run:
+            self._chain(env)
             vv[env.origin] = env.n
             last[env.origin] = env
         self.log.extend(run)
@@ -362,6 +459,22 @@ class CausalLog:
 
 
 _NO_TIP: VersionVector = {}  # no run under way (never written)
+
+
+def forks(causal: CausalLog, peer_vv: VersionVector, peer_heads: dict[int, int]) -> list[Fork]:
+    """Where a peer that holds ``peer_vv`` with digests ``peer_heads`` holds another history
+    than this region: every origin whose digest this region knows at the peer's ``n`` and
+    which differs (an origin the peer holds more of is checked by the peer, or here once
+    this region caught up: see the module's theory)."""
+    out: list[Fork] = []
+    for origin, there in peer_heads.items():
+        n = peer_vv.get(origin, 0)
+        if not n:
+            continue
+        here = causal.digest_at(origin, n)
+        if here is not None and here != there:
+            out.append(Fork(origin, n, here, there))
+    return out
 
 
 def envelopes_of(rows: list) -> list[Envelope]:

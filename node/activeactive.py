@@ -24,12 +24,17 @@ handshake again at the new epoch.  Writes are taken only while this region is
 ``active``; a ``joining`` region, once it holds everything its peers held when it
 connected (``caught_up``), has itself activated (``node/membership_change.py``).
 
-Recovery after a crash of the machine.  Operations leave once their log records reached
-the OS (node/persistence/oplog.py), so a crashed machine may have lost some that peers
-hold.  After such a start (the log's run mark says so) the region takes no writes until
-every live member has handshaken with it and it holds every operation of its own that
-any of them held at that handshake (they send them back as any operation a peer lacks,
-or a full resync brings them): :meth:`ActiveActive.recovered`.  Client writes are the
+Taking back its own operations at every start.  A region's data folder may hold less of
+its own history than its peers do: operations leave once their log records reached the
+OS (node/persistence/oplog.py), so a crashed machine may have lost some that peers hold;
+and an operator may start a region from an older copy of its folder (a backup, a
+snapshot of a VM, a copy taken while it ran), which no mark file can tell.  Minting
+those numbers again would give two operations one dot.  So after *every* start the
+region takes no writes until every live member has handshaken with it and it holds
+every operation of its own that any of them held at that handshake (they send them
+back as any operation a peer lacks, or a full resync brings them):
+:meth:`ActiveActive.recovered`.  A member that stays unreachable keeps the region
+read-only (``LOADING``) until it comes back or is removed from the database.  Client writes are the
 only way this region mints dots, so refusing them (LOADING) is enough.  A peer's
 handshake counts what it *applied*; one of this region's operations that waited there
 for its dependencies is forgotten by that handshake (``ReplicationHub.handshook``), so
@@ -112,12 +117,16 @@ class ActiveActive:
         # FLUSHALL run by the region core as a client's (logged, replicated); returns how many
         # keys it removed; ValueError: not run (see flush_when_caught_up)
         self.flush_database: Callable[[], int] = _no_flush
+        # a snapshot of the region's state taken now, and the log record it holds the state
+        # after (the region core's SAVE serialisation: braid-admin backup); set by the core
+        self.snapshot_now: Callable[[], tuple[bytes, int]] | None = None
         self.flushes_waiting = 0  # cluster-wide flushes waiting for operations (INFO crdt)
         # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
         self._backlog_bytes = 0
         self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
         # set after a start that may have lost operations peers hold (see recover_own_operations)
         self.recovering = False
+        self.machine_crash = False  # the start that recovers followed a crash of the machine
         self._on_recovered: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------ lifecycle
@@ -515,8 +524,8 @@ class ActiveActive:
         links = []
         for peer in self.peers():
             link = self.hub.links.get(peer.number)
-            state = ("paused" if self.hub.is_cut(peer.number) else "down" if link is None
-                     else "conflict" if link.conflict else "up")
+            state = ("paused" if self.hub.is_cut(peer.number) else "fork" if peer.number in self.hub.forks
+                     else "down" if link is None else "conflict" if link.conflict else "up")
             behind, age_ms = self.peer_lag(peer.number, now)  # a paused or lost peer's lag keeps growing
             links.append({"peer": peer.name, "number": peer.number, "state": state,
                           "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number],
@@ -537,6 +546,7 @@ class ActiveActive:
             "epoch": self.membership.epoch, "members": members, "writable": self.writable,
             "catch_up_held": held, "catch_up_target": target, "membership_refused": self.membership_refused,
             "membership_dropped": self.membership_dropped,
+            "heads": self.causal.held_heads(), "history_forks": self.hub.history_forks,
         }
 
     def info_lines(self) -> list[str]:
@@ -548,6 +558,8 @@ class ActiveActive:
             f"crdt_xadd_id_uniqueness_mode:{st['id_mode']}",
             f"crdt_replication:{'paused' if st['paused'] else 'active'}",
             "crdt_vv:" + ",".join(f"{o}={n}" for o, n in sorted(st["vv"].items())),
+            "crdt_history:" + ",".join(f"{o}={d:016x}" for o, d in sorted(st["heads"].items())),
+            f"crdt_history_forks:{st['history_forks']}",
             f"crdt_pending:{st['pending']}",
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
             f"crdt_link_tls:{'mutual' if self.hub.tls is not None else 'off'}",
@@ -588,20 +600,25 @@ class ActiveActive:
 
 
     # ------------------------------------------------------------ recovery after a machine crash
-    def recover_own_operations(self, on_recovered: Callable[[], None]) -> None:
-        """This region's operations leave once their records reached the OS, before the fsync
-        (node/persistence/oplog.py), so a crash of the machine may lose some that peers
-        hold; minting their dots again would give two operations one dot.  So after such a
-        start the region takes no writes until every live member handshook with it and it
+    def recover_own_operations(self, on_recovered: Callable[[], None], machine_crash: bool = False) -> None:
+        """At every start, its peers may hold operations of this region its folder lacks (a
+        crash of the machine lost the unsynced tail, ``machine_crash``; or the folder is an
+        older copy of itself); minting their dots again would give two operations one dot.
+        So the region takes no writes until every live member handshook with it and it
         holds every operation of its own any of them held then (they send them back, as any
         operation a peer lacks; or a full resync brings them): :meth:`recovered`.  A peer
         that stays unreachable keeps it read-only (``LOADING``) until it comes back or is
         removed from the database.  ``on_recovered`` is told once (the log's mark)."""
         self.recovering = True
+        self.machine_crash = machine_crash
         self._on_recovered = on_recovered
-        log.warning("region %s may have lost operations in a crash of its machine: it takes writes again "
-                    "once every peer has told it the last of its own operations it holds, and it holds them",
-                    self.me.name)
+        if machine_crash:
+            log.warning("region %s may have lost operations in a crash of its machine: it takes writes again "
+                        "once every peer has told it the last of its own operations it holds, and it holds them",
+                        self.me.name)
+        elif self.peers():
+            log.info("region %s takes writes once every peer has told it the last of its own operations it "
+                     "holds, and it holds them", self.me.name)
 
     def recovery_waits_for(self) -> list[RegionSpec]:
         """The live members this region has not yet heard from since it started."""
@@ -618,8 +635,9 @@ class ActiveActive:
         if self.causal.vv.get(self.region, 0) < held:
             return False
         self.recovering = False
-        log.warning("region %s holds its own operations its peers held (up to %d): it takes writes again",
-                    self.me.name, self.causal.vv.get(self.region, 0))
+        log.log(logging.WARNING if self.machine_crash else logging.INFO,
+                "region %s holds its own operations its peers held (up to %d): it takes writes",
+                self.me.name, self.causal.vv.get(self.region, 0))
         self._on_recovered()
         return True
 
@@ -637,12 +655,13 @@ class ActiveActive:
 
     def write_refusal(self) -> str:
         """The error a write gets while this region may not take writes."""
-        if self.recovering:
-            waiting = ", ".join(p.name for p in self.recovery_waits_for())
-            return ("LOADING this region restarted after a crash of its machine and is taking back its own "
-                    "operations from its peers" + (f" (waiting for {waiting})" if waiting else "") +
-                    ": it accepts writes once every peer answered")
         status = self.membership.status(self.region)
+        if self.recovering and status in (ACTIVE, JOINING):  # a leaving or removed one takes none anyway
+            waiting = ", ".join(p.name for p in self.recovery_waits_for())
+            why = "restarted after a crash of its machine" if self.machine_crash else "is starting"
+            return (f"LOADING this region {why} and is taking back its own operations from its peers" +
+                    (f" (waiting for {waiting})" if waiting else "") +
+                    ": it accepts writes once every peer answered")
         if status == JOINING:
             held, target = self.catch_up_progress()
             return (f"LOADING this region is joining the database and catching up ({held} of {target} "

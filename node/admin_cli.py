@@ -15,6 +15,7 @@ the region tells the rest.
     braid-admin region remove region-2 [--force] [--timeout 60]
     braid-admin region purge --region region-2
     braid-admin flush db db [--timeout 30] [--region region-1]
+    braid-admin backup --dir DIR [--region region-2] [--force] [--timeout 600]
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
@@ -39,14 +40,24 @@ has one region (``--region``, default the first active member) wait until it
 holds all of them, then flush as one observed-remove operation that every region
 applies.  So it removes everything acknowledged at any region before the call, where a
 FLUSHALL sent to one region removes only what that region had received.
+``backup`` asks each member for a snapshot taken now (the Backup call: the region
+fsyncs its log up to it first, then streams it in pieces) and writes ``DIR/<region>/``
+as a region's data directory holds it: the snapshot, an empty log segment after its
+record, and ``backup.json``.  A region started from it is an older copy of itself:
+as at every start, it takes no writes until it has taken back from its peers the
+operations of its own they hold (node/activeactive.py).  Each folder is written under
+a temporary name and renamed once its checksum was checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 import tomllib
 
@@ -109,12 +120,16 @@ def _call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
             except AdminCallError as e:
                 if e.timed_out and attempt < attempts:
                     continue
-                if e.timed_out:
-                    raise AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable (no answer within "
-                                     f"{c.timeout:g} s, {attempts} times)", True) from None
-                if e.unreachable:
-                    raise AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True) from None
-                raise AdminError(f"region {r.name} refused: {e}") from None
+                raise _failure(r, e, f"no answer within {c.timeout:g} s, {attempts} times") from None
+
+
+def _failure(r: RegionSpec, e: AdminCallError, timed_out: str) -> AdminError:
+    """A failed call to region ``r`` as a sentence; ``timed_out``: what the deadline was."""
+    if e.timed_out:
+        return AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable ({timed_out})", True)
+    if e.unreachable:
+        return AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True)
+    return AdminError(f"region {r.name} refused: {e}")
 
 
 def _use_tls(args, cfg: ClusterConfig | None) -> None:
@@ -272,9 +287,12 @@ def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
              "it waits for)", details)):
         console.print(text, highlight=False)
         console.print(table)
+    forked = history_differences(found)
+    for text in forked:  # the same numbers, other operations: named, whatever the vectors say
+        console.print(f"histories differ: {text} (see the README's 'Histories and forks')", highlight=False)
     for failure in failures:
         print(f"braid-admin: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return 1 if failures or forked else 0
 
 
 def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
@@ -321,6 +339,23 @@ def cmd_replication(args, cfg: ClusterConfig, path, console: Console) -> int:
     return 0
 
 
+def history_differences(found: dict) -> list[str]:
+    """Where members holding as many operations of an origin hold different ones: per origin and
+    number of operations, the groups of members by their history digest (RegionStatus.heads)."""
+    out = []
+    names = {st.number: name for name, st in found.items()}
+    by_point: dict[tuple[int, int], dict[int, list[str]]] = {}
+    for name, st in found.items():
+        for origin, digest in st.heads.items():
+            by_point.setdefault((origin, st.vv.get(origin, 0)), {}).setdefault(digest, []).append(name)
+    for (origin, n), groups in sorted(by_point.items()):
+        if len(groups) > 1:
+            sides = " / ".join(f"{', '.join(sorted(members))} (digest {digest:016x})"
+                               for digest, members in sorted(groups.items(), key=lambda g: sorted(g[1])))
+            out.append(f"{_count(n, 'operation')} of {names.get(origin, f'region {origin}')} differ between {sides}")
+    return out
+
+
 def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
     """Wait until the members hold the same operations: every member (the default, ``--all``), or only
     those that answer (``--reachable``).  An unreachable member is no member in sync: by default the wait
@@ -335,6 +370,9 @@ def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
                 newest[origin] = max(newest.get(origin, 0), n)
         lacking = {name: sum(n - st.vv.get(o, 0) for o, n in newest.items()) for name, st in found.items()}
         agreed = bool(found) and not any(lacking.values()) and not any(st.pending for st in found.values())
+        forked = history_differences(found)
+        if forked:  # the same numbers, other operations: waiting cannot heal it
+            raise AdminError(f"not in sync: {'; '.join(forked)} (see the README's 'Histories and forks')")
         if agreed and not unreachable:
             console.print(f"in sync: all {len(found)} members hold the same operations", highlight=False)
             return 0
@@ -580,6 +618,151 @@ def cmd_flush(args, cfg: ClusterConfig, path, console: Console) -> int:
     return 0
 
 
+BACKUP_MANIFEST = "backup.json"  # in each region's folder of a backup: what was taken, and when
+
+
+def cmd_backup(args, cfg: ClusterConfig, path, console: Console) -> int:
+    """A snapshot of every member (or of ``--region``), each written to ``DIR/<region>/`` in the
+    layout of a region's data folder; every region that answers is backed up, and the exit status
+    is 1 when any did not (named)."""
+    if not args.timeout > 0:
+        raise AdminError("--timeout must be a positive number of seconds")
+    found, failures = _statuses(cfg, path)  # the newest member list, and who answers
+    if args.region:
+        r = _region(cfg, args.region)
+        if not r.live:
+            raise AdminError(f"{r.name} (region {r.number}) was removed from the database: it has nothing to back up")
+        targets = [r]
+    else:
+        targets = cfg.live_regions()
+    try:
+        os.makedirs(args.dir, exist_ok=True)
+    except OSError as e:
+        raise AdminError(f"cannot create {args.dir}: {e.strerror or e}") from None
+    present = [r.name for r in targets if os.path.lexists(os.path.join(args.dir, r.name))]
+    if present and not args.force:
+        # one directory per backup run: a restore of every region takes its regions from one run
+        raise AdminError(f"{args.dir} already holds a backup of {', '.join(present)}: give a new directory for "
+                         "each backup (or --force to replace those)")
+    run = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    failed = []
+    for r in targets:
+        try:
+            if r.name not in found:  # asked just now: not asked twice
+                raise AdminError(next((f for f in failures if f.startswith(f"region {r.name} ")),
+                                      f"region {r.name} did not answer"))
+            info = _backup_region(cfg, r, args.dir, args.timeout, run)
+        except AdminError as e:
+            failed.append(r.name)
+            print(f"braid-admin: backup of {r.name} failed: {e}", file=sys.stderr)
+            continue
+        vv = ",".join(f"{o}={n}" for o, n in sorted(info.vv.items())) or "-"
+        console.print(f"{r.name} (region {r.number}): {info.size} bytes, record {info.record}, version vector "
+                      f"{vv} -> {os.path.join(args.dir, r.name)}", highlight=False, soft_wrap=True)  # one line each
+    done = len(targets) - len(failed)
+    if failed:
+        print(f"braid-admin: {done} of {_count(len(targets), 'region')} backed up in {args.dir}; failed: "
+              f"{', '.join(failed)}", file=sys.stderr)
+        return 1
+    console.print(f"backup of {_count(done, 'region')} of database {cfg.database} (cluster {cfg.cluster_id}) in "
+                  f"{args.dir}. To restore a region: stop it, replace the appendonlydir/ of its data directory with the "
+                  "one in its folder here, start it (docs/deploy.md, \"Backups\")", highlight=False)
+    return 0
+
+
+def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, timeout: float, run: str):
+    """Take region ``r``'s snapshot and put it at ``directory/<name>`` once complete and checked
+    (a temporary folder beside it until then); returns its BackupInfo."""
+    final = os.path.join(directory, r.name)
+    tmp = tempfile.mkdtemp(prefix=f".{r.name}.partial-", dir=directory)
+    try:
+        info = _receive_backup(cfg, r, tmp, timeout)
+        manifest = {"cluster_id": info.cluster_id, "database": info.database, "region": info.region,
+                    "number": info.number, "record": info.record, "vv": {str(o): n for o, n in sorted(info.vv.items())},
+                    "bytes": info.size, "epoch": info.epoch, "log_dir": info.log_dir, "run": run,
+                    "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write_durably(os.path.join(tmp, BACKUP_MANIFEST), (json.dumps(manifest, indent=2) + "\n").encode())
+        _fsync_dir(tmp)
+        if os.path.lexists(final):  # --force: the older backup goes only once this one is complete
+            old = tempfile.mkdtemp(prefix=f".{r.name}.replaced-", dir=directory)
+            os.replace(final, os.path.join(old, r.name))
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(directory)
+        return info
+    except OSError as e:
+        raise AdminError(f"cannot write the backup of {r.name} in {directory}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failure's partial folder (gone already on success)
+
+
+def _receive_backup(cfg: ClusterConfig, r: RegionSpec, folder: str, timeout: float):
+    """Stream region ``r``'s snapshot into ``folder`` in the layout of its data folder (no run
+    mark: a region's every start takes back from its peers what its folder lacks); check it."""
+    from .persistence import aof, snapshot
+
+    info, out, received = None, None, 0
+    with _client(cfg, r) as c:
+        try:
+            for chunk in c.backup(timeout):
+                if chunk.WhichOneof("part") == "info":
+                    info = chunk.info
+                    if info.number != r.number or info.cluster_id != cfg.cluster_id:
+                        raise AdminError(f"the region at {r.host}:{r.repl_port} is region {info.number} of cluster "
+                                         f"{info.cluster_id!r}, not {r.name} (region {r.number}) of "
+                                         f"{cfg.cluster_id!r}")
+                    log_dir = info.log_dir or "appendonlydir"
+                    if os.path.basename(log_dir) != log_dir or log_dir in (".", ".."):
+                        raise AdminError(f"region {r.name} names its log directory {log_dir!r}, not a folder name")
+                    log_dir = os.path.join(folder, log_dir)
+                    os.makedirs(log_dir)
+                    out = open(os.path.join(log_dir, snapshot.file_name(info.record)), "wb")
+                elif out is None:
+                    raise AdminError(f"region {r.name} sent data before saying what it is")
+                else:
+                    out.write(chunk.data)
+                    received += len(chunk.data)
+            if out is None:
+                raise AdminError(f"region {r.name} ended the backup before sending anything")
+            out.flush()
+            os.fsync(out.fileno())
+        except AdminCallError as e:
+            raise _failure(r, e, f"not complete within {timeout:g} s; --timeout gives it longer") from None
+        finally:
+            if out is not None:
+                out.close()
+    if received != info.size:
+        raise AdminError(f"region {r.name} sent {received} bytes of a {info.size}-byte snapshot")
+    try:
+        header = snapshot.read_header(out.name)
+    except snapshot.SnapshotError as e:
+        raise AdminError(f"the snapshot of {r.name} is not valid once written ({out.name}): {e}") from None
+    if header.record != info.record or header.region != info.number or not header.active_active:
+        raise AdminError(f"the snapshot of {r.name} holds record {header.record} of region {header.region}, "
+                         f"not record {info.record} of region {info.number}")
+    # the log continues after the snapshot's record: an empty segment says where (a log without
+    # any segment would start again at record 1, below the snapshot)
+    _write_durably(os.path.join(log_dir, aof.segment_name(info.record + 1)), b"")
+    return info
+
+
+def _write_durably(path: str, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database: "
                                  "talk to its regions through their admin service (gRPC, the replication port).",
@@ -674,6 +857,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long the region may wait for operations it lacks (default 30)")
     p.add_argument("--region", help="the region that runs the flush (default: the first active member)")
     p.set_defaults(fn=cmd_flush)
+    p = sub.add_parser("backup", help="backup --dir DIR [--region NAME] [--force]: a snapshot of every region "
+                                      "(or one), written to DIR/<region>/",
+                       description="Ask every member (or --region) for a snapshot taken now, as SAVE takes one, and "
+                                   "write each to DIR/<region>/ in the layout of a region's data directory, checked "
+                                   "once written. A region started from it first takes back from its peers what it "
+                                   "lacks. The cluster file and the certificates are not in it: keep them too.",
+                       epilog="exit status: 0 when every region was backed up; 1 when any was not (each is "
+                              "named; the others are written)")
+    p.add_argument("--dir", required=True, help="where to write: one folder per region (a new directory for each "
+                                                "backup, so that a restore takes every region from one run)")
+    p.add_argument("--region", help="back up only this region (default: every member)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a backup of the same region already in DIR (default: refuse, naming it)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="how long one region's snapshot may take to arrive (default 600)")
+    p.set_defaults(fn=cmd_backup)
     return ap
 
 

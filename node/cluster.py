@@ -336,6 +336,45 @@ def _wait_ready(regions: list[_Region], deadline_s: float = READY_TIMEOUT_S, wha
             time.sleep(0.05)  # polling interval while waiting for sockets, not synchronisation
 
 
+def writable(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    """Does the region on this port take writes (``INFO crdt`` says it is not taking back its own
+    operations from its peers, which every region of a cluster does after it starts)?"""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(b"*2\r\n$4\r\nINFO\r\n$4\r\ncrdt\r\n")
+            reply = b""
+            while b"\r\n" not in reply or len(reply) < _bulk_end(reply):
+                chunk = s.recv(65536)
+                if not chunk:
+                    return False
+                reply += chunk
+    except (OSError, ValueError):
+        return False
+    return reply.startswith(b"$") and b"crdt_recovering:1" not in reply
+
+
+def _bulk_end(reply: bytes) -> int:
+    """Where a bulk reply whose first line ``reply`` holds ends (ValueError: not a bulk)."""
+    header, _, _ = reply.partition(b"\r\n")
+    if not header.startswith(b"$"):
+        return len(reply)  # an error or another reply: nothing more to read
+    return len(header) + 2 + max(int(header[1:]), 0) + 2
+
+
+def _wait_writable(regions: list[_Region], deadline_s: float = 10.0) -> None:
+    """Until every region takes writes (its peers told it the last of its own operations they
+    hold: node/activeactive.py), so the first write after ``braid up`` is not answered LOADING;
+    a region still waiting after ``deadline_s`` is named, and the cluster keeps starting."""
+    deadline = time.monotonic() + deadline_s
+    pending = [r for r in regions if not writable(r.port)]
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling interval while waiting for the handshakes, not synchronisation
+        pending = [r for r in pending if not writable(r.port)]
+    for r in pending:
+        print(f"braid up: {r.name} still waits for its peers before it takes writes (LOADING); "
+              f"its log: {r.log}", file=sys.stderr)
+
+
 def _reuse_cluster(cluster_file: str, args: argparse.Namespace):
     """Write a new cluster file, or keep the one whose regions' data is in the directory; the
     cluster's configuration, or None (refused).
@@ -593,6 +632,7 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[_Region]) -> int:
         _stop_children([r.proc for r in regions])
         print(f"braid up: {e}\nthe other regions are stopped", file=sys.stderr)
         return 1
+    _wait_writable(regions)
     console = _console()
     title = f"Braid local cluster: {len(names)} region{'s' if len(names) > 1 else ''}"
     _print_connect(console, title, [(r.name, r.port, r.proc.pid, r.log) for r in regions])

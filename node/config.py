@@ -102,6 +102,11 @@ SETTINGS: tuple[Setting, ...] = (
     # Braid's: snapshot before replaying the records since the last snapshot would take a
     # start longer than this (estimated, node/persistence/oplog.py's rewrite_due); 0: no bound
     Setting("auto-aof-rewrite-max-replay-ms", "int", 2000, 0, (1 << 31) - 1),
+    # Braid's: a reply held because its command's record cannot be written (or, under
+    # appendfsync always, fsynced) - a full disk - is answered MISCONF once writing has failed
+    # for this long (checked once a second), instead of waiting for the disk: the client then
+    # treats the write as of unknown outcome (node/persistence/oplog.py)
+    Setting("aof-write-error-timeout-ms", "int", 2000, 0, (1 << 31) - 1),
     # Active-Active: how much of the replication feed a region keeps for peers that are
     # away (operations every peer acknowledged are dropped at once); a peer that comes
     # back needing more gets a full resync

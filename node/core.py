@@ -176,6 +176,7 @@ class RegionCore:
             aa.hub.install_image = self.install_image
             aa.on_setting = self._db_setting_changed
             aa.flush_database = self.flush_database
+            aa.snapshot_now = self.snapshot_now  # braid-admin backup (node/transport/admin.py)
         self.stats = Stats()
         # command name -> LatencyHistogram of its run time: filled by node/metrics.py when
         # the region exports metrics, else empty (execute() then only looks it up)
@@ -295,8 +296,11 @@ class RegionCore:
             oplog.on_durable = aa.durable
             oplog.replicating = True
             oplog.replication_fsync_interval = aa.fsync_interval
-            if getattr(oplog, "may_have_lost", False):  # the machine went down: its peers may hold more
-                aa.recover_own_operations(oplog.recovered)
+            # at every start: this folder may be an older copy of itself (a backup, a VM snapshot),
+            # or the machine lost the unsynced tail; either way peers may hold more of its own
+            aa.recover_own_operations(oplog.recovered, machine_crash=getattr(oplog, "may_have_lost", False))
+        elif hasattr(oplog, "recovered"):
+            oplog.recovered()  # a lone region has no peers to take anything back from: the log is its truth
         self.db.dirty = 0
         self.stats.reset()
 
@@ -383,6 +387,9 @@ class RegionCore:
         try:
             self.oplog.roll()
         except OSError as e:
+            if getattr(self.oplog, "unsaved_image", None) is not None:  # the log holds every record after it
+                raise ReplyError(f"ERR snapshot failed: the snapshot of a full-resync image must be written first, "
+                                 f"and it cannot be: {e.strerror or e}") from None
             raise ReplyError(f"ERR snapshot failed: cannot start a new log segment: {e.strerror}") from None
         return data, record
 
@@ -737,23 +744,62 @@ class RegionCore:
 
     def install_image(self, data: bytes) -> bool:
         """Take a peer's image as this region's replicated state (``ActiveActive.adopt_image``
-        says what is kept); then a snapshot makes it the base of the append-only file and
-        readers blocked on any key are served.  False: refused (nothing changed)."""
+        says what is kept), apply again on top the operations this region held that the
+        image lacks, then a snapshot makes the new state the base of the append-only file
+        and readers blocked on any key are served.  False: refused (nothing changed).
+
+        The old log does not lead to the new state, so nothing may be logged on top of the
+        image before its snapshot is on disk: replayed on the old state, a record of an
+        operation sent with the image's dependencies would not stamp the same, and the
+        region could never start again.  So the old log is put on disk first, ending a
+        segment at record R (when even that fails, the image is refused and the link asks
+        for it again), and the snapshot is the state after R: the image with the operations
+        applied again on top (so that dropping the old log loses none of this region's own).
+        Their records follow R (they are logged as they are applied), and a replay from the
+        snapshot skips them as the causal log skips any operation it holds.  A snapshot that
+        cannot be written (a full disk) leaves the log holding every record after R back,
+        and the region refusing writes, until the cron writes it
+        (``OperationLog.hold_for_image``): a process that ends first starts again from the
+        old log, which holds those operations, and is sent an image again.
+        """
         aa = self.db.aa
+        oplog = self.oplog
+        if oplog is not None:
+            try:
+                oplog.roll()  # the old state's records on disk, ending a segment: the snapshot follows them
+            except OSError as e:
+                log.error("refusing a full-resync image: the append-only file cannot be put on disk first: %s",
+                          e.strerror or e)
+                return False
+            base = oplog.last_record
         replayed = aa.adopt_image(data)
         if replayed is None:
             return False
         for env in replayed:  # operations this region held that the image lacks, its own among them
             if env.n > aa.causal.vv.get(env.origin, 0):
                 aa.hub.deliver(env)
-        if self.oplog is not None:
-            self.save(force=True)  # the old log does not lead here: the new state is the base
+        if oplog is not None:
+            self._save_image(base)
             aa.log_started()
         self.db.ready.update(self.db.keys)
         self.keys_ready()
         log.warning("installed a full-resync image: version vector %s", aa.causal.vv)
         return True
 
+    def _save_image(self, record: int) -> None:
+        """The snapshot that makes a full-resync image just installed the base of the append-only
+        file, at ``record`` (see :meth:`install_image`); written even while a BGSAVE runs: the
+        older state that one writes cannot be the base any more."""
+        from .persistence import snapshot
+
+        data = snapshot.encode(self.db.keys, self.db.aa.causal, record, self.system_ms(), True, self.region)
+        try:
+            self.oplog.write_snapshot(data, record)
+        except OSError as e:
+            self.last_bgsave_ok = False
+            self.oplog.hold_for_image(data, record, e, lambda rec: self.saved(rec, None))
+            return
+        self.saved(record, None)
 
 def _clip(b: bytes, n: int = 128) -> str:
     return b[:n].decode("utf-8", "replace")

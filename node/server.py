@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -106,17 +107,21 @@ class Server(RegionCore):
     def open_log(self) -> None:
         """Load the append-only file (if appendonly is yes), then keep appending to it."""
         from .persistence.oplog import OperationLog
-        from .persistence.replay import load
+        from .persistence.replay import LoadError, load
 
         if not self.config["appendonly"]:
             return
         directory = os.path.join(self.config["dir"], self.config["appenddirname"])
         t0 = time.monotonic()
-        report = load(self, directory, bool(self.config["aof-load-truncated"]))
-        self.loading_report = (dataclasses.replace(report, scanned=None), time.monotonic() - t0)  # drop the records
-        if report.records:
-            log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
-        self.attach_log(OperationLog(directory, self.config["appendfsync"], scanned=report.scanned))
+        try:  # (opening writes: the run mark, a first segment; an error here is no listen failure)
+            report = load(self, directory, bool(self.config["aof-load-truncated"]))
+            self.loading_report = (dataclasses.replace(report, scanned=None), time.monotonic() - t0)  # drop the records
+            if report.records:
+                log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
+            oplog = OperationLog(directory, self.config["appendfsync"], scanned=report.scanned)
+        except OSError as e:
+            raise LoadError(log_directory_error(directory, e)) from e
+        self.attach_log(oplog)
 
     # ------------------------------------------------------------ snapshots
     def bgsave(self) -> None:
@@ -409,6 +414,16 @@ class Server(RegionCore):
                         self._retry(client, client.blocked)
 
 
+def log_directory_error(directory: str, e: OSError) -> str:
+    """Why a region cannot open its append-only directory, for the operator (``braid node``
+    prints it and exits 1): a full disk said as such, with the file that could not be written."""
+    what = e.filename or f"to {directory}"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"the disk holding {directory} is full: cannot write {what} ({e.strerror}); "
+                "free space on it, then start the region again")
+    return f"cannot open the append-only file in {directory}: {what}: {e.strerror or e}"
+
+
 class ClientConnection(Session, asyncio.Protocol):
     """One client: a session (node/core.py) with its socket, parser and unsent replies."""
 
@@ -420,6 +435,11 @@ class ClientConnection(Session, asyncio.Protocol):
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
+        # the replies in ``out`` of commands that appended records, as (last record, start, end):
+        # a failing disk holding one too long turns it into MISCONF (_held_too_long)
+        self.logged_replies: list[tuple[int, int, int]] = []
+        self.replied_upto = 0       # logged_upto when the last of them was encoded
+        self.answered_upto = 0      # records that hold this client's replies no more (answered MISCONF)
         self.obuf_soft_since: float | None = None  # when unread replies passed the soft limit
         self._multi_counted: list | None = None  # the MULTI queue _multi_bytes counted,
         self._multi_seen = 0                     # how many of its commands,
@@ -516,7 +536,10 @@ class ClientConnection(Session, asyncio.Protocol):
                 reply.argv = argv
                 server.park(self, reply)
                 break
+            at = len(out)
             encode(out, reply, self.resp3)
+            if self.logged_upto != self.replied_upto:
+                self._logged_reply(at)
             if server.db.ready:
                 if server.blocking.by_key:
                     self.flush()
@@ -533,8 +556,17 @@ class ClientConnection(Session, asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self.process_input)
 
     def send(self, reply: Any) -> None:
+        at = len(self.out)
         encode(self.out, reply, self.resp3)
+        if self.logged_upto != self.replied_upto:
+            self._logged_reply(at)
         self.flush()
+
+    def _logged_reply(self, start: int) -> None:
+        """The reply just encoded at ``start`` of ``out`` answers a command that appended
+        records (up to ``logged_upto``; a blocked read's retries count as its command's)."""
+        self.replied_upto = self.logged_upto
+        self.logged_replies.append((self.logged_upto, start, len(self.out)))
 
     def flush(self) -> None:
         """Send the replies produced so far at the end of this turn of the event loop, once
@@ -553,8 +585,8 @@ class ClientConnection(Session, asyncio.Protocol):
             return
         server = self.server
         if server.oplog is not None:
-            self.reply_needs = server.reply_needs(self)
-            if not server.may_release(self.reply_needs):
+            self.reply_needs = needs = server.reply_needs(self)
+            if needs > self.answered_upto and not server.may_release(needs):
                 self.reply_held = True
                 server.flush_after_log_write(self)
                 self._check_output_limit()  # held replies count too (a failing disk holds them)
@@ -571,10 +603,11 @@ class ClientConnection(Session, asyncio.Protocol):
         replies added meanwhile may need a later one, which this checks again.
         """
         oplog = self.server.oplog
-        if not oplog.durable(self.reply_needs):
+        if self.reply_needs > self.answered_upto and not oplog.durable(self.reply_needs):
             if not self.fsync_waiter:
                 self.fsync_waiter = True
-                oplog.after_sync(self.reply_needs, self._fsynced)
+                oplog.after_sync(self.reply_needs, self._fsynced, self._held_too_long,
+                                 int(self.server.config["aof-write-error-timeout-ms"]) / 1000)
             return
         self.reply_held = False
         self.send_now()
@@ -585,12 +618,45 @@ class ClientConnection(Session, asyncio.Protocol):
         self.fsync_waiter = False
         self.send_held()
 
+    def _held_too_long(self) -> None:
+        """Writing (or fsyncing) the log kept failing for ``aof-write-error-timeout-ms`` while
+        these replies waited for it (``OperationLog.after_sync``): the reply of each command
+        whose records are still not durable becomes the MISCONF error writes are refused with
+        - not an acknowledgement: the write was applied here and may have been read, and it is
+        logged and replicated only if the disk takes it before the process ends - and every
+        reply leaves now, in order.  Later replies wait for no record up to these."""
+        self.fsync_waiter = False
+        if not self.reply_held or self.transport is None or self.transport.is_closing():
+            return
+        server = self.server
+        oplog = server.oplog
+        misconf = ReplyError(f"MISCONF Errors writing to the AOF file: {oplog.error or 'write failed'}")
+        out, at = self.out, 0
+        answered = bytearray()
+        for record, start, end in self.logged_replies:
+            if not oplog.durable(record):
+                answered += out[at:start]
+                encode(answered, misconf, self.resp3)
+                server._count_error(misconf)
+                at = end
+        if at:
+            answered += out[at:]
+            out[:] = answered
+        self.logged_replies.clear()
+        self.answered_upto = max(self.answered_upto, self.reply_needs)
+        self.reply_held = False
+        server._reply(self, self.send_now)  # (run by the log's cron step: a failure closes this client only)
+        if self.closing and self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
     def send_now(self) -> None:
         """Write the unsent replies to the socket (what ``flush`` decided may leave)."""
         if self.out and self.transport is not None and not self.transport.is_closing():
             self.server.stats.net_output_bytes += len(self.out)
             self.transport.write(bytes(self.out))
             self.out.clear()
+            if self.logged_replies:
+                self.logged_replies.clear()
             self._check_output_limit()
 
     def _check_output_limit(self) -> None:

@@ -29,7 +29,7 @@ import time
 
 import redis
 
-from .cluster import ping
+from .cluster import ping, writable
 
 
 def free_port() -> int:
@@ -91,10 +91,12 @@ def replication_status(client: redis.Redis) -> dict[str, str]:
 
 def wait_in_sync(clients: list[redis.Redis], timeout: float = 20.0) -> None:
     """Return when every region behind ``clients`` has applied the same operations and
-    none waits for any (polling with a deadline); the clients are closed."""
+    none waits for any (polling with a deadline); the clients are closed.  Holding the same
+    numbers of operations is not enough: the digests of their histories must agree too."""
     def same() -> bool:
         states = [replication_status(c) for c in clients]
-        return len({st["crdt_vv"] for st in states}) == 1 and all(st["crdt_pending"] == "0" for st in states)
+        return (len({st["crdt_vv"] for st in states}) == 1 and len({st["crdt_history"] for st in states}) == 1
+                and all(st["crdt_pending"] == "0" for st in states))
 
     try:
         wait_until(same, timeout, what="regions in sync")
@@ -214,14 +216,24 @@ class BraidProcess(_ServerProcess):
             self._log.close()
         return self.start()
 
+    def wait_writable(self, timeout: float = 30.0) -> "BraidProcess":
+        """Until the region takes writes: a region of a cluster takes none after it starts until
+        every live peer told it the last of its own operations it holds (node/activeactive.py)."""
+        host = getattr(self, "host", "127.0.0.1")  # a region in a network namespace has its own address
+        wait_until(lambda: writable(self.port, host), timeout, what=f"{self.region or 'the region'} taking writes")
+        return self
+
 
 class LocalCluster:
     """N regions of an Active-Active database as real processes on loopback.
 
     ``tls=True``: mutual TLS on every link and admin call, with a cluster CA and
-    certificates made in ``<dir>/tls`` (``self.certs``); else plain text (``tls = false``)."""
+    certificates made in ``<dir>/tls`` (``self.certs``); else plain text (``tls = false``).
+    :meth:`start` returns once every region takes writes (its peers answered it), unless
+    ``writable`` is False (a cluster whose links are meant to be refused)."""
 
-    def __init__(self, regions: int = 3, extra_args: list[str] = (), tls: bool = False) -> None:
+    def __init__(self, regions: int = 3, extra_args: list[str] = (), tls: bool = False,
+                 writable: bool = True) -> None:
         from .cluster_config import LinkTls, local_cluster
 
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
@@ -234,6 +246,7 @@ class LocalCluster:
             self.config.tls = LinkTls(self.certs.ca, self.certs.directory, *self.certs.admin)
         self.file = os.path.join(self.dir, "cluster.toml")
         self.extra_args = list(extra_args)
+        self.writable = writable
         self.procs: list[BraidProcess] = []
 
     def _place(self) -> None:
@@ -255,6 +268,8 @@ class LocalCluster:
             try:
                 for p in self.procs:
                     p.start()
+                for p in self.procs if self.writable else ():
+                    p.wait_writable()
                 return self
             except (RuntimeError, TimeoutError):
                 for p in self.procs:
@@ -377,7 +392,19 @@ def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
     server = Server(config) if cluster is None else \
         Server(config, region=number, cluster=(cluster, cluster.regions[number - 1]))
     server.open_log()
+    every_peer_answered(server)
     return server
+
+
+def every_peer_answered(core) -> None:
+    """A region of a cluster in this process, which no peer dials: play the handshakes a started
+    region waits for before it takes writes (node/activeactive.py), each peer holding none of its
+    operations - as for a region whose peers all start with it."""
+    aa = core.db.aa
+    if aa is not None:
+        for peer in aa.peers():
+            if peer.number not in aa.hub.handshake_vv:
+                aa.hub.handshook(peer.number, {})
 
 
 class InProcessServer:

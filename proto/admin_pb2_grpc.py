@@ -89,6 +89,11 @@ class AdminStub:
                 request_serializer=proto_dot_admin__pb2.FlushRequest.SerializeToString,
                 response_deserializer=proto_dot_admin__pb2.FlushResult.FromString,
                 _registered_method=True)
+        self.Backup = channel.unary_stream(
+                '/braid.admin.Admin/Backup',
+                request_serializer=proto_dot_admin__pb2.BackupRequest.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.BackupChunk.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -174,6 +179,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Backup(self, request, context):
+        """A snapshot of the region taken now, as SAVE takes one (between two commands; every record
+        of the log it covers is on disk first, so it holds no operation the region could lose and
+        mint again): a BackupInfo, then the snapshot file's bytes in order, each message well under
+        the channel's limit. A region without an append-only file: FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -231,6 +246,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Flush,
                     request_deserializer=proto_dot_admin__pb2.FlushRequest.FromString,
                     response_serializer=proto_dot_admin__pb2.FlushResult.SerializeToString,
+            ),
+            'Backup': grpc.unary_stream_rpc_method_handler(
+                    servicer.Backup,
+                    request_deserializer=proto_dot_admin__pb2.BackupRequest.FromString,
+                    response_serializer=proto_dot_admin__pb2.BackupChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -530,6 +550,33 @@ class Admin:
             '/braid.admin.Admin/Flush',
             proto_dot_admin__pb2.FlushRequest.SerializeToString,
             proto_dot_admin__pb2.FlushResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Backup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/braid.admin.Admin/Backup',
+            proto_dot_admin__pb2.BackupRequest.SerializeToString,
+            proto_dot_admin__pb2.BackupChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -492,16 +492,17 @@ def test_check_log_torn_then_fix(tmp_path):
     assert f"last record {len(PAYLOADS) - 1}" in run.stdout
 
 
-def test_check_log_corrupt_changes_nothing(tmp_path):
+def test_check_log_corrupt_changes_nothing_without_fix(tmp_path):
+    """(--fix salvages: tests/test_log_damage.py.)"""
     offsets = _write_log(tmp_path, PAYLOADS)
     path = _only_segment(tmp_path)
     _flip(path, offsets[2] + HEADER_SIZE)
     before = _read(path)
-    for args in ([], ["--fix"]):
-        run = _check_log(str(tmp_path), *args)
-        assert run.returncode == 2, run.stdout
-        assert f"{path} at offset {offsets[2]}" in run.stderr
-        assert _read(path) == before
+    run = _check_log(str(tmp_path))
+    assert run.returncode == 2, run.stdout
+    assert f"{path} at offset {offsets[2]}" in run.stderr
+    assert _read(path) == before
+    assert not os.path.exists(tmp_path / "last-run")  # no run mark written either
 
 
 def test_check_log_missing_directory(tmp_path):

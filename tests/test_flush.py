@@ -26,7 +26,7 @@ from node.core import RegionCore, Session
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated
-from node.testing import LocalCluster, replication_status, version_vector, wait_until, flushed_clients
+from node.testing import LocalCluster, every_peer_answered, flushed_clients, replication_status, version_vector, wait_until
 
 T0 = 1_700_000_000_000
 
@@ -40,6 +40,7 @@ def _core(number: int = 1, file: SimFile | None = None, **config) -> tuple[Regio
     records, _cut = read_back(file)
     replay.replay(core, records)
     core.attach_log(SimOperationLog(file, "always", len(records)))
+    every_peer_answered(core)
     return core, file
 
 

@@ -369,7 +369,10 @@ def test_the_pod_starts_a_region_its_probes_find_ready(rendered, tmp_path):
     try:
         wait_until(ready, 30.0, what="the readiness probe")
         with redis.Redis(port=resp, socket_timeout=10) as r:
-            assert r.xadd("rides", {"km": "12"}).endswith(b"-1")  # region-1's strict IDs
+            assert r.xrange("rides") == []  # ready: it serves reads ...
+            # ... and takes writes once its peers (none runs here) told it how much of its own they hold
+            with pytest.raises(redis.exceptions.BusyLoadingError, match="waiting for region-2"):
+                r.xadd("rides", {"km": "12"})
             crdt = r.info("crdt")
         assert crdt["crdt_link_tls"] == "mutual"
     finally:

@@ -24,6 +24,7 @@ from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated, remote_record
 from node.resp.encoder import ReplyError
+from node.testing import every_peer_answered
 from node.server import Server
 
 T0 = 1_700_000_000_000
@@ -42,6 +43,7 @@ def region(policy: str, number: int = 1, file: SimFile | None = None) -> tuple[R
     records, _cut = read_back(file)
     replay.replay(core, records)
     core.attach_log(SimOperationLog(file, policy, len(records)))
+    every_peer_answered(core)
     session = Session(core)
     session.authenticated = True
     return core, session, file

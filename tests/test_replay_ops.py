@@ -27,6 +27,7 @@ from node.config import Config
 from node.persistence import aof
 from node.persistence.replay import LoadError
 from node.server import ClientConnection, Server
+from node.testing import every_peer_answered
 from tests.test_persistence import without_seen_times
 
 SPECS = [RegionSpec(f"region-{i}", i, "127.0.0.1", 0, 0) for i in (1, 2)]
@@ -41,6 +42,7 @@ class Region:
         self.server = Server(Config(dir=directory), cluster=cluster)
         self.server.schedule_turn_end = lambda: None  # no event loop: close() writes everything
         self.server.open_log()
+        every_peer_answered(self.server)
         self.client = ClientConnection(self.server)
         self.client.authenticated = True
         self.closed = False

@@ -2,7 +2,8 @@
 (node/persistence/oplog.py): a killed process loses none of them, but a crashed machine may
 lose the unsynced tail while peers hold those operations.  A start after such a crash
 takes the region's own operations back from its peers before it mints a dot again
-(node/activeactive.py's recovery); a start after a killed process does not wait.
+(node/activeactive.py's recovery).  Every other start waits for its peers too: no mark tells a
+killed process from a folder restored from an older copy (tests/test_restore.py).
 
 The machine crash is made by hand on a real region process killed with SIGKILL: its log is
 cut back to what it held before the operations its peers got, and its run mark says the
@@ -16,6 +17,7 @@ import os
 import pytest
 import redis
 
+from node.activeactive import ActiveActive
 from node.persistence import aof
 from node.persistence.oplog import OperationLog, boot_id, read_run_mark, unsynced_tail_may_be_lost, write_run_mark
 from node.testing import LocalCluster, wait_until
@@ -104,13 +106,16 @@ def test_a_region_whose_machine_crashed_takes_back_its_own_operations_before_it_
         one.kill()
         one.restart()
         r1 = one.client()
-        assert _recovering(r1) == 0 and ids(r1.xrange("s")) == before + lost + [after]
+        assert ids(r1.xrange("s")) == before + lost + [after]
+        one.wait_writable()  # its peers told it again that it holds its own operations
+        assert read_run_mark(_log_dir(one)) == (boot_id() or "unknown")
         r1.close()
 
 
-def test_a_killed_region_on_a_running_machine_takes_writes_at_once():
-    """SIGKILL only: what the process wrote is in the OS, so nothing its peers hold is lost
-    and it need not wait for them (a peer being down does not keep it read-only)."""
+def test_a_killed_region_takes_writes_once_its_peers_answered():
+    """A start that only followed SIGKILL lost nothing the OS held, but no mark can tell it from a
+    start from an older copy of the folder: every start waits for the live peers (LOADING meanwhile),
+    then takes writes, and nothing is minted twice."""
     with LocalCluster(2) as cluster:
         r1, r2 = cluster.clients()
         made = [r1.xadd("s", {"n": str(i)}) for i in range(10)]
@@ -120,9 +125,13 @@ def test_a_killed_region_on_a_running_machine_takes_writes_at_once():
         cluster.procs[1].kill()
         cluster.procs[0].restart()
         r1 = cluster.procs[0].client()
-        assert _recovering(r1) == 0
-        made.append(r1.xadd("s", {"n": "at-once"}))
+        assert ids(r1.xrange("s")) == made  # it serves reads at once
+        assert _recovering(r1) == 1
+        with pytest.raises(redis.exceptions.BusyLoadingError, match="is starting .*waiting for region-2"):
+            r1.xadd("s", {"n": "too-early"})
         cluster.procs[1].restart()
+        cluster.procs[0].wait_writable()
+        made.append(r1.xadd("s", {"n": "after"}))
         cluster.sync_wait(60)
         r2 = cluster.procs[1].client()
         assert ids(r1.xrange("s")) == ids(r2.xrange("s")) == made
@@ -134,7 +143,6 @@ def test_the_simulation_recovers_machine_crashes_and_catches_a_region_that_does_
     """braid-chaos sim (its default rule): operations leave once written; regions whose
     machines crashed recover their own from their peers and every check holds.  The same
     schedule with the recovery taken out mints a dot again and the checkers say so."""
-    from chaos.sim import region as sim_region
     from chaos.sim.run import run_sim
     from chaos.sim.world import SimConfig
 
@@ -144,11 +152,8 @@ def test_the_simulation_recovers_machine_crashes_and_catches_a_region_that_does_
         outcome = run_sim(SimConfig(seed=seed, leave_when_written=True))
         assert outcome.ok, (seed, outcome.failed)
 
-    class Forgetful(sim_region.SimOperationLog):
-        def __setattr__(self, name, value):  # the region never learns it may have lost records
-            super().__setattr__(name, False if name == "may_have_lost" else value)
-
-    monkeypatch.setattr(sim_region, "SimOperationLog", Forgetful)
+    # the region never waits for its peers at a start: it mints again what they hold
+    monkeypatch.setattr(ActiveActive, "recover_own_operations", lambda self, on_recovered, machine_crash=False: None)
     broken = run_sim(config)
     assert not broken.ok and "convergence" in broken.failed
 

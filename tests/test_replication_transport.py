@@ -935,3 +935,66 @@ def test_a_peers_handshake_forgets_its_own_waiting_operations_and_supersedes_its
                 await hub.stop()
 
     run(scenario())
+
+
+def _forked_pair(own: int, theirs: int) -> tuple[tuple[ReplicationHub, list], tuple[ReplicationHub, list]]:
+    """Region 1 holds ``own`` operations of region 2 that region 2 never made; region 2 made
+    ``theirs`` others under the same numbers (as a region restored from an older copy of its
+    folder would, were it allowed to write before its peers answered)."""
+    one, two = make_hub(1), make_hub(2)
+    impostor = CausalLog(2)
+    for i in range(own):
+        one[0].causal.receive(impostor.stamp(b"first-%d" % i))
+    for i in range(theirs):
+        two[0].issue(b"second-%d" % i)
+    return one, two
+
+
+@pytest.mark.parametrize("own,theirs", [(3, 3), (3, 5), (5, 3)])
+def test_regions_holding_other_operations_under_the_same_numbers_find_the_fork_and_exchange_nothing(own, theirs):
+    """Version vectors alone would call (3, 3) in sync, and (3, 5) a lag that region 2's two
+    operations fill - on top of the wrong three.  The digests find the fork at the handshake
+    wherever one region holds the other's count (here or there), the link is reported as
+    forked on both ends, and nothing crosses it in either direction."""
+    async def scenario():
+        (one, applied_one), (two, applied_two) = _forked_pair(own, theirs)
+        ports = {1: await one.serve(), 2: await two.serve()}
+        try:
+            one.dial(2, f"127.0.0.1:{ports[2]}")
+            await until(lambda: 2 in one.forks and 1 in two.forks)
+            one.issue(b"later-1")
+            two.issue(b"later-2")
+            await until(lambda: 2 in one.links and 1 in two.links)
+            for hub, peer in ((one, 2), (two, 1)):
+                (fork,) = hub.forks[peer]
+                assert fork.origin == 2 and fork.n == min(own, theirs) and fork.here != fork.there
+                assert hub.history_forks == 1
+                assert hub.links[peer].forked
+            assert applied_one == [] and applied_two == []  # nothing crossed
+            assert one.causal.vv == {1: 1, 2: own} and two.causal.vv == {2: theirs + 1}
+        finally:
+            await one.stop()
+            await two.stop()
+
+    run(scenario())
+
+
+def test_the_same_history_is_no_fork_and_an_unknown_one_is_learnt():
+    """Regions holding the same operations agree on every digest, at every count of them a
+    region still remembers; a region whose history is unknown (a state written before digests
+    existed) learns its peer's where both hold as many operations."""
+    from crdt.causal import forks
+
+    a, b = CausalLog(1), CausalLog(2)
+    for i in range(10):
+        b.receive(a.stamp(b"op-%d" % i))
+    assert a.held_heads() == b.held_heads() and a.heads[1] != 0
+    for n in range(1, 11):
+        assert forks(b, {1: n}, {1: a.digest_at(1, n)}) == []
+    assert forks(b, {1: 4}, {1: a.digest_at(1, 5)})[0].n == 4  # another history at 4
+    b.heads.clear()
+    assert forks(b, a.vv, a.held_heads()) == []  # unknown: never compared ...
+    assert b.learn_heads({1: 9}, a.held_heads()) == []  # ... nor learnt at another count
+    assert b.learn_heads(a.vv, a.held_heads()) == [1] and b.held_heads() == a.held_heads()
+    b.receive(a.stamp(b"op-10"))
+    assert b.held_heads() == a.held_heads()  # the chain goes on from what it learnt

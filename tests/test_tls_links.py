@@ -17,6 +17,7 @@ import threading
 
 import grpc
 import pytest
+import redis
 from cryptography import x509
 
 from node.cluster_config import LinkTls, load
@@ -136,7 +137,7 @@ def test_braid_admin_at_a_host_and_port_with_its_certificate(cluster):
 def test_a_region_checks_the_name_on_the_certificate_of_the_region_it_dials():
     """Region-2 holds a valid certificate of the cluster CA, but for another name: region-1,
     dialing it as region-2, refuses it."""
-    cluster = LocalCluster(2, tls=True)
+    cluster = LocalCluster(2, tls=True, writable=False)
     ca = certs.load(cluster.certs.ca, os.path.join(cluster.certs.directory, "ca.key"))
     impostor = certs.issue(ca, "region-9", hosts=list(certs.DEFAULT_HOSTS)).write(cluster.certs.directory, "impostor")
     cluster.config.regions[1].tls_cert, cluster.config.regions[1].tls_key = impostor
@@ -148,7 +149,9 @@ def test_a_region_checks_the_name_on_the_certificate_of_the_region_it_dials():
                    20, what="region-1 refusing region-2's certificate")
         assert refused(r1) > 0
         assert "Hostname Verification" in region_log(cluster, 0)
-        r1.xadd("unseen", {"f": "v"})
+        # never hearing from region-2, region-1 does not know how much of its own region-2 holds
+        with pytest.raises(redis.exceptions.BusyLoadingError, match="waiting for region-2"):
+            r1.xadd("unseen", {"f": "v"})
         assert "link=down" in replication_status(r1)["crdt_peer_2"]
         assert r2.exists("unseen") == 0
         r1.close()
@@ -201,9 +204,11 @@ def test_a_rogue_region_is_refused_and_nothing_it_sends_is_applied(cluster, regi
     path = _rogue_file(cluster, tmp_path, case)
     with BraidProcess(load(path).regions[0].port, str(tmp_path / "rogue"), path, "region-1") as rogue:
         c = rogue.client()
-        c.xadd(f"forged:{case}", {"f": "v"})  # it would send this to regions 2 and 3
         wait_until(lambda: refused(r2) > before[0] and refused(r3) > before[1], 20,
                    what="regions 2 and 3 refusing the rogue")
+        # refused by every peer, it never hears how much of its own they hold: it takes no write
+        with pytest.raises(redis.exceptions.BusyLoadingError, match="waiting for region-2, region-3"):
+            c.xadd(f"forged:{case}", {"f": "v"})
         c.close()
     for index in (1, 2):
         text = region_log(cluster, index)

@@ -108,12 +108,36 @@ starts writable at once.
 
 A failed write or fsync stops the region accepting writes (``MISCONF``) until
 the cron manages to write and fsync again (in a worker thread, as the
-``everysec`` fsync); replies held for ``always`` stay held until then, since
-what they acknowledge is not on disk.  Under ``everysec`` and ``no`` the reply
-of a command whose record could not be written is held too (until the cron
-writes it): a process crash meanwhile would lose it, so it is not acknowledged.
-(Redis sends it, and so did Braid until the chaos suite's lost-write checker
-made the case plain: a region killed while its disk is full.)  Readers are not held.
+``everysec`` fsync); replies held for ``always`` stay held, since what they
+acknowledge is not on disk.  Under ``everysec`` and ``no`` the reply of a
+command whose record could not be written is held too: a process crash
+meanwhile would lose it, so it is not acknowledged.  (Redis sends it, and so
+did Braid until the chaos suite's lost-write checker made the case plain: a
+region killed while its disk is full.)  Readers are not held (under ``always``
+they are, as every reply is).  A held reply is not held for ever, though: once
+it has waited ``aof-write-error-timeout-ms`` (2 s) and writing still fails
+(checked once a second, :meth:`OperationLog.tick`), a command whose record is
+not written (fsynced under ``always``) is answered ``MISCONF Errors writing to
+the AOF file: ...`` - the error writes are refused with - and the other replies
+held with it leave as they are.  That write is *not* acknowledged, and its outcome is
+unknown, as after a timeout: it was applied in memory and readers may have seen
+it; if the region keeps running until the disk takes its record again, it is
+logged and replicated then; if the process ends first, it is lost.  (Before, the
+client waited for the disk, minutes if need be, and a client library's retry
+could report an error for a write that had committed meanwhile.)
+
+A full-resync image (node/core.py's ``install_image``) is the one state a region
+takes without logging it: a snapshot makes it the base of the file, and every
+record after it describes operations on that state.  Replayed on the old state
+those would be other operations - the causal log would stamp them with other
+dependencies, and the region could never start again.  So the log before the
+image is on disk before the image is taken (else the image is refused, and the
+link asks for it again later), and when its snapshot cannot be written (a full
+disk) no record after it reaches the file until it is
+(:meth:`OperationLog.hold_for_image`): they wait in memory, writes are refused
+with ``MISCONF``, and the cron writes the snapshot once there is room for it.
+A process that ends before that leaves the log as it was before the image; its
+next start replays it and is sent an image again.
 """
 
 from __future__ import annotations
@@ -122,6 +146,7 @@ import asyncio
 import errno
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -357,7 +382,10 @@ class DurabilityRules:
 # A file beside the log says how the last run ended: "clean" (closed, everything fsynced),
 # the boot id of the machine it ran in (whatever the OS held when the process died is on
 # disk as long as that machine did not go down), or "recover" (a start that may have lost
-# records has not yet taken its operations back from its peers).
+# records has not yet taken its operations back from its peers).  Whatever cuts records
+# from a log - a start cutting a torn tail, `braid check-log --fix` salvaging damage -
+# writes "recover" first (mark_for_recovery): what it cut may be operations that already
+# left for other regions.  "clean" also means the log has no torn tail (aof.py).
 RUN_MARK = "last-run"
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
@@ -395,6 +423,14 @@ def write_run_mark(directory: str, mark: str) -> None:
         os.close(dfd)
 
 
+def mark_for_recovery(directory: str) -> None:
+    """Before records are cut from the log in ``directory``: its next start (or this one, if
+    it has not opened the log yet) treats it as possibly missing operations its peers hold
+    (``OperationLog.may_have_lost``).  On disk before this returns, so a crash right after
+    the cut still recovers."""
+    write_run_mark(directory, "recover")
+
+
 def unsynced_tail_may_be_lost(mark: str | None, boot: str) -> bool:
     """Could records written to the OS by the last run be missing from the file?  Not after a
     clean close, nor when the last run was in this boot of the machine (a killed process's
@@ -408,14 +444,20 @@ def unsynced_tail_may_be_lost(mark: str | None, boot: str) -> bool:
 class OperationLog(DurabilityRules):
     """The open log of a running region, with its fsync policy and group commit."""
 
+    # a full-resync image the region took whose snapshot is not on disk yet (hold_for_image):
+    # (snapshot, its record, the segment size to go back to, what to call once it is written)
+    unsaved_image: "tuple[bytes, int, int, Callable[[int], None]] | None" = None
+
     def __init__(self, directory: str, policy: str, segment_size: int | None = None, scanned=None) -> None:
         kw = {} if segment_size is None else {"segment_size": segment_size}
         self.file = AppendLog.open(directory, scanned=scanned, **kw)
         self.directory = directory
         self.policy = policy
-        # the machine may have lost what the last run wrote and did not fsync: a region of a
-        # cluster takes its own operations back from its peers before it mints any (and
-        # calls recovered() then); until then the mark stays "recover", across restarts too
+        # the machine may have lost what the last run wrote and did not fsync, or records were
+        # cut (a torn tail this start cut, damage check-log --fix salvaged: both marked the log
+        # "recover" before cutting, see mark_for_recovery): a region of a cluster takes its own
+        # operations back from its peers before it mints any (and calls recovered() then);
+        # until then the mark stays "recover", across restarts too
         self.boot = boot_id()
         self.may_have_lost = unsynced_tail_may_be_lost(read_run_mark(directory), self.boot)
         write_run_mark(directory, "recover" if self.may_have_lost else self.boot or "unknown")
@@ -477,6 +519,8 @@ class OperationLog(DurabilityRules):
         """Hand buffered records to the OS (before any reply); False if that failed."""
         if self.written == self.file.last_record:
             return self.error is None
+        if self.unsaved_image is not None:
+            return False  # records after a full-resync image wait until it is on disk (hold_for_image)
         try:
             if self.disk_full:  # records stay in the writer's buffer, as with a real ENOSPC
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -500,10 +544,25 @@ class OperationLog(DurabilityRules):
             return
         self._synced_to(self.written, target_bytes, time.perf_counter_ns() - t0)
 
-    def after_sync(self, record: int, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once records up to ``record`` are on disk (``always``)."""
+    def after_sync(self, record: int, callback: Callable[[], None],
+                   expired: Callable[[], None] | None = None, expire_after: float = 0.0) -> None:
+        """Call ``callback`` once records up to ``record`` are on disk (``always``), or were
+        written and an fsync followed.  ``expired``: called instead (and ``callback`` never)
+        if, ``expire_after`` seconds from now, writing or fsyncing is failing still - at the
+        first :meth:`tick` that finds it so: the bound on a reply a failing disk holds."""
+        if expired is not None:
+            callback = _HeldReply(callback, expired, time.monotonic() + expire_after)
         self._waiters.append((record, callback))
         self._start_fsync()
+
+    def _expire_held_replies(self) -> None:
+        """Writing or fsyncing is failing: the waiters whose bound passed are told so and forgotten."""
+        now = time.monotonic()
+        expired = [w for _, w in self._waiters if type(w) is _HeldReply and w.deadline <= now]
+        if expired:
+            self._waiters = [(rec, w) for rec, w in self._waiters if not (type(w) is _HeldReply and w.deadline <= now)]
+            for w in expired:
+                w.expired()
 
     def _start_fsync(self) -> None:
         if self._syncing or self.error is not None or not self.write_out():
@@ -557,7 +616,8 @@ class OperationLog(DurabilityRules):
             self._start_fsync()
 
     def _synced_to(self, target: int, target_bytes: int, took_ns: int) -> None:
-        self.error = None
+        if self.unsaved_image is None:  # (an fsync started before the image: the writes stay refused)
+            self.error = None
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)
         self.synced = max(self.synced, target)
@@ -573,8 +633,16 @@ class OperationLog(DurabilityRules):
         self.error = f"{what} failed: {reason}"
 
     def tick(self) -> None:
-        """Once a second: the ``everysec`` fsync, and retrying after a failure."""
+        """Once a second: the ``everysec`` fsync, and after a failure: answering the replies it
+        held past their bound (:meth:`after_sync`), then trying again - a full-resync image
+        waiting for its snapshot first (:meth:`hold_for_image`)."""
         if self.error is not None:
+            self._expire_held_replies()
+            if self.unsaved_image is not None:
+                try:
+                    self._write_image()
+                except OSError:
+                    return
             self.error = None  # try again; a new failure sets it back
             if not self.write_out():
                 return
@@ -587,7 +655,53 @@ class OperationLog(DurabilityRules):
         """Write a snapshot of the state after ``record`` beside the log (node/persistence/snapshot.py)."""
         from . import snapshot
 
-        snapshot.write(self.directory, data, record)
+        try:
+            snapshot.write(self.directory, data, record)
+        except OSError:
+            # what was written of it would keep the disk full for everything else
+            try:
+                os.remove(os.path.join(self.directory, snapshot.file_name(record)) + ".tmp")
+            except OSError:
+                pass
+            raise
+
+    def hold_for_image(self, data: bytes, record: int, error: OSError, saved: Callable[[int], None]) -> None:
+        """The region took a full-resync image, the state after ``record`` (the log up to it is
+        on disk), and its snapshot ``data`` could not be written (``error``).
+
+        The later records describe operations on the image: replayed on the log before it
+        they would be other operations, and the region could not start.  So none reaches
+        the file before the snapshot does - they wait in memory (:meth:`write_out`), writes
+        are refused (``MISCONF``: ``error`` stays set until then) - and :meth:`tick` writes
+        the snapshot once the disk has room for it, then calls ``saved(record)``.  A process
+        that ends first leaves the log as it was before the image (:meth:`close` drops the
+        records that waited): its next start replays that and is sent an image again.
+        """
+        # a segment that fills up would hand its records to the OS: they stay in this one's buffer
+        self.unsaved_image = (data, record, self.file.segment_size, saved)
+        self.file.segment_size = 1 << 62
+        self.error = _image_error(error)
+        log.error("cannot write the snapshot of a full-resync image in %s (%s): writes are refused and nothing "
+                  "is logged until it is written (retried once a second)", self.directory,
+                  getattr(error, "strerror", None) or error)
+
+    def _write_image(self) -> None:
+        """Write the snapshot of the image :meth:`hold_for_image` holds; OSError (and ``error``
+        set) if that still fails.  The records that waited for it may be written after it."""
+        data, record, segment_size, saved = self.unsaved_image
+        try:
+            if shutil.disk_usage(self.directory).free < len(data):  # it cannot fit: no need to fill the disk
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.write_snapshot(data, record)
+        except OSError as e:
+            self.error = _image_error(e)
+            raise
+        self.unsaved_image = None
+        self.file.segment_size = segment_size
+        self.error = None
+        log.warning("wrote the snapshot of the full-resync image (record %d) in %s: writes are taken again",
+                    record, self.directory)
+        saved(record)
 
     def drop_before_snapshot(self, record: int) -> None:
         """A snapshot of the state after ``record`` is on disk: the segments and older snapshots it replaces go."""
@@ -603,7 +717,10 @@ class OperationLog(DurabilityRules):
                            replay_bound_ready)
 
     def roll(self) -> None:
-        """End the current segment here (fsynced) so the next record starts a new one."""
+        """End the current segment here (fsynced) so the next record starts a new one.  After a
+        full-resync image not yet on disk, its snapshot first (OSError if it still fails)."""
+        if self.unsaved_image is not None:
+            self._write_image()
         self.file.roll()
         self.written = self.synced = max(self.synced, self.file.last_record)
         self.synced_bytes = self.file.appended_bytes
@@ -622,6 +739,16 @@ class OperationLog(DurabilityRules):
             self._fsync_timer.cancel()
             self._fsync_timer = None
         self._fsync_thread.stop()  # after an fsync still running: closing fsyncs everything anyway
+        if self.unsaved_image is not None:
+            try:
+                self._write_image()
+            except OSError:
+                if self.unsaved_image is not None:  # (not when only dropping what it replaces failed)
+                    # the records after the image are operations on it: without it they must not reach
+                    # the file, which ends as it did before the image (the next start is sent one again)
+                    self.file.discard_unwritten()
+                    log.warning("closing without the snapshot of the full-resync image: the records after "
+                                "it are dropped, and the next start is sent an image again")
         try:
             self.file.close()
         except OSError as e:
@@ -652,3 +779,20 @@ def _fsync(fd: int, directory: str | None, delay_s: float = 0.0, seal: Callable[
         finally:
             os.close(dfd)
     return time.perf_counter_ns() - t0
+
+
+def _image_error(e: BaseException) -> str:
+    return f"snapshot of the full-resync image failed: {getattr(e, 'strerror', None) or e}"
+
+
+class _HeldReply:
+    """A waiter of :meth:`OperationLog.after_sync` with a bound: past ``deadline`` while writing
+    or fsyncing fails, ``expired`` is called instead of it."""
+
+    __slots__ = ("callback", "deadline", "expired")
+
+    def __init__(self, callback: Callable[[], None], expired: Callable[[], None], deadline: float) -> None:
+        self.callback, self.expired, self.deadline = callback, expired, deadline
+
+    def __call__(self) -> None:
+        self.callback()

@@ -9,8 +9,11 @@ The file is scanned first (:func:`node.persistence.aof.scan`): a torn last
 record - a crash in the middle of a write - is cut when ``aof-load-truncated``
 is yes (the default, as in Redis) and stops the region otherwise; damage
 anywhere else always stops it, with the file and offset in the message, and
-nothing is loaded.  Then every record is replayed in order
-(:mod:`node.persistence.oplog` says what the records are):
+nothing is loaded.  A log whose run mark says it was closed cleanly has no torn
+tail: a bad last record there is damage too.  Before a torn tail is cut the run
+mark becomes ``recover`` (the cut records may be operations peers hold: the
+region takes its own back from them before it takes writes).  Then every record
+is replayed in order (:mod:`node.persistence.oplog` says what the records are):
 
 * this region's own operations (``o``) are applied as logged, and those it sent
   are stamped again by the causal log, which must give each the dot it was logged
@@ -50,7 +53,7 @@ from crdt import ops
 from .. import opcodec
 from . import snapshot as snap
 from .aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
-from .oplog import OwnOperation, decode_local, decode_replicated
+from .oplog import OwnOperation, decode_local, decode_replicated, mark_for_recovery, read_run_mark
 
 if TYPE_CHECKING:
     from ..core import RegionCore as Server  # replay needs the core only, never a running server
@@ -78,10 +81,13 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
     if not os.path.isdir(directory):
         return LoadReport()
     try:
-        result = scan(directory)
+        result = scan(directory, closed_cleanly=read_run_mark(directory) == "clean")
     except CorruptLog as e:
-        raise LoadError(f"the append-only file is damaged: {e}; nothing was loaded "
-                        f"(`braid check-log {directory}` reports the damage)") from None
+        raise LoadError(f"the append-only file is damaged: {e}; nothing was loaded. "
+                        f"`braid check-log {directory}` reports the damage; `braid check-log {directory} --fix` "
+                        "salvages the log (it keeps every record before the damage and cuts the rest); a region "
+                        "of a cluster then gets what was cut back from its peers when it starts, a standalone "
+                        "region loses it") from None
     cut = 0
     if result.torn is not None:
         path, offset = result.torn
@@ -89,6 +95,7 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
             raise LoadError(f"the append-only file ends with a torn record in {path} at offset {offset} "
                             f"({result.torn_reason}); set aof-load-truncated yes or run "
                             f"`braid check-log {directory} --fix` to cut it")
+        mark_for_recovery(directory)  # on disk before the cut: a crash right after it still recovers
         cut = truncate_torn(result)
         log.warning("cut a torn record at the end of the append-only file: %d bytes of %s from offset %d (%s)",
                     cut, path, offset, result.torn_reason)

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
-from xxhash import xxh3_64_intdigest
+from xxhash import xxh3_64, xxh3_64_intdigest
 
 from . import stateformat
 
@@ -205,6 +205,44 @@ def read(path: str, max_size: int | None = None) -> Snapshot:
                 decode(LEGACY_MAGIC)  # raises LegacySnapshot
             raise SnapshotError(f"{size} bytes, larger than the largest snapshot read ({limit} bytes)")
         return decode(f.read(), limit, verify_blocks=False)
+
+
+def read_header(path: str) -> Header:
+    """The header of a snapshot file, after its size, checksum, format version and body length
+    were checked; its body is not decoded (braid-admin checks a backup this way, without the
+    memory a whole state takes).  SnapshotError if the file is not a valid snapshot."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < _OVERHEAD or size > MAX_SIZE:
+            raise SnapshotError(f"{size} bytes: not a Braid snapshot")
+        head = f.read(min(size - _U64.size, len(MAGIC) + _U32.size + _MAX_HEADER))
+        digest, left = xxh3_64(), size - _U64.size
+        f.seek(0)
+        while left:
+            piece = f.read(min(left, 1 << 20))
+            if not piece:
+                raise SnapshotError("the file shrank while it was read")
+            digest.update(piece)
+            left -= len(piece)
+        (checksum,) = _U64.unpack(f.read(_U64.size))
+    if head[:len(MAGIC)] != MAGIC:
+        raise SnapshotError("not a Braid snapshot")
+    if digest.intdigest() != checksum:
+        raise SnapshotError("checksum mismatch")
+    (header_len,) = _U32.unpack_from(head, len(MAGIC))
+    at = len(MAGIC) + _U32.size
+    if header_len > min(_MAX_HEADER, size - _OVERHEAD):
+        raise SnapshotError(f"a header of {header_len} bytes does not fit")
+    try:
+        if _version_decoder.decode(head[at:at + header_len]).format != FORMAT_VERSION:
+            raise SnapshotError(f"not format version {FORMAT_VERSION}")
+        header = _header_decoder.decode(head[at:at + header_len])
+    except msgspec.DecodeError as e:
+        raise SnapshotError(f"unreadable header: {e}") from None
+    if header.body_len != size - _OVERHEAD - header_len:
+        raise SnapshotError(f"the header says {header.body_len} bytes of body, the file holds "
+                            f"{size - _OVERHEAD - header_len}")
+    return header
 
 
 def drop_older(directory: str, record: int) -> list[str]:

@@ -32,7 +32,10 @@ What is stored, per object (``crdt/`` holds the meaning of each field)::
     Idmp       duration, maxsize, iids_added, iids_duplicates, producers (pid,
                [(iid, entry id)] oldest first), dots ((pid, iid) -> dot),
                cleared ((pid, iid) an XCFGSET cleared; absent in older files)
-    CausalLog  region, vv, log (the backlog), pending, base, floor, seen
+    CausalLog  region, vv, log (the backlog), pending, base, floor, seen, heads
+               (per origin, the digest of its history at vv: crdt/causal.py;
+               absent in older files, whose histories are then unknown until
+               learnt from a peer)
     Envelope   origin, n, deps, op (the operation's codec bytes, node/opcodec.py)
 
 Not stored, rebuilt instead: an entry log's ``firsts`` (the blocks' first IDs)
@@ -59,14 +62,14 @@ are not operations, when they are applied (node/activeactive.py).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta, Struct
 
 from crdt.blocks import DELETED, SAMEFIELDS, EntryLog, restored_block
-from crdt.causal import CausalLog, Envelope
+from crdt.causal import HISTORY_WINDOW, CausalLog, Envelope
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
 from crdt.ops import Keyspace
@@ -183,6 +186,7 @@ class CausalS(_S):
     base: Count
     floor: VV
     seen: dict[int, VV]
+    heads: dict[int, int] = {}
 
 
 class StateS(_S):
@@ -244,7 +248,7 @@ def _envelope_out(e: Envelope) -> EnvelopeS:
 
 def _causal_out(c: CausalLog) -> CausalS:
     return CausalS(c.region, c.vv, [_envelope_out(e) for e in c.log], [_envelope_out(e) for e in c.pending.values()],
-                   c.base, c.floor, c.seen)
+                   c.base, c.floor, c.seen, c.held_heads())
 
 
 # ------------------------------------------------------------------ decoding
@@ -387,6 +391,11 @@ def _envelope_in(es: EnvelopeS) -> Envelope:
 def _causal_in(cs: CausalS) -> CausalLog:
     c = CausalLog(cs.region)
     c.vv, c.base, c.floor, c.seen = cs.vv, cs.base, cs.floor, cs.seen
+    for origin, digest in cs.heads.items():
+        if not c.vv.get(origin, 0) or digest >> 64:
+            raise StateFormatError(f"a history digest for origin {origin}, which has no operations, or too large")
+        c.heads[origin] = digest
+        c.recent[origin] = deque([digest], maxlen=HISTORY_WINDOW)
     c.log = [_envelope_in(e) for e in cs.log]
     c.pending = {(e.origin, e.n): _envelope_in(e) for e in cs.pending}
     c.index_pending()

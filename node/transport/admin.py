@@ -8,7 +8,10 @@ service is a thin skin: each call checks the cluster token (metadata entry
 braid-admin's (CN ``braid-admin``) or a region's (node/transport/tls.py), then calls the region's :class:`node.activeactive.ActiveActive`,
 which holds the rules (what a status is, which settings exist, what pausing a
 link means).  The RESP commands ``BRAID.REPLICATION`` / ``BRAID.CONFIG`` call the
-same methods, so both routes always agree.
+same methods, so both routes always agree.  ``Backup`` alone goes past it to the
+region core: it takes a snapshot as SAVE does (its log fsynced up to the snapshot's
+record first) and streams the bytes in pieces well under the channel's message
+limit, so a state of any size crosses it.
 
 :class:`AdminClient` is the blocking client braid-admin uses; it turns gRPC
 failures into :class:`AdminCallError` with a sentence a person can act on.  With
@@ -19,6 +22,7 @@ answering holds a certificate naming the region it meant to reach.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -27,11 +31,21 @@ from crdt.membership import Change, MembershipError, Promise, Proposal
 from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
+from ..resp.encoder import ReplyError
+
 TOKEN_KEY = "braid-token"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0  # how long a Flush waits for the operations it must cover
 ADMIN_NAME = "braid-admin"
 # words of gRPC's connection errors that mean the TLS handshake failed, not that nothing answered
 TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")  # the common name of braid-admin's certificate (node/security/certs.py)
+BACKUP_CHUNK_BYTES = 1 << 20  # the largest piece of a snapshot one message of a Backup stream carries
+
+
+def backup_chunk_bytes(max_message: int) -> int:
+    """Bytes of a snapshot per message of a Backup stream: well under what the region may send
+    (``crdt-repl-max-message``, at least 1 MiB) and what braid-admin's channel receives (gRPC's
+    default, 4 MiB), with room for the message's own few bytes."""
+    return min(BACKUP_CHUNK_BYTES, max_message // 2)
 
 
 def _status(st: dict) -> pb.RegionStatus:
@@ -125,6 +139,26 @@ class AdminServicer(pb_grpc.AdminServicer):
             await context.abort(code, str(e))
         return pb.FlushResult(region=self.region.me.name, keys_removed=removed, vv=vv)
 
+    async def Backup(self, request, context):  # noqa: N802
+        await self._check(context)
+        if self.region.snapshot_now is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no region core runs here to take a snapshot")
+        try:
+            # SAVE's own serialisation, between two commands; it rolls the log, which fsyncs every
+            # record the snapshot covers first: a backup never holds an operation the region could
+            # still lose in a crash and then mint again under the same dot
+            data, record = self.region.snapshot_now()
+        except ReplyError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e).removeprefix("ERR "))
+        aa = self.region
+        yield pb.BackupChunk(info=pb.BackupInfo(
+            region=aa.me.name, number=aa.region, cluster_id=aa.cluster.cluster_id, database=aa.cluster.database,
+            record=record, vv=dict(aa.causal.vv), size=len(data), epoch=aa.membership.epoch,
+            log_dir=str(aa.config["appenddirname"])))  # read with the snapshot: no await between
+        step = backup_chunk_bytes(aa.hub.limits.max_message)
+        view = memoryview(data)
+        for at in range(0, len(data), step):
+            yield pb.BackupChunk(data=bytes(view[at:at + step]))
 
     async def Promise(self, request, context):  # noqa: N802
         await self._check(context)
@@ -173,6 +207,16 @@ class AdminCallError(Exception):
         self.timed_out = timed_out  # connected (or connecting) but no answer within the call's timeout
 
 
+def _call_error(e: grpc.RpcError) -> AdminCallError:
+    code = e.code()
+    unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    details = e.details() or ""
+    if unreachable and any(w in details.lower() for w in TLS_FAILURE_WORDS):
+        return AdminCallError(f"TLS handshake failed: {details}", False)
+    timed_out = code == grpc.StatusCode.DEADLINE_EXCEEDED
+    return AdminCallError("unreachable" if unreachable else details, unreachable, timed_out)
+
+
 class AdminClient:
     """Blocking client of one region's admin service."""
 
@@ -201,13 +245,7 @@ class AdminClient:
         try:
             return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            code = e.code()
-            unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            details = e.details() or ""
-            if unreachable and any(w in details.lower() for w in TLS_FAILURE_WORDS):
-                raise AdminCallError(f"TLS handshake failed: {details}", False) from None
-            timed_out = code == grpc.StatusCode.DEADLINE_EXCEEDED
-            raise AdminCallError("unreachable" if unreachable else details, unreachable, timed_out) from None
+            raise _call_error(e) from None
 
     def status(self) -> pb.RegionStatus:
         return self._call("Status", pb.Empty())
@@ -246,3 +284,11 @@ class AdminClient:
         """Flush the database at this region once it holds ``context`` (waits at most ``timeout_s``)."""
         return self._call("Flush", pb.FlushRequest(database=database, context=context, timeout_s=timeout_s),
                           timeout=timeout_s + self.timeout)
+
+    def backup(self, timeout_s: float) -> Iterator[pb.BackupChunk]:
+        """The region's snapshot, taken now: a BackupInfo, then the file's bytes in order, as
+        they arrive (the whole stream within ``timeout_s``); AdminCallError when it fails."""
+        try:
+            yield from self._stub.Backup(pb.BackupRequest(), timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _call_error(e) from None

@@ -161,7 +161,7 @@ from typing import Annotated
 import grpc
 import msgspec
 
-from crdt.causal import CausalLog, Envelope, envelopes_of
+from crdt.causal import CausalLog, Envelope, Fork, envelopes_of, forks
 from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, part_size, plan_frames
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
@@ -479,9 +479,10 @@ class Link:
     def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int], *,
                  peer_floor: dict[int, int] | None = None, peer_max_message: int = 0,
                  my_vv: dict[int, int] | None = None, my_floor: dict[int, int] | None = None,
-                 packed: bool = False) -> None:
+                 packed: bool = False, peer_heads: dict[int, int] | None = None) -> None:
         """``peer_*``: what the peer's Hello or Welcome said; ``my_*``: what this end's said;
-        ``packed``: the peer reads packed batches (its handshake said ``packed_batches``)."""
+        ``packed``: the peer reads packed batches (its handshake said ``packed_batches``);
+        ``peer_heads``: the digests of the peer's histories (crdt/causal.py)."""
         self.hub = hub
         self.peer = peer
         self.packed = packed
@@ -509,9 +510,21 @@ class Link:
                       peer, my_floor, peer_floor)
         else:
             hub.conflicts.discard(peer)
+        # the same numbers, other operations: nothing may cross (each end would drop the
+        # other's as duplicates and both would go on differing without an error)
+        # (a fork found once stays: it does not heal by itself, and a region holding fewer of
+        # the origin's operations than its peer cannot see it again at the next handshake)
+        hub.causal.learn_heads(peer_vv, peer_heads or {})
+        found = forks(hub.causal, peer_vv, peer_heads or {})
+        self.forked = bool(found) or peer in hub.forks
+        if found:
+            hub.history_forked(peer, found)
         self.parts = PartsAssembler(limits.max_op, limits.frame_cap)
         self.budget = limits.budget(peer_max_message)
         self.outbox = Outbox(OUTBOX_FRAMES * self.budget)
+        if found:  # the peer holds fewer of those operations and cannot tell: show it where they differ
+            proof = pb.Frame(ack=pb.Ack(vv={f.origin: f.n for f in found}, heads={f.origin: f.here for f in found}))
+            self.outbox.put_ack(lambda: proof, AckPace.PARTS)
         self.wakeup = asyncio.Event()
         self.wakeup.set()
         self._held: deque[tuple[float, Envelope]] = deque()  # (due, relay): see _due_relays
@@ -595,13 +608,15 @@ class Link:
             await self.outbox.put(pb.Frame(fragment=part))
 
     async def send_loop(self) -> None:
-        if self.conflict:
+        if self.conflict or self.forked:
             await asyncio.Event().wait()  # the link stays up (keepalive) and idle: nothing can cross it
         if self.sends_image and not self.hub.is_cut(self.peer):
             await self.send_image()
         sent_at = float("-inf")
         while True:
             await self.wakeup.wait()
+            if self.forked:  # found on an acknowledgement: the link stays up and idle
+                await asyncio.Event().wait()
             pacing = self.hub.pacing()
             self.outbox.ack_interval, self.outbox.relay_delay = pacing.ack_interval, pacing.relay_delay
             # let operations issued meanwhile join the batch: the rest of this loop turn,
@@ -710,8 +725,11 @@ class Link:
 
     # ------------------------------------------------------------ receiving
     def acknowledge(self, received: int = 0, pace: AckPace = AckPace.PARTS) -> None:
+        if self.forked:
+            return  # nothing more crosses (and the ack showing the peer the fork stays in the slot)
         causal = self.hub.causal
-        self.outbox.put_ack(lambda: pb.Frame(ack=pb.Ack(vv=causal.vv, received=received)), pace)
+        self.outbox.put_ack(lambda: pb.Frame(ack=pb.Ack(vv=causal.vv, received=received,
+                                                        heads=causal.held_heads())), pace)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
@@ -769,8 +787,8 @@ class Link:
     def on_frame(self, frame: pb.Frame) -> None:
         """Take one frame from the peer; never waits (acks go to the outbox's slot)."""
         kind = frame.WhichOneof("body")
-        if self.hub.is_cut(self.peer):
-            return  # nothing crosses a cut link; it is being closed
+        if self.hub.is_cut(self.peer) or self.forked:
+            return  # nothing crosses a cut link (it is being closed), nor a forked one
         if kind == "ack":
             self.on_ack(frame.ack)
             return
@@ -809,6 +827,16 @@ class Link:
 
     def on_ack(self, ack: pb.Ack) -> None:
         vv = dict(ack.vv)
+        if ack.heads:
+            heads = dict(ack.heads)
+            causal = self.hub.causal
+            causal.learn_heads(vv, heads)
+            found = forks(causal, vv, heads)
+            if found:  # the peer holds as many operations of an origin as here, and another history
+                self.forked = True
+                self.wakeup.set()  # the sender stops
+                self.hub.history_forked(self.peer, found)
+                return
         acked, relayed = self.state.acked, self._relayed
         now = None
         for o, n in vv.items():  # the peer got a region's operations another way than from here
@@ -824,7 +852,7 @@ class Link:
     # ------------------------------------------------------------ the watchdog
     def stalled(self, now: float, timeout_s: float) -> bool:
         """Has the peer been owing acknowledgements (or reads) for ``timeout_s`` without progress?"""
-        if self.conflict or not (self.state.unacknowledged() or self.outbox.backlogged()):
+        if self.conflict or self.forked or not (self.state.unacknowledged() or self.outbox.backlogged()):
             self.progress_at = now  # nothing owed (or nothing can cross): idle time is not a stall
             return False
         return now - self.progress_at > timeout_s
@@ -863,14 +891,14 @@ class _Servicer(pb_grpc.ReplicationServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
         if hub.is_cut(hello.region):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the link to this region is paused")
-        my_vv, my_floor = dict(hub.causal.vv), dict(hub.causal.floor)
+        my_vv, my_floor, my_heads = dict(hub.causal.vv), dict(hub.causal.floor), hub.causal.held_heads()
         link = Link(hub, hello.region, dict(hello.vv), peer_floor=dict(hello.floor),
                     peer_max_message=hello.max_message, my_vv=my_vv, my_floor=my_floor,
-                    packed=hello.packed_batches)
+                    packed=hello.packed_batches, peer_heads=dict(hello.heads))
         epoch, members = hub.membership_hello()
         yield pb.Frame(welcome=pb.Welcome(region=hub.region, vv=my_vv, floor=my_floor,
                                           max_message=hub.limits.max_message, epoch=epoch, members=members,
-                                          packed_batches=hub.packed_batches))
+                                          packed_batches=hub.packed_batches, heads=my_heads))
         running = asyncio.ensure_future(hub.run_link(link, request_iterator))
         hub._served[link.peer] = link.outbox
         if hub.front is not None:
@@ -930,6 +958,10 @@ class ReplicationHub:
         self.install_image: Callable[[bytes], bool] = _no_resync
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
         self.conflicts: set[int] = set()    # peers each side dropped operations of the other for
+        # peers that hold another history than this region under the same numbers (per peer,
+        # where: crdt/causal.py's Fork), and how many times a link found one
+        self.forks: dict[int, list[Fork]] = {}
+        self.history_forks = 0
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.duplicates = 0  # envelopes received that were applied here already
@@ -969,6 +1001,20 @@ class ReplicationHub:
         return Pacing() if self.config is None else Pacing.from_config(self.config)
 
     # ------------------------------------------------------------ local side
+    def history_forked(self, peer: int, found: list[Fork]) -> None:
+        """A link found that ``peer`` holds other operations than this region under the same
+        numbers: it exchanges nothing more (each end would drop the other's as duplicates),
+        and the region's status names the fork until the histories agree again."""
+        new = self.forks.get(peer) != found
+        self.forks[peer] = found
+        if new:
+            self.history_forks += 1
+            for f in found:
+                log.error("region %d holds another history of region %d's operations than this region: at "
+                          "operation %d their digests differ (%016x here, %016x there); nothing more crosses "
+                          "this link and the regions differ until an operator resolves it (see the README's "
+                          "'Histories and forks')", peer, f.origin, f.n, f.here, f.there)
+
     def handshook(self, peer: int, peer_vv: dict[int, int]) -> int:
         """A link with ``peer`` is up (either end dialed; every handshake, not only the first).
         Record what the peer held when first met (``handshake_vv``: what a joining region
@@ -1338,13 +1384,13 @@ class ReplicationHub:
         limits = self.limits
         async with self._channel(peer, address) as channel:
             call = pb_grpc.ReplicationStub(channel).Sync()
-            my_vv, my_floor = dict(self.causal.vv), dict(self.causal.floor)
+            my_vv, my_floor, my_heads = dict(self.causal.vv), dict(self.causal.floor), self.causal.held_heads()
             epoch, members = self.membership_hello()
             await call.write(pb.Frame(hello=pb.Hello(cluster_id=self.cluster_id, database=self.database,
                                                      region=self.region, token=self.token, vv=my_vv,
                                                      floor=my_floor, max_message=limits.max_message,
                                                      epoch=epoch, members=members,
-                                                     packed_batches=self.packed_batches)))
+                                                     packed_batches=self.packed_batches, heads=my_heads)))
             frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
             try:
                 first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
@@ -1362,7 +1408,7 @@ class ReplicationHub:
             if self.is_cut(peer):
                 return  # the newer list it brought removed this region, or the peer
             link = Link(self, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
-                        my_vv=my_vv, my_floor=my_floor, packed=w.packed_batches)
+                        my_vv=my_vv, my_floor=my_floor, packed=w.packed_batches, peer_heads=dict(w.heads))
 
             async def writer() -> None:
                 while (frame := await link.outbox.get()) is not None:
