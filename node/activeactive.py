@@ -631,8 +631,9 @@ class ActiveActive:
         if self.recovery_waits_for():
             return False
         live = {p.number for p in self.peers()}
-        held = max((vv.get(self.region, 0) for p, vv in self.hub.handshake_vv.items() if p in live), default=0)
-        if self.causal.vv.get(self.region, 0) < held:
+        held = max((vv.get(self.region, 0) for p, vv in self.hub.last_handshake_vv.items() if p in live),
+                   default=0)
+        if self.causal.vv.get(self.region, 0) < held or self.own_history_forked():
             return False
         self.recovering = False
         log.log(logging.WARNING if self.machine_crash else logging.INFO,
@@ -640,6 +641,14 @@ class ActiveActive:
                 self.me.name, self.causal.vv.get(self.region, 0))
         self._on_recovered()
         return True
+
+    def own_history_forked(self) -> list:
+        """The forks a link found in this region's own history (crdt/causal.py): a peer holds
+        other operations under numbers this region minted - e.g. a folder restored from a copy
+        taken before a salvage cut what the copy holds.  Minting on would only deepen it."""
+        if not self.hub.forks:
+            return []
+        return [f for found in self.hub.forks.values() for f in found if f.origin == self.region]
 
     # ------------------------------------------------------------ membership
     @property
@@ -649,6 +658,8 @@ class ActiveActive:
         command: the common case is two attributes."""
         if self.recovering and not self.recovered():
             return False
+        if self.hub.forks and self.own_history_forked():
+            return False
         if self.active:
             return True
         return self.membership.status(self.region) == JOINING and self.caught_up()
@@ -656,6 +667,12 @@ class ActiveActive:
     def write_refusal(self) -> str:
         """The error a write gets while this region may not take writes."""
         status = self.membership.status(self.region)
+        forked = self.own_history_forked()
+        if forked and status in (ACTIVE, JOINING):
+            f = forked[0]
+            return (f"READONLY another region holds other operations of this region under its numbers (from "
+                    f"operation {f.n}): this region takes no writes until an operator resolves it (see the "
+                    "README's 'Histories and forks')")
         if self.recovering and status in (ACTIVE, JOINING):  # a leaving or removed one takes none anyway
             waiting = ", ".join(p.name for p in self.recovery_waits_for())
             why = "restarted after a crash of its machine" if self.machine_crash else "is starting"

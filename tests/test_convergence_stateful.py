@@ -58,6 +58,18 @@ What is modelled:
   ``regions_st`` bundle); dedicated rules write where a region is not active, and
   have a removed region (which keeps taking writes until it learns it was
   removed: they are lost) meet a member;
+- an operator's restore: a region's folder is copied at any step (its keyspace and
+  causal log as a snapshot holds them: ``snapshot.encode``), and an active region
+  is later replaced by a new process started from one of its older copies (with
+  the newest member list: the cluster file is not in the folder).  It handshakes
+  with every live member at once (each forgets its waiting operations) and the
+  real start gate (``ActiveActive.recover_own_operations``, as ``attach_log``
+  calls it at every start) refuses its writes (LOADING) until it holds its own
+  operations every member held then; the write rules draw only writable regions
+  (it leaves the ``regions_st`` bundle until it recovered).  Its own operations
+  no other region held are lost with the restore (and their numbers minted
+  again); its consumer groups' local state goes back in time (the failing-over
+  reader there starts over);
 - a reader that fails over: one consumer of group ``rg`` on key ``r`` reads at
   one region, acknowledges, and is redirected to another region, with or without
   a sync first.  Key ``r`` gets entries, deletions and trims from every region,
@@ -77,10 +89,17 @@ Invariants:
   its operations past that point; writes are refused with LOADING while
   joining (until caught up) and READONLY while leaving or removed;
 - each causal log applies every envelope exactly once: the version vector only
-  grows, and the log holds exactly the dots ``(o, floor[o]+1 .. vv[o])`` (those
-  below were trimmed); a duplicate envelope changes nothing;
+  grows (but at a restore), and the log holds exactly the dots ``(o, floor[o]+1 ..
+  vv[o])`` (those below were trimmed); a duplicate envelope changes nothing;
+- no operation is lost: after full delivery every region holds every operation any
+  region ever held, but those a restore took from the only folder that held them;
+  a restored region takes writes again only once it holds every operation of its
+  own any member held when it started, with the same history (the digests of
+  crdt/causal.py agree there);
 - after full delivery (the ``sync_all_and_check`` rule, and at teardown) every
-  live region (the removed ones are out of the comparison) has the same
+  live region (the removed ones are out of the comparison) has the same version
+  vector and the same history digests (the same operations under the same dots:
+  a region that minted again a number its peers hold differs here), the same
   snapshot, the same replies to XRANGE / groups / EXISTS for every key, and
   IDMP maps that agree: an iid held by two regions (live or kept for a dropped
   key) names the same entry at both (which iids are still held differs: each
@@ -136,6 +155,7 @@ from node.cluster_config import ClusterConfig
 from node.config import Config
 from node.core import RegionCore, Session
 from node.membership_change import agree
+from node.persistence import replay, snapshot
 from node.resp.encoder import ReplyError
 from tests.test_convergence import STRIDE, Region, deliver, sync
 
@@ -150,6 +170,7 @@ START_MS = 100
 NODE_SIZES = {1: "2", 2: "100", 3: "3", 4: "2", 5: "100"}   # stream-node-max-entries per region
 IDMP_SETTINGS = {"stream-idmp-duration": "1", "stream-idmp-maxsize": "2"}  # 1 s, 2 iids per producer
 MAX_ENTRIES = 400                # bursts stop once a region holds this many entries
+COPIES_KEPT = 3                  # the newest copies of each region's folder the operator keeps
 
 # The regions that take writes (active members): the founders, a joining region once it is
 # activated; a region that leaves or is removed by force is taken out (``consumes``).
@@ -183,7 +204,8 @@ class LateVoter:
 
 class AddedRegion(Region):
     """A region added to the running database: a region server created with the newest
-    member list (where it is joining), empty; it catches up from its peers."""
+    member list (where it is joining), empty; it catches up from its peers.  Also a region
+    started again from a copy of its folder (the ``restore`` rule installs the copy)."""
 
     def __init__(self, number: int, cluster: ClusterConfig, settings: dict[str, str]) -> None:
         self.number = number
@@ -222,6 +244,14 @@ class ConvergenceMachine(RuleBasedStateMachine):
         self.removed: dict[int, Region] = {}               # removed regions, out of every comparison
         self.joins = 0                                     # regions added so far (JOINERS[:joins])
         self.ballots = 0                                   # the coordinators' ballot counter
+        # restores: the operator's copies of each region's folder (snapshots), the restored
+        # regions still taking their own operations back (-> the most of them a member held
+        # when it started), and per origin the operations every region must end up holding
+        self.copies: dict[int, list[bytes]] = {}
+        self.restoring: dict[int, int] = {}
+        self.must_hold: dict[int, int] = {}
+        self.restores = 0
+        self.minted_n: list[int] = []                      # the dot counter of each self.minted entry
 
     @initialize(target=regions_st)
     def founders(self):
@@ -234,6 +264,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
             self.shared_ids.add(key)
             return
         self.minted.append((key, id_, region.number))
+        self.minted_n.append(region.causal.vv.get(region.number, 0))  # the XADD is its last operation
         self.minted_keyed.add((key, id_))
         self.minted_by.setdefault(id_, set()).add(region.number)
 
@@ -275,6 +306,10 @@ class ConvergenceMachine(RuleBasedStateMachine):
         for r in rs:
             assert not r.causal.pending, f"region {r.number} still waits for {sorted(r.causal.pending)}"
         assert all(r.causal.vv == rs[0].causal.vv for r in rs)
+        heads = [r.causal.held_heads() for r in rs]  # the same numbers are the same operations
+        assert all(h == heads[0] for h in heads), f"histories differ under one version vector: {heads}"
+        lost = {o: n for o, n in self.must_hold.items() if rs[0].causal.vv.get(o, 0) < n}
+        assert not lost, f"operations lost: every region holds {rs[0].causal.vv}, some held {lost}"
         snaps = [r.snapshot() for r in rs]
         assert all(snap == snaps[0] for snap in snaps)
         for key in STREAM_KEYS:
@@ -665,6 +700,8 @@ class ConvergenceMachine(RuleBasedStateMachine):
     @rule(count=st.integers(0, 2))
     def reader_reads(self, count):
         r = self.regions[self.reader_at]
+        if not r.aa.writable:
+            return  # XREADGROUP is a write: refused (LOADING) where a restored region recovers
         got = [tuple(map(int, i.split(b"-"))) for i in r.xreadgroup(R, RG, READER, count)]
         assert not count or len(got) <= count
         assert len(got) == len(set(got))
@@ -681,7 +718,8 @@ class ConvergenceMachine(RuleBasedStateMachine):
         skipped = {eid for eid, _ in r.keys[R].range(MIN_ID, upto)} - self.delivered
         assert not skipped, f"XREADGROUP > at region {self.reader_at} skipped {sorted(skipped)}"
 
-    @precondition(lambda self: self._reader_group(self.regions[self.reader_at]).pel)
+    @precondition(lambda self: self.regions[self.reader_at].aa.writable
+                  and self._reader_group(self.regions[self.reader_at]).pel)
     @rule(how=st.sampled_from(["all", "first", "last"]))
     def reader_acks(self, how):
         r = self.regions[self.reader_at]
@@ -697,6 +735,85 @@ class ConvergenceMachine(RuleBasedStateMachine):
             if not self._reader_group(here).pel:  # all it got here was acknowledged
                 self.settled |= self.delivered_at[self.reader_at]
         self.reader_at = to
+
+    # ------------------------------------------------------------ restores
+    @rule(region=regions_st)
+    def back_up(self, region):
+        """The operator copies a region's folder: its state as a snapshot holds it."""
+        r = self.regions[region]
+        data = snapshot.encode(r.keys, r.causal, 0, r.clock, True, region)
+        self.copies.setdefault(region, []).append(data)
+        del self.copies[region][:-COPIES_KEPT]
+
+    # (one restore at a time: overlapping ones are test_a_recovering_region_does_not_wait_for_what_a_
+    # restored_peer_no_longer_holds)
+    @precondition(lambda self: not self.restoring and any(n in self.copies for n in self._with_status(ACTIVE)))
+    @rule(target=regions_st, region=consumes(regions_st), pick=st.integers(0, COPIES_KEPT - 1))
+    def restore(self, region, pick):
+        """An active region is stopped and started again from an older copy of its folder (its
+        cluster file is the newest: membership is not in the folder).  It connects to every
+        live member (both ends handshake: each forgets the other's waiting operations) and the
+        start gate refuses its writes until it holds its own operations they held; it leaves
+        the writers' bundle until then (restored_region_recovers).  Its own operations no
+        other region held are lost with the restore: their numbers are minted again."""
+        copies = self.copies.get(region)
+        if not copies or self._status(region) != ACTIVE:
+            return region  # nothing to restore it from: it stays a writer
+        old = self.regions[region]
+        r = AddedRegion(region, copy.deepcopy(old.aa.cluster),
+                        {"stream-node-max-entries": NODE_SIZES[region], **IDMP_SETTINGS})
+        r.clock = old.clock
+        replay.install(r.server, snapshot.decode(copies[pick % len(copies)]), "a copy of its folder")
+        r.aa.recover_own_operations(lambda: None)  # as attach_log does at every start
+        others = [o for n, o in self.regions.items() if n != region]
+        held = max(o.causal.vv.get(region, 0) for o in others)  # of its own, what a member holds
+        gone = range(max(held, r.causal.vv.get(region, 0)) + 1, old.causal.vv.get(region, 0) + 1)
+        self.regions[region] = r
+        self.restores += 1
+        for o in others:  # its links are new connections: both ends handshake
+            o.aa.hub.handshook(region, dict(r.causal.vv))
+            r.aa.hub.handshook(o.number, dict(o.causal.vv))
+        self._forget_what_went()  # what only the old folder held
+        keep = [i for i, (_key, _id, number) in enumerate(self.minted) if number != region
+                or self.minted_n[i] not in gone]
+        self.minted = [self.minted[i] for i in keep]
+        self.minted_n = [self.minted_n[i] for i in keep]
+        self.minted_keyed = {(key, id_) for key, id_, _n in self.minted}
+        self.minted_by = {}
+        for _key, id_, number in self.minted:
+            self.minted_by.setdefault(id_, set()).add(number)
+        self.seen_vv[region] = dict(r.causal.vv)
+        self.modes[region] = r.aa.mode
+        # its consumer groups' local state went back in time: what the reader was handed there
+        # may be handed out again there (at least once), so its bookkeeping starts over
+        self.delivered_at[region] = set()
+        self.settled = set()
+        self._leaves(region)
+        if r.causal.vv.get(region, 0) < held:  # it lacks its own operations a member holds: LOADING
+            before = dict(r.causal.vv)
+            reply = r.call(b"XADD", b"a", b"*", b"f", b"v", check=False)
+            assert isinstance(reply, ReplyError) and str(reply).startswith("LOADING"), reply
+            assert r.causal.vv == before
+        self.restoring[region] = held
+        return multiple()
+
+    @precondition(lambda self: self.restoring)
+    @rule(target=regions_st, data=st.data())
+    def restored_region_recovers(self, data):
+        """A restored region that took back every operation of its own its members held when
+        it started (the network rules bring them) takes writes again: it holds them under the
+        same history (the digests agree with a member's), and it rejoins the writers."""
+        number = data.draw(st.sampled_from(sorted(self.restoring)), label="restored")
+        r = self.regions[number]
+        if not r.aa.writable:
+            return multiple()
+        held = self.restoring.pop(number)
+        assert r.causal.vv.get(number, 0) >= held, f"region {number} took writes before it held {held}"
+        peer = next((o for n, o in self.regions.items() if n != number and o.causal.vv.get(number, 0) >= held), None)
+        if held and peer is not None:  # (a digest this far back may be out of a region's window: None)
+            mine, theirs = r.causal.digest_at(number, held), peer.causal.digest_at(number, held)
+            assert mine is None or theirs is None or mine == theirs, f"region {number} took back another history"
+        return number if self._status(number) == ACTIVE else multiple()
 
     # ------------------------------------------------------------ membership
     def _meet(self, a: Region, b: Region) -> None:
@@ -764,12 +881,21 @@ class ConvergenceMachine(RuleBasedStateMachine):
             assert not r.keys.key_contexts and not r.keys.group_contexts, f"region {r.number} kept delete contexts"
 
     def _leaves(self, number: int) -> None:
-        """A region stops serving clients: the reader there fails over to an active region."""
+        """A region stops serving clients: the reader there fails over to an active region
+        that takes writes (not one still taking its operations back after a restore)."""
         if self.reader_at == number:
-            self.reader_at = self._with_status(ACTIVE)[0]
+            active = [n for n in self._with_status(ACTIVE) if n != number]
+            self.reader_at = next((n for n in active if self.regions[n].aa.writable), active[0])
+
+    def _forget_what_went(self) -> None:
+        """A region's state left the database (a restore replaced it, a removal took it): what
+        only it held need not be held any more - its own operations past what the members
+        hold, another origin's that no member holds (a region removed by force)."""
+        self.must_hold = {o: max(x.causal.vv.get(o, 0) for x in self.regions.values()) for o in self.must_hold}
 
     def _removed(self, number: int) -> None:
         self.removed[number] = self.regions.pop(number)
+        self._forget_what_went()
         self.seen_vv.pop(number)
         self._leaves(number)
 
@@ -941,6 +1067,15 @@ class ConvergenceMachine(RuleBasedStateMachine):
         assert all(seq % STRIDE == number for _key, (_ms, seq), number in self.minted)
 
     @invariant()
+    def nothing_is_lost_yet(self):
+        """What some region holds now every region must hold after full delivery (checked by
+        _check_converged); only a restore lowers it (what only the restored folder lacked)."""
+        for r in self.regions.values():
+            for o, n in r.causal.vv.items():
+                if n > self.must_hold.get(o, 0):
+                    self.must_hold[o] = n
+
+    @invariant()
     def each_envelope_applied_once(self):
         for n, r in self.regions.items():
             causal = r.causal
@@ -958,6 +1093,9 @@ class ConvergenceMachine(RuleBasedStateMachine):
         if sys.exc_info()[1] is not None:
             return  # a step failed: let its error through, unmasked
         self._sync()
+        for number, held in self.restoring.items():  # full delivery gave them back their own operations
+            r = self.regions[number]
+            assert r.aa.writable and r.causal.vv.get(number, 0) >= held, f"restored region {number} did not recover"
         self._check_converged()
         self.reader_reads(0)  # after full delivery nothing live anywhere was skipped
 
@@ -1006,3 +1144,34 @@ def test_a_waiting_operation_of_a_region_removed_by_force_is_dropped():
     sync(r1, r2)                             # (2, 1) reaches region 1
     assert r1.causal.vv == r2.causal.vv == {2: 1}  # was {2: 1, 3: 1} at region 1
     assert r1.snapshot() == r2.snapshot()
+
+
+# Found by this machine when restores could overlap: a region started from an older copy waited
+# for its own operations up to what each member held when they first met.  When that member was
+# itself restored meanwhile from a copy that lacks them, nobody held them any more, and the
+# region refused writes (LOADING) until it was restarted.  The gate now reads each member's
+# latest handshake (``ReplicationHub.last_handshake_vv``).
+def test_a_recovering_region_does_not_wait_for_what_a_restored_peer_no_longer_holds():
+    settings_ = {"stream-node-max-entries": "100"}
+    r1, r2, r3 = (Region(n, settings_) for n in REGIONS)
+    old1, old2 = (snapshot.encode(r.keys, r.causal, 0, 0, True, r.number) for r in (r1, r2))  # both empty
+    r2.xadd(b"a")
+    deliver(r2, r1)  # only region 1 holds 2.1
+
+    def restarted(r: Region, data: bytes) -> AddedRegion:
+        new = AddedRegion(r.number, copy.deepcopy(r.aa.cluster), settings_)
+        replay.install(new.server, snapshot.decode(data), "a copy of its folder")
+        new.aa.recover_own_operations(lambda: None)  # as attach_log does at every start
+        for peer in (r1, r2, r3):  # it connects to every member: both ends handshake
+            if peer.number != r.number:
+                peer.aa.hub.handshook(r.number, dict(new.causal.vv))
+                new.aa.hub.handshook(peer.number, dict(peer.causal.vv))
+        return new
+
+    r2 = restarted(r2, old2)  # region 1 holds 2.1: region 2 waits for it
+    assert not r2.aa.writable
+    r1 = restarted(r1, old1)  # before it sent 2.1 back, region 1 starts from a copy without it
+    assert r1.aa.writable
+    sync(r1, r2, r3)
+    assert r1.causal.vv == r2.causal.vv == r3.causal.vv == {}  # 2.1 is gone everywhere ...
+    assert r2.aa.writable  # ... so region 2 may mint it again (region 1's latest handshake says so)

@@ -115,6 +115,8 @@ def test_a_fork_is_found_named_and_never_reported_in_sync(tmp_path):
         wait_until(lambda: "link=fork" in replication_status(r1)["crdt_peer_3"], what="... and region 3's")
         assert replication_status(r1)["crdt_history_forks"] == "2"  # both peers hold the other history
         assert ids(r1.xrange("s")) == first and ids(r2.xrange("s")) == second  # nothing crossed
+        with pytest.raises(redis.exceptions.ReadOnlyError, match="other operations of this region"):
+            r2.xadd("s", {"n": "more"})  # minting on its forked history would only widen the fork
         vvs = {replication_status(c)["crdt_vv"] for c in (r1, r2, r3)}
         assert len(vvs) == 1  # the numbers agree: a version vector alone would call them in sync
         code, out = cluster.admin("sync", "wait", "--timeout", "5")

@@ -40,7 +40,34 @@ removed-applied  the membership gate lets every peer through -     removed
                  a removed region's frozen point too
 nack-keeps-own   XNACK takes the owner off an entry but leaves     pel
                  it in the consumer's own PEL
+no-start-gate    a start never waits for its peers: a region       durability
+                 restored from an older copy of its folder (or
+                 whose machine lost its unsynced tail) mints
+                 again numbers its peers hold
+                 (``ActiveActive.recover_own_operations`` does
+                 nothing)
+gate-after-      a start waits for its peers only after a crash    liveness
+crash-only       of its machine (the rule before restores were
+                 thought of): a region started from an older
+                 copy of its folder mints again numbers its peers
+                 hold, and the regions end with the same version
+                 vectors and different histories (the history
+                 digests)
+cut-clean-tail   a start cuts a bad last record of a log closed    damage
+                 cleanly as a torn tail instead of refusing it
+                 (the run mark ``clean`` is not read)
+image-unsaved    the log does not hold records back after a        exceptions
+                 full-resync image whose snapshot could not be
+                 written (``hold_for_image`` does nothing, in the
+                 simulated log that stands in for
+                 ``OperationLog``): they follow the old log, writes
+                 are taken, and after a crash the log replays
+                 operations on the image onto the old state - the
+                 region cannot start
 ===============  ================================================  ===============
+
+The last four need the operator's faults (restore, bitflip, image-crash), which the
+default set holds; image-unsaved also the backlog fault (it makes full resyncs common).
 """
 
 from __future__ import annotations
@@ -50,7 +77,7 @@ from collections.abc import Callable, Iterator
 
 from crdt import causal, groups, idgen, idmp, ops, sync
 from crdt.ids import MAX_ID
-from node.activeactive import MembershipGate
+from node.activeactive import ActiveActive, MembershipGate
 
 from . import disk
 
@@ -130,6 +157,28 @@ def _release_keeping_it_owned(self, id_, mode, retrycount=-1, force=False, exist
     return True
 
 
+def _no_start_gate(self, on_recovered, machine_crash=False) -> None:
+    on_recovered()  # "nothing to take back": writes at once
+
+
+_real_recover = ActiveActive.recover_own_operations
+
+
+def _gate_after_crash_only(self, on_recovered, machine_crash=False) -> None:
+    if machine_crash:  # the rule before restores were thought of: only a lost unsynced tail waits
+        _real_recover(self, on_recovered, machine_crash)
+    else:
+        on_recovered()
+
+
+def _tail_never_damage(closed_cleanly: bool) -> bool:
+    return False
+
+
+def _hold_nothing(self, data, record, error, saved) -> None:
+    """The image's snapshot failed: the log goes on after the old state's records anyway."""
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -146,8 +195,12 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "removed-applied": ("removed", [(MembershipGate, "check_peer", _admit_every_peer),
                                     (MembershipGate, "admits", _admit_every_operation)]),
     "nack-keeps-own": ("pel", [(groups.ConsumerGroup, "release", _release_keeping_it_owned)]),
+    "no-start-gate": ("durability", [(ActiveActive, "recover_own_operations", _no_start_gate)]),
+    "gate-after-crash-only": ("liveness", [(ActiveActive, "recover_own_operations", _gate_after_crash_only)]),
+    "cut-clean-tail": ("damage", [(disk, "_clean_tail_is_damage", _tail_never_damage)]),
+    "image-unsaved": ("exceptions", [(disk.SimOperationLog, "hold_for_image", _hold_nothing)]),
 }
-NEEDS_FAULTS = {"no-resync": ("backlog",)}  # fault kinds a bug needs besides the default ones
+NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",)}  # fault kinds besides the default ones
 
 
 def catches(bug: str) -> str:

@@ -16,9 +16,15 @@ check              rule
 =================  ===================================================================
 exceptions         the regions' code never raised (an event that raises is recorded and
                    the world goes on)
+damage             a start never takes a bit the world flipped (the bitflip fault): it
+                   refuses a damaged snapshot, damage before a log's last record, and a
+                   bad last record of a log closed cleanly (then the operator salvages);
+                   only a bad last record of a log that did not close cleanly is cut,
+                   as a torn tail
 liveness           the heal settled: every region is up, the live members are at one
-                   membership epoch, hold the same version vector, and nothing waits
-                   in their causal logs
+                   membership epoch, hold the same version vector with the same
+                   history digests (crdt/causal.py), and nothing waits in their
+                   causal logs
 convergence        every live member's replicated state is identical: entries per key
                    and origin log, groups (creation dot, XACK watermarks)
 durability         every operation a region promised was durable - by replying
@@ -29,7 +35,10 @@ durability         every operation a region promised was durable - by replying
                    a region removed by force promised past its frozen point is lost
                    by the removal, and so is what no member holds of another region's
                    operations that only a region removed by force held (both counted
-                   in the trace)
+                   in the trace); so is an operation no member holds that a restore
+                   from an older copy, or a salvage, took from the only folder that
+                   held it (``Simulation.file_losses``, counted in the trace) - but
+                   one a peer held must have been taken back
 strict-ids         two regions never mint the same ID (``*`` and milliseconds-only
                    IDs, in strict and semi-strict mode): in the history and in the
                    final state (where the entries a COPY added, in logs of their own,
@@ -84,7 +93,7 @@ if TYPE_CHECKING:
     from .region import SimRegion
     from .world import Simulation
 
-CHECKS = ("exceptions", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
+CHECKS = ("exceptions", "damage", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
           "removed", "read-only", "pel", "never-skip")
 MAX_LISTED = 8  # offending items listed per verdict
 
@@ -203,6 +212,12 @@ def check_liveness(sim: "Simulation") -> Verdict:
     vvs = {r.number: dict(sorted(r.causal.vv.items())) for r in regions}
     if len({tuple(v.items()) for v in vvs.values()}) > 1:
         problems.append("version vectors differ: " + "; ".join(f"r{n} {v}" for n, v in vvs.items()))
+    else:  # the same numbers must be the same operations: the histories' digests agree
+        heads = {r.number: dict(sorted(r.causal.held_heads().items())) for r in regions}
+        if len({tuple(h.items()) for h in heads.values()}) > 1:
+            problems.append("histories differ under the same version vector: " +
+                            "; ".join(f"r{n} {' '.join(f'{o}={d:016x}' for o, d in h.items())}"
+                                      for n, h in heads.items()))
     for r in regions:
         if r.causal.pending:
             problems.append(f"r{r.number} holds {len(r.causal.pending)} operations it never applied: "
@@ -248,6 +263,7 @@ def check_durability(sim: "Simulation") -> Verdict:
     problems = []
     excused: dict[int, int] = {}
     orphaned: dict[tuple[int, int], int] = {}  # (origin, the removed region that held them) -> count
+    gone_with_files: dict[str, int] = {}  # why -> operations only a restored or salvaged folder held
     for dot in sorted(promises.ops):
         want = promises.ops[dot]
         if dot[0] in forced and dot[1] > forced[dot[0]]:
@@ -260,6 +276,14 @@ def check_durability(sim: "Simulation") -> Verdict:
             if holders:
                 orphaned[(dot[0], holders[0])] = orphaned.get((dot[0], holders[0]), 0) + 1
                 continue
+        if bad and not any(log.get(dot) == want for log in logs.values()):
+            # no member holds it: lost if a restore or a salvage took it from a folder (the only
+            # one that held it, or peers would have given it back before the region wrote again)
+            why = next((why for _n, before, after, why in sim.file_losses
+                        if after.get(dot[0], 0) < dot[1] <= before.get(dot[0], 0)), None)
+            if why is not None:
+                gone_with_files[why] = gone_with_files.get(why, 0) + 1
+                continue
         if bad:
             problems.append(f"operation {dot[0]}.{dot[1]} ({_op(want)}), promised by {promises.why[dot]}: "
                             f"regions {bad} hold {'another operation' if any(dot in logs[n] for n in bad) else 'nothing'}"
@@ -270,6 +294,8 @@ def check_durability(sim: "Simulation") -> Verdict:
     for (origin, holder), count in sorted(orphaned.items()):
         sim.sched.log(f"durability: {count} operation(s) of r{origin} that only r{holder} held are lost with "
                       f"r{holder}'s forced removal, as it allows")
+    for why, count in sorted(gone_with_files.items()):
+        sim.sched.log(f"durability: {count} operation(s) no region holds any more went with {why}")
     return _verdict("durability", problems, "an operation a region promised was durable was lost")
 
 
@@ -541,13 +567,17 @@ def check_read_only(sim: "Simulation") -> Verdict:
                     "a region took a write while joining, leaving or removed")
 
 
+def check_damage(sim: "Simulation") -> Verdict:
+    return _verdict("damage", list(sim.damage_problems), "a start took files with a flipped bit")
+
+
 def check_exceptions(sim: "Simulation") -> Verdict:
     return _verdict("exceptions", list(sim.sched.errors), "the regions' code raised while the world ran")
 
 
 def run_checks(sim: "Simulation") -> list[Verdict]:
     """Every check, in an order where the last (never-skip) may change local group state."""
-    verdicts = [check_exceptions(sim), check_liveness(sim)]
+    verdicts = [check_exceptions(sim), check_damage(sim), check_liveness(sim)]
     if any(not r.up for r in sim.regions.values()):
         return verdicts
     for check in (check_convergence, check_durability, check_strict_ids, check_idmp, check_observed_remove,

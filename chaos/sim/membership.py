@@ -206,7 +206,10 @@ class MembershipDriver:
 
     def committed_everywhere(self, p: Proposal, frozen: int, then: Callable[[Proposal, int], None]) -> None:
         sim = self.sim
-        if not any(r.aa.membership.changes.get(p.epoch) == p for r in sim.regions.values() if r.up):
+        # a region that restarted since it committed (or adopted the list at a handshake) holds
+        # the change in its list, not the proposal in memory: its epoch says it has it
+        if not any(r.aa.membership.changes.get(p.epoch) == p or r.aa.membership.epoch >= p.epoch
+                   for r in sim.regions.values() if r.up):
             # every voter went down between its promise and the commit: braid-admin sends the
             # commit again until one has it (node/admin_cli.py); each kept its promise on disk
             up = sorted(n for n in self.voting if sim.regions[n].up)

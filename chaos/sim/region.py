@@ -20,11 +20,18 @@ that may not leave yet waits (``held``) for the fsync that covers the records
 ``RegionCore.reply_needs`` names.  Fsyncs take virtual time.
 
 A crash drops the core (held replies are never sent: their clients see the
-connection close) and crashes the file (see disk.py).  :meth:`SimRegion.boot`
-is a restart: the file's snapshot, if a full resync left one, is installed and
-the records after it, torn tail cut, are replayed by the real
+connection close) and crashes the file (see disk.py).  A clean stop
+(:meth:`SimRegion.stop_cleanly`, the restore and bitflip faults) closes the log
+as the real ``OperationLog.close`` does: this turn's records written, everything
+fsynced, the run mark ``clean``; its held replies are not sent either (the
+clients' connections close with the process).  :meth:`SimRegion.boot` is a
+restart: the file's snapshot, if a full resync left one, is installed and the
+records after it, torn tail cut, are replayed by the real
 ``node.persistence.replay`` into a fresh core, which then appends to the same
-file - exactly the path of a real restart, minus the directory scan.
+file - exactly the path of a real restart, minus the directory scan.  A start
+that must refuse its files (damage in the log, a snapshot that fails its
+checksum) raises :class:`chaos.sim.disk.Damage` before any core exists; the
+world then plays the operator (``SimFile.salvage``) and starts it again.
 
 The world watches two things as they happen, for the membership checks
 (chaos/sim/membership.py): each operation of another region the region applies,
@@ -48,7 +55,7 @@ from node.config import Config
 from node.core import RegionCore, Session
 from node.persistence import replay, snapshot
 
-from .disk import SimFile, SimOperationLog, read_back
+from .disk import Damage, SimFile, SimOperationLog, read_back
 
 if TYPE_CHECKING:
     from crdt.causal import CausalLog
@@ -92,6 +99,8 @@ class SimRegion:
         self.fsync_own_n = 0          # this region's own operations the fsync in flight covers
         self.fail_stops = 0           # times its core fail-stopped
         self.promise_store = SimPromiseStore()  # its membership promise, on its disk (survives crashes)
+        self.restart_as: str | None = None  # the operator's fault to act out before its next start
+        self.stopped_ms = 0           # when the operator's fault stopped it
 
     # ------------------------------------------------------------ state
     @property
@@ -116,18 +125,27 @@ class SimRegion:
     def boot(self) -> int:
         """Start (again) from the file, on top of its snapshot if it has one; returns how many
         torn bytes were cut."""
-        records, cut = read_back(self.file)
+        records, cut = read_back(self.file)  # Damage: the start refuses the log
+        taken = self.file.snapshot
+        image = None
+        if taken is not None:
+            try:
+                image = snapshot.decode(taken[1])
+            except snapshot.SnapshotError as e:
+                # the real start skips it, and finds the log starting after its record with no
+                # older snapshot (drop_before_snapshot): it does not start
+                raise Damage(f"snapshot at record {taken[0]} is damaged ({e}) and the log no longer holds "
+                             "what came before it") from None
+        self.file.closed_cleanly = False  # the start writes its own run mark
         settings = {"appendfsync": self.policy,
                     # the world's backlog bound (the backlog fault; 0: none), and no age bound
                     "crdt-repl-backlog-size": self.sim.backlog_bytes, "crdt-repl-backlog-ttl": 0}
         core = RegionCore(Config(**settings), cluster=(self.cluster, self.spec), clock=self.wall_ms)
-        taken = self.file.snapshot
         if taken is None:
             replay.replay(core, records)
         else:
-            record, data = taken
-            replay.install(core, snapshot.decode(data), f"r{self.number}'s snapshot")
-            replay.replay(core, [r for r in records if r[0] > record])
+            replay.install(core, image, f"r{self.number}'s snapshot")
+            replay.replay(core, [r for r in records if r[0] > taken[0]])
         oplog = SimOperationLog(self.file, self.policy, len(records))
         oplog.leave_when_written = self.sim.config.leave_when_written
         oplog.may_have_lost = oplog.leave_when_written and self.file.recover_mark
@@ -173,6 +191,27 @@ class SimRegion:
         for _needs, callback, _reply in held:
             callback(INDETERMINATE)
         return what
+
+    def stop_cleanly(self) -> str:
+        """Stop the region as a shutdown does: the log closed (``OperationLog.close``: this
+        turn's records written, a held image's snapshot written first, everything fsynced,
+        the run mark ``clean`` unless a recovery is unfinished); clients' connections close."""
+        oplog = self.core.oplog
+        if oplog.unsaved_image is not None:
+            try:
+                oplog.roll()
+            except OSError:  # still no room: the records after the image are dropped with it
+                oplog._buffer.clear()
+                oplog.unsaved_image = None
+        oplog.write_out()
+        held, self.held = self.held, []
+        self.core = self.client = None
+        self.links.clear()
+        self.file.stop_cleanly()
+        for _needs, callback, _reply in held:
+            callback(INDETERMINATE)
+        return "stopped cleanly (log closed, everything fsynced, run mark " + \
+            ("clean)" if self.file.closed_cleanly else "recover: its recovery was unfinished)")
 
     # ------------------------------------------------------------ commands
     def call(self, argv: list[bytes], on_reply: Callable[[Any], None]) -> None:

@@ -55,6 +55,39 @@ the core's own SAVE: the simulated log keeps the snapshot beside the file
 (``node.persistence.replay.install``) before replaying the records after it.
 What a region trimmed stays known to the checkers (``Simulation.history``).
 
+The operator's faults.  *restore*: the world keeps copies of each region's
+folder, taken at random moments as a backup or a snapshot of its VM would be
+(what is durable then: the log's bytes on the platter, the snapshot, the run mark;
+``SimFile.copy``); the fault stops a region - cleanly (its log closed: everything
+fsynced, run mark ``clean``) or by a crash of its machine - and starts it again
+later from one of those older copies.  Nothing in the folder says it is old: the
+start gate (``ActiveActive.recover_own_operations``, at every start) keeps the
+region from taking writes until every live member handshook and it took back its
+own operations they held; minting their numbers again would give two operations
+one dot.  What no other region held is lost with the restore, and the region mints
+those numbers again - so every copy taken before may hold operations that no
+longer exist under their numbers: after a restore or a salvage the operator
+starts a new set of copies (*stale-copies*, not in the default set, keeps the old
+ones: restoring one forks the region's history, which Braid detects but cannot
+resolve; chaos/README.md, Findings).  *bitflip*: the fault stops a region the same way and, before it starts
+again, flips one bit of its log (the records a start reads; half the time the
+last one, which after a clean close is damage, not a torn append) or of its
+snapshot.  The real rules refuse the start (disk.py: ``read_back``,
+``snapshot.decode``); the world then acts as the operator - ``braid check-log
+--fix`` keeps the log's valid prefix, a damaged snapshot goes and the folder with
+it (``SimFile.salvage``) - and starts the region again, which takes back from its
+peers what the cut held.  A bad last record of a log that did not close cleanly
+is cut at start as a torn tail, as a real start does.  What a restore or a
+salvage took from a folder that no other region held is lost (the durability
+check counts it, ``Simulation.file_losses``); the damage check holds every flip
+to those rules.  *image-crash*: when a region installs a full-resync image, its
+machine goes down while the image's snapshot is being written (no snapshot: the
+log before the image is what is on disk), or the snapshot cannot be written (a
+full disk: ``OperationLog.hold_for_image`` - later records wait in memory, writes
+are refused, the cron's log tick tries again once the disk has room) and the
+machine goes down before it is.  Either way the region restarts from the log
+before the image and is sent one again.
+
 Membership.  The *membership* fault has the world act as braid-admin (and as a
 joining region's activation task): a region joins, leaves gracefully or is
 removed by force while it is down (chaos/sim/membership.py).  Regions can thus
@@ -90,13 +123,17 @@ from crdt.sync import LinkState, NeedsResync
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.transport.replication import BATCH, MembershipBehind
 
+from .disk import Damage, FileCopy, MachineDown, held_vv
 from .membership import MembershipDriver
 from .region import SimRegion
 
-FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog")
+FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog",
+          "restore", "bitflip", "image-crash", "stale-copies")
 # the default set leaves out the backlog bound: it finds a full-resync bug not fixed yet (two
-# regions that both trimmed what the other lacks; see chaos/README.md)
-DEFAULT_FAULTS = tuple(f for f in FAULTS if f != "backlog")
+# regions that both trimmed what the other lacks; see chaos/README.md); and stale copies: a copy
+# of a folder taken before the region lost operations (a restore, a salvage) may hold some it
+# minted again since - restoring it forks the history, which Braid detects but cannot resolve
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ("backlog", "stale-copies"))
 CRON_MS = 1000          # the real cron runs once a second
 BACKLOG_BYTES = (600, 1500, 4000)  # the backlog fault bounds each region's backlog by one of these
 POLICIES = ("always", "everysec", "no")
@@ -104,6 +141,10 @@ START_MS = 1_000_000   # the virtual clock's first reading (ms)
 MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
 STARTUP_CHECK_MS = 300  # a restarted region asks its peers for their member lists (after its first dials)
 FAIL_STOP_RESTARTS = 3  # a region restarted this often after fail-stops stays down (the run fails anyway)
+BACKUP_CHANCE = 0.05    # per client step (restore fault): the operator copies a region's folder
+BACKUPS_KEPT = 4        # the newest copies of each region's folder the operator keeps
+IMAGE_CRASH_CHANCE = 0.5  # per installed image (image-crash fault): its snapshot is interrupted
+SALVAGES = 3            # refused starts an operator salvages before giving up (a bug of the world)
 
 
 @dataclass(frozen=True)
@@ -225,6 +266,13 @@ class Simulation:
         self.resyncs = 0
         self.conflicts: set[frozenset] = set()  # links both ends of which dropped what the other lacks
         self.promises = Promises()
+        # the operator's copies of each region's folder (restore fault): the copy, and what the
+        # region's backlog had trimmed then (the checkers' view of its history, Simulation.history)
+        self.backups: dict[int, list[tuple[FileCopy, list[Envelope]]]] = {n: [] for n in self.regions}
+        # what a restore or a salvage took from a region's folder: (region, version vector the
+        # folder held before, after the start, why) - operations only it held are lost there
+        self.file_losses: list[tuple[int, dict[int, int], dict[int, int], str]] = []
+        self.damage_problems: list[str] = []  # a start that did not refuse a flipped bit (damage check)
         self.membership = MembershipDriver(self)
         self.workload = Workload(self)
         self.active = True
@@ -244,6 +292,8 @@ class Simulation:
             self.heal()
             return
         self.workload.step(step)
+        if "restore" in self.config.faults and self.rng.random() < BACKUP_CHANCE:
+            self.back_up(self.regions[self.rng.choice(sorted(self.regions))])
         if self.rng.random() < 0.12:
             self.inject_fault()
         self.sched.after(self.rng.randint(1, 15), self.client_step, step + 1)
@@ -256,6 +306,10 @@ class Simulation:
         self.net.clogged_until.clear()
         self.net.faults = NetworkFaults()
         for region in self.regions.values():
+            region.file.snapshot_fails = False  # the disk has room again: a held image's snapshot is written
+            if region.up and region.core.oplog.unsaved_image is not None:
+                region.core.oplog.tick()
+                region.end_turn()
             if not region.up:
                 self.restart(region.number, region.incarnation)
         for a, b in self.pairs():
@@ -273,14 +327,55 @@ class Simulation:
 
     # ------------------------------------------------------------ booting and the cron
     def boot(self, region: SimRegion) -> int:
-        """Start (again) from the region's file, on top of its snapshot if it has one."""
-        cut = region.boot()
+        """Start (again) from the region's file, on top of its snapshot if it has one.  A start
+        the real rules refuse (damage) is salvaged as an operator would (``SimFile.salvage``) and
+        tried again; a flipped bit a start took is reported (the damage check)."""
+        for attempt in range(SALVAGES + 1):
+            try:
+                cut = region.boot()
+                break
+            except Damage as e:
+                self.sched.log(f"START r{region.number} refused: {e}")
+                if region.file.flipped is None:  # only a flipped bit may damage a simulated disk
+                    self.sched.errors.append(f"r{region.number}'s start refused files the world never damaged: {e}")
+                if attempt == SALVAGES:
+                    raise
+                self.sched.log(f"SALVAGE r{region.number}: {region.file.salvage()}")
+        self._judge_flip(region)
+        # the checkers' view of its history holds only what it holds now (a restore, a salvage
+        # or a lost unsynced tail took the rest; what it takes back comes through its log)
+        vv = region.causal.vv
+        self.trimmed[region.number] = [e for e in self.trimmed[region.number] if e.n <= vv.get(e.origin, 0)]
         if self.active:
             self.sched.after(self.rng.randint(1, CRON_MS), self.cron, region.number, region.incarnation)
         if region.aa.membership.status(region.number) == JOINING:  # its activation task
             self.sched.after(self.rng.randint(1, CRON_MS), self.membership.activation_tick, region.number,
                              region.incarnation)
         return cut
+
+    def _judge_flip(self, region: SimRegion) -> None:
+        """A region started with a bit the world flipped still in its files: only a bad last
+        record of a log that did not close cleanly may go that way (cut as a torn tail)."""
+        flipped, region.file.flipped = region.file.flipped, None
+        if flipped is None:
+            return
+        kind, at, _last, clean = flipped
+        if kind == "snapshot":
+            self.damage_problems.append(f"r{region.number} started from a snapshot whose byte {at} was flipped")
+        elif len(region.file.durable) > at:
+            self.damage_problems.append(f"r{region.number} replayed a log whose byte {at} was flipped")
+        elif clean:
+            self.damage_problems.append(f"r{region.number}'s start cut a damaged record (byte {at} flipped) at the "
+                                        "end of a log closed cleanly, instead of refusing it")
+
+    # ------------------------------------------------------------ the operator's copies
+    def back_up(self, region: SimRegion) -> None:
+        """The operator copies the region's folder (what is durable now), keeping the newest few."""
+        copies = self.backups.setdefault(region.number, [])
+        copies.append((region.file.copy(self.sched.now), list(self.trimmed[region.number])))
+        del copies[:-BACKUPS_KEPT]
+        self.sched.log(f"BACKUP r{region.number}: copied its folder ({len(region.file.durable)} durable bytes"
+                       f"{', a snapshot' if region.file.snapshot else ''}; {len(copies)} copies kept)")
 
     def cron(self, number: int, incarnation: int) -> None:
         """The region's once-a-second work: the core's cron steps (``RegionCore.cron_steps``:
@@ -290,6 +385,7 @@ class Simulation:
         if not self.active or not region.up or region.incarnation != incarnation:
             return
         core = region.core
+        core.oplog.tick()  # the log's tick: a held full-resync image's snapshot, tried again
         causal = region.causal
         log_before, base_before = list(causal.log), causal.base
         now_s = self.sched.now / 1000
@@ -480,7 +576,22 @@ class Simulation:
         region.end_turn()
 
     def install_image(self, region: SimRegion, sender: int, data: bytes, trimmed: list[Envelope]) -> None:
-        if not region.core.install_image(data):  # nothing missing any more: start again
+        interrupted = None
+        if self.active and "image-crash" in self.config.faults and self.rng.random() < IMAGE_CRASH_CHANCE:
+            interrupted = self.rng.choice(("machine down", "disk full"))
+            region.file.crash_in_snapshot = interrupted == "machine down"
+            region.file.snapshot_fails = region.file.snapshot_fails or interrupted == "disk full"
+        try:
+            installed = region.core.install_image(data)
+        except MachineDown:
+            self.crash(region, f"IMAGE-CRASH r{region.number}: the machine went down while the snapshot of "
+                               f"r{sender}'s image was being written (none on disk)")
+            return
+        finally:
+            region.file.crash_in_snapshot = False
+        if not installed:  # nothing missing any more: start again
+            if interrupted == "disk full":
+                region.file.snapshot_fails = False
             self.disconnect(region.number, sender, f"r{region.number} refused r{sender}'s image")
             return
         self.resyncs += 1
@@ -489,7 +600,15 @@ class Simulation:
         for link in region.links.values():
             link.log_replaced()
         self.sched.log(f"r{region.number} installed r{sender}'s image: vv {_vv(region.causal.vv)}")
-        self.sched.log(f"r{region.number} snapshot at record {region.file.snapshot[0]}: the image is the base of its file")
+        if region.core.oplog.unsaved_image is None:
+            taken = region.file.snapshot
+            self.sched.log(f"r{region.number} snapshot at record {taken[0] if taken else None}: the image is the "
+                           "base of its file")
+        else:
+            self.sched.log(f"IMAGE-CRASH r{region.number}: the snapshot of r{sender}'s image cannot be written (disk "
+                           "full): later records wait in memory, writes are refused")
+            self.sched.after(self.rng.randint(1, 800), self._image_crash, region.number, region.incarnation)
+            self.sched.after(self.rng.randint(100, 3000), self._disk_freed, region.number)
         self.send(region.number, sender, ("ack", dict(region.causal.vv)))
         region.end_turn()
 
@@ -499,7 +618,8 @@ class Simulation:
 
     # ------------------------------------------------------------ faults
     def inject_fault(self) -> None:
-        kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock", "membership") if k in self.config.faults]
+        kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock", "membership", "restore", "bitflip")
+                 if k in self.config.faults]
         if not kinds:
             return
         kind = self.rng.choice(kinds)
@@ -509,13 +629,87 @@ class Simulation:
         up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
         if not up:
             return
-        region = self.rng.choice(up)
-        machine = self.config.fsync != "no"  # ``no`` promises nothing across a machine crash
+        self.crash(self.rng.choice(up))
+
+    def crash(self, region: SimRegion, cause: str = "") -> None:
+        """Crash ``region`` (its machine; under ``appendfsync no``, which promises nothing across
+        a machine crash, its process) and restart it later; ``cause`` opens the trace line."""
+        machine = self.config.fsync != "no"
         for peer in list(region.links):
             self.disconnect(region.number, peer, f"region {region.number} crashed")
-        what = region.crash(machine)
-        self.sched.log(f"CRASH r{region.number} ({'machine' if machine else 'process'}): {what}")
+        happened = region.crash(machine)
+        self.sched.log(f"{cause + '; ' if cause else ''}CRASH r{region.number} "
+                       f"({'machine' if machine else 'process'}): {happened}")
         self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
+
+    def _stop(self, region: SimRegion, fault: str) -> None:
+        """Stop ``region`` for an operator's fault: cleanly, or by a crash; it restarts later,
+        and ``region.restart_as`` says what the operator does to its folder before."""
+        if self.rng.random() < 0.5:
+            for peer in list(region.links):
+                self.disconnect(region.number, peer, f"region {region.number} stopped")
+            self.sched.log(f"{fault.upper()} r{region.number} {region.stop_cleanly()}")
+            self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
+        else:
+            self.crash(region, f"{fault.upper()} r{region.number} goes down")
+        region.restart_as, region.stopped_ms = fault, self.sched.now
+
+    def _fault_restore(self) -> None:
+        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
+        if up:
+            self._stop(self.rng.choice(up), "restore")
+
+    def _fault_bitflip(self) -> None:
+        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
+        if up:
+            self._stop(self.rng.choice(up), "bitflip")
+
+    def _image_crash(self, number: int, incarnation: int) -> None:
+        """The image-crash fault's machine crash, if the image's snapshot is still not on disk."""
+        region = self.regions[number]
+        if not self.active or not region.up or region.incarnation != incarnation:
+            return
+        if region.core.oplog.unsaved_image is not None:
+            self.crash(region, f"IMAGE-CRASH r{number}: the machine goes down before the image's snapshot is written")
+
+    def _disk_freed(self, number: int) -> None:
+        region = self.regions[number]
+        if region.file.snapshot_fails:
+            region.file.snapshot_fails = False
+            self.sched.log(f"r{number}'s disk has room again")
+
+    def _operator_acts(self, region: SimRegion) -> tuple[dict[int, int], str] | None:
+        """What the operator does to a stopped region's folder before it starts again (its
+        ``restart_as``): put an older copy back, or flip a bit (the disk's doing).  Returns
+        what the folder held before and why, for the durability check's count of losses."""
+        fault, region.restart_as = region.restart_as, None
+        # (a copy taken while it is down is the folder as it is: only older ones go back in time)
+        copies = [c for c in self.backups.get(region.number, []) if c[0].taken_ms <= region.stopped_ms]
+        if fault is not None and "stale-copies" not in self.config.faults:
+            # the folder is about to lose operations every copy of it so far may hold, and the
+            # region may mint their numbers again: restored later, such a copy would fork its
+            # history.  The operator takes new copies from now on (stale-copies: it does not)
+            self.backups[region.number] = []
+        if fault == "restore":
+            if not copies:
+                self.sched.log(f"RESTORE r{region.number}: no copy of its folder yet: it starts from its own")
+                return None
+            before = held_vv(region.file, region.number)
+            copied, trimmed = self.rng.choice(copies)
+            region.file.restore(copied)
+            self.trimmed[region.number] = list(trimmed)
+            mark = "clean" if copied.closed_cleanly else "recover" if copied.recover_mark else "its boot"
+            self.sched.log(f"RESTORE r{region.number} starts from its folder as copied at "
+                           f"t={copied.taken_ms - START_MS} ({len(copied.durable)} bytes of log"
+                           f"{f', snapshot at record {copied.snapshot[0]}' if copied.snapshot else ''}, run mark "
+                           f"{mark}): the folder held vv {_vv(before)}")
+            return before, f"r{region.number}'s restore from an older copy"
+        if fault == "bitflip":
+            before = held_vv(region.file, region.number)
+            what = region.file.flip(self.rng)
+            self.sched.log(f"BITFLIP r{region.number}: {what or 'an empty folder: nothing to flip'}")
+            return before, f"the salvage of r{region.number}'s damaged files"
+        return None
 
     def fail_stopped(self, region: SimRegion) -> None:
         """``region``'s core fail-stopped: its process exits (a crash of the process), and
@@ -534,7 +728,11 @@ class Simulation:
         region = self.regions[number]
         if region.up or region.incarnation != incarnation:
             return
+        acted = self._operator_acts(region)
         cut = self.boot(region)
+        if acted is not None:  # what the folder lost (a restore, a cut or salvaged flip), for the checkers
+            before, why = acted
+            self.file_losses.append((number, before, dict(region.causal.vv), why))
         self.sched.log(f"RESTART r{number}: replayed its file (torn tail cut: {cut} bytes), vv {_vv(region.causal.vv)}")
         # (a fixed delay, no draw: without the membership fault a schedule stays what it was before it)
         self.sched.after(STARTUP_CHECK_MS, self.membership.startup_check, number, region.incarnation)

@@ -985,6 +985,9 @@ class ReplicationHub:
         self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
+        # ... and at the latest one: what a starting region takes back (a peer restored from an
+        # older copy meanwhile no longer holds what its first handshake said)
+        self.last_handshake_vv: dict[int, dict[int, int]] = {}
         self.forgotten_at_handshake = 0  # a peer's own waiting operations dropped when it handshook
         self.trace = _stage_trace(region)  # None unless a benchmark asks (see StageTrace)
         # the last batch frame built: (its envelopes, packed?, the frame); see Link.batch_frame
@@ -1034,6 +1037,7 @@ class ReplicationHub:
         the connection) is superseded: it applies nothing more, so no frame sent before the
         peer's restart can bring such an operation back after this."""
         self.handshake_vv.setdefault(peer, dict(peer_vv))
+        self.last_handshake_vv[peer] = dict(peer_vv)
         older = self.links.get(peer)
         if older is not None:
             older.superseded = True  # it applies nothing more (run_link)
