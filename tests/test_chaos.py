@@ -371,7 +371,10 @@ def test_a_region_that_writes_before_its_peers_answered_is_caught_after_a_restor
     """The same schedule with the start gate planted away: the restored region mints again numbers
     its peers hold, and the writes it acknowledged under them are lost or kept at some regions
     only (which checker sees it first depends on which workload wrote there)."""
-    result = _live(tmp_path, seed=3, duration=20, faults=["restore"], bug="no-start-gate")
+    result = _live(tmp_path, seed=3, duration=30, faults=["restore"], bug="no-start-gate")
     failed = {v.name for v in result.verdicts if not v.ok}
-    assert failed & {"convergence", "no lost writes", "IDMP no duplicates"} and not result.ok, \
-        (failed, [f.detail for f in result.history.faults])
+    # a write in its second alone forks region 1's history: the links find it (the run ends with
+    # the fork named) and the regions hold different writes
+    forked = any("a fork" in e for e in result.errors)
+    assert not result.ok and (forked or failed & {"convergence", "no lost writes", "IDMP no duplicates"}), \
+        (failed, result.errors, [f.detail for f in result.history.faults])
