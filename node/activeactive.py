@@ -111,7 +111,7 @@ class ActiveActive:
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it reached the OS (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
-        self.hub.make_image = lambda: self.resync_image(int(time.time() * 1000))
+        self.hub.make_image = lambda digests=True: self.resync_image(int(time.time() * 1000), digests)
         # a database setting tuned here that is also a server setting (appendfsync)
         self.on_setting: Callable[[str, str], None] = lambda name, value: None
         # FLUSHALL run by the region core as a client's (logged, replicated); returns how many
@@ -343,11 +343,12 @@ class ActiveActive:
         """Drop delete contexts every region has seen (crdt/ops.py: collect_garbage)."""
         return ops.collect_garbage(self.db.keys, self.stable())
 
-    def resync_image(self, now_ms: int) -> tuple[bytes, dict]:
-        """This region's whole state and backlog, for a peer that lacks trimmed operations."""
+    def resync_image(self, now_ms: int, digests: bool = True) -> tuple[bytes, dict]:
+        """This region's whole state and backlog, for a peer that lacks trimmed operations
+        (``digests``: with the histories' digests; an older peer refuses an image holding them)."""
         from .persistence import snapshot
 
-        data = snapshot.encode(self.db.keys, self.causal, 0, now_ms, True, self.region)
+        data = snapshot.encode(self.db.keys, self.causal, 0, now_ms, True, self.region, digests)
         return data, dict(self.causal.vv)
 
     def adopt_image(self, data: bytes) -> list[Envelope] | None:

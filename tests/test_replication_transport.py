@@ -545,7 +545,7 @@ def test_an_image_is_never_sent_when_both_regions_dropped_what_the_other_lacks()
         (one, got1), (two, got2) = make_hub(1), make_hub(2)
         images = []
         for hub in (one, two):
-            hub.make_image = lambda hub=hub: (b"image", dict(hub.causal.vv))
+            hub.make_image = lambda digests=True, hub=hub: (b"image", dict(hub.causal.vv))
             hub.install_image = lambda data: images.append(data) or True
         for hub in (one, two):
             for i in range(10):

@@ -619,3 +619,18 @@ def test_the_converter_reads_envelopes_pickled_as_the_old_frozen_dataclass():
     [env] = legacy._Unpickler(io.BytesIO(_OLD_ENVELOPE_PICKLE)).load()
     assert (env.origin, env.n, env.deps, env.op, env.dot) == (2, 7, ((1, 3), (2, 6)), b"op-bytes", (2, 7))
     assert env.__class__.__name__ == "Envelope" and repr(env) == repr(Envelope(2, 7, ((1, 3), (2, 6)), b"op-bytes"))
+
+
+def test_an_image_for_an_older_peer_leaves_the_history_digests_out():
+    """Snapshots and images hold each origin's history digest (a ninth element of the causal
+    log's array, which versions before digests refuse); an image for a peer whose handshake
+    carried no digests leaves it out: the array they read, decoded here as unknown histories
+    (learnt from a peer later, crdt/causal.py)."""
+    log = CausalLog(1)
+    for i in range(3):
+        log.stamp(b"op-%d" % i)
+    full, older = stateformat.encode(Keyspace(), log), stateformat.encode(Keyspace(), log, digests=False)
+    assert len(msgspec.msgpack.decode(full)[1]) == 8 and len(msgspec.msgpack.decode(older)[1]) == 7
+    assert stateformat.decode(full)[1].heads == log.heads
+    taken = stateformat.decode(older)[1]
+    assert taken.vv == log.vv and taken.heads == {} and taken.digest_at(1, 3) is None

@@ -101,8 +101,11 @@ _header_decoder = msgspec.msgpack.Decoder(Header)
 _version_decoder = msgspec.msgpack.Decoder(_Version)
 
 
-def encode(keys, causal, record: int, created_ms: int, active_active: bool, region: int) -> bytes:
-    body = stateformat.encode(keys, causal)
+def encode(keys, causal, record: int, created_ms: int, active_active: bool, region: int,
+           digests: bool = True) -> bytes:
+    """``digests``: hold the histories' digests (a full-resync image for a region of an older
+    version, which refuses them, leaves them out: stateformat.py)."""
+    body = stateformat.encode(keys, causal, digests)
     header = msgspec.msgpack.encode(Header(FORMAT_VERSION, record, created_ms, active_active, region, len(body)))
     out = b"".join((MAGIC, _U32.pack(len(header)), header, body))
     return out + _U64.pack(xxh3_64_intdigest(out))

@@ -189,6 +189,17 @@ class CausalS(_S):
     heads: dict[int, int] = {}
 
 
+class CausalWithoutDigestsS(_S):
+    """CausalS as older versions read it (they refuse a ninth element): written for them only."""
+    region: int
+    vv: VV
+    log: list[EnvelopeS]
+    pending: list[EnvelopeS]
+    base: Count
+    floor: VV
+    seen: dict[int, VV]
+
+
 class StateS(_S):
     keys: KeyspaceS
     causal: CausalS | None
@@ -199,9 +210,10 @@ _decoder = msgspec.msgpack.Decoder(StateS)
 
 
 # ------------------------------------------------------------------ encoding
-def encode(keys, causal: CausalLog | None) -> bytes:
-    """The state as msgpack bytes (runs on the event loop: kept to one pass, no copies of blocks)."""
-    return _encoder.encode(StateS(_keyspace_out(keys), None if causal is None else _causal_out(causal)))
+def encode(keys, causal: CausalLog | None, digests: bool = True) -> bytes:
+    """The state as msgpack bytes (runs on the event loop: kept to one pass, no copies of blocks).
+    ``digests`` False leaves the histories' digests out, as older versions wrote it."""
+    return _encoder.encode(StateS(_keyspace_out(keys), None if causal is None else _causal_out(causal, digests)))
 
 
 def _keyspace_out(keys) -> KeyspaceS:
@@ -246,9 +258,11 @@ def _envelope_out(e: Envelope) -> EnvelopeS:
     return EnvelopeS(e.origin, e.n, e.deps, e.op)
 
 
-def _causal_out(c: CausalLog) -> CausalS:
-    return CausalS(c.region, c.vv, [_envelope_out(e) for e in c.log], [_envelope_out(e) for e in c.pending.values()],
-                   c.base, c.floor, c.seen, c.held_heads())
+def _causal_out(c: CausalLog, digests: bool = True) -> CausalS | CausalWithoutDigestsS:
+    log, pending = [_envelope_out(e) for e in c.log], [_envelope_out(e) for e in c.pending.values()]
+    if not digests:
+        return CausalWithoutDigestsS(c.region, c.vv, log, pending, c.base, c.floor, c.seen)
+    return CausalS(c.region, c.vv, log, pending, c.base, c.floor, c.seen, c.held_heads())
 
 
 # ------------------------------------------------------------------ decoding

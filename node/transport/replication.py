@@ -516,6 +516,9 @@ class Link:
         # the origin's operations than its peer cannot see it again at the next handshake)
         hub.causal.learn_heads(peer_vv, peer_heads or {})
         found = forks(hub.causal, peer_vv, peer_heads or {})
+        # a peer that sent no digests may be of an older version, which refuses an image holding
+        # them (one of this version holding no operations learns them at its first ack)
+        self.peer_digests = bool(peer_heads)
         self.forked = bool(found) or peer in hub.forks
         if found:
             hub.history_forked(peer, found)
@@ -556,7 +559,7 @@ class Link:
     # ------------------------------------------------------------ sending
     async def send_image(self) -> None:
         """Full resync: the peer lacks operations this region trimmed; send everything."""
-        image, vv = self.hub.make_image()
+        image, vv = self.hub.make_image(self.peer_digests)
         end = self.hub.causal.end  # the image holds the log up to here (made in this loop turn)
         log.warning("region %d lacks trimmed operations: full resync (%d bytes)", self.peer, len(image))
         self.hub.resyncs_sent += 1
@@ -954,7 +957,8 @@ class ReplicationHub:
         # called as a link is about to handle a frame of operations from its peer, not an ack (the
         # region offers its core to other runnable processes first: RegionCore.peer_frame_arrives)
         self.frame_arrives: Callable[[], None] = _nothing
-        self.make_image: Callable[[], tuple[bytes, dict]] = _no_resync
+        # (the argument: hold the histories' digests - False for a peer that may be older)
+        self.make_image: Callable[[bool], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
         self.conflicts: set[int] = set()    # peers each side dropped operations of the other for
