@@ -70,6 +70,7 @@ from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED,
 
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, load
 from .membership_change import MembershipChangeError, agree, clients, commit
+from .persistence import aof, snapshot
 from .transport.admin import AdminCallError, AdminClient, AdminTls
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
@@ -682,7 +683,7 @@ def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, timeout: f
                     "bytes": info.size, "epoch": info.epoch, "log_dir": info.log_dir, "run": run,
                     "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         _write_durably(os.path.join(tmp, BACKUP_MANIFEST), (json.dumps(manifest, indent=2) + "\n").encode())
-        _fsync_dir(tmp)
+        aof.fsync_directory(tmp)
         if os.path.lexists(final):  # --force: the older backup goes only once this one is complete
             old = tempfile.mkdtemp(prefix=f".{r.name}.replaced-", dir=directory)
             os.replace(final, os.path.join(old, r.name))
@@ -690,7 +691,7 @@ def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, timeout: f
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-        _fsync_dir(directory)
+        aof.fsync_directory(directory)
         return info
     except OSError as e:
         raise AdminError(f"cannot write the backup of {r.name} in {directory}: {e.strerror or e}") from None
@@ -701,8 +702,6 @@ def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, timeout: f
 def _receive_backup(cfg: ClusterConfig, r: RegionSpec, folder: str, timeout: float):
     """Stream region ``r``'s snapshot into ``folder`` in the layout of its data folder (no run
     mark: a region's every start takes back from its peers what its folder lacks); check it."""
-    from .persistence import aof, snapshot
-
     info, out, received = None, None, 0
     with _client(cfg, r) as c:
         try:
@@ -753,14 +752,6 @@ def _write_durably(path: str, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def build_parser() -> argparse.ArgumentParser:

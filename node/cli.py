@@ -228,7 +228,7 @@ def cmd_check_log(args: argparse.Namespace) -> int:
     Exit 0: clean, or fixed; 1: a torn tail left (without --fix); 2: damage left (without
     --fix), damage --fix must not cut, or a folder no region can start from even so."""
     from .persistence import snapshot
-    from .persistence.aof import examine, plan_salvage, salvage
+    from .persistence.aof import examine, fsync_directory, plan_salvage, salvage
     from .persistence.oplog import mark_for_recovery, read_run_mark
 
     directory = args.dir
@@ -296,7 +296,7 @@ def cmd_check_log(args: argparse.Namespace) -> int:
         if args.fix:
             aside = _aside_name(path + ".damaged")
             os.replace(path, aside)
-            _fsync_directory(directory)
+            fsync_directory(directory)
             print(f"moved {os.path.basename(path)} aside to {os.path.basename(aside)}: a start no longer uses it")
         else:
             status = 2
@@ -350,14 +350,6 @@ def _aside_name(path: str) -> str:
     while os.path.exists(candidate):
         candidate, n = f"{path}.{n}", n + 1
     return candidate
-
-
-def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _start_from(snapshots: list[tuple[int, str]], first: int, last: int, moved: bool) -> tuple[str, str | None]:

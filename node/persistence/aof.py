@@ -518,7 +518,7 @@ def truncate_torn(result: ScanResult) -> int:
         os.fsync(f.fileno())
     if result.discarded_next is not None:
         os.remove(result.discarded_next)
-        _fsync_directory(os.path.dirname(result.discarded_next))
+        fsync_directory(os.path.dirname(result.discarded_next))
     return scanned.size - offset
 
 
@@ -589,7 +589,7 @@ def salvage(plan: Salvage) -> None:
     for path, _ in reversed(plan.removed):
         os.remove(path)
     if plan.removed:
-        _fsync_directory(plan.directory)
+        fsync_directory(plan.directory)
     if plan.cut is not None:
         with open(plan.path, "r+b") as f:
             f.truncate(plan.offset)
@@ -639,7 +639,7 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def _fsync_directory(directory: str) -> None:
+def fsync_directory(directory: str) -> None:
     """Make file creations and deletions in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -718,7 +718,7 @@ class _Seal:
                 if not self._renamed:
                     os.rename(self.unsealed, self.final)
                     self._renamed = True
-                _fsync_directory(self.directory)
+                fsync_directory(self.directory)
             except OSError as e:
                 self.error = e
                 raise
@@ -762,7 +762,7 @@ class AppendLog:
             _fsync_file(result.segments[-2].path)
             path = path[: -len(NEXT_SUFFIX)]
             os.rename(last.path, path)
-            _fsync_directory(directory)
+            fsync_directory(directory)
         segment = SegmentWriter(path, last.first_record, last.records, last.size, create=False)
         return cls(directory, segment, segment_size, new_file=False)
 
@@ -824,7 +824,7 @@ class AppendLog:
         self.seal_wait()
         self._current().fsync()
         if self._directory_dirty:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             self._directory_dirty = False
 
     def sealing(self):
@@ -903,7 +903,7 @@ class AppendLog:
             if next_first > record_number:
                 break
             os.remove(path)
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             dropped.append(path)
         return dropped
 

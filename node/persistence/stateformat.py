@@ -178,19 +178,9 @@ class EnvelopeS(_S):
     op: bytes
 
 
-class CausalS(_S):
-    region: int
-    vv: VV
-    log: list[EnvelopeS]
-    pending: list[EnvelopeS]
-    base: Count
-    floor: VV
-    seen: dict[int, VV]
-    heads: dict[int, int] = {}
-
-
 class CausalWithoutDigestsS(_S):
-    """CausalS as older versions read it (they refuse a ninth element): written for them only."""
+    """The causal log as versions before history digests read it (they refuse an eighth
+    element): written for them only (a full-resync image for such a peer)."""
     region: int
     vv: VV
     log: list[EnvelopeS]
@@ -198,6 +188,10 @@ class CausalWithoutDigestsS(_S):
     base: Count
     floor: VV
     seen: dict[int, VV]
+
+
+class CausalS(CausalWithoutDigestsS):
+    heads: dict[int, int] = {}
 
 
 class StateS(_S):
