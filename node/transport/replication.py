@@ -119,6 +119,14 @@ with a logged error (counted as ``crdt_link_protocol_errors``), before anything
 of it is decoded, applied or installed.  What each peer acknowledged is kept
 across reconnections (``peer_acked``), so trimming knows what every peer holds.
 
+Histories.  Hello, Welcome and every Ack carry the digests of the histories the version
+vector covers (crdt/causal.py); each end checks the peer's against its own wherever it holds
+at least as many of an origin's operations (:func:`crdt.causal.forks`).  Holding other
+operations under the same numbers - a *fork* - makes the link idle on both ends: the end
+that found it at the handshake sends the peer one Ack at the peer's count with its own
+digest, so the peer, which holds fewer and could not check, finds it too.  Forks are
+logged, counted (``history_forks``) and kept per peer (``forks``) for the status.
+
 Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
 the link to one peer (a partition, for maintenance and tests).  A cut link is
 closed at once, its frames are neither sent nor applied, and the peer's attempts
@@ -1011,7 +1019,8 @@ class ReplicationHub:
     def history_forked(self, peer: int, found: list[Fork]) -> None:
         """A link found that ``peer`` holds other operations than this region under the same
         numbers: it exchanges nothing more (each end would drop the other's as duplicates),
-        and the region's status names the fork until the histories agree again."""
+        and the region's status names the fork for as long as it runs (a fork does not heal
+        by itself; a region whose own history forked takes no writes: node/activeactive.py)."""
         new = self.forks.get(peer) != found
         self.forks[peer] = found
         if new:
