@@ -801,6 +801,7 @@ class RegionCore:
             return
         self.saved(record, None)
 
+
 def _clip(b: bytes, n: int = 128) -> str:
     return b[:n].decode("utf-8", "replace")
 

@@ -111,10 +111,15 @@ def _resyncs(c) -> int:
     return int(replication_status(c)["crdt_full_resyncs_received"])
 
 
-def _wait_started(c) -> None:
-    """A region that started may first ask its peers for its own operations (refusing writes
-    with LOADING meanwhile): what a test's writes meet after that is the disk's doing."""
-    wait_until(lambda: replication_status(c)["crdt_recovering"] == "0", 20, what="the region's start to finish")
+def _image_not_saved(p3):
+    """A client of region 3 once it took a full-resync image it could not save: its start is
+    over (the gate's LOADING is behind it) and a write meets the image's MISCONF."""
+    r3 = p3.client()
+    wait_until(lambda: _resyncs(r3) >= 1, 20, what="region 3 taking a full-resync image")
+    p3.wait_writable()  # (its start took its own operations back: MISCONF is the disk's doing)
+    with pytest.raises(redis.ResponseError, match=MISCONF):
+        r3.xadd("s", {"n": "on the image"})  # the image is not on disk: nothing may be logged on it
+    return r3
 
 
 @contextlib.contextmanager
@@ -157,12 +162,7 @@ def test_a_resync_image_that_cannot_be_saved_is_not_logged_on_and_the_region_sta
     top of it once space came back, and the region could never start again."""
     with LocalCluster(3) as cluster:
         with region_3_resyncs_on_a_small_disk(cluster) as (p3, log_dir, made):
-            r3 = p3.client()
-            wait_until(lambda: _resyncs(r3) >= 1, 20, what="region 3 taking a full-resync image")
-            _wait_started(r3)
-            # the image is not on disk: nothing may be logged on top of it
-            with pytest.raises(redis.ResponseError, match=MISCONF):
-                r3.xadd("s", {"n": "on the image"})
+            r3 = _image_not_saved(p3)
             resize(log_dir, "64m")  # space comes back
 
             def written():
@@ -192,11 +192,7 @@ def _converge(cluster: LocalCluster, made: list) -> None:
 def test_a_region_killed_before_its_resync_image_was_saved_starts_from_its_old_log_and_takes_it_again():
     with LocalCluster(3) as cluster:
         with region_3_resyncs_on_a_small_disk(cluster) as (p3, log_dir, made):
-            r3 = p3.client()
-            wait_until(lambda: _resyncs(r3) >= 1, 20, what="region 3 taking a full-resync image")
-            _wait_started(r3)
-            with pytest.raises(redis.ResponseError, match=MISCONF):
-                r3.xadd("s", {"n": "on the image"})
+            r3 = _image_not_saved(p3)
             assert r3.xlen("s") == len(made)  # readers are served the image meanwhile
             r3.close()
             p3.kill()
@@ -205,7 +201,7 @@ def test_a_region_killed_before_its_resync_image_was_saved_starts_from_its_old_l
             r3 = p3.client()
             wait_until(lambda: r3.xlen("s") == len(made), 20, what="region 3 holding the image again")
             assert _resyncs(r3) >= 1  # its old log did not hold the image: it was sent again
-            _wait_started(r3)
+            p3.wait_writable()
             made.append(r3.xadd("s", {"n": "after"}))
             r3.close()
             p3.kill()
@@ -239,7 +235,7 @@ def test_a_resync_image_is_refused_while_the_log_before_it_cannot_be_written_the
                 p3.restart()
                 r3 = p3.client()
                 r3.config_set("aof-write-error-timeout-ms", 0)
-                _wait_started(r3)
+                p3.wait_writable()
                 r3.execute_command("BRAID.REPLICATION", "PAUSE")
                 for c in (r1, r2):
                     c.config_set("crdt-repl-backlog-size", 1)
