@@ -57,11 +57,45 @@ What membership means for the other rules (crdt/causal.py, crdt/ops.py):
   more than the ``frozen`` the coordinator computes from the promises.  That hold
   outlives a promise that lapses (:meth:`Membership.lapse`: its coordinator
   vanished, and the removal may have been committed elsewhere); it ends only with
-  an explicit abort of that proposal or a newer epoch (the removal took effect -
-  ``frozen`` rules from then on - or another change made that epoch, so it never
-  will).
+  an abort of that proposal or a newer epoch (the removal took effect - ``frozen``
+  rules from then on - or another change made that epoch, so it never will).
 * A join carries the new region's address (``Change.endpoint``: host, client port,
   replication port), so every member can reach it once the join is committed.
+
+Settling a promise its coordinator left
+---------------------------------------
+A coordinator may vanish between the phases (braid-admin killed, or every voter
+down when it sent the commit and it gave up): each voter still holds its promise,
+and a forced removal's voters their holds, so the removed region stays cut off
+and no other change can be made.  The voters end such a change themselves, once
+they can all be asked.  A voter whose promise its coordinator left asks every voter
+of that proposal where it stands on it (:meth:`Membership.standing`; the asker asks
+itself too) and :meth:`Membership.settle` decides, as the coordinator would have:
+
+* a voter at a newer epoch: the proposal, or another one, made that epoch - the
+  asker takes that voter's list (:meth:`Membership.adopt`);
+* a voter at the proposal's epoch that does not hold its promise (it never received
+  the request, refused it, or got the coordinator's abort): the coordinator never
+  had every promise, and that voter now *refuses* the proposal for good
+  (``refusing``: a promise request still on its way is refused when it comes), so
+  no one ever can - **abort**;
+* every voter holds the promise: the coordinator had, or would have had, every
+  promise, and commits only that - **commit**, frozen at the highest ``held`` the
+  voters answered (each keeps it: ``answered``), the very point the coordinator
+  computes;
+* otherwise (a voter cannot be reached, is behind, or its promise lapsed while it
+  backs another proposal) - ask again later.
+
+Two details keep a settlement and a coordinator from deciding differently.  A voter
+that told an asker it holds the promise (``reported``) no longer takes the
+coordinator's abort: an abort sent when a promise's answer was lost might arrive
+after the askers counted it; such a voter settles instead.  And a promise that
+lapsed keeps its proposal and ``held`` (``lapsed``): an asker does not count that
+voter as refusing (its coordinator may have counted its promise), and once it backs
+no other proposal an asker's question takes the promise back (still held).  A
+voter that cannot answer for good (gone) blocks the settlement, as it blocks any
+change, until it is removed by force: the others' promises lapse when that
+removal is proposed.
 """
 
 from __future__ import annotations
@@ -81,6 +115,18 @@ TRANSITIONS = {
     REMOVE: ((LEAVING,), REMOVED),      # every remaining member holds all its operations
     FORCE_REMOVE: (LIVE, REMOVED),      # unreachable: the others stop waiting for it now
 }
+
+
+# where a voter stands on a proposal a settling voter asks about (Membership.standing)
+PROMISED = "promised"      # it holds the proposal's promise
+LAPSED = "lapsed"          # its promise lapsed and it backs another proposal now
+REFUSED = "refused"        # it does not hold the promise, and will never give it
+NEWER = "newer"            # it is at the proposal's epoch or past it: that epoch was made
+BEHIND = "behind"          # it is at an older epoch: it learns the newer list first
+STANDINGS = (PROMISED, LAPSED, REFUSED, NEWER, BEHIND)
+
+# what a settlement decides (Membership.settle)
+COMMIT, ABORT, ADOPT, WAIT = "commit", "abort", "adopt", "wait"
 
 
 class MembershipError(ValueError):
@@ -116,6 +162,25 @@ class Promise:
     held: int = 0              # a removal: the highest operation of the removed region this voter holds
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a voter stands on a proposal (:meth:`Membership.standing`)."""
+
+    epoch: int                 # the voter's epoch
+    state: str                 # one of STANDINGS
+    held: int = 0              # PROMISED: the ``held`` its promise answered
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What the voters' standings on a proposal decide (:meth:`Membership.settle`)."""
+
+    outcome: str               # COMMIT, ABORT, ADOPT or WAIT
+    frozen: int = 0            # COMMIT of a removal: the frozen point
+    source: int = 0            # ADOPT: a voter whose list is newer
+    reason: str = ""           # why (ABORT, WAIT: who)
+
+
 @dataclass
 class Membership:
     """One region's copy of the member list (the same at every member of an epoch)."""
@@ -127,6 +192,13 @@ class Membership:
     promised: Proposal | None = None                       # the proposal for epoch + 1 this region backs
     holding: dict[int, int] = field(default_factory=dict)  # region being force-removed -> held at promise
     changes: dict[int, Proposal] = field(default_factory=dict)  # epoch -> the proposal that made it
+    # the rest keeps a promise settleable (see "Settling a promise its coordinator left");
+    # like ``promised`` and ``holding``, it is about epoch + 1 only and goes with the epoch
+    answered: int = 0                                      # the ``held`` this region's promise answered
+    reported: bool = False                                 # it told a settling voter it holds ``promised``
+    # ballot -> (a promise that lapsed here, its answered, its reported)
+    lapsed: dict[tuple[int, int], tuple[Proposal, int, bool]] = field(default_factory=dict)
+    refusing: set[tuple[int, int]] = field(default_factory=set)  # ballots of proposals it never promises
 
     @classmethod
     def initial(cls, stride: int, regions: list[tuple[int, str]]) -> "Membership":
@@ -244,33 +316,125 @@ class Membership:
 
     def promise(self, p: Proposal, held: int = 0) -> Promise:
         """A voter's answer (``held``: its version vector's entry for the region a removal
-        removes).  Yes only for the next epoch and only one proposal per epoch."""
+        removes).  Yes only for the next epoch and only one proposal per epoch.  Asked again
+        for the promise it holds, it answers as it did (the same ``held``)."""
         if p.epoch != self.epoch + 1:
             return Promise(False, f"this region is at epoch {self.epoch}, the proposal makes epoch {p.epoch}")
-        if self.promised is not None and self.promised != p:
+        if self.promised == p:
+            return Promise(True, held=self.answered)
+        if self.promised is not None:
             return Promise(False, f"another change for epoch {p.epoch} is under way "
                                   f"({self.promised.change.kind} of region {self.promised.change.number})")
+        if p.ballot in self.refusing:
+            return Promise(False, f"the change for epoch {p.epoch} was given up (aborted, or settled by its "
+                                  "voters) before its promise request reached this region")
+        if p.ballot in self.lapsed:  # its promise lapsed here: take it back as it was
+            self._take_back(p)
+            return Promise(True, held=self.answered)
         try:
             self.check(p.change)
         except MembershipError as e:
             return Promise(False, str(e))
-        self.promised = p
+        self.promised, self.answered, self.reported = p, held, False
         if p.change.kind == FORCE_REMOVE:
             self.holding[p.change.number] = held
         return Promise(True, held=held)
 
-    def abort(self, p: Proposal) -> None:
-        """The coordinator gave ``p`` up: the promise goes (another proposal may be backed)."""
+    def abort(self, p: Proposal, settled: bool = False) -> bool:
+        """``p`` was given up: by its coordinator, or (``settled``) by this region's settlement.
+        The promise goes (another proposal may be backed), with a forced removal's hold, and
+        ``p`` is refused from now on (its promise request may still be on its way).  Returns
+        False when this region keeps the promise: it told a settling voter it holds it, so
+        only the settlement ends it (a coordinator's abort may come after the others counted
+        this promise; see the module's theory)."""
+        if p.epoch != self.epoch + 1:
+            return True
         if self.promised == p:
-            self.promised = None
-            if p.change.kind == FORCE_REMOVE:
-                self.holding.pop(p.change.number, None)
+            if self.reported and not settled:
+                return False
+            self.promised, self.answered, self.reported = None, 0, False
+        elif p.ballot in self.lapsed:
+            if self.lapsed[p.ballot][2] and not settled:
+                return False  # reported before it lapsed: its hold may be counted on
+            del self.lapsed[p.ballot]
+        self.refusing.add(p.ballot)
+        self._release_hold(p)
+        return True
 
     def lapse(self, p: Proposal) -> None:
         """Give up waiting for ``p``'s coordinator: another proposal may be promised.  Unlike
-        :meth:`abort`, a forced removal's hold stays (it may have been committed elsewhere)."""
+        :meth:`abort`, a forced removal's hold stays (it may have been committed elsewhere),
+        and ``p`` stays known with what this region answered (``lapsed``): a settling voter
+        must not take it for a proposal this region never promised."""
         if self.promised == p:
-            self.promised = None
+            self.lapsed[p.ballot] = (p, self.answered, self.reported)
+            self.promised, self.answered, self.reported = None, 0, False
+
+    # ------------------------------------------------------------ settling a left promise
+    def standing(self, p: Proposal) -> Standing:
+        """Where this region stands on ``p``, asked by a voter settling it.  Answering commits
+        this region: a promise it reports holding it keeps until the settlement ends it (it
+        no longer takes the coordinator's abort); a proposal it does not hold at ``p``'s
+        epoch it refuses from now on; a lapsed promise of ``p`` it takes back if it backs
+        no other proposal."""
+        if self.epoch >= p.epoch:
+            return Standing(self.epoch, NEWER)
+        if self.epoch < p.epoch - 1:
+            return Standing(self.epoch, BEHIND)
+        if self.promised is None and p.ballot in self.lapsed:
+            self._take_back(p)
+        if self.promised == p:
+            self.reported = True
+            return Standing(self.epoch, PROMISED, self.answered)
+        if p.ballot in self.lapsed:
+            return Standing(self.epoch, LAPSED)
+        self.refusing.add(p.ballot)
+        return Standing(self.epoch, REFUSED)
+
+    def settle(self, p: Proposal, standings: dict[int, Standing]) -> Settlement:
+        """What the standings of ``p``'s voters (``standings``: voter -> its answer; the
+        voters that could not be asked are missing) decide, as ``p``'s coordinator would
+        have decided: see the module's theory.  Asked by a voter at ``p``'s epoch - 1, whose
+        list names the voters."""
+        voters = self.voters(p.change)
+        known = {n: standings[n] for n in voters if n in standings}
+        newer = sorted((s.epoch, n) for n, s in known.items() if s.state == NEWER)
+        if newer:
+            epoch, source = newer[-1]
+            return Settlement(ADOPT, source=source, reason=f"region {source} is at epoch {epoch}")
+        refused = [n for n, s in known.items() if s.state == REFUSED]
+        if refused:
+            return Settlement(ABORT, reason=f"{_regions(refused)} never promised it")
+        waiting = [f"region {n} {known[n].state if n in known else 'not reached'}" for n in voters
+                   if n not in known or known[n].state != PROMISED]
+        if waiting:
+            return Settlement(WAIT, reason=", ".join(waiting))
+        frozen = max(s.held for s in known.values()) if p.change.kind in (REMOVE, FORCE_REMOVE) else 0
+        return Settlement(COMMIT, frozen=frozen)
+
+    def left_promise(self) -> Proposal | None:
+        """The proposal a settlement here would be about: the promise held, else - backing
+        none - a promise that lapsed (asking itself takes it back)."""
+        if self.promised is not None:
+            return self.promised
+        return min(self.lapsed.values(), key=lambda lapsed: lapsed[0].ballot)[0] if self.lapsed else None
+
+    def _take_back(self, p: Proposal) -> None:
+        """Back ``p`` again, a promise that lapsed here (its hold never went)."""
+        _p, answered, reported = self.lapsed.pop(p.ballot)
+        self.promised, self.answered, self.reported = p, answered, reported
+        if p.change.kind == FORCE_REMOVE:
+            self.holding[p.change.number] = min(answered, self.holding.get(p.change.number, answered))
+
+    def _release_hold(self, p: Proposal) -> None:
+        """``p`` ended without taking effect: its forced removal's hold goes, unless another
+        proposal this region backs, or backed before it lapsed, removes the same region."""
+        if p.change.kind != FORCE_REMOVE:
+            return
+        target = p.change.number
+        others = ([self.promised] if self.promised is not None else []) + [lapsed[0] for lapsed in self.lapsed.values()]
+        if not any(q.change.kind == FORCE_REMOVE and q.change.number == target for q in others):
+            self.holding.pop(target, None)
 
     def commit(self, p: Proposal, frozen: int = 0) -> None:
         """Apply ``p``, the proposal this region promised: epoch + 1.  ``frozen``: for a
@@ -304,8 +468,7 @@ class Membership:
             return False
         self.epoch, self.members, self.frozen = other.epoch, dict(other.members), dict(other.frozen)
         self.changes = {**self.changes, **other.changes}
-        self.promised = None
-        self.holding = {}  # a newer epoch: removals promised before it took effect or never will
+        self._new_epoch()  # removals promised before it took effect or never will
         return True
 
     def _apply(self, p: Proposal, frozen: int) -> None:
@@ -320,5 +483,15 @@ class Membership:
             self.frozen[change.number] = frozen
         self.epoch = p.epoch
         self.changes[p.epoch] = p
-        self.promised = None
+        self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        """Promises, holds and refusals are about the next epoch: a new one ends them."""
+        self.promised, self.answered, self.reported = None, 0, False
         self.holding = {}
+        self.lapsed = {}
+        self.refusing = set()
+
+
+def _regions(numbers: list[int]) -> str:
+    return ("region " if len(numbers) == 1 else "regions ") + ", ".join(str(n) for n in numbers)

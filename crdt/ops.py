@@ -64,10 +64,15 @@ class Keyspace(dict):
     survives only if its dependencies dominate both (see :func:`_create_group`).
     ``id_floor[key]`` is the highest entry ID this region has held for the key: an
     origin never mints an ID twice, even after the key was deleted, or a later
-    observed-remove could take the new entry for the old one.  ``idmp_kept`` keeps
-    a dropped key's IDMP maps (they outlive the key, until they expire), so every
-    region judges a late duplicate the same way.  :meth:`idmp_keys` indexes the keys
-    whose stream holds IDMP maps, so expiry visits those and not every key.
+    observed-remove could take the new entry for the old one.  ``highest_added[key][o]``
+    is the highest ID of an entry of origin log ``o`` this region has applied (deleted
+    since or not, the key dropped since or not): an origin's log grows with rising IDs,
+    so it says which of that log's entries this region has received - what joining two
+    regions' states needs (crdt/join.py), and what a deletion leaves no other trace of
+    (Active-Active only, as ``id_floor``).  ``idmp_kept`` keeps a dropped key's IDMP
+    maps (they outlive the key, until they expire), so every region judges a late
+    duplicate the same way.  :meth:`idmp_keys` indexes the keys whose stream holds IDMP
+    maps, so expiry visits those and not every key.
     """
 
     def stream(self, key: bytes, limits: "Limits") -> Stream:
@@ -87,6 +92,7 @@ class Keyspace(dict):
         self.key_contexts: dict[bytes, VersionVector] = {}
         self.group_contexts: dict[tuple[bytes, bytes], VersionVector] = {}
         self.id_floor: dict[bytes, StreamID] = {}
+        self.highest_added: dict[bytes, dict[int, StreamID]] = {}  # key -> origin log -> ID (Active-Active)
         self.idmp_kept: dict[bytes, object] = {}  # IDMP maps of dropped keys, restored on re-creation
         self.idmp_index: set[bytes] | None = None  # see idmp_keys (None: not built yet)
 
@@ -288,8 +294,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             return op.id
         s = keys.stream(op.key, limits)
         if keys.active_active:
-            if op.id > keys.id_floor.get(op.key, (0, 0)):
-                keys.id_floor[op.key] = op.id
+            note_added(keys, op.key, op.origin, op.id)  # received, even if it loses to a duplicate
             if op.pid is not None:
                 held = s.idmp.lookup(op.pid, op.iid)
                 if held is not None and _another_entry(s.idmp, op, held) and not _added_after(s.idmp, op):
@@ -373,9 +378,21 @@ def append_entry(keys: Keyspace, key: bytes, origin: int, id_: StreamID, fields:
     s = keys.get(key)
     if s is None:
         s = keys.stream(key, limits)
-    if keys.active_active and id_ > keys.id_floor.get(key, MIN_ID):
-        keys.id_floor[key] = id_
+    if keys.active_active:
+        note_added(keys, key, origin, id_)
     s.add(origin, id_, fields, limits.node_max_entries, limits.node_max_bytes)
+
+
+def note_added(keys: Keyspace, key: bytes, origin: int, id_: StreamID) -> None:
+    """An entry ``id_`` of ``origin``'s log of ``key`` was applied here (Active-Active): raise
+    the key's ID floor and the log's highest added ID (see :class:`Keyspace`)."""
+    if id_ > keys.id_floor.get(key, MIN_ID):
+        keys.id_floor[key] = id_
+    tops = keys.highest_added.get(key)
+    if tops is None:
+        tops = keys.highest_added[key] = {}
+    if id_ > tops.get(origin, MIN_ID):
+        tops[origin] = id_
 
 
 def touched_keys(keys: Keyspace, op: Op) -> list[bytes]:
@@ -543,6 +560,10 @@ def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
     if op.cursors is not None:
         g.floor = MIN_ID
         g.cursors = dict(op.cursors)
+        # "$": the group is done with what the issuer held of each log, as if it had read and
+        # acknowledged it - a replicated watermark, so a region that gets the group from a
+        # state rather than from this operation (crdt/join.py) starts it there too
+        g.watermarks = dict(op.cursors)
     return True
 
 

@@ -54,19 +54,27 @@ from collections.abc import Callable
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
-from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOINING, LEAVING, LIVE, REMOVED, Change, Membership, \
-    MembershipError, Promise, Proposal
+from crdt.membership import ABORT, ACTIVATE, ACTIVE, ADOPT, COMMIT, FORCE_REMOVE, JOINING, LEAVING, LIVE, \
+    REMOVE, REMOVED, WAIT, Change, Membership, MembershipError, Promise, Proposal, Settlement, Standing
 from crdt.sync import LinkState
 
 from . import opcodec
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, membership_from_blob
+from .membership_change import MembershipChangeError, agree_with_regions, commit_to_regions, member_lists, \
+    standings_from_regions
+from .lone_writes import LoneStep, LoneWrites
+from .persistence import snapshot
+from .persistence.promise import proposal_from_dict, proposal_to_dict
 from .transport.replication import ReplicationHub
 
 log = logging.getLogger("braid.activeactive")
 
 # Operations other regions must see; the rest (XSETID, consumers, the PEL) stay local.
-# a promise whose coordinator neither commits nor aborts it lapses after this long
+# a promise whose coordinator neither commits nor aborts it lapses after this long, and its
+# voters settle it among themselves (ActiveActive.left_promise)
 PROMISE_TIMEOUT_S = 30.0
+# a voter settling such a promise asks the other voters again this often until it ends
+SETTLE_EVERY_S = 5.0
 # a region with no link up asks its peers for their member lists this often
 LEARN_EVERY_S = 5.0
 
@@ -128,6 +136,7 @@ class ActiveActive:
         self.recovering = False
         self.machine_crash = False  # the start that recovers followed a crash of the machine
         self._on_recovered: Callable[[], None] = lambda: None
+        self.lone = LoneWrites()  # writes taken alone (crdt-lone-writes-after-ms; node/lone_writes.py)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str) -> None:
@@ -152,6 +161,7 @@ class ActiveActive:
         self._watch_join()
         self.hub.on_denied = self._denied
         self.learning = asyncio.get_running_loop().create_task(self._keep_learning())
+        self.settling = asyncio.get_running_loop().create_task(self._keep_settling())
 
     def _denied(self) -> None:
         """A peer refused this region's handshake: perhaps it was removed meanwhile; ask."""
@@ -172,8 +182,6 @@ class ActiveActive:
 
     async def _learn_membership(self) -> None:
         """Ask every peer's admin service for its member list and adopt a newer one."""
-        from .membership_change import member_lists
-
         try:
             lists = await asyncio.to_thread(member_lists, self.cluster, [p.number for p in self.peers()],
                                             self.admin_tls)
@@ -206,7 +214,7 @@ class ActiveActive:
                 self.membership.status(r.number) in LIVE]
 
     async def stop(self) -> None:
-        for task in (self.activation, self.learning):
+        for task in (self.activation, self.learning, self.settling):
             if task is not None:
                 task.cancel()
         try:
@@ -346,8 +354,9 @@ class ActiveActive:
     def resync_image(self, now_ms: int, digests: bool = True) -> tuple[bytes, dict]:
         """This region's whole state and backlog, for a peer that lacks trimmed operations
         (``digests``: with the histories' digests; an older peer refuses an image holding them)."""
-        from .persistence import snapshot
-
+        if self.lone.alone:  # it would carry operations that may not leave yet (node/lone_writes.py)
+            raise ConnectionAbortedError("this region takes writes alone: a peer that needs a full resync from "
+                                         "it gets one once every member answered")
         data = snapshot.encode(self.db.keys, self.causal, 0, now_ms, True, self.region, digests)
         return data, dict(self.causal.vv)
 
@@ -364,8 +373,9 @@ class ActiveActive:
         (its own among them): the caller applies again on top those the image lacks, so
         nothing is lost (``RegionCore.install_image``).
         """
-        from .persistence import snapshot
-
+        if self.lone.alone:  # the base of the log would hold operations that may have to be withdrawn
+            log.info("refusing a full-resync image while this region takes writes alone")
+            return None
         img = snapshot.decode(data)
         if not any(self.causal.vv.get(o, 0) < n for o, n in img.causal.floor.items()):
             log.info("refusing a full-resync image: nothing it holds is missing from the backlog")
@@ -385,6 +395,11 @@ class ActiveActive:
         for key, floor in old_keys.id_floor.items():  # never mint an ID this region minted before
             if floor > new_keys.id_floor.get(key, (0, 0)):
                 new_keys.id_floor[key] = floor
+        for key, tops in old_keys.highest_added.items():  # what this region received stays received
+            mine = new_keys.highest_added.setdefault(key, {})
+            for origin, top in tops.items():
+                if top > mine.get(origin, (0, 0)):
+                    mine[origin] = top
         self.db.keys = new_keys
         self.causal.take(img.causal)
         self._drop_refused_pending()  # the sender's waiting operations came along
@@ -588,6 +603,7 @@ class ActiveActive:
             f"crdt_membership_dropped_ops:{st['membership_dropped']}",
             f"crdt_flushes_waiting:{self.flushes_waiting}",
             f"crdt_recovering:{int(self.recovering and not self.recovered())}",
+            *self.lone.info_lines(),
         ]
         if self.membership.status(self.region) == JOINING:
             lines.append(f"crdt_catch_up:{st['catch_up_held']}/{st['catch_up_target']}")
@@ -631,10 +647,7 @@ class ActiveActive:
             return True
         if self.recovery_waits_for():
             return False
-        live = {p.number for p in self.peers()}
-        held = max((vv.get(self.region, 0) for p, vv in self.hub.last_handshake_vv.items() if p in live),
-                   default=0)
-        if self.causal.vv.get(self.region, 0) < held or self.own_history_forked():
+        if self.causal.vv.get(self.region, 0) < self.own_held_elsewhere() or self.own_history_forked():
             return False
         self.recovering = False
         log.log(logging.WARNING if self.machine_crash else logging.INFO,
@@ -642,6 +655,122 @@ class ActiveActive:
                 self.me.name, self.causal.vv.get(self.region, 0))
         self._on_recovered()
         return True
+
+    def own_held_elsewhere(self) -> int:
+        """The most of this region's own operations any live member held at its latest handshake."""
+        live = {p.number for p in self.peers()}
+        return max((vv.get(self.region, 0) for p, vv in self.hub.last_handshake_vv.items() if p in live),
+                   default=0)
+
+    def lone_step(self, now_ms: int) -> LoneStep | None:
+        """What to do about writes taken alone now (node/lone_writes.py)."""
+        after_ms = int(self.config["crdt-lone-writes-after-ms"])
+        if after_ms <= 0 and not self.lone.alone:
+            return None  # (and the start gate is left to the writes that ask it, as without the setting)
+        held = self.own_held_elsewhere()
+        return self.lone.step(now_ms, after_ms,
+                              self.recovering and not self.recovered(), bool(self.recovery_waits_for()),
+                              self.causal.vv.get(self.region, 0) < held, held, bool(self.own_history_forked()))
+
+    def begin_alone(self, image: bytes | None) -> None:
+        """Take writes alone from now on (``image``: the state now; None: resuming a period
+        a replay reopened); what is applied from now on stays here until confirmed."""
+        lone = self.lone
+        if image is not None:
+            lone.confirmed = self.causal.vv.get(self.region, 0)
+            lone.image = image
+            lone.ops, lone.first_minted = [], None
+            lone.periods += 1
+            self.hub.hold_at = self.causal.end
+        self.recovering = False
+        lone.waiting_since = None
+        held = ", ".join(p.name for p in self.recovery_waits_for())
+        log.warning("region %s takes writes alone (crdt-lone-writes-after-ms): %s did not answer. Its writes stay "
+                    "here until every member has answered; one that holds operations of this region above %d "
+                    "makes it withdraw them and issue them again under new numbers", self.me.name, held or "a member",
+                    lone.confirmed)
+
+    def end_alone(self) -> None:
+        """Every member answered and none held more of this region's operations: what was held
+        leaves.  Or one held more and nothing was minted alone: the region takes those back
+        before it writes again."""
+        lone = self.lone
+        if lone.first_minted is None and self.own_held_elsewhere() > lone.confirmed:
+            log.warning("region %s: a member holds operations of its own above %d, and it sent none alone: it "
+                        "takes them back before it takes writes again", self.me.name, lone.confirmed)
+            self.recovering = True
+        else:
+            log.warning("region %s: every member answered and none holds operations of its own above %d: the %d "
+                        "operations it took alone leave for the other regions", self.me.name, lone.confirmed,
+                        len(lone.ops))
+        lone.confirmed, lone.image, lone.ops, lone.first_minted = None, None, [], None
+        self.hub.hold_at = None
+        self.hub.refuse_own = False
+        self.hub.wake()
+
+    def withdraw_alone(self) -> list[Envelope]:
+        """Go back to the state this region had when it began to take writes alone: its own
+        operations since then wait to be issued again (``lone.reissue``); returns the other
+        regions' operations it applied since, for the caller to apply again on top (none of
+        them depends on a withdrawn one: nothing held left).  Consumer groups keep their
+        region-local state where the group is the same (same creation), as with an image."""
+        lone = self.lone
+        img = snapshot.decode(lone.image)
+        since = self.causal.log[self.hub.hold_at - self.causal.base:]
+        own = self.region
+        for key, s in img.keys.items():
+            old = self.db.keys.get(key)
+            for name, g in s.groups.items():
+                og = old.groups.get(name) if old is not None else None
+                cursor, mark = g.cursors.get(own), g.watermarks.get(own)
+                _keep_local_group_state(g, og if og is not None and og.created_dot == g.created_dot else None)
+                # but in this region's own log the group is back where it was: the operations
+                # taken back put entries below those read alone, and `>` must not skip them
+                g.cursors, g.watermarks = dict(g.cursors), dict(g.watermarks)
+                for table, value in ((g.cursors, cursor), (g.watermarks, mark)):
+                    if value is None:
+                        table.pop(own, None)
+                    else:
+                        table[own] = value
+        self.db.keys = img.keys
+        self.causal.take(img.causal)
+        self.causal.drop_pending()  # their senders send them again
+        self.hub.arrivals = [time.monotonic()] * len(self.causal.log)
+        log.warning("region %s withdraws the %d operations it took alone: region(s) %s hold operations of this "
+                    "region above %d; it takes those back, then issues its own again under new numbers",
+                    self.me.name, len(lone.ops),
+                    ", ".join(str(p) for p, vv in sorted(self.hub.last_handshake_vv.items())
+                              if vv.get(self.region, 0) > lone.confirmed) or "another", lone.confirmed)
+        lone.reissue, lone.reissue_base = lone.ops, lone.confirmed
+        lone.withdrawals += 1
+        lone.withdrawn_ops += len(lone.ops)
+        lone.confirmed, lone.image, lone.ops, lone.first_minted = None, None, [], None
+        self.hub.hold_at = None
+        self.hub.refuse_own = False
+        self.drop_own_forks()
+        self.recovering = True
+        return [env for env in since if env.origin != self.region]
+
+    def note_lone(self, own: list) -> None:
+        """Operations this region applied while alone (``(op, envelope or None, sent)`` as a
+        command resolved them), noted to be withdrawn if need be; once one was sent (stamped
+        with a number), the peers' operations of this region's origin are another history."""
+        lone = self.lone
+        lone.ops.extend(op if type(op) is bytes else opcodec.encode(op) for op, _env, _sent in own)
+        if lone.first_minted is None:
+            minted = next((env.n for _op, env, _sent in own if env is not None), None)
+            if minted is not None:
+                lone.first_minted = minted
+                self.hub.refuse_own = True
+
+    def drop_own_forks(self) -> None:
+        """Forget the forks links found in this region's own history (it withdrew what forked)."""
+        for peer, found in list(self.hub.forks.items()):
+            rest = [f for f in found if f.origin != self.region]
+            if rest:
+                self.hub.forks[peer] = rest
+            else:
+                del self.hub.forks[peer]
 
     def own_history_forked(self) -> list:
         """The forks a link found in this region's own history (crdt/causal.py): a peer holds
@@ -661,6 +790,8 @@ class ActiveActive:
             return False
         if self.hub.forks and self.own_history_forked():
             return False
+        if self.lone.alone and self.own_held_elsewhere() > self.lone.confirmed:
+            return False  # withdrawing what it took alone (the cron's next step)
         if self.active:
             return True
         return self.membership.status(self.region) == JOINING and self.caught_up()
@@ -669,6 +800,12 @@ class ActiveActive:
         """The error a write gets while this region may not take writes."""
         status = self.membership.status(self.region)
         forked = self.own_history_forked()
+        lone = self.lone
+        if (forked or lone.reissue or (lone.alone and self.own_held_elsewhere() > lone.confirmed)) \
+                and (lone.alone or lone.reissue) and status in (ACTIVE, JOINING):
+            return ("LOADING this region took writes alone and another region holds operations of this region "
+                    "it lacks: it takes them back, then issues its own writes again under new numbers "
+                    f"({len(lone.reissue) or len(lone.ops)} operations)")
         if forked and status in (ACTIVE, JOINING):
             f = forked[0]
             return (f"READONLY another region holds other operations of this region under its numbers (from "
@@ -707,24 +844,30 @@ class ActiveActive:
         vv = self.causal.vv
         return sum(min(vv.get(o, 0), n) for o, n in target.items()), sum(target.values())
 
+    # the clock promises are timed by (monotonic seconds; the simulation sets its virtual one)
+    membership_clock: Callable[[], float] = staticmethod(time.monotonic)
+    settling: asyncio.Task | None = None  # settles promises their coordinators left (start)
+    _settle_soon = False  # a coordinator's abort came for a promise reported to a settling voter
+
     def promise(self, p: Proposal, now: float | None = None) -> Promise:
         """A voter's answer to a proposed change (crdt/membership.py); a removal also says
         how far this region holds the removed region's operations.  A promise left behind by
-        a coordinator that never came back lapses after PROMISE_TIMEOUT_S: it is aborted when
-        another proposal comes (safe: a commit needs the promise it commits)."""
-        now = time.monotonic() if now is None else now
+        a coordinator that never came back lapses after PROMISE_TIMEOUT_S when another
+        proposal comes (safe: a commit needs the promise it commits), and is settled with
+        the other voters meanwhile (:meth:`left_promise`)."""
+        now = self.membership_clock() if now is None else now
         held_promise = self.membership.promised
         if held_promise is not None and held_promise != p and now - self._promised_at > PROMISE_TIMEOUT_S:
             log.warning("the promise for epoch %d (%s of region %d) lapsed: its coordinator never committed "
-                        "nor aborted it (a forced removal's hold on that region's operations stays until an "
-                        "epoch settles it)", held_promise.epoch, held_promise.change.kind,
+                        "nor aborted it (a forced removal's hold on that region's operations stays until its "
+                        "voters settle it or an epoch does)", held_promise.epoch, held_promise.change.kind,
                         held_promise.change.number)
             self.membership.lapse(held_promise)  # a forced removal's hold stays (crdt/membership.py)
         held = self.causal.vv.get(p.change.number, 0)
         answer = self.membership.promise(p, held)
         if answer.ok and held_promise != p:
             self._promised_at = now
-            self._store_promise()  # on disk before the answer leaves
+        self._store_promise()  # on disk before the answer leaves (a lapse, a promise)
         if answer.ok and p.change.kind == FORCE_REMOVE:
             self._hold_link(p.change.number)
             self._drop_refused_pending()
@@ -745,42 +888,142 @@ class ActiveActive:
                 if self.membership.status(number) in LIVE:
                     self.hub.resume(number)
 
-    def abort(self, p: Proposal) -> None:
-        self.membership.abort(p)
+    def abort(self, p: Proposal, settled: bool = False) -> None:
+        """Give ``p`` up: its coordinator aborted it, or (``settled``) this region's settlement
+        did.  A promise this region reported to a settling voter is not given up on its
+        coordinator's word: it is settled with the voters at once instead."""
+        ended = self.membership.abort(p, settled)
         self._store_promise()
         self._release_links()
+        if not ended:
+            log.warning("the abort of the %s of region %d (epoch %d) came after this region told a voter "
+                        "settling it that it holds its promise: it settles it with the voters instead",
+                        p.change.kind, p.change.number, p.epoch)
+            self._settle_soon = True
+
+    # ------------------------------------------------------------ settling a promise its coordinator left
+    def left_promise(self, now: float | None = None) -> Proposal | None:
+        """The proposal to settle with the other voters now, if any: the promise held, once its
+        coordinator had PROMISE_TIMEOUT_S to commit or abort it (from the promise, or from this
+        region's start), or at once after a coordinator's abort this region could not take;
+        backing none, a promise that lapsed here (its hold stays until it is settled)."""
+        m = self.membership
+        p = m.left_promise()
+        if p is None:
+            return None
+        now = self.membership_clock() if now is None else now
+        if p == m.promised and not self._settle_soon and now - self._promised_at <= PROMISE_TIMEOUT_S:
+            return None
+        return p
+
+    def standing(self, p: Proposal) -> Standing:
+        """Where this region stands on ``p``, asked by a voter settling it (itself included);
+        what the answer binds it to (crdt/membership.py) is on disk before the answer leaves."""
+        m = self.membership
+        if m.promised is not None and m.promised.change.kind == REMOVE and not m.answered:
+            # kept by a version that did not keep ``answered``: a graceful removal's voter answers
+            # every operation of the leaver it holds, and a leaver takes no writes
+            m.answered = self.causal.vv.get(m.promised.change.number, 0)
+        before = self._promise_state()
+        answer = m.standing(p)
+        if self._promise_state() != before:
+            self._store_promise()
+        return answer
+
+    def settle(self, p: Proposal, standings: dict[int, Standing]) -> Settlement:
+        """Decide ``p`` from where its voters stand (``standings``: voter -> its answer, this
+        region's own among them) and apply the outcome here: commit it, abort it, or ask the
+        peers for the newer list a voter holds.  The caller sends a commit on to the other
+        voters."""
+        m = self.membership
+        if m.promised != p:
+            return Settlement(WAIT, reason="this region no longer holds its promise")
+        settlement = m.settle(p, standings)
+        what = f"the {p.change.kind} of region {p.change.number} for epoch {p.epoch}"
+        if settlement.outcome == COMMIT:
+            log.warning("settled %s with its voters: every one holds its promise, so it is committed%s", what,
+                        f" (frozen at {settlement.frozen})" if p.change.kind in (REMOVE, FORCE_REMOVE) else "")
+            self.commit(p, settlement.frozen)
+        elif settlement.outcome == ABORT:
+            log.warning("settled %s with its voters: aborted (%s)", what, settlement.reason)
+            self.abort(p, settled=True)
+        elif settlement.outcome == ADOPT:
+            log.warning("settling %s: %s; this region takes the newer list", what, settlement.reason)
+            self._learn_soon = True  # the learning task asks the peers for their lists
+        else:
+            log.info("cannot settle %s yet: %s", what, settlement.reason)
+        if settlement.outcome != WAIT:
+            self._settle_soon = False
+        return settlement
+
+    async def _keep_settling(self) -> None:
+        """Settle a promise its coordinator left (:meth:`left_promise`) with the other voters,
+        asking again every SETTLE_EVERY_S until it ends."""
+        while not self.hub.retired:
+            p = self.left_promise()
+            if p is None:
+                await asyncio.sleep(0.5)  # how often a promise is looked at
+                continue
+            try:
+                await self._settle_with_voters(p)
+            except Exception as e:  # a peer's odd answer must not stop the region
+                log.warning("could not settle the membership promise for epoch %d: %s", p.epoch, e)
+            await asyncio.sleep(SETTLE_EVERY_S)
+
+    async def _settle_with_voters(self, p: Proposal) -> None:
+        others = [n for n in self.membership.voters(p.change) if n != self.region]
+        mine = self.standing(p)
+        theirs = await asyncio.to_thread(standings_from_regions, self.cluster, p, others, self.admin_tls)
+        settlement = self.settle(p, {**theirs, self.region: mine})
+        if settlement.outcome == COMMIT:
+            unreached = await asyncio.to_thread(commit_to_regions, self.cluster, p, settlement.frozen, others,
+                                                self.admin_tls)
+            if unreached:
+                log.info("the settled commit of epoch %d did not reach %s: each settles it itself or takes the "
+                         "list at its next handshake", p.epoch, "; ".join(unreached))
 
     # ------------------------------------------------------------ the promise on disk
     def attach_promise_store(self, store) -> None:
         """Keep the promise in ``store`` (``save(state | None)``, ``load()``), and take back the
         one stored before a restart (node/persistence/promise.py)."""
-        from .persistence.promise import proposal_from_dict
-
         self.promise_store = store
         state = store.load()
         if not state or int(state.get("epoch", 0)) != self.membership.epoch:
             return  # none, or the membership moved on meanwhile: the outcome is known
         m = self.membership
+        m.holding = {int(o): int(n) for o, n in state.get("holding", {}).items()}
         if state.get("promised"):
             m.promised = proposal_from_dict(state["promised"])
-            self._promised_at = time.monotonic()  # it lapses PROMISE_TIMEOUT_S after the restart
-        m.holding = {int(o): int(n) for o, n in state.get("holding", {}).items()}
+            # settled with the other voters PROMISE_TIMEOUT_S after the restart, if its coordinator
+            # has not ended it by then
+            self._promised_at = self.membership_clock()
+            # (a file written before ``answered`` was kept: a forced removal's voter answered its
+            # hold; a graceful removal's answer is read when a settling voter asks, see standing)
+            m.answered = int(state.get("answered", m.holding.get(m.promised.change.number, 0)))
+            m.reported = bool(state.get("reported", False))
+        m.lapsed = {q.ballot: (q, int(x["answered"]), bool(x["reported"]))
+                    for x in state.get("lapsed", ()) for q in (proposal_from_dict(x["proposal"]),)}
+        m.refusing = {(int(b[0]), int(b[1])) for b in state.get("refusing", ())}
         for number in m.holding:
             self._hold_link(number)
         log.warning("restarted with a membership promise (%s) and holds %s", m.promised, m.holding)
 
-    def _store_promise(self) -> None:
-        from .persistence.promise import proposal_to_dict
-
-        if self.promise_store is None:
-            return
+    def _promise_state(self) -> dict | None:
+        """What the promise store keeps (None: nothing)."""
         m = self.membership
-        if m.promised is None and not m.holding:
-            self.promise_store.save(None)
-            return
-        self.promise_store.save({"epoch": m.epoch,
-                                 "promised": None if m.promised is None else proposal_to_dict(m.promised),
-                                 "holding": {str(o): n for o, n in m.holding.items()}})
+        if m.promised is None and not m.holding and not m.lapsed and not m.refusing:
+            return None
+        return {"epoch": m.epoch,
+                "promised": None if m.promised is None else proposal_to_dict(m.promised),
+                "answered": m.answered, "reported": m.reported,
+                "holding": {str(o): n for o, n in m.holding.items()},
+                "lapsed": [{"proposal": proposal_to_dict(q), "answered": answered, "reported": reported}
+                           for q, answered, reported in m.lapsed.values()],
+                "refusing": [list(b) for b in sorted(m.refusing)]}
+
+    def _store_promise(self) -> None:
+        if self.promise_store is not None:
+            self.promise_store.save(self._promise_state())
 
     def commit(self, p: Proposal, frozen: int) -> None:
         """Apply an agreed change (MembershipError: this region did not promise it)."""
@@ -863,8 +1106,6 @@ class ActiveActive:
         self.activation = loop.create_task(self._activate_when_caught_up())
 
     async def _activate_when_caught_up(self) -> None:
-        from .membership_change import MembershipChangeError, agree_with_regions
-
         delay = 0.05
         while self.membership.status(self.region) == JOINING:
             if self.caught_up():

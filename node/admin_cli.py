@@ -437,7 +437,8 @@ def _agree(cfg: ClusterConfig, path: str | None, change: Change, console: Consol
 
 # Every voter promised, but the commit reached none of them (they all went down in between):
 # the change has taken effect nowhere yet, and each voter keeps its promise (and a forced
-# removal's hold) until the commit comes, so it is sent again this often, for this long.
+# removal's hold), so it is sent again this often, for this long; after that the voters settle
+# it among themselves once they are back (node/activeactive.py, ActiveActive.left_promise).
 COMMIT_RETRY_S = 1.0
 COMMIT_RETRY_FOR_S = 60.0
 
@@ -455,9 +456,10 @@ def _commit_again(p, frozen, voters, needed, names, unreached: list[str]) -> lis
     if len(unreached) == len(needed):
         raise MembershipChangeError(
             f"every voter promised the change, but none received its commit within {COMMIT_RETRY_FOR_S:g} s "
-            f"({'; '.join(unreached)}): it has not taken effect. Each voter keeps its promise until a change "
-            "for that epoch commits (a forced removal's voters take no more of that region's operations "
-            "meanwhile): run the same command again once they answer")
+            f"({'; '.join(unreached)}): it has not taken effect yet. Each voter keeps its promise (a forced "
+            "removal's voters take no more of that region's operations meanwhile), and once they all answer "
+            "they complete it themselves: a voter asks the others and, every one holding the promise, commits "
+            "it (braid-admin status shows the new epoch)")
     return unreached
 
 

@@ -142,6 +142,10 @@ SETTINGS: tuple[Setting, ...] = (
     # batch does not hold a shared core for milliseconds while co-located processes - other
     # regions, clients - wait to run
     Setting("crdt-repl-apply-yield-ops", "int", 16, 0, 1 << 20),
+    # a starting region that has waited this many milliseconds for members that do not answer
+    # takes writes alone, held here until every member answered (node/lone_writes.py);
+    # 0: it waits for them (or their removal) for ever
+    Setting("crdt-lone-writes-after-ms", "int", 0, 0, (1 << 31) - 1),
     # TLS on the client port (node/security/tls.py), Redis's names, defaults and mutability:
     # tls-port 0 is off; CONFIG SET of any of them builds a new context for new connections
     Setting("tls-port", "int", 0, 0, 65535),

@@ -56,6 +56,7 @@ import msgspec
 
 from crdt import ops, resolve
 from crdt.causal import Envelope
+from crdt.reissue import Reissue
 
 from . import commands as cmdtable
 from . import opcodec
@@ -63,6 +64,8 @@ from .blocking import Blocked, BlockingRegistry
 from .commands.transactions import abort_exec
 from .config import Config
 from .db import Database
+from .lone_writes import LoneStep
+from .persistence import snapshot
 from .resp.encoder import ReplyError
 from .security.acl import AccessControl
 from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor
@@ -177,6 +180,7 @@ class RegionCore:
             aa.on_setting = self._db_setting_changed
             aa.flush_database = self.flush_database
             aa.snapshot_now = self.snapshot_now  # braid-admin backup (node/transport/admin.py)
+            aa.hub.foreign_fork = self.fail_stop
         self.stats = Stats()
         # command name -> LatencyHistogram of its run time: filled by node/metrics.py when
         # the region exports metrics, else empty (execute() then only looks it up)
@@ -298,7 +302,8 @@ class RegionCore:
             oplog.replication_fsync_interval = aa.fsync_interval
             # at every start: this folder may be an older copy of itself (a backup, a VM snapshot),
             # or the machine lost the unsynced tail; either way peers may hold more of its own
-            aa.recover_own_operations(oplog.recovered, machine_crash=getattr(oplog, "may_have_lost", False))
+            aa.recover_own_operations(self._took_back_own_operations,
+                                      machine_crash=getattr(oplog, "may_have_lost", False))
         elif hasattr(oplog, "recovered"):
             oplog.recovered()  # a lone region has no peers to take anything back from: the log is its truth
         self.db.dirty = 0
@@ -314,6 +319,8 @@ class RegionCore:
         own = db.own_ops
         if own:
             db.own_ops = []  # the next command's start here
+            if db.aa is not None and db.aa.lone.alone and not self.replaying:
+                db.aa.note_lone(own)
         if db.local_change:
             db.local_change = False
             changed = True
@@ -375,13 +382,17 @@ class RegionCore:
 
     # ------------------------------------------------------------ snapshots
     def snapshot_now(self) -> tuple[bytes, int]:
-        """Serialise the state after the log's last record; the log rolls so that record ends a segment."""
-        from .persistence import snapshot
-
+        """Serialise the state after the log's last record; the log rolls so that record ends a segment.
+        A region taking writes alone takes none (node/lone_writes.py): its log must keep the point
+        where it began, to withdraw what followed; the writes it withdrew and has not issued again
+        are logged again after the snapshot's record."""
         if self.oplog is None:
             raise ReplyError("ERR snapshots are the base of the append-only file: this region runs with appendonly no")
         record = self.oplog.last_record
         aa = self.db.aa
+        if aa is not None and aa.lone.alone:
+            raise ReplyError("ERR this region takes writes alone until every member has answered: no snapshot "
+                             "until then (INFO crdt: crdt_lone_writes)")
         data = snapshot.encode(self.db.keys, aa.causal if aa is not None else None, record,
                                self.system_ms(), aa is not None, self.region)
         try:
@@ -391,7 +402,15 @@ class RegionCore:
                 raise ReplyError(f"ERR snapshot failed: the snapshot of a full-resync image must be written first, "
                                  f"and it cannot be: {e.strerror or e}") from None
             raise ReplyError(f"ERR snapshot failed: cannot start a new log segment: {e.strerror}") from None
+        self._log_withdrawn_again()
         return data, record
+
+    def _log_withdrawn_again(self) -> None:
+        """After a new base of the log: the writes withdrawn and not yet issued again, listed again."""
+        aa = self.db.aa
+        if aa is not None and aa.lone.reissue:
+            self.oplog.log_lone(b"w", aa.lone.reissue_base, aa.lone.reissue)
+            self.records_appended()
 
     def save(self, force: bool = False) -> None:
         """SAVE: write a snapshot now, then compact the log.
@@ -470,7 +489,120 @@ class RegionCore:
         if self.db.aa is not None:
             steps.append(("backlog-trim", lambda: self.cron_trim_backlog(now, link_positions), True))
             steps.append(("gc", self.cron_collect_garbage, True))
+            steps.append(("lone-writes", lambda: self.cron_lone_writes(self.system_ms()), True))
         return steps
+
+    # ------------------------------------------------------------ writes taken alone
+    def cron_lone_writes(self, now_ms: int) -> None:
+        """Begin, confirm or withdraw writes taken alone (node/lone_writes.py); ``now_ms`` the
+        driver's clock (the simulation's virtual one)."""
+        step = self.db.aa.lone_step(now_ms)
+        if step is LoneStep.ALONE:
+            self._begin_alone()
+        elif step is LoneStep.CONFIRM:
+            self._confirm_alone()
+        elif step is LoneStep.WITHDRAW:
+            self._withdraw_alone()
+
+    def _lone_writes_now(self) -> bool:
+        """A write the region would refuse: whether writes taken alone let it through now (their
+        time came, or they were just confirmed) - decided at once, not at the next cron."""
+        aa = self.db.aa
+        if not (aa.lone.alone or aa.recovering) or int(self.config["crdt-lone-writes-after-ms"]) <= 0:
+            return False
+        self.cron_lone_writes(self.system_ms())
+        return aa.writable
+
+    def _begin_alone(self) -> None:
+        aa = self.db.aa
+        if aa.lone.alone:  # a period a replay reopened: take writes again
+            aa.begin_alone(None)
+            return
+        image = snapshot.encode(self.db.keys, aa.causal, 0, self.system_ms(), True, self.region)
+        if self.oplog is not None:
+            self.oplog.log_lone(b"a", aa.causal.vv.get(self.region, 0))
+            self.records_appended()
+        aa.begin_alone(image)
+        if aa.lone.reissue:  # withdrawn before: issued again first, held with the rest
+            self._reissue_withdrawn()
+
+    def _confirm_alone(self) -> None:
+        """The ``k`` record is on disk before anything held leaves: a replay that found the
+        period still open would take the peers' copies of those operations for another history."""
+        aa = self.db.aa
+        if self.oplog is not None:
+            self.oplog.log_lone(b"k", aa.lone.confirmed)
+            try:
+                self.oplog.roll()
+            except OSError as e:  # the record waits in the buffer; the cron tries again
+                log.error("cannot confirm the writes taken alone yet: the append-only file cannot be written: %s",
+                          e.strerror or e)
+                return
+        aa.end_alone()
+
+    def _withdraw_alone(self) -> None:
+        """Go back to the state before the writes taken alone, apply again the other regions'
+        operations since, and handshake again (node/lone_writes.py).  The ``w`` record is on
+        disk first: a replay then skips the withdrawn operations and waits to issue them again."""
+        aa = self.db.aa
+        lone = aa.lone
+        if self.oplog is not None:
+            self.oplog.log_lone(b"w", lone.confirmed, lone.ops)
+            try:
+                self.oplog.roll()
+            except OSError as e:
+                log.error("cannot withdraw the writes taken alone yet: the append-only file cannot be written: %s",
+                          e.strerror or e)
+                return
+        again = aa.withdraw_alone()
+        self.replaying = True  # they are in the file already
+        try:
+            for env in again:
+                aa.hub.deliver(env)
+        finally:
+            self.replaying = False
+        aa.log_started()  # everything the causal log holds is on disk
+        aa.hub.relink()  # the peers learn what this region holds now
+        self.db.ready.update(self.db.keys)
+        self.keys_ready()
+
+    def _took_back_own_operations(self) -> None:
+        """Every live member answered and this region holds its own operations they held: the
+        writes it withdrew are issued again before any other (node/lone_writes.py)."""
+        if self.db.aa.lone.reissue:
+            self._reissue_withdrawn()
+        if self.oplog is not None:
+            self.oplog.recovered()
+
+    def _reissue_withdrawn(self) -> None:
+        """Issue the withdrawn writes again, in order, as one record of this region's own
+        operations (the first after the ``w`` record: a replay knows them by that)."""
+        db, aa = self.db, self.db.aa
+        lone = aa.lone
+        reissue = Reissue(self.region, aa.stride, lone.reissue_base)
+        collected, db.own_ops = db.own_ops, []
+        try:
+            with self.clock_pinned() as now:
+                for data in lone.reissue:
+                    op = reissue.make(opcodec.decode(data), db.keys, aa.causal.vv, now)
+                    if op is not None:
+                        db.apply(op)
+            own = db.own_ops
+        finally:
+            db.own_ops = collected
+        if lone.alone:
+            aa.note_lone(own)
+        if own and self.oplog is not None:
+            self.oplog.log_own(own)
+            aa.logged(self.oplog.last_record)
+            self.records_appended()
+        log.warning("issued again the %d writes taken alone it withdrew (%d entries under new IDs: their old "
+                    "ones were taken)", len(lone.reissue), reissue.renamed)
+        lone.reissued_ops += len(lone.reissue)
+        lone.renamed_entries += reissue.renamed
+        lone.reissue = []
+        db.ready.update(db.keys)
+        self.keys_ready()
 
     # ------------------------------------------------------------ fail-stop
     def fail_stop(self, reason: str, exc: BaseException | None = None) -> None:
@@ -525,7 +657,7 @@ class RegionCore:
             return cmdtable.CLOSE_WITHOUT_REPLY
         if cmd.is_write:
             aa = self.db.aa
-            if aa is not None and not aa.writable and not self.replaying:
+            if aa is not None and not aa.writable and not self.replaying and not self._lone_writes_now():
                 return self._reject(ReplyError(aa.write_refusal()))  # joining, leaving or removed
             if self.oplog is not None and self.oplog.error is not None:
                 return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
@@ -790,9 +922,8 @@ class RegionCore:
         """The snapshot that makes a full-resync image just installed the base of the append-only
         file, at ``record`` (see :meth:`install_image`); written even while a BGSAVE runs: the
         older state that one writes cannot be the base any more."""
-        from .persistence import snapshot
-
         data = snapshot.encode(self.db.keys, self.db.aa.causal, record, self.system_ms(), True, self.region)
+        self._log_withdrawn_again()
         try:
             self.oplog.write_snapshot(data, record)
         except OSError as e:

@@ -18,6 +18,14 @@ coordinates its own activation once it caught up (node/activeactive.py).  The
 ballot - (coordinator, a counter unique to it) - tells two proposals for the same
 epoch apart: a voter promises one of them only, so two changes made at once
 cannot both take effect.
+
+A coordinator that vanishes between the phases (killed, or it gave up sending a
+commit no voter was up to take) leaves its change to the voters: a voter holding a
+promise its coordinator left settles it (node/activeactive.py, with
+:func:`standings`): it asks every voter where it stands on the proposal and
+commits it when every voter holds its promise, aborts it when a voter never
+promised it, or takes a newer list (crdt/membership.py, "Settling a promise its
+coordinator left").  Every such change thus ends once its voters can all be asked.
 """
 
 from __future__ import annotations
@@ -25,20 +33,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from crdt.membership import FORCE_REMOVE, REMOVE, Change, Membership, Promise, Proposal
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from crdt.membership import FORCE_REMOVE, REMOVE, Change, Membership, Promise, Proposal, Standing
 
 from .cluster_config import ClusterConfig
 from .transport.admin import AdminCallError, AdminClient, AdminTls
 
 
 class MembershipChangeError(Exception):
-    """A change that did not take effect (nothing changed anywhere); the message says why."""
+    """A change that has not taken effect; the message says why (and, when an abort missed a
+    voter that promised, how the voters settle it)."""
 
 
 class Voter(Protocol):
     def promise(self, p: Proposal) -> Promise: ...
     def commit(self, p: Proposal, frozen: int) -> object: ...
-    def abort(self, p: Proposal) -> None: ...
+    def abort(self, p: Proposal) -> object: ...
+
+
+class Settler(Protocol):
+    """Where a settling voter reaches a voter: itself, or another region's admin service."""
+
+    def standing(self, p: Proposal) -> Standing: ...
+    def commit(self, p: Proposal, frozen: int) -> object: ...
 
 
 def agree(change: Change, current: Membership, voters: Mapping[int, Voter], ballot: tuple[int, int],
@@ -46,7 +65,8 @@ def agree(change: Change, current: Membership, voters: Mapping[int, Voter], ball
     """Propose ``change`` to ``current`` (the coordinator's copy of the list) and have every
     voter agree.  Returns (the proposal, the frozen point, voters the commit did not reach,
     described).  MembershipError: the change cannot be made to ``current``;
-    MembershipChangeError: a voter refused or could not be reached (aborted everywhere)."""
+    MembershipChangeError: a voter refused or could not be reached (aborted at every voter
+    that promised, or settled by them: see :func:`standings`)."""
     p = current.propose(change, ballot)
     needed = current.voters(change)
     missing = [names.get(n, str(n)) for n in needed if n not in voters]
@@ -55,11 +75,13 @@ def agree(change: Change, current: Membership, voters: Mapping[int, Voter], ball
     promised: list[int] = []
     held: list[int] = []
     refusal = ""
+    unanswered: list[int] = []  # a voter whose answer never came: it may have promised
     for n in needed:
         try:
             answer = voters[n].promise(p)
         except AdminCallError as e:
             refusal = f"{names.get(n, n)} is {e}" if e.unreachable else f"{names.get(n, n)}: {e}"
+            unanswered.append(n)
             break
         if not answer.ok:
             refusal = f"{names.get(n, n)} refused: {answer.reason}"
@@ -67,12 +89,24 @@ def agree(change: Change, current: Membership, voters: Mapping[int, Voter], ball
         promised.append(n)
         held.append(answer.held)
     if refusal:
-        for n in promised:
+        missed = []
+        for n in promised + unanswered:
             try:
-                voters[n].abort(p)
+                voters[n].abort(p)  # (one that never got the promise request will refuse it)
             except AdminCallError:
-                pass  # its promise lapses: it is refused when the next proposal finds it held
-        raise MembershipChangeError(f"{refusal}; nothing changed")
+                missed.append(n)
+        if not [n for n in missed if n in promised]:
+            raise MembershipChangeError(f"{refusal}; nothing changed")
+        # they keep the promise until they settle it with the other voters: a voter without it
+        # makes them abort it; only if the abort reached no voter and the one whose answer was
+        # lost had promised too does every voter hold it, and then they commit it
+        may_commit = unanswered and len(missed) == len(promised) + len(unanswered)
+        outcome = (f"it takes effect only if {names.get(unanswered[0], unanswered[0])} had promised it"
+                   if may_commit else "they abort it")
+        raise MembershipChangeError(
+            f"{refusal}; not taken effect yet: the abort did not reach "
+            f"{', '.join(names.get(n, str(n)) for n in missed if n in promised)}, which settle it with the "
+            f"other voters once they can all be asked: {outcome}")
     frozen = max(held, default=0) if change.kind in (REMOVE, FORCE_REMOVE) else 0
     return p, frozen, commit(p, frozen, voters, needed, names)
 
@@ -81,8 +115,9 @@ def commit(p: Proposal, frozen: int, voters: Mapping[int, Voter], needed, names:
     """Send the commit of ``p`` (every voter promised it) to the voters ``needed``; returns
     those it did not reach, described.  Sending it again is safe: a voter that has it
     ignores it.  A commit that reached no voter has taken effect nowhere yet: each voter
-    keeps its promise (on disk, across restarts) until this commit, an abort or - once it
-    lapsed - another proposal comes, so the coordinator sends it again (node/admin_cli.py)."""
+    keeps its promise (on disk, across restarts), so the coordinator sends it again
+    (node/admin_cli.py); if it gives up, the voters settle the change themselves once they
+    can all be asked (:func:`standings`: every one holds the promise, so they commit it)."""
     unreached = []
     for n in needed:
         try:
@@ -90,6 +125,45 @@ def commit(p: Proposal, frozen: int, voters: Mapping[int, Voter], needed, names:
         except AdminCallError as e:
             unreached.append(f"{names.get(n, n)} ({e})")
     return unreached
+
+
+def standings(p: Proposal, numbers, voters: Mapping[int, Settler]) -> dict[int, Standing]:
+    """Where each voter ``numbers`` of ``p`` stands on it (:meth:`Membership.standing`), for a
+    voter settling ``p``; a voter not in ``voters`` or not answering is left out (the
+    settlement then waits for it).  What the answers decide is :meth:`Membership.settle`."""
+    out = {}
+    for n in numbers:
+        if n in voters:
+            try:
+                out[n] = voters[n].standing(p)
+            except AdminCallError:
+                continue
+    return out
+
+
+def standings_from_regions(cfg: ClusterConfig, p: Proposal, numbers,
+                           tls: tuple[bytes, bytes, bytes] | None) -> dict[int, Standing]:
+    """:func:`standings` over the admin service of the regions ``numbers`` (blocking: run it
+    off the event loop)."""
+    targets = clients(cfg, numbers, tls)
+    try:
+        return standings(p, numbers, targets)
+    finally:
+        for c in targets.values():
+            c.close()
+
+
+def commit_to_regions(cfg: ClusterConfig, p: Proposal, frozen: int, numbers,
+                      tls: tuple[bytes, bytes, bytes] | None) -> list[str]:
+    """:func:`commit` of a settled ``p`` to the regions ``numbers`` over their admin service, as
+    its coordinator would have sent it; returns those not reached, described (each commits
+    it when it settles it itself, or takes the list at a handshake).  Blocking."""
+    targets = clients(cfg, numbers, tls)
+    try:
+        return commit(p, frozen, targets, list(targets), {r.number: r.name for r in cfg.regions})
+    finally:
+        for c in targets.values():
+            c.close()
 
 
 def clients(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,
@@ -109,8 +183,6 @@ def member_lists(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | 
                  timeout: float = 2.0) -> list[bytes]:
     """The member lists (handshake form) of the regions ``numbers`` that answer within
     ``timeout``, asked at once (blocking: run it off the event loop)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     targets = clients(cfg, numbers, tls, timeout)
 
     def ask(c: AdminClient) -> bytes | None:
@@ -131,8 +203,6 @@ def member_lists(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | 
 
 def status_blob(st, stride: int) -> bytes:
     """A region's member list (its admin Status) in the handshake's form."""
-    import json
-
     return json.dumps({"epoch": st.epoch, "stride": stride, "regions": [
         {"name": m.name, "number": m.number, "host": m.host, "port": m.port, "repl_port": m.repl_port,
          "status": m.status, "frozen": m.frozen} for m in st.members]}).encode()

@@ -324,8 +324,16 @@ class RegionCollector:
         yield _counter("braid_full_resyncs_sent", "Full resyncs (the whole state) sent to peers", st["resyncs_sent"])
         yield _counter("braid_full_resyncs_received", "Full resyncs received and installed", st["resyncs_received"])
         yield _counter("braid_history_forks", "Links found holding other operations than this region under the "
-                       "same operation numbers (the regions differ until an operator resolves it)",
-                       st["history_forks"])
+                       "same operation numbers (the regions differ until one withdraws its side or an operator "
+                       "resolves it)", st["history_forks"])
+        lone = aa.lone
+        yield _gauge("braid_lone_writes", "1 while this region takes writes alone (crdt-lone-writes-after-ms): "
+                     "what it applies stays here until every member has answered", int(lone.alone))
+        yield _gauge("braid_lone_held_operations", "Operations this region applied alone, held", len(lone.ops))
+        yield _counter("braid_lone_withdrawals", "Times this region withdrew the writes it took alone (a member "
+                       "held other operations under their numbers)", lone.withdrawals)
+        yield _counter("braid_lone_reissued_operations", "Withdrawn operations this region issued again under new "
+                       "numbers", lone.reissued_ops)
         yield _counter("braid_handshakes_refused", "Link handshakes this region refused (wrong cluster, database, "
                        "token or certificate)", st["refused_handshakes"])
         yield _counter("braid_handshakes_denied", "Link handshakes peers refused to this region", aa.hub.denied)

@@ -147,8 +147,8 @@ class Server(RegionCore):
     def _auto_snapshot(self) -> None:
         """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one,
         or would take too long to replay at start (node/persistence/oplog.py's ``rewrite_due``)."""
-        if self.oplog is None or self.saving:
-            return
+        if self.oplog is None or self.saving or (self.db.aa is not None and self.db.aa.lone.alone):
+            return  # (a region taking writes alone keeps its log whole: node/lone_writes.py)
         reason = self.oplog.rewrite_due(self.config, self.log_base_size,
                                         time.monotonic() >= self._replay_snapshot_after)
         if reason is not None:

@@ -229,11 +229,12 @@ class LocalCluster:
 
     ``tls=True``: mutual TLS on every link and admin call, with a cluster CA and
     certificates made in ``<dir>/tls`` (``self.certs``); else plain text (``tls = false``).
+    ``settings``: server settings every region gets from the cluster file's [regions.config].
     :meth:`start` returns once every region takes writes (its peers answered it), unless
     ``writable`` is False (a cluster whose links are meant to be refused)."""
 
     def __init__(self, regions: int = 3, extra_args: list[str] = (), tls: bool = False,
-                 writable: bool = True) -> None:
+                 writable: bool = True, settings: dict[str, str | int] | None = None) -> None:
         from .cluster_config import LinkTls, local_cluster
 
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
@@ -247,6 +248,7 @@ class LocalCluster:
         self.file = os.path.join(self.dir, "cluster.toml")
         self.extra_args = list(extra_args)
         self.writable = writable
+        self.settings = dict(settings or {})
         self.procs: list[BraidProcess] = []
 
     def _place(self) -> None:
@@ -255,7 +257,7 @@ class LocalCluster:
 
         ports = free_ports(2 * len(self.config.regions))
         self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1],
-                                          tls_cert=r.tls_cert, tls_key=r.tls_key)
+                                          tls_cert=r.tls_cert, tls_key=r.tls_key, config=dict(self.settings))
                                for i, r in enumerate(self.config.regions)]
         self.config.save(self.file)
         self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)

@@ -79,6 +79,11 @@ class AdminStub:
                 request_serializer=proto_dot_admin__pb2.MembershipProposal.SerializeToString,
                 response_deserializer=proto_dot_admin__pb2.Empty.FromString,
                 _registered_method=True)
+        self.Standing = channel.unary_unary(
+                '/braid.admin.Admin/Standing',
+                request_serializer=proto_dot_admin__pb2.MembershipProposal.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.ProposalStanding.FromString,
+                _registered_method=True)
         self.Purge = channel.unary_unary(
                 '/braid.admin.Admin/Purge',
                 request_serializer=proto_dot_admin__pb2.MemberList.SerializeToString,
@@ -155,6 +160,15 @@ class AdminServicer:
 
     def Abort(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Standing(self, request, context):
+        """Asked by a voter settling a proposal whose coordinator left it (node/membership_change.py):
+        where this region stands on it. Answering binds it: a promise it reports it keeps until the
+        settlement ends it; a proposal it does not hold at that epoch it refuses from then on.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -236,6 +250,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Abort,
                     request_deserializer=proto_dot_admin__pb2.MembershipProposal.FromString,
                     response_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'Standing': grpc.unary_unary_rpc_method_handler(
+                    servicer.Standing,
+                    request_deserializer=proto_dot_admin__pb2.MembershipProposal.FromString,
+                    response_serializer=proto_dot_admin__pb2.ProposalStanding.SerializeToString,
             ),
             'Purge': grpc.unary_unary_rpc_method_handler(
                     servicer.Purge,
@@ -496,6 +515,33 @@ class Admin:
             '/braid.admin.Admin/Abort',
             proto_dot_admin__pb2.MembershipProposal.SerializeToString,
             proto_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Standing(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/Standing',
+            proto_dot_admin__pb2.MembershipProposal.SerializeToString,
+            proto_dot_admin__pb2.ProposalStanding.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,8 +2,11 @@
 
 Unit tests for each rule, then a Hypothesis state machine: several coordinators
 propose changes at once to members that receive promise requests, commits and
-aborts in any order (some never), and gossip newer lists; whatever happens, no
-two members ever hold different lists for one epoch.
+aborts in any order (some never), and gossip newer lists; promises lapse, and
+members settle the promises their coordinators left with the voters they can
+reach.  Whatever happens, no two members ever hold different lists for one epoch,
+no member holds a removed region's operations past its frozen point, and once
+every coordinator is gone and every voter can be asked, every change ends.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from crdt.causal import Envelope
-from crdt.membership import (ACTIVATE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, Change,
-                             Membership, MembershipError, Proposal)
+from crdt.membership import (ABORT, ACTIVATE, ADOPT, COMMIT, FORCE_REMOVE, JOIN, JOINING, LAPSED, LEAVE, LEAVING,
+                             LIVE, PROMISED, REFUSED, REMOVE, REMOVED, WAIT, Change, Membership, MembershipError,
+                             Proposal)
 
 
 def three() -> Membership:
@@ -178,6 +182,8 @@ class ConcurrentChanges(RuleBasedStateMachine):
         self.inflight: list[tuple[str, int, object]] = []  # (kind, to, proposal or (proposal, frozen))
         self.runs: dict[tuple, dict] = {}  # ballot -> the coordinator's view of its run
         self.counter = 0
+        # member -> origin -> how many of that origin's operations it applied (what it answers as held)
+        self.taken: dict[int, dict[int, int]] = {n: {} for n in EVERYONE}
 
     @rule(coordinator=st.sampled_from(NUMBERS), change=CHANGES)
     def propose(self, coordinator, change):
@@ -202,7 +208,7 @@ class ConcurrentChanges(RuleBasedStateMachine):
         kind, to, body = message
         member = self.members[to]
         if kind == "promise":
-            answer = member.promise(body, held=to)
+            answer = member.promise(body, held=self.taken[to].get(body.change.number, 0))
             run = self.runs[body.ballot]
             if answer.ok:
                 run["yes"][to] = answer.held
@@ -216,6 +222,14 @@ class ConcurrentChanges(RuleBasedStateMachine):
                 pass  # refused here: it promised another change or moved on; gossip settles it
         else:
             member.abort(body)
+
+    @rule(data=st.data())
+    def time_out(self, data):
+        """A coordinator stops waiting for an answer (lost, or late - its voter may well have
+        promised): it aborts the proposal."""
+        waiting = [r for r in self.runs.values() if not r["done"] and not r["no"]]
+        if waiting:
+            data.draw(st.sampled_from(waiting))["no"] = True
 
     @rule(data=st.data(), really=st.integers(0, 3))
     def lose(self, data, really):
@@ -235,6 +249,64 @@ class ConcurrentChanges(RuleBasedStateMachine):
             self.inflight += [("abort", v, p) for v in run["voters"]]
         else:
             self.inflight += [("commit", v, (p, max(run["yes"].values()))) for v in run["voters"]]
+
+    @rule(at=st.sampled_from(EVERYONE), origin=st.sampled_from(NUMBERS), count=st.integers(1, 3))
+    def take_operations(self, at, origin, count):
+        """A live member applies ``origin``'s next operations, as far as its list lets it (a
+        hold of a forced removal, a frozen point); the origin keeps making them."""
+        m = self.members[at]
+        if at == origin or m.status(at) not in LIVE:
+            return
+        for _ in range(count):
+            n = self.taken[at].get(origin, 0) + 1
+            if not m.accepts(origin, n):
+                return
+            self.taken[at][origin] = n
+
+    @rule(at=st.sampled_from(EVERYONE))
+    def lapse(self, at):
+        """Its coordinator took too long: the promise lapses (ActiveActive does so when another
+        proposal comes PROMISE_TIMEOUT_S after it).  Modelled where that time means what it is
+        meant to: the coordinator is gone without having committed the proposal anywhere (its
+        run is decided or was never finished, no commit of it landed or is on its way).  A
+        commit that lands after a lapse can let a forced removal of the one voter it reached
+        make the same epoch elsewhere: a hazard of the timeout itself, not of settling."""
+        m = self.members[at]
+        p = m.promised
+        if p is None or any(other.changes.get(p.epoch) == p for other in self.members.values()):
+            return
+        if any(kind == "commit" and body[0] == p for kind, _to, body in self.inflight):
+            return
+        run = self.runs.get(p.ballot)
+        asked = {to for kind, to, body in self.inflight if kind == "promise" and body == p}
+        if run is not None and not run["done"] and not run["no"] and set(run["yes"]) | asked == run["voters"]:
+            return  # every promise is in or on its way: its coordinator may still decide to commit
+        m.lapse(p)
+
+    @rule(at=st.sampled_from(EVERYONE), data=st.data())
+    def settle(self, at, data):
+        """A member settles the promise its coordinator left with the voters it can reach."""
+        m = self.members[at]
+        p = m.left_promise()
+        if p is None:
+            return
+        voters = m.voters(p.change)
+        reached = data.draw(st.sets(st.sampled_from(voters))) if voters else set()
+        self._settle(at, p, reached | {at})
+
+    def _settle(self, at: int, p: Proposal, reached) -> None:
+        m = self.members[at]
+        standings = {n: self.members[n].standing(p) for n in sorted(reached) if n in m.voters(p.change)}
+        if m.promised != p:  # asking itself did not take a lapsed promise back (it backs another)
+            return
+        settlement = m.settle(p, standings)
+        if settlement.outcome == COMMIT:
+            m.commit(p, settlement.frozen)
+            self.inflight += [("commit", v, (p, settlement.frozen)) for v in sorted(reached) if v != at]
+        elif settlement.outcome == ABORT:
+            assert m.abort(p, settled=True)
+        elif settlement.outcome == ADOPT:
+            m.adopt(self.members[settlement.source])
 
     @rule(a=st.sampled_from(EVERYONE), b=st.sampled_from(EVERYONE), handshake=st.booleans())
     def gossip(self, a, b, handshake):
@@ -261,6 +333,42 @@ class ConcurrentChanges(RuleBasedStateMachine):
             shown = (tuple(sorted(m.members.items())), tuple(sorted(m.frozen.items())))
             seen = by_epoch.setdefault(("list", m.epoch), shown)
             assert seen == shown, f"two lists at epoch {m.epoch}"
+
+    @invariant()
+    def no_member_holds_a_removed_regions_operations_past_its_frozen_point(self):
+        """What the holds of a forced removal are for.  (A graceful removal's frozen point rests
+        on braid-admin's hand-over wait, which this machine does not model: it removes leavers
+        whatever their members hold.)"""
+        forced = {p.change.number for m in self.members.values() for p in m.changes.values()
+                  if p.change.kind == FORCE_REMOVE}
+        for n, m in self.members.items():
+            if m.status(n) not in LIVE:
+                continue  # removed itself (it may not know it yet): it takes part no more
+            for origin, frozen in m.frozen.items():
+                if origin in forced:
+                    assert self.taken[n].get(origin, 0) <= frozen, (
+                        f"member {n} applied {origin}.{self.taken[n][origin]}, past its frozen point {frozen}")
+
+    def teardown(self):
+        """Every coordinator vanishes (what is in flight is lost); members gossip and settle with
+        every voter reachable: every change ends, and the invariants still hold."""
+        self.inflight.clear()
+        for _ in range(len(EVERYONE) * 4):
+            newest = max(self.members.values(), key=lambda m: m.epoch)
+            for m in self.members.values():
+                m.adopt(newest)
+            left = [(n, m.left_promise()) for n, m in sorted(self.members.items()) if m.left_promise()]
+            if not left:
+                break
+            for n, p in left:
+                if self.members[n].left_promise() == p:
+                    self._settle(n, p, set(self.members[n].voters(p.change)) | {n})
+            self.inflight.clear()  # the settled commits' own copies: each voter settles too
+        self.one_list_per_epoch()
+        self.no_member_holds_a_removed_regions_operations_past_its_frozen_point()
+        for n, m in sorted(self.members.items()):
+            assert m.left_promise() is None and not m.holding, (
+                f"member {n} still holds {m.promised or m.lapsed} and holds {m.holding}: the change never ended")
 
 
 TestConcurrentChanges = ConcurrentChanges.TestCase
@@ -311,3 +419,97 @@ def test_nothing_is_stable_until_a_force_removed_regions_operations_reached_ever
     assert m.stable_past_removals({1: 9, 2: 7}) == {}             # ... or any of region 3's
     assert m.stable_past_removals({1: 9, 2: 7, 3: 4}) == {1: 9, 2: 7, 3: 4}
     assert three().stable_past_removals({1: 2, 2: 2}) == {1: 2, 2: 2}  # nobody removed: as it was
+
+
+# ---------------------------------------------------------------- settling a promise its coordinator left
+def _standings(members: dict[int, Membership], p: Proposal) -> dict:
+    return {n: m.standing(p) for n, m in members.items()}
+
+
+def test_voters_commit_a_change_every_one_of_them_promised_once_its_coordinator_left():
+    """The issue's case: both voters of region 3's forced removal promised, then its
+    coordinator vanished before any commit.  Asked by a voter, each says it holds the
+    promise; that is what the coordinator needed, so they commit it, frozen at the highest
+    ``held`` they answered (the coordinator's own frozen point)."""
+    a, b = three(), three()
+    p = a.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert a.promise(p, held=4).ok and b.promise(p, held=6).ok
+    settlement = a.settle(p, _standings({1: a, 2: b}, p))
+    assert (settlement.outcome, settlement.frozen) == (COMMIT, 6)
+    a.commit(p, settlement.frozen)
+    assert a.status(3) == REMOVED and a.frozen == {3: 6} and a.holding == {} and a.left_promise() is None
+    later = b.settle(p, _standings({1: a, 2: b}, p))  # b settles it after a did: a holds the newer list
+    assert (later.outcome, later.source) == (ADOPT, 1)
+    assert b.adopt(a) and b.holding == {} and b.frozen == {3: 6}
+
+
+def test_voters_abort_a_change_one_of_them_never_promised_and_it_refuses_it_for_good():
+    """The coordinator vanished after region 1's promise, before asking region 2: region 1
+    aborts it (its hold ends), and region 2, asked, will never promise it - a promise request
+    still on its way would otherwise let the coordinator commit what region 1 gave up."""
+    a, b = three(), three()
+    p = a.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert a.promise(p, held=4).ok
+    standings = _standings({1: a, 2: b}, p)
+    assert standings[2].state == REFUSED
+    settlement = a.settle(p, standings)
+    assert settlement.outcome == ABORT and "region 2 never promised it" in settlement.reason
+    assert a.abort(p, settled=True)
+    assert a.promised is None and a.holding == {} and a.accepts(3, 5)
+    late = b.promise(p, held=9)
+    assert not late.ok and "was given up" in late.reason
+    c = three()
+    q = c.propose(Change(FORCE_REMOVE, 3), (0, 2))
+    assert c.promise(q, held=1).ok
+    waiting = c.settle(q, {1: c.standing(q)})  # region 2 not reached: nothing is decided
+    assert waiting.outcome == WAIT and "region 2 not reached" in waiting.reason
+
+
+def test_an_abort_that_overtakes_its_promise_request_makes_the_voter_refuse_it():
+    a = three()
+    p = a.propose(Change(JOIN, 4, "region-4"), (0, 1))
+    assert a.abort(p)
+    assert not a.promise(p).ok and a.promised is None
+
+
+def test_a_voter_that_reported_its_promise_takes_no_coordinators_abort():
+    """A coordinator aborts when an answer was lost; if its aborts then reach no voter, every
+    voter may hold the promise and a settling voter counts it.  An abort that comes after the
+    voter said so must not end the promise (its hold would go while the others commit): only
+    the settlement ends it."""
+    a, b = three(), three()
+    p = a.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert a.promise(p, held=2).ok and b.promise(p, held=3).ok
+    standings = _standings({1: a, 2: b}, p)
+    assert {s.state for s in standings.values()} == {PROMISED}
+    assert not b.abort(p)  # the coordinator's abort, late
+    assert b.promised == p and not b.accepts(3, 4)
+    assert a.settle(p, standings).outcome == COMMIT
+    assert b.settle(p, _standings({1: a, 2: b}, p)).frozen == 3
+    c = three()
+    q = c.propose(Change(FORCE_REMOVE, 3), (0, 2))
+    assert c.promise(q, held=1).ok
+    assert c.abort(q) and c.holding == {}  # not reported: the coordinator's abort ends it
+
+
+def test_a_lapsed_promise_holds_its_settlement_until_its_voter_backs_nothing_else():
+    """Region 2's promise of the removal lapsed and it promised another change: it is not
+    counted as refusing (the removal's coordinator may have counted its promise), so the
+    removal waits; once the other change is aborted, region 2 takes its promise back when
+    asked - its hold never went - and the voters commit the removal."""
+    a, b = three(), three()
+    p = a.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert a.promise(p, held=5).ok and b.promise(p, held=5).ok
+    b.lapse(p)
+    q = b.propose(Change(JOIN, 4, "region-4"), (0, 2))
+    assert b.promise(q).ok and not b.accepts(3, 6)  # the hold stays
+    standings = _standings({1: a, 2: b}, p)
+    assert standings[2].state == LAPSED and a.settle(p, standings).outcome == WAIT
+    assert b.abort(q) and not b.accepts(3, 6)  # the join's abort leaves the removal's hold
+    standings = _standings({1: a, 2: b}, p)
+    assert standings[2].state == PROMISED and b.promised == p
+    settlement = a.settle(p, standings)
+    assert (settlement.outcome, settlement.frozen) == (COMMIT, 5)
+    a.commit(p, 5)
+    b.commit(p, 5)
+    assert a.members == b.members and b.holding == {}

@@ -15,7 +15,9 @@ import threading
 import pytest
 import redis
 
-from node.testing import LocalCluster, wait_until
+from crdt.membership import FORCE_REMOVE, PROMISED, Change
+from node.membership_change import clients
+from node.testing import LocalCluster, wait_in_sync, wait_until
 
 KEY = b"orders"
 
@@ -325,8 +327,8 @@ def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: 
 
 
 def test_braid_admin_says_when_no_voter_ever_received_the_commit(monkeypatch):
-    """A commit that reaches no voter within the retry window: the change did not take effect,
-    and the error says so and what to do."""
+    """A commit that reaches no voter within the retry window: the change did not take effect
+    yet, and the error says so and how it ends (the voters complete it once they answer)."""
     from crdt.membership import Proposal
     from node import admin_cli
     from node.membership_change import MembershipChangeError
@@ -341,7 +343,37 @@ def test_braid_admin_says_when_no_voter_ever_received_the_commit(monkeypatch):
 
     monkeypatch.setattr(admin_cli, "COMMIT_RETRY_S", 0.01)
     monkeypatch.setattr(admin_cli, "COMMIT_RETRY_FOR_S", 0.05)
-    with pytest.raises(MembershipChangeError, match="has not taken effect.*run the same command again"):
+    with pytest.raises(MembershipChangeError, match="has not taken effect yet.*they complete it themselves"):
         admin_cli._commit_again(None, 0, {1: Down(), 2: Down()}, [1, 2], {1: "region-1", 2: "region-2"},
                                 ["region-1 (unreachable)", "region-2 (unreachable)"])
     assert Down.calls >= 2  # it was sent again
+
+
+def test_voters_settle_over_the_admin_service_a_change_whose_coordinator_left_it(cluster: LocalCluster):
+    """Both voters of region-3's forced removal promised it, and its coordinator vanished.
+    Each was then asked where it stands (a settling voter's question: it holds the promise),
+    and the coordinator's abort came after: a voter that said it holds a promise does not take
+    that abort, it settles the change with the other voters at once, over their admin
+    service.  Both hold the promise, so it is committed at both: region-3's operations are held
+    no more, and the two converge."""
+    cfg = cluster.config
+    cluster.proc("region-3").kill()
+    m = cfg.membership()
+    change = Change(FORCE_REMOVE, 3)
+    needed = m.voters(change)
+    voters = clients(cfg, needed, None, timeout=2.0)
+    try:
+        p = m.propose(change, (0, 11))
+        assert all(voters[n].promise(p).ok for n in needed)
+        assert {voters[n].standing(p).state for n in needed} == {PROMISED}
+        for n in needed:
+            voters[n].abort(p)  # the coordinator's abort, after the voters counted each other
+    finally:
+        for c in voters.values():
+            c.close()
+    remaining = [cluster.proc(n).client() for n in ("region-1", "region-2")]
+    for c in remaining:
+        wait_until(lambda c=c: info_field(c, "crdt_membership_epoch") == "2", 30, what="the settled removal")
+        wait_until(lambda c=c: info_field(c, "crdt_stability_held_by") == "", 30, what="no hold on region-3")
+    remaining[0].xadd(KEY, {"after": "1"})
+    wait_in_sync(remaining, 30)

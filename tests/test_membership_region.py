@@ -1,5 +1,6 @@
 """Membership at one region, without processes: the handshake gate, what is applied, what
-clients may write, promises that lapse, and the cluster file that records the list."""
+clients may write, promises that lapse, promises voters settle when their coordinator left them,
+and the cluster file that records the list."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import json
 import pytest
 
 from crdt.causal import Envelope
-from crdt.membership import ACTIVATE, FORCE_REMOVE, JOIN, LEAVE, REMOVE, Change, Proposal
+from crdt.membership import ACTIVATE, FORCE_REMOVE, JOIN, LEAVE, REMOVE, Change, Proposal, Standing
+from node.activeactive import PROMISE_TIMEOUT_S
 from node.cluster_config import ClusterConfig, RegionSpec, load, membership_from_blob
 from node.config import Config
 from node.core import RegionCore, Session
+from node import membership_change
+from node.membership_change import MembershipChangeError, standings
+from node.persistence.promise import FilePromiseStore
 from node.resp.encoder import ReplyError
+from node.transport.admin import AdminCallError
 
 
 def cluster() -> ClusterConfig:
@@ -201,3 +207,132 @@ def test_a_region_with_an_unreadable_promise_file_does_not_start(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "membership-promise.json is not a membership promise" in done.stderr
+
+
+# ---------------------------------------------------------------- settling a promise its coordinator left
+def restarted(number: int, directory, at: float) -> RegionCore:
+    """Region ``number`` started again from its promise file in ``directory``, at monotonic time ``at``."""
+    core, _ = region(number)
+    core.aa.membership_clock = lambda: at
+    core.aa.attach_promise_store(FilePromiseStore(str(directory)))
+    return core
+
+
+def test_voters_back_from_a_crash_with_a_left_promise_settle_it_with_each_other(tmp_path):
+    """Issue 34: both voters of region 3's forced removal promised it, then crashed before
+    any commit, and its coordinator gave up.  Back, each holds the promise and the hold (on
+    disk).  Once the coordinator had PROMISE_TIMEOUT_S since their start, a voter asks the
+    other where it stands: both hold the promise, so the voter commits it - frozen at the most
+    either held - and sends the commit on; both end at the new epoch, holds gone."""
+
+    dirs = {n: tmp_path / f"region-{n}" for n in (1, 2)}
+    before = {}
+    for n, held in ((1, 5), (2, 7)):
+        core, _ = region(n)
+        core.aa.attach_promise_store(FilePromiseStore(str(dirs[n])))
+        core.aa.causal.vv[3] = held
+        before[n] = core
+    p = before[1].aa.membership.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert all(core.aa.promise(p, now=10.0).ok for core in before.values())
+    a, b = (restarted(n, dirs[n], 500.0) for n in (1, 2))  # the crash: no commit ever came
+    assert a.aa.membership.promised == p and a.aa.membership.holding == {3: 5} and 3 in a.aa.hub.cut
+    assert a.aa.left_promise(now=500.0 + PROMISE_TIMEOUT_S) is None  # its coordinator may still send it
+    assert a.aa.left_promise(now=501.0 + PROMISE_TIMEOUT_S) == p
+    settlement = a.aa.settle(p, {**standings(p, [2], {2: b.aa}), 1: a.aa.standing(p)})
+    assert (settlement.outcome, settlement.frozen) == ("commit", 7)
+    b.aa.commit(p, settlement.frozen)  # the commit the settling voter sends on
+    for core in (a, b):
+        m = core.aa.membership
+        assert (m.epoch, m.status(3), m.frozen) == (2, "removed", {3: 7})
+        assert m.holding == {} and m.left_promise() is None and core.aa.left_promise(now=1e9) is None
+    assert not any((d / "membership-promise.json").exists() for d in dirs.values())
+
+
+def test_a_coordinators_abort_after_the_promise_was_reported_is_settled_at_once():
+    """A voter that told a settling voter it holds its promise keeps it when its coordinator's
+    abort comes after (the others may already count it): it settles it at once instead."""
+    core, _ = region(1)
+    p = core.aa.membership.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    assert core.aa.promise(p, now=10.0).ok
+    assert core.aa.standing(p).state == "promised"
+    core.aa.abort(p)
+    assert core.aa.membership.promised == p and 3 in core.aa.hub.cut  # the hold stands
+    assert core.aa.left_promise(now=10.0) == p  # no wait for the coordinator: it spoke
+    refused = core.aa.settle(p, {1: core.aa.standing(p), 2: Standing(1, "refused")})
+    assert refused.outcome == "abort" and core.aa.membership.promised is None and 3 not in core.aa.hub.cut
+
+
+def test_what_settling_needs_survives_a_restart(tmp_path):
+    """A lapsed promise (with what it answered, and whether it was reported), the proposals
+    the region refuses for good, and the promise it backs now are on disk; a file written
+    before any of that was kept reads as what its promise and hold say."""
+    core, _ = region(1)
+    core.aa.attach_promise_store(FilePromiseStore(str(tmp_path)))
+    core.aa.causal.vv[3] = 4
+    m = core.aa.membership
+    p = m.propose(Change(FORCE_REMOVE, 3), (0, 1))
+    q = m.propose(Change(JOIN, 4, "region-4", ("h", 1, 2)), (0, 2))
+    r = m.propose(Change(JOIN, 5, "region-5", ("h", 1, 2)), (0, 3))
+    assert core.aa.promise(p, now=10.0).ok and core.aa.standing(p).state == "promised"
+    core.aa.abort(r)  # a proposal it never saw: refused from now on
+    assert core.aa.promise(q, now=100.0).ok  # p lapsed: its hold stays
+    back = restarted(1, tmp_path, 0.0).aa.membership
+    assert back.promised == q and back.lapsed == {p.ballot: (p, 4, True)} and back.holding == {3: 4}
+    assert back.refusing == {r.ballot} and not back.promise(r).ok
+    state = json.loads((tmp_path / "membership-promise.json").read_text())
+    old = {"epoch": state["epoch"], "promised": state["lapsed"][0]["proposal"], "holding": {"3": 4}}
+    (tmp_path / "membership-promise.json").write_text(json.dumps(old))  # as an older version wrote it
+    older = restarted(1, tmp_path, 0.0).aa.membership
+    assert older.promised == p and older.answered == 4 and not older.reported and older.lapsed == {}
+
+
+class LostAnswer:
+    """A voter whose promise answer never reaches the coordinator (it did promise); its abort
+    reaches it unless ``aborts_reach`` is False."""
+
+    def __init__(self, core: RegionCore, aborts_reach: bool = True) -> None:
+        self.aa, self.aborts_reach = core.aa, aborts_reach
+
+    def promise(self, p: Proposal):
+        self.aa.promise(p)
+        raise AdminCallError("unreachable", True, timed_out=True)
+
+    def commit(self, p: Proposal, frozen: int) -> None:
+        self.aa.commit(p, frozen)
+
+    def abort(self, p: Proposal) -> None:
+        if not self.aborts_reach:
+            raise AdminCallError("unreachable", True)
+        self.aa.abort(p)
+
+
+class AbortLost(LostAnswer):
+    """A voter that answers; the coordinator's abort does not reach it."""
+
+    def promise(self, p: Proposal):
+        return self.aa.promise(p)
+
+
+def test_a_coordinator_aborts_a_voter_whose_answer_it_lost_and_says_how_the_change_ends():
+    """A voter's answer is lost (it promised): the coordinator aborts it too, so its promise and
+    hold end and nothing changed.  When no abort reaches any voter, every voter holds the
+    promise: the coordinator says it has not taken effect yet, and the voters, settling it,
+    commit it - consistently, everywhere."""
+    names = {1: "region-1", 2: "region-2"}
+    change = Change(FORCE_REMOVE, 3)
+    (a, _), (b, _) = region(1), region(2)
+    with pytest.raises(MembershipChangeError, match="region-2 is unreachable; nothing changed"):
+        membership_change.agree(change, a.aa.membership, {1: a.aa, 2: LostAnswer(b)}, (0, 1), names)
+    for core in (a, b):
+        assert core.aa.membership.promised is None and core.aa.membership.holding == {}
+    (a, _), (b, _) = region(1), region(2)
+    voters = {1: AbortLost(a, aborts_reach=False), 2: LostAnswer(b, aborts_reach=False)}
+    with pytest.raises(MembershipChangeError, match="not taken effect yet: the abort did not reach region-1, "
+                                                    "which settle it .* only if region-2 had promised it"):
+        membership_change.agree(change, a.aa.membership, voters, (0, 2), names)
+    p = a.aa.membership.promised
+    assert p is not None and b.aa.membership.promised == p
+    settlement = a.aa.settle(p, {**standings(p, [2], {2: b.aa}), 1: a.aa.standing(p)})
+    assert settlement.outcome == "commit"
+    b.aa.commit(p, settlement.frozen)
+    assert a.aa.membership.members == b.aa.membership.members and a.aa.membership.status(3) == "removed"

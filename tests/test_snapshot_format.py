@@ -39,6 +39,7 @@ from crdt.blocks import Block, EntryLog
 from crdt.causal import CausalLog
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
+from crdt import ops
 from crdt.ops import Keyspace
 from crdt.pel import PendingMap
 from crdt.stream import Stream
@@ -634,3 +635,17 @@ def test_an_image_for_an_older_peer_leaves_the_history_digests_out():
     assert stateformat.decode(full)[1].heads == log.heads
     taken = stateformat.decode(older)[1]
     assert taken.vv == log.vv and taken.heads == {} and taken.digest_at(1, 3) is None
+
+
+def test_an_image_for_an_older_peer_leaves_the_highest_added_ids_out():
+    """The keyspace holds the highest ID each origin log of a key ever received (a seventh
+    element, crdt/ops.py: what a state join needs); an image for a peer without history
+    digests - a version before both - leaves it out: the six elements it reads."""
+    keys = Keyspace(active_active=True)
+    ops.apply(keys, ops.AddEntry(b"s", 2, (5, 2), [b"f", b"v"]))
+    ops.apply(keys, ops.DeleteKey(b"s", observed={2: (5, 2)}, context={2: 2}))
+    assert b"s" not in keys and keys.highest_added == {b"s": {2: (5, 2)}}
+    full, older = stateformat.encode(keys, None), stateformat.encode(keys, None, digests=False)
+    assert len(msgspec.msgpack.decode(full)[0]) == 7 and len(msgspec.msgpack.decode(older)[0]) == 6
+    assert stateformat.decode(full)[0].highest_added == {b"s": {2: (5, 2)}}
+    assert stateformat.decode(older)[0].highest_added == {}

@@ -64,9 +64,22 @@ image-unsaved    the log does not hold records back after a        exceptions
                  are taken, and after a crash the log replays
                  operations on the image onto the old state - the
                  region cannot start
+no-settle        a voter never settles a promise its coordinator   liveness
+                 left (``ActiveActive.left_promise`` finds none):
+                 a forced removal whose braid-admin was killed
+                 takes effect nowhere, its voters' holds stay
+                 and the removed region is cut off for good
+lone-unheld      writes a region takes alone leave at once instead  convergence
+                 of waiting until every member answered (the hold
+                 is ignored): a member that held other operations
+                 under those numbers, back later, never converges
+                 with the regions that took them
+withdraw-forgets a region that withdraws writes it took alone     durability
+                 forgets them instead of issuing them again
 ===============  ================================================  ===============
 
-The last four need the operator's faults (restore, bitflip, image-crash), which the
+lone-unheld and withdraw-forgets need the lone fault (not in the default set).  The
+four before no-settle need the operator's faults (restore, bitflip, image-crash), which the
 default set holds; image-unsaved also the backlog fault (it makes full resyncs common).
 """
 
@@ -78,6 +91,7 @@ from collections.abc import Callable, Iterator
 from crdt import causal, groups, idgen, idmp, ops, sync
 from crdt.ids import MAX_ID
 from node.activeactive import ActiveActive, MembershipGate
+from node.transport.replication import ReplicationHub
 
 from . import disk
 
@@ -171,12 +185,29 @@ def _gate_after_crash_only(self, on_recovered, machine_crash=False) -> None:
         on_recovered()
 
 
+def _no_left_promise(self, now=None):
+    return None
+
+
 def _tail_never_damage(closed_cleanly: bool) -> bool:
     return False
 
 
 def _hold_nothing(self, data, record, error, saved) -> None:
     """The image's snapshot failed: the log goes on after the old state's records anyway."""
+
+
+def _sendable_ignoring_the_hold(self) -> int:
+    return self.causal.end if self.sendable is None else self.sendable
+
+
+_real_withdraw_alone = ActiveActive.withdraw_alone
+
+
+def _withdraw_forgetting(self):
+    again = _real_withdraw_alone(self)
+    self.lone.reissue = []
+    return again
 
 
 _real_remove_upto = ops._remove_upto
@@ -199,8 +230,12 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "gate-after-crash-only": ("liveness", [(ActiveActive, "recover_own_operations", _gate_after_crash_only)]),
     "cut-clean-tail": ("damage", [(disk, "_clean_tail_is_damage", _tail_never_damage)]),
     "image-unsaved": ("exceptions", [(disk.SimOperationLog, "hold_for_image", _hold_nothing)]),
+    "no-settle": ("liveness", [(ActiveActive, "left_promise", _no_left_promise)]),
+    "lone-unheld": ("convergence", [(ReplicationHub, "sendable_upto", _sendable_ignoring_the_hold)]),
+    "withdraw-forgets": ("durability", [(ActiveActive, "withdraw_alone", _withdraw_forgetting)]),
 }
-NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",)}  # fault kinds besides the default ones
+NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),
+                "withdraw-forgets": ("lone",)}  # fault kinds besides the default ones
 
 
 def catches(bug: str) -> str:

@@ -24,7 +24,8 @@ damage             a start never takes a bit the world flipped (the bitflip faul
 liveness           the heal settled: every region is up, the live members are at one
                    membership epoch, hold the same version vector with the same
                    history digests (crdt/causal.py), and nothing waits in their
-                   causal logs
+                   causal logs; every membership change ended: no region holds a
+                   promise or a forced removal's hold
 convergence        every live member's replicated state is identical: entries per key
                    and origin log, groups (creation dot, XACK watermarks)
 durability         every operation a region promised was durable - by replying
@@ -131,12 +132,33 @@ class Promises:
         self.ops: dict[tuple[int, int], bytes] = {}
         self.why: dict[tuple[int, int], str] = {}
         self._upto: dict[int, int] = {}
+        # region -> promised operations it withdrew (taken alone) and has not issued again yet
+        self.withdrawn: dict[int, int] = {}
+
+    def withdraw(self, region: int, first: int, last: int) -> int:
+        """Operations ``first``..``last`` of ``region`` were withdrawn: the numbers belong to other
+        operations now, and the withdrawn ones wait to be issued again; returns how many were promised."""
+        promised = 0
+        for n in range(first, last + 1):
+            if self.ops.pop((region, n), None) is not None:
+                self.why.pop((region, n))
+                promised += 1
+        self.withdrawn[region] = self.withdrawn.get(region, 0) + promised
+        self._upto[region] = min(self._upto.get(region, 0), first - 1)
+        return promised
+
+    def reissued(self, region: int) -> None:
+        """``region`` issued its withdrawn operations again (promised again as its replies leave)."""
+        self.withdrawn.pop(region, None)
 
     def hold(self, region: "SimRegion", upto_n: int, why: str) -> None:
         start = self._upto.get(region.number, 0)
         if upto_n <= start:
             return
         own = {e.n: e.op for e in region.sim.history(region) if e.origin == region.number}
+        # (a promise made before the region withdrew writes it took alone may name numbers it
+        # no longer holds: what it held under them waits for its re-issue, see withdraw)
+        upto_n = min(upto_n, max(own, default=0))
         for n in range(start + 1, upto_n + 1):
             self.ops[(region.number, n)] = own[n]
             self.why[(region.number, n)] = why
@@ -218,6 +240,13 @@ def check_liveness(sim: "Simulation") -> Verdict:
             problems.append("histories differ under the same version vector: " +
                             "; ".join(f"r{n} {' '.join(f'{o}={d:016x}' for o, d in h.items())}"
                                       for n, h in heads.items()))
+    for r in sorted(sim.regions.values(), key=lambda r: r.number):
+        m = r.aa.membership
+        left = m.left_promise()
+        if left is not None or m.holding:
+            what = f"the {left.change.kind} of r{left.change.number} for epoch {left.epoch}" if left else "none"
+            problems.append(f"r{r.number} still holds a membership promise ({what}; holds {m.holding}): "
+                            "the change never ended")
     for r in regions:
         if r.causal.pending:
             problems.append(f"r{r.number} holds {len(r.causal.pending)} operations it never applied: "
@@ -296,6 +325,9 @@ def check_durability(sim: "Simulation") -> Verdict:
                       f"r{holder}'s forced removal, as it allows")
     for why, count in sorted(gone_with_files.items()):
         sim.sched.log(f"durability: {count} operation(s) no region holds any more went with {why}")
+    for region, count in sorted(promises.withdrawn.items()):
+        if count and region in logs:
+            problems.append(f"{count} promised operation(s) r{region} took alone and withdrew were never issued again")
     return _verdict("durability", problems, "an operation a region promised was durable was lost")
 
 

@@ -59,7 +59,8 @@ from dataclasses import dataclass
 from crdt.causal import Envelope
 from node.persistence import aof, snapshot
 from node.persistence.oplog import (DurabilityRules, command_record, decode_local, decode_replicated,
-                                    idmp_duplicate_record, idmp_expiry_record, own_record, remote_record)
+                                    idmp_duplicate_record, idmp_expiry_record, lone_record, own_record,
+                                    remote_record)
 
 
 class Damage(Exception):
@@ -368,6 +369,9 @@ class SimOperationLog(DurabilityRules):
 
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self._append(aof.OP_LOCAL, idmp_expiry_record(now_ms, stable))
+
+    def log_lone(self, tag: bytes, confirmed: int, withdrawn: list[bytes] = ()) -> None:
+        self._append(aof.OP_LOCAL, lone_record(tag, confirmed, withdrawn))
 
     def log_remote_run(self, run: list[Envelope]) -> None:
         for env in run:

@@ -33,7 +33,24 @@ of a forced removal takes none of the target's operations beyond what it held
 when it promised).  Crash faults hit voters meanwhile too: a promise and its hold
 are on the region's disk (``SimPromiseStore``, as node/persistence/promise.py) and
 survive the restart; a voter that is down or fail-stopped at the commit misses it
-and adopts the newer list at its next handshake.
+and adopts the newer list at its next handshake.  A commit that reached no voter
+is sent again every ``COMMIT_RETRY_MS`` for ``COMMIT_RETRY_FOR_MS``, then braid-admin
+gives up, as the real one does.
+
+Coordinators that vanish.  With the *admin-kill* fault, braid-admin may be killed
+in the middle of a forced removal (``KILLED_CHANCE``, drawn from a generator of
+its own: a schedule where it is not killed stays what it is without the fault):
+after one of its promise requests, aborts or commits, nothing more is sent.  Its
+voters then hold a promise no one will end; each region settles such a promise as
+the real one does (``ActiveActive.left_promise``, ``standing``, ``settle``:
+crdt/membership.py, "Settling a promise its coordinator left"): once its
+coordinator had ``PROMISE_TIMEOUT_S`` of virtual time (the region's promise clock
+is the world's), it asks the voters it can reach (up, not cut off) where they
+stand, every ``SETTLE_EVERY_MS``, commits the change when every voter holds its
+promise (and sends the commit on), aborts it when a voter never promised it, or
+takes a newer list.  Once the faults heal every voter is back, so every such change
+ends; the liveness check fails a schedule in which a region still holds a promise
+or a hold after the heal.
 Every region that commits or adopts a change restarts its links (the world
 disconnects them; they redial), and each handshake passes both regions'
 membership gates.  A change never leaves fewer than ``MIN_ACTIVE`` live active
@@ -49,13 +66,15 @@ from __future__ import annotations
 
 import copy
 import itertools
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crdt.causal import Envelope
-from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, \
-    Change, Membership, MembershipError, Promise, Proposal
-from node.membership_change import MembershipChangeError, agree
+from crdt.membership import ABORT, ACTIVATE, ACTIVE, ADOPT, COMMIT, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, \
+    REMOVE, REMOVED, Change, Membership, MembershipError, Promise, Proposal
+from node.activeactive import SETTLE_EVERY_S
+from node.membership_change import MembershipChangeError, agree, standings
 
 from .workload import LAYOUT
 
@@ -70,31 +89,60 @@ HANDOVER_POLL_MS = 50    # braid-admin's polling while a leaver's operations are
 ACTIVATION_TICK_MS = 1000  # a joining region looks whether it caught up once a virtual second
 COMMIT_MS = (1, 40)      # from the last promise to the commits: the coordinator's round trips
 COMMIT_RETRY_MS = 1000   # a commit that reached no voter is sent again (braid-admin's COMMIT_RETRY_S)
+COMMIT_RETRY_FOR_MS = 60_000  # ... for this long, then braid-admin gives up (its COMMIT_RETRY_FOR_S)
+KILLED_CHANCE = 0.3      # the admin-kill fault: braid-admin is killed in the middle of a forced removal
+SETTLE_EVERY_MS = int(SETTLE_EVERY_S * 1000)  # a region settles a promise its coordinator left this often
 STARTUP_RETRY_MS = 1000  # a start-up check no peer answered is asked again
 LEARN_EVERY_MS = 5000    # a region with no link up asks its peers for their lists (LEARN_EVERY_S)
 QUIET_LEARN_TRIES = 10   # ... at most this many times once the faults are healed
 ADMIN = 0                # braid-admin's number in ballots (regions are 1 and up)
 
 
+class CoordinatorKilled(Exception):
+    """braid-admin was killed in the middle of an agreement: it sends nothing more."""
+
+
+class CoordinatorLife:
+    """How many more calls braid-admin makes to voters before it is killed (None: it is not)."""
+
+    def __init__(self, calls: int | None) -> None:
+        self.calls = calls
+        self.made: list[str] = []  # the calls it made, described
+
+    def call(self, what: str) -> None:
+        if self.calls is not None and len(self.made) >= self.calls:
+            raise CoordinatorKilled(f"before {what}")
+        self.made.append(what)
+
+
 class SimVoter:
     """A region as a voter of ``agree``: it promises (or aborts) at once and commits after the
     coordinator's round trip, if it is still the same life of the region."""
 
-    def __init__(self, driver: "MembershipDriver", region: "SimRegion", delay: int) -> None:
+    def __init__(self, driver: "MembershipDriver", region: "SimRegion", delay: int,
+                 life: CoordinatorLife | None = None) -> None:
         self.driver, self.region, self.delay = driver, region, delay
         self.incarnation = region.incarnation
+        self.life = life or CoordinatorLife(None)
 
     def promise(self, p: Proposal) -> Promise:
+        self.life.call(f"the promise request to r{self.region.number}")
         answer = self.region.aa.promise(p)
         if answer.ok and p.change.kind == FORCE_REMOVE:  # the real hub closes the link (hub.pause)
             self.driver.sim.disconnect(self.region.number, p.change.number, f"r{self.region.number} promised "
                                        f"the forced removal of r{p.change.number}")
+        if self.region.aa.membership.lapsed:  # it gave up an older promise: that one is settled
+            self.driver.watch_promises()
         return answer
 
     def abort(self, p: Proposal) -> None:
+        self.life.call(f"the abort to r{self.region.number}")
         self.region.aa.abort(p)
+        if self.region.aa.membership.promised == p:  # reported to a settling voter: settled instead
+            self.driver.watch_promises()
 
     def commit(self, p: Proposal, frozen: int) -> None:
+        self.life.call(f"the commit to r{self.region.number}")
         self.driver.sim.sched.after(self.delay, self.driver.commit_at, self.region.number, self.incarnation, p, frozen)
 
 
@@ -111,6 +159,10 @@ class MembershipDriver:
         self.frozen: dict[int, int] = {}        # removed region -> its frozen point
         self.past_frozen: list[str] = []        # operations of removed regions applied past frozen
         self.issued_read_only: list[str] = []   # operations a region issued while it could not take writes
+        # whether braid-admin is killed in an agreement is drawn apart: the world's draws stay the same
+        self.kill_rng = random.Random(f"braid-admin {sim.config.seed}")
+        self.settle_tick_pending = False         # the regions' settling tasks are scheduled
+        self.waiting: dict[int, str] = {}        # region -> why its settlement waits (logged once)
 
     # ------------------------------------------------------------ reading the regions' lists
     def newest(self) -> Membership | None:
@@ -178,7 +230,8 @@ class MembershipDriver:
         who = "braid-admin" if coordinator == ADMIN else f"r{coordinator}"
         current = self.newest() if coordinator == ADMIN else _copy(sim.regions[coordinator].aa.membership)
         delay = self.rng.randint(*COMMIT_MS)
-        voters = {n: SimVoter(self, r, delay) for n, r in sim.regions.items() if r.up}
+        life = CoordinatorLife(self._calls_before_killed(change, coordinator, current))
+        voters = {n: SimVoter(self, r, delay, life) for n, r in sim.regions.items() if r.up}
         names = {n: f"r{n}" for n in sim.regions}
         what = f"{change.kind} of r{change.number}"
         try:
@@ -186,13 +239,29 @@ class MembershipDriver:
         except (MembershipError, MembershipChangeError) as e:
             sim.sched.log(f"MEMBERSHIP {who}: {what} not made: {e}")
             return False
+        except CoordinatorKilled as e:
+            sim.sched.log(f"MEMBERSHIP {who} killed {e} (it sent {'; '.join(life.made)}): the {what} is left "
+                          "to its voters")
+            self.watch_promises()
+            return False
         self.agreeing = True
         self.voting = set(current.voters(change))
         sim.sched.log(f"MEMBERSHIP {who}: {what} promised for epoch {p.epoch} by "
                       f"{', '.join(f'r{n}' for n in current.voters(change))}"
                       f"{f' (frozen at {frozen})' if change.kind in (REMOVE, FORCE_REMOVE) else ''}")
-        sim.sched.after(delay, self.committed_everywhere, p, frozen, then)  # after every voter's commit
+        sim.sched.after(delay, self.committed_everywhere, p, frozen, then, sim.sched.now)  # after every commit
         return True
+
+    def _calls_before_killed(self, change: Change, coordinator: int, current: Membership) -> int | None:
+        """How many calls braid-admin makes in this agreement before it is killed: at least one
+        promise request, at most every one (killed before its first commit); None: not killed.
+        Only a forced removal's braid-admin is killed (the operator, told nothing, would still
+        start a joined region or wait for a leaver's hand-over)."""
+        if "admin-kill" not in self.sim.config.faults or coordinator != ADMIN or change.kind != FORCE_REMOVE:
+            return None
+        if self.kill_rng.random() >= KILLED_CHANCE:
+            return None
+        return self.kill_rng.randint(1, max(1, len(current.voters(change))))
 
     def commit_at(self, number: int, incarnation: int, p: Proposal, frozen: int) -> None:
         sim = self.sim
@@ -201,15 +270,27 @@ class MembershipDriver:
             sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: the commit did not reach r{number} (it crashed since it "
                           "promised): it learns the list at a handshake")
             return
-        region.aa.commit(p, frozen)
+        try:
+            region.aa.commit(p, frozen)
+        except MembershipError as e:  # its promise lapsed meanwhile: the list comes at a handshake
+            sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: r{number} refused the commit ({e}): it learns the list "
+                          "at a handshake")
+            return
         sim.relink(number, f"r{number} committed membership epoch {p.epoch}")
 
-    def committed_everywhere(self, p: Proposal, frozen: int, then: Callable[[Proposal, int], None]) -> None:
+    def committed_everywhere(self, p: Proposal, frozen: int, then: Callable[[Proposal, int], None],
+                             since: int) -> None:
         sim = self.sim
         # a region that restarted since it committed (or adopted the list at a handshake) holds
         # the change in its list, not the proposal in memory: its epoch says it has it
         if not any(r.aa.membership.changes.get(p.epoch) == p or r.aa.membership.epoch >= p.epoch
                    for r in sim.regions.values() if r.up):
+            if sim.sched.now - since >= COMMIT_RETRY_FOR_MS:
+                sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: braid-admin gave up sending the commit of "
+                              f"{p.change.kind} of r{p.change.number}: its voters settle it")
+                self.agreeing, self.voting, self.in_flight = False, set(), ""
+                self.watch_promises()
+                return
             # every voter went down between its promise and the commit: braid-admin sends the
             # commit again until one has it (node/admin_cli.py); each kept its promise on disk
             up = sorted(n for n in self.voting if sim.regions[n].up)
@@ -219,16 +300,74 @@ class MembershipDriver:
             delay = self.rng.randint(*COMMIT_MS)
             for n in up:
                 SimVoter(self, sim.regions[n], delay).commit(p, frozen)
-            sim.sched.after(COMMIT_RETRY_MS + delay, self.committed_everywhere, p, frozen, then)
+            sim.sched.after(COMMIT_RETRY_MS + delay, self.committed_everywhere, p, frozen, then, since)
             return
         self.agreeing = False
         self.voting = set()
+        self.took_effect(p, frozen)
+        then(p, frozen)
+
+    def took_effect(self, p: Proposal, frozen: int) -> None:
+        """Record a change that took effect (once: its coordinator and a settlement may both say so)."""
+        if p in self.committed:
+            return
         self.committed.append(p)
         if p.change.kind in (REMOVE, FORCE_REMOVE):
             self.frozen[p.change.number] = frozen
-        sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: {p.change.kind} r{p.change.number}"
-                      f"{f' frozen at {frozen}' if p.change.kind in (REMOVE, FORCE_REMOVE) else ''}")
-        then(p, frozen)
+        self.sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: {p.change.kind} r{p.change.number}"
+                           f"{f' frozen at {frozen}' if p.change.kind in (REMOVE, FORCE_REMOVE) else ''}")
+
+    # ------------------------------------------------------------ settling promises coordinators left
+    def watch_promises(self) -> None:
+        """Run the regions' settling tasks (ActiveActive._keep_settling) while any region holds a
+        promise: every SETTLE_EVERY_MS, each region whose promise its coordinator left settles it."""
+        if not self.settle_tick_pending:
+            self.settle_tick_pending = True
+            self.sim.sched.after(SETTLE_EVERY_MS, self.settle_tick)
+
+    def settle_tick(self) -> None:
+        self.settle_tick_pending = False
+        sim = self.sim
+        for number in sorted(sim.regions):
+            region = sim.regions[number]
+            if region.up:
+                p = region.aa.left_promise()
+                if p is not None:
+                    self.settle(region, p)
+        if any(r.up and r.aa.membership.left_promise() is not None for r in sim.regions.values()):
+            self.watch_promises()
+
+    def settle(self, region: "SimRegion", p: Proposal) -> None:
+        """``region`` settles ``p`` with the voters it can reach (up, not cut off from it), as
+        ``ActiveActive._settle_with_voters`` does over the admin service."""
+        sim = self.sim
+        aa = region.aa
+        others = [n for n in aa.membership.voters(p.change) if n != region.number]
+        reachable = {n: sim.regions[n].aa for n in others
+                     if n in sim.regions and sim.regions[n].up and not sim.net.is_cut(region.number, n)}
+        mine = aa.standing(p)
+        settlement = aa.settle(p, {**standings(p, others, reachable), region.number: mine})
+        what = f"{p.change.kind} of r{p.change.number} for epoch {p.epoch}"
+        if settlement.outcome == COMMIT:
+            self.waiting.pop(region.number, None)
+            sim.sched.log(f"MEMBERSHIP r{region.number} settled the {what} with its voters: every one holds its "
+                          "promise, committed")
+            self.took_effect(p, settlement.frozen)
+            sim.relink(region.number, f"r{region.number} committed membership epoch {p.epoch}")
+            delay = self.rng.randint(*COMMIT_MS)
+            for n in sorted(reachable):
+                SimVoter(self, sim.regions[n], delay).commit(p, settlement.frozen)
+        elif settlement.outcome == ABORT:
+            self.waiting.pop(region.number, None)
+            sim.sched.log(f"MEMBERSHIP r{region.number} settled the {what} with its voters: aborted "
+                          f"({settlement.reason})")
+            sim.relink(region.number, f"r{region.number} gave up the {what}")
+        elif settlement.outcome == ADOPT:
+            self.waiting.pop(region.number, None)
+            self.hand_list(sim.regions[settlement.source], region, f"settling the {what}")
+        elif self.waiting.get(region.number) != settlement.reason:
+            self.waiting[region.number] = settlement.reason
+            sim.sched.log(f"MEMBERSHIP r{region.number} cannot settle the {what} yet: {settlement.reason}")
 
     def done(self, p: Proposal, frozen: int) -> None:
         self.in_flight = ""
@@ -310,6 +449,8 @@ class MembershipDriver:
         if not region.up or region.incarnation != incarnation:
             return
         aa = region.aa
+        if aa.membership.left_promise() is not None:  # kept on its disk: settled if its coordinator left it
+            self.watch_promises()
         peers = [sim.regions[p.number] for p in aa.peers() if p.number in sim.regions]
         lists = [(r.aa.membership.epoch, r.number) for r in peers if r.up and not sim.net.is_cut(number, r.number)]
         if not lists:

@@ -118,6 +118,10 @@ class SimRegion:
     def wall_ms(self) -> int:
         return self.sim.sched.now + self.skew
 
+    def virtual_seconds(self) -> float:
+        """The world's clock, as a monotonic clock in seconds (no skew: clock faults move wall clocks)."""
+        return self.sim.sched.now / 1000
+
     def own_n(self) -> int:
         return self.causal.vv.get(self.number, 0)
 
@@ -139,7 +143,8 @@ class SimRegion:
         self.file.closed_cleanly = False  # the start writes its own run mark
         settings = {"appendfsync": self.policy,
                     # the world's backlog bound (the backlog fault; 0: none), and no age bound
-                    "crdt-repl-backlog-size": self.sim.backlog_bytes, "crdt-repl-backlog-ttl": 0}
+                    "crdt-repl-backlog-size": self.sim.backlog_bytes, "crdt-repl-backlog-ttl": 0,
+                    "crdt-lone-writes-after-ms": self.sim.lone_writes_after}
         core = RegionCore(Config(**settings), cluster=(self.cluster, self.spec), clock=self.wall_ms)
         if taken is None:
             replay.replay(core, records)
@@ -150,6 +155,7 @@ class SimRegion:
         oplog.leave_when_written = self.sim.config.leave_when_written
         oplog.may_have_lost = oplog.leave_when_written and self.file.recover_mark
         core.attach_log(oplog)
+        core.db.aa.membership_clock = self.virtual_seconds  # promises are timed by the world's clock
         core.db.aa.attach_promise_store(self.promise_store)  # a promise made before a crash holds
         self._watch(core)
         self.core = core
@@ -160,8 +166,9 @@ class SimRegion:
         return cut
 
     def _watch(self, core: RegionCore) -> None:
-        """What the membership checks need to see as it happens: every operation of another
-        region this one applies, and every one it issues (chaos/sim/membership.py)."""
+        """What the checks need to see as it happens: every operation of another region this one
+        applies, and every one it issues (chaos/sim/membership.py); writes it withdraws and
+        issues again (node/lone_writes.py)."""
         hub, membership = core.db.aa.hub, self.sim.membership
         apply, apply_run, issue = hub.on_apply, hub.on_apply_run, hub.issue
 
@@ -179,6 +186,24 @@ class SimRegion:
             return issue(op)
 
         hub.on_apply, hub.on_apply_run, hub.issue = applying, applying_run, issuing
+
+        # and writes taken alone that it withdraws and issues again (the durability check's
+        # promises move with them; a withdrawing region's links handshake again)
+        lone, causal = core.db.aa.lone, core.db.aa.causal
+        withdraw, reissue = core._withdraw_alone, core._reissue_withdrawn
+
+        def withdrawing():
+            first, last, before = lone.first_minted, causal.vv.get(self.number, 0), lone.withdrawals
+            withdraw()
+            if lone.withdrawals != before:
+                self.sim.withdrawn(self, first, last)
+
+        def reissuing():
+            count = len(lone.reissue)
+            reissue()
+            self.sim.reissued(self, count)
+
+        core._withdraw_alone, core._reissue_withdrawn = withdrawing, reissuing
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""

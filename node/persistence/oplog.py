@@ -58,6 +58,15 @@ Records (format 2, written by this version; the tag is the first element):
 * ``OP_REPLICATED`` ``[b"r", origin, n, deps, op]``: an operation of another
   region, logged when it is applied (so in causal order); replay hands it to
   the causal log and applies it as the replication link did.
+* ``OP_LOCAL`` ``[b"a", g]``, ``[b"k", g]``, ``[b"w", g, [op, ...]]``: writes taken
+  alone (node/lone_writes.py).  ``a``: from here the region took writes before
+  every member had answered; its own operations above ``g`` stay here until
+  ``k`` (every member answered, none held more: they leave) or ``w`` (a member
+  held operations of this region above ``g``: those minted since ``a`` are
+  withdrawn - a replay skips them - and ``w`` lists them, as applied here, to be
+  issued again under new numbers; the first ``o`` record after ``w`` is that
+  re-issue).  A ``w`` without its ``a`` (logged again after a snapshot) only lists
+  what waits to be issued again.
 
 So the in-memory causal log - the replication feed - is exactly what replaying
 the file rebuilds, and the file is its durable form.
@@ -178,7 +187,8 @@ _decode = msgspec.msgpack.Decoder().decode
 # ------------------------------------------------------------------ records
 FORMAT = 2  # written by this version: tags o and L (see the module docstring); 1: tag c
 
-_TAGS_LOCAL = (b"c", b"L", b"x", b"d")
+_TAGS_LOCAL = (b"c", b"L", b"x", b"d", b"a", b"k", b"w")
+LONE_TAGS = (b"a", b"k", b"w")  # writes taken alone (node/lone_writes.py)
 
 
 def own_entry(op: "ops.Op", env: Envelope | None, sent: "ops.Op") -> "bytes | list":
@@ -217,6 +227,39 @@ def idmp_duplicate_record(now_ms: int, key: bytes) -> bytes:
 def idmp_expiry_record(now_ms: int, stable: dict[int, int] | None = None) -> bytes:
     """The cron's IDMP expiry; in a region of a cluster with the stable vector it used."""
     return _encode([b"x", now_ms] if stable is None else [b"x", now_ms, sorted(stable.items())])
+
+
+def lone_record(tag: bytes, confirmed: int, withdrawn: list[bytes] = ()) -> bytes:
+    """``[b"a", g]`` / ``[b"k", g]`` / ``[b"w", g, [op, ...]]`` (see the module docstring)."""
+    return _encode([tag, confirmed] if tag != b"w" else [tag, confirmed, list(withdrawn)])
+
+
+class LoneMark(NamedTuple):
+    """A record of writes taken alone, found in a log: its index among the records replayed."""
+
+    index: int
+    tag: bytes
+    confirmed: int                  # g: the region's own operations up to here were confirmed
+    withdrawn: "list[bytes] | None"  # ``w``: the operations to issue again
+
+
+# a lone record's first bytes: a msgpack array of 2 or 3, then the tag as a 1-byte bin
+_LONE_PREFIXES = tuple(bytes([0x92 + (t == b"w"), 0xC4, 1]) + t for t in LONE_TAGS)
+
+
+def lone_marks(records: list[tuple[int, int, bytes]]) -> list[LoneMark]:
+    """The lone records among ``records`` (found by their first bytes: no decoding of the
+    others), decoded; ValueError if one is malformed."""
+    marks = []
+    for i, (number, kind, payload) in enumerate(records):
+        if kind == OP_LOCAL and payload.startswith(_LONE_PREFIXES):
+            rec = _decode(payload)
+            if (rec[0] == b"w" and (len(rec) != 3 or not isinstance(rec[2], list)
+                                    or not all(type(o) is bytes for o in rec[2]))) \
+                    or type(rec[1]) is not int or rec[1] < 0:
+                raise ValueError(f"malformed record {number} of writes taken alone")
+            marks.append(LoneMark(i, rec[0], rec[1], rec[2] if rec[0] == b"w" else None))
+    return marks
 
 
 def remote_record(env: Envelope) -> bytes:
@@ -284,6 +327,8 @@ def decode_local(payload: bytes) -> LocalRecord:
         if len(rec) != 3 or type(rec[2]) is not bytes:
             raise ValueError("malformed IDMP duplicate record")
         return LocalRecord(tag, rec[1], [rec[2]])
+    if tag in LONE_TAGS:
+        return LocalRecord(tag, rec[1])  # replay reads them first (lone_marks)
     if len(rec) not in ((3, 4) if tag == b"c" else (5,)) or not isinstance(rec[2], list) or not rec[2] \
             or not all(type(a) is bytes for a in rec[2]):
         raise ValueError("malformed command record")
@@ -500,6 +545,9 @@ class OperationLog(DurabilityRules):
 
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self.file.append(OP_LOCAL, idmp_expiry_record(now_ms, stable))
+
+    def log_lone(self, tag: bytes, confirmed: int, withdrawn: list[bytes] = ()) -> None:
+        self.file.append(OP_LOCAL, lone_record(tag, confirmed, withdrawn))
 
     def log_remote_run(self, run: list[Envelope]) -> None:
         """A record of each of ``run`` (operations of other regions applied here, in order),

@@ -7,10 +7,15 @@ promise (and the hold) is written, atomically and fsynced, before the promise is
 answered, and read back at start.  ``membership-promise.json`` in the data directory::
 
     {"epoch": 4, "promised": {"epoch": 5, "kind": "force-remove", "number": 3, ...},
-     "holding": {"3": 120}}
+     "answered": 120, "reported": false, "holding": {"3": 120},
+     "lapsed": [{"proposal": {...}, "answered": 118, "reported": true}], "refusing": [[0, 77]]}
 
 ``epoch`` is the region's membership epoch when it was written: a region that starts
-at a newer epoch (it learned the outcome meanwhile) drops what is stored.
+at a newer epoch (it learned the outcome meanwhile) drops what is stored.  The rest is
+what settling a promise its coordinator left needs (crdt/membership.py): what the
+promise answered, whether a settling voter was told it is held, promises that lapsed,
+and proposals the region refuses for good.  A file without them (written before they
+were kept) reads as none.
 """
 
 from __future__ import annotations
@@ -69,6 +74,11 @@ class FilePromiseStore:
                 if state.get("promised"):
                     proposal_from_dict(state["promised"])
                 {int(o): int(n) for o, n in state.get("holding", {}).items()}
+                int(state.get("answered", 0))
+                for lapsed in state.get("lapsed", ()):
+                    proposal_from_dict(lapsed["proposal"])
+                    int(lapsed["answered"])
+                {(int(b[0]), int(b[1])) for b in state.get("refusing", ())}
             return state
         except FileNotFoundError:
             return None

@@ -53,7 +53,8 @@ from crdt import ops
 from .. import opcodec
 from . import snapshot as snap
 from .aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
-from .oplog import OwnOperation, decode_local, decode_replicated, mark_for_recovery, read_run_mark
+from .oplog import LoneMark, OwnOperation, decode_local, decode_replicated, lone_marks, mark_for_recovery, \
+    read_run_mark
 
 if TYPE_CHECKING:
     from ..core import RegionCore as Server  # replay needs the core only, never a running server
@@ -165,6 +166,11 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCou
     client.authenticated = True
     counts = ReplayCounts()
     settings = dict(server.config.values)  # a replayed CONFIG SET lasts only for the replay
+    try:
+        marks = lone_marks(records)
+    except ValueError as e:
+        raise LoadError(f"the append-only file cannot be replayed: {e}") from None
+    lone = _LoneReplay(server, marks) if marks else None
     server.replaying = True
     own = _OwnReplay(server)
     at, end = 0, len(records)
@@ -172,13 +178,17 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCou
         while at < end:
             number, kind, payload = records[at]
             try:
+                if lone is not None and lone.consumed(at, kind, payload):
+                    at += 1
+                    continue
                 if kind == OP_LOCAL:
                     counts.differences += _replay_local(server, client, number, payload)
                     counts.commands += 1
                     at += 1
                     continue
                 # this region's own operations, as many records as follow, without the general decoding
-                done = own.replay_run(records, at)
+                # (one at a time where writes were taken alone: each is looked at)
+                done = own.replay_run(records, at, end if lone is None else at + 1)
                 if done > at:
                     counts.own += done - at
                     at = done
@@ -195,6 +205,8 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCou
             except ValueError as e:
                 number = records[own.failed_at][0] if own.failed_at is not None else number
                 raise LoadError(f"record {number} of the append-only file cannot be replayed: {e}") from None
+        if lone is not None:
+            lone.finish()
     finally:
         server.replaying = False
         server.db.logged_ops = None
@@ -264,11 +276,11 @@ class _OwnReplay:
         self._own: list | None = None  # this region's pair in it
         self.failed_at: int | None = None  # the index of the record a run could not apply
 
-    def replay_run(self, records: list, start: int) -> int:
-        """Replay ``records[start:]`` while they are ``o`` records this path recognises;
+    def replay_run(self, records: list, start: int, end: int) -> int:
+        """Replay ``records[start:end]`` while they are ``o`` records this path recognises;
         returns the index of the first one it left (``start``: none replayed).  ValueError
         when a recognised record cannot be applied (``failed_at`` is its index)."""
-        at, end = start, len(records)
+        at = start
         decode = _raw_decode
         while at < end:
             _number, kind, payload = records[at]
@@ -345,6 +357,95 @@ class _OwnReplay:
         raise ValueError(f"the operation was logged with dot ({region}, {n}) and dependencies "
                          f"{dict(_deps(deps))}, but the causal log stamps it ({region}, {vv.get(region, 0) + 1}) "
                          f"with {dict(wanted)}")
+
+
+class _LoneReplay:
+    """The writes taken alone a log holds (node/lone_writes.py), as a replay meets them.
+
+    ``a`` opens a period and ``k`` or ``w`` ends it.  In a period a ``w`` ends, the region's
+    own operations (``o`` records, and command records holding some) are skipped: they were
+    withdrawn, and ``w`` lists them to be issued again - until the first record of own
+    operations after it, which is that re-issue.  A period still open at the end is the one
+    the region was in: its state at ``a`` is kept (the image to go back to), its own
+    operations since are applied and noted, and what follows ``a`` is held from the peers."""
+
+    def __init__(self, server: "Server", marks: list[LoneMark]) -> None:
+        self.server = server
+        self.marks = {m.index: m for m in marks}
+        self.withdrawn_spans: list[tuple[int, int]] = []  # (a, w) record indexes
+        self.open_at: int | None = None  # the index of an ``a`` no record ends
+        opened: LoneMark | None = None
+        for m in marks:
+            if m.tag == b"a":
+                opened = m
+            elif opened is not None:
+                if m.tag == b"w":
+                    self.withdrawn_spans.append((opened.index, m.index))
+                opened = None
+        if opened is not None:
+            self.open_at = opened.index
+        self.reissue: list[bytes] | None = None  # listed by the last ``w``, until their re-issue
+        self.reissue_base = 0
+        self.held = False  # in the open period: the region's own operations are noted (LoneWrites.ops)
+
+    def consumed(self, at: int, kind: int, payload: bytes) -> bool:
+        """Whether record ``at`` is dealt with here (a mark, or a withdrawn operation); notes
+        what an own record it leaves to the replay means."""
+        mark = self.marks.get(at)
+        if mark is not None:
+            if mark.tag == b"w":
+                self.reissue, self.reissue_base = list(mark.withdrawn), mark.confirmed
+            elif at == self.open_at:
+                self._reopen(mark.confirmed)
+            return True
+        own = _own_operations(kind, payload)
+        if own is None:
+            return False
+        if any(a < at < w for a, w in self.withdrawn_spans):
+            return True
+        self.reissue = None  # the first own record after a ``w`` issues its list again
+        if self.held:
+            lone = self.server.db.aa.lone
+            lone.ops.extend(e.op if e.applied is None else e.applied for e in own)
+            minted = next((e.n for e in own if e.n is not None), None)
+            if lone.first_minted is None and minted is not None:
+                lone.first_minted = minted
+                self.server.db.aa.hub.refuse_own = True
+        return False
+
+    def _reopen(self, confirmed: int) -> None:
+        server = self.server
+        aa = server.db.aa
+        if aa is None:
+            raise ValueError("writes taken alone, but this region is not part of an Active-Active database")
+        image = snap.encode(server.db.keys, aa.causal, 0, server.system_ms(), True, server.region)
+        aa.lone.confirmed, aa.lone.image, aa.lone.ops, aa.lone.first_minted = confirmed, image, [], None
+        aa.lone.periods += 1
+        aa.hub.hold_at = aa.causal.end
+        self.held = True
+
+    def finish(self) -> None:
+        aa = self.server.db.aa
+        if aa is not None and self.reissue:
+            aa.lone.reissue, aa.lone.reissue_base = self.reissue, self.reissue_base
+        if self.held:
+            log.warning("this region was taking writes alone when it stopped: the %d operations it took since hold "
+                        "until every member has answered", len(aa.lone.ops))
+
+
+def _own_operations(kind: int, payload: bytes) -> "list[OwnOperation] | None":
+    """A record of this region's own operations: them (None: another record)."""
+    if kind == OP_REPLICATED:
+        if not payload.startswith(b"\x92\xc4\x01o"):
+            return None
+        entries = decode_replicated(payload)
+    else:
+        if not payload.startswith(b"\x95\xc4\x01L"):
+            return None
+        entries = decode_local(payload).own
+        if not entries:
+            return None
+    return entries
 
 
 def _deps(pairs: list) -> tuple:

@@ -162,13 +162,20 @@ class StreamS(_S):
     idmp: IdmpS
 
 
-class KeyspaceS(_S):
+class KeyspaceWithoutTopsS(_S):
+    """The keyspace as versions before the highest added IDs read it (they refuse a seventh
+    element): written for them only (a full-resync image for a peer without history digests,
+    which came in the same version)."""
     active_active: bool
     streams: list[StreamS]
     key_contexts: list[tuple[bytes, VV]]
     group_contexts: list[tuple[bytes, bytes, VV]]
     id_floor: list[tuple[bytes, ID]]
     idmp_kept: list[tuple[bytes, IdmpS]]
+
+
+class KeyspaceS(KeyspaceWithoutTopsS):
+    highest_added: list[tuple[bytes, int, ID]] = []  # (key, origin log, ID); none: older files
 
 
 class EnvelopeS(_S):
@@ -207,11 +214,12 @@ _decoder = msgspec.msgpack.Decoder(StateS)
 def encode(keys, causal: CausalLog | None, digests: bool = True) -> bytes:
     """The state as msgpack bytes (runs on the event loop: kept to one pass, no copies of blocks).
     ``digests`` False leaves the histories' digests out, as older versions wrote it."""
-    return _encoder.encode(StateS(_keyspace_out(keys), None if causal is None else _causal_out(causal, digests)))
+    return _encoder.encode(StateS(_keyspace_out(keys, digests),
+                                  None if causal is None else _causal_out(causal, digests)))
 
 
-def _keyspace_out(keys) -> KeyspaceS:
-    return KeyspaceS(
+def _keyspace_out(keys, tops: bool = True) -> KeyspaceS | KeyspaceWithoutTopsS:
+    parts = (
         getattr(keys, "active_active", False),
         [_stream_out(k, s) for k, s in keys.items()],
         list(getattr(keys, "key_contexts", {}).items()),
@@ -219,6 +227,10 @@ def _keyspace_out(keys) -> KeyspaceS:
         list(getattr(keys, "id_floor", {}).items()),
         [(k, _idmp_out(m)) for k, m in getattr(keys, "idmp_kept", {}).items()],
     )
+    if not tops:
+        return KeyspaceWithoutTopsS(*parts)
+    return KeyspaceS(*parts, [(k, o, top) for k, t in getattr(keys, "highest_added", {}).items()
+                              for o, top in t.items()])
 
 
 def _stream_out(key: bytes, s: Stream) -> StreamS:
@@ -289,6 +301,11 @@ def _keyspace_in(ks: KeyspaceS, verify: bool) -> Keyspace:
     keys.group_contexts = {(k, g): vv for k, g, vv in ks.group_contexts}
     keys.id_floor = dict(ks.id_floor)
     keys.idmp_kept = {k: _idmp_in(m) for k, m in ks.idmp_kept}
+    for k, origin, top in ks.highest_added:
+        tops = keys.highest_added.setdefault(k, {})
+        if origin in tops:
+            raise StateFormatError("the highest added ID of one key's origin log appears twice")
+        tops[origin] = top
     for table, pairs, what in ((keys.key_contexts, ks.key_contexts, "key contexts"),
                                (keys.group_contexts, ks.group_contexts, "group contexts"),
                                (keys.id_floor, ks.id_floor, "ID floors"),

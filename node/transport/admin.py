@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from crdt.membership import Change, MembershipError, Promise, Proposal
+from crdt.membership import Change, MembershipError, Promise, Proposal, Standing
 from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
@@ -178,6 +178,11 @@ class AdminServicer(pb_grpc.AdminServicer):
         self.region.abort(proposal_from_proto(request))
         return pb.Empty()
 
+    async def Standing(self, request, context):  # noqa: N802
+        await self._check(context)
+        answer = self.region.standing(proposal_from_proto(request))
+        return pb.ProposalStanding(epoch=answer.epoch, state=answer.state, held=answer.held)
+
     async def Purge(self, request, context):  # noqa: N802
         await self._check(context)
         try:
@@ -275,6 +280,10 @@ class AdminClient:
 
     def abort(self, p: Proposal) -> None:
         self._call("Abort", proposal_to_proto(p))
+
+    def standing(self, p: Proposal) -> Standing:
+        r = self._call("Standing", proposal_to_proto(p))
+        return Standing(r.epoch, r.state, r.held)
 
     def purge(self, members: bytes) -> None:
         self._call("Purge", pb.MemberList(members=members))

@@ -355,6 +355,10 @@ def _nothing() -> None:
     pass
 
 
+def _nothing_said(_why: str) -> None:
+    return None
+
+
 def _no_resync(*_args):
     raise ConnectionError("this region cannot take part in a full resync")
 
@@ -523,6 +527,7 @@ class Link:
         # (a fork found once stays: it does not heal by itself, and a region holding fewer of
         # the origin's operations than its peer cannot see it again at the next handshake)
         hub.causal.learn_heads(peer_vv, peer_heads or {})
+        hub.withdrawn_by(peer, peer_vv)
         found = forks(hub.causal, peer_vv, peer_heads or {})
         # a peer that sent no digests may be of an older version, which refuses an image holding
         # them (one of this version holding no operations learns them at its first ack)
@@ -953,6 +958,12 @@ class ReplicationHub:
         self.protocol_errors = 0  # links ended because the peer broke the protocol
         self.stalls = 0           # links the watchdog closed
         self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
+        # nothing from this causal-log position on leaves while the region takes writes alone
+        # (node/lone_writes.py); None: no hold
+        self.hold_at: int | None = None
+        # and operations of this region's own origin coming from peers are dropped: it minted
+        # numbers alone, and theirs can only be another history of those (node/lone_writes.py)
+        self.refuse_own = False
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, what it is known to hold
         # per peer, the version vector it last reported as a whole (handshake, ack): causal
         # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
@@ -974,6 +985,8 @@ class ReplicationHub:
         # where: crdt/causal.py's Fork), and how many times a link found one
         self.forks: dict[int, list[Fork]] = {}
         self.history_forks = 0
+        # told why when a link finds two histories of a third region (the region core fail-stops)
+        self.foreign_fork: Callable[[str], None] = _nothing_said
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.duplicates = 0  # envelopes received that were applied here already
@@ -1028,8 +1041,34 @@ class ReplicationHub:
             for f in found:
                 log.error("region %d holds another history of region %d's operations than this region: at "
                           "operation %d their digests differ (%016x here, %016x there); nothing more crosses "
-                          "this link and the regions differ until an operator resolves it (see the README's "
-                          "'Histories and forks')", peer, f.origin, f.n, f.here, f.there)
+                          "this link until the region whose history forked withdraws its side (see the "
+                          "README's 'Histories and forks')", peer, f.origin, f.n, f.here, f.there)
+        foreign = [f for f in found if f.origin not in (self.region, peer)]
+        if foreign:
+            # only a region itself mints its numbers, and one that minted alone withdraws its
+            # side (node/lone_writes.py): two histories of a third region mean a fault that
+            # nothing here can judge, so the region stops rather than serve either (fail-stop)
+            f = foreign[0]
+            self.foreign_fork(f"region {peer} holds another history of region {f.origin}'s operations than "
+                              f"this region: at operation {f.n} their digests differ ({f.here:016x} here, "
+                              f"{f.there:016x} there)")
+
+    def withdrawn_by(self, peer: int, peer_vv: dict[int, int]) -> None:
+        """A fork in ``peer``'s own history ends when the peer comes back holding fewer of its
+        operations than where the histories differed, and agreeing up to there (the handshake
+        checks): it withdrew the ones it minted alone (node/lone_writes.py) and issues them again."""
+        found = self.forks.get(peer)
+        if not found:
+            return
+        rest = [f for f in found if not (f.origin == peer and peer_vv.get(peer, 0) < f.n)]
+        if len(rest) == len(found):
+            return
+        log.warning("region %d withdrew its operations from where its history differed from this region's: "
+                    "the fork is over", peer)
+        if rest:
+            self.forks[peer] = rest
+        else:
+            del self.forks[peer]
 
     def handshook(self, peer: int, peer_vv: dict[int, int]) -> int:
         """A link with ``peer`` is up (either end dialed; every handshake, not only the first).
@@ -1087,6 +1126,8 @@ class ReplicationHub:
                 raise MembershipBehind(f"operation {env.dot} of a region that is not a member here "
                                        "(or that depends on one): handshake again for the newer member list")
 
+        if self.refuse_own and env.origin == self.region:
+            return
         if env.n <= self.causal.vv.get(env.origin, 0):
             self.duplicates += 1  # it came another way first (a relay, or a resend after a reconnection)
         self.causal.receive(env, self._apply_ready)
@@ -1104,7 +1145,7 @@ class ReplicationHub:
         envelopes that are ready in order (nearly every batch: a peer sends in causal order)
         is applied in one ``on_apply_run`` call - one log write, one count - instead of one
         call per envelope.  A batch the membership gate does not wholly admit goes one by one."""
-        if self.gate is not None and not self.gate.admits_all(envelopes):
+        if (self.gate is not None and not self.gate.admits_all(envelopes)) or self.refuse_own:
             for env in envelopes:
                 self.deliver(env)
             return
@@ -1137,7 +1178,8 @@ class ReplicationHub:
                 self.trace.mark("applied", 0, env.origin, env.n)
 
     def sendable_upto(self) -> int:
-        return self.causal.end if self.sendable is None else self.sendable
+        upto = self.causal.end if self.sendable is None else self.sendable
+        return upto if self.hold_at is None or self.hold_at >= upto else self.hold_at
 
     def trim(self, count: int) -> None:
         """Drop the ``count`` oldest envelopes of the backlog (see crdt/causal.py)."""
@@ -1162,7 +1204,7 @@ class ReplicationHub:
         region logs (``sendable`` set), it may not: the operation log's write tells the
         region, which raises ``sendable`` and wakes the links then (one wake-up per turn,
         not two per operation)."""
-        if self.sendable is None or self.sendable >= self.causal.end:
+        if (self.sendable is None or self.sendable >= self.causal.end) and self.hold_at is None:
             self.wake()
 
     def membership_hello(self) -> tuple[int, bytes]:
