@@ -710,7 +710,7 @@ class Simulation:
             self._stop(self.rng.choice(up), "restore")
 
     def _fault_lone(self) -> None:
-        """A region goes away for seconds (a long outage) and, meanwhile, another restarts -
+        """A region goes away for a while (a long outage, at a schedule's scale) and, meanwhile, another restarts -
         from an older copy of its folder when the operator has one: the restarted one waits
         ``crdt-lone-writes-after-ms`` for the missing member, then takes writes alone; the one
         away may hold operations of it the copy lacks (node/lone_writes.py)."""

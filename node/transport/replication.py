@@ -125,7 +125,10 @@ at least as many of an origin's operations (:func:`crdt.causal.forks`).  Holding
 operations under the same numbers - a *fork* - makes the link idle on both ends: the end
 that found it at the handshake sends the peer one Ack at the peer's count with its own
 digest, so the peer, which holds fewer and could not check, finds it too.  Forks are
-logged, counted (``history_forks``) and kept per peer (``forks``) for the status.
+logged, counted (``history_forks``) and kept per peer (``forks``) for the status.  A fork in
+the peer's own history ends when the peer handshakes again holding fewer of its operations
+than where they differed (a region that took writes alone withdrew them: node/lone_writes.py);
+a fork in a third region's history stops the region (``foreign_fork``: fail-stop).
 
 Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
 the link to one peer (a partition, for maintenance and tests).  A cut link is
@@ -524,8 +527,9 @@ class Link:
             hub.conflicts.discard(peer)
         # the same numbers, other operations: nothing may cross (each end would drop the
         # other's as duplicates and both would go on differing without an error)
-        # (a fork found once stays: it does not heal by itself, and a region holding fewer of
-        # the origin's operations than its peer cannot see it again at the next handshake)
+        # (a fork found once stays - a region holding fewer of the origin's operations than its
+        # peer cannot see it again at the next handshake - until the region whose own history
+        # forked comes back without its side: withdrawn_by, node/lone_writes.py)
         hub.causal.learn_heads(peer_vv, peer_heads or {})
         hub.withdrawn_by(peer, peer_vv)
         found = forks(hub.causal, peer_vv, peer_heads or {})
