@@ -387,11 +387,7 @@ class ActiveActive:
             return None
         old_keys, old_log = self.db.keys, self.causal.log + list(self.causal.pending.values())
         new_keys = img.keys
-        for key, s in new_keys.items():
-            old = old_keys.get(key)
-            for name, g in s.groups.items():
-                og = old.groups.get(name) if old is not None else None
-                _keep_local_group_state(g, og if og is not None and og.created_dot == g.created_dot else None)
+        _keep_local_groups(new_keys, old_keys)
         for key, floor in old_keys.id_floor.items():  # never mint an ID this region minted before
             if floor > new_keys.id_floor.get(key, (0, 0)):
                 new_keys.id_floor[key] = floor
@@ -717,21 +713,9 @@ class ActiveActive:
         lone = self.lone
         img = snapshot.decode(lone.image)
         since = self.causal.log[self.hub.hold_at - self.causal.base:]
-        own = self.region
-        for key, s in img.keys.items():
-            old = self.db.keys.get(key)
-            for name, g in s.groups.items():
-                og = old.groups.get(name) if old is not None else None
-                cursor, mark = g.cursors.get(own), g.watermarks.get(own)
-                _keep_local_group_state(g, og if og is not None and og.created_dot == g.created_dot else None)
-                # but in this region's own log the group is back where it was: the operations
-                # taken back put entries below those read alone, and `>` must not skip them
-                g.cursors, g.watermarks = dict(g.cursors), dict(g.watermarks)
-                for table, value in ((g.cursors, cursor), (g.watermarks, mark)):
-                    if value is None:
-                        table.pop(own, None)
-                    else:
-                        table[own] = value
+        # in this region's own log each group goes back where it was: the operations taken
+        # back put entries below those read alone, and `>` must not skip them
+        _keep_local_groups(img.keys, self.db.keys, back_in=self.region)
         self.db.keys = img.keys
         self.causal.take(img.causal)
         self.causal.drop_pending()  # their senders send them again
@@ -1183,6 +1167,26 @@ def _no_flush() -> int:
 
 def _not_attached(env: Envelope) -> None:
     raise RuntimeError("no region core applies operations for this hub")
+
+
+def _keep_local_groups(new_keys, old_keys, back_in: int | None = None) -> None:
+    """Every group of ``new_keys`` (an image's) keeps its region-local half from the same group
+    (same creation) in ``old_keys``; in origin log ``back_in``, if given, its cursor and
+    watermark stay the image's."""
+    for key, s in new_keys.items():
+        old = old_keys.get(key)
+        for name, g in s.groups.items():
+            og = old.groups.get(name) if old is not None else None
+            cursor, mark = (g.cursors.get(back_in), g.watermarks.get(back_in)) if back_in is not None else (None, None)
+            _keep_local_group_state(g, og if og is not None and og.created_dot == g.created_dot else None)
+            if back_in is None:
+                continue
+            g.cursors, g.watermarks = dict(g.cursors), dict(g.watermarks)
+            for table, value in ((g.cursors, cursor), (g.watermarks, mark)):
+                if value is None:
+                    table.pop(back_in, None)
+                else:
+                    table[back_in] = value
 
 
 def _keep_local_group_state(g, old) -> None:
