@@ -50,7 +50,7 @@ from .workloads import Members, connect
 
 DEBUG_FAULTS = {"clock", "disk-full", "slow-fsync"}
 RESTORED_ALONE_S = 1.0  # the restore fault: how long a restored region runs before its peers reach it
-NETWORK_FAULTS = {"partition", "one-way", "bridge", "link-faults"}
+NETWORK_FAULTS = {"partition", "one-way", "bridge", "long-partition", "link-faults"}
 PROCESS_FAULTS = {"kill", "pause", "restore"}
 
 
@@ -74,6 +74,36 @@ class Backend:
             c.execute_command("DEBUG", *args)
         finally:
             c.close()
+
+    def bound_backlogs(self, regions) -> dict[int, bytes]:
+        """The long-partition fault: bound the replication backlog of every one of ``regions``
+        to nothing (a partition longer than any backlog, in seconds); returns the settings to
+        put back (:meth:`unbound_backlogs`), of the regions that answered."""
+        before = {}
+        for region in regions:
+            try:
+                c = connect(self.addresses[region], timeout=2.0)
+            except (redis.RedisError, OSError):
+                continue
+            try:
+                before[region] = c.config_get("crdt-repl-backlog-size")["crdt-repl-backlog-size"]
+                c.config_set("crdt-repl-backlog-size", 1)
+            except (redis.RedisError, OSError):
+                pass  # down: its backlog is nothing it sends anyway
+            finally:
+                c.close()
+        return before
+
+    def unbound_backlogs(self, before: dict[int, bytes]) -> None:
+        for region, size in before.items():
+            try:
+                c = connect(self.addresses[region], timeout=2.0)
+                try:
+                    c.config_set("crdt-repl-backlog-size", size)
+                finally:
+                    c.close()
+            except (redis.RedisError, OSError):
+                pass  # down: it starts again with its cluster file's setting
 
     def heal_region(self, region: int) -> None:
         """Undo every DEBUG fault at a region (best effort: it may be down)."""
@@ -416,7 +446,7 @@ class LinkControls:
 class AttachBackend(LinkControls, Backend):
     """An already running cluster: link cuts through the regions' own replication controls."""
 
-    faults = DEBUG_FAULTS | {"partition", "bridge"}
+    faults = DEBUG_FAULTS | {"partition", "bridge", "long-partition"}
 
     def __init__(self, cluster_file: str) -> None:
         self.cluster_file = cluster_file

@@ -10,8 +10,9 @@ how faults reach a region differs:
   or restarting, is a no-op;
 * pause: ``docker pause`` / ``docker unpause`` (the cgroup freezer: SIGSTOP for
   a whole container);
-* partition and bridge: the regions' own link controls
-  (``BRAID.REPLICATION PAUSE PEER``), which cut one link both ways;
+* partition, bridge and long-partition: the regions' own link controls
+  (``BRAID.REPLICATION PAUSE PEER``), which cut one link both ways (long-partition
+  also bounds every backlog with ``CONFIG SET crdt-repl-backlog-size``);
 * clock, disk-full, slow-fsync: ``DEBUG`` (the compose file starts regions with
   ``--enable-debug-command yes``).
 
@@ -114,7 +115,7 @@ def check_deployment(compose_file: str) -> list[str]:
 
 
 class DockerBackend(LinkControls, Backend):
-    faults = DEBUG_FAULTS | {"kill", "pause", "partition", "bridge"}
+    faults = DEBUG_FAULTS | {"kill", "pause", "partition", "bridge", "long-partition"}
 
     def __init__(self, compose_file: str, cluster_file: str | None = None) -> None:
         self.plan = ComposePlan(compose_file)

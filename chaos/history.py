@@ -39,7 +39,7 @@ class Op:
 
 @dataclass(slots=True)
 class Fault:
-    kind: str             # kill, pause, partition, one-way, bridge, link-faults, clock, disk-full, slow-fsync
+    kind: str             # kill, pause, partition, one-way, bridge, long-partition, link-faults, clock, ...
     targets: list
     t0: float
     t1: float | None = None  # healed at (None: until the end of the faults phase)

@@ -15,6 +15,9 @@ pause          SIGSTOP a region (clients time out, links stall); SIGCONT
 partition      cut the link between two regions, both ways
 one-way        what one region sends another is held; the other way flows
 bridge         split the regions in two sides; one region stays connected to both
+long-partition split the regions in two sides with no region between them, every
+               backlog bounded to nothing meanwhile: each side drops operations the
+               other lacks, and the heal must join the two sides' states
 link-faults    every link delays (with jitter) and resets now and then (loss)
 clock          a region's clock jumps (forwards or backwards, up to a minute)
 disk-full      a region's append-only file cannot be written (ENOSPC)
@@ -49,8 +52,8 @@ import redis
 
 from .history import History
 
-KINDS = ("kill", "pause", "partition", "one-way", "bridge", "link-faults", "clock", "disk-full", "slow-fsync",
-         "restore", "membership")
+KINDS = ("kill", "pause", "partition", "one-way", "bridge", "long-partition", "link-faults", "clock", "disk-full",
+         "slow-fsync", "restore", "membership")
 SCHEDULED = KINDS[:-1]  # membership changes are not steps of the schedule: MembershipNemesis plays them
 
 
@@ -84,6 +87,11 @@ def _step(rng: random.Random, t: float, kind: str, length: float, regions: list[
         cut = max(1, len(others) // 2)
         left, right = sorted(others[:cut]), sorted(others[cut:])
         return Step(t, kind, (bridge, *left, *right), length, {"sides": (left, right)})
+    if kind == "long-partition":
+        rest = rng.sample(regions, len(regions))
+        cut = rng.randint(1, len(rest) - 1)
+        left, right = sorted(rest[:cut]), sorted(rest[cut:])
+        return Step(t, kind, (*left, *right), length, {"sides": (left, right)})
     if kind == "link-faults":
         return Step(t, kind, tuple(regions), length,
                     {"delay_s": rng.uniform(0.01, 0.2), "jitter_s": rng.uniform(0.0, 0.1),
@@ -140,7 +148,8 @@ class Nemesis(threading.Thread):
             current = b.fault_targets() if hasattr(b, "fault_targets") else sorted(b.addresses)
             if not set(step.targets) <= set(current) or (step.kind == "link-faults" and
                                                            list(step.targets) != current):
-                need = 3 if step.kind == "bridge" else 2 if step.kind in ("partition", "one-way", "link-faults") else 1
+                need = 3 if step.kind == "bridge" else 2 if step.kind in ("partition", "one-way", "link-faults",
+                                                                          "long-partition") else 1
                 if len(current) < need:
                     return None
                 rng = random.Random(f"{step.at}:{step.kind}:{current}")
@@ -174,6 +183,17 @@ class Nemesis(threading.Thread):
                 for y in right:
                     b.partition(x, y)
             return b.heal_network
+        if step.kind == "long-partition":
+            left, right = p["sides"]
+            bounded = b.bound_backlogs(step.targets)
+            for x in left:
+                for y in right:
+                    b.partition(x, y)
+
+            def heal() -> None:
+                b.heal_network()
+                b.unbound_backlogs(bounded)
+            return heal
         if step.kind == "link-faults":
             for i, x in enumerate(step.targets):
                 for y in step.targets[i + 1:]:
@@ -328,6 +348,8 @@ def _describe(step: Step) -> str:
         return f"hold what region {t[0]} sends region {t[1]}"
     if k == "bridge":
         return f"sides {p['sides'][0]} and {p['sides'][1]} joined only through region {t[0]}"
+    if k == "long-partition":
+        return f"sides {p['sides'][0]} and {p['sides'][1]} cut apart, every backlog bounded to nothing"
     if k == "link-faults":
         return f"all links: delay {p['delay_s']:.3f}s, jitter {p['jitter_s']:.3f}s, reset p={p['reset_p']:.3f}"
     if k == "clock":

@@ -54,7 +54,7 @@ from rich.table import Table
 from .history import FAIL, INFO, OK, History
 
 FAULT_COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple", "one-way": "tab:pink",
-                 "bridge": "tab:brown", "link-faults": "tab:olive", "clock": "tab:cyan",
+                 "bridge": "tab:brown", "long-partition": "tab:gray", "link-faults": "tab:olive", "clock": "tab:cyan",
                  "disk-full": "tab:gray", "slow-fsync": "tab:blue", "restore": "tab:red",
                  "membership": "tab:green"}
 REGION_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",

@@ -734,6 +734,32 @@ class EntryLog:
     def contains_range_count(self, start: StreamID, end: StreamID) -> int:
         return sum(1 for _ in self.range(start, end))
 
+    def live_count(self, start: StreamID, end: StreamID) -> int:
+        """How many live entries have start <= id <= end: the blocks inside the range by their
+        counters, only the (at most two) that straddle an end decoded."""
+        if start > end or not self.blocks:
+            return 0
+        firsts, blocks = self.firsts, self.blocks
+        count = 0
+        for k in range(max(bisect_right(firsts, start) - 1, 0), bisect_right(firsts, end)):
+            block = blocks[k]
+            if block.last < start:
+                continue
+            if start <= block.first and block.last <= end:
+                count += block.live
+            else:
+                count += sum(1 for _ in self.range(max(start, block.first), min(end, block.last)))
+        return count
+
+    def append_block(self, block: Block) -> None:
+        """Append a copy of ``block`` (of another log of the same origin, every ID above this
+        log's): what appending its entries one by one would hold, in one step."""
+        mine = restored_block(block.first, block.last, block.fields, bytearray(block.buf), block.live, block.dead,
+                              block.lp_base)
+        self.blocks.append(mine)
+        self.firsts.append(mine.first)
+        self.length += mine.live
+
     @property
     def node_count(self) -> int:
         return len(self.blocks)

@@ -46,7 +46,9 @@ The log is a backlog: its oldest envelopes can be dropped (:meth:`CausalLog.trim
 once every peer has them, or when it grows too old or too large.  Positions in
 it are absolute (``base`` counts what was dropped), and ``floor[o]`` is the
 highest ``n`` of origin ``o`` dropped, so :meth:`CausalLog.lacks_dropped` tells
-whether a peer needs what is no longer here - a full resync instead.
+whether a peer needs what is no longer here - a full resync instead.  A state join
+(crdt/join.py) brings operations without their envelopes: :meth:`CausalLog.absorb`
+raises ``vv`` and ``floor`` to them, so a peer lacking them is sent an image too.
 
 Causal stability: ``seen[o]`` is what region ``o`` had applied when it issued
 the last of its operations applied here.  :meth:`CausalLog.stable` is the
@@ -197,6 +199,33 @@ class CausalLog:
         self.base, self.floor = other.base, other.floor
         for origin, view in other.seen.items():
             self.seen[origin] = merge(self.seen.get(origin, {}), view)
+
+    def absorb(self, other: "CausalLog") -> list[Envelope]:
+        """The region's state was joined with ``other``'s (crdt/join.py): it now holds every
+        operation ``other`` held, most of them without their envelopes.  Where ``other`` held
+        more of an origin, ``vv`` rises to it and so does ``floor`` (this log cannot send
+        those operations: a peer lacking them needs an image), and the history digests are
+        ``other``'s there (unknown if it did not know them).  This log's envelopes stay: a
+        peer may still lack them.  Returns the envelopes that waited here (``pending``, taken
+        out): the caller hands those the join did not bring to :meth:`receive` again."""
+        vv, floor, heads, recent = self.vv, self.floor, self.heads, self.recent
+        for origin, n in other.vv.items():
+            if n <= vv.get(origin, 0):
+                continue
+            vv[origin] = n
+            if n > floor.get(origin, 0):
+                floor[origin] = n
+            if origin in other.heads:
+                heads[origin] = other.heads[origin]
+                recent[origin] = deque(other.recent.get(origin, (other.heads[origin],)), maxlen=HISTORY_WINDOW)
+            else:
+                heads.pop(origin, None)
+                recent.pop(origin, None)
+        for origin, view in other.seen.items():
+            self.seen[origin] = merge(self.seen.get(origin, {}), view)
+        waiting = list(self.pending.values())
+        self.drop_pending()
+        return waiting
 
     def view(self, region: int, acked: VersionVector | None = None) -> VersionVector:
         """What ``region`` is known to have applied: the dependencies of its last operation

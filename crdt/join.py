@@ -104,6 +104,14 @@ What the join cannot do from today's state (listed, not guessed):
   where the result depends on the arrival order.  A RENAME onto a key the renaming
   region never wrote to is safe.
 
+Where it runs: a replication link whose two ends both dropped from their backlogs
+operations the other lacks exchanges images, and each end joins the other's into its
+own (node/transport/replication.py, ``RegionCore.join_image``); the simulation and the
+Hypothesis state machine drive the same path.  Its cost is in proportion to what
+differs: a block of ``a``'s whose whole span ``b`` received and still holds as many live
+entries of is passed by its counters, without being decoded, and ``b``'s blocks that
+``a`` never received are copied whole.
+
 Nothing here does I/O or reads a clock; neither input is changed.
 """
 
@@ -228,24 +236,45 @@ def _received_tops(keys: Keyspace, key: bytes) -> dict[int, StreamID]:
 
 def _remove_deleted(s: Stream, sb: Stream | None, tops_b: dict[int, StreamID], losers: set[LogEntry]) -> None:
     """Delete from ``s`` (a copy of ``a``'s stream) every entry ``b`` received and no longer
-    holds, and every entry that lost an IDMP conflict the join resolved."""
+    holds, and every entry that lost an IDMP conflict the join resolved.
+
+    Block by block: the entries of one of ``a``'s blocks are every entry of their origin log
+    between its first and last ID (``a`` received them in order), so where ``b`` received
+    that whole span and still holds as many live entries in it as the block ever held,
+    ``b`` deleted none of them and the block is passed without being decoded."""
     for origin, log in s.logs.items():
         top_b = tops_b.get(origin, MIN_ID)
-        theirs = iter(sb.logs[origin].range(MIN_ID, top_b)) if sb is not None and origin in sb.logs else iter(())
-        their = next(theirs, None)
+        theirs_log = sb.logs.get(origin) if sb is not None else None
+        suspects = sorted(eid for o, eid in losers if o == origin)
         gone = []
-        for eid, _flat in log.range(MIN_ID, MAX_ID):
-            if (origin, eid) in losers:
-                gone.append(eid)
-                continue
-            if eid > top_b:
-                continue  # never received by ``b``: nothing there could have deleted it
-            while their is not None and their[0] < eid:
-                their = next(theirs, None)
-            if their is None or their[0] != eid:
-                gone.append(eid)
+        for block in list(log.blocks):
+            if block.first > top_b:
+                break  # never received by ``b``: nothing there could have deleted them
+            if block.last <= top_b and not (suspects and suspects[0] <= block.last and suspects[-1] >= block.first):
+                held = theirs_log.live_count(block.first, block.last) if theirs_log is not None else 0
+                if held == block.live + block.dead:
+                    continue  # ``b`` deleted none of them
+            gone += _deleted_in(log, theirs_log, block.first, min(block.last, top_b), origin, losers)
+        gone += [eid for eid in suspects if eid > top_b]  # losers ``b`` never received
         if gone:
             s.delete_ids(gone, [origin])
+
+
+def _deleted_in(log, theirs_log, first: StreamID, last: StreamID, origin: int, losers: set[LogEntry]) -> list:
+    """The live IDs of ``log`` from ``first`` to ``last`` that ``theirs_log`` (which received
+    all of them) no longer holds, or that lost an IDMP conflict."""
+    theirs = iter(theirs_log.range(first, last)) if theirs_log is not None else iter(())
+    their = next(theirs, None)
+    gone = []
+    for eid, _flat in log.range(first, last):
+        if (origin, eid) in losers:
+            gone.append(eid)
+            continue
+        while their is not None and their[0] < eid:
+            their = next(theirs, None)
+        if their is None or their[0] != eid:
+            gone.append(eid)
+    return gone
 
 
 def _append_unreceived(s: Stream, sb: Stream | None, tops_a: dict[int, StreamID], losers: set[LogEntry],
@@ -258,9 +287,21 @@ def _append_unreceived(s: Stream, sb: Stream | None, tops_a: dict[int, StreamID]
         start = incr(tops_a[origin]) if origin in tops_a else MIN_ID
         if start is None:
             continue  # ``a`` received up to the highest ID there is
-        for eid, flat in log.range(start, MAX_ID):
-            if (origin, eid) not in losers:
-                s.add(origin, eid, list(flat), limits.node_max_entries, limits.node_max_bytes)
+        suspects = any(o == origin for o, _eid in losers)
+        for block in log.blocks:
+            if block.last < start:
+                continue
+            if block.first >= start and not block.dead and not suspects:
+                # a whole block of live entries: copied as it is (what adding them one by one
+                # would give, but for where the blocks split)
+                s.log(origin).append_block(block)
+                s.entries_added += block.live
+                if block.last > s.last_id:
+                    s.last_id = block.last
+                continue
+            for eid, flat in log.range(max(start, block.first), block.last):
+                if (origin, eid) not in losers:
+                    s.add(origin, eid, list(flat), limits.node_max_entries, limits.node_max_bytes)
 
 
 # ---------------------------------------------------------------- consumer groups

@@ -202,11 +202,14 @@ class ActiveActive(SingleRegion):
                 yield ops.AckWatermark(key, name, origin, mark, group.created_dot)
 
     def rename(self, keys: ops.Keyspace, src: bytes, dst: bytes) -> Iterator[ops.Op]:
-        """The entries this region sees under ``src`` are added under ``dst`` with their IDs (as
-        entries of this region; entries sharing an ID collapse into one), after an
-        observed-remove of whatever ``dst`` held; then ``src`` is deleted the observed-remove
-        way.  Consumer groups are not carried over: RENAME drops all consumer-group
-        information.  Entries added to ``src`` concurrently elsewhere stay there."""
+        """The entries this region sees under ``src`` are added under ``dst`` with their IDs, in
+        an origin log of their own as COPY's are (entries sharing an ID collapse into one),
+        after an observed-remove of whatever ``dst`` held; then ``src`` is deleted the
+        observed-remove way.  Consumer groups are not carried over: RENAME drops all
+        consumer-group information.  Entries added to ``src`` concurrently elsewhere stay
+        there.  (In this region's own log of ``dst`` they would go below IDs it may hold
+        already: every origin log grows with rising IDs, which replication and the state
+        join rely on.)"""
         entries, last = [], None
         for eid, flat in keys[src].range(MIN_ID, MAX_ID):
             if eid != last:
@@ -214,8 +217,10 @@ class ActiveActive(SingleRegion):
                 last = eid
         if dst in keys:
             yield self.delete_key(dst, keys[dst])
-        for eid, flat in entries:
-            yield ops.AddEntry(dst, self.rules.region, eid, flat)
+        if entries:
+            log = self.copy_log()
+            for eid, flat in entries:
+                yield ops.AddEntry(dst, log, eid, flat)
         if src in keys:
             yield self.delete_key(src, keys[src])
 

@@ -34,6 +34,7 @@ handshake, :meth:`LinkState.starts_with_image` says whether the peer lacks
 dropped envelopes; then the caller sends a whole-state image and reports it
 with :meth:`LinkState.image_sent`.  If trimming overtakes a running link
 (``position`` fell behind the log's base and the peer lacks something dropped),
+or a state join raised the floor above what the peer holds (:meth:`LinkState.floor_raised`),
 :meth:`LinkState.outgoing` raises :class:`NeedsResync`: the link must restart
 and resync at its next handshake.  The receiving end reports an installed
 image with :meth:`LinkState.image_installed`, and a log replaced under a
@@ -54,6 +55,19 @@ strict rules (one operation at a time, the same dot in every part, offsets that
 follow each other, a total below the receiver's cap and parts that add up to it
 exactly) before anything of it is handed to the causal log.
 
+Relays.  Relaying a third region's operations is what heals a cut link; with the
+peer's own link to that region working it only sends the peer a second copy of
+each.  So a link keeps a :class:`RelayHold`: of what :meth:`LinkState.outgoing`
+gives, :meth:`RelayHold.hold` passes this region's and the peer's own operations
+and holds the others; :meth:`RelayHold.due` drops a held one once the peer
+acknowledged it and relays it only once the peer's acknowledgements of its region
+stood still for the relay delay (see there why, and the quiet case);
+:meth:`RelayHold.on_ack` keeps what that rule reads.  The hold reads no clock:
+every call takes ``now`` (seconds, from any origin that never goes back), and
+instead of arming a timer it says when its driver must look again
+(:attr:`RelayHold.wake_at`).  The gRPC link drives it with ``time.monotonic()``
+and an asyncio timer; the simulation with its virtual clock and a scheduled event.
+
 Progress.  :meth:`LinkState.on_ack` says whether an ack raised ``acked``, and
 :meth:`LinkState.unacknowledged` whether the peer was sent envelopes it has not
 acknowledged; a transport closes a link that stays unacknowledged without
@@ -61,6 +75,11 @@ progress for too long (a peer that reads but never acknowledges, or never reads)
 """
 
 from __future__ import annotations
+
+import math
+from collections import deque
+
+from typing import NamedTuple
 
 from .causal import CausalLog, Envelope, VersionVector, merge
 from .linkerrors import NeedsResync as NeedsResync  # exported: the link errors this module raises
@@ -71,12 +90,36 @@ from .linkerrors import ProtocolError as ProtocolError
 # (protobuf tags, lengths and varints of origin and n), and per dependency (one map entry).
 ENVELOPE_OVERHEAD = 40
 DEP_OVERHEAD = 24
+# a relay waits this many relay delays when the peer acknowledges nothing at all meanwhile
+RELAY_QUIET_FACTOR = 4
+
+
+class Opening(NamedTuple):
+    """What a link does first, decided at the handshake (:func:`opening`)."""
+
+    merging: bool        # both ends dropped what the other lacks: each sends its image, joins the other's
+    conflict: bool       # ... and the peer cannot join states: nothing crosses either way
+    sends_image: bool    # this end sends its whole state before anything else
+    expects_image: bool  # the peer does: nothing but its image is taken until it is whole
+
+
+def opening(vv: VersionVector, floor: VersionVector, peer_vv: VersionVector, peer_floor: VersionVector,
+            both_join: bool) -> Opening:
+    """One end's view of a link's start, from what both handshook with (each end's version
+    vector and backlog floor; ``both_join``: both announced that they join states).  The
+    same at both ends, mirrored: what one sends, the other expects."""
+    both_dropped = LinkState.image_conflict(vv, floor, peer_vv, peer_floor)
+    merging = both_dropped and both_join
+    conflict = both_dropped and not merging
+    sends = merging or not conflict and LinkState.peer_sends_image(peer_vv, floor)
+    expects = merging or not conflict and LinkState.peer_sends_image(vv, peer_floor)
+    return Opening(merging, conflict, sends, expects)
 
 
 class LinkState:
     """One end of a link to ``peer``: what it was sent, what it acknowledged, where the sender is."""
 
-    __slots__ = ("causal", "acked", "reported", "sent", "position", "unacked_from")
+    __slots__ = ("causal", "acked", "reported", "sent", "position", "unacked_from", "floor_checked")
 
     def __init__(self, causal: CausalLog, peer_vv: VersionVector, acked: VersionVector | None = None,
                  reported: VersionVector | None = None) -> None:
@@ -95,6 +138,7 @@ class LinkState:
         self.sent: VersionVector = dict(peer_vv)  # what was put on the wire to the peer
         self.position = causal.base      # how far into the causal log the sender looked (absolute)
         self.unacked_from = causal.base  # no envelope before this position is unacknowledged
+        self.floor_checked = True        # false once a state join raised the floor (floor_raised)
 
     # ------------------------------------------------------------ sending
     def starts_with_image(self, floor: VersionVector | None = None) -> bool:
@@ -118,9 +162,10 @@ class LinkState:
                        peer_floor: VersionVector) -> bool:
         """Both ends dropped from their backlogs operations the other lacks (a long partition
         overflowed both): an image either way would lose the receiver's dropped operations
-        (it holds them only in its state, which the image replaces), so neither is sent, nor
-        anything else (the peer could not apply it in causal order).  Symmetric: both ends
-        decide the same from the handshake.  Only a state merge could join the two."""
+        (it holds them only in its state, which the image replaces), and nothing else can
+        be applied in causal order.  Symmetric: both ends decide the same from the handshake.
+        Only a state join (crdt/join.py) unites the two: each end sends its image and joins
+        the other's instead of installing it (node/transport/replication.py)."""
         return LinkState.peer_sends_image(peer_vv, floor) and LinkState.peer_sends_image(vv, peer_floor)
 
     @staticmethod
@@ -132,8 +177,10 @@ class LinkState:
     def outgoing(self, sendable_upto: int) -> list[Envelope]:
         """The envelopes to send now, in log order; they count as sent from here on."""
         causal = self.causal
-        if self.position < causal.base and causal.lacks_dropped(merge(self.acked, self.sent)):
-            raise NeedsResync()
+        if self.position < causal.base or not self.floor_checked:
+            if causal.lacks_dropped(merge(self.acked, self.sent)):
+                raise NeedsResync()
+            self.floor_checked = True
         fresh = causal.since(self.position, sendable_upto)
         self.position = max(self.position, causal.base) + len(fresh)
         sent, acked = self.sent, self.acked
@@ -141,6 +188,12 @@ class LinkState:
         for e in out:
             sent[e.origin] = e.n  # log order: n rises per origin
         return out
+
+    def floor_raised(self) -> None:
+        """A state join brought this region operations without their envelopes and raised the
+        log's floor to them: before sending more, check that the peer does not lack some
+        (what this link sends next may depend on them, and only an image can bring them)."""
+        self.floor_checked = False
 
     def image_sent(self, image_vv: VersionVector, end: int) -> None:
         """A full-resync image holding ``image_vv`` (the log up to ``end``) was sent."""
@@ -208,6 +261,128 @@ class LinkState:
         self.unacked_from = base + i
         behind = sum(1 for e in log_[i:] if e.n > acked.get(e.origin, 0))
         return behind, (now - arrivals[i]) * 1000 if behind else 0.0
+
+
+# ---------------------------------------------------------------- relays of third regions
+class RelayHold:
+    """What ``region``'s link to ``peer`` holds back of third regions' operations, and when it relays them.
+
+    Times are seconds on the driver's clock (``now``, never read here).  ``acked`` in the
+    calls is what the peer is known to hold (:attr:`LinkState.acked`); ``delay`` the relay
+    delay (``crdt-repl-relay-delay-ms``, read by the driver at every look: CONFIG SET
+    applies at once).  The driver sends, at every look, ``due + direct`` from
+    :meth:`outgoing`, counts the relays, and keeps one timer at :attr:`wake_at`, calling
+    :meth:`woken` when it fires."""
+
+    __slots__ = ("region", "peer", "started", "held", "held_from", "wake_at", "ack_moved", "relayed", "acked_at")
+
+    def __init__(self, region: int, peer: int, now: float) -> None:
+        self.region = region
+        self.peer = peer
+        self.started = now  # the link's start: the peer's acks stand still since then, until they rise
+        self.held: deque[tuple[float, Envelope]] = deque()  # (due, relay): see due()
+        self.held_from = math.inf  # the earliest due of held: no relay is ready before it
+        self.wake_at = math.inf    # when the driver must look again (its timer); inf: no need
+        # per third region: when the peer's acknowledgement of it last rose past what this
+        # link relayed of it (so: got it another way, in practice from the region itself)
+        self.ack_moved: dict[int, float] = {}
+        self.relayed: dict[int, int] = {}  # per third region, the last of its operations relayed here
+        self.acked_at = now  # when the peer's acknowledgements last rose at all
+
+    def outgoing(self, envelopes: list[Envelope], acked: VersionVector, now: float,
+                 delay: float) -> tuple[list[Envelope], list[Envelope]]:
+        """Of ``envelopes`` (what :meth:`LinkState.outgoing` gave), what to send now: the held
+        relays due now and this region's and the peer's own (:meth:`hold`, then :meth:`due`);
+        the link sends them in that order."""
+        direct = self.hold(envelopes, now, delay)
+        return self.due(acked, now, delay), direct
+
+    def hold(self, envelopes: list[Envelope], now: float, delay: float) -> list[Envelope]:
+        """Of ``envelopes``, return this region's and the peer's own; hold the operations of
+        third regions until ``delay`` from now at least (:meth:`due` says which of
+        them to relay, and when).  A relay delay of 0 relays everything at once."""
+        if not envelopes or delay <= 0:
+            return envelopes
+        keep = []
+        due = now + delay
+        region, peer, held = self.region, self.peer, self.held
+        for e in envelopes:
+            if e.origin == region or e.origin == peer:
+                keep.append(e)
+            else:
+                held.append((due, e))
+        if held and due < self.held_from:
+            self.held_from = due
+        return keep
+
+    def due(self, acked: VersionVector, now: float, delay: float) -> list[Envelope]:
+        """The held operations of third regions to relay now, in log order.
+
+        Relaying is what heals a cut link; with the peer's own link to a region working it
+        only sends the peer a second copy of each of that region's operations.  So a held
+        operation is dropped once the peer acknowledged it, and relayed only when it has
+        been held ``delay`` and the peer's acknowledgements of its region have not risen
+        (past what this link relayed of it) for ``delay`` either, while the peer went on
+        acknowledging others': the peer's direct link to that region is down or stuck.  A
+        direct link that works, even far behind, keeps raising them, and nothing is relayed:
+        a slow link is not made slower by copies.  When the peer acknowledges nothing at all
+        (it, or this region, is short of CPU; or only that region writes), the relay waits
+        ``RELAY_QUIET_FACTOR`` times as long: copies would only add to the load.
+
+        Sets :attr:`wake_at` when a held operation may become due without anything else
+        waking the link."""
+        held, moved, relayed = self.held, self.ack_moved, self.relayed
+        if not held:
+            return []
+        while held and held[0][1].n <= acked.get(held[0][1].origin, 0):
+            held.popleft()  # the peer has it (nearly always a prefix: the peer acknowledges in order)
+        if not held:
+            self.held_from = math.inf
+            return []
+        if self.held_from > now:
+            # No held operation is ready before its own hold ends, and none ends before
+            # held_from (a bound from below): nothing else to look at now.  A link is woken
+            # for every batch it sends, and the hold is ~delay x the rate of third regions'
+            # operations long; the wake-up makes sure of a look once the first hold ends.
+            if self.wake_at > self.held_from:
+                self.wake_at = self.held_from
+            return []
+        due: list[Envelope] = []
+        waiting: deque[tuple[float, Envelope]] = deque()
+        next_at = math.inf
+        for at, e in held:
+            if e.n <= acked.get(e.origin, 0):
+                continue  # the peer has it
+            still = moved.get(e.origin, self.started)  # the peer's acks of its region stand still since
+            wait = delay if self.acked_at > still else delay * RELAY_QUIET_FACTOR
+            ready_at = at if delay <= 0 else max(at, still + wait)
+            if ready_at <= now:
+                due.append(e)
+                if e.n > relayed.get(e.origin, 0):
+                    relayed[e.origin] = e.n
+            else:
+                waiting.append((at, e))
+                next_at = min(next_at, ready_at)
+        self.held = waiting
+        self.held_from = min((at for at, _e in waiting), default=math.inf)
+        self.wake_at = next_at
+        return due
+
+    def on_ack(self, acked: VersionVector, vv: VersionVector, now: float) -> None:
+        """The peer acknowledged ``vv``; ``acked`` is what it was known to hold before (call
+        this before :meth:`LinkState.on_ack` raises it)."""
+        relayed, raised = self.relayed, False
+        for o, n in vv.items():
+            if n > acked.get(o, 0):
+                raised = True
+                if n > relayed.get(o, 0):  # the peer got a region's operations another way than from here
+                    self.ack_moved[o] = now
+        if raised:
+            self.acked_at = now
+
+    def woken(self) -> None:
+        """The driver's wake-up at :attr:`wake_at` came: it looks again now."""
+        self.wake_at = math.inf
 
 
 # ---------------------------------------------------------------- frames bounded by bytes

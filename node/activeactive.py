@@ -54,6 +54,7 @@ from collections.abc import Callable
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
+from crdt.join import RegionState, join
 from crdt.membership import ABORT, ACTIVATE, ACTIVE, ADOPT, COMMIT, FORCE_REMOVE, JOINING, LEAVING, LIVE, \
     REMOVE, REMOVED, WAIT, Change, Membership, MembershipError, Promise, Proposal, Settlement, Standing
 from crdt.sync import LinkState
@@ -408,6 +409,26 @@ class ActiveActive:
         self.hub.log_replaced()
         return old_log
 
+    def join_image(self, data: bytes) -> list[Envelope] | None:
+        """Join a peer's image into this region's state (crdt/join.py): both regions dropped
+        from their backlogs operations the other lacks, so neither image may replace the
+        other's state; this region ends holding every operation either held, its own
+        region-local state (consumers, PELs, cursors) kept.  Its causal log stays, raised
+        to the operations the image brought (``CausalLog.absorb``).  Returns the envelopes
+        that waited here for their dependencies, for the caller to deliver again (the join
+        may have brought what they wait for); None: refused (nothing changed)."""
+        if self.lone.alone:  # the join would carry held operations out with the next image
+            log.info("refusing to join a peer's state while this region takes writes alone")
+            return None
+        img = snapshot.decode(data)
+        mine = RegionState(self.db.keys, dict(self.causal.vv))
+        joined = join(mine, RegionState(img.keys, dict(img.causal.vv)), self.db.limits)
+        self.db.keys = joined.keys
+        waiting = self.causal.absorb(img.causal)
+        self._unsafe.clear()
+        self.hub.joined(dict(img.causal.vv))
+        return [env for env in waiting if env.n > self.causal.vv.get(env.origin, 0)]
+
     # ------------------------------------------------------------ operations
     def publish(self, op: ops.Op) -> Envelope | None:
         """Send an operation this region applied; returns its envelope (None: it stays here).
@@ -537,7 +558,8 @@ class ActiveActive:
         for peer in self.peers():
             link = self.hub.links.get(peer.number)
             state = ("paused" if self.hub.is_cut(peer.number) else "fork" if peer.number in self.hub.forks
-                     else "down" if link is None else "conflict" if link.conflict else "up")
+                     else "down" if link is None else "merging" if link.merging
+                     else "conflict" if link.conflict else "up")
             behind, age_ms = self.peer_lag(peer.number, now)  # a paused or lost peer's lag keeps growing
             links.append({"peer": peer.name, "number": peer.number, "state": state,
                           "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number],
@@ -559,6 +581,7 @@ class ActiveActive:
             "catch_up_held": held, "catch_up_target": target, "membership_refused": self.membership_refused,
             "membership_dropped": self.membership_dropped,
             "heads": self.causal.held_heads(), "history_forks": self.hub.history_forks,
+            "state_joins": self.hub.joins,
         }
 
     def info_lines(self) -> list[str]:
@@ -581,6 +604,7 @@ class ActiveActive:
             f"crdt_backlog_bytes:{st['backlog_bytes']}",
             f"crdt_full_resyncs_sent:{st['resyncs_sent']}",
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
+            f"crdt_state_joins:{st['state_joins']}",
             f"crdt_link_protocol_errors:{self.hub.protocol_errors}",
             f"crdt_link_stalls:{self.hub.stalls}",
             f"crdt_relayed_ops:{self.hub.relayed}",

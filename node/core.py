@@ -177,6 +177,7 @@ class RegionCore:
             aa.hub.on_batch_applied = self.remote_batch_applied
             aa.hub.frame_arrives = self.peer_frame_arrives
             aa.hub.install_image = self.install_image
+            aa.hub.join_image = self.join_image
             aa.on_setting = self._db_setting_changed
             aa.flush_database = self.flush_database
             aa.snapshot_now = self.snapshot_now  # braid-admin backup (node/transport/admin.py)
@@ -894,20 +895,37 @@ class RegionCore:
         (``OperationLog.hold_for_image``): a process that ends first starts again from the
         old log, which holds those operations, and is sent an image again.
         """
+        if not self._take_image(data, self.db.aa.adopt_image, "refusing a full-resync image"):
+            return False
+        log.warning("installed a full-resync image: version vector %s", self.db.aa.causal.vv)
+        return True
+
+    def join_image(self, data: bytes) -> bool:
+        """Join a peer's image into this region's state (``ActiveActive.join_image``: both
+        regions dropped operations the other lacks), then, as :meth:`install_image` does,
+        deliver again what waited and make the joined state the base of the append-only
+        file (a replay of the old log cannot lead to it).  False: refused (nothing changed)."""
+        if not self._take_image(data, self.db.aa.join_image, "refusing to join a peer's state"):
+            return False
+        log.warning("joined a peer's state with this region's: version vector %s", self.db.aa.causal.vv)
+        return True
+
+    def _take_image(self, data: bytes, take: Callable[[bytes], list | None], refusing: str) -> bool:
+        """The steps :meth:`install_image` and :meth:`join_image` share around ``take`` (which
+        changes the state and returns the envelopes to deliver again on top, or None)."""
         aa = self.db.aa
         oplog = self.oplog
         if oplog is not None:
             try:
                 oplog.roll()  # the old state's records on disk, ending a segment: the snapshot follows them
             except OSError as e:
-                log.error("refusing a full-resync image: the append-only file cannot be put on disk first: %s",
-                          e.strerror or e)
+                log.error("%s: the append-only file cannot be put on disk first: %s", refusing, e.strerror or e)
                 return False
             base = oplog.last_record
-        replayed = aa.adopt_image(data)
+        replayed = take(data)
         if replayed is None:
             return False
-        for env in replayed:  # operations this region held that the image lacks, its own among them
+        for env in replayed:  # operations this region held that the new state lacks, its own among them
             if env.n > aa.causal.vv.get(env.origin, 0):
                 aa.hub.deliver(env)
         if oplog is not None:
@@ -915,7 +933,6 @@ class RegionCore:
             aa.log_started()
         self.db.ready.update(self.db.keys)
         self.keys_ready()
-        log.warning("installed a full-resync image: version vector %s", aa.causal.vv)
         return True
 
     def _save_image(self, record: int) -> None:

@@ -52,7 +52,7 @@ COMMAND_BUCKETS_S = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 1
                      100e-3, 250e-3, 1.0)
 FSYNC_BUCKETS_S = (0.5e-3, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0,
                    10.0)
-LINK_STATES = ("up", "down", "paused", "conflict", "fork")
+LINK_STATES = ("up", "down", "paused", "merging", "conflict", "fork")
 REQUEST_TIMEOUT_S = 10.0
 MAX_REQUEST_BYTES = 16 * 1024
 
@@ -279,7 +279,7 @@ class RegionCollector:
         st = aa.status()
         now = time.monotonic()
         state = GaugeMetricFamily("braid_peer_link_state", "The link to each other region: 1 for its current "
-                                  "state (up, down, paused, conflict), 0 for the others", labels=["peer", "state"])
+                                  "state (up, down, paused, merging, conflict, fork), 0 for the others", labels=["peer", "state"])
         lag_ops = GaugeMetricFamily("braid_peer_lag_operations", "Operations held here that the peer has not "
                                     "acknowledged (grows while the link is down or paused)", labels=["peer"])
         lag_s = GaugeMetricFamily("braid_peer_lag_seconds", "Age of the oldest operation held here that the peer "
@@ -323,6 +323,8 @@ class RegionCollector:
                      "(every peer had them, or past crdt-repl-backlog-size / -ttl)", st["backlog_trimmed"])
         yield _counter("braid_full_resyncs_sent", "Full resyncs (the whole state) sent to peers", st["resyncs_sent"])
         yield _counter("braid_full_resyncs_received", "Full resyncs received and installed", st["resyncs_received"])
+        yield _counter("braid_state_joins", "Peers' states joined into this region's (both backlogs had dropped "
+                       "operations the other lacked)", st["state_joins"])
         yield _counter("braid_history_forks", "Links found holding other operations than this region under the "
                        "same operation numbers (the regions differ until one withdraws its side or an operator "
                        "resolves it)", st["history_forks"])

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17proto/replication.proto\x12\x11\x62raid.replication\"\x93\x01\n\x08\x45nvelope\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Envelope.DepsEntry\x12\n\n\x02op\x18\x04 \x01(\x0c\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xb6\x03\n\x05Hello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\r\x12\r\n\x05token\x18\x04 \x01(\t\x12,\n\x02vv\x18\x05 \x03(\x0b\x32 .braid.replication.Hello.VvEntry\x12\x32\n\x05\x66loor\x18\x06 \x03(\x0b\x32#.braid.replication.Hello.FloorEntry\x12\x13\n\x0bmax_message\x18\x07 \x01(\x04\x12\r\n\x05\x65poch\x18\x08 \x01(\x04\x12\x0f\n\x07members\x18\t \x01(\x0c\x12\x16\n\x0epacked_batches\x18\n \x01(\x08\x12\x32\n\x05heads\x18\x0b \x03(\x0b\x32#.braid.replication.Hello.HeadsEntry\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nHeadsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x89\x03\n\x07Welcome\x12\x0e\n\x06region\x18\x01 \x01(\r\x12.\n\x02vv\x18\x02 \x03(\x0b\x32\".braid.replication.Welcome.VvEntry\x12\x34\n\x05\x66loor\x18\x03 \x03(\x0b\x32%.braid.replication.Welcome.FloorEntry\x12\x13\n\x0bmax_message\x18\x04 \x01(\x04\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0f\n\x07members\x18\x06 \x01(\x0c\x12\x16\n\x0epacked_batches\x18\x07 \x01(\x08\x12\x34\n\x05heads\x18\x08 \x03(\x0b\x32%.braid.replication.Welcome.HeadsEntry\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nHeadsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"7\n\x05\x42\x61tch\x12.\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1b.braid.replication.Envelope\"\xc2\x01\n\x08\x46ragment\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Fragment.DepsEntry\x12\r\n\x05total\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x0c\n\x04last\x18\x07 \x01(\x08\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xce\x01\n\x03\x41\x63k\x12*\n\x02vv\x18\x01 \x03(\x0b\x32\x1e.braid.replication.Ack.VvEntry\x12\x10\n\x08received\x18\x02 \x01(\x04\x12\x30\n\x05heads\x18\x03 \x03(\x0b\x32!.braid.replication.Ack.HeadsEntry\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nHeadsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"C\n\x06Resync\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\r\n\x05total\x18\x03 \x01(\x04\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\xd8\x02\n\x05\x46rame\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x18.braid.replication.HelloH\x00\x12-\n\x07welcome\x18\x02 \x01(\x0b\x32\x1a.braid.replication.WelcomeH\x00\x12)\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x18.braid.replication.BatchH\x00\x12%\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x16.braid.replication.AckH\x00\x12+\n\x06resync\x18\x05 \x01(\x0b\x32\x19.braid.replication.ResyncH\x00\x12/\n\x08\x66ragment\x18\x06 \x01(\x0b\x32\x1b.braid.replication.FragmentH\x00\x12\x14\n\nbatch_zlib\x18\x07 \x01(\x0cH\x00\x12\x10\n\x06packed\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bpacked_zlib\x18\t \x01(\x0cH\x00\x42\x06\n\x04\x62ody2M\n\x0bReplication\x12>\n\x04Sync\x12\x18.braid.replication.Frame\x1a\x18.braid.replication.Frame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17proto/replication.proto\x12\x11\x62raid.replication\"\x93\x01\n\x08\x45nvelope\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Envelope.DepsEntry\x12\n\n\x02op\x18\x04 \x01(\x0c\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xcc\x03\n\x05Hello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tabase\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\r\x12\r\n\x05token\x18\x04 \x01(\t\x12,\n\x02vv\x18\x05 \x03(\x0b\x32 .braid.replication.Hello.VvEntry\x12\x32\n\x05\x66loor\x18\x06 \x03(\x0b\x32#.braid.replication.Hello.FloorEntry\x12\x13\n\x0bmax_message\x18\x07 \x01(\x04\x12\r\n\x05\x65poch\x18\x08 \x01(\x04\x12\x0f\n\x07members\x18\t \x01(\x0c\x12\x16\n\x0epacked_batches\x18\n \x01(\x08\x12\x32\n\x05heads\x18\x0b \x03(\x0b\x32#.braid.replication.Hello.HeadsEntry\x12\x14\n\x0cjoins_states\x18\x0c \x01(\x08\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nHeadsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x9f\x03\n\x07Welcome\x12\x0e\n\x06region\x18\x01 \x01(\r\x12.\n\x02vv\x18\x02 \x03(\x0b\x32\".braid.replication.Welcome.VvEntry\x12\x34\n\x05\x66loor\x18\x03 \x03(\x0b\x32%.braid.replication.Welcome.FloorEntry\x12\x13\n\x0bmax_message\x18\x04 \x01(\x04\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0f\n\x07members\x18\x06 \x01(\x0c\x12\x16\n\x0epacked_batches\x18\x07 \x01(\x08\x12\x34\n\x05heads\x18\x08 \x03(\x0b\x32%.braid.replication.Welcome.HeadsEntry\x12\x14\n\x0cjoins_states\x18\t \x01(\x08\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nFloorEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nHeadsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"7\n\x05\x42\x61tch\x12.\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1b.braid.replication.Envelope\"\xc2\x01\n\x08\x46ragment\x12\x0e\n\x06origin\x18\x01 \x01(\r\x12\t\n\x01n\x18\x02 \x01(\x04\x12\x33\n\x04\x64\x65ps\x18\x03 \x03(\x0b\x32%.braid.replication.Fragment.DepsEntry\x12\r\n\x05total\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x0c\n\x04last\x18\x07 \x01(\x08\x1a+\n\tDepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xce\x01\n\x03\x41\x63k\x12*\n\x02vv\x18\x01 \x03(\x0b\x32\x1e.braid.replication.Ack.VvEntry\x12\x10\n\x08received\x18\x02 \x01(\x04\x12\x30\n\x05heads\x18\x03 \x03(\x0b\x32!.braid.replication.Ack.HeadsEntry\x1a)\n\x07VvEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a,\n\nHeadsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"C\n\x06Resync\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\r\n\x05total\x18\x03 \x01(\x04\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\xd8\x02\n\x05\x46rame\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x18.braid.replication.HelloH\x00\x12-\n\x07welcome\x18\x02 \x01(\x0b\x32\x1a.braid.replication.WelcomeH\x00\x12)\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x18.braid.replication.BatchH\x00\x12%\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x16.braid.replication.AckH\x00\x12+\n\x06resync\x18\x05 \x01(\x0b\x32\x19.braid.replication.ResyncH\x00\x12/\n\x08\x66ragment\x18\x06 \x01(\x0b\x32\x1b.braid.replication.FragmentH\x00\x12\x14\n\nbatch_zlib\x18\x07 \x01(\x0cH\x00\x12\x10\n\x06packed\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bpacked_zlib\x18\t \x01(\x0cH\x00\x42\x06\n\x04\x62ody2M\n\x0bReplication\x12>\n\x04Sync\x12\x18.braid.replication.Frame\x1a\x18.braid.replication.Frame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -56,37 +56,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENVELOPE_DEPSENTRY']._serialized_start=151
   _globals['_ENVELOPE_DEPSENTRY']._serialized_end=194
   _globals['_HELLO']._serialized_start=197
-  _globals['_HELLO']._serialized_end=635
-  _globals['_HELLO_VVENTRY']._serialized_start=502
-  _globals['_HELLO_VVENTRY']._serialized_end=543
-  _globals['_HELLO_FLOORENTRY']._serialized_start=545
-  _globals['_HELLO_FLOORENTRY']._serialized_end=589
-  _globals['_HELLO_HEADSENTRY']._serialized_start=591
-  _globals['_HELLO_HEADSENTRY']._serialized_end=635
-  _globals['_WELCOME']._serialized_start=638
-  _globals['_WELCOME']._serialized_end=1031
-  _globals['_WELCOME_VVENTRY']._serialized_start=502
-  _globals['_WELCOME_VVENTRY']._serialized_end=543
-  _globals['_WELCOME_FLOORENTRY']._serialized_start=545
-  _globals['_WELCOME_FLOORENTRY']._serialized_end=589
-  _globals['_WELCOME_HEADSENTRY']._serialized_start=591
-  _globals['_WELCOME_HEADSENTRY']._serialized_end=635
-  _globals['_BATCH']._serialized_start=1033
-  _globals['_BATCH']._serialized_end=1088
-  _globals['_FRAGMENT']._serialized_start=1091
-  _globals['_FRAGMENT']._serialized_end=1285
+  _globals['_HELLO']._serialized_end=657
+  _globals['_HELLO_VVENTRY']._serialized_start=524
+  _globals['_HELLO_VVENTRY']._serialized_end=565
+  _globals['_HELLO_FLOORENTRY']._serialized_start=567
+  _globals['_HELLO_FLOORENTRY']._serialized_end=611
+  _globals['_HELLO_HEADSENTRY']._serialized_start=613
+  _globals['_HELLO_HEADSENTRY']._serialized_end=657
+  _globals['_WELCOME']._serialized_start=660
+  _globals['_WELCOME']._serialized_end=1075
+  _globals['_WELCOME_VVENTRY']._serialized_start=524
+  _globals['_WELCOME_VVENTRY']._serialized_end=565
+  _globals['_WELCOME_FLOORENTRY']._serialized_start=567
+  _globals['_WELCOME_FLOORENTRY']._serialized_end=611
+  _globals['_WELCOME_HEADSENTRY']._serialized_start=613
+  _globals['_WELCOME_HEADSENTRY']._serialized_end=657
+  _globals['_BATCH']._serialized_start=1077
+  _globals['_BATCH']._serialized_end=1132
+  _globals['_FRAGMENT']._serialized_start=1135
+  _globals['_FRAGMENT']._serialized_end=1329
   _globals['_FRAGMENT_DEPSENTRY']._serialized_start=151
   _globals['_FRAGMENT_DEPSENTRY']._serialized_end=194
-  _globals['_ACK']._serialized_start=1288
-  _globals['_ACK']._serialized_end=1494
-  _globals['_ACK_VVENTRY']._serialized_start=502
-  _globals['_ACK_VVENTRY']._serialized_end=543
-  _globals['_ACK_HEADSENTRY']._serialized_start=591
-  _globals['_ACK_HEADSENTRY']._serialized_end=635
-  _globals['_RESYNC']._serialized_start=1496
-  _globals['_RESYNC']._serialized_end=1563
-  _globals['_FRAME']._serialized_start=1566
-  _globals['_FRAME']._serialized_end=1910
-  _globals['_REPLICATION']._serialized_start=1912
-  _globals['_REPLICATION']._serialized_end=1989
+  _globals['_ACK']._serialized_start=1332
+  _globals['_ACK']._serialized_end=1538
+  _globals['_ACK_VVENTRY']._serialized_start=524
+  _globals['_ACK_VVENTRY']._serialized_end=565
+  _globals['_ACK_HEADSENTRY']._serialized_start=613
+  _globals['_ACK_HEADSENTRY']._serialized_end=657
+  _globals['_RESYNC']._serialized_start=1540
+  _globals['_RESYNC']._serialized_end=1607
+  _globals['_FRAME']._serialized_start=1610
+  _globals['_FRAME']._serialized_end=1954
+  _globals['_REPLICATION']._serialized_start=1956
+  _globals['_REPLICATION']._serialized_end=2033
 # @@protoc_insertion_point(module_scope)

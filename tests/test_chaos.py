@@ -25,9 +25,9 @@ from chaos.history import FAIL, INFO, OK, History, Op, Sample
 from chaos.nemesis import KINDS, schedule
 from chaos.relay import RelayHub
 from chaos.run import RunConfig, run
-from chaos.workloads import CHURN, GROUPS, IDMP, LOG
+from chaos.workloads import CHURN, GROUPS, IDMP, LOG, connect
 from chaos import report
-from node.testing import BraidProcess, wait_until
+from node.testing import BraidProcess, replication_status, wait_until
 
 
 # ------------------------------------------------------------------ histories by hand
@@ -365,6 +365,29 @@ def test_regions_restored_from_older_copies_of_their_folders_lose_nothing(tmp_pa
     restored = [f for f in result.history.faults if f.kind == "restore" and "not injected" not in f.detail
                 and "heal failed" not in f.detail]
     assert restored, "the schedule restored no region"
+
+
+def test_sides_apart_longer_than_every_backlog_join_their_states_and_lose_nothing(tmp_path):
+    """The long-partition fault: two sides cut apart while every backlog holds nothing, so
+    each side drops operations the other lacks.  At the heal they join their states: the
+    regions end identical with every acknowledged write, and a join happened."""
+    backend = ProcessBackend(3, str(tmp_path / "regions"), seed=2)
+    backend.start()
+    try:
+        result = run(RunConfig(3, 20, 2, ["long-partition"], out=str(tmp_path / "report")), backend)
+        joins = {}
+        for region, address in backend.addresses.items():
+            c = connect(address)
+            try:
+                joins[region] = int(replication_status(c)["crdt_state_joins"])
+            finally:
+                c.close()
+    finally:
+        backend.stop()
+    assert result.ok, [v.summary for v in result.verdicts if not v.ok] + result.errors
+    cuts = [f for f in result.history.faults if f.kind == "long-partition" and "not injected" not in f.detail]
+    assert cuts, "the schedule cut no sides apart"
+    assert sum(joins.values()) >= 2, joins  # (at least one pair of regions joined, each end once)
 
 
 def test_a_region_that_writes_before_its_peers_answered_is_caught_after_a_restore(tmp_path):

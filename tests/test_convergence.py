@@ -150,9 +150,13 @@ class Region:
 
 def deliver(src: Region, dst: Region, pick: int | None = None) -> bool:
     """Envelopes ``src`` holds and ``dst`` lacks reach ``dst`` (one, if ``pick``); a full-resync
-    image first when ``src`` trimmed some ``dst`` lacks.  True if an image was installed."""
+    image first when ``src`` trimmed some ``dst`` lacks; when both dropped what the other
+    lacks, each joins the other's image, as the link does.  True if an image was installed
+    or joined."""
     if LinkState.image_conflict(src.causal.vv, src.causal.floor, dst.causal.vv, dst.causal.floor):
-        return False  # both dropped what the other lacks: nothing crosses (crdt/sync.py)
+        (to_dst, _), (to_src, _) = src.server.resync_image(), dst.server.resync_image()
+        assert dst.server.join_image(to_dst) and src.server.join_image(to_src)
+        return True
     if src.causal.lacks_dropped(dst.causal.vv):
         image, _vv = src.server.resync_image()
         if dst.server.install_image(image):
@@ -476,22 +480,29 @@ def test_a_full_resync_never_loses_what_the_receiver_trimmed():
     """Found by the convergence machine: two regions apart long enough for both to trim their
     backlog past its size bound.  Each used to send the other an image; the one region 2
     installed lacked region 2's own trimmed entry, and its version vector went back (its next
-    operation would reuse the dot 2.1).  Now nothing crosses, and nothing is lost."""
+    operation would reuse the dot 2.1).  Now such an image is refused, and the regions join
+    their states instead: nothing is lost."""
     r1, r2 = _both_dropped_what_the_other_lacks()
     image, _vv = r1.server.resync_image()
     assert not r2.server.install_image(image)  # refused: it lacks 2.1, which region 2 dropped
-    sync(r1, r2)
     assert r1.causal.vv == {1: 1} and r2.causal.vv == {2: 1}
-    assert r1.xrange(b"x") == [b"110-1"] and r2.xrange(b"x") == [b"120-2"]
+    sync(r1, r2)
+    assert r1.causal.vv == r2.causal.vv == {1: 1, 2: 1}
 
 
-@pytest.mark.xfail(strict=True, reason="two regions that both dropped from their backlogs what the other lacks "
-                   "can only be joined by merging their states, which Braid cannot do yet (it reports the "
-                   "conflict and keeps both)")
 def test_regions_that_both_dropped_what_the_other_lacks_converge():
+    """Each joins the other's image into its own state (crdt/join.py), and operation-based
+    replication goes on from there: later writes cross as usual."""
     r1, r2 = _both_dropped_what_the_other_lacks()
     sync(r1, r2)
     assert r1.xrange(b"x") == r2.xrange(b"x") == [b"110-1", b"120-2"]
+    assert r1.causal.vv == r2.causal.vv == {1: 1, 2: 1}
+    assert r1.causal.floor == r2.causal.floor == {1: 1, 2: 1}
+    r1.xadd(b"x", ms=130)
+    r2.xadd(b"y", ms=140)
+    sync(r1, r2)
+    assert r1.snapshot() == r2.snapshot()
+    assert r1.xrange(b"x") == [b"110-1", b"120-2", b"130-1"] and r2.xrange(b"y") == [b"140-2"]
 
 
 def test_idmp_size_eviction_follows_each_regions_arrival_order():

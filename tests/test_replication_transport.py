@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from crdt.causal import CausalLog
-from crdt.sync import LinkState
+from crdt.sync import LinkState, Opening, opening
 from node.config import Config
 from node.transport.replication import Link, ReplicationHub, pack_batch, unpack_batch
 from proto import replication_pb2 as pb
@@ -532,34 +532,82 @@ def test_keepalive_notices_a_peer_that_froze():
 
 
 # ------------------------------------------------------------------ both backlogs overflowed
-def test_an_image_is_never_sent_when_both_regions_dropped_what_the_other_lacks():
+def _both_dropped(joins: tuple[bool, bool]):
+    """Hubs of regions 1 and 2 that each issued ten operations and dropped five before any
+    peer received them; ``joins``: whether each announces that it joins states.  Images are
+    tagged with their sender; what each hub was given to join or install is recorded."""
+    (one, got1), (two, got2) = make_hub(1), make_hub(2)
+    taken: dict[int, list] = {1: [], 2: []}
+    for hub, j in zip((one, two), joins):
+        hub.joins_states = j
+        hub.make_image = lambda digests=True, hub=hub: (b"image of %d" % hub.region, dict(hub.causal.vv))
+
+        def join(data, hub=hub):  # what a region's join does to its log (RegionCore.join_image)
+            theirs = CausalLog(3 - hub.region)
+            theirs.vv = {theirs.region: 10}
+            taken[hub.region].append(("join", data))
+            assert hub.causal.absorb(theirs) == []
+            hub.joined(theirs.vv)
+            return True
+        hub.join_image = join
+        hub.install_image = lambda data, hub=hub: taken[hub.region].append(("install", data)) or True
+        for i in range(10):
+            hub.issue(b"op-%d" % i)
+        hub.trim(5)
+    return one, two, taken, got1, got2
+
+
+def test_regions_that_both_dropped_what_the_other_lacks_exchange_images_and_join_them():
     """Regions 1 and 2 each issued operations the other never received, then dropped them
     from their backlogs: an image either way would lose the receiver's dropped operations.
-    Both see it at the handshake, send nothing, and say so; a region that dropped only
-    what the other holds still sends its image."""
+    Both see it at the handshake; each sends its image and joins the other's (never installs
+    it), the link is ``merging`` until then, and operations flow after it as usual."""
     assert LinkState.image_conflict({1: 10}, {1: 5}, {2: 8}, {2: 3})
     assert not LinkState.image_conflict({1: 10, 2: 8}, {1: 5}, {2: 8}, {2: 3})  # 1 holds what 2 dropped
     assert LinkState.image_loses({1: 4}, {1: 5}) and not LinkState.image_loses({1: 5, 2: 1}, {1: 5})
+    # the opening each end decides from the handshake, mirrored
+    one, two = opening({1: 10}, {1: 5}, {2: 8}, {2: 3}, True), opening({2: 8}, {2: 3}, {1: 10}, {1: 5}, True)
+    assert one == two == Opening(merging=True, conflict=False, sends_image=True, expects_image=True)
+    assert opening({1: 10}, {1: 5}, {2: 8}, {2: 3}, False) == Opening(False, True, False, False)
+    behind = opening({1: 10}, {1: 5}, {1: 2}, {}, True)  # the peer lacks what this end dropped
+    assert behind == Opening(False, False, True, False)
+    assert opening({1: 2}, {}, {1: 10}, {1: 5}, True) == Opening(False, False, False, True)
 
     async def scenario():
-        (one, got1), (two, got2) = make_hub(1), make_hub(2)
-        images = []
-        for hub in (one, two):
-            hub.make_image = lambda digests=True, hub=hub: (b"image", dict(hub.causal.vv))
-            hub.install_image = lambda data: images.append(data) or True
-        for hub in (one, two):
-            for i in range(10):
-                hub.issue(b"op-%d" % i)
-            hub.trim(5)  # dropped before any peer received them
+        one, two, taken, got1, got2 = _both_dropped((True, True))
+        port = await two.serve()
+        try:
+            one.dial(2, f"127.0.0.1:{port}")
+            await until(lambda: taken[1] and taken[2])
+            assert taken == {1: [("join", b"image of 2")], 2: [("join", b"image of 1")]}
+            assert one.joins == two.joins == 1 and one.resyncs_sent == two.resyncs_sent == 1
+            await until(lambda: not one.merging and not two.merging)
+            assert not one.links[2].conflict and not two.links[1].conflict and not one.conflicts
+            one.issue(b"later")  # after the join, operations cross as usual
+            await until(lambda: [e.op for e in got2] == [b"later"])
+            assert got1 == []
+        finally:
+            await one.stop()
+            await two.stop()
+
+    run(scenario())
+
+
+def test_a_peer_that_cannot_join_states_gets_nothing_when_both_dropped_what_the_other_lacks():
+    """A peer of an older version does not announce that it joins states: no image either
+    way (it would install it and lose its own dropped operations), nothing crosses, the
+    link is in conflict and says so, and it is not a stall."""
+    async def scenario():
+        one, two, taken, got1, got2 = _both_dropped((True, False))
         port = await two.serve()
         try:
             one.dial(2, f"127.0.0.1:{port}")
             await until(lambda: 1 in two.links and 2 in one.links)
             assert one.links[2].conflict and two.links[1].conflict
-            assert one.conflicts == {2} and two.conflicts == {1}
+            assert one.conflicts == {2} and two.conflicts == {1} and not one.merging and not two.merging
             one.issue(b"later")  # owed to region 2, which cannot take it: not a stall either
             assert not one.links[2].stalled(time.monotonic() + 3600, 1.0)
-            assert images == [] and got1 == [] and got2 == []  # nothing crossed, nothing was lost
+            assert taken == {1: [], 2: []} and got1 == [] and got2 == []  # nothing crossed, nothing was lost
             assert one.resyncs_sent == two.resyncs_sent == 0
         finally:
             await one.stop()
@@ -791,7 +839,7 @@ def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_
         hub, applied = make_hub(2)
         link = Link(hub, 1, {})
         t0 = time.monotonic()
-        link.started = t0 - 10  # an old link
+        link.relays.started = t0 - 10  # an old link
         try:
             from crdt.causal import Envelope
 
@@ -803,36 +851,36 @@ def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_
             out = link.state.outgoing(hub.sendable_upto())
             assert [e.dot for e in out] == [(3, n) for n in range(2, 11)]
             # nothing of region 3 goes at once, nor while its acks rose less than the delay ago
-            assert link._hold_relays(out, moved, delay) == []
-            assert link._due_relays(moved + delay / 2, delay) == []
+            assert link.relays.hold(out, moved, delay) == []
+            assert link._sift_relays([], moved + delay / 2, delay) == []
             # a look before the hold ends arms the link's wake-up for then: nothing else need wake it
             link.wakeup.clear()
             await asyncio.wait_for(link.wakeup.wait(), timeout=30)
             # far behind but working: acks keep rising; what they cover is dropped, not relayed
             link.on_ack(pb.Ack(vv={3: 4}))
             moved = time.monotonic()
-            assert link._due_relays(moved + delay / 2, delay) == []
-            assert [e.n for _, e in link._held] == [5, 6, 7, 8, 9, 10]
+            assert link._sift_relays([], moved + delay / 2, delay) == []
+            assert [e.n for _, e in link.relays.held] == [5, 6, 7, 8, 9, 10]
             # the acks stand still for the delay, but region 1 acknowledged nothing else either
             # (it may be short of CPU): copies would not help it yet
-            assert link._due_relays(moved + delay * 1.5, delay) == []
+            assert link._sift_relays([], moved + delay * 1.5, delay) == []
             # four delays of standing still: the rest is relayed
-            due = link._due_relays(moved + delay * 4.5, delay)
+            due = link._sift_relays([], moved + delay * 4.5, delay)
             assert [e.dot for e in due] == [(3, n) for n in range(5, 11)] and hub.relayed == 6
-            assert not link._held
+            assert not link.relays.held
             # region 1 acknowledges what region 2 relayed: not a sign its own link to 3 is back
             link.on_ack(pb.Ack(vv={3: 10}))
             hub.deliver(Envelope(3, 11, (), b"from-3-11"))
             now = time.monotonic()
-            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), now, delay) == []
-            assert [e.n for e in link._due_relays(now + delay * 1.5, delay)] == [11]
+            assert link.relays.hold(link.state.outgoing(hub.sendable_upto()), now, delay) == []
+            assert [e.n for e in link._sift_relays([], now + delay * 1.5, delay)] == [11]
             # an ack past what was relayed: region 1 gets region 3's operations directly again
             link.on_ack(pb.Ack(vv={3: 12}))
             moved = time.monotonic()
             hub.deliver(Envelope(3, 12, (), b"from-3-12"))
             hub.deliver(Envelope(3, 13, (), b"from-3-13"))
-            assert link._hold_relays(link.state.outgoing(hub.sendable_upto()), moved, delay) == []
-            assert link._due_relays(moved + delay / 2, delay) == [] and [e.n for _, e in link._held] == [13]
+            assert link.relays.hold(link.state.outgoing(hub.sendable_upto()), moved, delay) == []
+            assert link._sift_relays([], moved + delay / 2, delay) == [] and [e.n for _, e in link.relays.held] == [13]
             assert hub.relayed == 7
         finally:
             if link._relay_timer is not None:

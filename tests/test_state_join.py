@@ -111,9 +111,9 @@ def run(regions: dict[int, Region], script: list, remembered: dict[int, RegionSt
         elif kind == "del":
             r.delete(arg)
         elif kind == "rename":
-            # onto a name never used: RENAME re-adds the source's IDs to the renaming region's
-            # log of the destination, which must not have held higher IDs (crdt/join.py)
-            r.call(b"RENAME", arg, b"renamed-%d-%d" % (n, issued), check=False)
+            # onto the other key, or onto a name never used: its entries go to a log of their own
+            dst = KEYS[(KEYS.index(arg) + 1) % len(KEYS)] if c % 2 else b"renamed-%d-%d" % (n, issued)
+            r.call(b"RENAME", arg, dst, check=False)
         elif kind == "create":
             start = b"$" if c >= 2 else b"0"
             r.call(b"XGROUP", b"CREATE", arg, GROUPS[c % 2], start, b"MKSTREAM", check=False)
@@ -161,7 +161,7 @@ step = st.one_of(
     st.tuples(st.just("maxlen"), region_, any_key, st.integers(0, 4)),
     st.tuples(st.just("minid"), region_, any_key, st.integers(0, 50)),
     st.tuples(st.just("del"), region_, key_, st.just(0)),
-    st.tuples(st.just("rename"), region_, key_, st.just(0)),
+    st.tuples(st.just("rename"), region_, key_, st.integers(0, 1)),
     st.tuples(st.just("create"), region_, any_key, st.integers(0, 3)),
     st.tuples(st.just("create"), region_, any_key, st.integers(0, 3)),
     st.tuples(st.just("destroy"), region_, any_key, st.integers(0, 1)),

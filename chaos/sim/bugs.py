@@ -76,9 +76,15 @@ lone-unheld      writes a region takes alone leave at once instead  convergence
                  with the regions that took them
 withdraw-forgets a region that withdraws writes it took alone     durability
                  forgets them instead of issuing them again
+join-keeps-      a state join keeps every entry of the receiving   convergence
+deleted          region that the other region deleted (DEL,
+                 XDEL, trims: their tombstones are lost), so a
+                 deletion made on one side of a long partition
+                 is undone on the other
 ===============  ================================================  ===============
 
-lone-unheld and withdraw-forgets need the lone fault (not in the default set).  The
+lone-unheld and withdraw-forgets need the lone fault (not in the default set).
+join-keeps-deleted needs a state join: the backlog fault with a partition longer than it.  The
 four before no-settle need the operator's faults (restore, bitflip, image-crash), which the
 default set holds; image-unsaved also the backlog fault (it makes full resyncs common).
 """
@@ -88,7 +94,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from crdt import causal, groups, idgen, idmp, ops, sync
+from crdt import causal, groups, idgen, idmp, join, ops, sync
 from crdt.ids import MAX_ID
 from node.activeactive import ActiveActive, MembershipGate
 from node.transport.replication import ReplicationHub
@@ -210,6 +216,10 @@ def _withdraw_forgetting(self):
     return again
 
 
+def _keep_what_the_other_deleted(s, sb, tops_b, losers) -> None:
+    """The join removes nothing ``b`` deleted (only IDMP conflict losers would go)."""
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -233,9 +243,10 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no-settle": ("liveness", [(ActiveActive, "left_promise", _no_left_promise)]),
     "lone-unheld": ("convergence", [(ReplicationHub, "sendable_upto", _sendable_ignoring_the_hold)]),
     "withdraw-forgets": ("durability", [(ActiveActive, "withdraw_alone", _withdraw_forgetting)]),
+    "join-keeps-deleted": ("convergence", [(join, "_remove_deleted", _keep_what_the_other_deleted)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),
-                "withdraw-forgets": ("lone",)}  # fault kinds besides the default ones
+                "withdraw-forgets": ("lone",), "join-keeps-deleted": ("backlog",)}  # fault kinds besides the default ones
 
 
 def catches(bug: str) -> str:

@@ -49,12 +49,13 @@ times that when it acknowledged nothing at all: a peer short of CPU gains nothin
 from copies): the peer's own link to that region is down or stuck.  A direct link that works, even one far behind, keeps raising
 them, so a slow link is not loaded further with copies.  ``relayed`` counts the
 operations relayed, ``ReplicationHub.duplicates`` counts envelopes that
-arrived a second time.  What to send, what a batch or
-an ack means, when a full resync is needed, how frames are cut and joined again
-are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
-chaos/sim/, runs the same decisions over a seeded network); :class:`Link` only
-converts protobuf, queues frames and waits.  Dialers reconnect with exponential
-backoff and jitter.
+arrived a second time.  What to send, which relays to hold and until when, what a
+batch or an ack means, when a full resync is needed, how frames are cut and joined
+again are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
+chaos/sim/, runs the same decisions over a seeded network on its virtual clock);
+:class:`Link` only converts protobuf, queues frames, reads the clock and waits - its
+one timer wakes the sender when the relay hold asks for a look.  Dialers reconnect
+with exponential backoff and jitter.
 
 Frames are bounded by bytes, never by a count: a Batch holds envelopes up to a
 budget (``crdt-repl-frame-bytes``, 1 MB), and an operation larger than that
@@ -119,6 +120,17 @@ with a logged error (counted as ``crdt_link_protocol_errors``), before anything
 of it is decoded, applied or installed.  What each peer acknowledged is kept
 across reconnections (``peer_acked``), so trimming knows what every peer holds.
 
+State join: when both sides dropped operations the other lacks (a partition outlasted
+both backlogs), an image either way would lose the receiver's dropped operations.
+Both ends see it at the handshake (:meth:`crdt.sync.LinkState.image_conflict`); when
+both announced ``joins_states`` each sends its image and hands the other's to
+``join_image``, which joins it into the region's own state (crdt/join.py): the link
+is ``merging`` until this end joined, then goes on as any other.  The join raises
+the backlog's floor to what it brought without envelopes, so every other link
+checks again whether its peer lacks what is now below the floor (a full resync at
+its next handshake).  Only a peer of an older version leaves the link in
+``conflict``: idle, reported, nothing crossing.
+
 Histories.  Hello, Welcome and every Ack carry the digests of the histories the version
 vector covers (crdt/causal.py); each end checks the peer's against its own wherever it holds
 at least as many of an origin's operations (:func:`crdt.causal.forks`).  Holding other
@@ -173,7 +185,8 @@ import grpc
 import msgspec
 
 from crdt.causal import CausalLog, Envelope, Fork, envelopes_of, forks
-from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, part_size, plan_frames
+from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, RelayHold, opening, part_size, \
+    plan_frames
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -181,7 +194,6 @@ from .tls import Identity, LinkCredentials, TlsFront
 
 log = logging.getLogger("braid.replication")
 
-BATCH = 256  # envelopes per frame in the deterministic simulation (chaos/sim/); gRPC links count bytes
 GRPC_DEFAULT_MESSAGE = 4 * 1024 * 1024  # what a peer that does not state its limit accepts
 MIN_BUDGET = 16 * 1024  # a frame budget below this is raised to it (parts must carry data)
 OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queued
@@ -192,12 +204,10 @@ FRAME_HEADER = 64       # bytes a Resync piece takes besides its data (an upper 
 # -relay-delay-ms): a link sends at most one batch per SEND_INTERVAL and one ack per
 # ACK_INTERVAL (the first at once after a quiet spell): operations and acks arriving
 # meanwhile share the next frame.  A third region's operations are relayed only once the
-# peer's acknowledgements of that region stood still for RELAY_DELAY (see Link._due_relays).
+# peer's acknowledgements of that region stood still for RELAY_DELAY (crdt.sync.RelayHold.due).
 SEND_INTERVAL = 0.005
 ACK_INTERVAL = 0.01
 RELAY_DELAY = 0.05
-# a relay waits this many relay delays when the peer acknowledges nothing at all meanwhile
-RELAY_QUIET_FACTOR = 4
 # an ack that only tells a peer its own operations arrived waits this many ack intervals
 # (Outbox.put_ack): the peer holds no relays of them, nothing of it waits for that ack
 LAZY_ACK_FACTOR = 5
@@ -494,10 +504,12 @@ class Link:
     def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int], *,
                  peer_floor: dict[int, int] | None = None, peer_max_message: int = 0,
                  my_vv: dict[int, int] | None = None, my_floor: dict[int, int] | None = None,
-                 packed: bool = False, peer_heads: dict[int, int] | None = None) -> None:
+                 packed: bool = False, peer_heads: dict[int, int] | None = None,
+                 peer_joins: bool = False) -> None:
         """``peer_*``: what the peer's Hello or Welcome said; ``my_*``: what this end's said;
         ``packed``: the peer reads packed batches (its handshake said ``packed_batches``);
-        ``peer_heads``: the digests of the peer's histories (crdt/causal.py)."""
+        ``peer_heads``: the digests of the peer's histories (crdt/causal.py); ``peer_joins``:
+        the peer joins states (its handshake said ``joins_states``)."""
         self.hub = hub
         self.peer = peer
         self.packed = packed
@@ -511,18 +523,25 @@ class Link:
         my_floor = dict(hub.causal.floor) if my_floor is None else my_floor
         my_vv = dict(hub.causal.vv) if my_vv is None else my_vv
         peer_floor = peer_floor or {}
-        # both ends dropped what the other lacks: no image either way, nothing sent (crdt/sync.py)
-        self.conflict = LinkState.image_conflict(my_vv, my_floor, peer_vv, peer_floor)
-        self.sends_image = self.state.starts_with_image(my_floor) and not self.conflict
-        self.image = ImageAssembler(LinkState.peer_sends_image(my_vv, peer_floor) and not self.conflict,
-                                    limits.max_image, limits.frame_cap)
+        # both ends dropped what the other lacks: no image may replace either state, so each
+        # sends its image and joins the other's (crdt/join.py); a peer that cannot join gets
+        # nothing at all (crdt/sync.py)
+        first = opening(my_vv, my_floor, peer_vv, peer_floor, peer_joins and hub.joins_states)
+        self.merging, self.conflict, self.sends_image = first.merging, first.conflict, first.sends_image
+        self.image = ImageAssembler(first.expects_image, limits.max_image, limits.frame_cap)
+        if self.merging:
+            hub.merging.add(peer)
+            log.warning("region %d and this region each dropped from their replication backlogs operations the "
+                        "other lacks (backlog floors %s here, %s there): joining their states", peer, my_floor,
+                        peer_floor)
+        else:
+            hub.merging.discard(peer)
         if self.conflict:
             hub.conflicts.add(peer)
             log.error("cannot sync with region %d: each region dropped from its replication backlog "
-                      "operations the other lacks (backlog floors %s here, %s there), so a full resync "
-                      "either way would lose data; both keep serving with their own data until an "
-                      "operator resolves it (see the README's 'Backlog and full resync')",
-                      peer, my_floor, peer_floor)
+                      "operations the other lacks (backlog floors %s here, %s there), and region %d runs a "
+                      "version that cannot join states; both keep serving with their own data until it is "
+                      "upgraded", peer, my_floor, peer_floor, peer)
         else:
             hub.conflicts.discard(peer)
         # the same numbers, other operations: nothing may cross (each end would drop the
@@ -547,16 +566,8 @@ class Link:
             self.outbox.put_ack(lambda: proof, AckPace.PARTS)
         self.wakeup = asyncio.Event()
         self.wakeup.set()
-        self._held: deque[tuple[float, Envelope]] = deque()  # (due, relay): see _due_relays
-        self._held_from = math.inf  # the earliest due of _held: no relay is ready before it
-        self._relay_timer: asyncio.TimerHandle | None = None
-        self._relay_timer_at = math.inf
-        self.started = time.monotonic()
-        # per third region: when the peer's acknowledgement of it last rose past what this
-        # link relayed of it (so: got it another way, in practice from the region itself)
-        self._ack_moved: dict[int, float] = {}
-        self._relayed: dict[int, int] = {}  # per third region, the last of its operations relayed here
-        self._acked_at = self.started  # when the peer's acknowledgements last rose at all
+        self.relays = RelayHold(hub.region, peer, time.monotonic())  # third regions' operations held back
+        self._relay_timer: asyncio.TimerHandle | None = None  # wakes the sender at relays.wake_at
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.peer_received = 0               # the peer's last Ack.received
 
@@ -647,8 +658,7 @@ class Link:
                 continue
             missing = self.state.outgoing(self.hub.sendable_upto())  # NeedsResync ends the link
             now = time.monotonic()
-            direct = self._hold_relays(missing, now, pacing.relay_delay)
-            missing = self._due_relays(now, pacing.relay_delay) + direct
+            missing = self._sift_relays(missing, now, pacing.relay_delay)
             if missing:
                 sent_at = now
                 trace = self.hub.trace
@@ -661,86 +671,27 @@ class Link:
                 else:
                     await self.outbox.put(await self.batch_frame(envelopes))
 
-    def _hold_relays(self, envelopes: list[Envelope], now: float, delay: float) -> list[Envelope]:
-        """Of ``envelopes``, return this region's and the peer's own; hold the operations of
-        third regions until ``delay`` from now at least (:meth:`_due_relays` says which of
-        them to relay, and when).  A relay delay of 0 relays everything at once."""
-        hub = self.hub
-        if not envelopes or delay <= 0:
-            return envelopes
-        keep = []
-        due = now + delay
-        region, peer, held = hub.region, self.peer, self._held
-        for e in envelopes:
-            if e.origin == region or e.origin == peer:
-                keep.append(e)
-            else:
-                held.append((due, e))
-        if held and due < self._held_from:
-            self._held_from = due
-        return keep
+    def _sift_relays(self, envelopes: list[Envelope], now: float, delay: float) -> list[Envelope]:
+        """What to send now of ``envelopes``: the relay hold decides (:class:`crdt.sync.RelayHold`);
+        this link counts the relays and keeps its timer at the time the hold asks for a look."""
+        wake = self.relays.wake_at
+        relays, direct = self.relays.outgoing(envelopes, self.state.acked, now, delay)
+        self.hub.relayed += len(relays)
+        if self.relays.wake_at != wake:
+            self._arm_relay_timer(now)
+        return relays + direct
 
-    def _due_relays(self, now: float, delay: float) -> list[Envelope]:
-        """The held operations of third regions to relay now, in log order.
-
-        Relaying is what heals a cut link; with the peer's own link to a region working it
-        only sends the peer a second copy of each of that region's operations.  So a held
-        operation is dropped once the peer acknowledged it, and relayed only when it has
-        been held ``delay`` and the peer's acknowledgements of its region have not risen
-        (past what this link relayed of it) for ``delay`` either, while the peer went on
-        acknowledging others': the peer's direct link to that region is down or stuck.  A
-        direct link that works, even far behind, keeps raising them, and nothing is relayed:
-        a slow link is not made slower by copies.  When the peer acknowledges nothing at all
-        (it, or this region, is short of CPU; or only that region writes), the relay waits
-        ``RELAY_QUIET_FACTOR`` times as long: copies would only add to the load."""
-        held, acked, moved, relayed = self._held, self.state.acked, self._ack_moved, self._relayed
-        if not held:
-            return []
-        while held and held[0][1].n <= acked.get(held[0][1].origin, 0):
-            held.popleft()  # the peer has it (nearly always a prefix: the peer acknowledges in order)
-        if not held:
-            self._held_from = math.inf
-            return []
-        if self._held_from > now:
-            # No held operation is ready before its own hold ends, and none ends before
-            # _held_from (a bound from below): nothing else to look at now.  A link is woken
-            # for every batch it sends, and the hold is ~delay x the rate of third regions'
-            # operations long; the timer makes sure of a look once the first hold ends.
-            if self._relay_timer_at > self._held_from:
-                self._arm_relay_timer(now, self._held_from)
-            return []
-        due: list[Envelope] = []
-        waiting: deque[tuple[float, Envelope]] = deque()
-        next_at = None
-        for at, e in held:
-            if e.n <= acked.get(e.origin, 0):
-                continue  # the peer has it
-            still = moved.get(e.origin, self.started)  # the peer's acks of its region stand still since
-            wait = delay if self._acked_at > still else delay * RELAY_QUIET_FACTOR
-            ready_at = at if delay <= 0 else max(at, still + wait)
-            if ready_at <= now:
-                due.append(e)
-                if e.n > relayed.get(e.origin, 0):
-                    relayed[e.origin] = e.n
-            else:
-                waiting.append((at, e))
-                next_at = ready_at if next_at is None else min(next_at, ready_at)
-        self._held = waiting
-        self._held_from = min((at for at, _e in waiting), default=math.inf)
-        self.hub.relayed += len(due)
-        self._arm_relay_timer(now, next_at)
-        return due
-
-    def _arm_relay_timer(self, now: float, at: float | None) -> None:
+    def _arm_relay_timer(self, now: float) -> None:
         if self._relay_timer is not None:
             self._relay_timer.cancel()
             self._relay_timer = None
-        self._relay_timer_at = math.inf if at is None else at
-        if at is not None:
+        at = self.relays.wake_at
+        if at != math.inf:
             self._relay_timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self._relay_timer_fired)
 
     def _relay_timer_fired(self) -> None:
-        self._relay_timer, self._relay_timer_at = None, math.inf
+        self._relay_timer = None
+        self.relays.woken()
         self.wakeup.set()
 
     # ------------------------------------------------------------ receiving
@@ -838,7 +789,12 @@ class Link:
             if image is None:
                 self.acknowledge(self.image.received)
                 return
-            if not self.hub.install_image(image):
+            if self.merging:
+                if not self.hub.join_image(image):
+                    raise ConnectionResetError("the peer's state could not be joined now: start the link again")
+                self.merging = False
+                self.hub.merging.discard(self.peer)
+            elif not self.hub.install_image(image):
                 raise ConnectionResetError("a full resync was not needed: start the link again")
             self.state.image_installed(self.hub.image_vv)
             self.acknowledge()
@@ -857,16 +813,11 @@ class Link:
                 self.wakeup.set()  # the sender stops
                 self.hub.history_forked(self.peer, found)
                 return
-        acked, relayed = self.state.acked, self._relayed
-        now = None
-        for o, n in vv.items():  # the peer got a region's operations another way than from here
-            if n > acked.get(o, 0) and n > relayed.get(o, 0):
-                self._ack_moved[o] = now = now or time.monotonic()
+        now = time.monotonic()
+        self.relays.on_ack(self.state.acked, vv, now)  # before the state raises what the peer acked
         raised = self.state.on_ack(vv)
-        if raised:
-            self._acked_at = now or time.monotonic()
         if raised or ack.received > self.peer_received:
-            self.progress_at = time.monotonic()
+            self.progress_at = now
         self.peer_received = ack.received
 
     # ------------------------------------------------------------ the watchdog
@@ -914,11 +865,12 @@ class _Servicer(pb_grpc.ReplicationServicer):
         my_vv, my_floor, my_heads = dict(hub.causal.vv), dict(hub.causal.floor), hub.causal.held_heads()
         link = Link(hub, hello.region, dict(hello.vv), peer_floor=dict(hello.floor),
                     peer_max_message=hello.max_message, my_vv=my_vv, my_floor=my_floor,
-                    packed=hello.packed_batches, peer_heads=dict(hello.heads))
+                    packed=hello.packed_batches, peer_heads=dict(hello.heads), peer_joins=hello.joins_states)
         epoch, members = hub.membership_hello()
         yield pb.Frame(welcome=pb.Welcome(region=hub.region, vv=my_vv, floor=my_floor,
                                           max_message=hub.limits.max_message, epoch=epoch, members=members,
-                                          packed_batches=hub.packed_batches, heads=my_heads))
+                                          packed_batches=hub.packed_batches, heads=my_heads,
+                                          joins_states=hub.joins_states))
         running = asyncio.ensure_future(hub.run_link(link, request_iterator))
         hub._served[link.peer] = link.outbox
         if hub.front is not None:
@@ -983,8 +935,11 @@ class ReplicationHub:
         # (the argument: hold the histories' digests - False for a peer that may be older)
         self.make_image: Callable[[bool], tuple[bytes, dict]] = _no_resync
         self.install_image: Callable[[bytes], bool] = _no_resync
-        self.image_vv: dict[int, int] = {}  # the version vector of the last image installed
-        self.conflicts: set[int] = set()    # peers each side dropped operations of the other for
+        self.join_image: Callable[[bytes], bool] = _no_resync  # joins a peer's image into the state
+        self.image_vv: dict[int, int] = {}  # the version vector of the last image installed or joined
+        self.joins_states = True            # announced at handshakes (a test plays an older version)
+        self.merging: set[int] = set()      # peers whose image this region is about to join
+        self.conflicts: set[int] = set()    # ... or cannot join (the peer cannot): nothing crosses
         # peers that hold another history than this region under the same numbers (per peer,
         # where: crdt/causal.py's Fork), and how many times a link found one
         self.forks: dict[int, list[Fork]] = {}
@@ -993,8 +948,9 @@ class ReplicationHub:
         self.foreign_fork: Callable[[str], None] = _nothing_said
         self.resyncs_sent = 0
         self.resyncs_received = 0
+        self.joins = 0  # peers' states joined into this region's
         self.duplicates = 0  # envelopes received that were applied here already
-        self.relayed = 0     # operations of third regions sent to a peer (see Link._due_relays)
+        self.relayed = 0     # operations of third regions sent to a peer (see crdt.sync.RelayHold.due)
         self.frames_sent = 0      # frames written to peers, data and acks (what batching saves)
         self.frames_received = 0  # ... and read from them
         self.paused = False          # every link cut
@@ -1190,6 +1146,15 @@ class ReplicationHub:
         self.causal.trim(count)
         del self.arrivals[:count]
 
+    def joined(self, image_vv: dict[int, int]) -> None:
+        """A peer's image holding ``image_vv`` was joined into the state: the backlog's floor
+        rose to what it brought, so every link checks whether its peer lacks some of it."""
+        self.joins += 1
+        self.image_vv = dict(image_vv)
+        for link in self.links.values():
+            link.state.floor_raised()
+        self.wake()
+
     def log_replaced(self) -> None:
         """After a full resync installed another log: every link looks at it from its start."""
         self.resyncs_received += 1
@@ -1363,6 +1328,7 @@ class ReplicationHub:
                     task.cancel()
             if self.links.get(link.peer) is link:
                 del self.links[link.peer]
+                self.merging.discard(link.peer)  # the next handshake decides again
             link.outbox.close()
             if link._relay_timer is not None:
                 link._relay_timer.cancel()
@@ -1453,7 +1419,8 @@ class ReplicationHub:
                                                      region=self.region, token=self.token, vv=my_vv,
                                                      floor=my_floor, max_message=limits.max_message,
                                                      epoch=epoch, members=members,
-                                                     packed_batches=self.packed_batches, heads=my_heads)))
+                                                     packed_batches=self.packed_batches, heads=my_heads,
+                                                     joins_states=self.joins_states)))
             frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
             try:
                 first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
@@ -1471,7 +1438,8 @@ class ReplicationHub:
             if self.is_cut(peer):
                 return  # the newer list it brought removed this region, or the peer
             link = Link(self, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
-                        my_vv=my_vv, my_floor=my_floor, packed=w.packed_batches, peer_heads=dict(w.heads))
+                        my_vv=my_vv, my_floor=my_floor, packed=w.packed_batches, peer_heads=dict(w.heads),
+                        peer_joins=w.joins_states)
 
             async def writer() -> None:
                 while (frame := await link.outbox.get()) is not None:
