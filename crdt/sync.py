@@ -30,8 +30,10 @@ handshake starts from the peer's real version vector (which may be *lower* than
 what it acknowledged, if it crashed and lost unsynced operations).
 
 Full resync.  The backlog may have been trimmed (``CausalLog.trim``).  At the
-handshake, :meth:`LinkState.starts_with_image` says whether the peer lacks
-dropped envelopes; then the caller sends a whole-state image and reports it
+handshake, :func:`opening` says what each end does first: an image where the
+peer lacks dropped envelopes (:meth:`LinkState.peer_sends_image`), and where both
+ends dropped what the other lacks, an image each way that each end joins into its
+own state (crdt/join.py); the caller sends a whole-state image and reports it
 with :meth:`LinkState.image_sent`.  If trimming overtakes a running link
 (``position`` fell behind the log's base and the peer lacks something dropped),
 or a state join raised the floor above what the peer holds (:meth:`LinkState.floor_raised`),
@@ -141,20 +143,11 @@ class LinkState:
         self.floor_checked = True        # false once a state join raised the floor (floor_raised)
 
     # ------------------------------------------------------------ sending
-    def starts_with_image(self, floor: VersionVector | None = None) -> bool:
-        """At the handshake: does the peer lack envelopes the backlog dropped (full resync)?
-
-        ``floor``: the backlog's floor this end announced at the handshake (the peer
-        expects an image by that one, see :meth:`peer_sends_image`); by default the
-        log's current floor."""
-        if floor is None:
-            return self.causal.lacks_dropped(self.acked)
-        return self.peer_sends_image(self.acked, floor)
-
     @staticmethod
     def peer_sends_image(vv: VersionVector, peer_floor: VersionVector) -> bool:
-        """The receiving end's view of :meth:`starts_with_image`: with ``vv`` announced at the
-        handshake, will a peer whose backlog's floor is ``peer_floor`` send an image first?"""
+        """With ``vv`` announced at the handshake, does a peer whose backlog's floor is
+        ``peer_floor`` send an image first (this end lacks envelopes it dropped)?  Each end
+        applies it both ways (:func:`opening`)."""
         return any(vv.get(o, 0) < n for o, n in peer_floor.items())
 
     @staticmethod

@@ -26,7 +26,7 @@ gc-unstable      the cron's garbage collection drops every delete  observed-remo
                  creation then survives where it should lose)
 no-resync        a link never starts with a full-resync image:     liveness
                  a peer that lacks trimmed operations never gets
-                 them (run with the backlog fault)
+                 them, and no state join happens either
 xcfgset-clears   XCFGSET drops a key's IDMP iids at once, not      convergence
                  once their adds are stable (a concurrent
                  duplicate arriving later is then kept there only)
@@ -138,7 +138,7 @@ def _collect_everything(keys, stable) -> int:
     return dropped
 
 
-def _never_an_image(self) -> bool:
+def _never_an_image(vv, peer_floor) -> bool:
     return False
 
 
@@ -230,7 +230,7 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "skip-late": ("never-skip", [(groups, "read_new_per_origin", _one_cursor_read),
                                  (groups, "has_new_per_origin", _one_cursor_has_new)]),
     "gc-unstable": ("observed-remove", [(ops, "collect_garbage", _collect_everything)]),
-    "no-resync": ("liveness", [(sync.LinkState, "starts_with_image", _never_an_image)]),
+    "no-resync": ("liveness", [(sync.LinkState, "peer_sends_image", staticmethod(_never_an_image))]),
     "xcfgset-clears": ("convergence", [(idmp.IdmpState, "configure", _clear_at_once)]),
     "flush-unobserved": ("convergence", [(ops, "_flush_keys", _flush_everything)]),
     "removed-applied": ("removed", [(MembershipGate, "check_peer", _admit_every_peer),
