@@ -1,8 +1,9 @@
 """How long a state join holds a region's event loop, against a full resync of the same size.
 
 ``python -m bench.state_join [--entries 100000,300000] [--keys 50] [--with-log]``: regions 1, 2
-and 3 of one cluster, in this process, each write that many entries of their own (spread over
-``--keys`` streams).  Regions 1 and 2 drop their whole backlogs (a partition longer than
+and 3 of one cluster, in this process, first share that many entries region 1 wrote (every
+region applies them), then each writes that many entries of its own (spread over ``--keys``
+streams) while apart.  Regions 1 and 2 drop their whole backlogs (a partition longer than
 both), region 3 keeps its own.  Then region 3 installs region 1's image (a full resync: its
 own operations the image lacks are applied again on top) and region 2 joins region 1's image
 (``RegionCore.join_image``): the two calls a link makes in one turn of the loop, so the time
@@ -37,6 +38,10 @@ async def measure(entries: int, keys: int, with_log: bool) -> tuple[float, float
         one = region_server(cluster, 1)
         two = region_server(cluster, 2, d2 if with_log else None)
         three = region_server(cluster, 3, d3 if with_log else None)
+        _write(one, entries, keys)  # the history every region shares
+        for env in list(one.db.aa.causal.log):
+            for server in (two, three):
+                server.db.aa.hub.deliver(env)
         for server in (one, two, three):
             _write(server, entries, keys)
         for server in (one, two):
@@ -49,7 +54,7 @@ async def measure(entries: int, keys: int, with_log: bool) -> tuple[float, float
         started = time.perf_counter()
         assert two.join_image(image)
         joined = time.perf_counter() - started
-        assert two.db.aa.causal.vv == {1: entries, 2: entries}
+        assert two.db.aa.causal.vv == {1: 2 * entries, 2: entries}
         return resync, joined, len(image)
 
 

@@ -734,22 +734,15 @@ class EntryLog:
     def contains_range_count(self, start: StreamID, end: StreamID) -> int:
         return sum(1 for _ in self.range(start, end))
 
-    def live_count(self, start: StreamID, end: StreamID) -> int:
-        """How many live entries have start <= id <= end: the blocks inside the range by their
-        counters, only the (at most two) that straddle an end decoded."""
-        if start > end or not self.blocks:
-            return 0
-        firsts, blocks = self.firsts, self.blocks
-        count = 0
-        for k in range(max(bisect_right(firsts, start) - 1, 0), bisect_right(firsts, end)):
-            block = blocks[k]
-            if block.last < start:
-                continue
-            if start <= block.first and block.last <= end:
-                count += block.live
-            else:
-                count += sum(1 for _ in self.range(max(start, block.first), min(end, block.last)))
-        return count
+    def holds_block(self, block: Block) -> bool:
+        """Does this log hold a block equal to ``block`` (another log's): the same IDs, entries
+        and deletion marks, byte for byte?"""
+        k = bisect_left(self.firsts, block.first)
+        if k == len(self.firsts) or self.firsts[k] != block.first:
+            return False
+        mine = self.blocks[k]
+        return (mine.last == block.last and mine.live == block.live and mine.fields == block.fields
+                and mine.buf == block.buf)
 
     def append_block(self, block: Block) -> None:
         """Append a copy of ``block`` (of another log of the same origin, every ID above this

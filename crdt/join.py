@@ -108,9 +108,8 @@ Where it runs: a replication link whose two ends both dropped from their backlog
 operations the other lacks exchanges images, and each end joins the other's into its
 own (node/transport/replication.py, ``RegionCore.join_image``); the simulation and the
 Hypothesis state machine drive the same path.  Its cost is in proportion to what
-differs: a block of ``a``'s whose whole span ``b`` received and still holds as many live
-entries of is passed by its counters, without being decoded, and ``b``'s blocks that
-``a`` never received are copied whole.
+differs: a block of ``a``'s that ``b`` holds byte for byte is passed without being
+decoded, and ``b``'s blocks that ``a`` never received are copied whole.
 
 Nothing here does I/O or reads a clock; neither input is changed.
 """
@@ -238,10 +237,11 @@ def _remove_deleted(s: Stream, sb: Stream | None, tops_b: dict[int, StreamID], l
     """Delete from ``s`` (a copy of ``a``'s stream) every entry ``b`` received and no longer
     holds, and every entry that lost an IDMP conflict the join resolved.
 
-    Block by block: the entries of one of ``a``'s blocks are every entry of their origin log
-    between its first and last ID (``a`` received them in order), so where ``b`` received
-    that whole span and still holds as many live entries in it as the block ever held,
-    ``b`` deleted none of them and the block is passed without being decoded."""
+    Block by block: where ``b`` holds the very same block - the same entries with the same
+    deletion marks, as two regions that appended one origin's log alike do - ``b`` deleted
+    nothing of it that ``a`` holds, and the block is passed without being decoded.  (Counting
+    would not do: a block ``a`` got from an earlier join lacks the entries deleted before
+    it, so the same count can stand for other entries.)"""
     for origin, log in s.logs.items():
         top_b = tops_b.get(origin, MIN_ID)
         theirs_log = sb.logs.get(origin) if sb is not None else None
@@ -250,9 +250,8 @@ def _remove_deleted(s: Stream, sb: Stream | None, tops_b: dict[int, StreamID], l
         for block in list(log.blocks):
             if block.first > top_b:
                 break  # never received by ``b``: nothing there could have deleted them
-            if block.last <= top_b and not (suspects and suspects[0] <= block.last and suspects[-1] >= block.first):
-                held = theirs_log.live_count(block.first, block.last) if theirs_log is not None else 0
-                if held == block.live + block.dead:
+            if theirs_log is not None and not (suspects and suspects[0] <= block.last and suspects[-1] >= block.first):
+                if theirs_log.holds_block(block):
                     continue  # ``b`` deleted none of them
             gone += _deleted_in(log, theirs_log, block.first, min(block.last, top_b), origin, losers)
         gone += [eid for eid in suspects if eid > top_b]  # losers ``b`` never received

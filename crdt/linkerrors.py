@@ -1,8 +1,9 @@
-"""The two ways a replication link ends that crdt/sync.py decides (pure).
+"""The ways a replication link ends that the link's rules decide, not its transport (pure).
 
 They subclass the connection errors a transport already ends a link on.  Kept apart from
 crdt/sync.py because that module is compiled (setup.py) and a compiled class cannot
-subclass ``ConnectionError``; crdt/sync.py exports both.
+subclass ``ConnectionError``; crdt/sync.py exports the first two.  Every driver of a link -
+the gRPC transport, the simulation - catches them from here.
 """
 
 from __future__ import annotations
@@ -17,3 +18,8 @@ class NeedsResync(ConnectionResetError):
 
     def __init__(self) -> None:
         super().__init__("the peer needs trimmed operations: reconnect for a full resync")
+
+
+class MembershipBehind(ConnectionResetError):
+    """An operation of (or depending on) a region this region's member list does not know:
+    the link restarts, and the handshake brings the newer list."""

@@ -32,6 +32,7 @@ class Blocked:
     wake_handle: Any = field(default=None)
     argv: list[bytes] | None = None  # the command, set by the server: a served retry is logged as it
     unblock_on_nokey: bool = False  # XREADGROUP: a deleted key wakes it (the retry answers NOGROUP)
+    ran_us: int = 0  # how long the command ran before it blocked: its slow log time once it ends (core.py)
 
 
 class BlockingRegistry:

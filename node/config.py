@@ -162,6 +162,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls-session-caching", "bool", True),
     Setting("tls-session-cache-size", "int", 20 * 1024, 0, (1 << 31) - 1),
     Setting("tls-session-cache-timeout", "int", 300, 0, (1 << 31) - 1),
+    # what stalled the region (node/slowlog.py, SLOWLOG and LATENCY), Redis's names, bounds and
+    # defaults: commands running this many microseconds or more are logged (-1: none, 0: all),
+    # the slow log keeps this many entries, and stalls of this many milliseconds or more are
+    # latency samples (0: the latency monitor is off)
+    Setting("slowlog-log-slower-than", "int", 10000, -1, (1 << 63) - 1),
+    Setting("slowlog-max-len", "int", 128, 0, (1 << 63) - 1),
+    Setting("latency-monitor-threshold", "int", 0, 0, (1 << 63) - 1),
     # the Prometheus endpoint (node/metrics.py): GET /metrics on this port of `bind`; 0 is off
     Setting("metrics-port", "int", 0, 0, 65535, mutable=False),
     # DEBUG's fault injection (clock skew, slow fsync, a full disk) for the chaos suite

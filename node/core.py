@@ -30,7 +30,11 @@ answers an error.
 Every command's run time is counted (``Stats``, INFO's commandstats) and, for
 the commands a driver registered in ``latency`` (node/metrics.py does for XADD,
 XREADGROUP and XACK), put in a :class:`LatencyHistogram`: plain counters, no I/O,
-read by whoever drives the core, on its thread.
+read by whoever drives the core, on its thread.  The same time, compared with one
+bound (``slow_ns``), fills the slow log and the latency monitor (node/slowlog.py:
+SLOWLOG, LATENCY); the cron's steps, a turn's write of the append-only file, other
+regions' operations and full-resync images are timed for LATENCY only while
+``latency-monitor-threshold`` is set (:meth:`latency_start`).
 
 Two drivers run it.  :class:`node.server.Server` is the asyncio one: it adds
 the client sockets, blocking reads with their timers, the worker threads for
@@ -68,11 +72,13 @@ from .lone_writes import LoneStep
 from .persistence import snapshot
 from .resp.encoder import ReplyError
 from .security.acl import AccessControl
+from .slowlog import LatencyMonitor, SlowLog, redacted
 from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor
 
 log = logging.getLogger("braid.server")
 
 _perf_ns = time.perf_counter_ns
+NEVER_NS = 1 << 63  # a command's time execute() never reaches: neither SLOWLOG nor LATENCY records
 
 BRAID_VERSION = "0.1.0"
 REDIS_COMPAT_VERSION = "8.10.2"  # the Redis release whose stream commands Braid implements
@@ -186,6 +192,11 @@ class RegionCore:
         # command name -> LatencyHistogram of its run time: filled by node/metrics.py when
         # the region exports metrics, else empty (execute() then only looks it up)
         self.latency: dict[str, LatencyHistogram] = {}
+        # SLOWLOG and LATENCY (node/slowlog.py): execute() hands them a command that ran at
+        # least slow_ns (note_slow); latency_start/latency_end time the region's other stalls
+        self.slowlog = SlowLog()
+        self.latency_events = LatencyMonitor()
+        self._set_slow_bounds()
         self._set_write_cap()
         # what lets other processes run on this region's core a moment (the server sets
         # os.sched_yield; a core in the simulation or a test has none): see apply_remote_run
@@ -227,6 +238,7 @@ class RegionCore:
 
     def config_changed(self) -> None:
         self.db.limits = self._limits()
+        self._set_slow_bounds()
         self._set_write_cap()
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         if self.oplog is not None:
@@ -250,6 +262,23 @@ class RegionCore:
         self.records_appended()  # written at the end of this turn, as a client's command would be
         self.keys_ready()        # readers blocked on a removed key
         return before - len(self.db.keys)
+
+    def _set_slow_bounds(self) -> None:
+        """The settings of SLOWLOG and LATENCY, read once per change: ``slowlog_us`` (None: the
+        slow log is off - ``slowlog-log-slower-than`` -1 or ``slowlog-max-len`` 0, as Redis 8),
+        ``latency_ms`` (0: off) and ``slow_ns``, the least time of a command either records.
+        A shorter ``slowlog-max-len`` trims the log at once (Redis trims it when the CONFIG SET
+        that shortened it is itself logged)."""
+        c = self.config
+        slower, max_len = int(c["slowlog-log-slower-than"]), int(c["slowlog-max-len"])
+        self.slowlog.max_len = max_len
+        self.slowlog_us = slower if slower >= 0 and max_len > 0 else None
+        if self.slowlog_us is not None:
+            self.slowlog.trim()
+        self.latency_ms = int(c["latency-monitor-threshold"])
+        bounds = [b for b in (None if self.slowlog_us is None else self.slowlog_us * 1000,
+                              self.latency_ms * 1_000_000 if self.latency_ms else None) if b is not None]
+        self.slow_ns = min(bounds, default=NEVER_NS)
 
     def _set_write_cap(self) -> None:
         """The largest write command whose log record is sure to fit (node/persistence/aof.py):
@@ -363,7 +392,10 @@ class RegionCore:
         oplog = self.oplog
         if oplog is None or self.failed is not None:
             return False
+        t0 = self.latency_start()
         oplog.write_out()
+        if t0:
+            self.latency_end("aof-write", t0)
         return oplog.policy == "always" or (oplog.replicating and oplog.policy == "everysec")
 
     def reply_needs(self, client: Session) -> int:
@@ -707,15 +739,56 @@ class RegionCore:
             if timed is not None:  # LatencyHistogram.observe_ns, inlined: this runs for every XADD
                 timed.counts[bisect_left(timed.bounds_ns, elapsed)] += 1
                 timed.sum_ns += elapsed
+        if elapsed >= self.slow_ns:  # slow enough for SLOWLOG or LATENCY: nothing else is done below it
+            self.note_slow(client, cmd, argv, elapsed, reply)
         if type(reply) is ReplyError:
             rec[3] += 1
             self._count_error(reply)
         return reply
 
-    def count_unblocked(self, argv: list[bytes], reply: Any) -> None:
+    # ------------------------------------------------------------ SLOWLOG and LATENCY
+    def note_slow(self, client: Session, cmd: cmdtable.Command, argv: list[bytes], elapsed_ns: int,
+                  reply: Any) -> None:
+        """A command that ran at least ``slow_ns``, as Redis's ``call`` records it: a latency
+        sample (event ``fast-command`` for a command flagged fast, else ``command``), and an
+        entry of the slow log - unless the command is flagged ``skip-slowlog`` (EXEC: its
+        commands are logged one by one), or it blocked (it is logged when it ends,
+        :meth:`count_unblocked`), or it is a replay of the log."""
+        if self.replaying:
+            return
+        ms = elapsed_ns // 1_000_000
+        if self.latency_ms and ms >= self.latency_ms:
+            self.latency_events.add("fast-command" if "fast" in cmd.flags else "command", ms, self.system_ms() // 1000)
+        us = elapsed_ns // 1000
+        if type(reply) is Blocked:
+            reply.ran_us = us
+        elif self.slowlog_us is not None and us >= self.slowlog_us and "skip-slowlog" not in cmd.flags:
+            self._slowlog_push(client, cmd, argv, us)
+
+    def _slowlog_push(self, client: Session, cmd: cmdtable.Command, argv: list[bytes], us: int) -> None:
+        self.slowlog.push(redacted(cmd.fullname, argv), us, self.system_ms() // 1000, client.addr.encode(),
+                          client.name)
+
+    def latency_start(self) -> int:
+        """Redis's ``latencyStartMonitor``: the time now (ns) when the latency monitor is on and
+        this is no replay, else 0 - and no clock is read."""
+        return _perf_ns() if self.latency_ms and not self.replaying else 0
+
+    def latency_end(self, event: str, t0: int) -> None:
+        """``latencyEndMonitor`` and ``latencyAddSampleIfNeeded``: a sample of ``event`` if the time
+        since ``t0`` (from :meth:`latency_start`; 0: not timed) reaches the threshold."""
+        if t0 and self.latency_ms:
+            ms = (_perf_ns() - t0) // 1_000_000
+            if ms >= self.latency_ms:
+                self.latency_events.add(event, ms, self.system_ms() // 1000)
+
+    def count_unblocked(self, argv: list[bytes], reply: Any, client: Session | None = None,
+                        ran_us: int = 0) -> None:
         """A blocked command ended (served, timed out, or with an error such as NOGROUP when
         its key or group went away): one call now, and a failed call if it ended with an
-        error (INFO commandstats, errorstats), as Redis counts a command it runs again."""
+        error (INFO commandstats, errorstats), as Redis counts a command it runs again; and,
+        as Redis 8 logs it then, an entry of the slow log for ``client`` if the time it ran
+        before it blocked (``ran_us``) reaches the threshold."""
         stats = self.stats
         stats.total_commands_processed += 1
         cmd = cmdtable.lookup(argv)
@@ -727,6 +800,9 @@ class RegionCore:
         if type(reply) is ReplyError:
             rec[3] += 1
             self._count_error(reply)
+        if (client is not None and cmd is not None and self.slowlog_us is not None and ran_us >= self.slowlog_us
+                and not self.replaying):
+            self._slowlog_push(client, cmd, argv, ran_us)
 
     def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
         """A handler raised (a bug).  Having changed nothing, it is answered with an error and
@@ -804,6 +880,15 @@ class RegionCore:
         replaying the log at start."""
         if self.failed is not None:
             raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
+        t0 = self.latency_start()
+        try:
+            self._apply_run(run)
+        finally:
+            if t0:
+                self.latency_end("crdt-apply", t0)
+
+    def _apply_run(self, run: list[Envelope]) -> None:
+        """:meth:`apply_remote_run`'s work (timed there for LATENCY as ``crdt-apply``)."""
         db, decode_plain_add = self.db, opcodec.decode_plain_add
         aa = db.aa
         applied = counted = at = 0
@@ -895,7 +980,10 @@ class RegionCore:
         (``OperationLog.hold_for_image``): a process that ends first starts again from the
         old log, which holds those operations, and is sent an image again.
         """
-        if not self._take_image(data, self.db.aa.adopt_image, "refusing a full-resync image"):
+        t0 = self.latency_start()
+        taken = self._take_image(data, self.db.aa.adopt_image, "refusing a full-resync image")
+        self.latency_end("crdt-image-install", t0)
+        if not taken:
             return False
         log.warning("installed a full-resync image: version vector %s", self.db.aa.causal.vv)
         return True
@@ -905,7 +993,10 @@ class RegionCore:
         regions dropped operations the other lacks), then, as :meth:`install_image` does,
         deliver again what waited and make the joined state the base of the append-only
         file (a replay of the old log cannot lead to it).  False: refused (nothing changed)."""
-        if not self._take_image(data, self.db.aa.join_image, "refusing to join a peer's state"):
+        t0 = self.latency_start()
+        taken = self._take_image(data, self.db.aa.join_image, "refusing to join a peer's state")
+        self.latency_end("crdt-state-join", t0)
+        if not taken:
             return False
         log.warning("joined a peer's state with this region's: version vector %s", self.db.aa.causal.vv)
         return True

@@ -392,7 +392,7 @@ class Server(RegionCore):
         blocked = client.blocked
         self.blocking.unpark(client)
         if blocked is not None and blocked.argv is not None:
-            self.count_unblocked(blocked.argv, reply)
+            self.count_unblocked(blocked.argv, reply, client, blocked.ran_us)
         elif type(reply) is ReplyError:
             self._count_error(reply)
         client.send(reply)

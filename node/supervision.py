@@ -129,7 +129,10 @@ class Supervisor:
                 if st.inject_bug:
                     raise InjectedFault(f"DEBUG CRON-FAIL {name}")
                 raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} (DEBUG CRON-FAIL {name})")
+            t0 = self.server.latency_start()  # LATENCY's event cron-<step> (0: the monitor is off)
             result = step()
+            if t0:
+                self.server.latency_end(f"cron-{name}", t0)
         except Exception as e:
             self._failed(name, e)
             st.consecutive += 1

@@ -18,7 +18,6 @@ existence everywhere, and no duplicate ID in strict mode.
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -137,10 +137,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crdt.causal import Envelope
+from crdt.linkerrors import MembershipBehind
 from crdt.membership import JOINING, LIVE, REMOVED
 from crdt.sync import LinkState, NeedsResync, RelayHold, opening, plan_frames
 from node.cluster_config import ClusterConfig, RegionSpec
-from node.transport.replication import MembershipBehind
 
 from .disk import Damage, FileCopy, MachineDown, held_vv
 from .membership import MembershipDriver

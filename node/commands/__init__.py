@@ -1,7 +1,8 @@
 """The command table: metadata kept as data, one handler per command.
 
 Each command family lives in its own module (``streams.py``, ``groups.py``,
-``keys.py``, ``dump.py``, ``migrate.py``, ``server.py``, ``connection.py``, ``transactions.py``) and
+``keys.py``, ``dump.py``, ``migrate.py``, ``server.py``, ``connection.py``, ``transactions.py``,
+``slowlog.py``) and
 registers its handlers with :func:`command` / :func:`subcommand`.  A handler is
 ``handler(client, argv) -> reply`` where ``argv[0]`` is the command name as
 sent and the reply is a plain value for :mod:`node.resp.encoder`; a handler
@@ -141,7 +142,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-FAMILIES = ("connection", "server", "keys", "dump", "migrate", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl")
+FAMILIES = ("connection", "server", "keys", "dump", "migrate", "transactions", "streams", "xread", "groups", "xinfo", "crdt", "debug", "origins", "acl", "slowlog")
 
 
 def load_all() -> dict[bytes, Command]:

@@ -520,3 +520,20 @@ doc('migrate',
         key('keys', 1, token='KEYS', since='3.0.6', optional=True, multiple=True),
     ],
 )
+
+# ---------------------------------------------------------------- SLOWLOG and LATENCY (node/commands/slowlog.py)
+doc('slowlog|get',
+    history=[('4.0.0', 'Added client IP address, port and name to the reply.'),
+             ('8.10.0', 'Added original command argument count to the reply.')],
+    tips=['request_policy:all_nodes', 'nondeterministic_output'],
+    arguments=[integer('count', optional=True)],
+)
+doc('slowlog|len', tips=['request_policy:all_nodes', 'response_policy:agg_sum', 'nondeterministic_output'])
+doc('slowlog|reset', tips=['request_policy:all_nodes', 'response_policy:all_succeeded'])
+_LATENCY_TIPS = ['nondeterministic_output', 'request_policy:all_nodes', 'response_policy:special']
+doc('latency|latest', tips=_LATENCY_TIPS)
+doc('latency|history', tips=_LATENCY_TIPS, arguments=[string('event')])
+doc('latency|graph', tips=_LATENCY_TIPS, arguments=[string('event')])
+doc('latency|doctor', tips=_LATENCY_TIPS)
+doc('latency|reset', tips=['request_policy:all_nodes', 'response_policy:agg_sum'],
+    arguments=[string('event', optional=True, multiple=True)])

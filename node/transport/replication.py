@@ -185,6 +185,7 @@ import grpc
 import msgspec
 
 from crdt.causal import CausalLog, Envelope, Fork, envelopes_of, forks
+from crdt.linkerrors import MembershipBehind
 from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, RelayHold, opening, part_size, \
     plan_frames
 from proto import replication_pb2 as pb
@@ -374,11 +375,6 @@ def _nothing_said(_why: str) -> None:
 
 def _no_resync(*_args):
     raise ConnectionError("this region cannot take part in a full resync")
-
-
-class MembershipBehind(ConnectionResetError):
-    """An operation of (or depending on) a region this region's member list does not know:
-    the link restarts, and the handshake brings the newer list."""
 
 
 class LinkStalled(ConnectionError):
