@@ -146,7 +146,7 @@ def test_the_simulation_recovers_machine_crashes_and_catches_a_region_that_does_
     from chaos.sim.run import run_sim
     from chaos.sim.world import SimConfig
 
-    config = SimConfig(seed=83, fsync="everysec", faults=("crash",), leave_when_written=True)
+    config = SimConfig(seed=109, fsync="everysec", faults=("crash",), leave_when_written=True)
     assert run_sim(config).ok
     for seed in range(1, 11):
         outcome = run_sim(SimConfig(seed=seed, leave_when_written=True))

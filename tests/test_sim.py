@@ -39,10 +39,13 @@ from node.resp.encoder import ReplyError
 
 SEEDS_PER_BUG = 100  # every planted bug is caught within this many seeds
 # ... from these seeds on (default: 1).  The first seeds that catch the bugs the operator's faults
-# are for: no-start-gate 15 (durability), gate-after-crash-only 1 (liveness: the history
-# digests), cut-clean-tail 6 (damage), image-unsaved 121 (exceptions: with the backlog fault, full
-# resyncs - and so image-crashes - are rare enough that the first catch comes late)
-FIRST_SEED = {"image-unsaved": 101}
+# are for: no-start-gate 2 (durability), gate-after-crash-only 3 (liveness: the history
+# digests), cut-clean-tail 10 (damage), image-unsaved 108 (exceptions: with the backlog fault, full
+# resyncs - and so image-crashes - are rare enough that the first catch comes late); lone-unheld
+# is first caught at seed 134 (convergence) and removed-applied at seed 196 (removed): since the
+# simulated link runs the relay hold and the backlog fault is in the default set, the schedules
+# of the first hundred seeds no longer meet them
+FIRST_SEED = {"image-unsaved": 101, "lone-unheld": 101, "removed-applied": 101}
 # the operator's faults (restore, bitflip, image-crash) joined the default set after the cases
 # below were found: their seeds replay them without (as chaos/README.md's replay commands say)
 OPERATOR_FAULTS = ("restore", "bitflip", "image-crash", "stale-copies", "lone")  # (lone: not in the default set)
@@ -53,7 +56,7 @@ FAULTS_BEFORE_OPERATOR = tuple(f for f in FAULTS if f not in OPERATOR_FAULTS + A
 DEFAULT_BEFORE_OPERATOR = tuple(f for f in DEFAULT_FAULTS if f not in OPERATOR_FAULTS + ADMIN_KILL)
 DEFAULT_BEFORE_ADMIN_KILL = tuple(f for f in DEFAULT_FAULTS if f not in ADMIN_KILL)
 # a bug whose window the operator's faults make rarer (regions stopped and refusing writes for a
-# while) runs with the faults it was planted under: xcfgset-clears is first caught at seed 88
+# while) runs with the faults it was planted under: xcfgset-clears is first caught at seed 47
 BUG_FAULTS = {"xcfgset-clears": DEFAULT_BEFORE_OPERATOR, "join-keeps-deleted": DEFAULT_BEFORE_OPERATOR}
 # the fault kinds before membership changes joined them: the schedules of the cases found then
 # (their seeds replay them with these, as chaos/README.md's replay commands do)
@@ -305,10 +308,10 @@ def test_regions_that_take_writes_alone_withdraw_and_issue_them_again_and_every_
 
 
 def test_a_flipped_bit_in_a_log_closed_cleanly_is_refused_and_salvaged():
-    """Seed 6: a bit of the last record of a cleanly closed log flips; the start refuses it
+    """Seed 10: a bit of the last record of a cleanly closed log flips; the start refuses it
     (after a clean close nothing is torn), the operator salvages (check-log --fix keeps the
     prefix, the run mark says recover) and the region takes back what the cut held."""
-    outcome = run_sim(SimConfig(seed=6, faults=DEFAULT_BEFORE_ADMIN_KILL))
+    outcome = run_sim(SimConfig(seed=10, faults=DEFAULT_BEFORE_ADMIN_KILL))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
     assert _count(outcome, "(its last record), run mark clean")
     assert _count(outcome, "at the end of a log closed cleanly (damage, not a torn append)")
@@ -316,43 +319,44 @@ def test_a_flipped_bit_in_a_log_closed_cleanly_is_refused_and_salvaged():
 
 
 def test_a_flipped_bit_in_a_snapshot_empties_the_folder():
-    """Seed 144 with the backlog fault: a region's snapshot (of a full-resync image) gets a
+    """Seed 278 with the backlog fault: a region's snapshot (of a full-resync image) gets a
     flipped bit; the start refuses it, nothing else in the folder can be started from, the
     operator empties it and the region takes everything back from its peers."""
-    outcome = run_sim(SimConfig(seed=144, faults=tuple(f for f in FAULTS if f != "lone")))
+    outcome = run_sim(SimConfig(seed=278, faults=tuple(f for f in FAULTS if f != "lone")))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
     assert _count(outcome, "BITFLIP r") and _count(outcome, "is damaged (checksum mismatch)")
     assert _count(outcome, "the folder was emptied")
 
 
 def test_a_stale_copy_restored_after_a_salvage_forks_the_history():
-    """Seed 15552195, 127 steps, with stale-copies (a finding, not fixed: see chaos/README.md).
-    Region 1's folder is copied while it is stopped; a flipped bit in its log's last record
-    is salvaged away (operation 1.1, which never left it) and region 1, its peers holding
-    nothing of it, mints 1.1 again - another operation.  Restored later from the copy, it
-    holds the old 1.1 and takes 1.2 onwards back from its peers on top: the same version
-    vectors, different histories (the liveness check's digests; the real links see the fork
-    at the handshake and stop).  The operator's default rule - new copies after a restore or
-    a salvage - keeps the schedule from it."""
+    """Seed 588, 127 steps, with stale-copies (a finding, not fixed: see chaos/README.md; found
+    as seed 15552195, whose schedule changed with the simulated link's).  Region 2's folder is
+    copied while it is stopped (t=334); a flipped bit in its log's last record is salvaged
+    away (operation 2.11, which never left it) and region 2, its peers holding nothing of it,
+    mints 2.11 again - another operation.  Restored later from the copy, it holds the old 2.11
+    and takes 2.12 onwards back from its peers on top: the same version vectors, different
+    histories (the liveness check's digests; the real links see the fork at the handshake and
+    stop).  The operator's default rule - new copies after a restore or a salvage - keeps the
+    schedule from it."""
     faults = ("crash", "partition", "clog", "swizzle", "clock", "membership", "dup", "reorder", "restore", "bitflip")
-    outcome = run_sim(SimConfig(seed=15552195, steps=127, faults=faults + ("stale-copies",)))
+    outcome = run_sim(SimConfig(seed=588, steps=127, faults=faults + ("stale-copies",)))
     liveness = next(v for v in outcome.verdicts if v.check == "liveness")
     assert not liveness.ok and any("histories differ under the same version vector" in p for p in liveness.offending)
-    assert _count(outcome, "RESTORE r1 starts from its folder as copied at t=125")
-    assert run_sim(SimConfig(seed=15552195, steps=127, faults=faults)).ok
+    assert _count(outcome, "RESTORE r2 starts from its folder as copied at t=334")
+    assert run_sim(SimConfig(seed=588, steps=127, faults=faults)).ok
 
 
-@pytest.mark.parametrize("seed,what", [(98, "the machine went down while the snapshot of"),
-                                       (12, "the machine goes down before the image's snapshot is written")])
+@pytest.mark.parametrize("seed,what", [(11, "the machine went down while the snapshot of"),
+                                       (175, "the machine goes down before the image's snapshot is written")])
 def test_a_crash_before_a_full_resync_images_snapshot_is_on_disk(seed, what):
-    """Seed 98: the machine goes down while an installed image's snapshot is being written;
-    seed 12: the snapshot cannot be written (a full disk: later records wait in memory,
+    """Seed 11: the machine goes down while an installed image's snapshot is being written;
+    seed 175: the snapshot cannot be written (a full disk: later records wait in memory,
     writes are refused) and the machine goes down first.  Either way the region restarts
     from the log before the image, is sent one again, and every check passes."""
     outcome = run_sim(SimConfig(seed=seed))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
     assert _count(outcome, what)
-    if seed == 12:
+    if seed == 175:
         assert _count(outcome, "cannot be written (disk full)")
 
 
@@ -380,29 +384,36 @@ def test_a_seed_where_a_relay_overtook_a_concurrent_idmp_add_passes():
 
 
 def test_a_seed_where_a_crashed_region_had_an_operation_waiting_at_a_peer_passes():
-    """Seed 293921961, 104 steps (found by a random batch): region 2's machine crashed after
-    its operation 2.112 reached region 4 - waiting there for 2.28-2.111, which a reordered
-    frame had not brought yet - but before its records from 2.93 on were on disk.  Region 2
-    came back at 2:92 and recovered from its peers' handshakes, which count applied
-    operations only, so region 4 waited for 2.112's predecessors for ever, and region 2 could
-    mint 2.93-2.112 again, a second operation under the dot region 4 held.  Now a region
-    forgets a peer's own waiting operations whenever that peer handshakes with it."""
-    outcome = run_sim(SimConfig(seed=293921961, steps=104, faults=DEFAULT_BEFORE_OPERATOR))
+    """Found by a random batch (seed 293921961, 104 steps, before the simulated link's schedule
+    changed): region 2's machine crashed after its operation 2.112 reached region 4 - waiting
+    there for 2.28-2.111, which a reordered frame had not brought yet - but before its records
+    from 2.93 on were on disk.  Region 2 came back at 2:92 and recovered from its peers'
+    handshakes, which count applied operations only, so region 4 waited for 2.112's
+    predecessors for ever, and region 2 could mint 2.93-2.112 again, a second operation under
+    the dot region 4 held.  Now a region forgets a peer's own waiting operations whenever that
+    peer handshakes with it.  Seed 4396, 104 steps: region 4 (joined during a partition) sent
+    its operations 4.1-4.14 to region 2, where they wait for region 3's 3.12-3.13; region 4's
+    machine crashes before 4.14's record is on disk, it comes back at 4:13, and at the
+    handshake region 2 forgets the 14 (4.14 among them) and takes 4.1-4.13 again later."""
+    outcome = run_sim(SimConfig(seed=4396, steps=104, faults=DEFAULT_BEFORE_OPERATOR))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
-    assert any("r4 forgot 1 waiting operations of r2" in line for line in outcome.trace)
+    assert any("r2 forgot 14 waiting operations of r4" in line for line in outcome.trace)
 
 
 def test_a_forced_removal_that_takes_the_only_copies_of_an_earlier_removed_regions_operations():
-    """Seed 1083394374, 130 steps (found by a random batch): region 3's last operations
-    (3.98-3.100) reached only region 4 before region 3's machine crashed; its forced removal
-    froze it at 100 (region 4 held them), then region 4 crashed and was removed by force too,
-    taking the only copies.  A forced removal loses what no remaining member received - its
-    own operations and, as here, an earlier removed region's that only it held (README,
-    "A forced removal"); the members converge without them, and the durability check counts
-    them as lost with the removal instead of reporting a loss."""
-    outcome = run_sim(SimConfig(seed=1083394374, steps=130, faults=DEFAULT_BEFORE_OPERATOR))
+    """Found by a random batch (seed 1083394374, 130 steps, before the simulated link's
+    schedule changed); seed 26516, 130 steps, is the first of the seeds from 1 that meets it
+    again: region 4 joins while a partition cuts regions 2 and 3, and partitions keep region
+    2's operations 2.5-2.104 from regions 1 and 3 - they reach only region 4 - before region
+    2's machine crashes; its forced removal freezes it at 104 (region 4 held them), then region
+    4 crashes and is removed by force too (frozen at 0), taking the only copies.  A forced
+    removal loses what no remaining member received - its own operations and, as here, an
+    earlier removed region's that only it held (README, "A forced removal"); the members
+    converge without them, and the durability check counts them as lost with the removal
+    instead of reporting a loss."""
+    outcome = run_sim(SimConfig(seed=26516, steps=130, faults=DEFAULT_BEFORE_OPERATOR))
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
-    assert any("3 operation(s) of r3 that only r4 held are lost with r4's forced removal" in line
+    assert any("100 operation(s) of r2 that only r4 held are lost with r4's forced removal" in line
                for line in outcome.trace)
 
 
@@ -453,14 +464,14 @@ def test_each_planted_bug_is_caught_by_its_checker(bug):
 
 def test_a_failure_prints_its_replay_command_and_a_minimal_trace():
     out = io.StringIO()
-    assert sim_main(["--seed", "2", "--bug", "skip-late"], out=out) == 1
+    assert sim_main(["--seed", "2", "--bug", "lying-fsync"], out=out) == 1
     text = out.getvalue()
-    assert "replay: braid-chaos sim --seed 2 --steps 150 --regions 3 --fsync always --bug skip-late" in text
+    assert "replay: braid-chaos sim --seed 2 --steps 150 --regions 3 --fsync always --bug lying-fsync" in text
     minimal = next(line for line in text.splitlines() if line.startswith("minimal: "))
     argv = minimal.removeprefix("minimal: braid-chaos sim ").split()
     again = io.StringIO()
     assert sim_main(argv + ["--no-shrink"], out=again) == 1  # the minimal command replays the failure
-    assert "never-skip" in again.getvalue()
+    assert "durability" in again.getvalue()
 
 
 def _count(outcome, text: str) -> int:
@@ -468,7 +479,7 @@ def _count(outcome, text: str) -> int:
     return sum(text in line for line in trace)
 
 
-@pytest.mark.parametrize("seed", [2, 4, 6])
+@pytest.mark.parametrize("seed", [1, 2, 4])
 def test_trimmed_backlogs_resync_under_the_seeded_network(seed):
     """With the backlog bounded, a region that was away gets a full-resync image, installs it
     and snapshots it (a later restart starts from that snapshot); every check still passes."""
@@ -562,7 +573,7 @@ def _when(sim: Simulation, text: str) -> int:
 
 
 def test_a_region_joins_during_a_partition_and_takes_writes_once_caught_up():
-    sim = _settled(12, copies=False)
+    sim = _settled(9, copies=False)
     join = _changes(sim, JOIN)[0]
     n = join.change.number
     assert n == 4 and sim.config.regions == 3  # the next number; --regions stays the initial count
@@ -582,7 +593,7 @@ def test_a_region_joins_during_a_partition_and_takes_writes_once_caught_up():
 
 
 def test_a_region_leaves_gracefully_under_load():
-    sim = _settled(2)
+    sim = _settled(1)
     leave = _changes(sim, LEAVE)[0]
     n = leave.change.number
     (remove,) = [p for p in _changes(sim, REMOVE) if p.change.number == n]
@@ -600,7 +611,7 @@ def test_a_region_leaves_gracefully_under_load():
 
 
 def test_a_crashed_region_removed_by_force_is_refused_when_it_comes_back():
-    sim = _settled(9)
+    sim = _settled(225)
     (force,) = _changes(sim, FORCE_REMOVE)
     n = force.change.number
     promised = _when(sim, f"force-remove of r{n} promised for epoch {force.epoch}")
@@ -626,8 +637,10 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
     once its dependency came (at region 2, and at region 4, which joined from region 2's image)
     while region 1 dropped it, so region 2's later operations never applied at region 1.  What
     waits and is no longer accepted is now dropped: at the promise, at the change, after an image.
-    (Seed 3693 has regions drop such waiting operations - seed 349's schedule changed when a
-    peer's handshake began to forget its waiting operations; every check passes.)"""
+    (Seed 10 has regions drop such waiting operations - seed 349's schedule changed when a
+    peer's handshake began to forget its waiting operations, and seed 3693's when the simulated
+    link began to run the relay hold and the backlog fault joined the default set; every check
+    passes.)"""
     from node.activeactive import ActiveActive
 
     dropped = []
@@ -639,7 +652,7 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
         dropped.append(self.membership_dropped - before)
 
     monkeypatch.setattr(ActiveActive, "_drop_refused_pending", counting)
-    sim = _settled(3693, copies=False)
+    sim = _settled(10, copies=False)
     (force,) = _changes(sim, FORCE_REMOVE)
     n = force.change.number
     assert sum(dropped) > 0
@@ -688,7 +701,7 @@ def test_a_forced_removal_whose_voters_all_crashed_after_promising_is_settled_by
 
 
 def test_a_forced_removal_a_voter_never_promised_is_aborted_by_the_one_that_did(monkeypatch):
-    """Seed 20: braid-admin is killed after region 1 promised the forced removal of region 3
+    """Seed 214: braid-admin is killed after region 1 promised the forced removal of region 3
     and before it asked region 2.  Region 1 settles it: region 2 never promised it (and now
     never will), so region 1 aborts it, its hold ends, and region 3 - a member still - links
     with everyone again and converges."""
@@ -701,7 +714,7 @@ def test_a_forced_removal_a_voter_never_promised_is_aborted_by_the_one_that_did(
         return outcome
 
     monkeypatch.setattr(ActiveActive, "settle", recording)
-    sim = Simulation(SimConfig(seed=20))
+    sim = Simulation(SimConfig(seed=214))
     sim.run()
     verdicts = run_checks(sim)
     assert all(v.ok for v in verdicts), "\n".join(v.render() for v in verdicts if not v.ok)
@@ -736,7 +749,7 @@ def test_a_voter_that_restarts_before_the_commit_keeps_its_promise(monkeypatch):
 
     monkeypatch.setattr(ActiveActive, "attach_promise_store", recording)
     faults = ("crash", "partition", "clog", "swizzle", "clock", "membership", "reorder")
-    outcome = run_sim(SimConfig(seed=118, faults=faults, copies=False, leave_when_written=ON_DISK))
+    outcome = run_sim(SimConfig(seed=315, faults=faults, copies=False, leave_when_written=ON_DISK))
     assert _count(outcome, "MEMBERSHIP epoch 2: force-remove")
     assert _count(outcome, "MEMBERSHIP epoch 2: the commit did not reach r")
     assert restored  # the crashed voter came back holding the removed region's operations

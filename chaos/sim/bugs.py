@@ -118,8 +118,8 @@ def _seq_without_region(floor: int, region: int, stride: int) -> int:
     return floor + 1
 
 
-def _one_cursor_read(s, g, consumer, count, noack, now):
-    out = groups.read_new(s, g, consumer, g.last_id, count, noack, now)
+def _one_cursor_read(s, g, consumer, count, noack, now, take=None):
+    out = groups.read_new(s, g, consumer, g.last_id, count, noack, now, take)
     for _id, _flat in out:  # keep the per-origin cursors XACK's watermark reads
         for origin, log in s.logs.items():
             if log.get(_id) is not None:
