@@ -980,10 +980,7 @@ class RegionCore:
         (``OperationLog.hold_for_image``): a process that ends first starts again from the
         old log, which holds those operations, and is sent an image again.
         """
-        t0 = self.latency_start()
-        taken = self._take_image(data, self.db.aa.adopt_image, "refusing a full-resync image")
-        self.latency_end("crdt-image-install", t0)
-        if not taken:
+        if not self._take_image(data, self.db.aa.adopt_image, "refusing a full-resync image", "crdt-image-install"):
             return False
         log.warning("installed a full-resync image: version vector %s", self.db.aa.causal.vv)
         return True
@@ -993,38 +990,40 @@ class RegionCore:
         regions dropped operations the other lacks), then, as :meth:`install_image` does,
         deliver again what waited and make the joined state the base of the append-only
         file (a replay of the old log cannot lead to it).  False: refused (nothing changed)."""
-        t0 = self.latency_start()
-        taken = self._take_image(data, self.db.aa.join_image, "refusing to join a peer's state")
-        self.latency_end("crdt-state-join", t0)
-        if not taken:
+        if not self._take_image(data, self.db.aa.join_image, "refusing to join a peer's state", "crdt-state-join"):
             return False
         log.warning("joined a peer's state with this region's: version vector %s", self.db.aa.causal.vv)
         return True
 
-    def _take_image(self, data: bytes, take: Callable[[bytes], list | None], refusing: str) -> bool:
+    def _take_image(self, data: bytes, take: Callable[[bytes], list | None], refusing: str, event: str) -> bool:
         """The steps :meth:`install_image` and :meth:`join_image` share around ``take`` (which
-        changes the state and returns the envelopes to deliver again on top, or None)."""
+        changes the state and returns the envelopes to deliver again on top, or None), timed
+        as LATENCY's ``event``."""
         aa = self.db.aa
         oplog = self.oplog
-        if oplog is not None:
-            try:
-                oplog.roll()  # the old state's records on disk, ending a segment: the snapshot follows them
-            except OSError as e:
-                log.error("%s: the append-only file cannot be put on disk first: %s", refusing, e.strerror or e)
+        t0 = self.latency_start()
+        try:
+            if oplog is not None:
+                try:
+                    oplog.roll()  # the old state's records on disk, ending a segment: the snapshot follows them
+                except OSError as e:
+                    log.error("%s: the append-only file cannot be put on disk first: %s", refusing, e.strerror or e)
+                    return False
+                base = oplog.last_record
+            replayed = take(data)
+            if replayed is None:
                 return False
-            base = oplog.last_record
-        replayed = take(data)
-        if replayed is None:
-            return False
-        for env in replayed:  # operations this region held that the new state lacks, its own among them
-            if env.n > aa.causal.vv.get(env.origin, 0):
-                aa.hub.deliver(env)
-        if oplog is not None:
-            self._save_image(base)
-            aa.log_started()
-        self.db.ready.update(self.db.keys)
-        self.keys_ready()
-        return True
+            for env in replayed:  # operations this region held that the new state lacks, its own among them
+                if env.n > aa.causal.vv.get(env.origin, 0):
+                    aa.hub.deliver(env)
+            if oplog is not None:
+                self._save_image(base)
+                aa.log_started()
+            self.db.ready.update(self.db.keys)
+            self.keys_ready()
+            return True
+        finally:
+            self.latency_end(event, t0)
 
     def _save_image(self, record: int) -> None:
         """The snapshot that makes a full-resync image just installed the base of the append-only
