@@ -96,13 +96,10 @@ What the join cannot do from today's state (listed, not guessed):
   whose block is gone, or whose key is gone, looks never received and comes back.
   Likewise a ``$`` group created before its creation set a watermark starts, new at
   ``a``, from the beginning of every log.
-- Everything above rests on each origin log growing with rising IDs.  RENAME breaks
-  it: it adds the source's entries, with their IDs, to the renaming region's own log
-  of the destination, below the IDs that log may already have held (crdt/resolve.py;
-  COPY uses a log of its own instead).  The join then takes such entries for
-  received where the higher ones were - as a concurrent DEL does under delivery,
-  where the result depends on the arrival order.  A RENAME onto a key the renaming
-  region never wrote to is safe.
+- Everything above rests on each origin log growing with rising IDs.  COPY and RENAME
+  keep it: they add the source's entries, with their IDs, to an origin log of their
+  own (crdt/resolve.py), not below the IDs the region's own log of the destination
+  may hold.
 
 Where it runs: a replication link whose two ends both dropped from their backlogs
 operations the other lacks exchanges images, and each end joins the other's into its
