@@ -2,9 +2,9 @@
 
 The hot modules here are also compiled with mypyc from this same source (setup.py), and
 Python imports a compiled module in preference to its ``.py`` file.  With ``BRAID_PURE=1``
-in the environment every module of this package (and of ``node.resp``) is imported from its
-source instead: the simulation and property tests can run on the code as written, and a
-suspected difference between the two builds can be ruled in or out.
+in the environment every module of this package (and of ``node.resp`` and ``node.persistence``)
+is imported from its source instead: the simulation and property tests can run on the code
+as written, and a suspected difference between the two builds can be ruled in or out.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _compiled_is_stale() -> bool:
     source is a small shim, which a rebuild leaves untouched when nothing in it changed."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     built = [os.path.getmtime(os.path.join(root, n)) for n in os.listdir(root) if "__mypyc." in n]
-    for package in ("crdt", os.path.join("node", "resp")):
+    for package in ("crdt", os.path.join("node", "resp"), os.path.join("node", "persistence")):
         directory = os.path.join(root, package)
         for name in os.listdir(directory):
             if name.endswith(".so"):

@@ -32,6 +32,17 @@ When to open a new block must match Redis to the byte, because it decides what
 the same entries would take in a Redis listpack (listpack's integer and string
 encodings plus back-lengths), and the new-node rule of ``streamAppendItem`` is
 applied to that number.  The block's own buffer is smaller than the listpack.
+
+Memory
+------
+Each log counts what it holds as it changes (``nbytes``: its blocks, ``decoded_bytes``: the
+decoded blocks it caches for readers), so what a region holds is known at any moment without
+walking its blocks (``maxmemory``, INFO memory).  The counts are estimates of what Python
+allocates for them, calibrated against ``tracemalloc``: a block costs its buffer (plus a
+sixteenth for what a growing ``bytearray`` reserves) and ``BLOCK_BYTES`` of bookkeeping; a
+decoded block costs ``DECODED_ENTRY_BYTES`` per entry (the tuples, the ID, the field list, the
+reply encoding a reader memoises) and twice its buffer (the values as ``bytes`` objects and in
+the memoised replies).
 """
 
 from __future__ import annotations
@@ -50,6 +61,9 @@ SAMEFIELDS = 2
 
 LISTPACK_MAX_SIZE = 1 << 30  # STREAM_LISTPACK_MAX_SIZE
 _LP_EMPTY = 7  # listpack header (6) + end byte (1)
+
+BLOCK_BYTES = 300          # a Block, its bytearray's header, its first ID in ``firsts``
+DECODED_ENTRY_BYTES = 600  # a decoded entry's objects, but for its values (see "Memory" above)
 
 # A decoded entry: (id, flat [f1, v1, f2, v2, ...], deleted, offset in buf)
 Decoded = tuple[StreamID, list, bool, int]
@@ -299,6 +313,17 @@ class Block:
         self.dead += 1
 
 
+def block_bytes(block: Block) -> int:
+    """What a block holds in memory (see "Memory" above)."""
+    n = len(block.buf)
+    return n + (n >> 4) + BLOCK_BYTES
+
+
+def decoded_bytes(block: Block, entries: list) -> int:
+    """What a block's decoded entries hold in memory (see "Memory" above)."""
+    return len(entries) * DECODED_ENTRY_BYTES + 2 * len(block.buf)
+
+
 def restored_block(first: StreamID, last: StreamID, fields: tuple, buf: bytearray, live: int, dead: int,
                    lp_base: int) -> Block:
     """A block as a snapshot holds it, counts and listpack size included (not checked here)."""
@@ -382,7 +407,7 @@ class TrimSpec:
 class EntryLog:
     """The entries minted by one origin region, in ID order."""
 
-    __slots__ = ("blocks", "firsts", "length", "_cache", "_memos", "_at", "_next")
+    __slots__ = ("blocks", "firsts", "length", "nbytes", "decoded_bytes", "_cache", "_memos", "_at", "_next")
 
     CACHED_BLOCKS = 8  # decoded blocks kept: the head and tail that readers revisit
 
@@ -390,6 +415,8 @@ class EntryLog:
         self.blocks: list[Block] = []
         self.firsts: list[StreamID] = []
         self.length = 0
+        self.nbytes = 0  # what the blocks hold in memory (block_bytes of each)
+        self.decoded_bytes = 0  # what the decoded blocks in the cache hold (decoded_bytes of each)
         self._cache: OrderedDict[Block, list[Decoded]] = OrderedDict()
         # per decoded block, a list the readers above may fill with what they derive from its
         # entries, index by index (the reply encoding of each entry): it lives exactly as long
@@ -405,7 +432,7 @@ class EntryLog:
 
     # ------------------------------------------------------------ writing
     def __deepcopy__(self, memo: dict) -> EntryLog:
-        return copy_attributes(self, EntryLog(), ('blocks', 'firsts', 'length'), memo)
+        return copy_attributes(self, EntryLog(), ('blocks', 'firsts', 'length', 'nbytes'), memo)
 
     def append(self, id_: StreamID, flat: Sequence[bytes], max_entries: int, max_bytes: int) -> None:
         """Add an entry whose ID is above every ID in the log."""
@@ -423,13 +450,17 @@ class EntryLog:
             tail = Block(id_, tuple(flat[0::2]))
             self.blocks.append(tail)
             self.firsts.append(id_)
+            self.nbytes += BLOCK_BYTES
         offset = len(tail.buf)
         tail.append(id_, flat)
         self.length += 1
+        grown = len(tail.buf) - offset
+        self.nbytes += grown + ((offset + grown) >> 4) - (offset >> 4)
         cached = self._cache.get(tail)
         if cached is not None:
             # keep the decoded tail in step instead of decoding it again
             cached.append((id_, list(flat), False, offset))
+            self.decoded_bytes += DECODED_ENTRY_BYTES + 2 * grown
 
     def delete(self, id_: StreamID) -> bool:
         """XDEL one ID; True if a live entry was removed."""
@@ -454,13 +485,16 @@ class EntryLog:
         if block.live == 1:
             del self.blocks[bi]
             del self.firsts[bi]
+            self.nbytes -= block_bytes(block)
         else:
             block.mark_deleted(off)
         self.length -= 1
         self._invalidate(block)
 
     def _invalidate(self, block: Block) -> None:
-        self._cache.pop(block, None)
+        entries = self._cache.pop(block, None)
+        if entries is not None:
+            self.decoded_bytes -= decoded_bytes(block, entries)
         self._memos.pop(block, None)
 
     def trim(self, spec: TrimSpec, can_delete: Callable[[StreamID], bool] | None,
@@ -489,6 +523,7 @@ class EntryLog:
             if eligible and keep_refs:
                 del self.blocks[bi]
                 del self.firsts[bi]
+                self.nbytes -= block_bytes(block)
                 self._invalidate(block)
                 self.length -= entries
                 deleted += entries
@@ -514,6 +549,7 @@ class EntryLog:
             if eligible and removed == entries:
                 del self.blocks[bi]
                 del self.firsts[bi]
+                self.nbytes -= block_bytes(block)
                 continue
             block.live -= removed
             block.dead += removed
@@ -529,8 +565,10 @@ class EntryLog:
         entries = cache.get(block)
         if entries is None:
             entries = cache[block] = block.decode()
+            self.decoded_bytes += decoded_bytes(block, entries)
             if len(cache) > self.CACHED_BLOCKS:
-                oldest, _ = cache.popitem(last=False)
+                oldest, dropped = cache.popitem(last=False)
+                self.decoded_bytes -= decoded_bytes(oldest, dropped)
                 self._memos.pop(oldest, None)
         return entries
 
@@ -752,14 +790,20 @@ class EntryLog:
         self.blocks.append(mine)
         self.firsts.append(mine.first)
         self.length += mine.live
+        self.nbytes += block_bytes(mine)
+
+    def recount(self) -> None:
+        """Count ``nbytes`` again, for a log whose blocks were put in place directly (a snapshot
+        or an RDB file loaded)."""
+        self.nbytes = sum(block_bytes(b) for b in self.blocks)
 
     @property
     def node_count(self) -> int:
         return len(self.blocks)
 
     def memory_bytes(self) -> int:
-        """Bytes held by entry data (buffers plus per-block bookkeeping)."""
-        return sum(len(b.buf) + 200 for b in self.blocks)
+        """What the log holds in memory: its blocks and the decoded ones it caches."""
+        return self.nbytes + self.decoded_bytes
 
     def index_of_first_at_or_after(self, id_: StreamID) -> int:
         return bisect_left(self.firsts, id_)

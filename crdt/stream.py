@@ -16,6 +16,11 @@ The stream-wide counters are Redis's (``last-generated-id``,
 ``recorded-first-entry-id``, ``max-deleted-entry-id``, ``entries-added``) and
 keep Redis's meaning over the merged stream.
 
+What a stream holds in memory (:meth:`Stream.memory_bytes`, what ``maxmemory`` counts) is
+its logs' own count (crdt/blocks.py, "Memory") and, for the rest, a cost per object
+calibrated against ``tracemalloc``: the key's objects, each consumer group, pending entry
+and consumer, each IDMP record.  It costs a few steps per log and group, not per entry.
+
 Nothing here does I/O or reads a clock: times arrive as arguments.
 """
 
@@ -33,6 +38,13 @@ from .ids import MAX_ID, MIN_ID, StreamID, incr
 
 # A merged entry as reads return it.
 Entry = tuple[StreamID, list]
+
+# What a stream's objects cost in memory beyond its logs' blocks (see the theory above)
+STREAM_BYTES = 1500       # the Stream, its first log, its IDMP state, its place in the keyspace
+GROUP_BYTES = 800         # a consumer group with no pending entry and no consumer
+PENDING_BYTES = 300       # an entry of a group's pending entries list
+CONSUMER_BYTES = 400      # a consumer
+IDMP_RECORD_BYTES = 150   # an IDMP record (producer, iid -> entry ID)
 
 
 class Stream:
@@ -220,4 +232,12 @@ class Stream:
         return sum(log.node_count for log in self.logs.values())
 
     def memory_bytes(self) -> int:
-        return sum(log.memory_bytes() for log in self.logs.values())
+        """What the stream holds in memory, estimated (see the theory above)."""
+        n = STREAM_BYTES
+        for log in self.logs.values():
+            n += log.nbytes + log.decoded_bytes
+        for g in self.groups.values():
+            n += GROUP_BYTES + len(g.pel) * PENDING_BYTES + len(g.consumers) * CONSUMER_BYTES
+        if self.idmp.producers:
+            n += self.idmp.iids_tracked * IDMP_RECORD_BYTES
+        return n

@@ -74,6 +74,8 @@ log = logging.getLogger("braid.activeactive")
 # a promise whose coordinator neither commits nor aborts it lapses after this long, and its
 # voters settle it among themselves (ActiveActive.left_promise)
 PROMISE_TIMEOUT_S = 30.0
+# what an operation in the backlog costs in memory besides its bytes (backlog_memory)
+BACKLOG_OP_BYTES = 300
 # a voter settling such a promise asks the other voters again this often until it ends
 SETTLE_EVERY_S = 5.0
 # a region with no link up asks its peers for their member lists this often
@@ -327,6 +329,12 @@ class ActiveActive:
             self._counted = (self.causal.base, self.causal.end, log_[0] if log_ else None)
         return k
 
+    def backlog_memory(self) -> int:
+        """What the replication backlog holds in memory: its operations' bytes and, per
+        operation, its envelope, its place in the causal log and its arrival time (calibrated
+        against ``tracemalloc``)."""
+        return self.backlog_bytes() + len(self.causal.log) * BACKLOG_OP_BYTES
+
     def backlog_bytes(self) -> int:
         """Bytes of the operations in the backlog.  Counted as they join it (each call adds
         the operations appended since the last), not summed over the whole backlog every
@@ -450,9 +458,11 @@ class ActiveActive:
                              f"{self.cluster.database!r})")
         if name not in DB_SETTINGS:
             raise ValueError(f"unknown database setting {name!r} (known: {', '.join(DB_SETTINGS)})")
-        attr, choices = DB_SETTINGS[name]
-        if value not in choices:
-            raise ValueError(f"{name} must be one of: {', '.join(choices)}")
+        attr, check = DB_SETTINGS[name]
+        try:
+            value = check(value)
+        except ValueError as e:
+            raise ValueError(f"{name} {e}") from None
         before = getattr(self.cluster, attr)
         setattr(self.cluster, attr, value)
         try:

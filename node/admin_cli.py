@@ -321,7 +321,8 @@ def cmd_tune(args, cfg: ClusterConfig, path, console: Console) -> int:
                 raise
             unreachable.append(r.name)
     if path is not None:
-        setattr(cfg, DB_SETTINGS[args.setting][0], args.value)
+        attr, check = DB_SETTINGS[args.setting]
+        setattr(cfg, attr, check(args.value))  # (every region took it: it is one)
         cfg.save(path)
     if unreachable:
         raise AdminError(f"set on the others, but unreachable: {', '.join(unreachable)} "
@@ -785,11 +786,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("db", help="the database's name (the cluster file's database)")
     p.set_defaults(fn=cmd_info)
     p = sub.add_parser("tune", help="tune db DB SETTING VALUE: change a database setting at every region "
-                                    "(crdt_xadd_id_uniqueness_mode, appendfsync)")
+                                    "(crdt_xadd_id_uniqueness_mode, appendfsync, maxmemory)")
     p.add_argument("what", choices=["db"], help="db: the database")
     p.add_argument("db", help="the database's name")
-    p.add_argument("setting", help="crdt_xadd_id_uniqueness_mode (strict, semi-strict, liberal) or appendfsync "
-                                   "(always, everysec, no)")
+    p.add_argument("setting", help="crdt_xadd_id_uniqueness_mode (strict, semi-strict, liberal), appendfsync "
+                                   "(always, everysec, no) or maxmemory (bytes or 512mb, 4gb; 0: no limit)")
     p.add_argument("value", help="the new value; every region and the cluster file record it")
     p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("replication", help="replication pause|resume --region NAME [--peer NAME]: cut or restore "

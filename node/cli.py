@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import sys
@@ -12,6 +13,7 @@ import time
 from .config import Config, ConfigError
 from .security.tls import TlsConfigError
 from .server import Server, run_server
+from .supervision import EXIT_FAIL_STOP, oom_detail, ran_out_of_memory, release_memory_reserve, reserve_memory
 
 # `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
 TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
@@ -60,6 +62,12 @@ def _event_loop_policy() -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    # a crash in native code (a segmentation fault, an abort: gRPC's C core aborts when an allocation
+    # fails) leaves every thread's Python stack on stderr, which is the region's log
+    try:
+        faulthandler.enable(all_threads=True)
+    except (RuntimeError, ValueError, OSError, AttributeError):
+        pass  # no stderr to write to (it is closed): nothing to leave them in
     cluster = None
     if args.config:
         from .cluster_config import load
@@ -79,6 +87,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     os.makedirs(args.data_dir, exist_ok=True)
     args.bind = args.bind or "127.0.0.1"
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
+    if cluster:  # the database's memory limit ([regions.config] may set another for one region)
+        cfg.set("maxmemory", cluster[0].maxmemory)
     for name, value in (cluster[0].region_settings(cluster[1]) if cluster else {}).items():
         try:  # the cluster file's [regions.config] (the command line's options come after it)
             cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
@@ -132,12 +142,17 @@ def cmd_node(args: argparse.Namespace) -> int:
     if importer is not None:
         importer.start()
 
+    reserve_memory()  # given back when memory runs out, so that the fail-stop can log and close (supervision.py)
     try:
         status = asyncio.run(run_server(server, args.bind, int(cfg["port"]) or None))
-    except LoadError as e:
-        print(f"braid: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
+    except Exception as e:
+        if ran_out_of_memory(e):  # (a LoadError or OSError may say so too)
+            return _ran_out_of_memory(server, e)
+        if isinstance(e, LoadError):
+            print(f"braid: {e}", file=sys.stderr)
+            return 1
+        if not isinstance(e, OSError):
+            raise
         what = e.strerror or str(e)
         where = (f" on {args.bind}" if what.startswith(("tls-port", "metrics-port")) else "" if what.startswith("port 0")
                  else f" on {args.bind}:{args.port}")
@@ -147,6 +162,24 @@ def cmd_node(args: argparse.Namespace) -> int:
         print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "
               f"append-only file and catches up from its peers)", file=sys.stderr)
     return status
+
+
+def _ran_out_of_memory(server: Server, e: BaseException) -> int:
+    """A region whose memory ran out in something that did not fail-stop it itself (loading its
+    data, stopping after a fail-stop): said in its log; exit status 1 while it loaded its data
+    (the data is fine: it needs more memory), else EXIT_FAIL_STOP (node/supervision.py)."""
+    release_memory_reserve()  # first: what follows allocates
+    loading = server.failed is None and bool(server.config["appendonly"]) and server.oplog is None
+    doing = "loading the append-only file" if loading else "serving" if server.failed is None else "stopping"
+    logging.getLogger("braid.server").critical("region %d ran out of memory while %s: %s", server.region, doing,
+                                               oom_detail(e), exc_info=e)
+    if loading:
+        print(f"braid: out of memory while loading the append-only file in {server.config['dir']} (the file "
+              "is not damaged: loading it needs more memory); start the region again with more", file=sys.stderr)
+        return 1
+    print(f"braid: region {server.region} fail-stopped: {server.failed or f'out of memory while {doing}'}; restart "
+          "it (it replays its append-only file and catches up from its peers)", file=sys.stderr)
+    return EXIT_FAIL_STOP
 
 
 def _node_import(args: argparse.Namespace, cfg: Config):
@@ -768,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
                        epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
                               "data or its ACL file, listen, or use its TLS certificate, key or CA bundle; 2 for "
                               "a bad cluster file or region; 70 when the region fail-stopped (its state may be "
-                              "wrong; restarting it replays its log)")
+                              "wrong, or it ran out of memory; restarting it replays its log)")
     p.add_argument("--port", type=int, default=6380,
                    help="the client (RESP) port (default 6380; with --config, the region's port in the file)")
     p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "

@@ -266,7 +266,7 @@ def _exit_how(code: int) -> str:
 _EXIT_MEANS = {  # braid node's exit statuses (its --help)
     1: " (it could not load its data, listen, or use its ACL file or certificates)",
     2: " (a bad cluster file or region)",
-    70: " (it fail-stopped: its state may be wrong; a restart replays its log)",
+    70: " (it fail-stopped - its state may be wrong, or it ran out of memory; a restart replays its log)",
 }
 
 

@@ -6,6 +6,7 @@ Example (``deploy/cluster.example.toml``)::
     database = "db"
     token = "change-me"        # shared by the regions; a peer with another is refused
     stride = 16                # strict IDs: sequence ≡ region number (mod stride)
+    maxmemory = "4gb"          # optional: each region's memory limit (0 or absent: none)
 
     [[regions]]
     name = "region-1"
@@ -62,7 +63,10 @@ import json
 import os
 import secrets
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from .config import parse_memory
 
 
 # settings of a region's [regions.config] that name files (relative to the cluster file)
@@ -70,10 +74,30 @@ FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", 
 ID_MODES = ("strict", "semi-strict", "liberal")
 MEMBER_STATUSES = ("active", "joining", "leaving", "removed")
 FSYNC_POLICIES = ("always", "everysec", "no")
-# Settings of the database that braid-admin tunes on every region: name -> (attribute below, values)
-DB_SETTINGS = {
-    "crdt_xadd_id_uniqueness_mode": ("id_mode", ID_MODES),
-    "appendfsync": ("appendfsync", FSYNC_POLICIES),
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of: {', '.join(choices)}")
+        return value
+    return check
+
+
+def memory_value(value: object) -> int:
+    """A memory amount as the file or braid-admin gives it: bytes, or Redis's units ("4gb")."""
+    n = value if type(value) is int else parse_memory(str(value).encode())
+    if n is None or n < 0:
+        raise ValueError(f"must be a memory amount (bytes, or with a unit: 512mb, 4gb), not {value!r}")
+    return n
+
+
+# Settings of the database that braid-admin tunes on every region: name -> (attribute below,
+# the check that turns the value given into the value kept, ValueError if it is not one)
+DB_SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "crdt_xadd_id_uniqueness_mode": ("id_mode", _one_of(ID_MODES)),
+    "appendfsync": ("appendfsync", _one_of(FSYNC_POLICIES)),
+    "maxmemory": ("maxmemory", memory_value),
 }
 
 
@@ -126,6 +150,7 @@ class ClusterConfig:
     regions: list[RegionSpec] = field(default_factory=list)
     id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
     appendfsync: str = "everysec"  # always | everysec | no, for every region
+    maxmemory: int = 0  # each region's memory limit in bytes (0: none); [regions.config] may override it
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
     tls: LinkTls | None = None  # None: plain-text links (the file says tls = false)
     epoch: int = 1  # membership changes agreed so far, plus one (crdt/membership.py)
@@ -218,6 +243,8 @@ class ClusterConfig:
         lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
                  f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
                  f'appendfsync = "{self.appendfsync}"', f"epoch = {self.epoch}"]
+        if self.maxmemory:
+            lines.append(f"maxmemory = {self.maxmemory}")
         if self.tls is None:
             lines += ["tls = false  # plain-text links between regions: loopback playgrounds only", ""]
         else:
@@ -338,6 +365,13 @@ def _link_tls(data: dict, base: str) -> LinkTls | None:
                    at(t.get("admin_key", os.path.join(cert_dir, "admin.key"))))
 
 
+def _file_memory(value: object) -> int:
+    try:
+        return memory_value(value)
+    except ValueError as e:
+        raise ValueError(f"maxmemory {e}") from None
+
+
 def load(path: str) -> ClusterConfig:
     with open(path, "rb") as f:
         data = tomllib.load(f)
@@ -351,6 +385,7 @@ def load(path: str) -> ClusterConfig:
         token=str(data["token"]), stride=int(data.get("stride", 16)),
         id_mode=str(data.get("id_mode", "strict")),
         appendfsync=str(data.get("appendfsync", "everysec")),
+        maxmemory=_file_memory(data.get("maxmemory", 0)),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
                             int(r["port"]), int(r["repl_port"]),
                             tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r),

@@ -64,6 +64,12 @@ class Setting:
     choices: tuple[str, ...] = ()
 
 
+# Redis's maxmemory policies; Braid takes only noeviction (see the setting)
+MAXMEMORY_POLICIES = ("volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "volatile-lrm",
+                      "allkeys-lru", "allkeys-lfu", "allkeys-random", "allkeys-lrm", "noeviction")
+NOEVICTION_ONLY = ("only noeviction is supported: every stream entry is kept (evicting a stream would "
+                   "delete it in every region); a region over maxmemory refuses commands that add data")
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("port", "int", 6379, 0, 65535, mutable=False),
     Setting("bind", "string", "127.0.0.1", mutable=False),
@@ -82,6 +88,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("client-output-buffer-limit", "obuf",
             {"normal": (1024**3, 0, 0), "slave": (256 * 1024**2, 64 * 1024**2, 60),
              "pubsub": (32 * 1024**2, 8 * 1024**2, 60)}),
+    # the memory limit: past it, commands that add data (Redis's "denyoom" ones) are refused;
+    # operations of other regions are always applied.  Only noeviction: evicting a stream would
+    # delete it at every region (the other policies are named so that the error can say so)
+    Setting("maxmemory", "memory", 0, 0, (1 << 64) - 1),
+    Setting("maxmemory-policy", "enum", "noeviction", choices=MAXMEMORY_POLICIES),
     Setting("stream-node-max-entries", "int", 100, 0, (1 << 63) - 1),
     Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
     Setting("stream-idmp-duration", "int", 100, 1, 86400),
@@ -231,6 +242,8 @@ class Config:
             low = raw.decode("latin-1").lower()
             if low not in s.choices:
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: {', '.join(s.choices)}")
+            if name == "maxmemory-policy" and low != "noeviction":
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - {NOEVICTION_ONLY}")
             return low
         return raw.decode("utf-8", "surrogateescape")
 

@@ -65,6 +65,7 @@ from crdt.reissue import Reissue
 from . import commands as cmdtable
 from . import opcodec
 from .blocking import Blocked, BlockingRegistry
+from .commands.server import command_keys
 from .commands.transactions import abort_exec
 from .config import Config
 from .db import Database
@@ -73,9 +74,12 @@ from .persistence import snapshot
 from .resp.encoder import ReplyError
 from .security.acl import AccessControl
 from .slowlog import LatencyMonitor, SlowLog, redacted
-from .supervision import EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor
+from .supervision import (EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor, oom_detail,
+                          ran_out_of_memory, release_memory_reserve)
 
 log = logging.getLogger("braid.server")
+
+OOM_ERROR = "OOM command not allowed when used memory > 'maxmemory'."
 
 _perf_ns = time.perf_counter_ns
 NEVER_NS = 1 << 63  # a command's time execute() never reaches: neither SLOWLOG nor LATENCY records
@@ -198,6 +202,16 @@ class RegionCore:
         self.latency_events = LatencyMonitor()
         self._set_slow_bounds()
         self._set_write_cap()
+        # Memory (maxmemory, INFO memory): what the process held when it began (the driver
+        # measures it; nothing in the simulation), what its clients' buffers hold (the driver
+        # counts them once a second), and whether used memory was past maxmemory when last
+        # looked at (a crossing is logged)
+        self.startup_memory = 0
+        self.clients_memory = 0
+        self.over_maxmemory = False
+        self.memory_peak = 0
+        self.maxmemory = 0
+        self._set_memory_limit()
         # what lets other processes run on this region's core a moment (the server sets
         # os.sched_yield; a core in the simulation or a test has none): see apply_remote_run
         self.offer_cpu: Callable[[], object] | None = None
@@ -240,6 +254,7 @@ class RegionCore:
         self.db.limits = self._limits()
         self._set_slow_bounds()
         self._set_write_cap()
+        self._set_memory_limit()
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         if self.oplog is not None:
             self.oplog.policy = self.config["appendfsync"]
@@ -289,6 +304,56 @@ class RegionCore:
 
         cap = MAX_PAYLOAD // 2 - (1 << 16)
         self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
+
+    # ------------------------------------------------------------ memory
+    def _set_memory_limit(self) -> None:
+        limit = int(self.config["maxmemory"])
+        if limit and limit != self.maxmemory:
+            used = self.used_memory()
+            if used > limit:  # (Redis's warning)
+                log.warning("WARNING: the new maxmemory value set via CONFIG SET (%d) is smaller than the current "
+                            "memory usage (%d): commands that add data are refused until it is lower", limit, used)
+        self.maxmemory = limit
+        if not limit and self.over_maxmemory:
+            self.over_maxmemory = False
+            log.info("maxmemory is off: commands that add data are taken again")
+
+    def used_memory(self) -> int:
+        """What the region holds in memory, in bytes (INFO memory's ``used_memory``, what
+        maxmemory limits): the process as it began, the keyspace, the replication backlog and
+        the clients' buffers, each counted as it changes rather than measured."""
+        used = self.startup_memory + self.db.memory() + self.clients_memory
+        aa = self.db.aa
+        if aa is not None:
+            used += aa.backlog_memory()
+        if used > self.memory_peak:
+            self.memory_peak = used
+        return used
+
+    def out_of_memory(self) -> bool:
+        """Is used memory past maxmemory (set)?  A crossing either way is logged once."""
+        used = self.used_memory()
+        over = used > self.maxmemory
+        if over != self.over_maxmemory:
+            self.over_maxmemory = over
+            if over:
+                log.warning("used memory (%d bytes) is over maxmemory (%d): commands that add data are refused "
+                            "with OOM until it is lower; operations of other regions are still applied, and may "
+                            "take it further past the limit", used, self.maxmemory)
+            else:
+                log.info("used memory (%d bytes) is under maxmemory (%d) again: commands that add data are taken",
+                         used, self.maxmemory)
+        return over
+
+    def _queued_denyoom(self, client: Session) -> bool:
+        """Does ``client``'s transaction hold a command that adds data (EXEC is refused then)?"""
+        for argv in client.multi or ():
+            cmd = cmdtable.COMMANDS.get(argv[0].lower())
+            if cmd is not None and cmd.subcommands and len(argv) >= 2:
+                cmd = cmd.subcommands.get(argv[1].lower(), cmd)
+            if cmd is not None and cmd.denyoom:
+                return True
+        return False
 
     # ------------------------------------------------------------ the clock
     @staticmethod
@@ -648,13 +713,19 @@ class RegionCore:
         """
         if self.failed is not None:
             return
+        if ran_out_of_memory(exc):  # said so; the reserve goes first: what follows allocates
+            release_memory_reserve()
+            if not reason.startswith("out of memory"):
+                reason = f"out of memory: {reason}"
         self.failed = reason
-        log.critical("FAIL-STOP: region %d stops: %s. Nothing more is applied, replicated, logged or "
-                     "answered. Restart the region: it replays its append-only file and catches up from "
-                     "its peers (exit status %d).", self.region, reason, EXIT_FAIL_STOP, exc_info=exc)
-        if self.db.aa is not None:
-            self.db.aa.hub.pause()  # nothing more crosses a link
-        self.on_fail_stop()
+        try:
+            log.critical("FAIL-STOP: region %d stops: %s. Nothing more is applied, replicated, logged or "
+                         "answered. Restart the region: it replays its append-only file and catches up from "
+                         "its peers (exit status %d).", self.region, reason, EXIT_FAIL_STOP, exc_info=exc)
+        finally:  # (even if logging it ran out of memory)
+            if self.db.aa is not None:
+                self.db.aa.hub.pause()  # nothing more crosses a link
+            self.on_fail_stop()
 
     def on_fail_stop(self) -> None:
         """The driver's part of a fail-stop (the server closes clients, links and its port)."""
@@ -688,6 +759,9 @@ class RegionCore:
             return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
+        if self.maxmemory and (cmd.denyoom or (cmd.name == "exec" and self._queued_denyoom(client))) \
+                and not self.replaying and self.out_of_memory():  # (a replay runs what was taken)
+            return self._reject(self._exec_abort(client, cmd, OOM_ERROR))
         if cmd.is_write:
             aa = self.db.aa
             if aa is not None and not aa.writable and not self.replaying and not self._lone_writes_now():
@@ -715,6 +789,8 @@ class RegionCore:
                 reply = e
             except Exception as e:
                 reply = self._handler_failed(cmd.fullname, e, db.dirty != dirty, outermost)
+            if cmd.reads_entries:  # (what it decoded counts in the keys' memory)
+                db.changed.update(command_keys(cmd, argv))
             # what _log_command may log or reset (it does nothing else: a read that changed
             # nothing, or any command without a log, need not call it)
             if (db.own_ops or db.local_change
@@ -808,14 +884,19 @@ class RegionCore:
         """A handler raised (a bug).  Having changed nothing, it is answered with an error and
         counted; after a change (the dirty counter moved: issuing an operation moves it too,
         see Database.apply), or inside a transaction that made one, the region fail-stops:
-        the command is neither logged nor answered, and nothing after it runs."""
-        if not changed and self.failed is None:
+        the command is neither logged nor answered, and nothing after it runs.  Running out of
+        memory stops the region whether or not the counter moved (node/supervision.py)."""
+        oom = ran_out_of_memory(e)
+        if not changed and not oom and self.failed is None:
             log.exception("command %s failed (it changed nothing: answered with an error)", name)
             self.stats.command_internal_errors += 1
             return ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
         if self.replaying:  # the log does not replay as it ran: a load error (node/persistence/replay.py)
+            if oom:
+                raise e  # not a record that cannot be replayed: the start says it ran out of memory
             raise ValueError(f"{name} failed after it changed state: {type(e).__name__}: {e}") from e
-        self.fail_stop(f"command {name} failed after it changed state: {type(e).__name__}: {e}", e)
+        self.fail_stop(f"out of memory while running command {name}: {oom_detail(e)}" if oom else
+                       f"command {name} failed after it changed state: {type(e).__name__}: {e}", e)
         if not outermost:
             raise RegionStopped(self.failed) from e  # out of EXEC: nothing after it runs
         return cmdtable.CLOSE_WITHOUT_REPLY
@@ -849,6 +930,9 @@ class RegionCore:
         if target.is_write and self.db.aa is not None and not self.db.aa.writable:
             client.multi_error = True
             return self._reject(ReplyError(self.db.aa.write_refusal()))
+        if target.denyoom and self.maxmemory and not self.replaying and self.out_of_memory():
+            client.multi_error = True
+            return self._reject(ReplyError(OOM_ERROR))
         assert client.multi is not None
         client.multi.append(argv)
         return "QUEUED"

@@ -11,6 +11,13 @@ its version; a key nobody watches costs nothing, so touching millions of keys
 keeps no memory.  A client releases its keys at EXEC, DISCARD, UNWATCH, RESET
 and when it disconnects (:meth:`Database.unwatch`).  Replicated changes go through :meth:`Database.apply`, which
 hands the operation to the pure apply rules in :mod:`crdt.ops`.
+
+What the keyspace holds in memory (:meth:`Database.memory`, for ``maxmemory`` and INFO
+memory) is kept as a total of each key's estimate (``Stream.memory_bytes``, a few steps per
+key).  A change marks its key (:meth:`touch`); the total takes the marked keys' new
+estimates when it is next read - once per command that could be refused, not once per
+change.  A keyspace replaced whole (a full resync, a state join, a snapshot loaded) is
+counted again key by key.
 """
 
 from __future__ import annotations
@@ -37,6 +44,12 @@ class Database:
         self.watched: dict[bytes, list[int]] = {}  # WATCH: key -> [version, watchers], while watched
         self._clock = 0
         self.ready: set[bytes] = set()  # keys with news for blocked clients
+        # memory: each key's estimate when last counted, their total, the keys changed since,
+        # and the keyspace they were counted in (another one is counted again from scratch)
+        self.footprints: dict[bytes, int] = {}
+        self.dataset_bytes = 0
+        self.changed: set[bytes] = set()
+        self._counted_keys: object = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -45,13 +58,39 @@ class Database:
         return self.keys.get(key)
 
     def touch(self, key: bytes, ready: bool = True) -> None:
-        """Record a modification: WATCH sees it, blocked readers are woken."""
+        """Record a modification: WATCH sees it, blocked readers are woken, memory is counted."""
+        self.changed.add(key)
         entry = self.watched.get(key)
         if entry is not None:
             self._clock += 1
             entry[0] = self._clock
         if ready:
             self.ready.add(key)
+
+    def memory(self) -> int:
+        """What the keyspace holds in memory, in bytes (estimated: see the theory above)."""
+        keys = self.keys
+        if keys is not self._counted_keys:
+            self.recount_memory()
+        elif self.changed:
+            footprints, total = self.footprints, self.dataset_bytes
+            for key in self.changed:
+                s = keys.get(key)
+                now = s.memory_bytes() + len(key) if s is not None else 0
+                total += now - footprints.pop(key, 0)
+                if now:
+                    footprints[key] = now
+            self.changed.clear()
+            self.dataset_bytes = total
+        return self.dataset_bytes
+
+    def recount_memory(self) -> None:
+        """Count every key's memory again (the keyspace was replaced, or changed without
+        :meth:`touch`: a snapshot or log replayed)."""
+        self.footprints = {key: s.memory_bytes() + len(key) for key, s in self.keys.items()}
+        self.dataset_bytes = sum(self.footprints.values())
+        self.changed.clear()
+        self._counted_keys = self.keys
 
     def watch(self, key: bytes) -> int:
         """A client starts watching ``key``; returns the version EXEC compares with."""

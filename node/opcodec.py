@@ -18,6 +18,8 @@ import msgspec
 from crdt import ops
 from crdt.blocks import TrimSpec
 
+from .persistence import safe_encode
+
 # kind of each field after ``key``: raw (as is), id, ids, id_map, vv, dot, spec, blist,
 # key_id_maps (key -> id_map, as pairs: a key is bytes)
 OPS: list[tuple[type, dict[str, str]]] = [
@@ -41,6 +43,9 @@ _TAGS = {cls: tag for tag, (cls, _kinds) in enumerate(OPS)}
 _REQUIRED = [sum(1 for f in dataclasses.fields(cls) if f.name != "key" and f.default is dataclasses.MISSING
                  and f.default_factory is dataclasses.MISSING) for cls, _kinds in OPS]
 _encoder = msgspec.msgpack.Encoder()
+# what encodes operations: _encoder's encode_into, not its encode, which crashes the process when
+# an allocation fails (node/persistence/safe_encode.py)
+_encode = safe_encode.encoder(_encoder)
 _decoder = msgspec.msgpack.Decoder()
 
 
@@ -128,7 +133,7 @@ def encode_plain_add(key: bytes, origin: int, id_: tuple[int, int], fields: list
     """``encode(AddEntry(key, origin, id_, fields))``, from the parts: nearly every operation is
     an XADD without IDMP, written as the loop of :func:`encode` writes it (msgspec writes the
     ID's tuple as the array its list would be); :data:`decode_plain_add` reads it."""
-    return _encoder.encode((0, key, origin, id_, fields, None, None, None, None))
+    return _encode((0, key, origin, id_, fields, None, None, None, None))
 
 
 def encode(op: ops.Op) -> bytes:
@@ -140,7 +145,7 @@ def encode(op: ops.Op) -> bytes:
     for name, out in zip(names, outs):
         v = getattr(op, name)
         values.append(v if out is None else out(v))
-    return _encoder.encode(values)
+    return _encode(values)
 
 
 def decode(data: bytes) -> ops.Op:

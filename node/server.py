@@ -46,6 +46,7 @@ from typing import Any
 from . import commands as cmdtable
 from .blocking import Blocked
 from .commands.migrate import SocketMigrateTransport
+from .commands.server import clients_memory, rss_bytes
 from .config import Config
 from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import ReplyError, encode
@@ -67,6 +68,7 @@ class Server(RegionCore):
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one."""
         super().__init__(config, region, cluster)
+        self.startup_memory = rss_bytes()  # the interpreter and the code, before any data is loaded
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
         self._server: asyncio.base_events.Server | None = None
@@ -343,6 +345,14 @@ class Server(RegionCore):
             for name, step, changes_state in steps[1:]:
                 run(name, step, changes_state, now)
             self.migrate_transport.close_idle(now)  # closing sockets: nothing to supervise
+            run("memory", self._count_memory, False, now)
+
+    def _count_memory(self) -> None:
+        """Once a second: count the clients' buffers, and log a crossing of maxmemory that
+        operations of other regions (never refused) or a client's buffers made."""
+        self.clients_memory = clients_memory(self)
+        if self.maxmemory:
+            self.out_of_memory()
 
     # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:

@@ -30,6 +30,23 @@ every replication link, stops listening and stops its cron.  The process then
 exits with status :data:`EXIT_FAIL_STOP`.  An in-process server (tests) just
 stops; the deterministic simulation crashes the simulated region.
 
+Running out of memory stops the region too, wherever it happens (:func:`ran_out_of_memory`:
+a MemoryError, ENOMEM, or a thread that cannot start): in a command - whether or not it
+changed state, since an allocation can fail between two steps of a change that the dirty
+counter does not see -, in applying another region's operations, in writing the log, in
+a cron step, or in anything the event loop runs (the loop's handler,
+:meth:`Supervisor.loop_exception`, fail-stops on it).  The log line says so: "FAIL-STOP:
+region N stops: out of memory while ...".  A region keeps a small reserve of address space
+(:func:`reserve_memory`, 16 MiB, mapped when ``braid node`` starts and never touched) and
+gives it back first, so that the fail-stop can still log and close what it holds.  Nothing
+acknowledged is lost: a reply leaves only after its records reached the OS (or the disk,
+under ``appendfsync always``), and the records of the failing turn are dropped.  The
+native code a region runs raises too (msgspec's ``encode_into``, hiredis, uvloop), with two
+exceptions: msgspec's bytes-returning encoders crash on a failed allocation (so the log
+and snapshots encode with node/persistence/safe_encode.py), and gRPC's C core aborts the
+process (``gpr_malloc``: SIGABRT).  ``faulthandler`` is on in a region, so a native crash
+leaves the Python stacks in its log (stderr).
+
 Background steps (the once-a-second cron) run under a :class:`Supervisor`: each
 step's failure is logged with its traceback and counted (``INFO stats``:
 ``background_task_failures``; ``INFO taskstats``: per step), and the step is
@@ -42,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable
@@ -62,6 +80,81 @@ CRON_STEPS = ("idmp-expiry", "log-tick", "auto-snapshot", "backlog-trim", "gc")
 
 BACKOFF_FIRST_S = 1.0   # a failed step waits this long before its next try, doubling
 BACKOFF_MAX_S = 30.0
+
+
+RESERVE_BYTES = 16 * 1024 * 1024  # address space kept for a fail-stop after memory ran out
+
+_reserve: mmap.mmap | None = None
+
+
+def reserve_memory(size: int = RESERVE_BYTES) -> None:
+    """Map ``size`` bytes of address space and never touch them (no RAM is used): given back by
+    :func:`release_memory_reserve` when memory runs out, so that the fail-stop can log and
+    close what it holds under an address-space limit (``ulimit -v``, ``prlimit --as``)."""
+    global _reserve
+    if _reserve is None:
+        try:
+            _reserve = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except (OSError, ValueError):
+            _reserve = None  # (no room even for that: the region runs without it)
+
+
+def release_memory_reserve() -> bool:
+    """Give back the reserve (True if there was one)."""
+    global _reserve
+    reserve, _reserve = _reserve, None
+    if reserve is None:
+        return False
+    reserve.close()
+    return True
+
+
+def ran_out_of_memory(e: BaseException | None) -> bool:
+    """Did ``e`` come from memory running out: a MemoryError, an OSError ENOMEM, or a thread
+    that could not start (its stack is address space too) - itself, or what caused it?"""
+    for _ in range(16):  # the chain of causes and contexts (bounded: it may loop)
+        if e is None:
+            return False
+        if isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM):
+            return True
+        if isinstance(e, RuntimeError) and "can't start new thread" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def oom_detail(e: BaseException) -> str:
+    """How an out-of-memory failure is told in the log line: the exception, and the innermost
+    place in Braid's own code it came from (the traceback follows the line)."""
+    what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    where, tb = None, e.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        for top in ("/node/", "/crdt/"):
+            if top in path:
+                name = getattr(tb.tb_frame.f_code, "co_qualname", tb.tb_frame.f_code.co_name)
+                where = f"{name} ({top[1:]}{path.rsplit(top, 1)[1]}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return f"{what} in {where}" if where else what
+
+
+def _loop_activity(context: dict) -> str:
+    """What the event loop was running when an exception reached its handler, for the log."""
+    handle = context.get("handle")
+    if handle is not None:  # asyncio's Handle has its callback; uvloop's only names it: <Handle S.f>
+        callback = getattr(handle, "_callback", None)
+        name = getattr(callback, "__qualname__", None) or repr(handle).removeprefix("<Handle ").removesuffix(">")
+        if name.endswith("finish_turn"):
+            return f"ending a turn: writing this turn's records to the append-only file and sending replies ({name})"
+        return f"running {name}"
+    protocol = context.get("protocol")
+    if protocol is not None:
+        return f"serving a connection ({type(protocol).__name__}: reading, running or answering its commands)"
+    task = context.get("task") or context.get("future")
+    if task is not None:
+        get_name = getattr(task, "get_name", None)
+        return f"running the task {get_name() if get_name is not None else task!r}"
+    return context.get("message") or "running the event loop"
 
 
 class RegionStopped(Exception):
@@ -138,7 +231,9 @@ class Supervisor:
             st.consecutive += 1
             delay = min(BACKOFF_FIRST_S * 2 ** (st.consecutive - 1), BACKOFF_MAX_S)
             st.retry_at = now + delay
-            if changes_state and not isinstance(e, OSError):
+            if ran_out_of_memory(e):  # whatever the step: a region out of memory stops (see above)
+                self.server.fail_stop(f"out of memory while running the background step {name}: {oom_detail(e)}", e)
+            elif changes_state and not isinstance(e, OSError):
                 self.server.fail_stop(f"the background step {name} failed and may have left the state "
                                       f"half changed: {type(e).__name__}: {e}", e)
             else:
@@ -174,8 +269,17 @@ class Supervisor:
 
     def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
         """The event loop's handler: an exception nothing else caught (a callback, a task
-        nobody awaited) is counted here and logged as the loop's default handler does."""
-        self._failed("event-loop", context.get("exception") or RuntimeError(context.get("message", "")))
+        nobody awaited) is counted here and logged as the loop's default handler does.  One
+        that says memory ran out - a client's input, a command's log record or reply, the end
+        of a turn's log write - stops the region: what it interrupted may have changed state
+        half way (fail-stop drops the turn's records and replies)."""
+        e = context.get("exception")
+        if ran_out_of_memory(e):
+            release_memory_reserve()  # first: what follows allocates
+            self._failed("event-loop", e)
+            self.server.fail_stop(f"out of memory while {_loop_activity(context)}: {oom_detail(e)}", e)
+            return
+        self._failed("event-loop", e or RuntimeError(context.get("message", "")))
         loop.default_exception_handler(context)
 
     # ------------------------------------------------------------ INFO

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
+import redis
 
-from node.testing import LocalCluster
+from node.testing import LocalCluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +158,37 @@ def test_tune_appendfsync_everywhere(cluster):
         assert res.returncode == 1 and "appendfsync must be one of" in res.stderr
     finally:
         admin(cluster, "tune", "db", "db", "appendfsync", "everysec")
+        for c in clients:
+            c.close()
+
+
+def test_tune_maxmemory_everywhere_and_other_regions_operations_pass_it(cluster):
+    """The database's memory limit, set by braid-admin at every region and in the file; a
+    region over it refuses its clients' writes but applies the other regions' operations
+    (refusing them would leave the regions different), and says it is over."""
+    from pathlib import Path
+
+    r1, r2, r3 = clients = cluster.clients()
+    try:
+        res = admin(cluster, "tune", "db", "db", "maxmemory", "100mb")
+        assert res.returncode == 0, res.stderr
+        assert all(c.config_get("maxmemory") == {"maxmemory": str(100 << 20)} for c in clients)
+        assert f"maxmemory = {100 << 20}" in Path(cluster.file).read_text()
+        res = admin(cluster, "tune", "db", "db", "maxmemory", "lots")
+        assert res.returncode == 1 and "maxmemory must be a memory amount" in res.stderr
+        assert r1.config_set("maxmemory", 1)  # region-1 alone, now over its limit
+        with pytest.raises(redis.exceptions.OutOfMemoryError, match=re.escape("command not allowed when used memory "
+                                                                              "> 'maxmemory'.")):
+            r1.xadd("over", {"f": "v"})
+        ids = [r2.xadd("over", {"f": "x" * 1000}) for _ in range(50)]
+        wait_until(lambda: r1.xlen("over") == 50, what="region-1 applying region-2's operations")
+        assert [e[0] for e in r1.xrange("over")] == ids
+        assert r1.info("memory")["braid_over_maxmemory"] == 1
+        assert r1.delete("over") == 1  # deleting is allowed over the limit, and replicated
+    finally:
+        for c in clients:
+            c.config_set("maxmemory", 0)
+        admin(cluster, "tune", "db", "db", "maxmemory", "0")
         for c in clients:
             c.close()
 

@@ -67,6 +67,7 @@ _WORKLOAD = r"""
 import hashlib
 from crdt.blocks import EntryLog, TrimSpec
 from crdt.stream import Stream
+from node.persistence import lzf
 from node.resp.parser import RequestParser
 
 log = EntryLog()
@@ -87,6 +88,9 @@ p = RequestParser()
 p.feed(b"*3\r\n$4\r\nXADD\r\n$1\r\ns\r\n$1\r\n*\r\nPING a b\r\n*1\r\n$4\r\nPING\r\n")
 while (argv := p.next_command()) is not None:
     out += repr(argv).encode()
+raw = b"".join(b"%d:%s;" % (i, b"ab"[i % 2:] * (i % 70)) for i in range(3000))
+packed = lzf.lzf_compress(raw)
+out += packed + lzf.lzf_decompress(packed, len(raw))
 print(hashlib.sha256(out).hexdigest())
 """
 

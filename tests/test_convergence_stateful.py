@@ -121,6 +121,8 @@ Invariants:
   has no owner and a delivery time of 0, the NACK zone comes first in the
   time-ordered PEL (claims serve it first), every count is within 0..LLONG_MAX, and
   each XNACK leaves the counts its mode and RETRYCOUNT document;
+- a region over its ``maxmemory`` refuses its client's XADD (OOM: nothing minted, nothing
+  replicated) and still applies another region's operations (the ``memory_full`` rule);
 - XREADGROUP ``>`` never skips an entry (``test_xreadgroup_never_skips_an_entry``'s
   guarantee, with deletions): after the reader reads everything new at a region,
   every entry live there has been delivered to it at some region; at one region
@@ -366,6 +368,25 @@ class ConvergenceMachine(RuleBasedStateMachine):
         except IdError:
             return  # a milliseconds-only ID below the top: refused, nothing replicated
         self._mint(r, key, new)
+
+    @rule(region=regions_st, writer=regions_st, key=st.sampled_from(STREAM_KEYS))
+    def memory_full(self, region, writer, key):
+        """``region`` runs out of memory for a while: its client's write is refused, and an
+        operation of ``writer`` (another region) is applied there all the same."""
+        full = self.regions[region]
+        if region == writer or not full.aa.writable or not self.regions[writer].aa.writable:
+            return
+        before = dict(full.aa.causal.vv)
+        full.call(b"CONFIG", b"SET", b"maxmemory", b"1")
+        try:
+            refused = full.call(b"XADD", key, b"*", b"f", b"v", check=False)
+            assert isinstance(refused, ReplyError) and refused.message.startswith("OOM "), refused
+            assert full.aa.causal.vv == before  # nothing minted
+            self.xadd(writer, key, None, b"f")
+            deliver(self.regions[writer], full)
+            assert full.aa.causal.vv.get(writer, 0) >= self.regions[writer].aa.causal.vv.get(writer, 0)
+        finally:
+            full.call(b"CONFIG", b"SET", b"maxmemory", b"0")
 
     @rule(region=regions_st, key=st.sampled_from(STREAM_KEYS), ms=st.integers(START_MS, START_MS + 6),
           seq=st.integers(0, 40))

@@ -1,8 +1,11 @@
 """The RDB codec of streams (node/persistence/rdb.py), without a server.
 
-- Primitives: CRC-64's published check value; every length width at its bounds;
-  strings raw, integer-encoded and LZF-compressed; LZF on random and repetitive
-  data and refusing damaged input; listpacks with every integer and string width,
+- Primitives: CRC-64's published check value and its bitwise definition; every length
+  width at its bounds; strings raw, integer-encoded and LZF-compressed; LZF on random and
+  repetitive data and refusing damaged input, its two implementations (node/persistence/
+  lzf.py: the native one, compiled, and the plain one) writing what the codec wrote before
+  they existed, byte for byte, at sizes around its limits, and reading back the same
+  bytes or refusing with the same error; listpacks with every integer and string width,
   and refusing malformed ones.
 - Stream values: Hypothesis-built streams (entries in several nodes, deleted
   entries, groups with PELs and consumers, entries released by XNACK, IDMP maps)
@@ -27,7 +30,7 @@ from hypothesis import strategies as st
 from crdt.groups import ENTRIES_READ_UNKNOWN, FAIL, FATAL, SILENT, ConsumerGroup, advance
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
-from node.persistence import rdb
+from node.persistence import lzf, rdb
 from node.persistence.rdb import (
     RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_2, RDB_TYPE_STREAM_LISTPACKS_3,
     RDB_TYPE_STREAM_LISTPACKS_4, RDB_TYPE_STREAM_LISTPACKS_5, RdbError, Reader, Writer,
@@ -42,6 +45,30 @@ def test_crc64_is_redis_jones_crc():
     assert rdb.crc64(b"123456789") == 0xE9C6D914C4B8D9CA
     assert rdb.crc64(b"6789", rdb.crc64(b"12345")) == 0xE9C6D914C4B8D9CA
     assert rdb.crc64(b"") == 0
+    assert rdb.crc64(b"", 12345) == 12345
+
+
+def _crc64_bitwise(data: bytes, crc: int = 0) -> int:
+    """crc64.c's definition, a bit at a time: the reflected Jones polynomial, init 0, no xorout."""
+    poly = int(f"{0xAD93D23594C935A9:064b}"[::-1], 2)
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+    return crc
+
+
+def test_crc64_agrees_with_the_definition_on_random_data():
+    rng = random.Random(64)
+    for n in [*range(0, 40), 63, 64, 65, 127, 128, 129, 1000, 4099]:
+        data = rng.randbytes(n)
+        start = rng.getrandbits(64) if n % 2 else 0
+        want = _crc64_bitwise(data, start)
+        assert rdb.crc64(data, start) == want, n
+        # the buffers rdbfile.py and dump_payload hand it
+        assert rdb.crc64(bytearray(data), start) == rdb.crc64(memoryview(data), start) == want
+        cut = rng.randrange(n + 1)
+        assert rdb.crc64(data[cut:], rdb.crc64(data[:cut], start)) == want
 
 
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 16383, 16384, 2**32 - 1, 2**32, 2**64 - 1])
@@ -91,6 +118,168 @@ def test_lzf_strings_round_trip_and_refuse_damage():
         rdb.lzf_decompress(b"\x20\x05", 3)  # a back reference before the start
 
 
+# ---------------------------------------------------------------- LZF: both implementations
+def _lzf_compress_before(data: bytes) -> bytes | None:
+    """rdb.py's LZF compressor before node/persistence/lzf.py, verbatim: what both of its
+    implementations must still write, byte for byte."""
+    n = len(data)
+    if n <= 4:
+        return None
+    out = bytearray()
+    table: dict[bytes, int] = {}
+    lit_start = 0
+    i = 0
+
+    def flush_literals(upto: int) -> None:
+        s = lit_start
+        while s < upto:
+            run = min(32, upto - s)
+            out.append(run - 1)
+            out.extend(data[s:s + run])
+            s += run
+
+    while i + 2 < n:
+        key = data[i:i + 3]
+        ref = table.get(key)
+        table[key] = i
+        if ref is not None and i - ref - 1 < 1 << 13:
+            off = i - ref - 1
+            maxlen = min(n - i, 264)
+            length = 3
+            while length < maxlen and data[ref + length] == data[i + length]:
+                length += 1
+            flush_literals(i)
+            enc = length - 2
+            if enc < 7:
+                out.append((enc << 5) | (off >> 8))
+            else:
+                out.append((7 << 5) | (off >> 8))
+                out.append(enc - 7)
+            out.append(off & 0xFF)
+            i += length
+            lit_start = i
+            if len(out) > n - 4:
+                return None
+            continue
+        i += 1
+    flush_literals(n)
+    return bytes(out) if len(out) <= n - 4 else None
+
+
+# around the literal run (32), the longest back reference (264), the window (8 KiB) and
+# rdbSaveLzfStringObject's 4-byte saving (sizes up to 5 never compress)
+_LZF_SIZES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 31, 32, 33, 34, 63, 64, 65, 66, 67, 100, 263, 264,
+              265, 266, 267, 268, 300, 528, 529, 1000, 4096, 8191, 8192, 8193, 8194, 8195, 10000, 20000, 70000]
+
+
+def _lzf_inputs(n: int, rng: random.Random) -> list[bytes]:
+    period = rng.randrange(1, 300)
+    pattern = rng.randbytes(period)
+    noisy = bytearray((pattern * (n // period + 1))[:n])
+    for _ in range(n // 50):
+        noisy[rng.randrange(n)] = rng.randrange(256)
+    return [
+        rng.randbytes(n),                                  # incompressible
+        rng.randbytes((n + 1) // 2).hex().encode()[:n],    # random hex, as the benchmark's values
+        bytes(rng.choice(b"ab") for _ in range(n)),        # two letters: short matches everywhere
+        b"x" * n,                                          # one letter: overlapping references
+        (pattern * (n // period + 1))[:n],                 # a period of 1 to 299 bytes
+        bytes(noisy),                                      # that, with a byte changed here and there
+        bytes(n),                                          # zeros (the key 0 at position 0)
+    ]
+
+
+def test_lzf_implementations_write_what_the_codec_wrote_before_and_read_it_back():
+    rng = random.Random(2024)
+    for n in _LZF_SIZES:
+        for data in _lzf_inputs(n, rng):
+            want = _lzf_compress_before(data)
+            assert lzf.compress_native(data) == want, (n, data[:16])
+            assert lzf.compress_plain(data) == want, (n, data[:16])
+            assert rdb.lzf_compress(data) == want
+            if want is not None:
+                assert len(want) <= n - 4
+                assert lzf.decompress_native(want, n) == data
+                assert lzf.decompress_plain(want, n) == data
+                assert rdb.lzf_decompress(want, n) == data
+
+
+def test_lzf_back_references_at_the_edge_of_the_window():
+    # a random block repeated: the match starts exactly its length back, inside the window
+    # (8192 bytes back at most, offset 8191) or just outside it
+    rng = random.Random(13)
+    for size in (8190, 8191, 8192, 8193, 8194):
+        block = rng.randbytes(size)
+        data = block + block[:2000] + rng.randbytes(100)
+        want = _lzf_compress_before(data)
+        if size <= 8192:
+            assert want is not None and len(want) < len(data) - 1500
+        else:
+            assert want is None  # random bytes, and the repeat out of reach
+        assert lzf.compress_native(data) == lzf.compress_plain(data) == want
+        if want is not None:
+            assert lzf.decompress_native(want, len(data)) == data
+
+
+def _random_lzf_tokens(rng: random.Random) -> tuple[bytes, int]:
+    """A random LZF stream (literals and back references, overlapping ones too) and its size."""
+    out = bytearray()
+    produced = 0
+    for _ in range(rng.randrange(1, 60)):
+        if produced == 0 or rng.random() < 0.4:
+            run = rng.randrange(1, 33)
+            out.append(run - 1)
+            out += rng.randbytes(run)
+            produced += run
+        else:
+            length = rng.randrange(3, 265)
+            back = rng.randrange(1, min(produced, 8192) + 1)
+            off = back - 1
+            if length - 2 < 7:
+                out.append(((length - 2) << 5) | (off >> 8))
+            else:
+                out += bytes(((7 << 5) | (off >> 8), length - 9))
+            out.append(off & 0xFF)
+            produced += length
+    return bytes(out), produced
+
+
+def _outcome(fn, data: bytes, n: int):
+    try:
+        return fn(data, n)
+    except lzf.LzfError as e:
+        return ("LzfError", str(e))
+
+
+def test_lzf_decompressors_agree_on_valid_and_damaged_streams():
+    rng = random.Random(99)
+    for _ in range(300):
+        data, n = _random_lzf_tokens(rng)
+        out = lzf.decompress_plain(data, n)
+        assert len(out) == n and lzf.decompress_native(data, n) == out
+        # damaged: cut short, a byte changed, or the wrong length stated; the same outcome
+        cut = data[:rng.randrange(len(data))]
+        bad = bytearray(data)
+        bad[rng.randrange(len(bad))] = rng.randrange(256)
+        for damaged, size in ((cut, n), (bytes(bad), n), (data, n + 1), (data, n - 1), (data, 0),
+                              (data, -1), (data, 2**70)):
+            assert _outcome(lzf.decompress_native, damaged, size) == _outcome(lzf.decompress_plain, damaged, size)
+    for garbage in (b"\x20\x05", b"\xe0", b"\xe0\x01", b"\x05ab", b"\x00a\x00"):
+        for size in (0, 1, 3, 10):
+            plain = _outcome(lzf.decompress_plain, garbage, size)
+            assert _outcome(lzf.decompress_native, garbage, size) == plain
+            if isinstance(plain, tuple):
+                with pytest.raises(RdbError, match=plain[1]):
+                    rdb.lzf_decompress(garbage, size)
+
+
+def test_lzf_uses_the_native_implementation_when_compiled():
+    assert lzf.COMPILED == lzf.__file__.endswith(".so")
+    assert lzf.lzf_compress is (lzf.compress_native if lzf.COMPILED else lzf.compress_plain)
+    assert lzf.lzf_decompress is (lzf.decompress_native if lzf.COMPILED else lzf.decompress_plain)
+    assert rdb.lzf_compress is lzf.lzf_compress
+
+
 def test_lzf_string_claiming_a_huge_length_is_refused_without_allocating():
     w = Writer()
     w.byte(0xC3)
@@ -121,6 +310,14 @@ LP_ELEMENTS = [0, 127, 128, -1, -4096, 4095, 4096, -4097, 32767, -32768, 32768, 
 def test_listpack_round_trip_every_width():
     lp = rdb.listpack_encode(LP_ELEMENTS)
     assert rdb.listpack_decode(lp) == LP_ELEMENTS
+    # the encoder's shortcuts (small ints, values of 64 to 4095 bytes) write what the general
+    # element encoder does, and the back-length's two-byte shortcut what lpEncodeBacklen does
+    body = b"".join(rdb._lp_element(x) for x in LP_ELEMENTS)
+    assert lp == (len(body) + 7).to_bytes(4, "little") + len(LP_ELEMENTS).to_bytes(2, "little") + body + b"\xff"
+    for n in (128, 129, 1000, 4097, 16382, 16383, 16384, 2097150, 2097151):
+        size = 1 if n <= 127 else 2 if n < 16383 else 3 if n < 2097151 else 4
+        assert rdb._backlen(n) == bytes(((n >> (7 * k)) & 127) | (0 if k == size - 1 else 128)
+                                        for k in range(size - 1, -1, -1)), n
     # canonical integer strings are stored as integers, as lpAppend does
     assert rdb.listpack_decode(rdb.listpack_encode([b"12", b"-7"])) == [12, -7]
     # a listpack of 65535+ elements says "unknown" in its header and still decodes

@@ -81,9 +81,16 @@ deleted          region that the other region deleted (DEL,
                  XDEL, trims: their tombstones are lost), so a
                  deletion made on one side of a long partition
                  is undone on the other
+oom-drops-remote a region over its maxmemory drops the other        exceptions
+                 regions' operations (counted as received,
+                 neither applied nor logged) as its clients'
+                 writes are refused: the region differs from
+                 the others, and its restart finds its log
+                 does not hold what it counted
 ===============  ================================================  ===============
 
 lone-unheld and withdraw-forgets need the lone fault (not in the default set).
+oom-drops-remote needs the memory fault (not in the default set).
 join-keeps-deleted needs a state join: the backlog fault with a partition longer than it.  The
 four before no-settle need the operator's faults (restore, bitflip, image-crash), which the
 default set holds; image-unsaved also the backlog fault (it makes full resyncs common).
@@ -97,6 +104,7 @@ from collections.abc import Callable, Iterator
 from crdt import causal, groups, idgen, idmp, join, ops, sync
 from crdt.ids import MAX_ID
 from node.activeactive import ActiveActive, MembershipGate
+from node.core import RegionCore
 from node.transport.replication import ReplicationHub
 
 from . import disk
@@ -220,6 +228,16 @@ def _keep_what_the_other_deleted(s, sb, tops_b, losers) -> None:
     """The join removes nothing ``b`` deleted (only IDMP conflict losers would go)."""
 
 
+_real_apply_remote_run = RegionCore.apply_remote_run
+
+
+def _drop_remote_over_limit(self, run) -> None:
+    """Over maxmemory, other regions' operations count as received and are neither applied
+    nor logged."""
+    if not (self.maxmemory and self.out_of_memory()):
+        _real_apply_remote_run(self, run)
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -244,9 +262,10 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "lone-unheld": ("convergence", [(ReplicationHub, "sendable_upto", _sendable_ignoring_the_hold)]),
     "withdraw-forgets": ("durability", [(ActiveActive, "withdraw_alone", _withdraw_forgetting)]),
     "join-keeps-deleted": ("convergence", [(join, "_remove_deleted", _keep_what_the_other_deleted)]),
+    "oom-drops-remote": ("exceptions", [(RegionCore, "apply_remote_run", _drop_remote_over_limit)]),
 }
 NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),
-                "withdraw-forgets": ("lone",), "join-keeps-deleted": ("backlog",)}  # fault kinds besides the default ones
+                "withdraw-forgets": ("lone",), "join-keeps-deleted": ("backlog",), "oom-drops-remote": ("memory",)}  # fault kinds besides the default ones
 
 
 def catches(bug: str) -> str:

@@ -147,16 +147,18 @@ from .membership import MembershipDriver
 from .region import SimRegion
 
 FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog",
-          "restore", "bitflip", "image-crash", "stale-copies", "lone", "admin-kill")
+          "restore", "bitflip", "image-crash", "stale-copies", "lone", "admin-kill", "memory")
 # the default set leaves out stale copies: a copy of a folder taken before the region lost
 # operations (a restore, a salvage) may hold some it minted again since - restoring it forks
 # the history, which Braid detects but cannot resolve.  The lone fault is left out too, for
 # now: adding it changes the schedule of every seed, and the scenario tests pin seeds of the
-# default set (tests/test_sim.py runs it on seeds of its own)
-DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ("stale-copies", "lone"))
+# default set (tests/test_sim.py runs it on seeds of its own); the memory fault likewise
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ("stale-copies", "lone", "memory"))
 CRON_MS = 1000          # the real cron runs once a second
 LONE_WRITES_AFTER_MS = 200  # the lone fault: crdt-lone-writes-after-ms of every region
 LONE_AWAY_MS = (300, 1500)  # the lone fault: how long the region that goes away stays down
+MEMORY_ROOM = (0, 3000)     # the memory fault: maxmemory this many bytes above what the region holds
+MEMORY_FULL_MS = (50, 1500)  # ... for this long
 BACKLOG_BYTES = (600, 1500, 4000)  # the backlog fault bounds each region's backlog by one of these
 LONG_PARTITION_MS = (200, 900)     # ... and isolates a region this long now and then
 POLICIES = ("always", "everysec", "no")
@@ -333,6 +335,9 @@ class Simulation:
         self.net.faults = NetworkFaults()
         for region in self.regions.values():
             region.file.snapshot_fails = False  # the disk has room again: a held image's snapshot is written
+            if region.up and region.core.maxmemory:  # the memory fault's limit
+                region.core.config.set("maxmemory", 0)
+                region.core.config_changed()
             if region.up and region.core.oplog.unsaved_image is not None:
                 region.core.oplog.tick()
                 region.end_turn()
@@ -775,7 +780,7 @@ class Simulation:
     # ------------------------------------------------------------ faults
     def inject_fault(self) -> None:
         kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock", "membership", "restore", "bitflip",
-                             "lone", "backlog") if k in self.config.faults]
+                             "lone", "backlog", "memory") if k in self.config.faults]
         if not kinds:
             return
         kind = self.rng.choice(kinds)
@@ -994,6 +999,28 @@ class Simulation:
         for i, idx in enumerate(order):
             start, a, b = starts[idx]
             self.sched.at(start, self._clog, a, b, max(ends[i], start + 1))
+
+    def _fault_memory(self) -> None:
+        """A region runs short of memory: its maxmemory is set a little above what it holds, so
+        its clients' writes are soon refused (OOM) while the other regions' operations are
+        still applied; the limit is lifted later (at the latest, by the heal)."""
+        up = [r for r in self.regions.values() if r.up]
+        if not up:
+            return
+        region = self.rng.choice(up)
+        core = region.core
+        limit = core.used_memory() + self.rng.randint(*MEMORY_ROOM)
+        core.config.set("maxmemory", limit)
+        core.config_changed()
+        self.sched.log(f"MEMORY r{region.number}: maxmemory {limit} ({core.used_memory()} used)")
+        self.sched.after(self.rng.randint(*MEMORY_FULL_MS), self._memory_freed, region.number, region.incarnation)
+
+    def _memory_freed(self, number: int, incarnation: int) -> None:
+        region = self.regions[number]
+        if region.up and region.incarnation == incarnation and region.core.maxmemory:
+            region.core.config.set("maxmemory", 0)
+            region.core.config_changed()
+            self.sched.log(f"MEMORY r{number}: maxmemory lifted ({region.core.used_memory()} used)")
 
     def _fault_clock(self) -> None:
         region = self.rng.choice(list(self.regions.values()))

@@ -46,6 +46,8 @@ class Command:
     # derived once from the fields above (every command dispatched reads them):
     fullname: str = field(init=False)   # "xgroup|create" for a subcommand
     is_write: bool = field(init=False)  # the "write" flag
+    denyoom: bool = field(init=False)  # the "denyoom" flag: refused while used memory > maxmemory
+    reads_entries: bool = field(init=False)  # see READS_ENTRIES
     # a write the operation log records when it did not fail (see RegionCore._log_command)
     always_logged: bool = field(init=False)
     # the argument counts the arity allows, as two bounds (dispatch compares, calls nothing)
@@ -55,6 +57,8 @@ class Command:
     def __post_init__(self) -> None:
         self.fullname = f"{self.parent.name}|{self.name}" if self.parent else self.name
         self.is_write = "write" in self.flags
+        self.denyoom = "denyoom" in self.flags
+        self.reads_entries = self.fullname in READS_ENTRIES
         self.always_logged = self.is_write and not self.logged_if_changed
         self.min_argc = abs(self.arity)
         self.max_argc = self.arity if self.arity > 0 else 1 << 62
@@ -91,6 +95,12 @@ RESOLVED = frozenset({"xadd", "xdel", "xdelex", "xtrim", "xsetid", "xcfgset", "x
 # region-local change, ``Database.local_change``): an XREADGROUP that delivered nothing and
 # created no consumer (a history read of nothing, a blocked read not yet served) logs nothing.
 LOGGED_IF_CHANGED = frozenset({"xreadgroup"})
+
+# Commands that read a stream's entries and so may fill its logs' caches of decoded blocks
+# (crdt/blocks.py, "Memory") without changing it: their keys' memory is counted again
+# (``Database.memory``) as a write's is.
+READS_ENTRIES = frozenset({"xrange", "xrevrange", "xread", "xreadgroup", "xclaim", "xautoclaim", "xinfo|stream",
+                           "dump", "copy", "xdelex", "xackdel"})
 
 # A handler's reply meaning "send nothing and close the connection" (SHUTDOWN, as Redis).
 CLOSE_WITHOUT_REPLY = object()

@@ -20,7 +20,8 @@ from .util import ERR_SYNTAX
 # ---------------------------------------------------------------- INFO
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
+    """The process's resident memory (what the OS holds for it), read from /proc."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -90,20 +91,46 @@ def _output_buffered(c) -> int:
     return held + (transport.get_write_buffer_size() if transport is not None else 0)
 
 
+def clients_memory(srv) -> int:
+    """What the clients' buffers hold: the input not yet run and the replies not yet read."""
+    return sum(_input_buffered(c) + _output_buffered(c) for c in srv.clients.values())
+
+
 def _section_memory(srv) -> list[str]:
-    data = sum(s.memory_bytes() for s in srv.db.keys.values())
-    rss = _rss_bytes()
+    # used_memory is what maxmemory limits: the process as it began, the keyspace, the
+    # replication backlog and the clients' buffers, each counted as it changes (node/core.py)
+    srv.clients_memory = clients_memory(srv)
+    used = srv.used_memory()
+    data = srv.db.memory()
+    aa = srv.db.aa
+    backlog = aa.backlog_memory() if aa is not None else 0
+    overhead = used - data
+    peak = srv.memory_peak
+    rss = rss_bytes()
+    limit = srv.maxmemory
     return [
-        # used_memory is the bytes held by stream data (packed blocks and their
-        # bookkeeping): the number to compare with Redis's per-entry cost.
-        f"used_memory:{data}",
-        f"used_memory_human:{_human(data)}",
+        f"used_memory:{used}",
+        f"used_memory_human:{_human(used)}",
         f"used_memory_rss:{rss}",
         f"used_memory_rss_human:{_human(rss)}",
+        f"used_memory_peak:{peak}",
+        f"used_memory_peak_human:{_human(peak)}",
+        f"used_memory_peak_perc:{100 * used / peak if peak else 100:.2f}%",
+        f"used_memory_overhead:{overhead}",
+        f"used_memory_startup:{srv.startup_memory}",
         f"used_memory_dataset:{data}",
-        "maxmemory:0",
-        "maxmemory_policy:noeviction",
+        f"used_memory_dataset_perc:{100 * data / (used - srv.startup_memory) if used > srv.startup_memory else 0:.2f}%",
+        f"maxmemory:{limit}",
+        f"maxmemory_human:{_human(limit)}",
+        f"maxmemory_policy:{srv.config['maxmemory-policy']}",
+        f"mem_fragmentation_ratio:{rss / used if used else 0:.2f}",
+        "mem_not_counted_for_evict:0",
+        f"mem_replication_backlog:{backlog}",
+        f"mem_clients_normal:{srv.clients_memory}",
         "mem_allocator:pymalloc",
+        # 1 while used_memory is past maxmemory: commands that add data are refused; operations
+        # of other regions are applied all the same (they may take it further past)
+        f"braid_over_maxmemory:{int(bool(limit) and srv.out_of_memory())}",
     ]
 
 

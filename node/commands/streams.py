@@ -441,7 +441,7 @@ def xidmp_help(client, argv: list[bytes]):
     ]
 
 
-@command("xidmprecord", 5, "write fast", (1, 1, 1), group="stream", since="8.6.0",
+@command("xidmprecord", 5, "write denyoom fast", (1, 1, 1), group="stream", since="8.6.0",
          summary="Records IDMP metadata (producer id and idempotent id) for an existing stream entry.",
          complexity="O(1)")
 def xidmprecord(client, argv: list[bytes]):

@@ -116,6 +116,7 @@ import os
 import re
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xxhash import xxh3_64_intdigest
@@ -685,11 +686,15 @@ class SegmentWriter:
         os.close(self.fd)
 
 
+HANDOFF_WAIT_S = 1.0  # the longest a roll waits for a worker to take its seal (_Seal.hand_to)
+
+
 class _Seal:
     """Puts a finished segment on disk off the event loop: fsync it, then give the
     segment that follows it its real name (``<name>.aof.next`` -> ``<name>.aof``) and
-    fsync the directory.  Runs in its own thread; :meth:`complete` finishes it (or
-    tries again after a failure) in the calling thread."""
+    fsync the directory.  Runs in its own thread, or in a long-lived worker's
+    (:meth:`hand_to`: a region's log); :meth:`complete` finishes it (or tries again
+    after a failure) in the calling thread."""
 
     def __init__(self, old: SegmentWriter, unsealed: str, final: str, directory: str) -> None:
         self.old, self.unsealed, self.final, self.directory = old, unsealed, final, directory
@@ -702,29 +707,45 @@ class _Seal:
     def start(self) -> None:
         self._thread.start()
 
-    def _run(self) -> None:
+    def hand_to(self, run: Callable[[Callable[[], None]], None]) -> None:
+        """Seal in the thread ``run`` hands its argument to (a long-lived worker: no thread starts
+        here) instead of one of its own.  Returns once that thread holds the seal, as
+        :meth:`start` returns once its thread runs, so that a :meth:`complete` meanwhile waits for
+        it rather than fsyncing in the calling thread; or after :data:`HANDOFF_WAIT_S` without
+        a sign of it (a worker that is not running: ``complete`` then does the work)."""
+        taken = threading.Event()
+        run(lambda: self._run(taken))
+        taken.wait(HANDOFF_WAIT_S)
+
+    def _run(self, taken: threading.Event | None = None) -> None:
         try:
-            self.complete()
+            with self._lock:
+                if taken is not None:
+                    taken.set()
+                self._complete()
         except OSError:
             pass  # kept in ``error``; whoever needs the records on disk tries again
 
     def complete(self) -> None:
         """Wait for the seal (doing it again if it failed); raises OSError if it fails now."""
         with self._lock:
-            if self.done:
-                return
-            try:
-                os.fsync(self.old.fd)
-                if not self._renamed:
-                    os.rename(self.unsealed, self.final)
-                    self._renamed = True
-                fsync_directory(self.directory)
-            except OSError as e:
-                self.error = e
-                raise
-            self.error = None
-            self.old.close()
-            self.done = True
+            self._complete()
+
+    def _complete(self) -> None:
+        if self.done:
+            return
+        try:
+            os.fsync(self.old.fd)
+            if not self._renamed:
+                os.rename(self.unsealed, self.final)
+                self._renamed = True
+            fsync_directory(self.directory)
+        except OSError as e:
+            self.error = e
+            raise
+        self.error = None
+        self.old.close()
+        self.done = True
 
 
 class AppendLog:
@@ -737,6 +758,9 @@ class AppendLog:
         self._last_record = segment.first_record + segment.records - 1
         self._directory_dirty = new_file  # a segment file was created since the last fsync
         self._seal: _Seal | None = None  # the previous segment being put on disk (see roll)
+        # where a seal runs: None, a thread of its own for each; else this is handed the seal's work
+        # (a region's log: its fsync thread, started when it opened - node/persistence/oplog.py)
+        self.run_seal: Callable[[Callable[[], None]], None] | None = None
         self.appended_bytes = 0  # bytes of records appended since opened (metrics: bytes not yet fsynced)
 
     @classmethod
@@ -878,7 +902,10 @@ class AppendLog:
         self._segment = new
         self._directory_dirty = True
         self._seal = _Seal(old, new.path, final, self.directory)
-        self._seal.start()
+        if self.run_seal is not None:
+            self._seal.hand_to(self.run_seal)
+        else:
+            self._seal.start()
 
     def segments(self) -> list[str]:
         """Paths of the segment files, in log order (the current one maybe still ``.next``)."""

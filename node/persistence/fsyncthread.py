@@ -9,7 +9,9 @@ function.  Here a job goes through a ``SimpleQueue`` (its ``put`` and ``get`` ar
 and comes back with one ``call_soon_threadsafe``.
 
 The log never starts an fsync before the previous one returned, so one thread is enough;
-it starts with the first fsync and ends once the log closes (after the jobs queued before).
+a region's log starts it when it opens (:meth:`FsyncThread.start`; else it starts with the
+first fsync) and it ends once the log closes (after the jobs queued before).  A second one
+seals the log's full segments (aof.py): the log starts no thread while the region runs.
 """
 
 from __future__ import annotations
@@ -30,13 +32,24 @@ class FsyncThread:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def run(self, fn: Callable[..., Any], args: tuple, done: Done) -> None:
-        """Run ``fn(*args)`` in the thread; then ``done(result, error)`` on this event loop."""
-        loop = asyncio.get_running_loop()
+    def start(self) -> None:
+        """Start the thread now, if it is not running (:meth:`run` starts it otherwise).  A region's
+        log starts it when it opens, while memory is plentiful: a thread started once memory ran
+        out may never boot, and CPython 3.11's ``Thread.start`` then waits for it for ever (the
+        region would hang instead of stopping)."""
         if self._thread is None:  # (it ends only when stopped: a job's exception goes to its caller)
             self._jobs = queue.SimpleQueue()  # the thread's own: one stopped never takes another's job
-            self._thread = threading.Thread(target=self._work, args=(self._jobs,), name=self.name, daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._work, args=(self._jobs,), name=self.name, daemon=True)
+            # RuntimeError when it cannot start (out of memory for its stack, node/supervision.py's
+            # ran_out_of_memory): not kept as started, or every later job would wait for it for ever
+            thread.start()
+            self._thread = thread
+
+    def run(self, fn: Callable[..., Any], args: tuple, done: Done | None) -> None:
+        """Run ``fn(*args)`` in the thread; then ``done(result, error)`` on this event loop
+        (``done`` None: nobody is told, and no event loop is needed)."""
+        loop = asyncio.get_running_loop() if done is not None else None
+        self.start()
         self._jobs.put((loop, fn, args, done))
 
     def stop(self) -> None:
@@ -54,6 +67,8 @@ class FsyncThread:
                 result = fn(*args)
             except BaseException as e:  # noqa: BLE001 - the caller decides (the log fails the fsync)
                 error = e
+            if done is None:
+                continue
             try:
                 loop.call_soon_threadsafe(done, result, error)
             except RuntimeError:

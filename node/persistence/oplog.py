@@ -166,6 +166,8 @@ from crdt.causal import Envelope
 
 from .. import opcodec
 from ..cluster_config import ID_MODES
+from ..supervision import ran_out_of_memory
+from . import safe_encode
 from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
 from .fsyncthread import FsyncThread
 
@@ -180,7 +182,7 @@ POLICIES = ("always", "everysec", "no")
 # the default when no region's setting (crdt-repl-fsync-interval-ms) is attached
 REPLICATION_FSYNC_INTERVAL = 0.01
 
-_encode = msgspec.msgpack.Encoder().encode
+_encode = safe_encode.encoder()  # not msgspec's Encoder().encode: it crashes when memory runs out
 _decode = msgspec.msgpack.Decoder().decode
 
 
@@ -521,6 +523,13 @@ class OperationLog(DurabilityRules):
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False
         self._fsync_thread = FsyncThread()  # where fsyncs run, off the event loop
+        # where a full segment is sealed (aof.py), rather than in a thread of its own for each; both
+        # started now, not when they first have work: a thread started after memory ran out may
+        # never boot, and the event loop would wait for it for ever (fsyncthread.py)
+        self._seal_thread = FsyncThread("braid-seal-segment")
+        self._fsync_thread.start()
+        self._seal_thread.start()
+        self.file.run_seal = lambda seal: self._seal_thread.run(seal, (), None)
         self._fsync_started = float("-inf")  # monotonic time the last fsync started
         self._fsync_timer: asyncio.TimerHandle | None = None  # a paced fsync for replication
         # told the last durable record (per the policy): replication sends only what is durable
@@ -630,6 +639,8 @@ class OperationLog(DurabilityRules):
         if err is not None:
             if directory_dirty:
                 self.file.mark_directory_dirty()
+            if ran_out_of_memory(err):  # not the disk's failure: the loop's handler fail-stops the region
+                raise err
             self._failed("fsync", err)
             return
         self._synced_to(target, target_bytes, took_ns)
@@ -787,6 +798,7 @@ class OperationLog(DurabilityRules):
             self._fsync_timer.cancel()
             self._fsync_timer = None
         self._fsync_thread.stop()  # after an fsync still running: closing fsyncs everything anyway
+        self._seal_thread.stop()  # (closing finishes a seal still to run: AppendLog.close waits for it)
         if self.unsaved_image is not None:
             try:
                 self._write_image()

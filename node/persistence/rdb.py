@@ -19,9 +19,9 @@ The layers, bottom up (each is public; the RDB *file* reader builds on them):
   buffer, and a length it is given is checked against the bytes left before
   anything of that size is built, so hostile input cannot make it allocate or
   loop beyond the input's own size.
-- :func:`crc64` (Redis's Jones CRC-64, table driven) and LZF
-  (:func:`lzf_decompress`, :func:`lzf_compress`), as ``crc64.c`` and
-  ``lzf_d.c`` / ``lzf_c.c`` define them.
+- :func:`crc64` (Redis's Jones CRC-64, computed by ``anycrc``) and LZF
+  (:func:`lzf_decompress`, :func:`lzf_compress`, from :mod:`node.persistence.lzf`,
+  compiled with mypyc), as ``crc64.c`` and ``lzf_d.c`` define them.
 - Listpacks (:func:`listpack_decode`, :func:`listpack_encode`): Redis's
   packed list, whose elements are integers or strings; a string that is a
   canonical 64-bit integer is stored as an integer, as ``lpAppend`` does.
@@ -100,10 +100,15 @@ import struct
 from collections import OrderedDict
 from collections.abc import Iterable
 
+import anycrc
+
 from crdt.blocks import DELETED, SAMEFIELDS, Block, EntryLog, tagged
 from crdt.groups import ENTRIES_READ_UNKNOWN, Consumer, ConsumerGroup, Nack, estimate_distance
 from crdt.ids import MAX_ID, MIN_ID, StreamID, string2ll
 from crdt.stream import Stream
+
+from .lzf import LzfError, lzf_compress
+from .lzf import lzf_decompress as _lzf_decompress
 
 # ---------------------------------------------------------------- constants
 RDB_VERSION = 15         # what Redis 8.10 writes (DUMP footers, RDB file headers)
@@ -217,135 +222,26 @@ class RdbError(ValueError):
 
 
 # ---------------------------------------------------------------- CRC-64 (Jones)
-def _crc64_tables() -> list[list[int]]:
-    # Redis's crc64 is the reflected Jones polynomial 0xad93d23594c935a9, init 0, no
-    # final xor; its bit-reversed form drives the byte-wise table.  Tables 1-7 are the
-    # byte table composed with itself ("slicing by 8"): eight bytes per Python step.
-    rev = int(f"{0xad93d23594c935a9:064b}"[::-1], 2)
-    t0 = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ rev if crc & 1 else crc >> 1
-        t0.append(crc)
-    tables = [t0]
-    for _k in range(7):
-        prev = tables[-1]
-        tables.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
-    return tables
+# Redis's crc64 is the reflected Jones polynomial 0xad93d23594c935a9, init 0, no final
+# xor (crc64.c; RevEng's CRC-64/REDIS); anycrc computes it in C, gigabytes a second.
+# ``check`` makes anycrc verify the model against crc64.c's test vector as it is built.
+_CRC64 = anycrc.CRC(width=64, poly=0xad93d23594c935a9, init=0, refin=True, refout=True, xorout=0,
+                    check=0xe9c6d914c4b8d9ca)
 
 
-_CRC64_TABLES = _crc64_tables()
-_WORDS = struct.Struct("<Q")
-
-
-def crc64(data: bytes, crc: int = 0) -> int:
+def crc64(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     """Redis's ``crc64(crc, data, len)``; continue a running CRC by passing it back."""
-    t0, t1, t2, t3, t4, t5, t6, t7 = _CRC64_TABLES
-    n8 = len(data) & ~7
-    for (w,) in _WORDS.iter_unpack(memoryview(data)[:n8]):
-        crc ^= w
-        crc = (t7[crc & 0xFF] ^ t6[(crc >> 8) & 0xFF] ^ t5[(crc >> 16) & 0xFF] ^ t4[(crc >> 24) & 0xFF]
-               ^ t3[(crc >> 32) & 0xFF] ^ t2[(crc >> 40) & 0xFF] ^ t1[(crc >> 48) & 0xFF] ^ t0[crc >> 56])
-    for b in data[n8:]:
-        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc
+    return _CRC64.calc(data, crc)
 
 
 # ---------------------------------------------------------------- LZF
 def lzf_decompress(data: bytes, expected_len: int) -> bytes:
-    """``lzf_decompress``: exactly ``expected_len`` bytes or :class:`RdbError`."""
-    out = bytearray()
-    i, n = 0, len(data)
-    while i < n:
-        ctrl = data[i]
-        i += 1
-        if ctrl < 32:  # a literal run of ctrl + 1 bytes
-            run = ctrl + 1
-            if i + run > n:
-                raise RdbError("LZF literal run past the end of the input")
-            if len(out) + run > expected_len:
-                raise RdbError("LZF data longer than its stated length")
-            out += data[i:i + run]
-            i += run
-            continue
-        length = ctrl >> 5
-        if length == 7:
-            if i >= n:
-                raise RdbError("LZF back reference cut short")
-            length += data[i]
-            i += 1
-        if i >= n:
-            raise RdbError("LZF back reference cut short")
-        back = ((ctrl & 0x1F) << 8) + data[i] + 1
-        i += 1
-        length += 2
-        start = len(out) - back
-        if start < 0:
-            raise RdbError("LZF back reference before the start of the output")
-        if len(out) + length > expected_len:
-            raise RdbError("LZF data longer than its stated length")
-        if back >= length:
-            out += out[start:start + length]
-        else:  # the copy overlaps what it writes: byte by byte, as memmove would not
-            for k in range(length):
-                out.append(out[start + k])
-    if len(out) != expected_len:
-        raise RdbError("LZF data shorter than its stated length")
-    return bytes(out)
-
-
-_LZF_MAX_OFF = 1 << 13
-_LZF_MAX_REF = (1 << 8) + (1 << 3)
-_LZF_MAX_LIT = 1 << 5
-
-
-def lzf_compress(data: bytes) -> bytes | None:
-    """LZF-compress ``data`` (any valid LZF, not necessarily ``lzf_c.c``'s bytes);
-    None unless it saves at least 4 bytes (``rdbSaveLzfStringObject``'s rule: Redis
-    then stores the string raw)."""
-    n = len(data)
-    if n <= 4:
-        return None
-    out = bytearray()
-    table: dict[bytes, int] = {}
-    lit_start = 0
-    i = 0
-
-    def flush_literals(upto: int) -> None:
-        s = lit_start
-        while s < upto:
-            run = min(_LZF_MAX_LIT, upto - s)
-            out.append(run - 1)
-            out.extend(data[s:s + run])
-            s += run
-
-    while i + 2 < n:
-        key = data[i:i + 3]
-        ref = table.get(key)
-        table[key] = i
-        if ref is not None and i - ref - 1 < _LZF_MAX_OFF:
-            off = i - ref - 1
-            maxlen = min(n - i, _LZF_MAX_REF)
-            length = 3
-            while length < maxlen and data[ref + length] == data[i + length]:
-                length += 1
-            flush_literals(i)
-            enc = length - 2
-            if enc < 7:
-                out.append((enc << 5) | (off >> 8))
-            else:
-                out.append((7 << 5) | (off >> 8))
-                out.append(enc - 7)
-            out.append(off & 0xFF)
-            i += length
-            lit_start = i
-            if len(out) > n - 4:
-                return None
-            continue
-        i += 1
-    flush_literals(n)
-    return bytes(out) if len(out) <= n - 4 else None
+    """``lzf_decompress`` (node/persistence/lzf.py): exactly ``expected_len`` bytes or
+    :class:`RdbError`."""
+    try:
+        return _lzf_decompress(data, expected_len)
+    except LzfError as e:
+        raise RdbError(str(e)) from None
 
 
 # ---------------------------------------------------------------- reader
@@ -547,6 +443,8 @@ def _backlen(n: int) -> bytes:
     """``lpEncodeBacklen``: the element's length, 7 bits a byte, read right to left."""
     if n <= 127:
         return _BACKLEN_SMALL[n]
+    if n < 16383:  # two bytes: an element of 128 to 16382 bytes, as a 1 KB value
+        return bytes((n >> 7, (n & 127) | 128))
     size = _backlen_size(n)
     out = bytearray()
     for k in range(size - 1, -1, -1):
@@ -604,8 +502,20 @@ def listpack_encode(elements: Iterable[bytes | int]) -> bytes:
     body = bytearray()
     count = 0
     for x in elements:
-        body += _lp_element(x)
         count += 1
+        # the common elements written here, without a call or a copy of the value: a stream
+        # node is mostly small ints (flags, ID deltas, counts) and values
+        if type(x) is int and 0 <= x <= 127:
+            body += _SMALL_INT_ELEMENTS[x]
+            continue
+        if type(x) is bytes and 64 <= len(x) < 4096:  # too long to be an integer
+            n = len(x)
+            body.append(0xE0 | (n >> 8))
+            body.append(n & 0xFF)
+            body += x
+            body += _backlen(n + 2)
+            continue
+        body += _lp_element(x)
     total = 6 + len(body) + 1
     if total > 0xFFFFFFFF:
         raise ValueError("listpack over 4 GiB")
@@ -669,6 +579,10 @@ def listpack_decode(lp: bytes) -> list[bytes | int]:
             if i >= end or lp[i] != enc_len:
                 raise RdbError("listpack element with a wrong back-length")
             i += 1
+        elif enc_len < 16383:  # two bytes, as _backlen writes them
+            if i + 2 > end or lp[i] != enc_len >> 7 or lp[i + 1] != (enc_len & 127) | 128:
+                raise RdbError("listpack element with a wrong back-length")
+            i += 2
         else:
             bl = _backlen_size(enc_len)
             if i + bl > end or lp[i:i + bl] != _backlen(enc_len):
@@ -831,6 +745,7 @@ def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
         log.blocks.append(block)
         log.firsts.append(block.first)
         log.length += block.live
+    log.recount()
     length = reader.length_value()
     if length != log.length:
         raise RdbError("stream length disagrees with its entries")
@@ -958,9 +873,15 @@ def _node_listpack(block: Block) -> bytes:
 
 def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress: bool = False) -> bytes:
     """Encode ``s`` as a value of type ``rdb_type`` (the type byte is not included)."""
+    w = Writer(compress)
+    _write_stream_value(w, s, rdb_type)
+    return w.getvalue()
+
+
+def _write_stream_value(w: Writer, s: Stream, rdb_type: int) -> None:
+    """:func:`write_stream_value`, appended to ``w``."""
     if rdb_type not in STREAM_TYPES:
         raise ValueError(f"RDB type {rdb_type} is not a stream encoding")
-    w = Writer(compress)
     blocks = _blocks_for_export(s)
     w.length(len(blocks))
     length = 0
@@ -1019,7 +940,6 @@ def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress:
                 w.len_id(id_)
         w.length(idmp.iids_added)
         w.length(idmp.iids_duplicates)
-    return w.getvalue()
 
 
 # ---------------------------------------------------------------- DUMP payloads
@@ -1048,8 +968,13 @@ def dump_payload(s: Stream, rdb_version: int = RDB_VERSION, rdb_type: int | None
             raise ValueError(f"no stream encoding for RDB version {rdb_version}")
     if MIN_VERSION_FOR_STREAM_TYPE[rdb_type] > rdb_version:
         raise ValueError(f"RDB version {rdb_version} cannot hold stream type {rdb_type}")
-    body = bytes((rdb_type,)) + write_stream_value(s, rdb_type, compress) + rdb_version.to_bytes(2, "little")
-    return body + crc64(body).to_bytes(8, "little")
+    # one buffer, copied once at the end (a large stream's payload is tens of megabytes)
+    w = Writer(compress)
+    w.byte(rdb_type)
+    _write_stream_value(w, s, rdb_type)
+    w.raw(rdb_version.to_bytes(2, "little"))
+    w.raw(crc64(w.buf).to_bytes(8, "little"))
+    return w.getvalue()
 
 
 def verify_payload(payload: bytes, max_version: int = RDB_VERSION) -> int:
@@ -1061,7 +986,7 @@ def verify_payload(payload: bytes, max_version: int = RDB_VERSION) -> int:
     if version > max_version:
         raise PayloadError(f"RDB version {version} is newer than {max_version}")
     crc = int.from_bytes(payload[-8:], "little")
-    if crc and crc64(payload[:-8]) != crc:
+    if crc and crc64(memoryview(payload)[:-8]) != crc:
         raise PayloadError("checksum mismatch")
     return version
 

@@ -103,6 +103,7 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
     base = _load_snapshot(server, directory, result)
     tail = [r for r in result.records if r[0] > base]
     counts = replay(server, tail)
+    server.db.recount_memory()  # (a replay changes keys without touching them)
     return LoadReport(len(tail), counts.commands, counts.remote, counts.own, counts.differences, cut, base,
                       None if cut else result)
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import msgspec
 from xxhash import xxh3_64, xxh3_64_intdigest
 
-from . import stateformat
+from . import safe_encode, stateformat
 
 MAGIC = b"BRAIDSTATE"
 LEGACY_MAGIC = b"BRAIDSNAP1"  # format 1: a pickle (see node/persistence/legacy.py)
@@ -98,6 +98,7 @@ class _Version(msgspec.Struct):
 
 
 _header_decoder = msgspec.msgpack.Decoder(Header)
+_encode = safe_encode.encoder()  # not msgspec.msgpack.encode: it crashes when memory runs out
 _version_decoder = msgspec.msgpack.Decoder(_Version)
 
 
@@ -105,10 +106,14 @@ def encode(keys, causal, record: int, created_ms: int, active_active: bool, regi
            digests: bool = True) -> bytes:
     """``digests``: hold the histories' digests (a full-resync image for a region of an older
     version, which refuses them, leaves them out: stateformat.py)."""
-    body = stateformat.encode(keys, causal, digests)
-    header = msgspec.msgpack.encode(Header(FORMAT_VERSION, record, created_ms, active_active, region, len(body)))
-    out = b"".join((MAGIC, _U32.pack(len(header)), header, body))
-    return out + _U64.pack(xxh3_64_intdigest(out))
+    # the body stays in the encoder's bytearray and is copied once, into the result: the state
+    # takes about 2.5 times its encoded size at the peak, not 3.5 (bytes joined, then extended)
+    body = stateformat.encode_into_buffer(keys, causal, digests)
+    header = _encode(Header(FORMAT_VERSION, record, created_ms, active_active, region, len(body)))
+    head = b"".join((MAGIC, _U32.pack(len(header)), header))
+    digest = xxh3_64(head)
+    digest.update(body)
+    return b"".join((head, body, _U64.pack(digest.intdigest())))
 
 
 def decode(data: bytes, max_size: int | None = None, verify_blocks: bool = True) -> Snapshot:

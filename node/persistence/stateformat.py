@@ -76,6 +76,8 @@ from crdt.ops import Keyspace
 from crdt.pel import PendingMap
 from crdt.stream import Stream
 
+from .safe_encode import encode_buffer
+
 
 class StateFormatError(ValueError):
     """The body is not a valid state: the message says what is wrong."""
@@ -214,8 +216,15 @@ _decoder = msgspec.msgpack.Decoder(StateS)
 def encode(keys, causal: CausalLog | None, digests: bool = True) -> bytes:
     """The state as msgpack bytes (runs on the event loop: kept to one pass, no copies of blocks).
     ``digests`` False leaves the histories' digests out, as older versions wrote it."""
-    return _encoder.encode(StateS(_keyspace_out(keys, digests),
-                                  None if causal is None else _causal_out(causal, digests)))
+    return bytes(encode_into_buffer(keys, causal, digests))
+
+
+def encode_into_buffer(keys, causal: CausalLog | None, digests: bool = True) -> bytearray:
+    """:func:`encode` in a bytearray, not copied into bytes (a snapshot copies it once, into the
+    file's bytes).  MemoryError if memory runs out (msgspec's ``encode`` would crash the process
+    instead: node/persistence/safe_encode.py)."""
+    return encode_buffer(_encoder, StateS(_keyspace_out(keys, digests),
+                                          None if causal is None else _causal_out(causal, digests)))
 
 
 def _keyspace_out(keys, tops: bool = True) -> KeyspaceS | KeyspaceWithoutTopsS:
@@ -355,6 +364,7 @@ def _log_in(key: bytes, ls: LogS, verify: bool) -> EntryLog:
         length += bs.live
         prev_last = last
     log.length = length
+    log.recount()
     return log
 
 

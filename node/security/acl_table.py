@@ -121,7 +121,7 @@ REDIS_COMMANDS: dict[str, tuple] = {
     'xdelex': (('write', 'fast'), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
     'xackdel': (('write', 'fast'), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
     'xcfgset': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xidmprecord': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
+    'xidmprecord': (('write', 'denyoom', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
     'xidmp': ((), (), ()),
     'xidmp|cfgset': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)),)),
     'xidmp|cfgget': (('readonly', 'fast'), ('stream',), ((('RO', 'ACCESS'), ('index', 2), ('range', 0, 1, 0)),)),

@@ -191,6 +191,7 @@ from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, 
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
+from ..persistence import safe_encode
 from .tls import Identity, LinkCredentials, TlsFront
 
 log = logging.getLogger("braid.replication")
@@ -340,7 +341,7 @@ def to_proto(env: Envelope) -> pb.Envelope:
 # twice means what it means in protobuf's map (the last one), and sorting gives the pairs.
 _U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
 _U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgspec reads integers up to 2**64 - 1
-_pack = msgspec.msgpack.Encoder().encode
+_pack = safe_encode.encoder()  # not Encoder().encode: it crashes the process when an allocation fails
 _unpack = msgspec.msgpack.Decoder(list[tuple[_U32, _U64, dict[_U32, _U64], bytes]]).decode
 
 
