@@ -300,7 +300,8 @@ def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
     _check_db(cfg, args.db)
     found, failures = _statuses(cfg, path)
     console.print(f"database {cfg.database}: cluster {cfg.cluster_id}, {len(cfg.live_regions())} regions, "
-                  f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}, membership epoch {cfg.epoch}")
+                  f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}, membership epoch {cfg.epoch}, "
+                  f"maxmemory {cfg.maxmemory or 'none'}")
     for r in cfg.live_regions():
         st = found.get(r.name)
         detail = f"{_count(st.keys, 'key')}, {st.id_mode}, version vector {_vv(st)}" if st else "unreachable"

@@ -61,6 +61,30 @@ log = logging.getLogger("braid.server")
 
 UNAUTH_QUERY_BUFFER_LIMIT = 1024 * 1024  # a client that has not authenticated yet (as Redis)
 
+# How a region shares its loop between clients (ClientConnection.process_input).  A client's
+# pipelined commands run for at most this long in a turn of the loop before the other clients
+# are served; the rest run at the end of the turn, after the loop has read the others.  Redis
+# bounds the same thing by reading at most 16 KB of a client per event; Braid measures time,
+# as its commands cost far more each: 2 ms is ~300 XADDs or ~150 XRANGEs of 100 entries, so 25
+# clients all pipelining hold another one's reply <= 50 ms, while a yield (reading paused and
+# resumed, one more end of turn) costs ~11 us, half a percent of the slice.
+INPUT_SLICE_S = 0.002
+SLICE_CHECK_EVERY = 4  # commands between two readings of the clock, after the first command
+# Unread replies (the socket's write buffer and those not yet written) past which a client's
+# further commands wait in its input until it reads, when client-output-buffer-limit sets no
+# soft limit for normal clients (else the soft limit is the bound).  A few MB: above what a
+# client reading as fast as it can leaves unread (the kernel's own send buffer grows to 4 MB,
+# tcp_wmem), so such a client never waits; yet one that never reads holds at most this plus
+# one reply, not the 1 GB of the hard limit.
+OUTPUT_HOLD_BYTES = 4 * 1024 * 1024
+# Replies of at least this many bytes are handed to the transport as they are (it keeps a
+# view of the buffer, no copy; ``out`` starts anew) rather than copied into a bytes object
+# whose buffer the next replies reuse: copying a 50 MB reply cost the loop ~30 ms.
+HANDOVER_BYTES = 64 * 1024
+# the clock of the slices: the wall clock, as data_received reads it anyway (the client's last
+# interaction); a step of it makes one slice shorter or longer, for one turn at most
+_clock = time.time
+
 
 class Server(RegionCore):
     """A region server: a region core driven by an asyncio event loop."""
@@ -76,6 +100,7 @@ class Server(RegionCore):
         self.port = int(self.config["port"])
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
         self._replies_due: dict[int, ClientConnection] = {}  # replies free to leave, written at the end of the turn
+        self._input_due: dict[int, ClientConnection] = {}  # clients whose waiting commands go on then
         self._turn_end_scheduled = False
         self._log_closed = False  # stop() closed the log: a turn still scheduled has nothing to write
         self._bgsave: asyncio.Future | None = None
@@ -99,11 +124,17 @@ class Server(RegionCore):
         max_bulk = int(self.config["proto-max-bulk-len"])
         for c in self.clients.values():
             c.parser.max_bulk_len = max_bulk
+            c.set_flow_limits()
 
     def _cache_limits(self) -> None:
         """The settings every read and write of a client checks, read once per change (CONFIG SET)."""
         self.query_buffer_limit = int(self.config["client-query-buffer-limit"])
         self.output_buffer_limit = self.config["client-output-buffer-limit"]["normal"]  # (hard, soft, seconds)
+        hard, soft, _seconds = self.output_buffer_limit
+        # unread replies past which a client's further commands wait for it to read
+        self.output_hold = soft or OUTPUT_HOLD_BYTES
+        # what process_input lets unread replies reach: the hold, or the hard limit (closes) below it
+        self.output_room = min(self.output_hold, hard) if hard else self.output_hold
 
     # ------------------------------------------------------------ persistence
     def open_log(self) -> None:
@@ -165,6 +196,10 @@ class Server(RegionCore):
         self.schedule_turn_end()
         self._replies_due[client.id] = client
 
+    def continue_input_at_end_of_turn(self, client: "ClientConnection") -> None:
+        self.schedule_turn_end()
+        self._input_due[client.id] = client
+
     def schedule_turn_end(self) -> None:
         """Write this turn's records and replies once the turn's work is done."""
         if not self._turn_end_scheduled:
@@ -178,7 +213,10 @@ class Server(RegionCore):
         """The end of a turn (``RegionCore.end_turn``): write the records, fsync as the
         policy says (``always``: now, before the replies; ``everysec`` in a cluster: in a
         worker thread, after them), then send the replies that may leave: those that
-        waited for the log, then those that waited only for the turn to end."""
+        waited for the log, then those that waited only for the turn to end.  Last, the
+        clients whose commands wait for a later turn (their slice was spent, or they have
+        read their replies: ``ClientConnection.process_input``) go on, a slice each; the
+        loop reads every other client before the next end of turn."""
         self._turn_end_scheduled = False
         clients, self._after_log_write = self._after_log_write, {}
         due, self._replies_due = self._replies_due, {}
@@ -196,16 +234,20 @@ class Server(RegionCore):
                 self._reply(client, client.send_now)
         if sync and self.oplog.policy != "always":
             self.oplog.sync_for_replication()  # after the replies: they do not wait for it
+        if self._input_due:
+            waiting, self._input_due = self._input_due, {}
+            for client in waiting.values():
+                self._reply(client, client.continue_input, "running the commands")
 
     @staticmethod
-    def _reply(client: "ClientConnection", send: Any) -> None:
+    def _reply(client: "ClientConnection", send: Any, what: str = "writing the replies") -> None:
         """One client's replies at the end of the turn: a failure to write them closes that
         client (counted and logged by the loop's handler), not the others' replies."""
         try:
             send()
         except Exception as e:  # noqa: BLE001 - reported below, the turn goes on
             asyncio.get_running_loop().call_exception_handler(
-                {"message": f"writing the replies of client {client.id} failed: it is closed", "exception": e})
+                {"message": f"{what} of client {client.id} failed: it is closed", "exception": e})
             client.closing = True
             client.out.clear()
             if client.transport is not None:
@@ -451,6 +493,17 @@ class ClientConnection(Session, asyncio.Protocol):
         self.replied_upto = 0       # logged_upto when the last of them was encoded
         self.answered_upto = 0      # records that hold this client's replies no more (answered MISCONF)
         self.obuf_soft_since: float | None = None  # when unread replies passed the soft limit
+        self._soft_timer: asyncio.TimerHandle | None = None  # closes it if it stays past the soft limit
+        # Sharing the loop (process_input): when its slice of this turn ends (0: its next run
+        # starts one), and whether its commands wait for a later turn (its slice was spent, or
+        # its unread replies reached the hold; its input is still read, within the query limit)
+        self._slice_end = 0.0
+        self.input_waits = False
+        # what ``out`` may hold before its commands wait: the hold (or the hard limit) less what
+        # the socket had not taken when last asked (it only drains since: a lower bound)
+        self._room = 1 << 62
+        self._reading_paused = False  # by process_input, for the rest of this turn
+        self._writing_paused = False  # the transport's buffer passed the hold (pause_writing)
         self._multi_counted: list | None = None  # the MULTI queue _multi_bytes counted,
         self._multi_seen = 0                     # how many of its commands,
         self._multi_size = 0                     # and what they hold
@@ -466,6 +519,7 @@ class ClientConnection(Session, asyncio.Protocol):
             transport.close()
             return
         srv.clients[self.id] = self
+        self.set_flow_limits()
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         if peer:
@@ -480,7 +534,33 @@ class ClientConnection(Session, asyncio.Protocol):
             except OSError:
                 pass
 
+    def set_flow_limits(self) -> None:
+        """The transport calls pause_writing once its buffer passes the hold (the soft limit,
+        else OUTPUT_HOLD_BYTES), and resume_writing once it is down to a quarter of it."""
+        server = self.server
+        transport = self.transport
+        set_limits = getattr(transport, "set_write_buffer_limits", None)  # (a test's transport may have none)
+        if set_limits is not None and not transport.is_closing():
+            set_limits(high=server.output_hold, low=server.output_hold // 4)
+        self._room = server.output_room - (transport.get_write_buffer_size() if transport is not None else 0)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        """The client read its replies down to the low-water mark: its waiting commands go on."""
+        self._writing_paused = False
+        self._room = self.server.output_room - self.transport.get_write_buffer_size()
+        if self.obuf_soft_since is not None:
+            self._check_output_limit()  # back under the soft limit: its clock stops
+        if self.input_waits:
+            self.server.continue_input_at_end_of_turn(self)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._soft_timer is not None:
+            self._soft_timer.cancel()
+            self._soft_timer = None
+        self.server._input_due.pop(self.id, None)
         self.server.blocking.unpark(self)
         self.server.db.unwatch(self.watched)
         self.server.clients.pop(self.id, None)
@@ -506,8 +586,9 @@ class ClientConnection(Session, asyncio.Protocol):
             self.server.stats.client_qbuf_limit_disconnections += 1
             self.close()
             return
-        self.last_interaction = time.time()
-        self.process_input()
+        self.last_interaction = now = _clock()
+        if not self.input_waits:  # (else the end of a turn runs it: continue_input)
+            self.process_input(now)
 
     def _multi_bytes(self) -> int:
         """What the commands queued by MULTI hold, counted as the parser counts arguments;
@@ -523,19 +604,42 @@ class ClientConnection(Session, asyncio.Protocol):
             self._multi_seen = len(queue)
         return self._multi_size
 
-    def process_input(self) -> None:
+    def process_input(self, now: float = 0.0) -> None:
+        """Run the client's complete commands, in order, each reply encoded into ``out``.
+
+        It stops early, the rest of its input waiting (``input_waits``) while more is read:
+        - when its slice of the loop is spent (INPUT_SLICE_S, from its first read since its
+          replies were last written, at the end of a turn - the loop may hand it many reads in
+          one turn; the clock is read after a run's first command, then every
+          SLICE_CHECK_EVERY): reading pauses for the rest of the turn and the end of the turn
+          goes on (``_yield_turn``), so every other client is served in between;
+        - when its unread replies (the transport's buffer and ``out``) pass the hold: they go
+          on once it has read them (``send_now``, ``resume_writing``), or, past the hard limit,
+          it is closed (``_output_full``).  Each reply is checked as it is made, so the hold
+          and the hard limit are passed by one reply at most.
+        """
         server = self.server
-        out = self.out
+        parser = self.parser
+        end = self._slice_end
+        if not end:  # its first run since its replies were last written: a new slice
+            end = self._slice_end = (now or _clock()) + INPUT_SLICE_S
+        room = self._room
+        check = 1
         while self.blocked is None and not self.closing:
             try:
-                argv = self.parser.next_command()
+                argv = parser.next_command()
             except ProtocolError as e:
                 err = ReplyError(f"ERR {e}")
                 server._count_error(err)
-                encode(out, err, self.resp3)
+                encode(self.out, err, self.resp3)
                 self.closing = True
                 break
             if argv is None:
+                if now and parser.buffered and _clock() > end:
+                    # parsing this read (part of a large command) took the slice: the loop
+                    # reads no more of it this turn (a run of the end of the turn parses
+                    # nothing new, and never pauses reading: that would stop its input)
+                    self._yield_turn()
                 break
             self.last_command = argv[0]
             reply = server.call(self, argv)
@@ -546,6 +650,7 @@ class ClientConnection(Session, asyncio.Protocol):
                 reply.argv = argv
                 server.park(self, reply)
                 break
+            out = self.out  # (the command may have sent what it held: CLIENT KILL of itself)
             at = len(out)
             encode(out, reply, self.resp3)
             if self.logged_upto != self.replied_upto:
@@ -556,6 +661,18 @@ class ClientConnection(Session, asyncio.Protocol):
                     server.serve_ready_keys()
                 else:
                     server.db.ready.clear()
+            if len(out) > room:  # (each reply is checked as it is made)
+                if self._output_full():
+                    break
+                room = self._room
+            check -= 1
+            if not check:  # after its first command, then every few (a clock reading per
+                if not parser.buffered:  # command costs a pipeline of XADDs 1.5 %)
+                    break  # (the usual case: its read held one command)
+                if _clock() > end:  # its slice is spent: a later turn runs the rest
+                    self._yield_turn()
+                    break
+                check = SLICE_CHECK_EVERY
         self.flush()
         if self.closing and self.transport is not None and not self.reply_held:
             self.transport.close()
@@ -563,13 +680,67 @@ class ClientConnection(Session, asyncio.Protocol):
     def resume(self) -> None:
         """Continue with buffered input after being unblocked."""
         if self.transport is not None and not self.transport.is_closing():
-            asyncio.get_running_loop().call_soon(self.process_input)
+            self.server.continue_input_at_end_of_turn(self)
+
+    def _yield_turn(self) -> None:
+        """Its slice is spent: the other clients are served, its commands go on at the end of
+        the turn (``Server.finish_turn``).  Reading pauses until then: the loop may have more
+        reads of it in this turn, one of which may hold a large command, long to parse."""
+        self.input_waits = True
+        transport = self.transport
+        if transport is not None and not self._reading_paused:
+            pause = getattr(transport, "pause_reading", None)  # (a test's transport may have none)
+            if pause is not None:
+                pause()
+                self._reading_paused = True
+        self.server.continue_input_at_end_of_turn(self)
+
+    def _output_full(self) -> bool:
+        """``out`` passed its room: whether the unread replies did pass what they may reach
+        (the socket may have taken some since ``_room`` was measured).  Then past the hard
+        limit it is closed, else its commands wait until it reads (``send_now`` or
+        ``resume_writing`` go on)."""
+        server = self.server
+        unread = self._unread()
+        self._room = server.output_room - (unread - len(self.out))
+        if unread <= server.output_room:
+            return False
+        self.input_waits = True
+        hard, soft, _seconds = server.output_buffer_limit
+        if hard and unread > hard:
+            self._close_over_limit()
+        elif soft:
+            self._check_output_limit()  # the soft limit's clock starts (its timer closes it)
+        return True
+
+    def continue_input(self) -> None:
+        """At the end of a turn: run the commands that waited (after a yield, a read of the
+        replies, or an unblock), with reading on again."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.closing:
+            return
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        if self._writing_paused:
+            self.input_waits = True
+            return  # resume_writing comes back here
+        if len(self.out) > self._room and self._output_full():
+            return  # its replies still wait to be read
+        self.input_waits = False
+        self._slice_end = 0.0  # a turn of its own: a new slice
+        self.process_input()
 
     def send(self, reply: Any) -> None:
+        """A reply made outside process_input (a blocked read served or timed out)."""
         at = len(self.out)
         encode(self.out, reply, self.resp3)
         if self.logged_upto != self.replied_upto:
             self._logged_reply(at)
+        if self.transport is not None and len(self.out) > self.server.output_room:
+            self._check_output_limit()  # the hard limit holds for these replies too
+            if self.closing:
+                return
         self.flush()
 
     def _logged_reply(self, start: int) -> None:
@@ -660,20 +831,50 @@ class ClientConnection(Session, asyncio.Protocol):
             self.transport.close()
 
     def send_now(self) -> None:
-        """Write the unsent replies to the socket (what ``flush`` decided may leave)."""
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            self.server.stats.net_output_bytes += len(self.out)
-            self.transport.write(bytes(self.out))
-            self.out.clear()
+        """Write the unsent replies to the socket (what ``flush`` decided may leave).
+
+        The transport (uvloop's) writes what the socket takes at once and keeps the rest, then
+        writes it as the socket drains, a socket buffer at a time: a large reply holds the loop
+        no longer than its copies into the kernel.  A large ``out`` is handed over as it is (the
+        transport keeps a view of it) and a new one started; a small one is copied, and its
+        buffer reused."""
+        out = self.out
+        transport = self.transport
+        if out and transport is not None and not transport.is_closing():
+            server = self.server
+            server.stats.net_output_bytes += len(out)
+            if len(out) < HANDOVER_BYTES:
+                transport.write(bytes(out))
+                out.clear()
+            else:
+                self.out = bytearray()  # (before the write: if it fails, the client is closed)
+                transport.write(out)
             if self.logged_replies:
                 self.logged_replies.clear()
-            self._check_output_limit()
+            self._slice_end = 0.0  # the end of its turn: its next run starts a new slice
+            unsent = transport.get_write_buffer_size()
+            self._room = server.output_room - unsent
+            if unsent:
+                self._check_output_limit()
+            else:  # the socket took everything (the usual case): no limit can be passed
+                self.obuf_soft_since = None
+            if self.input_waits and not self._writing_paused and not self.closing:
+                server.continue_input_at_end_of_turn(self)  # there is room again: they go on
+
+    def _unread(self) -> int:
+        """The replies the client has not read: what the socket did not take, and ``out``."""
+        transport = self.transport
+        return len(self.out) + (transport.get_write_buffer_size() if transport is not None else 0)
 
     def _check_output_limit(self) -> None:
         """Redis's ``client-output-buffer-limit`` for normal clients: replies the client has
         not read (what the socket did not take) past the hard limit, or past the soft one
-        for longer than its seconds, close the connection; it would grow without a bound."""
-        unread = self.transport.get_write_buffer_size() + len(self.out)
+        for longer than its seconds, close the connection; it would grow without a bound.
+        A client past the soft limit is checked again when its seconds are up (its commands
+        wait meanwhile: nothing else would check it)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        unread = self._unread()
         if not unread:  # the socket took everything (the usual case): no limit can be passed
             self.obuf_soft_since = None
             return
@@ -684,13 +885,26 @@ class ClientConnection(Session, asyncio.Protocol):
             if self.obuf_soft_since is None:
                 self.obuf_soft_since = now
             over = over or now - self.obuf_soft_since > seconds
+            if not over and self._soft_timer is None:
+                self._soft_timer = asyncio.get_running_loop().call_later(
+                    max(self.obuf_soft_since + seconds - now, 0) + 0.01, self._soft_time_up)
         else:
             self.obuf_soft_since = None
         if over:
-            log.warning("closing client %d: %d bytes of replies it does not read", self.id, unread)
-            self.server.stats.client_outbuf_limit_disconnections += 1
-            self.closing = True
-            self.transport.abort()  # what is buffered would never leave
+            self._close_over_limit()
+
+    def _soft_time_up(self) -> None:
+        self._soft_timer = None
+        self._check_output_limit()
+
+    def _close_over_limit(self) -> None:
+        log.warning("closing client %d: %d bytes of replies it does not read", self.id, self._unread())
+        self.server.stats.client_outbuf_limit_disconnections += 1
+        self.closing = True
+        self.input_waits = False
+        self.out = bytearray()  # (what it held would never leave)
+        self.logged_replies.clear()
+        self.transport.abort()  # what is buffered would never leave
 
     def close(self) -> None:
         self.closing = True

@@ -12,10 +12,21 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+import node.server as server_module
 from node.blocking import Blocked
 from node.config import Config
 from node.server import ClientConnection, Server
 from node.testing import RecordingTransport
+
+
+@pytest.fixture(autouse=True)
+def _slices_never_end(monkeypatch):
+    """A client's commands here always fit in the slice of the loop it gets per turn (the
+    slices themselves: tests/test_client_fairness.py): a stopped clock keeps a slow or busy
+    machine from splitting a read's commands over two turns."""
+    monkeypatch.setattr(server_module, "_clock", lambda: 0.0)
 
 
 def _req(*args: str) -> bytes:
