@@ -390,11 +390,14 @@ class Server(RegionCore):
             run("memory", self._count_memory, False, now)
 
     def _count_memory(self) -> None:
-        """Once a second: count the clients' buffers, and log a crossing of maxmemory that
+        """Once a second: count the clients' buffers and the keys changed since (so the set of
+        them stays small without maxmemory too), and log a crossing of maxmemory that
         operations of other regions (never refused) or a client's buffers made."""
         self.clients_memory = clients_memory(self)
         if self.maxmemory:
             self.out_of_memory()
+        else:
+            self.used_memory()
 
     # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:
