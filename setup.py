@@ -35,7 +35,9 @@ COMPILED = [
     "crdt/stream.py",
     "crdt/sync.py",
     "node/resp/parser.py",
+    "node/resp/entries.py",
     "node/persistence/lzf.py",
+    "node/persistence/listpack.py",
 ]
 
 

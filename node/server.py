@@ -49,7 +49,7 @@ from .commands.migrate import SocketMigrateTransport
 from .commands.server import clients_memory, rss_bytes
 from .config import Config
 from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
-from .resp.encoder import ReplyError, encode
+from .resp.encoder import Entries, ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
 from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
@@ -81,6 +81,13 @@ OUTPUT_HOLD_BYTES = 4 * 1024 * 1024
 # view of the buffer, no copy; ``out`` starts anew) rather than copied into a bytes object
 # whose buffer the next replies reuse: copying a 50 MB reply cost the loop ~30 ms.
 HANDOVER_BYTES = 64 * 1024
+# A reply of at least this many bytes that is a bulk string, or a range read's entries
+# already encoded one by one (the memos of node/commands/entryreply.py), goes to the
+# transport as those pieces, not joined into ``out``: joining a 50 MB XRANGE reply and
+# copying it into ``out`` cost the loop ~65 ms of page faults and copies, while the
+# transport takes a list of buffers as they are.
+SPILL_BYTES = 256 * 1024
+SPILL_MIN_ROWS = 16  # (an entry with an encoding in the memo is at most 16 KB: fewer rows never reach it)
 # the clock of the slices: the wall clock, as data_received reads it anyway (the client's last
 # interaction); a step of it makes one slice shorter or longer, for one turn at most
 _clock = time.time
@@ -250,6 +257,7 @@ class Server(RegionCore):
                 {"message": f"{what} of client {client.id} failed: it is closed", "exception": e})
             client.closing = True
             client.out.clear()
+            client.drop_spilled()
             if client.transport is not None:
                 client.transport.abort()
 
@@ -301,6 +309,7 @@ class Server(RegionCore):
             self.blocking.unpark(c)
             c.closing = True
             c.out.clear()
+            c.drop_spilled()
             transport, c.transport = c.transport, None
             if transport is not None:
                 transport.abort()
@@ -487,6 +496,9 @@ class ClientConnection(Session, asyncio.Protocol):
         self.parser = HiredisRequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()
+        # replies handed over as pieces (``_spill``), to be written before ``out``, and their size
+        self.spilled: list = []
+        self.spilled_bytes = 0
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
@@ -655,7 +667,12 @@ class ClientConnection(Session, asyncio.Protocol):
                 break
             out = self.out  # (the command may have sent what it held: CLIENT KILL of itself)
             at = len(out)
-            encode(out, reply, self.resp3)
+            kind = type(reply)
+            if (kind is Entries and len(reply) > SPILL_MIN_ROWS or kind is bytes and len(reply) >= SPILL_BYTES) \
+                    and self._spill(reply):
+                out = self.out
+            else:
+                encode(out, reply, self.resp3)
             if self.logged_upto != self.replied_upto:
                 self._logged_reply(at)
             if server.db.ready:
@@ -664,7 +681,7 @@ class ClientConnection(Session, asyncio.Protocol):
                     server.serve_ready_keys()
                 else:
                     server.db.ready.clear()
-            if len(out) > room:  # (each reply is checked as it is made)
+            if len(out) + self.spilled_bytes > room:  # (each reply is checked as it is made)
                 if self._output_full():
                     break
                 room = self._room
@@ -684,6 +701,36 @@ class ClientConnection(Session, asyncio.Protocol):
         """Continue with buffered input after being unblocked."""
         if self.transport is not None and not self.transport.is_closing():
             self.server.continue_input_at_end_of_turn(self)
+
+    def _spill(self, reply: Entries | bytes) -> bool:
+        """A large reply queued as pieces after what ``out`` holds, ``out`` starting anew:
+        no join, no copy (``send_now`` hands the pieces to the transport as a list).  A range
+        read's entries go as their encodings (``Entries.parts``), a bulk string (DUMP's
+        payload) as itself between its header and CRLF.  Not while ``out`` holds replies of
+        logged commands, nor for a command that logged records (``logged_replies`` are places
+        in ``out``): False, and the reply is encoded into ``out`` as any other."""
+        if self.logged_replies or self.logged_upto != self.replied_upto:
+            return False
+        out = self.out
+        if type(reply) is bytes:
+            size = len(reply)
+            out += b"$%d\r\n" % size
+            pieces: list = [out, reply, b"\r\n"]
+            size += 2
+        else:
+            parts = reply.parts
+            if parts is None or len(parts) != len(reply):
+                return False
+            size = sum(map(len, parts))
+            if size < SPILL_BYTES:
+                return False
+            out += b"*%d\r\n" % len(reply)
+            pieces = [out]
+            pieces += parts
+        self.spilled += pieces
+        self.spilled_bytes += len(out) + size
+        self.out = bytearray()
+        return True
 
     def _yield_turn(self) -> None:
         """Its slice is spent: the other clients are served, its commands go on at the end of
@@ -705,7 +752,7 @@ class ClientConnection(Session, asyncio.Protocol):
         ``resume_writing`` go on)."""
         server = self.server
         unread = self._unread()
-        self._room = server.output_room - (unread - len(self.out))
+        self._room = server.output_room - (unread - len(self.out) - self.spilled_bytes)
         if unread <= server.output_room:
             return False
         self.input_waits = True
@@ -728,7 +775,7 @@ class ClientConnection(Session, asyncio.Protocol):
         if self._writing_paused:
             self.input_waits = True
             return  # resume_writing comes back here
-        if len(self.out) > self._room and self._output_full():
+        if len(self.out) + self.spilled_bytes > self._room and self._output_full():
             return  # its replies still wait to be read
         self.input_waits = False
         self._slice_end = 0.0  # a turn of its own: a new slice
@@ -765,7 +812,7 @@ class ClientConnection(Session, asyncio.Protocol):
         reply waits for is the core's rule (``RegionCore.reply_needs``).  A client that
         is closing gets its replies at once: nothing comes after them.
         """
-        if not self.out or self.transport is None:
+        if not (self.out or self.spilled) or self.transport is None:
             return
         server = self.server
         if server.oplog is not None:
@@ -843,6 +890,11 @@ class ClientConnection(Session, asyncio.Protocol):
         buffer reused."""
         out = self.out
         transport = self.transport
+        if self.spilled and transport is not None and not transport.is_closing():
+            spilled, self.spilled = self.spilled, []  # (before the write: if it fails, the client is closed)
+            self.server.stats.net_output_bytes += self.spilled_bytes
+            self.spilled_bytes = 0
+            transport.writelines(spilled)
         if out and transport is not None and not transport.is_closing():
             server = self.server
             server.stats.net_output_bytes += len(out)
@@ -864,10 +916,14 @@ class ClientConnection(Session, asyncio.Protocol):
             if self.input_waits and not self._writing_paused and not self.closing:
                 server.continue_input_at_end_of_turn(self)  # there is room again: they go on
 
+    def drop_spilled(self) -> None:
+        self.spilled = []
+        self.spilled_bytes = 0
+
     def _unread(self) -> int:
         """The replies the client has not read: what the socket did not take, and ``out``."""
         transport = self.transport
-        return len(self.out) + (transport.get_write_buffer_size() if transport is not None else 0)
+        return len(self.out) + self.spilled_bytes + (transport.get_write_buffer_size() if transport is not None else 0)
 
     def _check_output_limit(self) -> None:
         """Redis's ``client-output-buffer-limit`` for normal clients: replies the client has
@@ -906,6 +962,7 @@ class ClientConnection(Session, asyncio.Protocol):
         self.closing = True
         self.input_waits = False
         self.out = bytearray()  # (what it held would never leave)
+        self.drop_spilled()
         self.logged_replies.clear()
         self.transport.abort()  # what is buffered would never leave
 

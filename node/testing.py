@@ -474,6 +474,9 @@ class RecordingTransport:
         if self.keep:
             self.writes.append(bytes(data))
 
+    def writelines(self, pieces: list) -> None:
+        self.write(b"".join(pieces))
+
     def is_closing(self) -> bool:
         return self.closed
 

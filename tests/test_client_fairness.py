@@ -11,6 +11,9 @@
   pipelines do) gets every reply.
 - The hard limit is checked as each reply is made: a client is closed one reply past it at
   most; the soft limit's seconds close a client that stays past it.
+- A large reply leaves without being copied: a large ``out`` is handed to the transport as it
+  is, and a large range read (its entries' encodings) or bulk string (DUMP's payload) as a
+  list of pieces, in order with the replies around it.
 
 Two kinds of test: a region in this process on uvloop (what ``braid node`` serves on) and on
 asyncio's own loop, with real sockets; and a client connection driven by hand on a transport
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import socket
 import threading
@@ -33,7 +37,8 @@ import uvloop
 
 import node.server as server_module
 from node.config import Config
-from node.server import HANDOVER_BYTES, INPUT_SLICE_S, OUTPUT_HOLD_BYTES, ClientConnection, Server
+from node.resp.encoder import encode
+from node.server import HANDOVER_BYTES, INPUT_SLICE_S, OUTPUT_HOLD_BYTES, SPILL_BYTES, ClientConnection, Server
 from node.testing import InProcessServer, wait_until
 
 DEFAULT_LIMIT = "normal 1073741824 0 0"
@@ -282,6 +287,12 @@ class Peer:
         self.unread += data
         self._maybe_pause()
 
+    def writelines(self, pieces) -> None:
+        self.writes.append(list(pieces))
+        for piece in pieces:
+            self.unread += piece
+        self._maybe_pause()
+
     def _maybe_pause(self) -> None:
         if not self.paused and len(self.unread) > self.high:
             self.paused = True
@@ -431,6 +442,81 @@ def test_a_large_reply_is_handed_to_the_transport_without_a_copy(tmp_path):
         client.data_received(_req("ECHO", "small"))
         await _turns(lambda: len(peer.writes) == 2)
         assert type(peer.writes[1]) is bytes and peer.writes[1] == b"$5\r\nsmall\r\n"  # a copy: ``out`` is reused
+
+    asyncio.run(main())
+
+
+def _expected(server: Server, *commands: tuple) -> bytes:
+    """What ``commands`` answer, each reply made and encoded on its own (a second client)."""
+    other = ClientConnection(server)
+    out = bytearray()
+    for argv in commands:
+        encode(out, server.call(other, [a if isinstance(a, bytes) else str(a).encode() for a in argv]), False)
+    return bytes(out)
+
+
+def test_a_large_range_read_leaves_as_its_entries_encodings_in_order_with_the_other_replies(tmp_path):
+    async def main() -> None:
+        server = _server(tmp_path)
+        client, peer = _client(server)
+        entries = SPILL_BYTES // 1000 + 10
+        client.data_received(b"".join(_req("XADD", "big", "*", "f", "v" * 1000) for _ in range(entries)))
+        await _turns(lambda: not client.out and not client.spilled and peer.writes)
+        peer.read()
+        peer.writes.clear()
+        client.data_received(_req("PING") + _req("XRANGE", "big", "-", "+") + _req("PING"))
+        await _turns(lambda: not client.out and not client.spilled and len(peer.writes) == 2)
+        pieces = peer.writes[0]
+        assert type(pieces) is list and len(pieces) == 1 + entries  # the PING and the header, then one per entry
+        assert bytes(pieces[0]) == b"+PONG\r\n*%d\r\n" % entries
+        assert peer.writes[1] == b"+PONG\r\n"
+        assert peer.read() == b"+PONG\r\n" + _expected(server, ("XRANGE", "big", "-", "+")) + b"+PONG\r\n"
+        assert server.stats.net_output_bytes >= sum(map(len, pieces)) + 7
+
+    asyncio.run(main())
+
+
+def test_a_large_bulk_reply_leaves_as_itself_and_a_small_range_read_is_copied(tmp_path):
+    async def main() -> None:
+        server = _server(tmp_path)
+        client, peer = _client(server)
+        client.data_received(b"".join(_req("XADD", "big", "*", "f", os.urandom(2000).hex()) for _ in range(200)))
+        await _turns(lambda: not client.out and not client.spilled and peer.writes)
+        peer.read()
+        peer.writes.clear()
+        client.data_received(_req("DUMP", "big") + _req("XRANGE", "big", "-", "+", "COUNT", "3"))
+        await _turns(lambda: not client.out and not client.spilled and len(peer.writes) == 2)
+        payload = server.call(ClientConnection(server), [b"DUMP", b"big"])
+        assert len(payload) >= SPILL_BYTES
+        pieces = peer.writes[0]
+        assert len(pieces) == 3 and bytes(pieces[0]) == b"$%d\r\n" % len(payload)
+        assert pieces[1] == payload and pieces[2] == b"\r\n"
+        expected = b"$%d\r\n%b\r\n" % (len(payload), payload) + _expected(server, ("XRANGE", "big", "-", "+", "COUNT", "3"))
+        assert peer.read() == expected
+        client.data_received(_req("RESTORE", "copy", "0", payload))
+        await _turns(lambda: peer.unread)
+        assert peer.read() == b"+OK\r\n"
+        assert _expected(server, ("XRANGE", "copy", "-", "+")) == _expected(server, ("XRANGE", "big", "-", "+"))
+
+    asyncio.run(main())
+
+
+def test_a_large_range_read_after_a_logged_write_in_the_same_pipeline_is_copied_in_order(tmp_path):
+    """The replies of logged commands wait for the log (and may become MISCONF): they are places
+    in ``out``, so a large reply after one is encoded into ``out`` as any other."""
+    async def main() -> None:
+        server = Server(Config(dir=str(tmp_path), appendonly=True))
+        server.open_log()
+        client, peer = _client(server)
+        client.data_received(b"".join(_req("XADD", "big", "*", "f", "v" * 1000) for _ in range(SPILL_BYTES // 1000 + 10)))
+        await _turns(lambda: not client.out and not client.spilled and peer.writes and not client.reply_held)
+        peer.read()
+        peer.writes.clear()
+        client.data_received(_req("XADD", "s", "1-1", "f", "v") + _req("XRANGE", "big", "-", "+"))
+        await _turns(lambda: not client.out and not client.spilled and peer.writes and not client.reply_held)
+        assert all(type(w) is not list for w in peer.writes)
+        assert peer.read() == b"$3\r\n1-1\r\n" + _expected(server, ("XRANGE", "big", "-", "+"))
+        server.oplog.close()
 
     asyncio.run(main())
 

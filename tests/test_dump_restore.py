@@ -33,6 +33,7 @@ import pytest
 
 from crdt.ids import MAX_ID, MIN_ID
 from node.persistence import rdb
+from node.persistence.listpack import listpack_encode
 from node.resp.encoder import ReplyError
 from tests.differential import Err, RawClient
 from tests.test_convergence import STRIDE, sync
@@ -145,7 +146,7 @@ def _v14_payload(zone=((V14 + 2, 0), (V14 + 4, 0)), version: int = 14) -> bytes:
     w.byte(rdb.RDB_TYPE_STREAM_LISTPACKS_5)
     w.length(1)                                                    # one listpack node
     w.string(V14.to_bytes(8, "big") + bytes(8))                    # its key: the master ID (raw)
-    w.string(rdb.listpack_encode([
+    w.string(listpack_encode([
         4, 0, 1, b"field1", 0,                                     # live, deleted, master fields, 0
         2, 0, 0, b"value1", 4,                                     # SAMEFIELDS entry
         0, 2, 0, 1, b"field2", b"value2", 6,                       # entries with fields of their own

@@ -14,7 +14,8 @@ from crdt import groups as cg
 from crdt.blocks import TrimSpec
 from crdt.ids import MAX_ID, MIN_ID, incr
 from crdt.stream import Stream
-from node.commands.entryreply import MEMO_ENTRY_MAX, first_entry, range_entries, revrange_entries
+from node.commands.entryreply import first_entry, range_entries, revrange_entries
+from node.resp.entries import MEMO_ENTRY_MAX
 from node.commands.xread import GT_GROUP, _group_rows
 from node.resp.encoder import Entries, to_bytes
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from crdt.groups import ENTRIES_READ_UNKNOWN, FAIL, FATAL, SILENT, ConsumerGroup, advance
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
-from node.persistence import lzf, rdb
+from node.persistence import listpack, lzf, rdb
 from node.persistence.rdb import (
     RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_2, RDB_TYPE_STREAM_LISTPACKS_3,
     RDB_TYPE_STREAM_LISTPACKS_4, RDB_TYPE_STREAM_LISTPACKS_5, RdbError, Reader, Writer,
@@ -308,26 +308,26 @@ LP_ELEMENTS = [0, 127, 128, -1, -4096, 4095, 4096, -4097, 32767, -32768, 32768, 
 
 
 def test_listpack_round_trip_every_width():
-    lp = rdb.listpack_encode(LP_ELEMENTS)
-    assert rdb.listpack_decode(lp) == LP_ELEMENTS
+    lp = listpack.listpack_encode(LP_ELEMENTS)
+    assert listpack.listpack_decode(lp) == LP_ELEMENTS
     # the encoder's shortcuts (small ints, values of 64 to 4095 bytes) write what the general
     # element encoder does, and the back-length's two-byte shortcut what lpEncodeBacklen does
-    body = b"".join(rdb._lp_element(x) for x in LP_ELEMENTS)
+    body = b"".join(listpack.lp_element(x) for x in LP_ELEMENTS)
     assert lp == (len(body) + 7).to_bytes(4, "little") + len(LP_ELEMENTS).to_bytes(2, "little") + body + b"\xff"
     for n in (128, 129, 1000, 4097, 16382, 16383, 16384, 2097150, 2097151):
         size = 1 if n <= 127 else 2 if n < 16383 else 3 if n < 2097151 else 4
-        assert rdb._backlen(n) == bytes(((n >> (7 * k)) & 127) | (0 if k == size - 1 else 128)
+        assert listpack.backlen(n) == bytes(((n >> (7 * k)) & 127) | (0 if k == size - 1 else 128)
                                         for k in range(size - 1, -1, -1)), n
     # canonical integer strings are stored as integers, as lpAppend does
-    assert rdb.listpack_decode(rdb.listpack_encode([b"12", b"-7"])) == [12, -7]
+    assert listpack.listpack_decode(listpack.listpack_encode([b"12", b"-7"])) == [12, -7]
     # a listpack of 65535+ elements says "unknown" in its header and still decodes
     many = list(range(70000))
-    assert rdb.listpack_decode(rdb.listpack_encode(many)) == many
+    assert listpack.listpack_decode(listpack.listpack_encode(many)) == many
 
 
 @pytest.mark.parametrize("damage", ["size", "count", "terminator", "backlen", "cut"])
 def test_listpack_damage_is_refused(damage):
-    lp = bytearray(rdb.listpack_encode([b"field", 5, b"value" * 30]))
+    lp = bytearray(listpack.listpack_encode([b"field", 5, b"value" * 30]))
     if damage == "size":
         lp[0] += 1
     elif damage == "count":
@@ -340,7 +340,7 @@ def test_listpack_damage_is_refused(damage):
         lp = lp[:-5]
         lp[0:4] = len(lp).to_bytes(4, "little")
     with pytest.raises(RdbError):
-        rdb.listpack_decode(bytes(lp))
+        listpack.listpack_decode(bytes(lp))
 
 
 # ---------------------------------------------------------------- stream values
@@ -510,7 +510,7 @@ def test_random_damage_raises_rdb_error_or_decodes():
 
 
 def test_node_checks():
-    good = rdb.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4])
+    good = listpack.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4])
     key = (5).to_bytes(8, "big") + (0).to_bytes(8, "big")
 
     def value(lp: bytes, length: int = 1, last=(5, 0), key=key) -> bytes:
@@ -529,13 +529,13 @@ def test_node_checks():
         "length": value(good, length=2),
         "last id": value(good, last=(4, 0)),
         "key size": value(good, key=b"short"),
-        "back count": value(rdb.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 5])),
-        "counts": value(rdb.listpack_encode([2, 0, 1, b"f", 0, 2, 0, 0, b"v", 4])),
-        "flags": value(rdb.listpack_encode([1, 0, 1, b"f", 0, 8, 0, 0, b"v", 4])),
-        "terminator": value(rdb.listpack_encode([1, 0, 1, b"f", 1, 2, 0, 0, b"v", 4])),
-        "extra": value(rdb.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4, 9])),
-        "not int": value(rdb.listpack_encode([1, 0, 1, b"f", 0, b"x", 0, 0, b"v", 4])),
-        "ID 0-0": value(rdb.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4]), key=bytes(16), last=(0, 0)),
+        "back count": value(listpack.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 5])),
+        "counts": value(listpack.listpack_encode([2, 0, 1, b"f", 0, 2, 0, 0, b"v", 4])),
+        "flags": value(listpack.listpack_encode([1, 0, 1, b"f", 0, 8, 0, 0, b"v", 4])),
+        "terminator": value(listpack.listpack_encode([1, 0, 1, b"f", 1, 2, 0, 0, b"v", 4])),
+        "extra": value(listpack.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4, 9])),
+        "not int": value(listpack.listpack_encode([1, 0, 1, b"f", 0, b"x", 0, 0, b"v", 4])),
+        "ID 0-0": value(listpack.listpack_encode([1, 0, 1, b"f", 0, 2, 0, 0, b"v", 4]), key=bytes(16), last=(0, 0)),
     }
     for what, data in cases.items():
         with pytest.raises(RdbError):

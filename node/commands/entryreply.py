@@ -7,7 +7,8 @@ A range read (XRANGE, XREVRANGE, XREAD, XREADGROUP) answers ``[[b"ms-seq", [f1, 
 encoding it entry by entry is most of such a read's cost, and a stream read over and
 over (a dashboard's XRANGE, readers catching up on the same blocks) would redo it
 each time.  So, for a key with a single origin log (every key of a single region),
-the reply is built from each decoded block's *memo* (``EntryLog.runs``): two lists
+the reply is built from each decoded block's *memo* (``EntryLog.runs``, filled by the
+compiled node/resp/entries.py): two lists
 aligned with the block's entries, the reply row of each entry (``[b"ms-seq", flat]``,
 the same list object in every reply) and its RESP encoding (only bulk strings: the
 same bytes in RESP2 and RESP3).  A read then takes slices of both, and the encoder
@@ -17,7 +18,7 @@ The memo of a block is filled the first time a read reaches the block, and exten
 when entries were appended to it since; the log drops it with the decoded block (on
 XDEL, a trim, or when the block leaves the log's small cache of decoded blocks), so
 its memory is bounded by what that cache holds (and an entry larger than
-``MEMO_ENTRY_MAX`` keeps no encoding: a reply holding one is encoded row by row).
+``node.resp.entries.MEMO_ENTRY_MAX`` keeps no encoding: a reply holding one is encoded row by row).
 Rows are shared between replies:
 nothing may change a reply value after the command returned it (nothing does).
 
@@ -30,31 +31,10 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from ..resp.encoder import Entries, entry_encoding
+from ..resp.encoder import Entries
+from ..resp.entries import fill_memo
 
 _entry_id = itemgetter(0)  # a decoded entry's ID
-MEMO_ENTRY_MAX = 16384  # bytes of fields and values past which an entry's encoding is not kept
-
-
-def _fill(memo: list, entries: list) -> tuple[list, list]:
-    """The block's memo [rows, encodings], extended to every entry decoded so far."""
-    if not memo:
-        memo += ([], [])
-    rows, encs = memo
-    n = len(rows)
-    if n < len(entries):
-        add_row, add_enc = rows.append, encs.append
-        for k in range(n, len(entries)):
-            eid, flat, dead, _off = entries[k]
-            if dead:
-                add_row(None)
-                add_enc(None)
-            else:
-                idb = b"%d-%d" % eid
-                add_row([idb, flat])
-                # a large entry is not copied into the memo: its reply encodes it on the spot
-                add_enc(entry_encoding(idb, flat) if sum(map(len, flat)) <= MEMO_ENTRY_MAX else None)
-    return rows, encs
 
 
 def _log_range(log, start, end, count: int, rows: list, encs: list, ids: list | None) -> None:
@@ -75,7 +55,7 @@ def _take_run(run: tuple, count: int, rows: list, encs: list, ids: list | None,
     """Append one block's run to the reply (see ``EntryLog.runs``; ``descending``: from its last
     entry down, as ``revruns`` is read); True once ``count`` is reached."""
     entries, memo, i, j, dead = run
-    mrows, mencs = _fill(memo, entries)
+    mrows, mencs = fill_memo(memo, entries)
     if dead:  # skip the deleted entries (their rows are None)
         for k in range(j - 1, i - 1, -1) if descending else range(i, j):
             row = mrows[k]
@@ -163,7 +143,7 @@ def first_entry(log, start, end, ids: list) -> Entries | None:
         reply.parts = []
         return reply
     entries, memo, i, j, dead = run
-    mrows, mencs = _fill(memo, entries)
+    mrows, mencs = fill_memo(memo, entries)
     for k in range(i, j):
         row = mrows[k]
         if row is not None:  # (None: a deleted entry)

@@ -87,7 +87,7 @@ def _input_buffered(c) -> int:
 
 def _output_buffered(c) -> int:
     transport = getattr(c, "transport", None)
-    held = len(getattr(c, "out", b""))
+    held = len(getattr(c, "out", b"")) + getattr(c, "spilled_bytes", 0)
     return held + (transport.get_write_buffer_size() if transport is not None else 0)
 
 

@@ -98,15 +98,16 @@ from __future__ import annotations
 import heapq
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable
 
 import anycrc
 
-from crdt.blocks import DELETED, SAMEFIELDS, Block, EntryLog, tagged
+from crdt.blocks import Block, EntryLog, tagged
 from crdt.groups import ENTRIES_READ_UNKNOWN, Consumer, ConsumerGroup, Nack, estimate_distance
 from crdt.ids import MAX_ID, MIN_ID, StreamID, string2ll
 from crdt.stream import Stream
 
+from .listpack import U64 as _U64
+from .listpack import RdbError, node_listpack, read_node, signed64
 from .lzf import LzfError, lzf_compress
 from .lzf import lzf_decompress as _lzf_decompress
 
@@ -213,13 +214,6 @@ IDMP_MAXSIZE_RANGE = (1, 10000)
 # Redis's defaults for a node's size, used when merged logs are packed anew.
 STREAM_NODE_MAX_ENTRIES = 100
 STREAM_NODE_MAX_BYTES = 4096
-
-_U64 = (1 << 64) - 1
-
-
-class RdbError(ValueError):
-    """Malformed or unsupported RDB data; ``str()`` says what and where."""
-
 
 # ---------------------------------------------------------------- CRC-64 (Jones)
 # Redis's crc64 is the reflected Jones polynomial 0xad93d23594c935a9, init 0, no final
@@ -434,265 +428,10 @@ class Writer:
         self.length(id_[1])
 
 
-# ---------------------------------------------------------------- listpack
-def _backlen_size(n: int) -> int:
-    return 1 if n <= 127 else 2 if n < 16383 else 3 if n < 2097151 else 4 if n < 268435455 else 5
-
-
-def _backlen(n: int) -> bytes:
-    """``lpEncodeBacklen``: the element's length, 7 bits a byte, read right to left."""
-    if n <= 127:
-        return _BACKLEN_SMALL[n]
-    if n < 16383:  # two bytes: an element of 128 to 16382 bytes, as a 1 KB value
-        return bytes((n >> 7, (n & 127) | 128))
-    size = _backlen_size(n)
-    out = bytearray()
-    for k in range(size - 1, -1, -1):
-        b = (n >> (7 * k)) & 127
-        out.append(b if k == size - 1 else b | 128)
-    return bytes(out)
-
-
-_BACKLEN_SMALL = [bytes((n,)) for n in range(128)]
-
-
-def _lp_int(v: int) -> bytes:
-    if 0 <= v <= 127:
-        return bytes((v,))
-    if -4096 <= v <= 4095:
-        u = v & 0x1FFF
-        return bytes((0xC0 | (u >> 8), u & 0xFF))
-    if -32768 <= v <= 32767:
-        return b"\xf1" + (v & 0xFFFF).to_bytes(2, "little")
-    if -8388608 <= v <= 8388607:
-        return b"\xf2" + (v & 0xFFFFFF).to_bytes(3, "little")
-    if -2147483648 <= v <= 2147483647:
-        return b"\xf3" + (v & 0xFFFFFFFF).to_bytes(4, "little")
-    return b"\xf4" + (v & _U64).to_bytes(8, "little")
-
-
-def _lp_element(x: bytes | int) -> bytes:
-    if isinstance(x, int):
-        if 0 <= x <= 127:
-            return _SMALL_INT_ELEMENTS[x]
-        enc = _lp_int(x)
-    elif len(x) < 64 and not (x and x[0] in _NUMERIC_START):
-        return bytes((0x80 | len(x),)) + x + _BACKLEN_SMALL[len(x) + 1]
-    else:
-        v = string2ll(x) if x and len(x) <= 20 else None
-        if v is not None:
-            enc = _lp_int(v)
-        else:
-            n = len(x)
-            if n < 64:
-                enc = bytes((0x80 | n,)) + x
-            elif n < 4096:
-                enc = bytes((0xE0 | (n >> 8), n & 0xFF)) + x
-            else:
-                enc = b"\xf0" + n.to_bytes(4, "little") + x
-    return enc + _backlen(len(enc))
-
-
-_SMALL_INT_ELEMENTS = [bytes((v, 1)) for v in range(128)]
-_NUMERIC_START = frozenset(b"-0123456789")
-
-
-def listpack_encode(elements: Iterable[bytes | int]) -> bytes:
-    """A listpack of ``elements`` (ints, or byte strings that become ints when canonical)."""
-    body = bytearray()
-    count = 0
-    for x in elements:
-        count += 1
-        # the common elements written here, without a call or a copy of the value: a stream
-        # node is mostly small ints (flags, ID deltas, counts) and values
-        if type(x) is int and 0 <= x <= 127:
-            body += _SMALL_INT_ELEMENTS[x]
-            continue
-        if type(x) is bytes and 64 <= len(x) < 4096:  # too long to be an integer
-            n = len(x)
-            body.append(0xE0 | (n >> 8))
-            body.append(n & 0xFF)
-            body += x
-            body += _backlen(n + 2)
-            continue
-        body += _lp_element(x)
-    total = 6 + len(body) + 1
-    if total > 0xFFFFFFFF:
-        raise ValueError("listpack over 4 GiB")
-    return total.to_bytes(4, "little") + min(count, 0xFFFF).to_bytes(2, "little") + bytes(body) + b"\xff"
-
-
-def listpack_decode(lp: bytes) -> list[bytes | int]:
-    """Every element of a listpack: ints for integer encodings, bytes for strings.
-
-    Checks the header's byte count, each element's back-length, the element count
-    (unless the header says it is unknown) and the terminator."""
-    n = len(lp)
-    if n < 7:
-        raise RdbError("listpack shorter than its header")
-    if int.from_bytes(lp[0:4], "little") != n:
-        raise RdbError("listpack header size disagrees with its length")
-    declared = int.from_bytes(lp[4:6], "little")
-    out: list[bytes | int] = []
-    i = 6
-    end = n - 1
-    while i < end:
-        start = i
-        b = lp[i]
-        if b < 0x80:
-            val: bytes | int = b
-            i += 1
-        elif b < 0xC0:
-            ln = b & 0x3F
-            val = lp[i + 1:i + 1 + ln]
-            i += 1 + ln
-        elif b < 0xE0:
-            if i + 2 > end:
-                raise RdbError("listpack element past the end")
-            u = ((b & 0x1F) << 8) | lp[i + 1]
-            val = u - 0x2000 if u >= 0x1000 else u
-            i += 2
-        elif b < 0xF0:
-            if i + 2 > end:
-                raise RdbError("listpack element past the end")
-            ln = ((b & 0x0F) << 8) | lp[i + 1]
-            val = lp[i + 2:i + 2 + ln]
-            i += 2 + ln
-        elif b == 0xF0:
-            if i + 5 > end:
-                raise RdbError("listpack element past the end")
-            ln = int.from_bytes(lp[i + 1:i + 5], "little")
-            val = lp[i + 5:i + 5 + ln]
-            i += 5 + ln
-        elif 0xF1 <= b <= 0xF4:
-            w = {0xF1: 2, 0xF2: 3, 0xF3: 4, 0xF4: 8}[b]
-            if i + 1 + w > end:
-                raise RdbError("listpack element past the end")
-            val = int.from_bytes(lp[i + 1:i + 1 + w], "little", signed=True)
-            i += 1 + w
-        else:
-            raise RdbError(f"listpack element with unknown encoding {b:#x}")
-        if i > end:
-            raise RdbError("listpack element past the end")
-        enc_len = i - start
-        if enc_len <= 127:
-            if i >= end or lp[i] != enc_len:
-                raise RdbError("listpack element with a wrong back-length")
-            i += 1
-        elif enc_len < 16383:  # two bytes, as _backlen writes them
-            if i + 2 > end or lp[i] != enc_len >> 7 or lp[i + 1] != (enc_len & 127) | 128:
-                raise RdbError("listpack element with a wrong back-length")
-            i += 2
-        else:
-            bl = _backlen_size(enc_len)
-            if i + bl > end or lp[i:i + bl] != _backlen(enc_len):
-                raise RdbError("listpack element with a wrong back-length")
-            i += bl
-        out.append(val)
-    if i != end or lp[end] != 0xFF:
-        raise RdbError("listpack without its terminator")
-    if declared != 0xFFFF and declared != len(out):
-        raise RdbError("listpack element count disagrees with its header")
-    return out
-
-
-# ---------------------------------------------------------------- stream value: decoding
-def _lp_integer(x: bytes | int, what: str) -> int:
-    """``lpGetIntegerIfValid``: an integer element, or a string that is one."""
-    if isinstance(x, int):
-        return x
-    v = string2ll(x)
-    if v is None:
-        raise RdbError(f"stream node: {what} is not an integer")
-    return v
-
-
-def _lp_bytes(x: bytes | int) -> bytes:
-    return b"%d" % x if isinstance(x, int) else bytes(x)
-
-
-def _read_node(master: StreamID, lp: bytes) -> Block | None:
-    """One listpack node as a Braid block (None if it holds no live entry)."""
-    els = listpack_decode(lp)
-    if not els:
-        raise RdbError("empty listpack inside stream")
-    pos = 0
-
-    def nxt(what: str) -> bytes | int:
-        nonlocal pos
-        if pos >= len(els):
-            raise RdbError(f"stream node ends before its {what}")
-        x = els[pos]
-        pos += 1
-        return x
-
-    live = _lp_integer(nxt("entry count"), "the entry count")
-    dead = _lp_integer(nxt("deleted count"), "the deleted count")
-    nfields = _lp_integer(nxt("master field count"), "the master field count")
-    if live < 0 or dead < 0 or nfields < 0 or nfields > len(els):
-        raise RdbError("stream node with negative or impossible counts")
-    fields = tuple(_lp_bytes(nxt("master fields")) for _ in range(nfields))
-    if _lp_integer(nxt("master terminator"), "the master terminator") != 0:
-        raise RdbError("stream node master entry not terminated by 0")
-    block: Block | None = None
-    seen_live = seen_dead = 0
-    mms, mseq = master
-    for _ in range(live + dead):
-        if pos >= len(els):
-            raise RdbError("stream node holds fewer entries than it counts")
-        flags = _lp_integer(nxt("entry flags"), "an entry's flags")
-        if flags & ~(DELETED | SAMEFIELDS):
-            raise RdbError(f"stream entry with unknown flags {flags}")
-        ms = (mms + _lp_integer(nxt("entry ID"), "an entry's ID")) & _U64
-        seq = (mseq + _lp_integer(nxt("entry ID"), "an entry's ID")) & _U64
-        if flags & SAMEFIELDS:
-            n = nfields
-            flat: list[bytes] = [b""] * (2 * n)
-            flat[0::2] = fields
-            for k in range(n):
-                flat[2 * k + 1] = _lp_bytes(nxt("entry values"))
-            extra = 3
-        else:
-            n = _lp_integer(nxt("entry field count"), "an entry's field count")
-            if n < 0 or 2 * n > len(els) - pos:
-                raise RdbError("stream entry with an impossible field count")
-            flat = [_lp_bytes(nxt("entry fields")) for _ in range(2 * n)]
-            extra = 4 + n
-        if _lp_integer(nxt("entry back count"), "an entry's back count") != n + extra:
-            raise RdbError("stream entry back count disagrees with its fields")
-        if n == 0:
-            raise RdbError("stream entry without fields")
-        id_ = (ms, seq)
-        if id_ == MIN_ID:
-            raise RdbError("stream entry with ID 0-0")
-        if block is None:
-            block = Block(id_, fields)
-        elif id_ <= block.last:
-            raise RdbError("stream node entries out of ID order")
-        offset = len(block.buf)
-        block.append(id_, flat)
-        if flags & DELETED:
-            block.mark_deleted(offset)
-            seen_dead += 1
-        else:
-            seen_live += 1
-    if pos != len(els):
-        raise RdbError("stream node holds more elements than its entries")
-    if seen_live != live or seen_dead != dead:
-        raise RdbError("stream node counts disagree with its entries")
-    if block is None or block.live == 0:
-        return None
-    return block
-
-
 def _check_range(id_: StreamID) -> StreamID:
     if not (0 <= id_[0] <= _U64 and 0 <= id_[1] <= _U64):
         raise RdbError("stream ID out of range")
     return id_
-
-
-def _signed64(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
 
 
 def _read_nack_zone(reader: Reader, g: ConsumerGroup) -> set[StreamID]:
@@ -735,7 +474,7 @@ def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
             raise RdbError("stream listpack re-added with an existing key")
         masters.add(key)
         master = (int.from_bytes(key[:8], "big"), int.from_bytes(key[8:], "big"))
-        block = _read_node(master, reader.string())
+        block = read_node(master, reader.string())
         if block is not None:
             blocks.append(block)
     blocks.sort(key=lambda b: b.first)
@@ -773,7 +512,7 @@ def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
             raise RdbError("duplicated consumer group name")
         last = reader.len_id()
         if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
-            entries_read = _signed64(reader.length_value())
+            entries_read = signed64(reader.length_value())
             if entries_read < ENTRIES_READ_UNKNOWN:
                 entries_read = ENTRIES_READ_UNKNOWN
         else:
@@ -850,27 +589,6 @@ def _blocks_for_export(s: Stream) -> list[Block]:
     return fresh.blocks
 
 
-def _node_listpack(block: Block) -> bytes:
-    fields = block.fields
-    els: list[bytes | int] = [block.live, block.dead, len(fields), *fields, 0]
-    fms, fseq = block.first
-    buf = block.buf
-    for (ms, seq), flat, _dead, off in block.decode():
-        flags = buf[off]
-        els.append(flags)
-        els.append(_signed64((ms - fms) & _U64))
-        els.append(_signed64((seq - fseq) & _U64))
-        n = len(flat) // 2
-        if flags & SAMEFIELDS:
-            els.extend(flat[1::2])
-            els.append(n + 3)
-        else:
-            els.append(n)
-            els.extend(flat)
-            els.append(2 * n + 4)
-    return listpack_encode(els)
-
-
 def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress: bool = False) -> bytes:
     """Encode ``s`` as a value of type ``rdb_type`` (the type byte is not included)."""
     w = Writer(compress)
@@ -887,7 +605,7 @@ def _write_stream_value(w: Writer, s: Stream, rdb_type: int) -> None:
     length = 0
     for block in blocks:
         w.string(block.first[0].to_bytes(8, "big") + block.first[1].to_bytes(8, "big"))
-        w.string(_node_listpack(block))
+        w.string(node_listpack(block))
         length += block.live
     w.length(length)
     w.len_id(s.last_id)

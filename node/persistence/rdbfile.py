@@ -70,6 +70,7 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
+from .listpack import listpack_decode
 from .rdb import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPCODE_EXPIRETIME_MS, RDB_OPCODE_FREQ,
                   RDB_OPCODE_FUNCTION2, RDB_OPCODE_FUNCTION_PRE_GA, RDB_OPCODE_IDLE, RDB_OPCODE_KEY_META,
                   RDB_OPCODE_MODULE_AUX, RDB_OPCODE_RESIZEDB, RDB_OPCODE_SELECTDB, RDB_OPCODE_SLOT_INFO, RDB_TYPE_HASH,
@@ -82,7 +83,7 @@ from .rdb import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPC
                   RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_3, RDB_TYPE_STREAM_LISTPACKS_4,
                   RDB_TYPE_STREAM_LISTPACKS_5, RDB_TYPE_STRING, RDB_TYPE_ZSET, RDB_TYPE_ZSET_2, RDB_TYPE_ZSET_LISTPACK,
                   RDB_TYPE_ZSET_ZIPLIST, STREAM_TYPE_FOR_VERSION, STREAM_TYPES, TYPE_NAMES, Writer, crc64,
-                  listpack_decode, lzf_decompress, verify_payload)
+                  lzf_decompress, verify_payload)
 
 # Module value annotations (RDB_MODULE_OPCODE_*): how a type-7 value is skipped without its module
 _MOD_EOF, _MOD_SINT, _MOD_UINT, _MOD_FLOAT, _MOD_DOUBLE, _MOD_STRING = 0, 1, 2, 3, 4, 5

@@ -76,7 +76,7 @@ class Entries(list):
     shape, such as a deleted entry's ``[id, NULL_ARRAY]`` or XREADGROUP CLAIM's four
     values, is encoded as any other value).
 
-    ``parts``, when given, is the encoding of each row (:func:`entry_encoding`), made
+    ``parts``, when given, is the encoding of each row (``node.resp.entries.entry_encoding``), made
     beforehand (node/commands/entryreply.py): the reply is then their join.  A value
     with ``parts`` is not changed afterwards (a row count that no longer matches sends
     the encoder back to the rows)."""
@@ -93,19 +93,6 @@ _BULK_HEADER = [b"$%d\r\n" % n for n in range(_HEADERS)]  # "$<len>\r\n" of the 
 _ROWS_CACHED = 4096  # entries
 _ROW_CACHED_MAX = 512  # bytes of one entry's encoding: at most 2 MB held, and never a large entry
 _rows_encoded: dict[int, tuple[list, bytes, bytes]] = {}  # id(field list) -> (the list, the ID, the row's encoding)
-
-
-def entry_encoding(eid: bytes, flat: list) -> bytes | None:
-    """An entry ``[eid, flat]`` as RESP when its fields are all bulk strings (the same
-    bytes in RESP2 and RESP3), else None."""
-    headers = _BULK_HEADER
-    parts = [b"*2\r\n$%d\r\n%b\r\n*%d\r\n" % (len(eid), eid, len(flat))]
-    for x in flat:
-        if type(x) is not bytes:
-            return None
-        n = len(x)
-        parts += (headers[n] if n < _HEADERS else b"$%d\r\n" % n, x, b"\r\n")  # (one extend: fewer calls)
-    return b"".join(parts)
 
 
 def _encode_row(eid: bytes, flat: list, resp3: bool) -> bytes:
