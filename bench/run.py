@@ -830,7 +830,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--only", metavar="NAME[,NAME]",
                     help=f"run only these (comma-separated): {', '.join(NAMES)}, or 'throughput'")
     ap.add_argument("--requests", type=int, metavar="N",
-                    help="requests for every throughput scenario (default: per scenario, see README)")
+                    help="requests for every throughput scenario (default: per scenario, see bench/README.md)")
     ap.add_argument("--entries", type=int, metavar="N", help="entries in the memory run (default 1,000,000)")
     ap.add_argument("--redis-server", metavar="PATH",
                     help="the redis-server to compare with (default $BRAID_BENCH_REDIS_SERVER, else the one on "

@@ -827,8 +827,8 @@ class ActiveActive:
         if forked and status in (ACTIVE, JOINING):
             f = forked[0]
             return (f"READONLY another region holds other operations of this region under its numbers (from "
-                    f"operation {f.n}): this region takes no writes until an operator resolves it (see the "
-                    "README's 'Histories and forks')")
+                    f"operation {f.n}): this region takes no writes until an operator resolves it (see "
+                    "docs/active-active.md, 'Histories and forks')")
         if self.recovering and status in (ACTIVE, JOINING):  # a leaving or removed one takes none anyway
             waiting = ", ".join(p.name for p in self.recovery_waits_for())
             why = "restarted after a crash of its machine" if self.machine_crash else "is starting"

@@ -290,7 +290,7 @@ def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
         console.print(table)
     forked = history_differences(found)
     for text in forked:  # the same numbers, other operations: named, whatever the vectors say
-        console.print(f"histories differ: {text} (see the README's 'Histories and forks')", highlight=False)
+        console.print(f"histories differ: {text} (see docs/active-active.md, 'Histories and forks')", highlight=False)
     for failure in failures:
         print(f"braid-admin: {failure}", file=sys.stderr)
     return 1 if failures or forked else 0
@@ -375,7 +375,7 @@ def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
         agreed = bool(found) and not any(lacking.values()) and not any(st.pending for st in found.values())
         forked = history_differences(found)
         if forked:  # the same numbers, other operations: waiting cannot heal it
-            raise AdminError(f"not in sync: {'; '.join(forked)} (see the README's 'Histories and forks')")
+            raise AdminError(f"not in sync: {'; '.join(forked)} (see docs/active-active.md, 'Histories and forks')")
         if agreed and not unreachable:
             console.print(f"in sync: all {len(found)} members hold the same operations", highlight=False)
             return 0

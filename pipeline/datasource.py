@@ -7,7 +7,7 @@ Register it once per session, then read and write Braid streams::
     df = spark.readStream.format("braid").option("url", "redis://host:7001").option("keys", "rides").load()
 
 The reader is in ``pipeline/source.py``, the writer in ``pipeline/sink.py``;
-the options are tabled in the README ("Spark pipeline").
+the options are tabled in docs/pipeline.md ("Options").
 """
 
 from __future__ import annotations

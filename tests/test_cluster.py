@@ -413,7 +413,7 @@ def test_xackdel_moves_the_ack_watermark(cluster, regions):
 
 
 def test_an_idmp_retry_after_the_key_was_deleted_is_still_a_duplicate(cluster, regions):
-    """IDMP maps outlive a dropped key (README): the retry answers the original ID, adds nothing."""
+    """IDMP maps outlive a dropped key (docs/active-active.md): the retry answers the original ID, adds nothing."""
     r1, r2, _ = regions
     first = r1.execute_command("XADD", "paid", "IDMP", "checkout", "order-7", "*", "total", "1")
     cluster.sync_wait()

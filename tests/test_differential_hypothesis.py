@@ -111,7 +111,7 @@ def pair(braid_proc, redis_proc):
 def _xsetid_below_deleted(pair: Pair, argv: list) -> bool:
     """Redis 8.6 refuses XSETID below max-deleted-entry-id; 7.0 accepts it.
 
-    Braid follows 8.6 (see the README's table of differences); the check is
+    Braid follows 8.6 (see the table of differences in tests/README.md); the check is
     made on the reference server's view before the command runs.
     """
     if argv[0] != "XSETID":

@@ -195,7 +195,7 @@ REDIS86: dict[tuple[str, str], As86] = {
         "return an empty result set.")) for c in ("bob", "alice")},
 }
 
-# Braid's own documented differences (README, "Known differences"): one database.
+# Braid's own documented differences (tests/README.md, "Known differences"): one database.
 BRAID: dict[tuple[str, str], As86] = {
     ("SELECT {}", n): As86(Err("ERR DB index is out of range")) for n in ("1", "2", "3", "15")
 }

@@ -51,8 +51,8 @@ def dump(c: redis.Redis) -> list:
 def without_seen_times(state: list) -> list:
     """A dump without consumers' seen-times.  An XREADGROUP that changed nothing else (a
     history read of nothing) moves its consumer's seen-time but is not written to the log, as
-    Redis does not propagate it, so a restart does not bring that one moment back (README,
-    "XREAD / XREADGROUP").  Takes XINFO STREAM FULL replies as flat lists (RESP2) or maps."""
+    Redis does not propagate it, so a restart does not bring that one moment back (docs/commands.md,
+    after the table).  Takes XINFO STREAM FULL replies as flat lists (RESP2) or maps."""
     def strip(value):
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if k != b"seen-time"}

@@ -425,7 +425,7 @@ def test_a_forced_removal_that_takes_the_only_copies_of_an_earlier_removed_regio
     2's machine crashes; its forced removal freezes it at 104 (region 4 held them), then region
     4 crashes and is removed by force too (frozen at 0), taking the only copies.  A forced
     removal loses what no remaining member received - its own operations and, as here, an
-    earlier removed region's that only it held (README, "A forced removal"); the members
+    earlier removed region's that only it held (docs/active-active.md, "A forced removal"); the members
     converge without them, and the durability check counts them as lost with the removal
     instead of reporting a loss."""
     outcome = run_sim(SimConfig(seed=26516, steps=130, faults=DEFAULT_BEFORE_OPERATOR))

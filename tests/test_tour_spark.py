@@ -3,11 +3,11 @@
 A cluster started the way the README's quick start does (``braid up --detach`` in
 a fresh directory, on free ports instead of 7001-7003), the quick start's
 ``redis-cli`` commands (read from the README, sent with redis-py: the same words
-on the wire), then the README's Spark command, run in that directory as written
-(only ``--rides`` is made smaller), and ``braid down``.  The quick start leaves an
-entry without the example's fields in ``rides``: the example must skip it, count
+on the wire), then the Spark command of docs/pipeline.md, run in that directory as
+written (only ``--rides`` is made smaller), and ``braid down``.  The quick start leaves
+an entry without the example's fields in ``rides``: the example must skip it, count
 every one of its rides, say so, clean up its checkpoint and print no ERROR line.
-When the README's commands change, this test runs the new ones.
+When the documented commands change, this test runs the new ones.
 """
 
 from __future__ import annotations
@@ -24,12 +24,17 @@ from node.testing import free_port_base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+PIPELINE = os.path.join(ROOT, "docs", "pipeline.md")  # the "Spark pipeline" page
 RIDES = 600
 
 
-def _readme() -> str:
-    with open(README) as f:
+def _read(path: str) -> str:
+    with open(path) as f:
         return f.read()
+
+
+def _readme() -> str:
+    return _read(README)
 
 
 def _sh_blocks(text: str) -> list[str]:
@@ -46,15 +51,16 @@ def readme_quick_start() -> list[list[str]]:
     raise AssertionError("the README has no quick start writing into rides with redis-cli")
 
 
-def readme_spark_command() -> list[str]:
-    """The README's command that runs the Spark example (in the "Spark pipeline" section)."""
-    section = _readme().split("## Spark pipeline", 1)[1]
-    for block in _sh_blocks(section):
+def documented_spark_command() -> list[str]:
+    """The command that runs the Spark example, in docs/pipeline.md (the "Spark pipeline" page)."""
+    text = _read(PIPELINE)
+    assert text.startswith("# Spark pipeline\n"), "docs/pipeline.md is no longer the Spark pipeline page"
+    for block in _sh_blocks(text):
         for line in block.splitlines():
             argv = shlex.split(line, comments=True)
             if argv[:1] and argv[0].endswith("braid") and argv[1:3] == ["pipeline", "rides"]:
                 return argv
-    raise AssertionError("the README's Spark section has no `braid pipeline rides` command")
+    raise AssertionError("docs/pipeline.md has no `braid pipeline rides` command")
 
 
 def _braid(*args: str, cwd: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -79,7 +85,7 @@ def test_quick_start_then_the_spark_example(tmp_path):
         replies = [_redis_cli(argv, ports) for argv in readme_quick_start()]
         assert replies and re.fullmatch(rb"\d+-\d+", replies[0]), replies  # the XADD's new ID
 
-        spark = readme_spark_command()
+        spark = documented_spark_command()
         assert spark[0] in ("braid", ".venv/bin/braid"), spark
         temp = tmp_path / "tmp"  # where the example makes its checkpoint
         temp.mkdir()

@@ -1,4 +1,4 @@
-"""The operation log's on-disk format: Braid's append-only file (DESIGN.md, "Durability").
+"""The operation log's on-disk format: Braid's append-only file (docs/durability.md).
 
 Theory of operation
 -------------------

@@ -367,7 +367,7 @@ def rewrite_due(config, size: int, base_size: int, records_since_snapshot: int,
                 replay_bound_ready: bool = True) -> str | None:
     """Why an automatic snapshot (Redis's automatic AOF rewrite) should start now, or None.
 
-    Two rules, as ``INFO`` and the README's "Durability" say: Redis's - the log passed
+    Two rules, as ``INFO`` and docs/durability.md ("Snapshots") say: Redis's - the log passed
     ``auto-aof-rewrite-min-size`` and grew ``auto-aof-rewrite-percentage`` percent since
     the last snapshot (``base_size``: its size just after) - and a bound on the time a
     start would spend replaying the records written since the last snapshot,

@@ -213,7 +213,7 @@ class _OpenSSL:
 
 
 # ------------------------------------------------------------------ refusals
-# why a handshake failed -> the INFO field that counts it (README: "TLS for clients");
+# why a handshake failed -> the INFO field that counts it (docs/security.md: "TLS for clients");
 # plain text is told by the connection's first byte, before OpenSSL sees it (_first_byte)
 REASONS = ("plaintext", "no_client_cert", "unknown_ca", "expired_cert", "bad_cert", "timeout", "other")
 _X509_EXPIRED = (9, 10)  # not yet valid, expired
@@ -247,7 +247,7 @@ class TlsStats:
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
 
     def info(self) -> list[str]:
-        """``INFO stats`` fields (README: "TLS for clients")."""
+        """``INFO stats`` fields (docs/security.md: "TLS for clients")."""
         return ([f"tls_handshakes:{self.handshakes}", f"tls_handshake_failures:{sum(self.failures.values())}"]
                 + [f"tls_handshake_failures_{k}:{n}" for k, n in self.failures.items()])
 

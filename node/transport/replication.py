@@ -998,8 +998,8 @@ class ReplicationHub:
             for f in found:
                 log.error("region %d holds another history of region %d's operations than this region: at "
                           "operation %d their digests differ (%016x here, %016x there); nothing more crosses "
-                          "this link until the region whose history forked withdraws its side (see the "
-                          "README's 'Histories and forks')", peer, f.origin, f.n, f.here, f.there)
+                          "this link until the region whose history forked withdraws its side (see "
+                          "docs/active-active.md, 'Histories and forks')", peer, f.origin, f.n, f.here, f.there)
         foreign = [f for f in found if f.origin not in (self.region, peer)]
         if foreign:
             # only a region itself mints its numbers, and one that minted alone withdraws its

@@ -38,7 +38,7 @@ malformed, or a key that does not match the certificate keeps the credentials in
 use and reports the error.  New handshakes use the new credentials; the region
 then closes its replication connections, so every link handshakes again (and
 peers see the new certificate at once).  A CA move: put both CAs in the bundle
-everywhere, re-issue certificates from the new CA, then drop the old CA (README,
+everywhere, re-issue certificates from the new CA, then drop the old CA (docs/security.md,
 "Between regions (mutual TLS)").
 
 This module does not import grpc; the services (replication.py, admin.py) do.
