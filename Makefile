@@ -11,7 +11,7 @@ PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py t
                   tests/test_blocks.py tests/test_causal.py tests/test_idgen.py
 # Run again on the pure build (BRAID_PURE=1) after the suite: seconds, not minutes
 PURE_TESTS := tests/test_convergence.py tests/test_ops.py tests/test_blocks.py tests/test_causal.py \
-              tests/test_idgen.py tests/test_resp_parser.py
+              tests/test_idgen.py tests/test_resp_parser.py tests/test_rdb.py tests/test_entry_reply.py
 
 # The modules setup.py compiles with mypyc: editing one rebuilds the extensions (a compiled
 # module older than its source is not used: crdt/__init__.py imports the source instead).
