@@ -805,9 +805,6 @@ class EntryLog:
         """What the log holds in memory: its blocks and the decoded ones it caches."""
         return self.nbytes + self.decoded_bytes
 
-    def index_of_first_at_or_after(self, id_: StreamID) -> int:
-        return bisect_left(self.firsts, id_)
-
 
 def tagged(origin: int, entries: Iterator[tuple[StreamID, list]]) -> Iterator[tuple[StreamID, int, list]]:
     """(id, fields) -> (id, origin, fields), binding ``origin`` now (a generator
