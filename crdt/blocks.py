@@ -332,6 +332,13 @@ def restored_block(first: StreamID, last: StreamID, fields: tuple, buf: bytearra
     return b
 
 
+def packed_entries(first: StreamID, fields: tuple, buf: bytes | bytearray) -> list[Decoded]:
+    """Every entry (deleted ones included, in ID order) of a block given as its first ID, its
+    master fields and its packed bytes, as ``XRANGEORIGIN ... PACKED`` sends it: what a reader
+    outside the region (the Spark source) decodes such a block with, :meth:`Block.decode`."""
+    return restored_block(first, first, fields, bytearray(buf), 0, 0, 0).decode()
+
+
 _U64 = (1 << 64) - 1
 
 
