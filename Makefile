@@ -14,7 +14,7 @@ PURE_TESTS := tests/test_convergence.py tests/test_ops.py tests/test_blocks.py t
               tests/test_idgen.py tests/test_resp_parser.py tests/test_rdb.py tests/test_entry_reply.py
 
 # The modules setup.py compiles with mypyc: editing one rebuilds the extensions (a compiled
-# module older than its source is not used: crdt/__init__.py imports the source instead).
+# module older than its source is not used: node/build.py has the source imported instead).
 COMPILED_SOURCES := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 
 $(STAMP): pyproject.toml setup.py Makefile $(COMPILED_SOURCES)

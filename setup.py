@@ -5,7 +5,7 @@ run) compiles the modules in
 ``COMPILED`` to C extensions placed beside their ``.py`` files; Python then imports the
 extension (``crdt/blocks.cpython-311-x86_64-linux-gnu.so``) in preference to the source.
 The source stays the reference: ``BRAID_PURE=1`` in the environment makes a running
-process import the ``.py`` files instead (``crdt/__init__.py``), and a build without a C
+process import the ``.py`` files instead (``node/build.py``), and a build without a C
 compiler or Python's headers installs the pure build, saying so (``make deps`` installs
 both on Debian).  ``BRAID_PURE=1`` at build time also skips compiling.
 

@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # A bug is planted by replacing a rule's Python function; code compiled with mypyc calls
     # compiled functions directly, past the replacement, so a planted region runs the pure source
-    # (set here, not at import: the chaos suite imports this module to list the bugs).
+    # (chosen here, not at import: the chaos suite imports this module to list the bugs; the
+    # variable too, for any process this one starts).
     os.environ["BRAID_PURE"] = "1"
-    import crdt
+    from node import build
 
-    if not crdt.PURE:  # imported before the switch above was set: the bug would not take effect
+    if build.use_source():  # imported before the switch above was made: the bug would not take effect
         print("chaos.planted: crdt was imported from its compiled build; run it as python -m chaos.planted",
               file=sys.stderr)
         return 2

@@ -332,6 +332,13 @@ def restored_block(first: StreamID, last: StreamID, fields: tuple, buf: bytearra
     return b
 
 
+def packed_entries(first: StreamID, fields: tuple, buf: bytes | bytearray) -> list[Decoded]:
+    """Every entry (deleted ones included, in ID order) of a block given as its first ID, its
+    master fields and its packed bytes, as ``XRANGEORIGIN ... PACKED`` sends it: what a reader
+    outside the region (the Spark source) decodes such a block with, :meth:`Block.decode`."""
+    return restored_block(first, first, fields, bytearray(buf), 0, 0, 0).decode()
+
+
 _U64 = (1 << 64) - 1
 
 
@@ -804,9 +811,6 @@ class EntryLog:
     def memory_bytes(self) -> int:
         """What the log holds in memory: its blocks and the decoded ones it caches."""
         return self.nbytes + self.decoded_bytes
-
-    def index_of_first_at_or_after(self, id_: StreamID) -> int:
-        return bisect_left(self.firsts, id_)
 
 
 def tagged(origin: int, entries: Iterator[tuple[StreamID, list]]) -> Iterator[tuple[StreamID, int, list]]:

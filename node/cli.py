@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from .config import Config, ConfigError
+from .config import FSYNC_POLICIES, Config, ConfigError
 from .security.tls import TlsConfigError
 from .server import Server, run_server
 from .supervision import EXIT_FAIL_STOP, oom_detail, ran_out_of_memory, release_memory_reserve, reserve_memory
@@ -826,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
                         "Redis RDB file once the region serves, as braid import does (the report goes to stdout); "
                         "an unreadable file stops the start. In an Active-Active database give it to one region: "
                         "the streams replicate")
-    p.add_argument("--appendfsync", choices=["always", "everysec", "no"],
+    p.add_argument("--appendfsync", choices=FSYNC_POLICIES,
                    help="when the log reaches the disk (default: the cluster file's, else everysec)")
     tls = p.add_argument_group("TLS on the client port (Redis's settings; also CONFIG GET/SET and the cluster "
                                "file's [regions.config]); --port 0 turns the plain port off")

@@ -66,14 +66,13 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .config import parse_memory
+from .config import FSYNC_POLICIES, parse_memory
 
 
 # settings of a region's [regions.config] that name files (relative to the cluster file)
 FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
 ID_MODES = ("strict", "semi-strict", "liberal")
 MEMBER_STATUSES = ("active", "joining", "leaving", "removed")
-FSYNC_POLICIES = ("always", "everysec", "no")
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:

@@ -64,6 +64,8 @@ class Setting:
     choices: tuple[str, ...] = ()
 
 
+# appendfsync: when the log reaches the disk (node/persistence/oplog.py)
+FSYNC_POLICIES = ("always", "everysec", "no")
 # Redis's maxmemory policies; Braid takes only noeviction (see the setting)
 MAXMEMORY_POLICIES = ("volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "volatile-lrm",
                       "allkeys-lru", "allkeys-lfu", "allkeys-random", "allkeys-lrm", "noeviction")
@@ -105,7 +107,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("rdbcompression", "bool", True),
     # durability (node/persistence/): the operation log is the append-only file
     Setting("appendonly", "bool", True, mutable=False),
-    Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
+    Setting("appendfsync", "enum", "everysec", choices=FSYNC_POLICIES),
     Setting("appenddirname", "string", "appendonlydir", mutable=False),
     Setting("aof-load-truncated", "bool", True),
     Setting("auto-aof-rewrite-percentage", "int", 100, 0, (1 << 31) - 1),

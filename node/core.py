@@ -76,6 +76,7 @@ from .security.acl import AccessControl
 from .slowlog import LatencyMonitor, SlowLog, redacted
 from .supervision import (EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor, oom_detail,
                           ran_out_of_memory, release_memory_reserve)
+from .version import BRAID_VERSION, REDIS_COMPAT_VERSION  # noqa: F401  (node/server.py imports them from here)
 
 log = logging.getLogger("braid.server")
 
@@ -83,9 +84,6 @@ OOM_ERROR = "OOM command not allowed when used memory > 'maxmemory'."
 
 _perf_ns = time.perf_counter_ns
 NEVER_NS = 1 << 63  # a command's time execute() never reaches: neither SLOWLOG nor LATENCY records
-
-BRAID_VERSION = "0.1.0"
-REDIS_COMPAT_VERSION = "8.10.2"  # the Redis release whose stream commands Braid implements
 
 
 class Stats:

@@ -189,18 +189,3 @@ class Database:
         ops.append_entry(self.keys, key, origin, id_, fields, self.limits)
         self.touch(key)
         self.dirty += 1
-
-    def remove(self, key: bytes) -> bool:
-        if self.keys.pop(key, None) is None:
-            return False
-        self.dirty += 1
-        self.touch(key)
-        return True
-
-    def flush(self) -> int:
-        n = len(self.keys)
-        for key in list(self.keys):
-            self.touch(key)
-        self.keys.clear()
-        self.dirty += n
-        return n

@@ -42,7 +42,8 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
-from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, LatencyHistogram
+from .core import LatencyHistogram
+from .version import BRAID_VERSION, REDIS_COMPAT_VERSION
 
 log = logging.getLogger("braid.metrics")
 

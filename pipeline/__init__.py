@@ -11,6 +11,10 @@ Importing this package does not import pyspark; :func:`register` does.
 
 from __future__ import annotations
 
+# First, in the driver and in Spark's Python workers: which build of the compiled modules
+# this process runs (BRAID_PURE=1, a stale build; node/build.py)
+import node.build  # noqa: F401
+
 
 def register(spark) -> None:
     """Make ``format("braid")`` available in ``spark``."""

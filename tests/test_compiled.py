@@ -4,6 +4,10 @@ setup.py compiles the modules it lists with mypyc; ``make test`` runs the suite 
 (``BRAID_EXPECT_COMPILED=1``: every listed module must come from its extension) and a part of
 it again with ``BRAID_PURE=1`` (every module from its ``.py`` file).  Run by hand, without
 either variable, the modules must at least all come from the same build.
+
+The choice is made by node/build.py, which every entry point imports before any compiled
+module (``crdt`` itself does no I/O and reads no environment): the subprocesses here import
+one of them first, as a real process does.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,9 +34,14 @@ def compiled_modules() -> list[str]:
     raise AssertionError("setup.py lists no COMPILED modules")
 
 
-def _origins(env: dict[str, str]) -> dict[str, str]:
-    """Where each compiled module is imported from, in a fresh process with ``env``."""
-    code = ("import importlib, json, sys\n"
+# The packages a process starts from, each of which has node/build.py choose the build first
+ENTRY_POINTS = ("node", "chaos", "pipeline", "bench", "tests.conftest")
+
+
+def _origins(env: dict[str, str], entry: str = "node") -> dict[str, str]:
+    """Where each compiled module is imported from, in a fresh process with ``env`` that
+    imports ``entry`` first."""
+    code = (f"import importlib, json, sys, {entry}\n"
             "print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))")
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run([sys.executable, "-c", code, *compiled_modules()], capture_output=True, text=True,
@@ -56,15 +67,25 @@ def test_this_process_runs_the_build_it_says():
         assert compiled in (set(), set(files)), f"a mix of compiled and source modules: {files}"
 
 
-def test_braid_pure_imports_every_module_from_its_source():
-    origins = _origins({"BRAID_PURE": "1"})
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_braid_pure_imports_every_module_from_its_source(entry):
+    origins = _origins({"BRAID_PURE": "1"}, entry)
     assert all(f.endswith(".py") for f in origins.values()), origins
     assert set(origins) == set(compiled_modules())
+
+
+def test_crdt_chooses_nothing():
+    """The pure core does no I/O and reads no environment: the choice of build is not its own."""
+    import crdt
+
+    source = Path(crdt.__file__).with_suffix(".py").read_text()
+    assert "environ" not in source and "import os" not in source and "meta_path" not in source
 
 
 # One workload through the hot paths; the two builds must give the same bytes.
 _WORKLOAD = r"""
 import hashlib
+import node  # first: node/build.py chooses the build
 from crdt.blocks import EntryLog, TrimSpec
 from crdt.stream import Stream
 from node.persistence import lzf

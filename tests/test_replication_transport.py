@@ -482,6 +482,7 @@ def test_the_watchdog_closes_a_link_whose_peer_reads_but_never_acknowledges():
 
 _PEER = """
 import asyncio, sys
+import node  # first: node/build.py chooses the build of crdt (BRAID_PURE)
 from crdt.causal import CausalLog
 from node.config import Config
 from node.transport.replication import Link, ReplicationHub

@@ -141,6 +141,7 @@ from crdt.linkerrors import MembershipBehind
 from crdt.membership import JOINING, LIVE, REMOVED
 from crdt.sync import LinkState, NeedsResync, RelayHold, opening, plan_frames
 from node.cluster_config import ClusterConfig, RegionSpec
+from node.config import FSYNC_POLICIES
 
 from .disk import Damage, FileCopy, MachineDown, held_vv
 from .membership import MembershipDriver
@@ -161,7 +162,7 @@ MEMORY_ROOM = (0, 3000)     # the memory fault: maxmemory this many bytes above 
 MEMORY_FULL_MS = (50, 1500)  # ... for this long
 BACKLOG_BYTES = (600, 1500, 4000)  # the backlog fault bounds each region's backlog by one of these
 LONG_PARTITION_MS = (200, 900)     # ... and isolates a region this long now and then
-POLICIES = ("always", "everysec", "no")
+POLICIES = FSYNC_POLICIES  # appendfsync's, which a schedule runs its regions with
 START_MS = 1_000_000   # the virtual clock's first reading (ms)
 MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
 STARTUP_CHECK_MS = 300  # a restarted region asks its peers for their member lists (after its first dials)

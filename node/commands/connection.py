@@ -6,6 +6,7 @@ import time
 
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.acl import DENIED_AUTH, WRONGPASS
+from ..version import REDIS_COMPAT_VERSION
 from . import command, container, subcommand
 from .util import INT_MAX, INT_MIN, ERR_SYNTAX, parse_int, parse_range_long, string2ll
 
@@ -54,8 +55,6 @@ def auth(client, argv: list[bytes]):
 @command("hello", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
          since="6.0.0", summary="Handshakes with the Redis server.", complexity="O(1)")
 def hello(client, argv: list[bytes]):
-    from ..server import REDIS_COMPAT_VERSION
-
     ver = 0
     if len(argv) >= 2:
         v = string2ll(argv[1])

@@ -13,6 +13,7 @@ import time
 from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.tls import TLS_SETTINGS, TlsConfigError
+from ..version import BRAID_VERSION, REDIS_COMPAT_VERSION
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
 from .docs import DOCS, key_specs
 from .util import ERR_SYNTAX
@@ -30,8 +31,6 @@ def rss_bytes() -> int:
 
 
 def _section_server(srv) -> list[str]:
-    from ..server import BRAID_VERSION, REDIS_COMPAT_VERSION
-
     uptime = int(time.time() - srv.start_time)
     u = platform.uname()
     return [

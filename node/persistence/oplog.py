@@ -176,7 +176,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("braid.persistence")
 
-POLICIES = ("always", "everysec", "no")
 # ``everysec`` in a region of a cluster: the fsyncs that follow writes start at most this
 # often (seconds), so a steady trickle of writes shares them instead of one per record;
 # the default when no region's setting (crdt-repl-fsync-interval-ms) is attached

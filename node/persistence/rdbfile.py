@@ -73,7 +73,8 @@ from typing import BinaryIO, Iterator
 from .listpack import listpack_decode
 from .rdb import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPCODE_EXPIRETIME_MS, RDB_OPCODE_FREQ,
                   RDB_OPCODE_FUNCTION2, RDB_OPCODE_FUNCTION_PRE_GA, RDB_OPCODE_IDLE, RDB_OPCODE_KEY_META,
-                  RDB_OPCODE_MODULE_AUX, RDB_OPCODE_RESIZEDB, RDB_OPCODE_SELECTDB, RDB_OPCODE_SLOT_INFO, RDB_TYPE_HASH,
+                  RDB_OPCODE_MODULE_AUX, RDB_OPCODE_RESIZEDB, RDB_OPCODE_SELECTDB, RDB_OPCODE_SLOT_INFO, RDB_VERSION,
+                  RDB_TYPE_HASH,
                   RDB_TYPE_ARRAY, RDB_TYPE_HASH_LISTPACK, RDB_TYPE_HASH_LISTPACK_EX, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA,
                   RDB_TYPE_HASH_METADATA, RDB_TYPE_HASH_METADATA_PRE_GA, RDB_TYPE_HASH_TMPL_ARRAY,
                   RDB_TYPE_HASH_TMPL_ARRAY_REF, RDB_TYPE_HASH_TMPL_LP, RDB_TYPE_HASH_TMPL_LP_REF, RDB_TYPE_HASH_ZIPLIST,
@@ -88,9 +89,10 @@ from .rdb import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPC
 # Module value annotations (RDB_MODULE_OPCODE_*): how a type-7 value is skipped without its module
 _MOD_EOF, _MOD_SINT, _MOD_UINT, _MOD_FLOAT, _MOD_DOUBLE, _MOD_STRING = 0, 1, 2, 3, 4, 5
 
-# The newest RDB version this reader knows (Redis 8.10 writes 15); a newer file may hold
-# types or opcodes it has never seen, so it is refused rather than misread.
-MAX_RDB_VERSION = 15
+# The newest RDB version this reader knows: the one Braid writes (rdb.RDB_VERSION, Redis
+# 8.10's 15); a newer file may hold types or opcodes it has never seen, so it is refused
+# rather than misread.
+MAX_RDB_VERSION = RDB_VERSION
 
 # braid export --for-redis: the RDB version each Redis release writes
 REDIS_RDB_VERSIONS = {"5.0": 9, "6.0": 9, "6.2": 9, "7.0": 10, "7.2": 11, "7.4": 12, "8.0": 12, "8.2": 12,

@@ -32,12 +32,12 @@ from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
 from ..resp.encoder import ReplyError
+from ..security import ADMIN_NAME
 
 TOKEN_KEY = "braid-token"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0  # how long a Flush waits for the operations it must cover
-ADMIN_NAME = "braid-admin"
 # words of gRPC's connection errors that mean the TLS handshake failed, not that nothing answered
-TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")  # the common name of braid-admin's certificate (node/security/certs.py)
+TLS_FAILURE_WORDS = ("handshake", "ssl", "certificate", "verification")
 BACKUP_CHUNK_BYTES = 1 << 20  # the largest piece of a snapshot one message of a Backup stream carries
 
 
