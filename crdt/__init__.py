@@ -6,12 +6,3 @@ process imports (``BRAID_PURE=1``: the source; a compiled module older than its 
 not used) is chosen outside this package, by ``node/build.py``, which the entry points
 (``node``, ``chaos``, ``pipeline``, ``bench``, the tests' ``conftest.py``) import first.
 """
-
-# Inert, for node/resp/__init__.py only, which still runs ``if PURE: prefer_source(__name__)``
-# (node/resp/ was left out of the change that moved the choice; delete both with those lines).  node/build.py has made the
-# choice for node.resp before that package is imported, so nothing needs doing there.
-PURE = False
-
-
-def prefer_source(package: str) -> None:
-    """Nothing: node/build.py chooses the build (see the module's docstring)."""

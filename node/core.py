@@ -76,7 +76,6 @@ from .security.acl import AccessControl
 from .slowlog import LatencyMonitor, SlowLog, redacted
 from .supervision import (EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor, oom_detail,
                           ran_out_of_memory, release_memory_reserve)
-from .version import BRAID_VERSION, REDIS_COMPAT_VERSION  # noqa: F401  (node/server.py imports them from here)
 
 log = logging.getLogger("braid.server")
 

@@ -48,13 +48,13 @@ from .blocking import Blocked
 from .commands.migrate import SocketMigrateTransport
 from .commands.server import clients_memory, rss_bytes
 from .config import Config
-from .core import BRAID_VERSION, REDIS_COMPAT_VERSION, RegionCore, Session, Stats, unknown_command_error
+from .core import RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import Entries, ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
 from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
 
-__all__ = ["BRAID_VERSION", "REDIS_COMPAT_VERSION", "ClientConnection", "Server", "Stats", "run_server",
+__all__ = ["ClientConnection", "Server", "Stats", "run_server",
            "unknown_command_error"]
 
 log = logging.getLogger("braid.server")

@@ -1,6 +1,4 @@
-"""The Redis protocol: request parsing and reply encoding (compiled like ``crdt``; see its docs)."""
+"""The Redis protocol: request parsing and reply encoding.
 
-from crdt import PURE, prefer_source
-
-if PURE:
-    prefer_source(__name__)
+``parser.py`` and ``entries.py`` are compiled with mypyc like ``crdt``: which build a process
+imports is chosen by node/build.py."""
