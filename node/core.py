@@ -73,6 +73,7 @@ from .lone_writes import LoneStep
 from .persistence import snapshot
 from .resp.encoder import ReplyError
 from .security.acl import AccessControl
+from .slicing import Sliced
 from .slowlog import LatencyMonitor, SlowLog, redacted
 from .supervision import (EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor, oom_detail,
                           ran_out_of_memory, release_memory_reserve)
@@ -128,6 +129,10 @@ class Session:
     :class:`node.server.ClientConnection` adds the socket; a replay and the simulation
     use a bare session (their replies go nowhere or to the simulated client)."""
 
+    # whether a long command may be prepared in slices while this client waits (node/slicing.py):
+    # a bare session gets every reply at once
+    may_slice = False
+
     def __init__(self, server: "RegionCore") -> None:
         self.server = server
         self.id = next(server._client_ids)
@@ -148,6 +153,8 @@ class Session:
         self.addr = "?:0"
         self.laddr = "?:0"
         self.in_exec = False
+        # a long command's value prepared in slices, for its run again: (its argv, the value)
+        self.prepared: tuple[list[bytes], Any] | None = None
         self.logged_upto = 0        # the last operation-log record this client's own commands appended
 
     @property
@@ -792,7 +799,8 @@ class RegionCore:
             # nothing, or any command without a log, need not call it)
             if (db.own_ops or db.local_change
                     or (self.oplog is not None and (cmd.always_logged or db.dirty != dirty))):
-                if cmd.name != "exec" and self.failed is None:  # EXEC's commands are logged one by one
+                # EXEC's commands are logged one by one; a sliced command when it runs again
+                if cmd.name != "exec" and self.failed is None and type(reply) is not Sliced:
                     self._log_command(client, cmd, argv, db.dirty != dirty, reply)
         finally:
             if outermost:
@@ -802,7 +810,8 @@ class RegionCore:
         rec = stats.command_calls.get(name)
         if rec is None:
             rec = stats.command_calls[name] = [0, 0, 0, 0]
-        if type(reply) is Blocked:  # a call once it ends (count_unblocked), as in Redis
+        kind = type(reply)
+        if kind is Blocked or kind is Sliced:  # a call once it ends (count_unblocked; run again), as in Redis
             stats.total_commands_processed -= 1
         else:
             rec[0] += 1
@@ -814,7 +823,7 @@ class RegionCore:
                 timed.sum_ns += elapsed
         if elapsed >= self.slow_ns:  # slow enough for SLOWLOG or LATENCY: nothing else is done below it
             self.note_slow(client, cmd, argv, elapsed, reply)
-        if type(reply) is ReplyError:
+        if kind is ReplyError:
             rec[3] += 1
             self._count_error(reply)
         return reply
@@ -835,6 +844,8 @@ class RegionCore:
         us = elapsed_ns // 1000
         if type(reply) is Blocked:
             reply.ran_us = us
+        elif type(reply) is Sliced:
+            pass  # the slow log shows the command once, when it completes
         elif self.slowlog_us is not None and us >= self.slowlog_us and "skip-slowlog" not in cmd.flags:
             self._slowlog_push(client, cmd, argv, us)
 

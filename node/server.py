@@ -51,6 +51,7 @@ from .config import Config
 from .core import RegionCore, Session, Stats, unknown_command_error
 from .resp.encoder import Entries, ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
+from .slicing import Sliced
 from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
 
@@ -88,6 +89,10 @@ HANDOVER_BYTES = 64 * 1024
 # transport takes a list of buffers as they are.
 SPILL_BYTES = 256 * 1024
 SPILL_MIN_ROWS = 16  # (an entry with an encoding in the memo is at most 16 KB: fewer rows never reach it)
+# A long command prepared in slices (node/slicing.py: a large DUMP or RESTORE) runs at most
+# this long per turn of the loop: one input slice, so it delays the others as a pipelining
+# client does.
+SLICED_STEP_S = INPUT_SLICE_S
 # the clock of the slices: the wall clock, as data_received reads it anyway (the client's last
 # interaction); a step of it makes one slice shorter or longer, for one turn at most
 _clock = time.time
@@ -308,6 +313,7 @@ class Server(RegionCore):
         for c in list(self.clients.values()):
             self.blocking.unpark(c)
             c.closing = True
+            c.job = None
             c.out.clear()
             c.drop_spilled()
             transport, c.transport = c.transport, None
@@ -409,6 +415,49 @@ class Server(RegionCore):
             self.used_memory()
 
     # ------------------------------------------------------------ blocking
+    # ------------------------------------------------------------ sliced commands
+    def run_sliced(self, client: "ClientConnection", sliced: Sliced, argv: list[bytes]) -> None:
+        """Prepare ``client``'s long command a slice per turn of the loop (node/slicing.py);
+        its later commands wait meanwhile (``job``)."""
+        sliced.argv = argv
+        client.job = sliced
+        asyncio.get_running_loop().call_soon(self._advance_sliced, client, sliced)
+
+    def _advance_sliced(self, client: "ClientConnection", sliced: Sliced) -> None:
+        """One slice (``SLICED_STEP_S``) of a preparation; the next in the next turn, after the
+        loop has served the other clients; at its end, the command completes."""
+        if client.job is not sliced:
+            return
+        if client.closing or client.transport is None or client.transport.is_closing():
+            client.job = None  # (its reply could go nowhere)
+            return
+        steps = sliced.steps
+        end = _clock() + SLICED_STEP_S
+        try:
+            while True:
+                next(steps)
+                if _clock() > end:
+                    break
+        except StopIteration as done:
+            client.job = None
+            client.prepared = (sliced.argv, done.value)
+            self._reply(client, lambda: client.complete_sliced(sliced.argv), "completing a command")
+            return
+        except ReplyError as e:
+            client.job = None
+            self._count_error(e)
+            self._reply(client, lambda error=e: client.complete_with(error), "answering a command")
+            return
+        except Exception as e:  # noqa: BLE001 - a preparation changes nothing: this command fails, not the region
+            client.job = None
+            name = sliced.argv[0].decode("utf-8", "replace").lower()
+            log.exception("preparing '%s' for client %d failed", name, client.id)
+            error = ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
+            self._count_error(error)
+            self._reply(client, lambda: client.complete_with(error), "answering a command")
+            return
+        asyncio.get_running_loop().call_soon(self._advance_sliced, client, sliced)
+
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:
         self.blocking.park(client, blocked)
         if blocked.timeout_ms > 0:
@@ -491,6 +540,8 @@ def log_directory_error(directory: str, e: OSError) -> str:
 class ClientConnection(Session, asyncio.Protocol):
     """One client: a session (node/core.py) with its socket, parser and unsent replies."""
 
+    may_slice = True  # it can wait for a long command's preparation (node/slicing.py)
+
     def __init__(self, server: RegionCore) -> None:
         super().__init__(server)
         self.parser = HiredisRequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
@@ -499,6 +550,7 @@ class ClientConnection(Session, asyncio.Protocol):
         # replies handed over as pieces (``_spill``), to be written before ``out``, and their size
         self.spilled: list = []
         self.spilled_bytes = 0
+        self.job: Sliced | None = None  # a long command being prepared in slices (Server.run_sliced)
         self.reply_needs = 0        # the operation-log record the replies in ``out`` may depend on
         self.reply_held = False     # replies wait for the operation log (send_held sends them)
         self.fsync_waiter = False   # send_held is registered to run after an fsync
@@ -640,7 +692,7 @@ class ClientConnection(Session, asyncio.Protocol):
             end = self._slice_end = (now or _clock()) + INPUT_SLICE_S
         room = self._room
         check = 1
-        while self.blocked is None and not self.closing:
+        while self.blocked is None and self.job is None and not self.closing:
             try:
                 argv = parser.next_command()
             except ProtocolError as e:
@@ -661,13 +713,16 @@ class ClientConnection(Session, asyncio.Protocol):
             if reply is cmdtable.CLOSE_WITHOUT_REPLY:
                 self.closing = True
                 break
-            if type(reply) is Blocked:
+            kind = type(reply)
+            if kind is Blocked:
                 reply.argv = argv
                 server.park(self, reply)
                 break
+            if kind is Sliced:
+                server.run_sliced(self, reply, argv)
+                break
             out = self.out  # (the command may have sent what it held: CLIENT KILL of itself)
             at = len(out)
-            kind = type(reply)
             if (kind is Entries and len(reply) > SPILL_MIN_ROWS or kind is bytes and len(reply) >= SPILL_BYTES) \
                     and self._spill(reply):
                 out = self.out
@@ -782,9 +837,13 @@ class ClientConnection(Session, asyncio.Protocol):
         self.process_input()
 
     def send(self, reply: Any) -> None:
-        """A reply made outside process_input (a blocked read served or timed out)."""
+        """A reply made outside process_input (a blocked read served or timed out, a sliced
+        command completed)."""
         at = len(self.out)
-        encode(self.out, reply, self.resp3)
+        kind = type(reply)
+        if not ((kind is Entries and len(reply) > SPILL_MIN_ROWS or kind is bytes and len(reply) >= SPILL_BYTES)
+                and self._spill(reply)):
+            encode(self.out, reply, self.resp3)
         if self.logged_upto != self.replied_upto:
             self._logged_reply(at)
         if self.transport is not None and len(self.out) > self.server.output_room:
@@ -792,6 +851,30 @@ class ClientConnection(Session, asyncio.Protocol):
             if self.closing:
                 return
         self.flush()
+
+    def complete_with(self, reply: Any) -> None:
+        """Its sliced command failed while being prepared: ``reply`` (an error), then its next
+        commands."""
+        self.send(reply)
+        if not self.closing:
+            self.server.continue_input_at_end_of_turn(self)
+
+    def complete_sliced(self, argv: list[bytes]) -> None:
+        """Its sliced command's preparation is done (``prepared``): the command runs again and
+        completes, its reply is sent, and its next commands go on."""
+        server = self.server
+        reply = server.call(self, argv)
+        self.prepared = None  # (taken by the handler, unless the command failed before it)
+        if type(reply) is Sliced:  # a handler that did not take its prepared value: a bug
+            reply = ReplyError(f"ERR internal error running '{argv[0].decode('utf-8', 'replace').lower()}'")
+        self.send(reply)
+        if server.db.ready:
+            if server.blocking.by_key:
+                server.serve_ready_keys()
+            else:
+                server.db.ready.clear()
+        if not self.closing:
+            server.continue_input_at_end_of_turn(self)
 
     def _logged_reply(self, start: int) -> None:
         """The reply just encoded at ``start`` of ``out`` answers a command that appended

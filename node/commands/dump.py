@@ -28,12 +28,20 @@ consumers and PEL stay at the region that ran RESTORE).
 
 RESTORE-ASKING is RESTORE as a Redis cluster's MIGRATE sends it; Braid is no
 cluster, so it behaves as RESTORE, which lets a clustered Redis migrate into it.
+
+A DUMP of a stream of a megabyte or more, and a RESTORE of such a payload, are prepared in
+slices between other clients' turns (node/slicing.py): DUMP encodes a copy of the stream as
+it was when the command arrived, RESTORE decodes its payload into a stream no one sees yet;
+the command then completes at once - the payload answered, or the stream put in place after
+its checks (BUSYKEY, memory) are made again.  Other clients wait for neither; the client that
+sent it waits for its reply as before.
 """
 
 from __future__ import annotations
 
 from ..persistence import rdb
 from ..resp.encoder import ReplyError
+from ..slicing import NOT_PREPARED, Sliced, Steps, prepare, take_prepared
 from . import command
 from .keys import install_stream
 from .util import ERR_NOT_INT, ERR_SYNTAX, string2ll
@@ -64,6 +72,12 @@ def _ll(arg: bytes) -> int:
     return v
 
 
+# A DUMP or RESTORE of at least this many bytes (the stream's blocks, the payload) is prepared
+# in slices where the client can wait: 1 MB is ~10-20 ms of encoding or decoding, below which
+# the extra turns of the loop would cost the client more than the others gain.
+SLICED_BYTES = 1 << 20
+
+
 def dump_value(server, key: bytes) -> bytes | None:
     """The DUMP payload of ``key`` as this server's settings ask, None if it does not exist."""
     s = server.db.keys.get(key)
@@ -77,7 +91,18 @@ def dump_value(server, key: bytes) -> bytes | None:
          summary="Returns a serialized representation of the value stored at a key.",
          complexity=_DUMP_COMPLEXITY)
 def dump(client, argv: list[bytes]):
-    return dump_value(client.server, argv[1])
+    payload = take_prepared(client, argv)
+    if payload is not NOT_PREPARED:
+        return payload  # (the key as it was when the command arrived)
+    server = client.server
+    s = server.db.keys.get(argv[1])
+    if s is None:
+        return None
+    large = sum(log.nbytes for log in s.logs.values()) >= SLICED_BYTES
+    cfg = server.config
+    steps = rdb.dump_payload_steps(s, int(cfg["dump-rdb-version"]), compress=bool(cfg["rdbcompression"]),
+                                   snapshot=large)
+    return prepare(client, steps, large)
 
 
 def _restore_options(argv: list[bytes]) -> bool:
@@ -109,28 +134,40 @@ def _restore_options(argv: list[bytes]) -> bool:
     return replace
 
 
-def restore_payload(client, key: bytes, ttl_arg: bytes, payload: bytes, replace: bool) -> str:
+def restore_payload(client, key: bytes, ttl_arg: bytes, payload: bytes, replace: bool,
+                    argv: list[bytes] | None = None) -> object:
+    """RESTORE's checks and effect; ``argv``: the command, when its decoding may be sliced."""
     db = client.server.db
     if key in db.keys and not replace:
         raise ReplyError(ERR_BUSYKEY)
     ttl = _ll(ttl_arg)
     if ttl < 0:
         raise ReplyError(ERR_TTL)
+    image = NOT_PREPARED if argv is None else take_prepared(client, argv)
+    if image is NOT_PREPARED:
+        try:
+            rdb.verify_payload(payload)
+        except rdb.PayloadError:
+            raise ReplyError(ERR_PAYLOAD) from None
+        large = argv is not None and len(payload) >= SLICED_BYTES
+        image = prepare(client, _decoded(payload, client.server.region), large)
+        if type(image) is Sliced:
+            return image  # the command runs again once the payload is decoded
+    if ttl:
+        raise ReplyError(ERR_EXPIRY)
+    install_stream(db, key, image, replace)
+    return "OK"
+
+
+def _decoded(payload: bytes, region: int) -> Steps:
+    """A verified payload's stream, decoded a node at a step; its faults as RESTORE's errors."""
     try:
-        rdb.verify_payload(payload)
-    except rdb.PayloadError:
-        raise ReplyError(ERR_PAYLOAD) from None
-    try:
-        image = rdb.load_payload(payload, client.server.region)
+        return (yield from rdb.load_payload_steps(payload, region))
     except rdb.NotAStream as e:
         raise ReplyError(f"{ERR_BAD_FORMAT}: the payload holds a {e.type_name}; Braid keys hold only streams") \
             from None
     except rdb.RdbError:
         raise ReplyError(ERR_BAD_FORMAT) from None
-    if ttl:
-        raise ReplyError(ERR_EXPIRY)
-    install_stream(db, key, image, replace)
-    return "OK"
 
 
 @command("restore", -4, "write denyoom", (1, 1, 1), group="generic", since="2.6.0",
@@ -138,7 +175,7 @@ def restore_payload(client, key: bytes, ttl_arg: bytes, payload: bytes, replace:
          complexity=_RESTORE_COMPLEXITY)
 def restore(client, argv: list[bytes]):
     replace = _restore_options(argv)
-    return restore_payload(client, argv[1], argv[2], argv[3], replace)
+    return restore_payload(client, argv[1], argv[2], argv[3], replace, argv)
 
 
 @command("restore-asking", -4, "write denyoom asking", (1, 1, 1), group="server", since="3.0.0",

@@ -106,7 +106,7 @@ def lp_element(x: bytes | int) -> bytes:
 
 def listpack_encode(elements: list[bytes | int]) -> bytes:
     """A listpack of ``elements`` (ints, or byte strings that become ints when canonical)."""
-    body = bytearray()
+    body = bytearray(b"\0\0\0\0\0\0")  # the header, filled in at the end: one buffer, one copy out
     count = 0
     for x in elements:
         count += 1
@@ -125,10 +125,13 @@ def listpack_encode(elements: list[bytes | int]) -> bytes:
                 body += backlen(n + 2)
                 continue
         body += lp_element(x)
-    total = 6 + len(body) + 1
+    body.append(0xFF)
+    total = len(body)
     if total > 0xFFFFFFFF:
         raise ValueError("listpack over 4 GiB")
-    return total.to_bytes(4, "little") + min(count, 0xFFFF).to_bytes(2, "little") + bytes(body) + b"\xff"
+    body[0:4] = total.to_bytes(4, "little")
+    body[4:6] = min(count, 0xFFFF).to_bytes(2, "little")
+    return bytes(body)
 
 
 def listpack_decode(lp: bytes) -> list[bytes | int]:

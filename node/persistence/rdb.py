@@ -98,14 +98,16 @@ from __future__ import annotations
 import heapq
 import struct
 from collections import OrderedDict
+from collections.abc import Generator
 
 import anycrc
 
-from crdt.blocks import Block, EntryLog, tagged
+from crdt.blocks import Block, EntryLog, restored_block, tagged
 from crdt.groups import ENTRIES_READ_UNKNOWN, Consumer, ConsumerGroup, Nack, estimate_distance
 from crdt.ids import MAX_ID, MIN_ID, StreamID, string2ll
 from crdt.stream import Stream
 
+from ..slicing import run_to_end
 from .listpack import U64 as _U64
 from .listpack import RdbError, node_listpack, read_node, signed64
 from .lzf import LzfError, lzf_compress
@@ -240,31 +242,32 @@ def lzf_decompress(data: bytes, expected_len: int) -> bytes:
 
 # ---------------------------------------------------------------- reader
 class Reader:
-    """RDB primitives over an in-memory buffer, from ``pos``."""
+    """RDB primitives over an in-memory buffer, from ``pos`` up to ``end`` (its end by default)."""
 
-    __slots__ = ("data", "pos")
+    __slots__ = ("data", "pos", "end")
 
-    def __init__(self, data: bytes, pos: int = 0) -> None:
+    def __init__(self, data: bytes, pos: int = 0, end: int | None = None) -> None:
         self.data = data
         self.pos = pos
+        self.end = len(data) if end is None else end
 
     def remaining(self) -> int:
-        return len(self.data) - self.pos
+        return self.end - self.pos
 
     def at_end(self) -> bool:
-        return self.pos >= len(self.data)
+        return self.pos >= self.end
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` raw bytes."""
         p = self.pos
-        if n < 0 or p + n > len(self.data):
+        if n < 0 or p + n > self.end:
             raise RdbError(f"unexpected end of data at byte {p} (wanted {n} more)")
         self.pos = p + n
         return self.data[p:p + n]
 
     def byte(self) -> int:
         p = self.pos
-        if p >= len(self.data):
+        if p >= self.end:
             raise RdbError(f"unexpected end of data at byte {p}")
         self.pos = p + 1
         return self.data[p]
@@ -356,11 +359,12 @@ class Reader:
 class Writer:
     """Builds RDB bytes; :meth:`getvalue` returns them."""
 
-    __slots__ = ("buf", "compress")
+    __slots__ = ("buf", "compress", "nodes_live")
 
     def __init__(self, compress: bool = False) -> None:
         self.buf = bytearray()
         self.compress = compress  # LZF-compress strings over 20 bytes, as rdbcompression does
+        self.nodes_live = 0  # the live entries of the stream nodes written (_write_nodes_steps)
 
     def getvalue(self) -> bytes:
         return bytes(self.buf)
@@ -460,6 +464,11 @@ def _read_nack_zone(reader: Reader, g: ConsumerGroup) -> set[StreamID]:
 def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
     """Decode a stream value of type ``rdb_type`` (one of ``STREAM_TYPES``) from
     ``reader``; its entries land in the log of ``origin``."""
+    return run_to_end(read_stream_value_steps(reader, rdb_type, origin))
+
+
+def read_stream_value_steps(reader: Reader, rdb_type: int, origin: int = 0) -> Generator[None, None, Stream]:
+    """:func:`read_stream_value` as steps: it pauses after each stream node."""
     if rdb_type not in STREAM_TYPES:
         raise RdbError(f"RDB type {rdb_type} is not a stream encoding")
     nodes = reader.length_value()
@@ -477,6 +486,7 @@ def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
         block = read_node(master, reader.string())
         if block is not None:
             blocks.append(block)
+        yield
     blocks.sort(key=lambda b: b.first)
     for block in blocks:
         if log.blocks and block.first <= log.blocks[-1].last:
@@ -573,20 +583,44 @@ def read_stream_value(reader: Reader, rdb_type: int, origin: int = 0) -> Stream:
 # ---------------------------------------------------------------- stream value: encoding
 def _blocks_for_export(s: Stream) -> list[Block]:
     """The nodes to write: the one log's blocks as they are, or merged logs packed anew."""
-    logs = [log for log in s.logs.values() if log.blocks]
+    origins = sorted(o for o, log in s.logs.items() if log.blocks)
+    return run_to_end(_export_steps([s.logs[o] for o in origins], origins))
+
+
+def _export_steps(logs: list[EntryLog], origins: list[int]) -> Generator[None, None, list[Block]]:
+    """:func:`_blocks_for_export` of ``logs`` (the non-empty logs of ``origins``, in that
+    order), pausing every ``_EXPORT_STEP`` entries of a merge."""
     if not logs:
         return []
     if len(logs) == 1:
         return list(logs[0].blocks)
     fresh = EntryLog()
     prev: StreamID | None = None
-    its = [tagged(o, log.range(MIN_ID, MAX_ID)) for o, log in sorted(s.logs.items())]
+    its = [tagged(o, log.range(MIN_ID, MAX_ID)) for o, log in zip(origins, logs)]
+    n = 0
     for eid, _origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
         if eid == prev:
             continue  # the same ID from a second origin: Redis holds one
         fresh.append(eid, flat, STREAM_NODE_MAX_ENTRIES, STREAM_NODE_MAX_BYTES)
         prev = eid
+        n += 1
+        if n % _EXPORT_STEP == 0:
+            yield
     return fresh.blocks
+
+
+_EXPORT_STEP = 256  # entries merged between two pauses of a sliced DUMP
+
+
+def _log_copy(log: EntryLog) -> EntryLog:
+    """An entry log of copies of ``log``'s blocks (their bytes copied): what a later change
+    of ``log`` (an entry appended to its last block, one deleted in place) does not reach."""
+    twin = EntryLog()
+    for b in log.blocks:
+        twin.blocks.append(restored_block(b.first, b.last, b.fields, bytearray(b.buf), b.live, b.dead, b.lp_base))
+    twin.firsts = list(log.firsts)
+    twin.length = log.length
+    return twin
 
 
 def write_stream_value(s: Stream, rdb_type: int = DEFAULT_STREAM_TYPE, compress: bool = False) -> bytes:
@@ -600,19 +634,39 @@ def _write_stream_value(w: Writer, s: Stream, rdb_type: int) -> None:
     """:func:`write_stream_value`, appended to ``w``."""
     if rdb_type not in STREAM_TYPES:
         raise ValueError(f"RDB type {rdb_type} is not a stream encoding")
-    blocks = _blocks_for_export(s)
+    meta = Writer(w.compress)
+    _write_stream_meta(meta, s, rdb_type)
+    run_to_end(_write_nodes_steps(w, _blocks_for_export(s)))
+    _write_stream_ids(w, s.last_id, s.first_id, s.max_deleted_id, s.entries_added, w.nodes_live, rdb_type)
+    w.raw(meta.buf)
+
+
+def _write_nodes_steps(w: Writer, blocks: list[Block]) -> Generator[None, None, None]:
+    """The nodes of a stream value, pausing after each; ``w.nodes_live`` counts their entries."""
     w.length(len(blocks))
     length = 0
     for block in blocks:
         w.string(block.first[0].to_bytes(8, "big") + block.first[1].to_bytes(8, "big"))
         w.string(node_listpack(block))
         length += block.live
+        yield
+    w.nodes_live = length
+
+
+def _write_stream_ids(w: Writer, last_id: StreamID, first_id: StreamID, max_deleted_id: StreamID,
+                      entries_added: int, length: int, rdb_type: int) -> None:
+    """What follows a stream value's nodes: its length, last ID, and (type 19 on) first and
+    largest deleted IDs and entries added."""
     w.length(length)
-    w.len_id(s.last_id)
+    w.len_id(last_id)
     if rdb_type >= RDB_TYPE_STREAM_LISTPACKS_2:
-        w.len_id(s.first_id)
-        w.len_id(s.max_deleted_id)
-        w.length(max(s.entries_added, length))
+        w.len_id(first_id)
+        w.len_id(max_deleted_id)
+        w.length(max(entries_added, length))
+
+
+def _write_stream_meta(w: Writer, s: Stream, rdb_type: int) -> None:
+    """A stream value's consumer groups and IDMP state (what follows its IDs)."""
     w.length(len(s.groups))
     for name in sorted(s.groups):
         g = s.groups[name]
@@ -680,16 +734,41 @@ def dump_payload(s: Stream, rdb_version: int = RDB_VERSION, rdb_type: int | None
 
     ``rdb_type`` defaults to the stream type ``rdb_version`` writes; a DUMP for a
     Redis 7.0 is ``dump_payload(s, RDB_VERSION_REDIS_7_0)``."""
+    return run_to_end(dump_payload_steps(s, rdb_version, rdb_type, compress, snapshot=False))
+
+
+def dump_payload_steps(s: Stream, rdb_version: int = RDB_VERSION, rdb_type: int | None = None,
+                       compress: bool = False, snapshot: bool = True) -> Generator[None, None, bytes]:
+    """:func:`dump_payload` as steps (a node each): a generator whose return value is the
+    payload.  With ``snapshot``, what it encodes is taken now - the stream's groups, IDMP
+    state and IDs encoded, its blocks copied - so that the stream may change between the
+    steps (a sliced DUMP: node/slicing.py); without, the stream must not change until the end."""
     if rdb_type is None:
         rdb_type = STREAM_TYPE_FOR_VERSION.get(rdb_version)
         if rdb_type is None:
             raise ValueError(f"no stream encoding for RDB version {rdb_version}")
     if MIN_VERSION_FOR_STREAM_TYPE[rdb_type] > rdb_version:
         raise ValueError(f"RDB version {rdb_version} cannot hold stream type {rdb_type}")
+    if rdb_type not in STREAM_TYPES:
+        raise ValueError(f"RDB type {rdb_type} is not a stream encoding")
+    meta = Writer(compress)
+    _write_stream_meta(meta, s, rdb_type)
+    ids = (s.last_id, s.first_id, s.max_deleted_id, s.entries_added)
+    origins = sorted(o for o, log in s.logs.items() if log.blocks)
+    logs = [_log_copy(s.logs[o]) if snapshot else s.logs[o] for o in origins]
+    return _dump_steps(logs, origins, meta, ids, rdb_version, rdb_type, compress)
+
+
+def _dump_steps(logs: list[EntryLog], origins: list[int], meta: Writer, ids: tuple, rdb_version: int,
+                rdb_type: int, compress: bool) -> Generator[None, None, bytes]:
+    blocks = yield from _export_steps(logs, origins)
     # one buffer, copied once at the end (a large stream's payload is tens of megabytes)
     w = Writer(compress)
     w.byte(rdb_type)
-    _write_stream_value(w, s, rdb_type)
+    yield from _write_nodes_steps(w, blocks)
+    last_id, first_id, max_deleted_id, entries_added = ids
+    _write_stream_ids(w, last_id, first_id, max_deleted_id, entries_added, w.nodes_live, rdb_type)
+    w.raw(meta.buf)
     w.raw(rdb_version.to_bytes(2, "little"))
     w.raw(crc64(w.buf).to_bytes(8, "little"))
     return w.getvalue()
@@ -713,13 +792,20 @@ def load_payload(payload: bytes, origin: int = 0) -> Stream:
     """A DUMP payload's stream.  Raises :class:`PayloadError` (footer), :class:`NotAStream`
     (another type, well-formed footer) or :class:`RdbError` (malformed value)."""
     verify_payload(payload)
-    r = Reader(payload[:-10])
+    return run_to_end(load_payload_steps(payload, origin))
+
+
+def load_payload_steps(payload: bytes, origin: int = 0) -> Generator[None, None, Stream]:
+    """:func:`load_payload` of a payload already verified (:func:`verify_payload`), as steps
+    (a stream node each): a generator whose return value is the stream.  The payload is not
+    changed meanwhile (bytes), and the stream is nobody else's until it returns."""
+    r = Reader(payload, end=len(payload) - 10)
     rdb_type = r.byte()
     if rdb_type == RDB_OPCODE_KEY_META:
         raise RdbError("key metadata (module key metadata classes) is not supported")
     if rdb_type not in STREAM_TYPES:
         raise NotAStream(rdb_type)
-    s = read_stream_value(r, rdb_type, origin)
+    s = yield from read_stream_value_steps(r, rdb_type, origin)
     if not r.at_end():
         raise RdbError("trailing bytes after the stream value")
     return s
