@@ -92,16 +92,27 @@ test: deps venv
 	  HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest -q --hypothesis-seed=$$seed $(PROPERTY_TESTS) \
 	  || { echo "FAILED from seed $$seed; replay: $$replay"; exit 1; }
 
-# The quick check before a commit, under a minute on two cores with the compiled build: ruff, mypy,
-# and the tests marked pure (tests/kinds.py: no process, no socket, nothing outside Python).  They
-# run as `make test` runs them but for two settings that keep the minute: the `check` Hypothesis
-# profile (derandomized as `ci`, 20 examples where a test does not set its own number) and a 3 s
-# batch of random simulation seeds instead of 20 (BRAID_SIM_TIME_BOX).  `make test` runs everything.
+# The quick check before a commit, under a minute on two cores: ruff, mypy, and the tests marked
+# pure (tests/kinds.py: no process, no socket, nothing outside Python).  They run as `make test`
+# runs them but for two settings that keep the minute: the `check` Hypothesis profile
+# (derandomized as `ci`, 20 examples where a test does not set its own number) and a 3 s batch of
+# random simulation seeds instead of 20 (BRAID_SIM_TIME_BOX).  Two pytest processes share them,
+# one per core (pytest-xdist is not installed): the simulation and the convergence state machine,
+# about half the time, in one, the rest in the other.  `make test` runs everything.
+CHECK_PYTEST := HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-check} BRAID_SIM_TIME_BOX=$${BRAID_SIM_TIME_BOX:-3} \
+                $(BIN)/python -m pytest -q -m pure $(PYTEST_ARGS)
+CHECK_SPLIT  := tests/test_sim.py tests/test_convergence_stateful.py
+
 check: venv
 	$(BIN)/ruff check crdt node chaos pipeline tests bench
 	$(BIN)/mypy $(MYPY_CHECKED)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-check} BRAID_SIM_TIME_BOX=$${BRAID_SIM_TIME_BOX:-3} \
-	  $(BIN)/python -m pytest -q -m pure $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target check-pure-split check-pure-rest
+
+.PHONY: check-pure-split check-pure-rest
+check-pure-split:
+	$(CHECK_PYTEST) $(CHECK_SPLIT)
+check-pure-rest:
+	$(CHECK_PYTEST) $(addprefix --ignore=,$(CHECK_SPLIT))
 
 bench: venv deps
 	$(BIN)/python -m bench.run
