@@ -59,8 +59,9 @@ def inproc():
 # from the seed given with --hypothesis-seed (the second pass of `make test` draws
 # one and prints it; `make test` prints the command that replays it).  ``check``: as
 # ``ci`` with fewer examples, for `make check` (the pure tests in under a minute; a test
-# that sets its own max_examples keeps it).  ``deep`` explores many more.  HYPOTHESIS_PROFILE names the profile; without it, ``ci``
-# when CI is set and Hypothesis's default (random, with a local database) otherwise.
+# that sets its own max_examples keeps it).  ``deep`` explores many more.
+# HYPOTHESIS_PROFILE names the profile; without it, ``ci`` when CI is set and
+# Hypothesis's default (random, with a local database) otherwise.
 from hypothesis import settings as _hyp_settings  # noqa: E402
 
 _hyp_settings.register_profile("ci", derandomize=True, database=None)
