@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: up test deps venv bench clean
+.PHONY: up test check deps venv bench clean
 
 # Property tests of the pure core, run a second time from a fresh random seed by `make test`
 PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py tests/test_ops.py \
@@ -12,6 +12,10 @@ PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py t
 # Run again on the pure build (BRAID_PURE=1) after the suite: seconds, not minutes
 PURE_TESTS := tests/test_convergence.py tests/test_ops.py tests/test_blocks.py tests/test_causal.py \
               tests/test_idgen.py tests/test_resp_parser.py tests/test_rdb.py tests/test_entry_reply.py
+
+# What mypy checks (pyproject.toml's [tool.mypy]): the packages it finds no error in; node/ joins
+# once it is clean too.  `make check` and `make test` run it.
+MYPY_CHECKED := crdt pipeline
 
 # The modules setup.py compiles with mypyc: editing one rebuilds the extensions (a compiled
 # module older than its source is not used: node/build.py has the source imported instead).
@@ -72,6 +76,7 @@ up: venv
 # deps first: the compiler must be there when the venv builds the compiled modules
 test: deps venv
 	$(BIN)/ruff check crdt node chaos pipeline tests bench
+	$(BIN)/mypy $(MYPY_CHECKED)
 	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not)
 	BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
 	@# the pure source too: the compiled build's checks, the core's property tests and a short
@@ -86,6 +91,28 @@ test: deps venv
 	  echo "property tests from a fresh seed: $$seed (replay: $$replay)"; \
 	  HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest -q --hypothesis-seed=$$seed $(PROPERTY_TESTS) \
 	  || { echo "FAILED from seed $$seed; replay: $$replay"; exit 1; }
+
+# The quick check before a commit, under a minute on two cores: ruff, mypy, and the tests marked
+# pure (tests/kinds.py: no process, no socket, nothing outside Python).  They run as `make test`
+# runs them but for two settings that keep the minute: the `check` Hypothesis profile
+# (derandomized as `ci`, 20 examples where a test does not set its own number) and a 3 s batch of
+# random simulation seeds instead of 20 (BRAID_SIM_TIME_BOX).  Two pytest processes share them,
+# one per core (pytest-xdist is not installed): the simulation and the convergence state machine,
+# about half the time, in one, the rest in the other.  `make test` runs everything.
+CHECK_PYTEST := HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-check} BRAID_SIM_TIME_BOX=$${BRAID_SIM_TIME_BOX:-3} \
+                $(BIN)/python -m pytest -q -m pure $(PYTEST_ARGS)
+CHECK_SPLIT  := tests/test_sim.py tests/test_convergence_stateful.py
+
+check: venv
+	$(BIN)/ruff check crdt node chaos pipeline tests bench
+	$(BIN)/mypy $(MYPY_CHECKED)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target check-pure-split check-pure-rest
+
+.PHONY: check-pure-split check-pure-rest
+check-pure-split:
+	$(CHECK_PYTEST) $(CHECK_SPLIT)
+check-pure-rest:
+	$(CHECK_PYTEST) $(addprefix --ignore=,$(CHECK_SPLIT))
 
 bench: venv deps
 	$(BIN)/python -m bench.run

@@ -42,6 +42,7 @@ it had seen there, and carries one delete context for all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 from .blocks import TrimSpec
 from .causal import VersionVector, dominates, merge
@@ -49,11 +50,14 @@ from .groups import ConsumerGroup
 from .ids import MIN_ID, StreamID
 from .stream import Stream
 
+if TYPE_CHECKING:
+    from .idmp import IdmpState
+
 # delete strategies (Redis 8.2: KEEPREF / DELREF / ACKED)
 KEEPREF, DELREF, ACKED = "keepref", "delref", "acked"
 
 
-class Keyspace(dict):
+class Keyspace(dict[bytes, Stream]):
     """key -> Stream, plus what must outlive a dropped key in an Active-Active database.
 
     ``active_active`` selects the database's rules: False is one Redis-compatible
@@ -93,7 +97,7 @@ class Keyspace(dict):
         self.group_contexts: dict[tuple[bytes, bytes], VersionVector] = {}
         self.id_floor: dict[bytes, StreamID] = {}
         self.highest_added: dict[bytes, dict[int, StreamID]] = {}  # key -> origin log -> ID (Active-Active)
-        self.idmp_kept: dict[bytes, object] = {}  # IDMP maps of dropped keys, restored on re-creation
+        self.idmp_kept: dict[bytes, IdmpState] = {}  # IDMP maps of dropped keys, restored on re-creation
         self.idmp_index: set[bytes] | None = None  # see idmp_keys (None: not built yet)
 
     def idmp_keys(self) -> set[bytes]:
@@ -287,11 +291,12 @@ def _can_delete(s: Stream, strategy: str):
 
 def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
     """Apply ``op`` to the keyspace ``keys``; returns what the reply needs."""
-    t = type(op)
-    if t is AddEntry:
+    s: Stream | None
+    if type(op) is AddEntry:
         if op.pid is None:
             append_entry(keys, op.key, op.origin, op.id, op.fields, limits)
             return op.id
+        assert op.iid is not None  # an IDMP add names its producer and its iid
         s = keys.stream(op.key, limits)
         if keys.active_active:
             note_added(keys, op.key, op.origin, op.id)  # received, even if it loses to a duplicate
@@ -304,17 +309,17 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             s.idmp.record(op.pid, op.iid, op.id, op.dot)
             keys.note_idmp(op.key)
         return op.id
-    if t is DeleteKey:
+    if type(op) is DeleteKey:
         if op.observed is None:
             return keys.pop(op.key, None) is not None
         return _observed_remove_key(keys, op.key, op.observed, op.context)
-    if t is FlushKeys:  # returns how many keys it removed here
+    if type(op) is FlushKeys:  # returns how many keys it removed here
         if op.observed is None:
             n = len(keys)
             keys.clear()
             return n
         return _flush_keys(keys, op)
-    if t is RenameKey:
+    if type(op) is RenameKey:
         stream = keys.pop(op.key, None)
         if stream is None:
             return False
@@ -323,7 +328,7 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             keys.note_idmp(op.new_key)
         return True
     s = keys.get(op.key)
-    if t is CreateGroup:
+    if type(op) is CreateGroup:
         if op.deps is not None:
             return _create_group(keys, op, limits)
         if s is None:
@@ -332,39 +337,39 @@ def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
             return False
         s.groups[op.group] = ConsumerGroup(op.group, op.last_id, op.entries_read)
         return True
-    if t is DestroyGroup and op.context is not None:
+    if type(op) is DestroyGroup and op.context is not None:
         return _destroy_group(keys, op)  # records its context even where the key is gone
     if s is None:
         return None
-    if t is Trim:
+    if type(op) is Trim:
         if op.cutoffs is not None:
             return _remove_upto(keys, op.key, s, op.cutoffs)
         return s.trim(op.spec, _can_delete(s, op.strategy), op.strategy == KEEPREF)
-    if t is DeleteEntries:
+    if type(op) is DeleteEntries:
         result = _delete_entries(s, op)
         if keys.active_active:
             _drop_if_empty(keys, op.key, s)
         return result
-    if t is DestroyGroup:
+    if type(op) is DestroyGroup:
         return s.groups.pop(op.group, None) is not None
-    if t is AckWatermark:
+    if type(op) is AckWatermark:
         g = s.groups.get(op.group)
         if g is None or (op.created is not None and g.created_dot != op.created):
             return False
         if op.id > g.watermarks.get(op.origin, MIN_ID):
             g.watermarks[op.origin] = op.id
         return True
-    if t is SetStreamId:
+    if type(op) is SetStreamId:
         s.last_id = op.last_id
         if op.entries_added is not None:
             s.entries_added = op.entries_added
         if op.max_deleted_id is not None:
             s.max_deleted_id = op.max_deleted_id
         return True
-    if t is ConfigureIdmp:
+    if type(op) is ConfigureIdmp:
         s.idmp.configure(op.duration, op.maxsize)
         return True
-    if t is RecordIdmp:
+    if type(op) is RecordIdmp:
         s.idmp.record(op.pid, op.iid, op.id)
         keys.note_idmp(op.key)
         return True
@@ -413,7 +418,7 @@ def replicated_form(op: Op, result: object) -> Op:
     after any XDEL).
     """
     if type(op) is DeleteEntries and op.strategy != KEEPREF:
-        kept = [n for n, r in enumerate(result) if r == 1]
+        kept = [n for n, r in enumerate(cast("list[int]", result)) if r == 1]  # _delete_entries's
         return DeleteEntries(op.key, [op.ids[n] for n in kept],
                              origins=None if op.origins is None else [op.origins[n] for n in kept])
     return op
@@ -486,6 +491,7 @@ def _idmp_conflict(keys: Keyspace, s: Stream, op: AddEntry, held: StreamID, limi
     arrive in.  (It holds because no region forgets an iid before every concurrent add
     of it has arrived.)
     """
+    assert op.pid is not None and op.iid is not None  # only an IDMP add conflicts
     held_origin = _held_origin(s.idmp, op)
     if (held, -1 if held_origin is None else held_origin) < (op.id, op.origin):
         _drop_if_empty(keys, op.key, s)  # the loser arrives second: not added
@@ -518,7 +524,8 @@ def collect_garbage(keys: Keyspace, stable: VersionVector) -> int:
     Returns how many were dropped.
     """
     dropped = 0
-    for table in (keys.key_contexts, keys.group_contexts):
+    tables: tuple[dict[Any, VersionVector], ...] = (keys.key_contexts, keys.group_contexts)
+    for table in tables:
         for k in [k for k, ctx in table.items() if dominates(stable, ctx)]:
             del table[k]
             dropped += 1
@@ -545,10 +552,12 @@ def _observed_remove_key(keys: Keyspace, key: bytes, observed: dict, context: di
 
 def _flush_keys(keys: Keyspace, op: FlushKeys) -> int:
     """A multi-region flush: the observed-remove of every key it names, with its one context."""
+    assert op.observed is not None  # apply flushes everything itself otherwise
     return sum(_observed_remove_key(keys, key, tops, op.context) for key, tops in op.observed.items())
 
 
 def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
+    assert op.deps is not None and op.dot is not None  # a multi-region creation carries both
     if not _survives(op.deps, keys.key_contexts.get(op.key), keys.group_contexts.get((op.key, op.group))):
         return False  # a deletion this creation had not seen wins
     s = keys.stream(op.key, limits)
@@ -568,6 +577,7 @@ def _create_group(keys: Keyspace, op: CreateGroup, limits: Limits) -> bool:
 
 
 def _destroy_group(keys: Keyspace, op: DestroyGroup) -> bool:
+    assert op.context is not None  # a multi-region destruction (apply checks)
     gk = (op.key, op.group)
     keys.group_contexts[gk] = merge(keys.group_contexts.get(gk, {}), op.context)
     s = keys.get(op.key)

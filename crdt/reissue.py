@@ -66,8 +66,7 @@ class Reissue:
         region = self.region
         n = vv.get(region, 0) + 1
         dot = (region, n)
-        kind = type(op)
-        if kind is ops.AddEntry:
+        if type(op) is ops.AddEntry:
             new_id = op.id
             if op.origin == region and op.id <= keys.top_id(op.key):
                 new_id = idgen.strict(keys.top_id(op.key), now_ms, region, self.stride)
@@ -76,24 +75,24 @@ class Reissue:
             if op.pid is None:
                 return replace(op, id=new_id)
             return replace(op, id=new_id, deps=self._known(op.deps, self.base), dot=dot)
-        if kind is ops.CreateGroup:
+        if type(op) is ops.CreateGroup:
             if op.dot is not None:
                 self.dots[tuple(op.dot)] = dot
             return replace(op, deps=self._known(op.deps, n - 1), dot=dot, cursors=self._tops(op.key, op.cursors))
-        if kind is ops.DeleteKey:
+        if type(op) is ops.DeleteKey:
             return replace(op, observed=self._tops(op.key, op.observed), context=self._known(op.context, n))
-        if kind is ops.FlushKeys:
+        if type(op) is ops.FlushKeys:
             observed = None if op.observed is None else {k: self._tops(k, o) for k, o in op.observed.items()}
             return replace(op, observed=observed, context=self._known(op.context, n))
-        if kind is ops.DestroyGroup:
+        if type(op) is ops.DestroyGroup:
             return replace(op, context=self._known(op.context, n))
-        if kind is ops.DeleteEntries:
+        if type(op) is ops.DeleteEntries:
             return replace(op, ids=[self.ids.get((op.key, i), i) for i in op.ids])
-        if kind is ops.Trim:
+        if type(op) is ops.Trim:
             return replace(op, cutoffs=self._tops(op.key, op.cutoffs))
-        if kind is ops.RecordIdmp:
+        if type(op) is ops.RecordIdmp:
             return replace(op, id=self.ids.get((op.key, op.id), op.id))
-        if kind is ops.AckWatermark:
+        if type(op) is ops.AckWatermark:
             if op.origin == region:
                 return None
             created = op.created

@@ -122,7 +122,7 @@ class IdempotentAppender:
         self.prefix = f"{producer}:{batch}:{partition}"
         self.report = BraidWriteReport(producer, batch, partition, 0, 0, 0)
         self.conn = braid.connect(opts.url)
-        self.pending: list[tuple[str, list]] = []
+        self.pending: list[tuple[str | bytes, list[str | bytes]]] = []
 
     def append(self, batches: Iterator[pa.RecordBatch]) -> BraidWriteReport:
         try:
@@ -148,7 +148,8 @@ class IdempotentAppender:
         field_indexes = [i for i in range(len(names)) if i != key_index]
         for r in range(rb.num_rows):
             key = opts.key if key_index is None else _field_value(columns[key_index][r])
-            flat = []
+            assert key is not None  # WriteOptions.parse: option key when there is no keyColumn
+            flat: list[str | bytes] = []
             for i in field_indexes:
                 v = columns[i][r]
                 if v is not None:
@@ -183,7 +184,9 @@ class IdempotentAppender:
 
 
 def _task_report(opts: WriteOptions, producer: str, batch: str, batches) -> BraidWriteReport:
-    partition = TaskContext.get().partitionId()
+    tc = TaskContext.get()
+    assert tc is not None  # runs in a Spark task
+    partition = tc.partitionId()
     return IdempotentAppender(opts, producer, batch, partition).append(batches)
 
 
@@ -229,6 +232,7 @@ class BraidStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BraidWriteReport:
         tc = TaskContext.get()
+        assert tc is not None  # runs in a Spark task
         producer = self.opts.producer or tc.getLocalProperty(QUERY_ID)
         batch = tc.getLocalProperty(BATCH_ID)
         if producer is None or batch is None:

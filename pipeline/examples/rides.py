@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 from decimal import Decimal
+from typing import cast
 
 RIDES = "rides"
 TOTALS = "rides-totals"
@@ -147,7 +148,9 @@ def streamed_totals(url: str, after: str = "0-0") -> dict:
     conn = redis.Redis.from_url(url, protocol=2)
     try:
         latest = {}
-        for _id, f in conn.xrange(TOTALS, "(" + after, "+"):
+        # redis-py's reply type covers every client setting; this one (no decode_responses) gives bytes
+        entries = cast("list[tuple[bytes, dict[bytes, bytes]]]", conn.xrange(TOTALS, "(" + after, "+"))
+        for _id, f in entries:
             latest[f[b"scope"].decode()] = (Decimal(f[b"total_distance"].decode()), int(f[b"rides"]))
         return latest
     finally:
