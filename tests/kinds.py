@@ -138,6 +138,9 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     "test_client_fairness": {
         "*": PROCESS,
         PURE: [
+            "test_a_large_bulk_reply_leaves_as_itself_and_a_small_range_read_is_copied",
+            "test_a_large_range_read_after_a_logged_write_in_the_same_pipeline_is_copied_in_order",
+            "test_a_large_range_read_leaves_as_its_entries_encodings_in_order_with_the_other_replies",
             "test_a_large_reply_is_handed_to_the_transport_without_a_copy",
             "test_a_pipeline_waits_at_the_hold_and_goes_on_as_its_replies_are_read",
             "test_a_slice_of_pipelined_commands_runs_per_turn_and_others_are_served_in_between",
@@ -353,6 +356,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_each_planted_bug_is_caught_by_its_checker",
         ],
     },
+    "test_sliced_commands": PURE,
     "test_slowlog": {
         "*": PURE,
         PROCESS: [
