@@ -292,11 +292,13 @@ describe("echo", 2, "loading stale fast", "connection", group="connection", sinc
          summary="Returns the given string.",
          complexity="O(1)",
          acl="connection")
-describe("auth", -2, "noscript loading stale fast no_auth sentinel allow_busy", "connection", group="connection", since="1.0.0",
+describe("auth", -2, "noscript loading stale fast no_auth sentinel allow_busy", "connection",
+         group="connection", since="1.0.0",
          summary="Authenticates the connection.",
          complexity="O(N) where N is the number of passwords defined for the user",
          acl="connection")
-describe("hello", -1, "noscript loading stale fast no_auth sentinel allow_busy", "connection", group="connection", since="6.0.0",
+describe("hello", -1, "noscript loading stale fast no_auth sentinel allow_busy", "connection",
+         group="connection", since="6.0.0",
          summary="Handshakes with the Redis server.",
          complexity="O(1)",
          acl="connection")
@@ -426,7 +428,8 @@ describe("bgsave", -1, "no_async_loading admin noscript", "server", group="serve
 describe("bgrewriteaof", 1, "no_async_loading admin noscript", "server", group="server", since="1.0.0",
          summary="Asynchronously rewrites the append-only file to disk.",
          complexity="O(1)")
-describe("shutdown", -1, "admin noscript loading stale no_multi sentinel allow_busy", "server", group="server", since="1.0.0",
+describe("shutdown", -1, "admin noscript loading stale no_multi sentinel allow_busy", "server",
+         group="server", since="1.0.0",
          summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
          complexity="O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)")
 describe("lastsave", 1, "loading stale fast", "server", group="server", since="1.0.0",
@@ -445,7 +448,11 @@ describe("dump", 2, "readonly", "dump", group="generic", since="2.6.0",
          ])
 # RESTORE-ASKING is RESTORE for a cluster's MIGRATE: the same arguments and history
 _RESTORE_DOCS = dict(
-    history=[("3.0.0", "Added the `REPLACE` modifier."), ("5.0.0", "Added the `ABSTTL` modifier."), ("5.0.0", "Added the `IDLETIME` and `FREQ` options.")],
+    history=[
+        ("3.0.0", "Added the `REPLACE` modifier."),
+        ("5.0.0", "Added the `ABSTTL` modifier."),
+        ("5.0.0", "Added the `IDLETIME` and `FREQ` options."),
+    ],
     arguments=[
         key("key", 0),
         integer("ttl"),
@@ -469,8 +476,15 @@ describe("restore-asking", -4, "write denyoom asking", "dump", group="server", s
 describe("migrate", -6, "write", "migrate", group="generic", since="2.6.0",
          summary="Atomically transfers a key from one Redis instance to another.",
          complexity="This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the target instance. See the pages of these commands for time complexity. Also an O(N) data transfer between the two instances is performed.",
-         acl="keyspace dangerous", keys=[ks("RW ACCESS DELETE", index(3)), ks("RW ACCESS DELETE INCOMPLETE", keyword("KEYS", -2), range_(-1, 1, 0))], braid="resolved",
-         history=[("3.0.0", "Added the `COPY` and `REPLACE` options."), ("3.0.6", "Added the `KEYS` option."), ("4.0.7", "Added the `AUTH` option."), ("6.0.0", "Added the `AUTH2` option.")],
+         acl="keyspace dangerous",
+         keys=[ks("RW ACCESS DELETE", index(3)),
+               ks("RW ACCESS DELETE INCOMPLETE", keyword("KEYS", -2), range_(-1, 1, 0))], braid="resolved",
+         history=[
+             ("3.0.0", "Added the `COPY` and `REPLACE` options."),
+             ("3.0.6", "Added the `KEYS` option."),
+             ("4.0.7", "Added the `AUTH` option."),
+             ("6.0.0", "Added the `AUTH2` option."),
+         ],
          tips=["nondeterministic_output"],
          arguments=[
              string("host"),
@@ -519,7 +533,11 @@ describe("xadd", -5, "write denyoom fast", "streams", group="stream", since="5.0
          summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
          complexity="O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.",
          acl="stream", keys=[ks("RW UPDATE", index(1))], braid="resolved",
-         history=[("6.2.0", "Added the `NOMKSTREAM` option, `MINID` trimming strategy and the `LIMIT` option."), ("7.0.0", "Added support for the `<ms>-*` explicit ID form."), ("8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options.")],
+         history=[
+             ("6.2.0", "Added the `NOMKSTREAM` option, `MINID` trimming strategy and the `LIMIT` option."),
+             ("7.0.0", "Added support for the `<ms>-*` explicit ID form."),
+             ("8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options."),
+         ],
          tips=["nondeterministic_output"],
          arguments=[
              key("key", 0),
@@ -614,7 +632,10 @@ describe("xtrim", -4, "write", "streams", group="stream", since="5.0.0",
          summary="Deletes messages from the beginning of a stream.",
          complexity="O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.",
          acl="stream", keys=[ks("RW DELETE", index(1))], braid="resolved",
-         history=[("6.2.0", "Added the `MINID` trimming strategy and the `LIMIT` option."), ("8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options.")],
+         history=[
+             ("6.2.0", "Added the `MINID` trimming strategy and the `LIMIT` option."),
+             ("8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options."),
+         ],
          tips=["nondeterministic_output"],
          arguments=[
              key("key", 0),
@@ -866,7 +887,9 @@ describe("xautoclaim", -6, "write fast", "groups", group="stream", since="6.2.0"
          summary="Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.",
          complexity="O(1) if COUNT is small.",
          acl="stream", keys=[ks("RW DELETE", index(1))], braid="reads_entries",
-         history=[("7.0.0", "Added an element to the reply array, containing deleted entries the command cleared from the PEL")],
+         history=[
+             ("7.0.0", "Added an element to the reply array, containing deleted entries the command cleared from the PEL"),
+         ],
          tips=["nondeterministic_output"],
          arguments=[
              key("key", 0),
@@ -885,7 +908,12 @@ describe("xinfo|stream", -3, "readonly", "xinfo", since="5.0.0",
          summary="Returns information about a stream.",
          complexity="O(1)",
          acl="stream", keys=[ks("RO ACCESS", index(2))], braid="reads_entries",
-         history=[("6.0.0", "Added the `FULL` modifier."), ("7.0.0", "Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` and `lag` fields"), ("7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."), ("8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, `iids-added` and `iids-duplicates` fields for IDMP tracking.")],
+         history=[
+             ("6.0.0", "Added the `FULL` modifier."),
+             ("7.0.0", "Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` and `lag` fields"),
+             ("7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."),
+             ("8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, `iids-added` and `iids-duplicates` fields for IDMP tracking."),
+         ],
          arguments=[
              key("key", 0),
              block("full-block",
