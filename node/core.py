@@ -833,7 +833,7 @@ class RegionCore:
                   reply: Any) -> None:
         """A command that ran at least ``slow_ns``, as Redis's ``call`` records it: a latency
         sample (event ``fast-command`` for a command flagged fast, else ``command``), and an
-        entry of the slow log - unless the command is flagged ``skip-slowlog`` (EXEC: its
+        entry of the slow log - unless the command is flagged ``skip_slowlog`` (EXEC: its
         commands are logged one by one), or it blocked (it is logged when it ends,
         :meth:`count_unblocked`), or it is a replay of the log."""
         if self.replaying:
@@ -846,7 +846,7 @@ class RegionCore:
             reply.ran_us = us
         elif type(reply) is Sliced:
             pass  # the slow log shows the command once, when it completes
-        elif self.slowlog_us is not None and us >= self.slowlog_us and "skip-slowlog" not in cmd.flags:
+        elif self.slowlog_us is not None and us >= self.slowlog_us and "skip_slowlog" not in cmd.flags:
             self._slowlog_push(client, cmd, argv, us)
 
     def _slowlog_push(self, client: Session, cmd: cmdtable.Command, argv: list[bytes], us: int) -> None:

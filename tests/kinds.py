@@ -150,6 +150,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     },
     "test_cluster": PROCESS,
     "test_command_docs": PURE,
+    "test_command_table": PURE,
     "test_compiled": {
         "*": PROCESS,
         PURE: [

@@ -13,16 +13,10 @@ import time
 
 from ..resp.encoder import ReplyError
 from ..security import acl as rules
-from . import container, subcommand
+from . import subcommand
 from .util import ERR_NOT_INT, string2ll
 
 log = logging.getLogger("braid.acl")
-
-container("acl", -2, group="server", since="6.0.0", summary="A container for Access List Control commands.",
-          flags="sentinel")
-
-_ADMIN = "admin noscript loading stale sentinel"
-
 
 def _acl(client) -> rules.AccessControl:
     return client.server.acl
@@ -32,9 +26,7 @@ def _name(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
-@subcommand("acl", "setuser", -3, _ADMIN, since="6.0.0",
-            summary="Creates and modifies an ACL user and its rules.",
-            complexity="O(N). Where N is the number of rules provided.")
+@subcommand("acl", "setuser")
 def acl_setuser(client, argv: list[bytes]):
     if rules._has_spaces(argv[2]):
         raise ReplyError("ERR Usernames can't contain spaces or null characters")
@@ -52,8 +44,7 @@ def acl_setuser(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("acl", "getuser", 3, _ADMIN, since="6.0.0", summary="Lists the ACL rules of a user.",
-            complexity="O(N). Where N is the number of password, command and pattern rules that the user has.")
+@subcommand("acl", "getuser")
 def acl_getuser(client, argv: list[bytes]):
     user = _acl(client).users.get(_name(argv[2]))
     if user is None:
@@ -76,8 +67,7 @@ def _selector_reply(s: rules.Selector) -> dict:
     }
 
 
-@subcommand("acl", "deluser", -3, _ADMIN, since="6.0.0", summary="Deletes ACL users, and terminates their connections.",
-            complexity="O(1) amortized time considering the typical user.")
+@subcommand("acl", "deluser")
 def acl_deluser(client, argv: list[bytes]):
     if any(a == b"default" for a in argv[2:]):
         raise ReplyError("ERR The 'default' user cannot be removed")
@@ -90,20 +80,17 @@ def _sorted_users(ac: rules.AccessControl) -> list[rules.User]:
     return [ac.users[n] for n in sorted(ac.users, key=lambda n: n.encode("utf-8", "surrogateescape"))]
 
 
-@subcommand("acl", "list", 2, _ADMIN, since="6.0.0", summary="Dumps the effective rules in ACL file format.",
-            complexity="O(N). Where N is the number of configured users.")
+@subcommand("acl", "list")
 def acl_list(client, argv: list[bytes]):
     return [f"user {u.name} {u.describe()}".encode("utf-8", "surrogateescape") for u in _sorted_users(_acl(client))]
 
 
-@subcommand("acl", "users", 2, _ADMIN, since="6.0.0", summary="Lists all ACL users.",
-            complexity="O(N). Where N is the number of configured users.")
+@subcommand("acl", "users")
 def acl_users(client, argv: list[bytes]):
     return [u.name.encode("utf-8", "surrogateescape") for u in _sorted_users(_acl(client))]
 
 
-@subcommand("acl", "whoami", 2, "noscript loading stale sentinel", since="6.0.0",
-            summary="Returns the authenticated username of the current connection.", complexity="O(1)")
+@subcommand("acl", "whoami")
 def acl_whoami(client, argv: list[bytes]):
     return client.user.name.encode("utf-8", "surrogateescape") if client.user is not None else None
 
@@ -121,8 +108,7 @@ def _aclfile(client) -> str:
     return path
 
 
-@subcommand("acl", "load", 2, _ADMIN, since="6.0.0", summary="Reloads the rules from the configured ACL file.",
-            complexity="O(N). Where N is the number of configured users.")
+@subcommand("acl", "load")
 def acl_load(client, argv: list[bytes]):
     users, error = rules.load_acl_file(_aclfile(client))
     if error is not None:
@@ -131,8 +117,7 @@ def acl_load(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("acl", "save", 2, _ADMIN, since="6.0.0", summary="Saves the effective ACL rules in the configured ACL file.",
-            complexity="O(N). Where N is the number of configured users.")
+@subcommand("acl", "save")
 def acl_save(client, argv: list[bytes]):
     path = _aclfile(client)
     try:
@@ -144,9 +129,7 @@ def acl_save(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("acl", "cat", -2, "noscript loading stale sentinel", since="6.0.0",
-            summary="Lists the ACL categories, or the commands inside a category.",
-            complexity="O(1) since the categories and commands are a fixed set.")
+@subcommand("acl", "cat")
 def acl_cat(client, argv: list[bytes]):
     if len(argv) == 2:
         return [c.encode() for c in rules.CATEGORIES]
@@ -158,9 +141,7 @@ def acl_cat(client, argv: list[bytes]):
     return [n.encode() for n in rules.command_table().in_category(category)]
 
 
-@subcommand("acl", "genpass", -2, "noscript loading stale sentinel", since="6.0.0",
-            summary="Generates a pseudorandom, secure password that can be used to identify ACL users.",
-            complexity="O(N)")
+@subcommand("acl", "genpass")
 def acl_genpass(client, argv: list[bytes]):
     if len(argv) > 3:
         raise _syntax(argv)
@@ -176,9 +157,7 @@ def acl_genpass(client, argv: list[bytes]):
     return rules.genpass(bits).encode()
 
 
-@subcommand("acl", "log", -2, _ADMIN, since="6.0.0",
-            summary="Lists recent security events generated due to ACL rules.",
-            complexity="O(N) with N being the number of entries shown.")
+@subcommand("acl", "log")
 def acl_log(client, argv: list[bytes]):
     if len(argv) > 3:
         raise _syntax(argv)
@@ -207,9 +186,7 @@ def acl_log(client, argv: list[bytes]):
     } for e in ac.log[:count]]
 
 
-@subcommand("acl", "dryrun", -4, _ADMIN, since="7.0.0",
-            summary="Simulates the execution of a command by a user, without executing the command.",
-            complexity="O(1).")
+@subcommand("acl", "dryrun")
 def acl_dryrun(client, argv: list[bytes]):
     user = _acl(client).users.get(_name(argv[2]))
     if user is None:
@@ -237,8 +214,7 @@ def client_command(args: list[bytes]):
     return cmd
 
 
-@subcommand("acl", "help", 2, "loading stale sentinel", since="6.0.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("acl", "help")
 def acl_help(client, argv: list[bytes]):
     return [
         b"ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

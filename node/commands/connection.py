@@ -7,20 +7,18 @@ import time
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.acl import DENIED_AUTH, WRONGPASS
 from ..version import REDIS_COMPAT_VERSION
-from . import command, container, subcommand
+from . import command, subcommand
 from .util import INT_MAX, INT_MIN, ERR_SYNTAX, parse_int, parse_range_long, string2ll
 
 
-@command("ping", -1, "fast", group="connection", since="1.0.0",
-         summary="Returns the server's liveliness response.", complexity="O(1)")
+@command("ping")
 def ping(client, argv: list[bytes]):
     if len(argv) > 2:
         raise ReplyError("ERR wrong number of arguments for 'ping' command")
     return argv[1] if len(argv) == 2 else "PONG"
 
 
-@command("echo", 2, "fast", group="connection", since="1.0.0",
-         summary="Returns the given string.", complexity="O(1)")
+@command("echo")
 def echo(client, argv: list[bytes]):
     return argv[1]
 
@@ -38,8 +36,7 @@ def _authenticate(client, argv0: bytes, user: bytes, password: bytes) -> bool:
     return True
 
 
-@command("auth", -2, "noscript loading stale fast no-auth allow-busy", group="connection",
-         since="1.0.0", summary="Authenticates the connection.", complexity="O(N) where N is the number of passwords defined for the user")
+@command("auth")
 def auth(client, argv: list[bytes]):
     if len(argv) > 3:
         raise ReplyError(ERR_SYNTAX)
@@ -52,8 +49,7 @@ def auth(client, argv: list[bytes]):
     return "OK"
 
 
-@command("hello", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
-         since="6.0.0", summary="Handshakes with the Redis server.", complexity="O(1)")
+@command("hello")
 def hello(client, argv: list[bytes]):
     ver = 0
     if len(argv) >= 2:
@@ -99,8 +95,7 @@ def hello(client, argv: list[bytes]):
     }
 
 
-@command("select", 2, "loading stale fast", group="connection", since="1.0.0",
-         summary="Changes the selected database.", complexity="O(1)")
+@command("select")
 def select(client, argv: list[bytes]):
     idx = parse_range_long(argv[1], INT_MIN, INT_MAX)  # getIntFromObjectOrReply
     if idx != 0:
@@ -108,15 +103,13 @@ def select(client, argv: list[bytes]):
     return "OK"
 
 
-@command("quit", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
-         since="1.0.0", summary="Closes the connection.", complexity="O(1)")
+@command("quit")
 def quit_(client, argv: list[bytes]):
     client.closing = True
     return "OK"
 
 
-@command("reset", 1, "noscript loading stale fast no-auth allow-busy", group="connection",
-         since="6.2.0", summary="Resets the connection.", complexity="O(1)")
+@command("reset")
 def reset(client, argv: list[bytes]):
     client.multi = None
     client.multi_error = False
@@ -129,10 +122,6 @@ def reset(client, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------- CLIENT
-container("client", -2, group="connection", since="2.4.0",
-          summary="A container for client connection commands.")
-
-
 def _validate_name(name: bytes) -> None:
     if any(c < 0x21 or c > 0x7E for c in name):
         raise ReplyError("ERR Client names cannot contain spaces, newlines or special characters.")
@@ -152,34 +141,29 @@ def client_info_line(c, now: float) -> bytes:
     ).encode()
 
 
-@subcommand("client", "setname", 3, "noscript loading stale", since="2.6.9",
-            summary="Sets the connection name.", complexity="O(1)")
+@subcommand("client", "setname")
 def client_setname(client, argv: list[bytes]):
     _validate_name(argv[2])
     client.name = argv[2]
     return "OK"
 
 
-@subcommand("client", "getname", 2, "noscript loading stale", since="2.6.9",
-            summary="Returns the name of the connection.", complexity="O(1)")
+@subcommand("client", "getname")
 def client_getname(client, argv: list[bytes]):
     return client.name or None
 
 
-@subcommand("client", "id", 2, "noscript loading stale", since="5.0.0",
-            summary="Returns the unique client ID of the connection.", complexity="O(1)")
+@subcommand("client", "id")
 def client_id(client, argv: list[bytes]):
     return client.id
 
 
-@subcommand("client", "info", 2, "noscript loading stale", since="6.2.0",
-            summary="Returns information about the connection.", complexity="O(1)")
+@subcommand("client", "info")
 def client_info(client, argv: list[bytes]):
     return Verbatim(client_info_line(client, time.time()))
 
 
-@subcommand("client", "list", -2, "admin noscript loading stale", since="2.4.0",
-            summary="Lists open connections.", complexity="O(N) where N is the number of client connections")
+@subcommand("client", "list")
 def client_list(client, argv: list[bytes]):
     clients = list(client.server.clients.values())
     j = 2
@@ -204,8 +188,7 @@ def client_list(client, argv: list[bytes]):
     return Verbatim(b"".join(client_info_line(c, now) for c in sorted(clients, key=lambda c: c.id)))
 
 
-@subcommand("client", "setinfo", 4, "noscript loading stale", since="7.2.0",
-            summary="Sets information specific to the client or connection.", complexity="O(1)")
+@subcommand("client", "setinfo")
 def client_setinfo(client, argv: list[bytes]):
     attr = argv[2].lower()
     value = argv[3]
@@ -220,8 +203,7 @@ def client_setinfo(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("client", "kill", -3, "admin noscript loading stale", since="2.4.0",
-            summary="Terminates open connections.", complexity="O(N) where N is the number of client connections")
+@subcommand("client", "kill")
 def client_kill(client, argv: list[bytes]):
     clients = client.server.clients
     if len(argv) == 3:  # old form: CLIENT KILL addr:port
@@ -282,21 +264,17 @@ def _on_off(argv: list[bytes]) -> str:
     return "OK"
 
 
-@subcommand("client", "no-evict", 3, "admin noscript loading stale", since="7.0.0",
-            summary="Sets the client eviction mode of the connection.", complexity="O(1)")
+@subcommand("client", "no-evict")
 def client_no_evict(client, argv: list[bytes]):
     return _on_off(argv)
 
 
-@subcommand("client", "no-touch", 3, "noscript loading stale", since="7.2.0",
-            summary="Controls whether commands sent by the client affect the LRU/LFU of accessed keys.",
-            complexity="O(1)")
+@subcommand("client", "no-touch")
 def client_no_touch(client, argv: list[bytes]):
     return _on_off(argv)
 
 
-@subcommand("client", "help", 2, "loading stale", since="5.0.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("client", "help")
 def client_help(client, argv: list[bytes]):
     return [
         b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

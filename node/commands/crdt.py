@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 from ..resp.encoder import ReplyError
-from . import container, subcommand
-
-container("braid.replication", -2, group="server", since="0.1.0",
-          summary="Controls this region's replication (Active-Active databases).")
-
+from . import subcommand
 
 def _aa(client):
     aa = client.server.db.aa
@@ -34,33 +30,22 @@ def _on_links(client, argv: list[bytes], action: str):
     return "OK"
 
 
-@subcommand("braid.replication", "pause", -2, "admin noscript", since="0.1.0",
-            summary="Stops all syncing of this region with the others, or with one peer "
-                    "(PEER name): writes stay local.",
-            complexity="O(1)")
+@subcommand("braid.replication", "pause")
 def replication_pause(client, argv: list[bytes]):
     return _on_links(client, argv, "pause")
 
 
-@subcommand("braid.replication", "resume", -2, "admin noscript", since="0.1.0",
-            summary="Resumes syncing (all links, or the link to PEER name): the regions exchange "
-                    "what the other lacks.", complexity="O(1)")
+@subcommand("braid.replication", "resume")
 def replication_resume(client, argv: list[bytes]):
     return _on_links(client, argv, "resume")
 
 
-@subcommand("braid.replication", "status", 2, "admin noscript", since="0.1.0",
-            summary="This region's version vector and links, as INFO crdt reports them.", complexity="O(1)")
+@subcommand("braid.replication", "status")
 def replication_status(client, argv: list[bytes]):
     return "\n".join(_aa(client).info_lines()).encode()
 
 
-container("braid.config", -2, group="server", since="0.1.0",
-          summary="Database-level settings of an Active-Active region (set by braid-admin on every region).")
-
-
-@subcommand("braid.config", "get", 3, "admin noscript", since="0.1.0",
-            summary="BRAID.CONFIG GET crdt_xadd_id_uniqueness_mode", complexity="O(1)")
+@subcommand("braid.config", "get")
 def braid_config_get(client, argv: list[bytes]):
     aa = _aa(client)
     if argv[2].lower() != b"crdt_xadd_id_uniqueness_mode":
@@ -68,10 +53,7 @@ def braid_config_get(client, argv: list[bytes]):
     return aa.mode.encode()
 
 
-@subcommand("braid.config", "set", 4, "admin noscript", since="0.1.0",
-            summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal, or appendfsync "
-                    "(also recorded in this region's cluster file)",
-            complexity="O(1)")
+@subcommand("braid.config", "set")
 def braid_config_set(client, argv: list[bytes]):
     aa = _aa(client)
     try:
@@ -82,7 +64,6 @@ def braid_config_set(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("braid.replication", "cluster", 2, "admin noscript", since="0.1.0",
-            summary="The cluster file this region runs with (token left out).", complexity="O(1)")
+@subcommand("braid.replication", "cluster")
 def replication_cluster(client, argv: list[bytes]):
     return _aa(client).cluster_toml().encode()

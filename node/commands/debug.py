@@ -26,11 +26,8 @@ from __future__ import annotations
 from ..blocking import Blocked
 from ..resp.encoder import ReplyError
 from ..supervision import CRON_STEPS, InjectedFault
-from . import COMMANDS, container, subcommand
+from . import COMMANDS, subcommand
 from .util import parse_int
-
-container("debug", -2, group="server", since="1.0.0",
-          summary="A container for debugging commands (Braid: fault injection for chaos tests).")
 
 NOT_ALLOWED = ("ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
                "you can run it from a local connection, otherwise you need to set this option in the "
@@ -52,18 +49,14 @@ def _log(client):
     return log
 
 
-@subcommand("debug", "clock-offset", 3, "admin noscript loading stale", since="0.1.0",
-            summary="Moves this region's wall clock by a number of milliseconds (negative: back).",
-            complexity="O(1)")
+@subcommand("debug", "clock-offset")
 def debug_clock_offset(client, argv: list[bytes]):
     _allowed(client)
     client.server.clock_offset_ms = parse_int(argv[2])
     return "OK"
 
 
-@subcommand("debug", "fsync-delay", 3, "admin noscript loading stale", since="0.1.0",
-            summary="Makes every fsync of the append-only file wait this many milliseconds.",
-            complexity="O(1)")
+@subcommand("debug", "fsync-delay")
 def debug_fsync_delay(client, argv: list[bytes]):
     _allowed(client)
     ms = parse_int(argv[2])
@@ -73,9 +66,7 @@ def debug_fsync_delay(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("debug", "disk-full", 3, "admin noscript loading stale", since="0.1.0",
-            summary="Makes writes to the append-only file fail as on a full disk (yes) or succeed again (no).",
-            complexity="O(1)")
+@subcommand("debug", "disk-full")
 def debug_disk_full(client, argv: list[bytes]):
     _allowed(client)
     flag = argv[2].lower()
@@ -85,9 +76,7 @@ def debug_disk_full(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("debug", "apply-fail", 3, "admin noscript loading stale", since="0.1.0",
-            summary="Makes the next operations of other regions fail to apply (the region fail-stops).",
-            complexity="O(1)")
+@subcommand("debug", "apply-fail")
 def debug_apply_fail(client, argv: list[bytes]):
     _allowed(client)
     n = parse_int(argv[2])
@@ -99,9 +88,7 @@ def debug_apply_fail(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("debug", "cron-fail", -4, "admin noscript loading stale", since="0.1.0",
-            summary="Makes the next runs of a cron step raise an I/O error (IO) or a bug (BUG).",
-            complexity="O(1)")
+@subcommand("debug", "cron-fail")
 def debug_cron_fail(client, argv: list[bytes]):
     _allowed(client)
     step = argv[2].decode("utf-8", "replace").lower()
@@ -117,9 +104,7 @@ def debug_cron_fail(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("debug", "raise-after", -3, "admin noscript loading stale", since="0.1.0",
-            summary="Runs a command, then raises as a buggy handler would.",
-            complexity="Depends on the command")
+@subcommand("debug", "raise-after")
 def debug_raise_after(client, argv: list[bytes]):
     _allowed(client)
     inner = argv[2:]
@@ -145,8 +130,7 @@ def debug_raise_after(client, argv: list[bytes]):
     raise fault
 
 
-@subcommand("debug", "help", 2, "loading stale", since="0.1.0", summary="Shows helpful text about the different subcommands.",
-            complexity="O(1)")
+@subcommand("debug", "help")
 def debug_help(client, argv: list[bytes]):
     return ["DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "CLOCK-OFFSET <milliseconds>", "    Move this region's wall clock (negative: back in time).",

@@ -87,9 +87,7 @@ def dump_value(server, key: bytes) -> bytes | None:
     return rdb.dump_payload(s, int(cfg["dump-rdb-version"]), compress=bool(cfg["rdbcompression"]))
 
 
-@command("dump", 2, "readonly", (1, 1, 1), group="generic", since="2.6.0",
-         summary="Returns a serialized representation of the value stored at a key.",
-         complexity=_DUMP_COMPLEXITY)
+@command("dump")
 def dump(client, argv: list[bytes]):
     payload = take_prepared(client, argv)
     if payload is not NOT_PREPARED:
@@ -170,16 +168,12 @@ def _decoded(payload: bytes, region: int) -> Steps:
         raise ReplyError(ERR_BAD_FORMAT) from None
 
 
-@command("restore", -4, "write denyoom", (1, 1, 1), group="generic", since="2.6.0",
-         summary="Creates a key from the serialized representation of a value.",
-         complexity=_RESTORE_COMPLEXITY)
+@command("restore")
 def restore(client, argv: list[bytes]):
     replace = _restore_options(argv)
     return restore_payload(client, argv[1], argv[2], argv[3], replace, argv)
 
 
-@command("restore-asking", -4, "write denyoom asking", (1, 1, 1), group="server", since="3.0.0",
-         summary="An internal command for migrating keys in a cluster.",
-         complexity=_RESTORE_COMPLEXITY)
+@command("restore-asking")
 def restore_asking(client, argv: list[bytes]):
     return restore(client, argv)

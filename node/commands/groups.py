@@ -21,7 +21,7 @@ from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
 from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, incr, parse_id, parse_interval_id, decr
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
-from . import container, command, subcommand
+from . import command, subcommand
 from .util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
 
 
@@ -40,9 +40,6 @@ def _fmt(id_) -> bytes:
 
 
 # ---------------------------------------------------------------- XGROUP
-container("xgroup", -2, group="stream", since="5.0.0", summary="A container for consumer groups commands.")
-
-
 def _xgroup_prologue(client, argv: list[bytes], sub: str):
     """The checks ``xgroupCommand`` makes before dispatching on the subcommand."""
     mkstream = False
@@ -73,8 +70,7 @@ def _xgroup_prologue(client, argv: list[bytes], sub: str):
     return s, group, mkstream, entries_read
 
 
-@subcommand("xgroup", "create", -5, "write denyoom", (2, 2, 1), since="5.0.0",
-            summary="Creates a consumer group.", complexity="O(1)")
+@subcommand("xgroup", "create")
 def xgroup_create(client, argv: list[bytes]):
     s, _group, mkstream, entries_read = _xgroup_prologue(client, argv, "create")
     if len(argv) > 8:
@@ -93,8 +89,7 @@ def xgroup_create(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("xgroup", "setid", -5, "write", (2, 2, 1), since="5.0.0",
-            summary="Sets the last-delivered ID of a consumer group.", complexity="O(1)")
+@subcommand("xgroup", "setid")
 def xgroup_setid(client, argv: list[bytes]):
     s, group, _mk, entries_read = _xgroup_prologue(client, argv, "setid")
     if len(argv) not in (5, 7):
@@ -108,8 +103,7 @@ def xgroup_setid(client, argv: list[bytes]):
     return "OK"
 
 
-@subcommand("xgroup", "destroy", 4, "write", (2, 2, 1), since="5.0.0",
-            summary="Destroys a consumer group.", complexity="O(N) where N is the number of entries in the group's pending entries list (PEL).")
+@subcommand("xgroup", "destroy")
 def xgroup_destroy(client, argv: list[bytes]):
     s, group, _mk, _er = _xgroup_prologue(client, argv, "destroy")
     if group is None:
@@ -119,8 +113,7 @@ def xgroup_destroy(client, argv: list[bytes]):
     return 1
 
 
-@subcommand("xgroup", "createconsumer", 5, "write denyoom", (2, 2, 1), since="6.2.0",
-            summary="Creates a consumer in a consumer group.", complexity="O(1)")
+@subcommand("xgroup", "createconsumer")
 def xgroup_createconsumer(client, argv: list[bytes]):
     _s_, group, _mk, _er = _xgroup_prologue(client, argv, "createconsumer")
     _c, created = group.consumer(argv[4], client.server.now_ms())
@@ -129,8 +122,7 @@ def xgroup_createconsumer(client, argv: list[bytes]):
     return 1 if created else 0
 
 
-@subcommand("xgroup", "delconsumer", 5, "write", (2, 2, 1), since="5.0.0",
-            summary="Deletes a consumer from a consumer group.", complexity="O(1)")
+@subcommand("xgroup", "delconsumer")
 def xgroup_delconsumer(client, argv: list[bytes]):
     _s_, group, _mk, _er = _xgroup_prologue(client, argv, "delconsumer")
     if argv[4] not in group.consumers:
@@ -140,8 +132,7 @@ def xgroup_delconsumer(client, argv: list[bytes]):
     return pending
 
 
-@subcommand("xgroup", "help", 2, "loading stale", since="5.0.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("xgroup", "help")
 def xgroup_help(client, argv: list[bytes]):
     return [
         b"XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -171,9 +162,7 @@ def _local_change(client, key: bytes) -> None:
 
 
 # ---------------------------------------------------------------- XACK / XACKDEL
-@command("xack", -4, "write fast", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.",
-         complexity="O(1) for each message ID processed.")
+@command("xack")
 def xack(client, argv: list[bytes]):
     s = client.server.db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
@@ -219,9 +208,7 @@ def parse_ids_option(argv: list[bytes], start: int) -> tuple[str, list[bytes]]:
     return strategy or ops.KEEPREF, argv[ids_start:ids_start + numids]
 
 
-@command("xackdel", -6, "write fast", (1, 1, 1), group="stream", since="8.2.0",
-         summary="Acknowledges and conditionally deletes one or multiple entries for a stream consumer group.",
-         complexity="O(1) for each entry ID processed.")
+@command("xackdel")
 def xackdel(client, argv: list[bytes]):
     strategy, idargs = parse_ids_option(argv, 3)
     db = client.server.db
@@ -247,9 +234,7 @@ def xackdel(client, argv: list[bytes]):
 XNACK_MODES = {b"silent": cg.SILENT, b"fail": cg.FAIL, b"fatal": cg.FATAL}
 
 
-@command("xnack", -7, "write fast", (1, 1, 1), group="stream", since="8.8.0",
-         summary="Releases pending messages back to the group's PEL without acknowledging them, making them available for re-delivery.",
-         complexity="O(1) for each message ID processed.")
+@command("xnack")
 def xnack(client, argv: list[bytes]):
     """XNACK key group SILENT|FAIL|FATAL IDS numids id [id ...] [RETRYCOUNT count] [FORCE].
 
@@ -304,9 +289,7 @@ def xnack(client, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------- XPENDING
-@command("xpending", -3, "readonly", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Returns the information and entries from a stream consumer group's pending entries list.",
-         complexity="O(N) with N being the number of elements returned, so asking for a small fixed number of entries per call is O(1). O(M), where M is the total number of entries scanned when used with the IDLE filter. When the command returns just the summary and the list of consumers is small, it runs in O(1) time; otherwise, an additional O(N) time for iterating every consumer.")
+@command("xpending")
 def xpending(client, argv: list[bytes]):
     argc = len(argv)
     if argc != 3 and not 6 <= argc <= 9:
@@ -378,9 +361,7 @@ def _pending_summary(group) -> list:
 
 
 # ---------------------------------------------------------------- XCLAIM
-@command("xclaim", -6, "write fast", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.",
-         complexity="O(log N) with N being the number of messages in the PEL of the consumer group.")
+@command("xclaim")
 def xclaim(client, argv: list[bytes]):
     server = client.server
     s = server.db.keys.get(argv[1])
@@ -458,9 +439,7 @@ def xclaim(client, argv: list[bytes]):
     return out
 
 
-@command("xautoclaim", -6, "write fast", (1, 1, 1), group="stream", since="6.2.0",
-         summary="Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.",
-         complexity="O(1) if COUNT is small.")
+@command("xautoclaim")
 def xautoclaim(client, argv: list[bytes]):
     server = client.server
     minidle = max(parse_int(argv[4], "ERR Invalid min-idle-time argument for XAUTOCLAIM"), 0)

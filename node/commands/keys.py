@@ -97,28 +97,24 @@ def delete_key(db, key: bytes) -> bool:
     return True
 
 
-@command("del", -2, "write", (1, -1, 1), group="generic", since="1.0.0",
-         summary="Deletes one or more keys.", complexity="O(N) where N is the number of keys that will be removed.")
+@command("del")
 def del_(client, argv: list[bytes]):
     db = client.server.db
     return sum(1 for key in argv[1:] if delete_key(db, key))
 
 
-@command("unlink", -2, "write fast", (1, -1, 1), group="generic", since="4.0.0",
-         summary="Asynchronously deletes one or more keys.", complexity="O(1) for each key removed regardless of its size.")
+@command("unlink")
 def unlink(client, argv: list[bytes]):
     return del_(client, argv)
 
 
-@command("exists", -2, "readonly fast", (1, -1, 1), group="generic", since="1.0.0",
-         summary="Determines whether one or more keys exist.", complexity="O(N) where N is the number of keys to check.")
+@command("exists")
 def exists(client, argv: list[bytes]):
     keys = client.server.db.keys
     return sum(1 for k in argv[1:] if k in keys)
 
 
-@command("type", 2, "readonly fast", (1, 1, 1), group="generic", since="1.0.0",
-         summary="Determines the type of value stored at a key.", complexity="O(1)")
+@command("type")
 def type_(client, argv: list[bytes]):
     return "stream" if argv[1] in client.server.db.keys else "none"
 
@@ -132,17 +128,11 @@ def _no_expiry(client, argv: list[bytes]) -> int:
     return -1 if argv[1] in client.server.db.keys else -2
 
 
-for _name, _since, _summary in (
-        ("ttl", "1.0.0", "Returns the expiration time in seconds of a key."),
-        ("pttl", "2.6.0", "Returns the expiration time in milliseconds of a key."),
-        ("expiretime", "7.0.0", "Returns the expiration time of a key as a Unix timestamp."),
-        ("pexpiretime", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.")):
-    command(_name, 2, "readonly fast", (1, 1, 1), group="generic", since=_since, summary=_summary,
-            complexity="O(1)")(_no_expiry)
+for _name in ("ttl", "pttl", "expiretime", "pexpiretime"):
+    command(_name)(_no_expiry)
 
 
-@command("persist", 2, "write fast", (1, 1, 1), group="generic", since="2.2.0",
-         summary="Removes the expiration time of a key.", complexity="O(1)")
+@command("persist")
 def persist(client, argv: list[bytes]):
     return 0  # no key has a time to live to remove
 
@@ -163,14 +153,12 @@ def _rename(client, argv: list[bytes], nx: bool):
     return 1 if nx else "OK"
 
 
-@command("rename", 3, "write", (1, 2, 1), group="generic", since="1.0.0",
-         summary="Renames a key and overwrites the destination.", complexity="O(1)")
+@command("rename")
 def rename(client, argv: list[bytes]):
     return _rename(client, argv, nx=False)
 
 
-@command("renamenx", 3, "write fast", (1, 2, 1), group="generic", since="1.0.0",
-         summary="Renames a key only when the target key name doesn't exist.", complexity="O(1)")
+@command("renamenx")
 def renamenx(client, argv: list[bytes]):
     return _rename(client, argv, nx=True)
 
@@ -216,10 +204,7 @@ def _copy_options(argv: list[bytes]) -> bool:
     return replace
 
 
-@command("copy", -3, "write denyoom", (1, 2, 1), group="generic", since="6.2.0",
-         summary="Copies the value of a key to a new key.",
-         complexity="O(N) worst case for collections, where N is the number of nested items. "
-                    "O(1) for string values.")
+@command("copy")
 def copy_(client, argv: list[bytes]):
     """1 when copied; 0 when the source is missing or the destination exists without REPLACE."""
     replace = _copy_options(argv)
@@ -233,8 +218,7 @@ def copy_(client, argv: list[bytes]):
     return int(install_stream(db, dst, resolve.duplicate(s), replace))
 
 
-@command("keys", 2, "readonly", group="generic", since="1.0.0",
-         summary="Returns all key names that match a pattern.", complexity="O(N) with N being the number of keys in the database")
+@command("keys")
 def keys_(client, argv: list[bytes]):
     pat = argv[1]
     every = pat == b"*"
@@ -245,9 +229,7 @@ def _scan_hash(key: bytes) -> int:
     return xxhash.xxh32_intdigest(key)
 
 
-@command("scan", -2, "readonly", group="generic", since="2.8.0",
-         summary="Iterates over the key names in the database.",
-         complexity="O(1) for every call. O(N) for a complete iteration.")
+@command("scan")
 def scan(client, argv: list[bytes]):
     """The cursor is a position in hash order: a 32-bit hash of each key.
 

@@ -159,11 +159,7 @@ class _Options:
             j += 1
 
 
-@command("migrate", -6, "write movablekeys", (3, 3, 1), group="generic", since="2.6.0",
-         summary="Atomically transfers a key from one Redis instance to another.",
-         complexity="This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the "
-                    "target instance. See the pages of these commands for time complexity. Also an O(N) data "
-                    "transfer between the two instances is performed.")
+@command("migrate")
 def migrate(client, argv: list[bytes]):
     opts = _Options(argv)
     timeout = parse_int(argv[5])

@@ -54,10 +54,7 @@ def _origin_log(client, key: bytes, origin_arg: bytes) -> EntryLog | None:
     return None if s is None else s.logs.get(origin)
 
 
-@command("xorigins", 2, "readonly fast", (1, 1, 1), group="stream", since="0.1.0",
-         summary="Lists a stream's origin logs (Braid): per origin region its number, live entries, "
-                 "first live ID and highest ID stored.",
-         complexity="O(R) with R being the number of origin regions.")
+@command("xorigins")
 def xorigins(client, argv: list[bytes]):
     s = client.server.db.keys.get(argv[1])
     if s is None:
@@ -70,9 +67,7 @@ def xorigins(client, argv: list[bytes]):
     return out
 
 
-@command("xrangeorigin", -5, "readonly", (1, 1, 1), group="stream", since="0.1.0",
-         summary="Returns the entries of one origin region's log of a stream within a range of IDs (Braid).",
-         complexity="O(N) with N being the number of elements being returned.")
+@command("xrangeorigin")
 def xrangeorigin(client, argv: list[bytes]):
     start, end = parse_interval(argv[3], argv[4])
     count = -1
@@ -118,11 +113,7 @@ def packed_blocks(log: EntryLog, start: StreamID, end: StreamID, count: int) -> 
     return out
 
 
-@command("xsplitorigin", 6, "readonly", (1, 1, 1), group="stream", since="0.1.0",
-         summary="Cuts the entries of one origin region's log within a range of IDs into runs of at most "
-                 "size entries; returns each run's last ID and length (Braid).",
-         complexity="O(B + S) with B the number of blocks in the range and S the number of runs, "
-                    "plus decoding the blocks where runs end.")
+@command("xsplitorigin")
 def xsplitorigin(client, argv: list[bytes]):
     start, end = parse_interval(argv[3], argv[4])
     size = parse_int(argv[5])

@@ -14,7 +14,7 @@ from ..config import BY_NAME, ConfigError
 from ..resp.encoder import ReplyError, Verbatim
 from ..security.tls import TLS_SETTINGS, TlsConfigError
 from ..version import BRAID_VERSION, REDIS_COMPAT_VERSION
-from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, container, subcommand
+from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, subcommand
 from .docs import DOCS, key_specs
 from .util import ERR_SYNTAX
 
@@ -268,20 +268,14 @@ def info_text(srv, wanted: list[str]) -> bytes:
     return "\r\n".join(parts).encode()
 
 
-@command("info", -1, "loading stale", group="server", since="1.0.0",
-         summary="Returns information and statistics about the server.", complexity="O(1)")
+@command("info")
 def info(client, argv: list[bytes]):
     wanted = [a.decode("utf-8", "replace").lower() for a in argv[1:]]
     return Verbatim(info_text(client.server, wanted))
 
 
 # ---------------------------------------------------------------- CONFIG
-container("config", -2, group="server", since="2.0.0", summary="A container for server configuration commands.")
-
-
-@subcommand("config", "get", -3, "admin noscript loading stale", since="2.0.0",
-            summary="Returns the effective values of configuration parameters.",
-            complexity="O(N) when N is the number of configuration parameters provided")
+@subcommand("config", "get")
 def config_get(client, argv: list[bytes]):
     cfg = client.server.config
     names: list[str] = []
@@ -292,9 +286,7 @@ def config_get(client, argv: list[bytes]):
     return {n.encode(): cfg.render(n) for n in names}
 
 
-@subcommand("config", "set", -4, "admin noscript loading stale", since="2.0.0",
-            summary="Sets configuration parameters in-flight.",
-            complexity="O(N) when N is the number of configuration parameters provided")
+@subcommand("config", "set")
 def config_set(client, argv: list[bytes]):
     if len(argv) % 2:
         raise ReplyError("ERR wrong number of arguments for 'config|set' command")
@@ -333,16 +325,14 @@ LAYOUT_SETTINGS = frozenset({"stream-node-max-entries", "stream-node-max-bytes",
                              "stream-idmp-duration", "stream-idmp-maxsize"})
 
 
-@subcommand("config", "resetstat", 2, "admin noscript loading stale", since="2.0.0",
-            summary="Resets the server's statistics.", complexity="O(1)")
+@subcommand("config", "resetstat")
 def config_resetstat(client, argv: list[bytes]):
     client.server.stats.reset()
     client.server.acl.reset_stats()
     return "OK"
 
 
-@subcommand("config", "help", 2, "loading stale", since="5.0.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("config", "help")
 def config_help(client, argv: list[bytes]):
     return [
         b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -378,8 +368,7 @@ def _documented(value, status: bool = False):
 def _command_info(cmd) -> list:
     doc = DOCS.get(cmd.fullname)
     return [
-        cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.flags if f != "fast"] +
-        ([b"fast"] if "fast" in cmd.flags else []),
+        cmd.fullname.encode(), cmd.arity, [f.encode() for f in cmd.info_flags],
         cmd.first_key, cmd.last_key, cmd.step,
         acl_categories(cmd.fullname),
         _documented(doc.tips) if doc else [],
@@ -414,31 +403,22 @@ def _find(name: bytes):
     return cmd
 
 
-container("command", -1, group="server", since="2.8.13",
-          summary="Returns detailed information about all commands.")
-
-
-@command("command", -1, "loading stale", group="server", since="2.8.13",
-         summary="Returns detailed information about all commands.", complexity="O(N) where N is the total number of Redis commands")
+@command("command")
 def command_(client, argv: list[bytes]):
     return [_command_info(c) for c in COMMANDS.values() if c.handler is not None or c.subcommands]
 
 
-@subcommand("command", "count", 2, "loading stale", since="2.8.13",
-            summary="Returns a count of commands.", complexity="O(1)")
+@subcommand("command", "count")
 def command_count(client, argv: list[bytes]):
     return len(COMMANDS)
 
 
-@subcommand("command", "list", -2, "loading stale", since="7.0.0",
-            summary="Returns a list of command names.", complexity="O(N) where N is the total number of Redis commands")
+@subcommand("command", "list")
 def command_list(client, argv: list[bytes]):
     return [c.name.encode() for c in COMMANDS.values()]
 
 
-@subcommand("command", "info", -2, "loading stale", since="2.8.13",
-            summary="Returns information about one, multiple or all commands.",
-            complexity="O(N) where N is the number of commands to look up")
+@subcommand("command", "info")
 def command_info(client, argv: list[bytes]):
     if len(argv) == 2:
         return command_(client, argv)
@@ -449,9 +429,7 @@ def command_info(client, argv: list[bytes]):
     return out
 
 
-@subcommand("command", "docs", -2, "loading stale", since="7.0.0",
-            summary="Returns documentary information about one, multiple or all commands.",
-            complexity="O(N) where N is the number of commands to look up")
+@subcommand("command", "docs")
 def command_docs(client, argv: list[bytes]):
     cmds = COMMANDS.values() if len(argv) == 2 else [c for c in map(_find, argv[2:]) if c is not None]
     return {c.fullname.encode(): _command_docs(c) for c in cmds}
@@ -475,9 +453,7 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
     return argv[cmd.first_key:last + 1:cmd.step or 1]
 
 
-@subcommand("command", "getkeys", -3, "loading stale", since="2.8.13",
-            summary="Extracts the key names from an arbitrary command.",
-            complexity="O(N) where N is the number of arguments to the command")
+@subcommand("command", "getkeys")
 def command_getkeys(client, argv: list[bytes]):
     rest = argv[2:]
     cmd = COMMANDS.get(rest[0].lower())
@@ -493,8 +469,7 @@ def command_getkeys(client, argv: list[bytes]):
     return keys
 
 
-@subcommand("command", "help", 2, "loading stale", since="5.0.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("command", "help")
 def command_help(client, argv: list[bytes]):
     return [
         b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -509,8 +484,7 @@ def command_help(client, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------- keyspace-wide
-@command("dbsize", 1, "readonly fast", group="server", since="1.0.0",
-         summary="Returns the number of keys in the database.", complexity="O(1)")
+@command("dbsize")
 def dbsize(client, argv: list[bytes]):
     return len(client.server.db.keys)
 
@@ -534,34 +508,29 @@ def _flush(client, argv: list[bytes]):
     return "OK"
 
 
-@command("flushdb", -1, "write", group="server", since="1.0.0",
-         summary="Removes all keys from the current database.", complexity="O(N) where N is the number of keys in the selected database")
+@command("flushdb")
 def flushdb(client, argv: list[bytes]):
     return _flush(client, argv)
 
 
-@command("flushall", -1, "write", group="server", since="1.0.0",
-         summary="Removes all keys from all databases.", complexity="O(N) where N is the total number of keys in all databases")
+@command("flushall")
 def flushall(client, argv: list[bytes]):
     return _flush(client, argv)
 
 
-@command("time", 1, "loading stale fast", group="server", since="2.6.0",
-         summary="Returns the server time.", complexity="O(1)")
+@command("time")
 def time_(client, argv: list[bytes]):
     now = time.time_ns() // 1000
     return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
 
 
-@command("save", 1, "admin noscript no-async-loading no-multi", group="server", since="1.0.0",
-         summary="Synchronously saves the database(s) to disk.", complexity="O(N) where N is the total number of keys in all databases")
+@command("save")
 def save(client, argv: list[bytes]):
     client.server.save()
     return "OK"
 
 
-@command("bgsave", -1, "admin noscript no-async-loading", group="server", since="1.0.0",
-         summary="Asynchronously saves the database(s) to disk.", complexity="O(1)")
+@command("bgsave")
 def bgsave(client, argv: list[bytes]):
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"schedule"):
         raise ReplyError(ERR_SYNTAX)
@@ -572,8 +541,7 @@ def bgsave(client, argv: list[bytes]):
     return "Background saving started"
 
 
-@command("bgrewriteaof", 1, "admin noscript no-async-loading", group="server", since="1.0.0",
-         summary="Asynchronously rewrites the append-only file to disk.", complexity="O(1)")
+@command("bgrewriteaof")
 def bgrewriteaof(client, argv: list[bytes]):
     srv = client.server
     if srv.saving:
@@ -582,9 +550,7 @@ def bgrewriteaof(client, argv: list[bytes]):
     return "Background append only file rewriting started"
 
 
-@command("shutdown", -1, "admin noscript loading stale no-multi sentinel allow-busy", group="server",
-         since="1.0.0", summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
-         complexity="O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)")
+@command("shutdown")
 def shutdown(client, argv: list[bytes]):
     opts = {a.lower() for a in argv[1:]}
     if not opts <= {b"nosave", b"save", b"now", b"force", b"abort"} or {b"nosave", b"save"} <= opts:
@@ -604,8 +570,7 @@ def shutdown(client, argv: list[bytes]):
     return CLOSE_WITHOUT_REPLY
 
 
-@command("lastsave", 1, "loading stale fast", group="server", since="1.0.0",
-         summary="Returns the Unix timestamp of the last successful save to disk.", complexity="O(1)")
+@command("lastsave")
 def lastsave(client, argv: list[bytes]):
     return client.server.last_save
 

@@ -21,21 +21,17 @@ The latency events a region records (``latency-monitor-threshold`` milliseconds 
 from __future__ import annotations
 
 from ..resp.encoder import ReplyError, Verbatim
-from . import container, subcommand
+from . import subcommand
 from .util import LONG_MAX, parse_range_long
 
 # ---------------------------------------------------------------- SLOWLOG
-container("slowlog", -2, group="server", since="2.2.12", summary="A container for slow log commands.")
-
-
 def _syntax(argv: list[bytes]) -> ReplyError:
     """Redis's addReplySubcommandSyntaxError (the subcommand as it was sent)."""
     sub, name = argv[1][:128].decode("utf-8", "replace"), argv[0].decode("utf-8", "replace").upper()
     return ReplyError(f"ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {name} HELP.")
 
 
-@subcommand("slowlog", "get", -2, "admin loading stale", since="2.2.12",
-            summary="Returns the slow log's entries.", complexity="O(N) where N is the number of entries returned")
+@subcommand("slowlog", "get")
 def slowlog_get(client, argv: list[bytes]):
     if len(argv) > 3:
         raise _syntax(argv)
@@ -46,22 +42,18 @@ def slowlog_get(client, argv: list[bytes]):
             for e in client.server.slowlog.latest(count)]
 
 
-@subcommand("slowlog", "len", 2, "admin loading stale", since="2.2.12",
-            summary="Returns the number of entries in the slow log.", complexity="O(1)")
+@subcommand("slowlog", "len")
 def slowlog_len(client, argv: list[bytes]):
     return len(client.server.slowlog.entries)
 
 
-@subcommand("slowlog", "reset", 2, "admin loading stale", since="2.2.12",
-            summary="Clears all entries from the slow log.",
-            complexity="O(N) where N is the number of entries in the slowlog")
+@subcommand("slowlog", "reset")
 def slowlog_reset(client, argv: list[bytes]):
     client.server.slowlog.reset()
     return "OK"
 
 
-@subcommand("slowlog", "help", 2, "loading stale", since="6.2.0",
-            summary="Show helpful text about the different subcommands", complexity="O(1)")
+@subcommand("slowlog", "help")
 def slowlog_help(client, argv: list[bytes]):
     return [
         b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -80,25 +72,17 @@ def slowlog_help(client, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------- LATENCY
-container("latency", -2, group="server", since="2.8.13", summary="A container for latency diagnostics commands.")
-
-_LATENCY = "admin noscript loading stale"
-
-
-@subcommand("latency", "latest", 2, _LATENCY, since="2.8.13",
-            summary="Returns the latest latency samples for all events.", complexity="O(1)")
+@subcommand("latency", "latest")
 def latency_latest(client, argv: list[bytes]):
     return client.server.latency_events.latest()
 
 
-@subcommand("latency", "history", 3, _LATENCY, since="2.8.13",
-            summary="Returns timestamp-latency samples for an event.", complexity="O(1)")
+@subcommand("latency", "history")
 def latency_history(client, argv: list[bytes]):
     return client.server.latency_events.history(argv[2].decode("utf-8", "surrogateescape"))
 
 
-@subcommand("latency", "reset", -2, _LATENCY, since="2.8.13",
-            summary="Resets the latency data for one or more events.", complexity="O(1)")
+@subcommand("latency", "reset")
 def latency_reset(client, argv: list[bytes]):
     monitor = client.server.latency_events
     if len(argv) == 2:
@@ -106,8 +90,7 @@ def latency_reset(client, argv: list[bytes]):
     return monitor.reset([a.decode("utf-8", "surrogateescape") for a in argv[2:]])
 
 
-@subcommand("latency", "graph", 3, _LATENCY, since="2.8.13",
-            summary="Returns a latency graph for an event.", complexity="O(1)")
+@subcommand("latency", "graph")
 def latency_graph(client, argv: list[bytes]):
     srv = client.server
     event = argv[2].decode("utf-8", "surrogateescape")
@@ -116,14 +99,12 @@ def latency_graph(client, argv: list[bytes]):
     return Verbatim(srv.latency_events.graph(event, srv.system_ms() // 1000).encode("utf-8", "surrogateescape"))
 
 
-@subcommand("latency", "doctor", 2, _LATENCY, since="2.8.13",
-            summary="Returns a human-readable latency analysis report.", complexity="O(1)")
+@subcommand("latency", "doctor")
 def latency_doctor(client, argv: list[bytes]):
     return Verbatim(doctor_report(client.server).encode("utf-8", "surrogateescape"))
 
 
-@subcommand("latency", "help", 2, "loading stale", since="2.8.13",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("latency", "help")
 def latency_help(client, argv: list[bytes]):
     return [
         b"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

@@ -15,7 +15,7 @@ from crdt.idmp import auto_iid
 from crdt.ids import U64, InvalidID, StreamID, c_string, parse_id
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
-from . import command, container, subcommand
+from . import command, subcommand
 from .entryreply import range_entries, revrange_entries
 from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
 
@@ -145,9 +145,7 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
     return a
 
 
-@command("xadd", -5, "write denyoom fast", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
-         complexity="O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.")
+@command("xadd")
 def xadd(client, argv: list[bytes]):
     if argv[2] == b"*":  # nearly every XADD: "XADD key * field value ...", nothing to parse
         nfields = len(argv) - 3
@@ -249,30 +247,23 @@ def _range(client, argv: list[bytes], rev: bool):
     return range_entries(s, start, end, count)
 
 
-@command("xrange", -4, "readonly", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Returns the messages from a stream within a range of IDs.",
-         complexity="O(N) with N being the number of elements being returned.")
+@command("xrange")
 def xrange(client, argv: list[bytes]):
     return _range(client, argv, rev=False)
 
 
-@command("xrevrange", -4, "readonly", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Returns the messages from a stream within a range of IDs in reverse order.",
-         complexity="O(N) with N being the number of elements returned.")
+@command("xrevrange")
 def xrevrange(client, argv: list[bytes]):
     return _range(client, argv, rev=True)
 
 
-@command("xlen", 2, "readonly fast", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Return the number of messages in a stream.", complexity="O(1)")
+@command("xlen")
 def xlen(client, argv: list[bytes]):
     s = client.server.db.keys.get(argv[1])
     return 0 if s is None else s.length
 
 
-@command("xdel", -3, "write fast", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Returns the number of messages after removing them from a stream.",
-         complexity="O(1) for each single item to delete in the stream, regardless of the stream size.")
+@command("xdel")
 def xdel(client, argv: list[bytes]):
     db = client.server.db
     if argv[1] not in db.keys:
@@ -282,9 +273,7 @@ def xdel(client, argv: list[bytes]):
     return sum(1 for r in res if r == 1)
 
 
-@command("xdelex", -5, "write fast", (1, 1, 1), group="stream", since="8.2.0",
-         summary="Deletes one or multiple entries from the stream.",
-         complexity="O(1) for each single item to delete in the stream, regardless of the stream size.")
+@command("xdelex")
 def xdelex(client, argv: list[bytes]):
     from .groups import parse_ids_option
 
@@ -296,9 +285,7 @@ def xdelex(client, argv: list[bytes]):
     return db.apply(db.resolver.delete_entries(db.keys[argv[1]], argv[1], ids, strategy))
 
 
-@command("xtrim", -4, "write", (1, 1, 1), group="stream", since="5.0.0",
-         summary="Deletes messages from the beginning of a stream.",
-         complexity="O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.")
+@command("xtrim")
 def xtrim(client, argv: list[bytes]):
     a = parse_add_or_trim(client, argv, xadd=False)
     db = client.server.db
@@ -310,8 +297,7 @@ def xtrim(client, argv: list[bytes]):
     return deleted
 
 
-@command("xsetid", -3, "write denyoom fast", (1, 1, 1), group="stream", since="5.0.0",
-         summary="An internal command for replicating stream values.", complexity="O(1)")
+@command("xsetid")
 def xsetid(client, argv: list[bytes]):
     new_id = parse_stream_id(argv[2], strict=True)
     entries_added = -1
@@ -384,8 +370,7 @@ def _configure_idmp(client, key: bytes, duration: int, maxsize: int) -> str:
     return "OK"
 
 
-@command("xcfgset", -2, "write fast", (1, 1, 1), group="stream", since="8.6.0",
-         summary="Sets the IDMP configuration parameters for a stream.", complexity="O(1)")
+@command("xcfgset")
 def xcfgset(client, argv: list[bytes]):
     if argv[1] not in client.server.db.keys:
         raise ReplyError("ERR no such key")
@@ -393,13 +378,7 @@ def xcfgset(client, argv: list[bytes]):
     return _configure_idmp(client, argv[1], duration, maxsize)
 
 
-container("xidmp", -2, group="stream", since="8.6.0",
-          summary="Braid alias (the IDMP proposal's spelling) for a stream's IDMP settings: XIDMP CFGSET / CFGGET.")
-
-
-@subcommand("xidmp", "cfgset", -4, "write fast", (2, 2, 1), since="8.6.0",
-            summary="Alias of XCFGSET: XIDMP CFGSET key [DURATION seconds] [MAXSIZE entries].",
-            complexity="O(1)")
+@subcommand("xidmp", "cfgset")
 def xidmp_cfgset(client, argv: list[bytes]):
     if argv[2] not in client.server.db.keys:
         raise ReplyError("ERR no such key")
@@ -407,10 +386,7 @@ def xidmp_cfgset(client, argv: list[bytes]):
     return _configure_idmp(client, argv[2], duration, maxsize)
 
 
-@subcommand("xidmp", "cfgget", -3, "readonly fast", (2, 2, 1), since="8.6.0",
-            summary="XIDMP CFGGET key [DURATION] [MAXSIZE]: the stream's IDMP settings as a map "
-                    "(both when no option is named).",
-            complexity="O(1)")
+@subcommand("xidmp", "cfgget")
 def xidmp_cfgget(client, argv: list[bytes]):
     s = client.server.db.keys.get(argv[2])
     if s is None:
@@ -427,8 +403,7 @@ def xidmp_cfgget(client, argv: list[bytes]):
     return out
 
 
-@subcommand("xidmp", "help", 2, "loading stale", since="8.6.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("xidmp", "help")
 def xidmp_help(client, argv: list[bytes]):
     return [
         b"XIDMP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -441,9 +416,7 @@ def xidmp_help(client, argv: list[bytes]):
     ]
 
 
-@command("xidmprecord", 5, "write denyoom fast", (1, 1, 1), group="stream", since="8.6.0",
-         summary="Records IDMP metadata (producer id and idempotent id) for an existing stream entry.",
-         complexity="O(1)")
+@command("xidmprecord")
 def xidmprecord(client, argv: list[bytes]):
     id_ = parse_stream_id(argv[4], strict=True)
     pid, iid = argv[2], argv[3]

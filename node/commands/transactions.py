@@ -16,8 +16,7 @@ from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command
 
 
-@command("multi", 1, "noscript loading stale fast allow-busy", group="transactions", since="1.2.0",
-         summary="Starts a transaction.", complexity="O(1)")
+@command("multi")
 def multi(client, argv: list[bytes]):
     if client.multi is not None:
         raise ReplyError("ERR MULTI calls can not be nested")
@@ -26,8 +25,7 @@ def multi(client, argv: list[bytes]):
     return "OK"
 
 
-@command("discard", 1, "noscript loading stale fast allow-busy", group="transactions", since="2.0.0",
-         summary="Discards a transaction.", complexity="O(N), when N is the number of queued commands")
+@command("discard")
 def discard(client, argv: list[bytes]):
     if client.multi is None:
         raise ReplyError("ERR DISCARD without MULTI")
@@ -37,8 +35,7 @@ def discard(client, argv: list[bytes]):
     return "OK"
 
 
-@command("exec", 1, "noscript loading stale skip-slowlog", group="transactions", since="1.2.0",
-         summary="Executes all commands in a transaction.", complexity="Depends on commands in the transaction")
+@command("exec")
 def exec_(client, argv: list[bytes]):
     if client.multi is None:
         raise ReplyError("ERR EXEC without MULTI")
@@ -75,9 +72,7 @@ def abort_exec(client, reason: str) -> ReplyError:
     return ReplyError(f"EXECABORT Transaction discarded because of: {reason}")
 
 
-@command("watch", -2, "noscript loading stale fast allow-busy", (1, -1, 1), group="transactions",
-         since="2.2.0", summary="Monitors changes to keys to determine the execution of a transaction.",
-         complexity="O(1) for every key.")
+@command("watch")
 def watch(client, argv: list[bytes]):
     if client.multi is not None:
         raise ReplyError("ERR WATCH inside MULTI is not allowed")
@@ -88,8 +83,7 @@ def watch(client, argv: list[bytes]):
     return "OK"
 
 
-@command("unwatch", 1, "noscript loading stale fast allow-busy", group="transactions", since="2.2.0",
-         summary="Forgets about watched keys of a transaction.", complexity="O(1)")
+@command("unwatch")
 def unwatch(client, argv: list[bytes]):
     client.db.unwatch(client.watched)
     return "OK"

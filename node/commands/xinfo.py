@@ -13,7 +13,7 @@ from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, c_string
 
 from ..resp.encoder import ReplyError
-from . import container, subcommand
+from . import subcommand
 from .util import parse_int
 
 
@@ -24,9 +24,6 @@ def _fmt(id_) -> bytes:
 def _s(b: bytes) -> str:
     """An argument in an error, as Redis's "%s" prints it (a C string: a NUL ends it)."""
     return c_string(b).decode("utf-8", "replace")
-
-
-container("xinfo", -2, group="stream", since="5.0.0", summary="A container for stream introspection commands.")
 
 
 def _stream(client, key: bytes):
@@ -50,8 +47,7 @@ def radix_tree_nodes(block_count: int) -> int:
     return 0 if block_count == 0 else 2 * block_count + 1
 
 
-@subcommand("xinfo", "stream", -3, "readonly", (2, 2, 1), since="5.0.0",
-            summary="Returns information about a stream.", complexity="O(1)")
+@subcommand("xinfo", "stream")
 def xinfo_stream(client, argv: list[bytes]):
     full = False
     count = 10
@@ -124,8 +120,7 @@ def _full_group(s, g, count: int) -> dict:
     }
 
 
-@subcommand("xinfo", "groups", 3, "readonly", (2, 2, 1), since="5.0.0",
-            summary="Returns a list of the consumer groups of a stream.", complexity="O(1)")
+@subcommand("xinfo", "groups")
 def xinfo_groups(client, argv: list[bytes]):
     s = _stream(client, argv[2])
     return [
@@ -141,8 +136,7 @@ def xinfo_groups(client, argv: list[bytes]):
     ]
 
 
-@subcommand("xinfo", "consumers", 4, "readonly", (2, 2, 1), since="5.0.0",
-            summary="Returns a list of the consumers in a consumer group.", complexity="O(1)")
+@subcommand("xinfo", "consumers")
 def xinfo_consumers(client, argv: list[bytes]):
     s = _stream(client, argv[2])
     g = s.groups.get(argv[3])
@@ -160,8 +154,7 @@ def xinfo_consumers(client, argv: list[bytes]):
     ]
 
 
-@subcommand("xinfo", "help", 2, "loading stale", since="5.0.0",
-            summary="Returns helpful text about the different subcommands.", complexity="O(1)")
+@subcommand("xinfo", "help")
 def xinfo_help(client, argv: list[bytes]):
     return [
         b"XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

@@ -450,18 +450,11 @@ def _claimable_at(db, a: ReadArgs, now: int) -> int | None:
     return (oldest if oldest is not None else now) + a.min_idle
 
 
-@command("xread", -4, "readonly blocking", (0, 0, 0), group="stream", since="5.0.0",
-         summary="Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.",
-         complexity="For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1).")
+@command("xread")
 def xread(client, argv: list[bytes]):
     return _read(client, argv, xreadgroup=False)
 
 
-@command("xreadgroup", -7, "write blocking", (0, 0, 0), group="stream", since="5.0.0",
-         summary="Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.",
-         complexity="For each stream mentioned: O(M) with M being the number of elements returned. If M is "
-                    "constant (e.g. always asking for the first 10 elements with COUNT), you can consider it "
-                    "O(1). On the other side when XREADGROUP blocks, XADD will pay the O(N) time in order to "
-                    "serve the N clients blocked on the stream getting new data.")
+@command("xreadgroup")
 def xreadgroup(client, argv: list[bytes]):
     return _read(client, argv, xreadgroup=True)

@@ -21,7 +21,8 @@ category replaces the earlier one), which is what ACL GETUSER and ACL LIST show
 after ``+@all`` or ``-@all``.
 
 Which keys a command names, and whether each is read (ACCESS) or written (INSERT,
-DELETE, UPDATE), comes from Redis's key specs (node/security/acl_table.py);
+DELETE, UPDATE), comes from Redis's key specs (node/commands/table.py, as
+node/security/acl_table.py gives them);
 categories are Redis's explicit ones plus the implicit ones from the command flags
 (``write`` -> @write, ``readonly`` -> @read, ``admin`` -> @admin @dangerous,
 ``fast`` -> @fast else @slow, ``blocking`` -> @blocking).
@@ -129,10 +130,6 @@ class CommandAcl:
     has_subcommands: bool
 
 
-_GROUP_CATEGORY = {"stream": "stream", "generic": "keyspace", "connection": "connection",
-                   "transactions": "transaction"}
-
-
 def _key_bits(flags) -> int:
     bits = 0
     if "ACCESS" in flags:
@@ -140,18 +137,6 @@ def _key_bits(flags) -> int:
     if "INSERT" in flags or "DELETE" in flags or "UPDATE" in flags:
         bits |= WRITE
     return bits
-
-
-def _derived(cmd) -> tuple:
-    """A command Redis does not have: categories from its flags and group, keys from its
-    first/last/step (read-write when it writes, read otherwise)."""
-    explicit = (_GROUP_CATEGORY[cmd.group],) if cmd.group in _GROUP_CATEGORY and cmd.handler else ()
-    specs = ()
-    if cmd.first_key > 0:
-        kflags = ("RW", "UPDATE") if cmd.is_write else ("RO", "ACCESS")
-        last = cmd.last_key - cmd.first_key if cmd.last_key >= 0 else cmd.last_key
-        specs = ((kflags, ("index", cmd.first_key), ("range", last, cmd.step or 1, 0)),)
-    return tuple(f.replace("-", "_") for f in cmd.flags), explicit, specs
 
 
 def _categories(flags, explicit) -> frozenset[str]:
@@ -188,11 +173,11 @@ class CommandTable:
         self.top = {name: c for name, c in self.by_name.items() if c.parent is None}
 
     def _add(self, cmd) -> None:
-        flags, explicit, specs = REDIS_COMMANDS.get(cmd.fullname) or _derived(cmd)
+        flags, explicit, specs = REDIS_COMMANDS[cmd.fullname]
         self.by_name[cmd.fullname] = CommandAcl(
             cmd.fullname, _categories(flags, explicit),
             tuple((_key_bits(f), b, fk) for f, b, fk in specs),
-            "no-auth" in cmd.flags, cmd.parent.name if cmd.parent else None,
+            "no_auth" in flags, cmd.parent.name if cmd.parent else None,
             tuple(s.fullname for s in cmd.subcommands.values()), bool(cmd.subcommands))
 
     def lookup(self, name: str) -> CommandAcl | None:

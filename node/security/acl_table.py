@@ -1,132 +1,17 @@
-"""Redis's ACL data for Braid's commands: flags, explicit ACL categories, key specs.
+"""The command table as ACL sees it, derived from the commands' descriptions.
 
-Copied from Redis's command table (``src/commands/*.json``, 8.x) for every command
-Braid shares with Redis, so that ``+@read``, ``%R~`` and the rest decide exactly
-as Redis does: ``name -> (command flags, explicit categories, key specs)``.  A key
-spec is ``(flags, begin_search, find_keys)`` with ``begin_search`` either
+Every command's flags, explicit ACL categories and key specs are written once, in
+node/commands/table.py (Redis's own for the commands Braid shares with Redis, so that
+``+@read``, ``%R~`` and the rest decide exactly as Redis does).  This module gives them to
+node/security/acl.py as ``full name -> (flags, explicit categories, key specs)``, where a
+key spec is ``(flags, begin_search, find_keys)`` with ``begin_search`` either
 ``("index", pos)`` or ``("keyword", word, startfrom)`` and ``find_keys`` either
-``("range", lastkey, step, limit)`` or ``("keynum", keynumidx, firstkey, step)``,
-read as Redis's ``getKeysUsingKeySpecs`` reads them (node/security/acl.py).
-
-Commands Redis 8.6 and 8.8 added after this table was taken (XDELEX, XACKDEL,
-XCFGSET, XIDMP, XIDMPRECORD, XNACK) are written out by hand below with the same fields; Braid's own
-commands (BRAID.*, XORIGINS...) are not here: their categories follow from their
-flags and group (``acl.py``'s ``_derived``).
+``("range", lastkey, step, limit)`` or ``("keynum", keynumidx, firstkey, step)``, read as
+Redis's ``getKeysUsingKeySpecs`` reads them.  The implicit categories (@write, @read,
+@admin, @fast or @slow...) follow from the flags (``acl.py``'s ``_categories``).
 """
 
-# fmt: off
-REDIS_COMMANDS: dict[str, tuple] = {
-    'ping': (('fast', 'sentinel'), ('connection',), ()),
-    'echo': (('loading', 'stale', 'fast'), ('connection',), ()),
-    'auth': (('noscript', 'loading', 'stale', 'fast', 'no_auth', 'sentinel', 'allow_busy'), ('connection',), ()),
-    'hello': (('noscript', 'loading', 'stale', 'fast', 'no_auth', 'sentinel', 'allow_busy'), ('connection',), ()),
-    'select': (('loading', 'stale', 'fast'), ('connection',), ()),
-    'quit': (('allow_busy', 'noscript', 'loading', 'stale', 'fast', 'no_auth'), ('connection',), ()),
-    'reset': (('noscript', 'loading', 'stale', 'fast', 'no_auth', 'allow_busy'), ('connection',), ()),
-    'client': (('sentinel',), (), ()),
-    'client|setname': (('noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|getname': (('noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|id': (('noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|info': (('noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|list': (('admin', 'noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|setinfo': (('noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|kill': (('admin', 'noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|no-evict': (('admin', 'noscript', 'loading', 'stale', 'sentinel'), ('connection',), ()),
-    'client|no-touch': (('noscript', 'loading', 'stale'), ('connection',), ()),
-    'client|help': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'info': (('loading', 'stale', 'sentinel'), ('dangerous',), ()),
-    'config': ((), (), ()),
-    'config|get': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'config|set': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'config|resetstat': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'config|help': (('loading', 'stale'), (), ()),
-    'command': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'command|count': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'command|list': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'command|info': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'command|docs': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'command|getkeys': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'command|help': (('loading', 'stale', 'sentinel'), ('connection',), ()),
-    'dbsize': (('readonly', 'fast'), ('keyspace',), ()),
-    'flushdb': (('write',), ('keyspace', 'dangerous'), ()),
-    'flushall': (('write',), ('keyspace', 'dangerous'), ()),
-    'time': (('loading', 'stale', 'fast'), (), ()),
-    'save': (('no_async_loading', 'admin', 'noscript', 'no_multi'), (), ()),
-    'bgsave': (('no_async_loading', 'admin', 'noscript'), (), ()),
-    'bgrewriteaof': (('no_async_loading', 'admin', 'noscript'), (), ()),
-    'shutdown': (('admin', 'noscript', 'loading', 'stale', 'no_multi', 'sentinel', 'allow_busy'), (), ()),
-    'lastsave': (('loading', 'stale', 'fast'), ('admin', 'dangerous'), ()),
-    'del': (('write',), ('keyspace',), ((('RM', 'DELETE'), ('index', 1), ('range', -1, 1, 0)),)),
-    'unlink': (('write', 'fast'), ('keyspace',), ((('RM', 'DELETE'), ('index', 1), ('range', -1, 1, 0)),)),
-    'exists': (('readonly', 'fast'), ('keyspace',), ((('RO',), ('index', 1), ('range', -1, 1, 0)),)),
-    'type': (('readonly', 'fast'), ('keyspace',), ((('RO',), ('index', 1), ('range', 0, 1, 0)),)),
-    'ttl': (('readonly', 'fast'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'pttl': (('readonly', 'fast'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'expiretime': (('readonly', 'fast'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'pexpiretime': (('readonly', 'fast'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'persist': (('write', 'fast'), ('keyspace',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'rename': (('write',), ('keyspace',), ((('RW', 'ACCESS', 'DELETE'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)))),
-    'renamenx': (('write', 'fast'), ('keyspace',), ((('RW', 'ACCESS', 'DELETE'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'INSERT'), ('index', 2), ('range', 0, 1, 0)))),
-    'copy': (('write', 'denyoom'), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)), (('OW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)))),
-    'dump': (('readonly',), ('keyspace',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'restore': (('write', 'denyoom'), ('keyspace', 'dangerous'), ((('OW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'restore-asking': (('write', 'denyoom', 'asking'), ('keyspace', 'dangerous'), ((('OW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'migrate': (('write',), ('keyspace', 'dangerous'), ((('RW', 'ACCESS', 'DELETE'), ('index', 3), ('range', 0, 1, 0)), (('RW', 'ACCESS', 'DELETE', 'INCOMPLETE'), ('keyword', 'KEYS', -2), ('range', -1, 1, 0)))),
-    'keys': (('readonly',), ('keyspace', 'dangerous'), ()),
-    'scan': (('readonly', 'touches_arbitrary_keys'), ('keyspace',), ()),
-    'multi': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ()),
-    'discard': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ()),
-    'exec': (('noscript', 'loading', 'stale', 'skip_slowlog'), ('transaction',), ()),
-    'watch': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ((('RO',), ('index', 1), ('range', -1, 1, 0)),)),
-    'unwatch': (('noscript', 'loading', 'stale', 'fast', 'allow_busy'), ('transaction',), ()),
-    'xadd': (('write', 'denyoom', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xrange': (('readonly',), ('stream',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xrevrange': (('readonly',), ('stream',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xlen': (('readonly', 'fast'), ('stream',), ((('RO',), ('index', 1), ('range', 0, 1, 0)),)),
-    'xdel': (('write', 'fast'), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xtrim': (('write',), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xsetid': (('write', 'denyoom', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xread': (('blocking', 'readonly'), ('stream',), ((('RO', 'ACCESS'), ('keyword', 'STREAMS', 1), ('range', -1, 1, 2)),)),
-    'xreadgroup': (('blocking', 'write'), ('stream',), ((('RO', 'ACCESS'), ('keyword', 'STREAMS', 4), ('range', -1, 1, 2)),)),
-    'xgroup': ((), (), ()),
-    'xgroup|create': (('write', 'denyoom'), ('stream',), ((('RW', 'INSERT'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xgroup|setid': (('write',), ('stream',), ((('RW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xgroup|destroy': (('write',), ('stream',), ((('RW', 'DELETE'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xgroup|createconsumer': (('write', 'denyoom'), ('stream',), ((('RW', 'INSERT'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xgroup|delconsumer': (('write',), ('stream',), ((('RW', 'DELETE'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xgroup|help': (('loading', 'stale'), ('stream',), ()),
-    'xack': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xpending': (('readonly',), ('stream',), ((('RO', 'ACCESS'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xclaim': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xautoclaim': (('write', 'fast'), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xinfo': ((), (), ()),
-    'xinfo|stream': (('readonly',), ('stream',), ((('RO', 'ACCESS'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xinfo|groups': (('readonly',), ('stream',), ((('RO', 'ACCESS'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xinfo|consumers': (('readonly',), ('stream',), ((('RO', 'ACCESS'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xinfo|help': (('loading', 'stale'), ('stream',), ()),
-    'debug': (('admin', 'noscript', 'loading', 'stale', 'protected'), (), ()),
-    'slowlog': ((), (), ()),
-    'slowlog|get': (('admin', 'loading', 'stale'), (), ()),
-    'slowlog|len': (('admin', 'loading', 'stale'), (), ()),
-    'slowlog|reset': (('admin', 'loading', 'stale'), (), ()),
-    'slowlog|help': (('loading', 'stale'), (), ()),
-    'latency': ((), (), ()),
-    'latency|latest': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'latency|history': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'latency|reset': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'latency|graph': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'latency|doctor': (('admin', 'noscript', 'loading', 'stale'), (), ()),
-    'latency|help': (('loading', 'stale'), (), ()),
-    # Redis 8.2+ stream commands (XDELEX, XACKDEL) and 8.6's IDMP / XCFGSET
-    'xdelex': (('write', 'fast'), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xackdel': (('write', 'fast'), ('stream',), ((('RW', 'DELETE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xcfgset': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xidmprecord': (('write', 'denyoom', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-    'xidmp': ((), (), ()),
-    'xidmp|cfgset': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xidmp|cfgget': (('readonly', 'fast'), ('stream',), ((('RO', 'ACCESS'), ('index', 2), ('range', 0, 1, 0)),)),
-    'xidmp|help': (('loading', 'stale'), ('stream',), ()),
-    # Redis 8.8's XNACK
-    'xnack': (('write', 'fast'), ('stream',), ((('RW', 'UPDATE'), ('index', 1), ('range', 0, 1, 0)),)),
-}
-# fmt: on
+from ..commands.table import DESCRIPTIONS
+
+# Named after Redis's command table, whose shape it has; it holds every command Braid has.
+REDIS_COMMANDS: dict[str, tuple] = {name: (d.flags, d.acl, d.keys) for name, d in DESCRIPTIONS.items()}
