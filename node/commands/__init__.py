@@ -211,6 +211,17 @@ def load_all() -> dict[bytes, Command]:
     strays = sorted({d.family for d in DESCRIPTIONS.values()} - set(FAMILIES))
     if missing or strays:
         raise LookupError(f"described without a handler: {missing}; families not in FAMILIES: {strays}")
+    # COMMAND lists them in FAMILIES' order, each family's in its module's order, whichever
+    # module was imported first (a stable sort by family: within one the order is the file's)
+    rank = {fam: i for i, fam in enumerate(FAMILIES)}
+
+    def by_family(item: tuple[bytes, Command]) -> int:
+        return rank[DESCRIPTIONS[item[1].fullname].family]
+
+    for table in [COMMANDS] + [c.subcommands for c in COMMANDS.values() if c.subcommands]:
+        ordered = sorted(table.items(), key=by_family)
+        table.clear()
+        table.update(ordered)
     return COMMANDS
 
 
