@@ -414,7 +414,6 @@ class Server(RegionCore):
         else:
             self.used_memory()
 
-    # ------------------------------------------------------------ blocking
     # ------------------------------------------------------------ sliced commands
     def run_sliced(self, client: "ClientConnection", sliced: Sliced, argv: list[bytes]) -> None:
         """Prepare ``client``'s long command a slice per turn of the loop (node/slicing.py);
@@ -458,6 +457,7 @@ class Server(RegionCore):
             return
         asyncio.get_running_loop().call_soon(self._advance_sliced, client, sliced)
 
+    # ------------------------------------------------------------ blocking
     def park(self, client: "ClientConnection", blocked: Blocked) -> None:
         self.blocking.park(client, blocked)
         if blocked.timeout_ms > 0:
@@ -846,7 +846,7 @@ class ClientConnection(Session, asyncio.Protocol):
             encode(self.out, reply, self.resp3)
         if self.logged_upto != self.replied_upto:
             self._logged_reply(at)
-        if self.transport is not None and len(self.out) > self.server.output_room:
+        if self.transport is not None and len(self.out) + self.spilled_bytes > self.server.output_room:
             self._check_output_limit()  # the hard limit holds for these replies too
             if self.closing:
                 return
