@@ -53,6 +53,8 @@ from .resp.encoder import Entries, ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
 from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
+from .transport.admin import AdminServicer
+from .transport.admin import clients as admin_clients
 
 __all__ = ["ClientConnection", "Server", "Stats", "run_server",
            "unknown_command_error"]
@@ -283,7 +285,9 @@ class Server(RegionCore):
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
         if self.db.aa is not None:
-            await self.db.aa.start(self.config["bind"])  # where the RESP port listens
+            # where the RESP port listens; the admin service served beside the replication links, and
+            # how the region reaches the other regions' (node/transport/admin.py)
+            await self.db.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients)
 
     def shutdown(self) -> None:
         """Stop the region once this turn of the event loop is done (SHUTDOWN)."""
