@@ -51,6 +51,9 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
 log = logging.getLogger("braid.tls")
 
 HANDSHAKE_TIMEOUT_S = 10.0  # a client that has not finished its handshake by then is dropped
@@ -86,8 +89,6 @@ def _read(setting: str, path: str) -> bytes:
 
 
 def _check_certs(setting: str, path: str, data: bytes) -> None:
-    from cryptography import x509
-
     try:
         x509.load_pem_x509_certificates(data)
     except ValueError:
@@ -95,8 +96,6 @@ def _check_certs(setting: str, path: str, data: bytes) -> None:
 
 
 def _check_key(path: str, data: bytes, password: str) -> None:
-    from cryptography.hazmat.primitives import serialization
-
     try:
         serialization.load_pem_private_key(data, password.encode() if password else None)
     except TypeError:  # encrypted without a password given, or a password for a clear key
