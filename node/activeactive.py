@@ -69,7 +69,7 @@ from .lone_writes import LoneStep, LoneWrites
 from .persistence import snapshot
 from .persistence.promise import proposal_from_dict, proposal_to_dict
 from .transport.admin_types import FlushNotReady
-from .transport.replication import ReplicationHub
+from .transport.replication import ReplicationHub, Transport
 from .transport.tls import LinkCredentials
 
 log = logging.getLogger("braid.activeactive")
@@ -148,14 +148,17 @@ class ActiveActive:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, services: Iterable[Callable[[ActiveActive], object]] = (),
-                    connect: Connect | None = None) -> None:
-        """Listen on ``host`` (where the RESP port listens) and dial the peers.  ``services``:
-        the gRPC services served beside the replication links, each made for this region (the
+                    connect: Connect | None = None, transport: Transport | None = None) -> None:
+        """Listen on ``host`` (where the RESP port listens) and dial the peers.  ``transport``:
+        what carries the replication links (``GrpcLinks()``, node/transport/grpc_links.py);
+        ``services``: the gRPC services served beside them, each made for this region (the
         server gives the admin service, node/transport/admin.py); ``connect``: how this region
         reaches other regions' admin service (membership: learning, activating, settling).
-        Both are given by the caller so this module does not import the admin service's gRPC."""
+        All are given by the caller (node/server.py) so this module does not import gRPC."""
         if connect is not None:
             self.admin_connect = connect
+        if transport is not None:
+            self.hub.transport = transport
         await self.hub.serve(host, self.me.repl_port, extra=[make(self) for make in services])
         if self.hub.tls is not None:  # a joining region asks the others to activate it, as braid-admin would
             m = self.hub.tls.material

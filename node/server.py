@@ -63,6 +63,7 @@ from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
 from .transport.admin import AdminServicer
 from .transport.admin import clients as admin_clients
+from .transport.grpc_links import GrpcLinks
 
 __all__ = ["ClientConnection", "Server", "Stats", "run_server",
            "unknown_command_error"]
@@ -284,9 +285,10 @@ class Server(RegionCore):
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
         if self.db.aa is not None:
-            # where the RESP port listens; the admin service served beside the replication links, and
-            # how the region reaches the other regions' (node/transport/admin.py)
-            await self.db.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients)
+            # where the RESP port listens; the links over gRPC, the admin service served beside them, and
+            # how the region reaches the other regions' (node/transport/{grpc_links,admin}.py)
+            await self.db.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients,
+                                   transport=GrpcLinks())
 
     def shutdown(self) -> None:
         """Stop the region once this turn of the event loop is done (SHUTDOWN)."""
