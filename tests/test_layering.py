@@ -20,6 +20,7 @@ Checked:
 - no strongly connected component of more than one module in crdt/, node/, pipeline/
   (each cycle is printed as a chain ``a -> b -> a`` with the line of each import);
 - crdt/ imports nothing from node/ or pipeline/, nor a module that does I/O (:data:`IO`);
+- the simulation (``chaos.sim``) imports no gRPC;
 - chaos/ (and bench/) are only reported, on stdout (``pytest -s``), not asserted.
 """
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 from collections import deque
 
 import pytest
@@ -267,6 +270,16 @@ def test_crdt_does_no_io(graph):
              for m, external in graph.external.items() if m.partition(".")[0] == "crdt"
              for t, lines in external.items() if t in IO]
     assert not wrong, "\n".join(wrong)
+
+
+def test_simulation_loads_no_grpc():
+    """The simulation runs real region cores and replication hubs over its own network: gRPC
+    (node/transport/grpc_links.py, admin.py) is the server's to hand them, never imported."""
+    code = "import chaos.sim, sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'grpc'))"
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]", out
 
 
 def test_report_tools():

@@ -87,7 +87,7 @@ class GrpcLinks:
     async def serve(self, hub: ReplicationHub, host: str, port: int, extra: Iterable) -> int:
         """Serve Replication for ``hub``, and the ``extra`` services (each ``.add_to(server)``), on one port."""
         self.server = grpc.aio.server(options=hub.limits.server_options())
-        pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), self.server)
+        pb_grpc.add_ReplicationServicer_to_server(_Servicer(hub), self.server)
         for service in extra:
             service.add_to(self.server)
         if hub.tls is None:
@@ -174,7 +174,7 @@ class GrpcLinks:
                     return
             if hub.is_cut(peer):
                 return  # the newer list it brought removed this region, or the peer
-            link = Link(self, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
+            link = Link(hub, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
                         my_vv=my_vv, my_floor=my_floor, packed=w.packed_batches, peer_heads=dict(w.heads),
                         peer_joins=w.joins_states)
 
