@@ -199,8 +199,8 @@ class ActiveActive:
     async def _learn_membership(self) -> None:
         """Ask every peer's admin service for its member list and adopt a newer one."""
         try:
-            lists = await asyncio.to_thread(member_lists, self.admin_connect, self.cluster, [p.number for p in self.peers()],
-                                            self.admin_tls)
+            lists = await asyncio.to_thread(member_lists, self.admin_connect, self.cluster,
+                                            [p.number for p in self.peers()], self.admin_tls)
         except Exception as e:  # a peer's odd answer must not stop the region
             log.warning("could not ask the peers for their member lists: %s", e)
             return
@@ -1004,11 +1004,12 @@ class ActiveActive:
     async def _settle_with_voters(self, p: Proposal) -> None:
         others = [n for n in self.membership.voters(p.change) if n != self.region]
         mine = self.standing(p)
-        theirs = await asyncio.to_thread(standings_from_regions, self.admin_connect, self.cluster, p, others, self.admin_tls)
+        theirs = await asyncio.to_thread(standings_from_regions, self.admin_connect, self.cluster, p, others,
+                                         self.admin_tls)
         settlement = self.settle(p, {**theirs, self.region: mine})
         if settlement.outcome == COMMIT:
-            unreached = await asyncio.to_thread(commit_to_regions, self.admin_connect, self.cluster, p, settlement.frozen, others,
-                                                self.admin_tls)
+            unreached = await asyncio.to_thread(commit_to_regions, self.admin_connect, self.cluster, p,
+                                                settlement.frozen, others, self.admin_tls)
             if unreached:
                 log.info("the settled commit of epoch %d did not reach %s: each settles it itself or takes the "
                          "list at its next handshake", p.epoch, "; ".join(unreached))

@@ -215,7 +215,8 @@ def status_blob(st, stride: int) -> bytes:
 
 
 def agree_with_regions(connect: Connect, cfg: ClusterConfig, current: Membership, change: Change,
-                       ballot: tuple[int, int], tls: tuple[bytes, bytes, bytes] | None) -> tuple[Proposal, int, list[str]]:
+                       ballot: tuple[int, int],
+                       tls: tuple[bytes, bytes, bytes] | None) -> tuple[Proposal, int, list[str]]:
     """:func:`agree` over the admin service of every voter (blocking: run it off the event loop)."""
     voters = connect(cfg, current.live(), tls, 5.0)
     try:
