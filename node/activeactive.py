@@ -50,23 +50,27 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
+from crdt.groups import ENTRIES_READ_UNKNOWN
 from crdt.join import RegionState, join
 from crdt.membership import ABORT, ACTIVATE, ACTIVE, ADOPT, COMMIT, FORCE_REMOVE, JOINING, LEAVING, LIVE, \
     REMOVE, REMOVED, WAIT, Change, Membership, MembershipError, Promise, Proposal, Settlement, Standing
+from crdt.pel import PendingMap
 from crdt.sync import LinkState
 
 from . import opcodec
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, membership_from_blob
-from .membership_change import MembershipChangeError, agree_with_regions, commit_to_regions, member_lists, \
+from .membership_change import Connect, MembershipChangeError, agree_with_regions, commit_to_regions, member_lists, \
     standings_from_regions
 from .lone_writes import LoneStep, LoneWrites
 from .persistence import snapshot
 from .persistence.promise import proposal_from_dict, proposal_to_dict
-from .transport.replication import ReplicationHub
+from .transport.admin_types import FlushNotReady
+from .transport.replication import ReplicationHub, Transport
+from .transport.tls import LinkCredentials
 
 log = logging.getLogger("braid.activeactive")
 
@@ -108,12 +112,13 @@ class ActiveActive:
         self._learn_soon = True   # ask the peers for their member lists (at start, after a refusal)
         self.on_purge: Callable[[], None] = lambda: None  # the server wipes its files and stops
         self.admin_tls = None  # set by start(): what this region presents to other regions' admin service
+        # set by start(): opens clients of other regions' admin service (node.transport.admin.clients);
+        # until then no region is reachable that way
+        self.admin_connect: Connect = _no_admin_clients
         self.causal = CausalLog(me.number)
         c = cluster
         tls = None
         if c.tls is not None:  # TlsConfigError (a ValueError) names a file that cannot be used
-            from .transport.tls import LinkCredentials
-
             tls = LinkCredentials(c.tls.ca, *c.tls.region_pair(me))
         # the region core sets on_apply, on_apply_run and install_image (node/core.py)
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, _not_attached,
@@ -142,11 +147,19 @@ class ActiveActive:
         self.lone = LoneWrites()  # writes taken alone (crdt-lone-writes-after-ms; node/lone_writes.py)
 
     # ------------------------------------------------------------ lifecycle
-    async def start(self, host: str) -> None:
-        """Listen on ``host`` (where the RESP port listens) and dial the peers."""
-        from .transport.admin import AdminServicer
-
-        await self.hub.serve(host, self.me.repl_port, extra=[AdminServicer(self)])
+    async def start(self, host: str, services: Iterable[Callable[[ActiveActive], object]] = (),
+                    connect: Connect | None = None, transport: Transport | None = None) -> None:
+        """Listen on ``host`` (where the RESP port listens) and dial the peers.  ``transport``:
+        what carries the replication links (``GrpcLinks()``, node/transport/grpc_links.py);
+        ``services``: the gRPC services served beside them, each made for this region (the
+        server gives the admin service, node/transport/admin.py); ``connect``: how this region
+        reaches other regions' admin service (membership: learning, activating, settling).
+        All are given by the caller (node/server.py) so this module does not import gRPC."""
+        if connect is not None:
+            self.admin_connect = connect
+        if transport is not None:
+            self.hub.transport = transport
+        await self.hub.serve(host, self.me.repl_port, extra=[make(self) for make in services])
         if self.hub.tls is not None:  # a joining region asks the others to activate it, as braid-admin would
             m = self.hub.tls.material
             self.admin_tls = (m.ca, m.cert, m.key)
@@ -186,8 +199,8 @@ class ActiveActive:
     async def _learn_membership(self) -> None:
         """Ask every peer's admin service for its member list and adopt a newer one."""
         try:
-            lists = await asyncio.to_thread(member_lists, self.cluster, [p.number for p in self.peers()],
-                                            self.admin_tls)
+            lists = await asyncio.to_thread(member_lists, self.admin_connect, self.cluster,
+                                            [p.number for p in self.peers()], self.admin_tls)
         except Exception as e:  # a peer's odd answer must not stop the region
             log.warning("could not ask the peers for their member lists: %s", e)
             return
@@ -991,11 +1004,12 @@ class ActiveActive:
     async def _settle_with_voters(self, p: Proposal) -> None:
         others = [n for n in self.membership.voters(p.change) if n != self.region]
         mine = self.standing(p)
-        theirs = await asyncio.to_thread(standings_from_regions, self.cluster, p, others, self.admin_tls)
+        theirs = await asyncio.to_thread(standings_from_regions, self.admin_connect, self.cluster, p, others,
+                                         self.admin_tls)
         settlement = self.settle(p, {**theirs, self.region: mine})
         if settlement.outcome == COMMIT:
-            unreached = await asyncio.to_thread(commit_to_regions, self.cluster, p, settlement.frozen, others,
-                                                self.admin_tls)
+            unreached = await asyncio.to_thread(commit_to_regions, self.admin_connect, self.cluster, p,
+                                                settlement.frozen, others, self.admin_tls)
             if unreached:
                 log.info("the settled commit of epoch %d did not reach %s: each settles it itself or takes the "
                          "list at its next handshake", p.epoch, "; ".join(unreached))
@@ -1129,7 +1143,7 @@ class ActiveActive:
             if self.caught_up():
                 try:
                     m = self.membership
-                    await asyncio.to_thread(agree_with_regions, self.cluster,
+                    await asyncio.to_thread(agree_with_regions, self.admin_connect, self.cluster,
                                             Membership(m.stride, m.epoch, dict(m.members), dict(m.frozen)),
                                             Change(ACTIVATE, self.region), (self.region, time.time_ns()),
                                             self.admin_tls)
@@ -1191,8 +1205,8 @@ class MembershipGate:
         return "behind"
 
 
-class FlushNotReady(ValueError):
-    """A cluster-wide flush whose region still lacked operations when its time was up."""
+def _no_admin_clients(cfg, numbers, tls, timeout) -> dict:
+    return {}  # not started: no way to reach another region's admin service
 
 
 def _no_flush() -> int:
@@ -1225,9 +1239,6 @@ def _keep_local_groups(new_keys, old_keys, back_in: int | None = None) -> None:
 
 def _keep_local_group_state(g, old) -> None:
     """A group from a resync image: its local half (consumers, PEL, cursors) is this region's."""
-    from crdt.groups import ENTRIES_READ_UNKNOWN
-    from crdt.pel import PendingMap
-
     if old is None:  # new here: nobody read it in this region yet
         g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = PendingMap(), {}, {}, {}, 0
         g.last_id, g.entries_read = g.floor, ENTRIES_READ_UNKNOWN

@@ -69,9 +69,9 @@ from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED,
     MembershipError
 
 from .cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec, load
-from .membership_change import MembershipChangeError, agree, clients, commit
+from .membership_change import MembershipChangeError, agree, commit
 from .persistence import aof, snapshot
-from .transport.admin import AdminCallError, AdminClient, AdminTls
+from .transport.admin import AdminCallError, AdminClient, AdminTls, clients
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
 

@@ -8,12 +8,27 @@ import faulthandler
 import logging
 import os
 import sys
+import threading
 import time
 
+from .cluster import down, restart, up
+from .cluster_config import load
 from .config import FSYNC_POLICIES, Config, ConfigError
+from .persistence import rdb, snapshot
+from .persistence.aof import examine, fsync_directory, plan_salvage, salvage
+from .persistence.legacy import convert
+from .persistence.oplog import mark_for_recovery, read_run_mark
+from .persistence.promise import PromiseFileError
+from .persistence.rdbfile import MAX_RDB_VERSION, REDIS_RDB_VERSIONS, STREAM_TYPES, RdbFileError, RdbFileReader, \
+    RdbFileWriter, restore_payload, split_dump_payload, stream_type_for
+from .persistence.replay import LoadError
+from .persistence.snapshot import SnapshotError, list_snapshots
+from .security.acl import AclFileError
+from .security.certs import create_cluster_certs
 from .security.tls import TlsConfigError
 from .server import Server, run_server
 from .supervision import EXIT_FAIL_STOP, oom_detail, ran_out_of_memory, release_memory_reserve, reserve_memory
+from .transport.tls import TlsConfigError as LinkTlsError
 
 # `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
 TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
@@ -55,7 +70,7 @@ def _port(text: str) -> int:
 
 def _event_loop_policy() -> None:
     try:
-        import uvloop
+        import uvloop  # optional by platform (not on Windows): imported where it is used, guarded
     except ImportError:  # pragma: no cover - uvloop is a pinned dependency
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
@@ -70,8 +85,6 @@ def cmd_node(args: argparse.Namespace) -> int:
         pass  # no stderr to write to (it is closed): nothing to leave them in
     cluster = None
     if args.config:
-        from .cluster_config import load
-
         try:
             ccfg = load(args.config)
             me = ccfg.region(args.region or "")
@@ -116,10 +129,6 @@ def cmd_node(args: argparse.Namespace) -> int:
     importer = _node_import(args, cfg) if args.import_rdb else None
     if isinstance(importer, int):
         return importer
-    from .persistence.promise import PromiseFileError
-    from .security.acl import AclFileError
-    from .transport.tls import TlsConfigError as LinkTlsError
-
     try:
         server = Server(cfg, cluster=cluster)
     except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
@@ -137,8 +146,6 @@ def cmd_node(args: argparse.Namespace) -> int:
         print(f"braid node: {e}", file=sys.stderr)
         return 1
     _event_loop_policy()
-    from .persistence.replay import LoadError
-
     if importer is not None:
         importer.start()
 
@@ -187,10 +194,6 @@ def _node_import(args: argparse.Namespace, cfg: Config):
     streams were imported before); else the thread that restores the file's streams once the region
     serves, through its own client port (reported on stdout); or an exit status: 2 for an unreadable
     file or no plain port."""
-    import threading
-
-    from .persistence.rdbfile import RdbFileError
-
     log_dir = os.path.join(cfg["dir"], cfg["appenddirname"])
     if os.path.isdir(log_dir) and os.listdir(log_dir):
         print(f"braid node: --import {args.import_rdb}: not imported, the data directory holds data already",
@@ -211,7 +214,7 @@ def _node_import(args: argparse.Namespace, cfg: Config):
     where = (host, int(cfg["port"]))
 
     def run() -> None:
-        import redis
+        import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
 
         client_args = argparse.Namespace(user=None, password=cfg["requirepass"] or None, tls=False, timeout=30.0)
         deadline = time.monotonic() + 60
@@ -241,17 +244,14 @@ def _node_import(args: argparse.Namespace, cfg: Config):
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from .cluster import up
     return up(args)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from .cluster import down
     return down(args)
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    from .cluster import restart
     return restart(args)
 
 
@@ -260,10 +260,6 @@ def cmd_check_log(args: argparse.Namespace) -> int:
 
     Exit 0: clean, or fixed; 1: a torn tail left (without --fix); 2: damage left (without
     --fix), damage --fix must not cut, or a folder no region can start from even so."""
-    from .persistence import snapshot
-    from .persistence.aof import examine, fsync_directory, plan_salvage, salvage
-    from .persistence.oplog import mark_for_recovery, read_run_mark
-
     directory = args.dir
     if not os.path.isdir(directory):
         print(f"braid check-log: {directory}: no such directory", file=sys.stderr)
@@ -409,9 +405,6 @@ def _start_from(snapshots: list[tuple[int, str]], first: int, last: int, moved: 
 
 def cmd_convert_snapshot(args: argparse.Namespace) -> int:
     """Exit 0: every file converted (or already current); 1: at least one could not be."""
-    from .persistence.legacy import convert
-    from .persistence.snapshot import SnapshotError, list_snapshots
-
     paths = []
     for path in args.paths:  # a directory: every snapshot in it
         paths += [p for _r, p in reversed(list_snapshots(path))] if os.path.isdir(path) else [path]
@@ -437,8 +430,6 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from node.security.certs import create_cluster_certs
-
     regions = [r.strip() for r in args.regions.split(",") if r.strip()]
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
     try:
@@ -467,7 +458,7 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def _client(args: argparse.Namespace, where: tuple[str, int]):
-    import redis
+    import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
@@ -507,8 +498,6 @@ class _Import:
     """One import: the file's keys sorted into the streams to RESTORE and what is only reported."""
 
     def __init__(self, path: str, db: int, replace: bool) -> None:
-        from .persistence.rdbfile import STREAM_TYPES, RdbFileReader
-
         self.path, self.replace = path, replace
         self.reader = RdbFileReader.open(path)
         self.records = list(self.reader.keys())  # the whole file first: a corrupt one sends nothing
@@ -532,8 +521,6 @@ class _Import:
 
     def restore(self, client) -> None:
         """RESTORE every stream, a hundred a round trip (a connection error propagates)."""
-        from .persistence.rdbfile import restore_payload
-
         extra = ("REPLACE",) if self.replace else ()
         for start in range(0, len(self.to_send), 100):
             batch = self.to_send[start:start + 100]
@@ -585,9 +572,7 @@ class _Import:
 def cmd_import(args: argparse.Namespace) -> int:
     """Exit 0: every stream of the database was restored (or reported as already there, expired...);
     1: the server could not be reached or refused a stream; 2: the file is unreadable or not a valid RDB."""
-    import redis
-
-    from .persistence.rdbfile import RdbFileError
+    import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
 
     try:
         job = _Import(args.file, args.db, args.replace)
@@ -620,9 +605,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """Exit 0: the file is written; 1: the server could not be reached or a stream could not be
     written in the asked version; 2: the file could not be written."""
-    import redis
-
-    from .persistence.rdbfile import MAX_RDB_VERSION, REDIS_RDB_VERSIONS, stream_type_for
+    import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
 
     version = args.rdb_version if args.rdb_version is not None else REDIS_RDB_VERSIONS.get(args.for_redis)
     if version is not None:
@@ -646,9 +629,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, client, version: int | None, where: str) -> int:
-    import redis
-
-    from .persistence.rdbfile import MAX_RDB_VERSION, STREAM_TYPES, split_dump_payload, stream_type_for
+    import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
 
     try:
         names = sorted(set(client.scan_iter(count=1000, _type="stream")))  # SCAN may return a key twice
@@ -714,8 +695,6 @@ def _dumps(client, names: list[bytes]):
 
 
 def _export_writer(out, version: int, made_by: str, keys: int):
-    from .persistence.rdbfile import RdbFileWriter
-
     writer = RdbFileWriter(out, version)
     writer.begin({"redis-ver": made_by or "0.0.0", "redis-bits": 64, "ctime": int(time.time()), "used-mem": 0,
                   "aof-base": 0})
@@ -725,8 +704,6 @@ def _export_writer(out, version: int, made_by: str, keys: int):
 
 def _reencode(name: bytes, rdb_type: int, value: bytes, target: int) -> bytes:
     """A stream value in an older encoding (what an older Redis loads), through Braid's stream codec."""
-    from .persistence import rdb
-
     try:
         stream = rdb.read_stream_value(rdb.Reader(value), rdb_type)
         return rdb.write_stream_value(stream, target)

@@ -60,6 +60,8 @@ of the moment (the cluster file's epoch says they changed), whatever ``--regions
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -72,6 +74,10 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
+
+from . import admin_cli
+from .cluster_config import LinkTls, load, local_cluster
+from .security.certs import create_cluster_certs
 
 PIDFILE = "cluster.pids"
 CLUSTER_FILE = "cluster.toml"
@@ -385,8 +391,6 @@ def _reuse_cluster(cluster_file: str, args: argparse.Namespace):
     changed (``braid up --add-region``, ``braid-admin region remove``): then its
     members of the moment are restarted, whatever ``--regions`` says.
     """
-    from .cluster_config import load, local_cluster
-
     data_dir = os.path.dirname(os.path.abspath(cluster_file))
     wanted = local_cluster(args.regions, args.base_port, data_dir)
     if getattr(args, "tls", False):
@@ -435,8 +439,6 @@ def tls_region_config(name: str, port: int) -> dict[str, str | int]:
 def with_tls(cfg, data_dir: str) -> None:
     """TLS everywhere in a local cluster file (kept in ``data_dir``): mutual TLS on the links,
     TLS on each client port."""
-    from .cluster_config import LinkTls
-
     d = os.path.join(data_dir, TLS_DIR)
     cfg.tls = LinkTls(os.path.join(d, "ca.crt"), d, os.path.join(d, "admin.crt"), os.path.join(d, "admin.key"))
     for r in cfg.regions:
@@ -480,8 +482,6 @@ def _already_up(args: argparse.Namespace, data_dir: str, running: dict[int, str]
     """``braid up`` over a cluster that runs: say so, how to reach it and how to stop it."""
     ports = {}
     try:
-        from .cluster_config import load
-
         ports = {r.name: r.port for r in load(os.path.join(data_dir, CLUSTER_FILE)).live_regions()}
     except (OSError, ValueError, KeyError):
         info = _load_pids(data_dir) or {"names": [], "ports": []}
@@ -501,8 +501,6 @@ def _already_up(args: argparse.Namespace, data_dir: str, running: dict[int, str]
 def _plan(args: argparse.Namespace, data_dir: str):
     """The regions to start: (names, ports, replication ports, cluster file, tls, regions whose TLS goes on
     the command line), or an exit status after printing why not."""
-    from .cluster_config import load
-
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
     ports = [args.base_port + i for i in range(len(names))]
     tls = getattr(args, "tls", False)
@@ -611,8 +609,6 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[_Region]) -> int:
               file=sys.stderr)
         return 1
     if tls:
-        from .security.certs import create_cluster_certs
-
         try:  # an existing CA and certificates are kept (a restart, or new regions of the same CA)
             create_cluster_certs(os.path.join(data_dir, TLS_DIR), names)
         except (OSError, ValueError) as e:
@@ -796,12 +792,6 @@ def _next_region_name(cfg) -> str:
 
 def add_region(args: argparse.Namespace) -> int:
     """``braid up --add-region [NAME]``: grow the detached cluster in ``--data-dir`` by one region."""
-    import contextlib
-    import io
-
-    from . import admin_cli
-    from .cluster_config import load
-
     data_dir = os.path.abspath(args.data_dir)
     cluster_file = os.path.join(data_dir, "cluster.toml")
     info = _load_pids(data_dir)
@@ -826,8 +816,6 @@ def add_region(args: argparse.Namespace) -> int:
             print(f"braid up: port {p} is in use: the new region needs it", file=sys.stderr)
             return 1
     if cfg.tls is not None:
-        from .security.certs import create_cluster_certs
-
         try:  # signed by the CA the cluster already trusts (it is kept)
             create_cluster_certs(os.path.join(data_dir, TLS_DIR), [name])
         except (OSError, ValueError) as e:
@@ -944,8 +932,6 @@ def _drop_from_record(data_dir: str, info: dict, name: str) -> None:
 def restart(args: argparse.Namespace) -> int:
     """``braid restart --region NAME``: stop the region if it runs (only a process that really is that
     region of this cluster), start it detached with its log, wait until it answers."""
-    from .cluster_config import load
-
     data_dir = os.path.abspath(args.data_dir)
     name = args.region
     cluster_file = os.path.join(data_dir, CLUSTER_FILE)
@@ -1017,8 +1003,6 @@ def restart(args: argparse.Namespace) -> int:
 
 def _warn_if_member(data_dir: str, name: str) -> None:
     """Stopping a region that is still a member only takes it down: the others wait for it."""
-    from .cluster_config import load
-
     try:
         cfg = load(os.path.join(data_dir, CLUSTER_FILE))
     except (OSError, ValueError, KeyError):

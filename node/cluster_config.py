@@ -66,6 +66,8 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from crdt.membership import STATUSES, Member, Membership
+
 from .config import FSYNC_POLICIES, parse_memory
 
 
@@ -189,8 +191,6 @@ class ClusterConfig:
     # ------------------------------------------------------------ membership
     def membership(self):
         """The member list this file records (crdt/membership.py)."""
-        from crdt.membership import Member, Membership
-
         return Membership(self.stride, self.epoch, {r.number: Member(r.number, r.name, r.status) for r in self.regions},
                           {r.number: r.frozen for r in self.regions if not r.live})
 
@@ -288,8 +288,6 @@ class ClusterConfig:
 def membership_from_blob(blob: bytes, stride: int):
     """A peer's member list from its handshake: (Membership, endpoints of its regions).
     ValueError when it cannot be one of this database's lists."""
-    from crdt.membership import STATUSES, Member, Membership
-
     try:
         data = json.loads(blob)
         epoch, regions = int(data["epoch"]), data["regions"]

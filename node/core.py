@@ -64,6 +64,7 @@ from crdt.reissue import Reissue
 
 from . import commands as cmdtable
 from . import opcodec
+from .activeactive import ActiveActive
 from .blocking import Blocked, BlockingRegistry
 from .commands.server import command_keys
 from .commands.transactions import abort_exec
@@ -71,6 +72,7 @@ from .config import Config
 from .db import Database
 from .lone_writes import LoneStep
 from .persistence import snapshot
+from .persistence.aof import MAX_PAYLOAD
 from .resp.encoder import ReplyError
 from .security.acl import AccessControl
 from .slicing import Sliced
@@ -180,8 +182,6 @@ class RegionCore:
         if clock is not None:
             self.system_ms = clock
         if cluster is not None:
-            from .activeactive import ActiveActive
-
             cfg, me = cluster
             self.region = me.number
             aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me)
@@ -304,8 +304,6 @@ class RegionCore:
         a record holds a command's arguments and its operations, each about as large as the
         command.  With the default query-buffer limit (1 GB) every command fits and nothing
         is checked; only a limit raised past about 2 GB makes the check (``call``) run."""
-        from .persistence.aof import MAX_PAYLOAD
-
         cap = MAX_PAYLOAD // 2 - (1 << 16)
         self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
 

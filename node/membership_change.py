@@ -30,7 +30,7 @@ coordinator left").  Every such change thus ends once its voters can all be aske
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import json
@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from crdt.membership import FORCE_REMOVE, REMOVE, Change, Membership, Promise, Proposal, Standing
 
 from .cluster_config import ClusterConfig
-from .transport.admin import AdminCallError, AdminClient, AdminTls
+from .transport.admin_types import AdminCallError
 
 
 class MembershipChangeError(Exception):
@@ -51,6 +51,25 @@ class Voter(Protocol):
     def promise(self, p: Proposal) -> Promise: ...
     def commit(self, p: Proposal, frozen: int) -> object: ...
     def abort(self, p: Proposal) -> object: ...
+
+
+class Region(Protocol):
+    """A region's admin service as a coordinator or settling voter calls it (an
+    ``AdminClient``, node/transport/admin.py)."""
+
+    def promise(self, p: Proposal) -> Promise: ...
+    def commit(self, p: Proposal, frozen: int) -> object: ...
+    def abort(self, p: Proposal) -> object: ...
+    def standing(self, p: Proposal) -> Standing: ...
+    def status(self) -> object: ...
+    def close(self) -> None: ...
+
+
+# Opens clients of the admin service of some regions of a cluster: (cluster, region numbers,
+# TLS (CA, certificate, key) PEM or None, timeout in seconds) -> {number: client}.  The
+# region's is node.transport.admin.clients, given by whoever starts it (node/server.py), so
+# this module and node/activeactive.py do not load gRPC.
+Connect = Callable[[ClusterConfig, Iterable[int], tuple[bytes, bytes, bytes] | None, float], dict[int, Region]]
 
 
 class Settler(Protocol):
@@ -141,11 +160,11 @@ def standings(p: Proposal, numbers, voters: Mapping[int, Settler]) -> dict[int, 
     return out
 
 
-def standings_from_regions(cfg: ClusterConfig, p: Proposal, numbers,
+def standings_from_regions(connect: Connect, cfg: ClusterConfig, p: Proposal, numbers,
                            tls: tuple[bytes, bytes, bytes] | None) -> dict[int, Standing]:
     """:func:`standings` over the admin service of the regions ``numbers`` (blocking: run it
     off the event loop)."""
-    targets = clients(cfg, numbers, tls)
+    targets = connect(cfg, numbers, tls, 5.0)
     try:
         return standings(p, numbers, targets)
     finally:
@@ -153,12 +172,12 @@ def standings_from_regions(cfg: ClusterConfig, p: Proposal, numbers,
             c.close()
 
 
-def commit_to_regions(cfg: ClusterConfig, p: Proposal, frozen: int, numbers,
+def commit_to_regions(connect: Connect, cfg: ClusterConfig, p: Proposal, frozen: int, numbers,
                       tls: tuple[bytes, bytes, bytes] | None) -> list[str]:
     """:func:`commit` of a settled ``p`` to the regions ``numbers`` over their admin service, as
     its coordinator would have sent it; returns those not reached, described (each commits
     it when it settles it itself, or takes the list at a handshake).  Blocking."""
-    targets = clients(cfg, numbers, tls)
+    targets = connect(cfg, numbers, tls, 5.0)
     try:
         return commit(p, frozen, targets, list(targets), {r.number: r.name for r in cfg.regions})
     finally:
@@ -166,26 +185,13 @@ def commit_to_regions(cfg: ClusterConfig, p: Proposal, frozen: int, numbers,
             c.close()
 
 
-def clients(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,
-            timeout: float = 5.0) -> dict[int, AdminClient]:
-    """Admin clients of the regions ``numbers`` of ``cfg``; ``tls``: (CA, certificate, key) PEM."""
-    out = {}
-    for n in numbers:
-        r = cfg.by_number(n)
-        if r is None:
-            continue
-        t = None if tls is None else AdminTls(tls[0], tls[1], tls[2], r.name)
-        out[n] = AdminClient(f"{r.host}:{r.repl_port}", cfg.token, timeout, t)
-    return out
-
-
-def member_lists(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,
+def member_lists(connect: Connect, cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,
                  timeout: float = 2.0) -> list[bytes]:
     """The member lists (handshake form) of the regions ``numbers`` that answer within
     ``timeout``, asked at once (blocking: run it off the event loop)."""
-    targets = clients(cfg, numbers, tls, timeout)
+    targets = connect(cfg, numbers, tls, timeout)
 
-    def ask(c: AdminClient) -> bytes | None:
+    def ask(c: Region) -> bytes | None:
         try:
             return status_blob(c.status(), cfg.stride)
         except AdminCallError:
@@ -208,10 +214,11 @@ def status_blob(st, stride: int) -> bytes:
          "status": m.status, "frozen": m.frozen} for m in st.members]}).encode()
 
 
-def agree_with_regions(cfg: ClusterConfig, current: Membership, change: Change, ballot: tuple[int, int],
+def agree_with_regions(connect: Connect, cfg: ClusterConfig, current: Membership, change: Change,
+                       ballot: tuple[int, int],
                        tls: tuple[bytes, bytes, bytes] | None) -> tuple[Proposal, int, list[str]]:
     """:func:`agree` over the admin service of every voter (blocking: run it off the event loop)."""
-    voters = clients(cfg, current.live(), tls)
+    voters = connect(cfg, current.live(), tls, 5.0)
     try:
         return agree(change, current, voters, ballot, {r.number: r.name for r in cfg.regions})
     finally:

@@ -43,6 +43,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
 from .core import LatencyHistogram
+from .security.acl import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY
 from .version import BRAID_VERSION, REDIS_COMPAT_VERSION
 
 log = logging.getLogger("braid.metrics")
@@ -232,8 +233,6 @@ class RegionCollector:
                          "read's wait is not included), for XADD, XREADGROUP and XACK", ["command"],
                          [([name], h) for name, h in self.metrics.commands.items()])
         acl = srv.acl
-        from .security.acl import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY
-
         denied = CounterMetricFamily("braid_acl_denied", "Commands and authentications refused by the users "
                                      "and permissions, by what was denied", labels=["reason"])
         for reason, which in (("auth", DENIED_AUTH), ("command", DENIED_CMD), ("key", DENIED_KEY),

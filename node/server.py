@@ -37,9 +37,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import gc
 import logging
 import os
+import shutil
 import signal
+import socket
 import time
 from typing import Any
 
@@ -49,11 +52,19 @@ from .commands.migrate import SocketMigrateTransport
 from .commands.server import clients_memory, rss_bytes
 from .config import Config
 from .core import RegionCore, Session, Stats, unknown_command_error
+from .metrics import RegionMetrics
+from .persistence import snapshot
+from .persistence.oplog import OperationLog
+from .persistence.promise import FilePromiseStore
+from .persistence.replay import LoadError, load
 from .resp.encoder import Entries, ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
 from .slicing import Sliced
 from .security.tls import ClientTls
 from .supervision import EXIT_FAIL_STOP
+from .transport.admin import AdminServicer
+from .transport.admin import clients as admin_clients
+from .transport.grpc_links import GrpcLinks
 
 __all__ = ["ClientConnection", "Server", "Stats", "run_server",
            "unknown_command_error"]
@@ -117,15 +128,13 @@ class Server(RegionCore):
         self._log_closed = False  # stop() closed the log: a turn still scheduled has nothing to write
         self._bgsave: asyncio.Future | None = None
         self._replay_snapshot_after = 0.0  # monotonic time from which the replay bound may snapshot again
-        self.tls = ClientTls(self)  # the TLS client port (node/security/tls.py)
+        self.tls = ClientTls(self, lambda: ClientConnection(self))  # the TLS client port (node/security/tls.py)
         self.migrate_transport = SocketMigrateTransport()  # MIGRATE's cached connections to targets
         self.metrics = None  # the Prometheus endpoint (node/metrics.py) when metrics-port is set
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
         self.offer_cpu = getattr(os, "sched_yield", None)  # between slices of a peer's batch (core.py)
         self._cache_limits()
         if self.db.aa is not None:
-            from .persistence.promise import FilePromiseStore
-
             self.db.aa.on_purge = self.purge
             self.db.aa.attach_promise_store(FilePromiseStore(self.config["dir"]))
 
@@ -151,9 +160,6 @@ class Server(RegionCore):
     # ------------------------------------------------------------ persistence
     def open_log(self) -> None:
         """Load the append-only file (if appendonly is yes), then keep appending to it."""
-        from .persistence.oplog import OperationLog
-        from .persistence.replay import LoadError, load
-
         if not self.config["appendonly"]:
             return
         directory = os.path.join(self.config["dir"], self.config["appenddirname"])
@@ -171,8 +177,6 @@ class Server(RegionCore):
     # ------------------------------------------------------------ snapshots
     def bgsave(self) -> None:
         """BGSAVE: serialise now (a consistent point), write and fsync in a worker thread."""
-        from .persistence import snapshot
-
         if self.saving:
             raise ReplyError("ERR Background save already in progress")
         started = time.monotonic()
@@ -280,15 +284,16 @@ class Server(RegionCore):
             self.config.set("port", self.port)
         await self.tls.start(host, bool(plain))
         if int(self.config["metrics-port"]) and self.metrics is None:
-            from .metrics import RegionMetrics
-
             self.metrics = RegionMetrics(self)
             await self.metrics.start(host, int(self.config["metrics-port"]))
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
         if self.db.aa is not None:
-            await self.db.aa.start(self.config["bind"])  # where the RESP port listens
+            # where the RESP port listens; the links over gRPC, the admin service served beside them, and
+            # how the region reaches the other regions' (node/transport/{grpc_links,admin}.py)
+            await self.db.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients,
+                                   transport=GrpcLinks())
 
     def shutdown(self) -> None:
         """Stop the region once this turn of the event loop is done (SHUTDOWN)."""
@@ -376,8 +381,6 @@ class Server(RegionCore):
             self._log_closed = True
             self.oplog.close()
             if self.purging:
-                import shutil
-
                 shutil.rmtree(self.oplog.directory, ignore_errors=True)
                 if self.db.aa is not None:
                     self.db.aa.promise_store.save(None)
@@ -596,7 +599,6 @@ class ClientConnection(Session, asyncio.Protocol):
         sk = transport.get_extra_info("socket")
         if sk is not None:
             try:
-                import socket
                 sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
@@ -1068,8 +1070,6 @@ GC_YOUNG_THRESHOLD = 20_000
 
 
 def tune_garbage_collector() -> None:
-    import gc
-
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import itertools
 import os
 import shutil
@@ -29,7 +30,12 @@ import time
 
 import redis
 
+from . import admin_cli
 from .cluster import ping, writable
+from .cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
+from .config import Config
+from .security.certs import create_cluster_certs
+from .server import Server
 
 
 def free_port() -> int:
@@ -235,14 +241,10 @@ class LocalCluster:
 
     def __init__(self, regions: int = 3, extra_args: list[str] = (), tls: bool = False,
                  writable: bool = True, settings: dict[str, str | int] | None = None) -> None:
-        from .cluster_config import LinkTls, local_cluster
-
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
         self.config = local_cluster(regions, 0)
         self.certs = None
         if tls:
-            from .security.certs import create_cluster_certs
-
             self.certs = create_cluster_certs(os.path.join(self.dir, "tls"), [r.name for r in self.config.regions])
             self.config.tls = LinkTls(self.certs.ca, self.certs.directory, *self.certs.admin)
         self.file = os.path.join(self.dir, "cluster.toml")
@@ -253,8 +255,6 @@ class LocalCluster:
 
     def _place(self) -> None:
         """Pick free ports for every region and write the cluster file."""
-        from .cluster_config import RegionSpec
-
         ports = free_ports(2 * len(self.config.regions))
         self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1],
                                           tls_cert=r.tls_cert, tls_key=r.tls_key, config=dict(self.settings))
@@ -289,22 +289,15 @@ class LocalCluster:
 
     def admin(self, *argv: str) -> tuple[int, str]:
         """Run braid-admin against this cluster's file, in this process: (exit code, output)."""
-        import contextlib
-        import io
-
-        from .admin_cli import main
-
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            code = main(["--cluster", self.file, *argv])
+            code = admin_cli.main(["--cluster", self.file, *argv])
         return code, out.getvalue()
 
     def add_region(self, name: str, start: bool = True) -> BraidProcess:
         """``braid-admin region add`` a new region on free ports, then start it (it joins)."""
         port, repl_port = free_ports(2)
         if self.certs is not None:  # its certificate, from the cluster CA
-            from .security.certs import create_cluster_certs
-
             create_cluster_certs(self.certs.directory, [name])
         code, out = self.admin("region", "add", name, "--host", "127.0.0.1", "--port", str(port),
                                "--repl-port", str(repl_port))
@@ -374,8 +367,6 @@ class RedisProcess(_ServerProcess):
 def cluster_of(regions: int, name: str = "local"):
     """A cluster file of regions 1..``regions`` for regions built in one process (no addresses:
     their links are never dialed), as the in-process benchmarks build them."""
-    from .cluster_config import ClusterConfig, RegionSpec
-
     return ClusterConfig(name, "db", "token", 16,
                          [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in range(1, regions + 1)])
 
@@ -384,9 +375,6 @@ def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
     """A :class:`node.server.Server` that is not listening: region ``number`` of ``cluster``
     (standalone when None), with its append-only file (``everysec``) in ``log_dir``, loaded and
     then appended to, or without one."""
-    from .config import Config
-    from .server import Server
-
     config = Config()
     config.set("appendonly", log_dir is not None)
     if log_dir is not None:
@@ -413,9 +401,6 @@ class InProcessServer:
     """A region on an asyncio loop in a background thread (port 0 = any free port)."""
 
     def __init__(self, config=None) -> None:
-        from .config import Config
-        from .server import Server
-
         config = config or Config()
         self._own_dir = None
         if config["dir"] == ".":  # never write an append-only file into the caller's directory

@@ -18,6 +18,6 @@ import node.build  # noqa: F401
 
 def register(spark) -> None:
     """Make ``format("braid")`` available in ``spark``."""
-    from .datasource import BraidDataSource
+    from .datasource import BraidDataSource  # imports pyspark (optional): importing this package must not
 
     spark.dataSource.register(BraidDataSource)

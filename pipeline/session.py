@@ -17,7 +17,7 @@ from . import register
 
 def braid_session(app: str = "braid", master: str | None = None, conf: dict | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # pyspark: the optional pipeline extra; importing this module does not need it
 
     builder = SparkSession.builder.appName(app)
     if master is not None:

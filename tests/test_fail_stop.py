@@ -31,6 +31,7 @@ from crdt.causal import CausalLog
 from node.config import Config
 from node.supervision import EXIT_FAIL_STOP
 from node.testing import InProcessServer, LocalCluster, replication_status, version_vector, wait_until
+from node.transport.grpc_links import GrpcLinks
 from node.transport.replication import ReplicationHub
 
 
@@ -245,7 +246,8 @@ def test_an_undecodable_operation_from_a_peer_stops_the_region_unapplied_and_unr
         cfg = cluster.config
 
         async def rogue() -> None:
-            hub = ReplicationHub(3, cfg.cluster_id, cfg.database, cfg.token, CausalLog(3), lambda env: None)
+            hub = ReplicationHub(3, cfg.cluster_id, cfg.database, cfg.token, CausalLog(3), lambda env: None,
+                                 transport=GrpcLinks())
             hub.issue(b"\xc1 not an operation")
             hub.dial(2, f"127.0.0.1:{cfg.regions[1].repl_port}")
             try:

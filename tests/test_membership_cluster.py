@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from crdt.membership import FORCE_REMOVE, PROMISED, Change
-from node.membership_change import clients
+from node.transport.admin import clients
 from node.testing import LocalCluster, wait_in_sync, wait_until
 
 KEY = b"orders"
@@ -196,7 +196,8 @@ def test_a_change_needs_every_member_and_then_changes_nothing(cluster: LocalClus
 def test_concurrent_changes_never_leave_two_member_lists(cluster: LocalCluster):
     """Several coordinators propose at once; every voter promises one proposal per epoch, so
     at most one change per epoch takes effect and every region ends with the same list."""
-    from node.membership_change import MembershipChangeError, agree, clients
+    from node.membership_change import MembershipChangeError, agree
+    from node.transport.admin import clients
     from crdt.membership import JOIN, Change, MembershipError
 
     cfg = cluster.config
@@ -277,7 +278,7 @@ def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: 
     operations would stand forever."""
     from crdt.membership import FORCE_REMOVE, Change
     from node import admin_cli
-    from node.membership_change import clients
+    from node.transport.admin import clients
 
     cfg = cluster.config
     cluster.proc("region-3").kill()

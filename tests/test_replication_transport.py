@@ -23,6 +23,7 @@ import pytest
 from crdt.causal import CausalLog
 from crdt.sync import LinkState, Opening, opening
 from node.config import Config
+from node.transport.grpc_links import GrpcLinks
 from node.transport.replication import Link, ReplicationHub, pack_batch, unpack_batch
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
@@ -32,7 +33,8 @@ TOKEN = "s3cret"
 
 def make_hub(region: int, token: str = TOKEN, cluster: str = "c1") -> tuple[ReplicationHub, list]:
     applied: list = []
-    hub = ReplicationHub(region, cluster, "db", token, CausalLog(region), lambda env: applied.append(env))
+    hub = ReplicationHub(region, cluster, "db", token, CausalLog(region), lambda env: applied.append(env),
+                         transport=GrpcLinks())
     return hub, applied
 
 
@@ -90,7 +92,8 @@ def test_mismatched_peer_is_refused(token, cluster):
         try:
             good.issue(b"secret-op")
             bad.issue(b"intruder-op")
-            dialer = ReplicationHub(3, cluster, "db", token, bad.causal, lambda e: bad_applied.append(e))
+            dialer = ReplicationHub(3, cluster, "db", token, bad.causal, lambda e: bad_applied.append(e),
+                                    transport=GrpcLinks())
             dialer.dial(1, f"127.0.0.1:{port}")
             await until(lambda: good.refused >= 1 and dialer.denied >= 1)
             assert good_applied == [] and good.causal.vv == {1: 1}
@@ -115,7 +118,8 @@ def test_link_comes_back_after_the_peer_restarts():
             await until(lambda: two.causal.vv.get(1) == 1)
             await two.stop()  # the peer goes away, keeping its state (its causal log)
             one.issue(b"while-down")
-            revived = ReplicationHub(2, "c1", "db", TOKEN, two.causal, lambda e: applied_two.append(e))
+            revived = ReplicationHub(2, "c1", "db", TOKEN, two.causal, lambda e: applied_two.append(e),
+                                     transport=GrpcLinks())
             await revived.serve(port=port)
             revived.issue(b"after")
             await until(lambda: revived.causal.vv.get(1) == 2 and one.causal.vv.get(2) == 1)
@@ -280,7 +284,7 @@ def test_two_regions_catching_up_large_backlogs_from_each_other_at_once():
         hubs, got = {}, {}
         for r in (1, 2):
             got[r] = []
-            hubs[r] = ReplicationHub(r, "c1", "db", TOKEN, CausalLog(r), got[r].append, small)
+            hubs[r] = ReplicationHub(r, "c1", "db", TOKEN, CausalLog(r), got[r].append, small, transport=GrpcLinks())
         port = await hubs[2].serve()
         try:
             for r in (1, 2):
@@ -459,14 +463,14 @@ def test_the_watchdog_closes_a_link_whose_peer_reads_but_never_acknowledges():
         await server.start()
         applied: list = []
         hub = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), applied.append,
-                             Config(crdt_repl_stall_timeout_ms=300))
+                             Config(crdt_repl_stall_timeout_ms=300), transport=GrpcLinks())
         try:
             hub.issue(b"never acknowledged")
             hub.dial(2, f"127.0.0.1:{port}")
             await until(lambda: hub.stalls >= 2)  # closed, dialed again, closed again
             assert peer.calls >= 2 and peer.frames >= 2
             idle = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), applied.append,
-                                  Config(crdt_repl_stall_timeout_ms=300))
+                                  Config(crdt_repl_stall_timeout_ms=300), transport=GrpcLinks())
             idle.dial(2, f"127.0.0.1:{port}")  # nothing to acknowledge: no stall
             await until(lambda: 2 in idle.links)
             calls = peer.calls
@@ -485,11 +489,12 @@ import asyncio, sys
 import node  # first: node/build.py chooses the build of crdt (BRAID_PURE)
 from crdt.causal import CausalLog
 from node.config import Config
+from node.transport.grpc_links import GrpcLinks
 from node.transport.replication import Link, ReplicationHub
 
 async def main():
     hub = ReplicationHub(2, "c1", "db", "s3cret", CausalLog(2), lambda e: None,
-                         Config(crdt_repl_keepalive_ms=200, crdt_repl_keepalive_timeout_ms=300))
+                         Config(crdt_repl_keepalive_ms=200, crdt_repl_keepalive_timeout_ms=300), transport=GrpcLinks())
     print(await hub.serve(), flush=True)
     await asyncio.Event().wait()
 
@@ -514,7 +519,7 @@ def test_keepalive_notices_a_peer_that_froze():
             async def scenario():
                 hub = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), lambda e: None,
                                      Config(crdt_repl_keepalive_ms=200, crdt_repl_keepalive_timeout_ms=300,
-                                            crdt_repl_stall_timeout_ms=0))
+                                            crdt_repl_stall_timeout_ms=0), transport=GrpcLinks())
                 hub.dial(2, f"127.0.0.1:{port}")
                 try:
                     await until(lambda: 2 in hub.links)

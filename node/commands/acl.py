@@ -13,7 +13,7 @@ import time
 
 from ..resp.encoder import ReplyError
 from ..security import acl as rules
-from . import subcommand
+from . import COMMANDS, subcommand
 from .util import ERR_NOT_INT, string2ll
 
 log = logging.getLogger("braid.acl")
@@ -206,8 +206,6 @@ def acl_dryrun(client, argv: list[bytes]):
 
 def client_command(args: list[bytes]):
     """Redis's lookupCommand with one argument: the command itself, even a container."""
-    from . import COMMANDS
-
     cmd = COMMANDS.get(args[0].lower())
     if cmd is not None and cmd.subcommands and len(args) >= 2:
         cmd = cmd.subcommands.get(args[1].lower())

@@ -11,11 +11,14 @@ import time
 
 
 from ..config import BY_NAME, ConfigError
+from ..keypositions import migrate_key_positions
 from ..resp.encoder import ReplyError, Verbatim
+from ..security.acl import CATEGORIES, command_table
 from ..security.tls import TLS_SETTINGS, TlsConfigError
 from ..version import BRAID_VERSION, REDIS_COMPAT_VERSION
 from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, subcommand
 from .docs import DOCS, key_specs
+from .keys import delete_key
 from .util import ERR_SYNTAX
 
 # ---------------------------------------------------------------- INFO
@@ -347,8 +350,6 @@ def config_help(client, argv: list[bytes]):
 def acl_categories(fullname: str) -> list[str]:
     """The ACL categories the permission check uses (node/security/acl.py), in Redis's order,
     as simple strings like Redis's addReplyCommandCategories."""
-    from ..security.acl import CATEGORIES, command_table
-
     cats = command_table().by_name[fullname].categories
     return ["@" + c for c in CATEGORIES if c in cats]
 
@@ -444,8 +445,6 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
                 return rest[: len(rest) // 2]
         return []
     if cmd.name == "migrate":  # incomplete key specs: Redis's migrateGetKeys
-        from .migrate import migrate_key_positions
-
         return [argv[i] for i in migrate_key_positions(argv)]
     if cmd.first_key <= 0:
         return []
@@ -498,8 +497,6 @@ def _flush(client, argv: list[bytes]):
     if client.server.replaying and db.logged_ops is None:
         # a command record of format 1 (node/persistence/oplog.py): the version that wrote it
         # deleted key by key, one operation - and one dot, which peers hold - per key
-        from .keys import delete_key
-
         for key in list(db.keys):
             delete_key(db, key)
         return "OK"

@@ -17,6 +17,7 @@ from crdt.ids import U64, InvalidID, StreamID, c_string, parse_id
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, subcommand
 from .entryreply import range_entries, revrange_entries
+from .groups import parse_ids_option
 from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
@@ -275,8 +276,6 @@ def xdel(client, argv: list[bytes]):
 
 @command("xdelex")
 def xdelex(client, argv: list[bytes]):
-    from .groups import parse_ids_option
-
     db = client.server.db
     strategy, idargs = parse_ids_option(argv, 2)
     if argv[1] not in db.keys:

@@ -167,7 +167,7 @@ from crdt.causal import Envelope
 from .. import opcodec
 from ..cluster_config import ID_MODES
 from ..supervision import ran_out_of_memory
-from . import safe_encode
+from . import safe_encode, snapshot
 from .aof import OP_LOCAL, OP_REPLICATED, AppendLog
 from .fsyncthread import FsyncThread
 
@@ -507,8 +507,6 @@ class OperationLog(DurabilityRules):
         self.boot = boot_id()
         self.may_have_lost = unsynced_tail_may_be_lost(read_run_mark(directory), self.boot)
         write_run_mark(directory, "recover" if self.may_have_lost else self.boot or "unknown")
-        from . import snapshot
-
         # the record the newest snapshot holds the state after: a start replays only what follows
         self.snapshot_record = next(iter(snapshot.list_snapshots(directory)), (0, ""))[0]
         self.written = self.file.last_record   # handed to the OS
@@ -711,8 +709,6 @@ class OperationLog(DurabilityRules):
 
     def write_snapshot(self, data: bytes, record: int) -> None:
         """Write a snapshot of the state after ``record`` beside the log (node/persistence/snapshot.py)."""
-        from . import snapshot
-
         try:
             snapshot.write(self.directory, data, record)
         except OSError:
@@ -763,8 +759,6 @@ class OperationLog(DurabilityRules):
 
     def drop_before_snapshot(self, record: int) -> None:
         """A snapshot of the state after ``record`` is on disk: the segments and older snapshots it replaces go."""
-        from . import snapshot
-
         self.file.drop_segments_before(record + 1)
         snapshot.drop_older(self.directory, record)
         self.snapshot_record = max(self.snapshot_record, record)

@@ -51,6 +51,7 @@ import msgspec
 from crdt import ops
 
 from .. import opcodec
+from ..core import Session
 from . import snapshot as snap
 from .aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
 from .oplog import LoneMark, OwnOperation, decode_local, decode_replicated, lone_marks, mark_for_recovery, \
@@ -161,8 +162,6 @@ class ReplayCounts:
 
 def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCounts:
     """Apply records in order; returns what was replayed."""
-    from ..core import Session
-
     client = Session(server)  # no connection: replies are dropped
     client.authenticated = True
     counts = ReplayCounts()

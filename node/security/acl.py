@@ -48,7 +48,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ..commands.keys import glob_match
+from ..clientinfo import client_info_line
+from ..commands import load_all, lookup
+from ..glob import glob_match
+from ..keypositions import migrate_key_positions
+from ..resp.encoder import ReplyError
 from .acl_table import REDIS_COMMANDS
 
 CATEGORIES = ("keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap",
@@ -162,8 +166,6 @@ class CommandTable:
     """The ACL view of the command table (built once from node.commands.COMMANDS)."""
 
     def __init__(self) -> None:
-        from ..commands import load_all
-
         self.by_name: dict[str, CommandAcl] = {}
         self.top: dict[str, object] = {}
         for cmd in load_all().values():
@@ -211,8 +213,6 @@ def command_table() -> CommandTable:
 def keys_of(meta: CommandAcl, argv: list[bytes]) -> list[tuple[int, int]]:
     """(argument position, read/write bits) of every key: Redis's getKeysUsingKeySpecs."""
     if meta.fullname == "migrate":  # incomplete key specs: Redis reads the keys with migrateGetKeys
-        from ..commands.migrate import migrate_key_positions
-
         return [(i, meta.key_specs[0][0]) for i in migrate_key_positions(argv)]
     out = []
     argc = len(argv)
@@ -818,8 +818,6 @@ class AccessControl:
         user = client.user
         if user is None or user.unrestricted or server.replaying:
             return None
-        from ..commands import lookup
-
         cmd = lookup(argv)
         if cmd is None or not cmd.check_arity(len(argv)) or client.needs_auth():
             return None
@@ -829,8 +827,6 @@ class AccessControl:
         reason, pos = user.check(meta, argv)
         if not reason:
             return None
-        from ..resp.encoder import ReplyError
-
         in_exec = client.in_exec
         self.add_log(client, reason, "multi" if in_exec or client.multi is not None else "toplevel",
                      meta.fullname.encode() if reason == DENIED_CMD else argv[pos], user.name.encode())
@@ -855,8 +851,6 @@ class AccessControl:
             self.log.clear()
             return
         now = int(time.time() * 1000)
-        from ..commands.connection import client_info_line
-
         info = client_info_line(client, now / 1000).rstrip(b"\n")
         for i, e in enumerate(self.log[:10]):
             if (e.reason == reason and e.context == context and abs(e.ctime - now) <= GROUPING_MS

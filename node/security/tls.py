@@ -9,7 +9,8 @@ at its first byte without reading it (a plain-text client is refused at once: Op
 would wait for the rest of a "record"), then hands the socket to
 ``loop.connect_accepted_socket`` with the context and ``HANDSHAKE_TIMEOUT_S``, which
 returns once the handshake is done or raises why it failed.  Only a connection whose
-handshake completed becomes a client (:class:`node.server.ClientConnection`), so a
+handshake completed becomes a client (:class:`node.server.ClientConnection`, made by the
+factory the server hands :class:`ClientTls`: this module does not import the server), so a
 client that sends plain text, stalls mid-handshake or presents a certificate the region
 does not accept never reaches the command layer and never holds up another connection.
 Each refusal is logged once at WARNING with the peer's address and the reason, and
@@ -47,7 +48,11 @@ import logging
 import os
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 log = logging.getLogger("braid.tls")
 
@@ -84,8 +89,6 @@ def _read(setting: str, path: str) -> bytes:
 
 
 def _check_certs(setting: str, path: str, data: bytes) -> None:
-    from cryptography import x509
-
     try:
         x509.load_pem_x509_certificates(data)
     except ValueError:
@@ -93,8 +96,6 @@ def _check_certs(setting: str, path: str, data: bytes) -> None:
 
 
 def _check_key(path: str, data: bytes, password: str) -> None:
-    from cryptography.hazmat.primitives import serialization
-
     try:
         serialization.load_pem_private_key(data, password.encode() if password else None)
     except TypeError:  # encrypted without a password given, or a password for a clear key
@@ -268,8 +269,11 @@ class ClientTls:
     (:func:`_first_byte`) and then hands it to ``loop.connect_accepted_socket`` with the
     context, which raises when the handshake fails or takes longer than the timeout."""
 
-    def __init__(self, server) -> None:
+    def __init__(self, server, new_client: Callable[[], asyncio.Protocol]) -> None:
+        """``server``: the region's (its ``config``); ``new_client``: makes the protocol of one
+        client whose handshake completed (node/server.py's ``ClientConnection``)."""
         self.server = server
+        self.new_client = new_client
         self.context: ssl.SSLContext | None = None
         self.port = 0
         self.host = "127.0.0.1"
@@ -359,8 +363,6 @@ class ClientTls:
 
     # ------------------------------------------------------------ one connection
     async def _handshake(self, conn: socket.socket, peer) -> None:
-        from node.server import ClientConnection
-
         addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         context = self.context
         loop = asyncio.get_running_loop()
@@ -372,7 +374,7 @@ class ClientTls:
             if first != _TLS_HANDSHAKE_RECORD:
                 raise _NotTls(first)
             # the client is made by the TLS layer once the handshake is done
-            await loop.connect_accepted_socket(lambda: ClientConnection(self.server), conn, ssl=context,
+            await loop.connect_accepted_socket(self.new_client, conn, ssl=context,
                                                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
         except asyncio.CancelledError:
             conn.close()

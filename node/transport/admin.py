@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
-from dataclasses import dataclass
-
 import grpc
 
 from crdt.membership import Change, MembershipError, Promise, Proposal, Standing
 from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
 
+from ..cluster_config import ClusterConfig
 from ..resp.encoder import ReplyError
 from ..security import ADMIN_NAME
+from .admin_types import AdminCallError, AdminTls, FlushNotReady
 
 TOKEN_KEY = "braid-token"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0  # how long a Flush waits for the operations it must cover
@@ -126,8 +126,6 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     async def Flush(self, request, context):  # noqa: N802
         await self._check(context)
-        from ..activeactive import FlushNotReady
-
         try:
             removed, vv = await self.region.flush_when_caught_up(
                 request.database, dict(request.context), request.timeout_s or DEFAULT_FLUSH_TIMEOUT_S)
@@ -190,26 +188,6 @@ class AdminServicer(pb_grpc.AdminServicer):
         except ValueError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.Empty()
-
-
-@dataclass(frozen=True, slots=True)
-class AdminTls:
-    """What braid-admin presents and trusts: PEM bytes, and the name the region's
-    certificate must carry (None: the host name dialed)."""
-
-    ca: bytes
-    cert: bytes
-    key: bytes
-    server_name: str | None = None
-
-
-class AdminCallError(Exception):
-    """A call that failed; ``unreachable`` tells a down region from a refused request."""
-
-    def __init__(self, message: str, unreachable: bool, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.unreachable = unreachable
-        self.timed_out = timed_out  # connected (or connecting) but no answer within the call's timeout
 
 
 def _call_error(e: grpc.RpcError) -> AdminCallError:
@@ -301,3 +279,19 @@ class AdminClient:
             yield from self._stub.Backup(pb.BackupRequest(), timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
             raise _call_error(e) from None
+
+
+def clients(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,
+            timeout: float = 5.0) -> dict[int, AdminClient]:
+    """Admin clients of the regions ``numbers`` of ``cfg``; ``tls``: (CA, certificate, key) PEM.
+    The coordinator of a membership change reaches the voters through these
+    (node/membership_change.py takes this function as its ``connect``)."""
+    out = {}
+    for n in numbers:
+        r = cfg.by_number(n)
+        if r is None:
+            continue
+        t = None if tls is None else AdminTls(tls[0], tls[1], tls[2], r.name)
+        out[n] = AdminClient(f"{r.host}:{r.repl_port}", cfg.token, timeout, t)
+    return out
+

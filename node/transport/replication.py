@@ -1,4 +1,7 @@
-"""Replication links between regions over gRPC (the only module that imports grpc).
+"""Replication links between regions: the hub and the logic of its links.
+
+The frames cross the network over gRPC (node/transport/grpc_links.py, the hub's ``transport``);
+this module does not import gRPC, so the simulation runs real hubs over a network of its own.
 
 Theory of operation
 -------------------
@@ -173,15 +176,13 @@ import hmac
 import logging
 import math
 import os
-import random
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Protocol
 
-import grpc
 import msgspec
 
 from crdt.causal import CausalLog, Envelope, Fork, envelopes_of, forks
@@ -189,7 +190,6 @@ from crdt.linkerrors import MembershipBehind
 from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, RelayHold, opening, part_size, \
     plan_frames
 from proto import replication_pb2 as pb
-from proto import replication_pb2_grpc as pb_grpc
 
 from ..persistence import safe_encode
 from .tls import Identity, LinkCredentials, TlsFront
@@ -380,6 +380,16 @@ def _no_resync(*_args):
 
 class LinkStalled(ConnectionError):
     """The peer acknowledged nothing for too long while operations were in flight."""
+
+
+class Transport(Protocol):
+    """What moves a hub's frames: serves its peers' calls and dials its own (node/transport/grpc_links.py's
+    ``GrpcLinks`` over gRPC).  Kept out of this module so the hub's logic runs without gRPC (the
+    simulation drives hubs over a network of its own)."""
+
+    async def serve(self, hub: ReplicationHub, host: str, port: int, extra: Iterable) -> int: ...
+    async def dial_forever(self, hub: ReplicationHub, peer: int, address: str) -> None: ...
+    async def stop(self, hub: ReplicationHub) -> None: ...
 
 
 class Outbox:
@@ -837,65 +847,18 @@ class Link:
         return self.state.lag(self.hub.arrivals, now)
 
 
-class _Servicer(pb_grpc.ReplicationServicer):
-    def __init__(self, hub: "ReplicationHub") -> None:
-        self.hub = hub
-
-    async def Sync(self, request_iterator, context):  # noqa: N802 (gRPC's name)
-        hub = self.hub
-        try:
-            first = await asyncio.wait_for(request_iterator.__anext__(), hub.limits.handshake_timeout)
-        except (asyncio.TimeoutError, StopAsyncIteration):
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello")
-        hello = first.hello if first.WhichOneof("body") == "hello" else None
-        caller = hub.caller(context.peer())
-        reason = hub.check_hello(hello) or hub.check_certificate(hello, caller)
-        if not reason and hub.gate is not None:
-            reason = hub.gate.check_peer(hello.region, hello.epoch, hello.members)
-            if reason:
-                hub.gate.refused()
-        if reason:
-            hub.refuse(caller.address if caller else context.peer(), reason)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
-        if hub.is_cut(hello.region):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the link to this region is paused")
-        my_vv, my_floor, my_heads = dict(hub.causal.vv), dict(hub.causal.floor), hub.causal.held_heads()
-        link = Link(hub, hello.region, dict(hello.vv), peer_floor=dict(hello.floor),
-                    peer_max_message=hello.max_message, my_vv=my_vv, my_floor=my_floor,
-                    packed=hello.packed_batches, peer_heads=dict(hello.heads), peer_joins=hello.joins_states)
-        epoch, members = hub.membership_hello()
-        yield pb.Frame(welcome=pb.Welcome(region=hub.region, vv=my_vv, floor=my_floor,
-                                          max_message=hub.limits.max_message, epoch=epoch, members=members,
-                                          packed_batches=hub.packed_batches, heads=my_heads,
-                                          joins_states=hub.joins_states))
-        running = asyncio.ensure_future(hub.run_link(link, request_iterator))
-        hub._served[link.peer] = link.outbox
-        if hub.front is not None:
-            hub._served_ports[link.peer] = hub.front.port_of(context.peer())
-        try:
-            while (frame := await link.outbox.get()) is not None:
-                hub.frames_sent += 1
-                yield frame
-        finally:
-            running.cancel()
-            if hub._served.get(link.peer) is link.outbox:
-                del hub._served[link.peer]
-                hub._served_ports.pop(link.peer, None)
-            error = running.exception() if running.done() and not running.cancelled() else None
-        if isinstance(error, ProtocolError):  # tell the peer why (it logs it)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-
-
 class ReplicationHub:
     """A region's replication endpoint: serves peers, dials peers, relays."""
 
     def __init__(self, region: int, cluster_id: str, database: str, token: str,
                  causal: CausalLog, on_apply: Callable[[Envelope], None], config=None, *,
-                 tls: LinkCredentials | None = None, names: dict[int, str] | None = None) -> None:
+                 tls: LinkCredentials | None = None, names: dict[int, str] | None = None,
+                 transport: Transport | None = None) -> None:
         """``config``: the region's settings (node/config.py), read when links need them;
         None: the defaults.  ``tls``: this region's certificate, key and CA bundle (None:
         plain-text links); ``names``: region number -> name, the name a peer's certificate
-        must carry."""
+        must carry; ``transport``: what serves and dials the links (``GrpcLinks()``,
+        node/transport/grpc_links.py; None: set later, before :meth:`serve`)."""
         self.region = region
         self.cluster_id = cluster_id
         self.database = database
@@ -959,7 +922,8 @@ class ReplicationHub:
         self.names = dict(names or {})
         self.front: TlsFront | None = None
         self._served_ports: dict[int, int | None] = {}  # peer -> the front's port its served link uses
-        self._server: grpc.aio.Server | None = None
+        # what serves and dials links (gRPC: node/transport/grpc_links.py); None: nothing yet
+        self.transport: Transport | None = transport
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
         # membership (node/activeactive.py's MembershipGate): handshakes and operations pass it
@@ -1269,21 +1233,11 @@ class ReplicationHub:
 
     # ------------------------------------------------------------ serving
     async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = ()) -> int:
-        """Serve Replication, and the ``extra`` services (each ``.add_to(server)``), on one port."""
-        self._server = grpc.aio.server(options=self.limits.server_options())
-        pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), self._server)
-        for service in extra:
-            service.add_to(self._server)
-        if self.tls is None:
-            self.port = self._server.add_insecure_port(f"{host}:{port}")
-            await self._server.start()
-            return self.port
-        # TLS: gRPC on a loopback port of its own, behind the front that does the handshakes
-        backend = self._server.add_insecure_port("127.0.0.1:0")
-        await self._server.start()
-        self.front = TlsFront(self.tls, backend, self.refuse, self.denied_by, self.limits.handshake_timeout)
-        self.port = await self.front.start(host, port)
-        return self.port
+        """Serve Replication, and the ``extra`` services (each ``.add_to(server)``), on one port,
+        through :attr:`transport`; returns the port."""
+        if self.transport is None:
+            raise RuntimeError("this hub has no transport to serve on (node/transport/grpc_links.py)")
+        return await self.transport.serve(self, host, port, extra)
 
     async def run_link(self, link: Link, incoming, writer=None) -> None:
         """Send, receive and watch (and write: ``writer``, a coroutine) until one of them stops;
@@ -1359,99 +1313,16 @@ class ReplicationHub:
             asyncio.get_running_loop()
         except RuntimeError:
             return  # not serving: whoever drives this hub without a loop (the simulation) connects it
+        if self.transport is None:
+            return  # nothing to dial with yet: the region's start gives the transport, then dials
         if peer not in self._dialers and not self.is_cut(peer):
-            self._dialers[peer] = asyncio.ensure_future(self._dial_forever(peer, address))
-
-    async def _dial_forever(self, peer: int, address: str) -> None:
-        delay = 0.05
-        while True:
-            try:
-                await self._dial_once(peer, address)
-                delay = 0.05
-            except asyncio.CancelledError:
-                raise
-            except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.PERMISSION_DENIED:
-                    self.denied += 1
-                    log.error("region %d refused this region: %s", peer, e.details())
-                    self.on_denied()
-                elif self.tls is not None and any(w in (e.details() or "") for w in CERTIFICATE_REFUSED):
-                    # this region's check of the peer's certificate failed: a refusal like any other
-                    self.refuse(address, f"the certificate of the region dialed as {self.names.get(peer, peer)} "
-                                         f"was refused: {e.details()}")
-                elif self.tls is not None and any(w in (e.details() or "").lower() for w in ("handshake", "ssl")):
-                    log.warning("no TLS link to region %d (%s): %s", peer, address, e.details())
-                elif e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                    log.error("region %d ended the link: %s", peer, e.details())
-                else:
-                    log.info("link to region %d down: %s", peer, e.code().name)
-            except (ProtocolError, LinkStalled):
-                pass  # logged and counted by run_link
-            except MembershipBehind as e:
-                log.info("link to region %d restarts: %s", peer, e)
-            except Exception as e:  # whatever ended the link, the region keeps dialing
-                log.warning("link to region %d ended: %s", peer, e)
-            await asyncio.sleep(delay * (0.5 + random.random()))  # backoff with jitter
-            delay = min(delay * 2, 1.0)
-
-    def _channel(self, peer: int, address: str) -> grpc.aio.Channel:
-        options = self.limits.channel_options()
-        if self.tls is None:
-            return grpc.aio.insecure_channel(address, options=options)
-        m = self.tls.material
-        credentials = grpc.ssl_channel_credentials(m.ca, m.key, m.cert)
-        # the peer's certificate must name the region dialed; a connection of its own per
-        # dial (no shared subchannel), so a re-dial after a reload handshakes again
-        options += [("grpc.ssl_target_name_override", self.names.get(peer, str(peer))),
-                    ("grpc.use_local_subchannel_pool", 1)]
-        return grpc.aio.secure_channel(address, credentials, options=options)
-
-    async def _dial_once(self, peer: int, address: str) -> None:
-        limits = self.limits
-        async with self._channel(peer, address) as channel:
-            call = pb_grpc.ReplicationStub(channel).Sync()
-            my_vv, my_floor, my_heads = dict(self.causal.vv), dict(self.causal.floor), self.causal.held_heads()
-            epoch, members = self.membership_hello()
-            await call.write(pb.Frame(hello=pb.Hello(cluster_id=self.cluster_id, database=self.database,
-                                                     region=self.region, token=self.token, vv=my_vv,
-                                                     floor=my_floor, max_message=limits.max_message,
-                                                     epoch=epoch, members=members,
-                                                     packed_batches=self.packed_batches, heads=my_heads,
-                                                     joins_states=self.joins_states)))
-            frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
-            try:
-                first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
-            except asyncio.TimeoutError:
-                raise ConnectionError(f"region {peer} did not answer the handshake") from None
-            if first.WhichOneof("body") != "welcome" or first.welcome.region != peer:
-                raise ConnectionError(f"region {peer} did not welcome this region")
-            w = first.welcome
-            if self.gate is not None:
-                reason = self.gate.check_peer(peer, w.epoch, w.members)
-                if reason:
-                    self.gate.refused()
-                    self.refuse(address, reason)
-                    return
-            if self.is_cut(peer):
-                return  # the newer list it brought removed this region, or the peer
-            link = Link(self, peer, dict(w.vv), peer_floor=dict(w.floor), peer_max_message=w.max_message,
-                        my_vv=my_vv, my_floor=my_floor, packed=w.packed_batches, peer_heads=dict(w.heads),
-                        peer_joins=w.joins_states)
-
-            async def writer() -> None:
-                while (frame := await link.outbox.get()) is not None:
-                    self.frames_sent += 1
-                    await call.write(frame)
-
-            await self.run_link(link, frames, writer())
+            self._dialers[peer] = asyncio.ensure_future(self.transport.dial_forever(self, peer, address))
 
     async def stop(self) -> None:
         for task in self._dialers.values():
             task.cancel()
         self._dialers.clear()
-        if self.front is not None:
-            await self.front.stop()
-        if self._server is not None:
-            await self._server.stop(grace=0.5)
+        if self.transport is not None:
+            await self.transport.stop(self)
         if self.trace is not None:
             self.trace.save()

@@ -51,6 +51,11 @@ import time
 from decimal import Decimal
 from typing import cast
 
+import redis
+
+from node.cluster_config import load
+from pipeline.session import braid_session
+
 RIDES = "rides"
 TOTALS = "rides-totals"
 ALL = "all"  # the scope of the overall total
@@ -64,8 +69,6 @@ def produce(urls: list[str], rides: range, double_send: float = 0.1, seed: int =
     ``names`` label the regions in the rides (default region-1, region-2, ... in
     ``urls`` order).  Returns {ride id: distance} of what was posted.
     """
-    import redis
-
     names = names or [f"region-{i + 1}" for i in range(len(urls))]
     rng = random.Random(seed)
     conns = [redis.Redis.from_url(u, protocol=2) for u in urls]
@@ -88,7 +91,7 @@ def produce(urls: list[str], rides: range, double_send: float = 0.1, seed: int =
 
 def _parsed(df):
     """Every entry as (region, distance, is_ride): a ride has an id, a region and a decimal distance."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # pyspark: the optional pipeline extra, loaded by the job only
 
     fields = F.col("fields")
     distance = fields["distance"].try_cast("decimal(20,1)")
@@ -102,7 +105,7 @@ def _rides(df):
 
 
 def _totals(rides):
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # pyspark: the optional pipeline extra, loaded by the job only
 
     # grouping() tells the overall row from a region's, whatever the regions are called
     return (rides.rollup("region")
@@ -143,8 +146,6 @@ def foreign_entries(spark, url: str) -> int:
 
 def streamed_totals(url: str, after: str = "0-0") -> dict:
     """The streaming job's latest totals written after ID ``after``, {scope: (distance, rides)}."""
-    import redis
-
     conn = redis.Redis.from_url(url, protocol=2)
     try:
         latest = {}
@@ -159,8 +160,6 @@ def streamed_totals(url: str, after: str = "0-0") -> dict:
 
 def totals_top(url: str) -> str:
     """The last ID of ``rides-totals`` now: a run reads only the totals its own job writes after it."""
-    import redis
-
     with redis.Redis.from_url(url, protocol=2) as conn:
         last = conn.xrevrange(TOTALS, count=1)
     return last[0][0].decode() if last else "0-0"
@@ -212,8 +211,6 @@ def _stop_quietly(spark, query) -> None:
 
 def _logged_rides(urls: list[str]) -> int | None:
     """Rides in the log once every region holds the same number (replication caught up)."""
-    import redis
-
     lengths = set()
     for u in urls:
         with redis.Redis.from_url(u, protocol=2) as c:
@@ -241,8 +238,6 @@ def _wait_for_totals(query, url: str, after: str, expected: int, timeout: float)
 def default_urls(cluster_file: str = os.path.join("data", "cluster.toml")) -> str:
     """The regions ``braid up`` started here (its cluster file), else the default ports 7001-7003."""
     if os.path.exists(cluster_file):
-        from node.cluster_config import load
-
         return ",".join(f"redis://{r.host}:{r.port}" for r in load(cluster_file).live_regions())
     return "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003"
 
@@ -258,10 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the job to catch up")
     args = p.parse_args(argv)
     urls = [u.strip() for u in (args.urls or default_urls()).split(",") if u.strip()]
-    import redis
-
-    from pipeline.session import braid_session
-
     spark = braid_session("braid-rides", args.master)
     checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="braid-rides-")
     same = False
