@@ -45,7 +45,7 @@ fsyncs its log up to it first, then streams it in pieces) and writes ``DIR/<regi
 as a region's data directory holds it: the snapshot, an empty log segment after its
 record, and ``backup.json``.  A region started from it is an older copy of itself:
 as at every start, it takes no writes until it has taken back from its peers the
-operations of its own they hold (node/activeactive.py).  Each folder is written under
+operations of its own they hold (node/activeactive_recovery.py).  Each folder is written under
 a temporary name and renamed once its checksum was checked.
 
 Where it lives: this module builds the parser and holds the commands that read or tune every

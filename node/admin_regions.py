@@ -55,7 +55,7 @@ def _agree(cfg: ClusterConfig, path: str | None, change: Change, console: Consol
 # Every voter promised, but the commit reached none of them (they all went down in between):
 # the change has taken effect nowhere yet, and each voter keeps its promise (and a forced
 # removal's hold), so it is sent again this often, for this long; after that the voters settle
-# it among themselves once they are back (node/activeactive.py, ActiveActive.left_promise).
+# it among themselves once they are back (node/activeactive_membership.py, ActiveActive.left_promise).
 COMMIT_RETRY_S = 1.0
 COMMIT_RETRY_FOR_S = 60.0
 

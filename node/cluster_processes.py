@@ -314,7 +314,7 @@ def _bulk_end(reply: bytes) -> int:
 
 def wait_writable(regions: list[RegionProcess], deadline_s: float = 10.0) -> None:
     """Until every region takes writes (its peers told it the last of its own operations they
-    hold: node/activeactive.py), so the first write after ``braid up`` is not answered LOADING;
+    hold: node/activeactive_recovery.py), so the first write after ``braid up`` is not answered LOADING;
     a region still waiting after ``deadline_s`` is named, and the cluster keeps starting."""
     deadline = time.monotonic() + deadline_s
     pending = [r for r in regions if not writable(r.port)]

@@ -37,7 +37,7 @@ Only what is logged leaves: ``sendable`` (set by the region from its operation
 log) bounds how far into the causal log links may send, so a peer never holds an
 operation whose record the region has not handed to the OS (a killed process
 keeps those; after a crash of its machine the region takes its own operations
-back from its peers before it mints again: node/activeactive.py).  While it is
+back from its peers before it mints again: node/activeactive_recovery.py).  While it is
 set, a new operation does not wake the links: the log's write at the end of the
 turn raises ``sendable`` and wakes them (once per turn).
 
@@ -229,7 +229,7 @@ class ReplicationHub:
         self.transport: Transport | None = transport
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
-        # membership (node/activeactive.py's MembershipGate): handshakes and operations pass it
+        # membership (node/activeactive_membership.py's MembershipGate): handshakes and operations pass it
         self.gate = None
         self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
         self.retired = False  # this region was removed from the database
@@ -257,7 +257,7 @@ class ReplicationHub:
         """A link found that ``peer`` holds other operations than this region under the same
         numbers: it exchanges nothing more (each end would drop the other's as duplicates),
         and the region's status names the fork for as long as it runs (a fork does not heal
-        by itself; a region whose own history forked takes no writes: node/activeactive.py)."""
+        by itself; a region whose own history forked takes no writes: node/activeactive_recovery.py)."""
         new = self.forks.get(peer) != found
         self.forks[peer] = found
         if new:
