@@ -23,7 +23,8 @@ import time
 
 from node.server import tune_garbage_collector
 from node.testing import cluster_of, region_server
-from node.transport.replication import Link, pack_batch
+from node.transport.frames import pack_batch
+from node.transport.link import Link
 from proto import replication_pb2 as pb
 
 FIELDS = [b"f1", b"abcdefghijkl", b"f2", b"abcdefghijkl"]

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 
-from node.cluster import ping
+from node.cluster_processes import ping
 from node.cluster_config import local_cluster
 from node.config import Config
 from node.persistence.aof import scan

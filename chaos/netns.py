@@ -73,7 +73,7 @@ from dataclasses import dataclass
 
 import redis
 
-from node.cluster import ping
+from node.cluster_processes import ping
 from node.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
 from node.testing import wait_in_sync
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from node.cluster import writable
+from node.cluster_processes import writable
 from node.testing import replication_status, version_vector, wait_until
 
 from . import checkers

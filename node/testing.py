@@ -31,7 +31,7 @@ import time
 import redis
 
 from . import admin_cli
-from .cluster import ping, writable
+from .cluster_processes import ping, writable
 from .cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
 from .config import Config
 from .security.certs import create_cluster_certs

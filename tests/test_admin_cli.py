@@ -200,7 +200,7 @@ def test_a_forced_removal_names_what_an_earlier_removed_region_loses_with_it():
     is not named."""
     from types import SimpleNamespace
 
-    from node.admin_cli import orphaned_operations
+    from node.admin_regions import orphaned_operations
     from node.cluster_config import ClusterConfig, RegionSpec
 
     regions = [RegionSpec("region-1", 1, "h", 1, 2), RegionSpec("region-2", 2, "h", 1, 2, status="removed", frozen=40),

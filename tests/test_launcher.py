@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from node.cluster import region_processes
+from node.cluster_processes import region_processes
 from node.cluster_config import load, local_cluster
 from node.testing import free_port_base, wait_until
 
@@ -336,11 +336,11 @@ def test_without_redis_cli_up_prints_a_redis_py_line_that_works(tmp_path):
 def test_up_writes_the_data_folders_into_a_cluster_file_made_before_them(tmp_path):
     import argparse
 
-    from node.cluster import _reuse_cluster
+    from node.cluster_files import reuse_cluster
 
     local_cluster(2, 7001).save(str(tmp_path / "cluster.toml"))  # as braid up wrote it before: no data_dir
     assert "data_dir" not in (tmp_path / "cluster.toml").read_text()
-    held = _reuse_cluster(str(tmp_path / "cluster.toml"), argparse.Namespace(regions=2, base_port=7001, tls=False))
+    held = reuse_cluster(str(tmp_path / "cluster.toml"), argparse.Namespace(regions=2, base_port=7001, tls=False))
     assert held is not None
     again = load(str(tmp_path / "cluster.toml"))
     assert [r.data_dir for r in again.regions] == [str(tmp_path / "region-1"), str(tmp_path / "region-2")]

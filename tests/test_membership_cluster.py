@@ -277,7 +277,7 @@ def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: 
     promise on disk) the removal takes effect; without that, their holds on region-3's
     operations would stand forever."""
     from crdt.membership import FORCE_REMOVE, Change
-    from node import admin_cli
+    from node import admin_regions
     from node.transport.admin import clients
 
     cfg = cluster.config
@@ -294,13 +294,13 @@ def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: 
         frozen = max(a.held for a in answers)
         for name in ("region-1", "region-2"):
             cluster.proc(name).kill()
-        monkeypatch.setattr(admin_cli, "COMMIT_RETRY_S", 0.2)
+        monkeypatch.setattr(admin_regions, "COMMIT_RETRY_S", 0.2)
         names = {r.number: r.name for r in cfg.regions}
         result: dict = {}
 
         def coordinator() -> None:
             try:
-                result["unreached"] = admin_cli._commit_again(p, frozen, voters, needed, names,
+                result["unreached"] = admin_regions._commit_again(p, frozen, voters, needed, names,
                                                             ["region-1 (down)", "region-2 (down)"])
             except Exception as e:  # reported below
                 result["error"] = e
@@ -309,7 +309,7 @@ def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: 
         t.start()
         for name in ("region-1", "region-2"):
             cluster.proc(name).restart()
-        t.join(admin_cli.COMMIT_RETRY_FOR_S + 10)
+        t.join(admin_regions.COMMIT_RETRY_FOR_S + 10)
         assert not t.is_alive()
         assert "error" not in result, result
         assert len(result["unreached"]) < len(needed), result  # one has it; the other adopts it at a handshake
@@ -331,7 +331,7 @@ def test_braid_admin_says_when_no_voter_ever_received_the_commit(monkeypatch):
     """A commit that reaches no voter within the retry window: the change did not take effect
     yet, and the error says so and how it ends (the voters complete it once they answer)."""
     from crdt.membership import Proposal
-    from node import admin_cli
+    from node import admin_regions
     from node.membership_change import MembershipChangeError
     from node.transport.admin import AdminCallError
 
@@ -342,10 +342,10 @@ def test_braid_admin_says_when_no_voter_ever_received_the_commit(monkeypatch):
             Down.calls += 1
             raise AdminCallError("unreachable", True)
 
-    monkeypatch.setattr(admin_cli, "COMMIT_RETRY_S", 0.01)
-    monkeypatch.setattr(admin_cli, "COMMIT_RETRY_FOR_S", 0.05)
+    monkeypatch.setattr(admin_regions, "COMMIT_RETRY_S", 0.01)
+    monkeypatch.setattr(admin_regions, "COMMIT_RETRY_FOR_S", 0.05)
     with pytest.raises(MembershipChangeError, match="has not taken effect yet.*they complete it themselves"):
-        admin_cli._commit_again(None, 0, {1: Down(), 2: Down()}, [1, 2], {1: "region-1", 2: "region-2"},
+        admin_regions._commit_again(None, 0, {1: Down(), 2: Down()}, [1, 2], {1: "region-1", 2: "region-2"},
                                 ["region-1 (unreachable)", "region-2 (unreachable)"])
     assert Down.calls >= 2  # it was sent again
 

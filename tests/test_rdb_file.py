@@ -19,7 +19,7 @@ import time
 import pytest
 import redis
 
-from node import cli
+from node import cli, cli_rdb
 from node.persistence import rdb, rdbfile
 from node.persistence.listpack import listpack_encode
 from node.persistence.rdb import crc64
@@ -413,7 +413,7 @@ def test_writer_refuses_unknown_versions_and_maps_stream_types():
         RdbFileWriter(None, 16)
     assert [rdbfile.stream_type_for(v) for v in (9, 10, 11, 12, 13, 14, 15)] == [15, 19, 21, 21, 26, 27, 27]
     assert rdbfile.REDIS_RDB_VERSIONS["8.8"] == 14 and rdbfile.REDIS_RDB_VERSIONS["8.10"] == 15
-    assert cli.FOR_REDIS == tuple(rdbfile.REDIS_RDB_VERSIONS)  # --for-redis offers every release the table knows
+    assert cli_rdb.FOR_REDIS == tuple(rdbfile.REDIS_RDB_VERSIONS)  # --for-redis offers every release the table knows
     with pytest.raises(ValueError, match="predates streams"):
         rdbfile.stream_type_for(8)
     assert [L(n) for n in (5, 300, 70000, 1 << 40)] == [b"\x05", b"\x41\x2c", b"\x80\x00\x01\x11\x70",
@@ -565,7 +565,7 @@ def test_export_refuses_what_it_cannot_write(redis_file, tmp_path, capsys):
 def test_every_option_of_import_and_export_has_help():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    cli.add_rdb_commands(sub)
+    cli_rdb.add_rdb_commands(sub)
     for name, p in sub.choices.items():
         assert p.description and p.epilog, name
         for action in p._actions:

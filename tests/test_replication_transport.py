@@ -23,8 +23,10 @@ import pytest
 from crdt.causal import CausalLog
 from crdt.sync import LinkState, Opening, opening
 from node.config import Config
+from node.transport.frames import pack_batch, unpack_batch
 from node.transport.grpc_links import GrpcLinks
-from node.transport.replication import Link, ReplicationHub, pack_batch, unpack_batch
+from node.transport.link import Link
+from node.transport.replication import ReplicationHub
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -138,7 +140,7 @@ def test_lag_counts_unacknowledged_operations_and_their_age():
         for op in (b"a", b"b", b"c"):
             hub.issue(op)
         hub.arrivals[:] = [100.0, 101.0, 102.0]  # when each was issued (monotonic seconds)
-        from node.transport.replication import Link
+        from node.transport.link import Link
 
         link = Link(hub, 2, {})
         assert link.lag(103.0) == (3, 3000.0)
@@ -246,7 +248,7 @@ def test_an_image_is_taken_only_when_announced_and_as_announced():
 
 # ------------------------------------------------------------------ acks never wait
 def test_an_ack_never_waits_for_room_and_the_latest_one_goes_first():
-    from node.transport.replication import Outbox
+    from node.transport.outbox import Outbox
     from proto import replication_pb2 as pb
 
     async def scenario():
@@ -490,7 +492,8 @@ import node  # first: node/build.py chooses the build of crdt (BRAID_PURE)
 from crdt.causal import CausalLog
 from node.config import Config
 from node.transport.grpc_links import GrpcLinks
-from node.transport.replication import Link, ReplicationHub
+from node.transport.link import Link
+from node.transport.replication import ReplicationHub
 
 async def main():
     hub = ReplicationHub(2, "c1", "db", "s3cret", CausalLog(2), lambda e: None,
@@ -705,7 +708,7 @@ def test_regions_of_two_versions_replicate_both_ways():
 
 
 def test_a_newer_ack_waiting_for_its_interval_replaces_the_older_and_data_goes_first():
-    from node.transport.replication import Outbox
+    from node.transport.outbox import Outbox
 
     async def scenario():
         out = Outbox(capacity=2000)
@@ -734,7 +737,7 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
     they are the ack is lazy (that region holds no relays of them), to a third region it is
     paced by the relay delay (it holds them as relays toward region 2 until it learns region 2
     has them)."""
-    from node.transport.replication import AckPace
+    from node.transport.pacing import AckPace
 
     async def scenario():
         hub, _ = make_hub(2)
@@ -762,7 +765,8 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
 
 
 def test_a_prompt_ack_does_not_wait_for_a_lazy_ones_interval():
-    from node.transport.replication import LAZY_ACK_FACTOR, AckPace, Outbox
+    from node.transport.outbox import Outbox
+    from node.transport.pacing import LAZY_ACK_FACTOR, AckPace
 
     async def scenario():
         out = Outbox(capacity=2000)
@@ -788,7 +792,8 @@ def test_an_ack_for_relays_waits_a_third_of_the_relay_delay_within_the_ack_inter
     """What each pace waits after the previous ack: the relay pace follows the relay delay
     (CONFIG SET crdt-repl-relay-delay-ms), never sooner than an ack interval nor later than a
     lazy ack."""
-    from node.transport.replication import LAZY_ACK_FACTOR, RELAY_ACKS_PER_DELAY, AckPace, Outbox
+    from node.transport.outbox import Outbox
+    from node.transport.pacing import LAZY_ACK_FACTOR, RELAY_ACKS_PER_DELAY, AckPace
 
     out = Outbox(capacity=2000)
     out.ack_interval, out.relay_delay = 0.01, 0.05

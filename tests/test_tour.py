@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from node.cluster import region_processes
+from node.cluster_processes import region_processes
 from node.testing import free_port_base, wait_until
 
 README = Path(__file__).resolve().parent.parent / "README.md"

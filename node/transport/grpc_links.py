@@ -23,7 +23,8 @@ from crdt.sync import ProtocolError
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
-from .replication import CERTIFICATE_REFUSED, Link, LinkStalled, ReplicationHub
+from .link import Link, LinkStalled
+from .replication import CERTIFICATE_REFUSED, ReplicationHub
 from .tls import TlsFront
 
 log = logging.getLogger("braid.replication")
