@@ -27,6 +27,7 @@ from setuptools import setup
 COMPILED = [
     "crdt/ids.py",
     "crdt/blocks.py",
+    "crdt/blockformat.py",
     "crdt/causal.py",
     "crdt/idgen.py",
     "crdt/idmp.py",

@@ -12,7 +12,7 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.persistence import aof
+from node.persistence import aof, aofformat, aofscan
 from node.persistence.aof import (
     HEADER_SIZE,
     OP_LOCAL,
@@ -94,7 +94,7 @@ def test_round_trip(kind, payload):
 def test_encode_rejects_unknown_kind_and_oversized_payload(monkeypatch):
     with pytest.raises(ValueError, match="kind 3"):
         encode_record(3, b"x")
-    monkeypatch.setattr(aof, "MAX_PAYLOAD", 10)
+    monkeypatch.setattr(aofformat, "MAX_PAYLOAD", 10)  # read where encode_record is
     encode_record(OP_REPLICATED, b"x" * 10)
     with pytest.raises(ValueError, match="exceeds"):
         encode_record(OP_REPLICATED, b"x" * 11)
@@ -275,7 +275,7 @@ def test_the_search_for_valid_records_after_damage_is_bounded(tmp_path, monkeypa
     path = _only_segment(tmp_path)
     os.truncate(path, os.path.getsize(path) - 1)
     assert scan(str(tmp_path)).torn == (path, offsets[-1])
-    monkeypatch.setattr(aof, "_SEARCH_MAX_CANDIDATES", 0)
+    monkeypatch.setattr(aofscan, "_SEARCH_MAX_CANDIDATES", 0)  # read where the search is
     with pytest.raises(CorruptLog, match="rule out valid records"):
         scan(str(tmp_path))
 

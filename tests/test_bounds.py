@@ -503,10 +503,10 @@ def test_a_write_too_large_for_one_log_record_is_refused_before_it_runs(monkeypa
     cannot take: it is refused with an error, nothing changes, and the region keeps serving."""
     import redis
 
-    from node.persistence import aof
+    from node.persistence import aofformat
     from node.testing import InProcessServer
 
-    monkeypatch.setattr(aof, "MAX_PAYLOAD", 4 << 20)
+    monkeypatch.setattr(aofformat, "MAX_PAYLOAD", 4 << 20)  # read where encode_record is
     with InProcessServer() as srv:
         c = srv.client()
         c.config_set("client-query-buffer-limit", "64mb")  # the cap is computed from both

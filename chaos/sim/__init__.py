@@ -3,7 +3,8 @@
 ``run_sim(SimConfig(seed=...))`` runs one schedule and returns its :class:`Outcome`
 (verdicts and trace); ``cli_main(argv)`` is ``braid-chaos sim``.  See
 chaos/README.md ("braid-chaos sim") and the theory of operation of each module:
-world.py (clock, scheduler, network, faults), region.py (a real server on a
+world.py (a schedule; its network and links in links.py, its faults in faults.py, its
+clock and event queue in scheduler.py), region.py (a real server on a
 simulated disk), disk.py, workload.py, checks.py, bugs.py, cli.py.
 """
 

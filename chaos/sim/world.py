@@ -40,7 +40,7 @@ A region whose core fail-stops (node/supervision.py) crashes as a process and
 restarts later, like a real region under a supervisor; the fail-stop is also
 reported as an error of the run (the "exceptions" check), since it means the
 code met a state or an operation it could not handle.  A region that keeps
-fail-stopping stays down after FAIL_STOP_RESTARTS restarts.
+fail-stopping stays down after ``FAIL_STOP_RESTARTS`` restarts (faults.py).
 
 The cron.  Each region that is up runs the state-changing steps of the real
 server's cron (``RegionCore.cron_steps``, under the region's supervisor) every
@@ -124,28 +124,32 @@ phase (every fault lifted, every region restarted and connected, no client
 operations, no cron) that runs until the event queue is empty - a membership
 change under way keeps polling while anything else is left to do; then the
 checkers judge (chaos/sim/checks.py).
+
+Where things are: this module holds :class:`SimConfig` and :class:`Simulation` - running
+a schedule, booting regions, the cron, the operator's copies, durability promises.  Two
+parts of the simulation are mixed into it from their own modules: the network and the
+links over it (links.py: :class:`~chaos.sim.links.Links`, the ``Network``) and the faults
+with the operator's answers to them (faults.py: :class:`~chaos.sim.faults.Faults`).  The
+virtual clock, the event queue and the trace are scheduler.py.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import random
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from crdt.causal import Envelope
-from crdt.linkerrors import MembershipBehind
-from crdt.membership import JOINING, LIVE, REMOVED
-from crdt.sync import LinkState, NeedsResync, RelayHold, opening, plan_frames
+from crdt.membership import JOINING, REMOVED
+from crdt.sync import RelayHold
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import FSYNC_POLICIES
 
-from .disk import Damage, FileCopy, MachineDown, held_vv
+from .disk import Damage, FileCopy
+from .faults import Faults
+from .links import Links, Network, NetworkFaults
 from .membership import MembershipDriver
 from .region import SimRegion
+from .scheduler import START_MS, Scheduler, _vv  # noqa: F401 (START_MS: tests import it from here)
 
 FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog",
           "restore", "bitflip", "image-crash", "stale-copies", "lone", "admin-kill", "memory")
@@ -157,19 +161,11 @@ FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop"
 DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ("stale-copies", "lone", "memory"))
 CRON_MS = 1000          # the real cron runs once a second
 LONE_WRITES_AFTER_MS = 200  # the lone fault: crdt-lone-writes-after-ms of every region
-LONE_AWAY_MS = (300, 1500)  # the lone fault: how long the region that goes away stays down
-MEMORY_ROOM = (0, 3000)     # the memory fault: maxmemory this many bytes above what the region holds
-MEMORY_FULL_MS = (50, 1500)  # ... for this long
 BACKLOG_BYTES = (600, 1500, 4000)  # the backlog fault bounds each region's backlog by one of these
-LONG_PARTITION_MS = (200, 900)     # ... and isolates a region this long now and then
 POLICIES = FSYNC_POLICIES  # appendfsync's, which a schedule runs its regions with
-START_MS = 1_000_000   # the virtual clock's first reading (ms)
 MAX_EVENTS = 1_000_000  # a schedule that has not settled after this many events is a liveness failure
-STARTUP_CHECK_MS = 300  # a restarted region asks its peers for their member lists (after its first dials)
-FAIL_STOP_RESTARTS = 3  # a region restarted this often after fail-stops stays down (the run fails anyway)
 BACKUP_CHANCE = 0.05    # per client step (restore fault): the operator copies a region's folder
 BACKUPS_KEPT = 4        # the newest copies of each region's folder the operator keeps
-IMAGE_CRASH_CHANCE = 0.5  # per installed image (image-crash fault): its snapshot is interrupted
 SALVAGES = 3            # refused starts an operator salvages before giving up (a bug of the world)
 
 
@@ -203,74 +199,7 @@ class SimConfig:
         return " ".join(parts)
 
 
-class Scheduler:
-    """A virtual clock and the events due on it."""
-
-    def __init__(self) -> None:
-        self.now = START_MS
-        self.events = 0
-        self.trace: list[str] = []
-        self.errors: list[str] = []
-        self._queue: list = []
-        self._order = itertools.count()
-
-    def at(self, when: int, fn: Callable, *args) -> None:
-        heapq.heappush(self._queue, (when, next(self._order), fn, args))
-
-    def after(self, delay: int, fn: Callable, *args) -> None:
-        self.at(self.now + delay, fn, *args)
-
-    def run(self, max_events: int | None = None) -> bool:
-        """Run events in time order; True when the queue emptied (False: ``max_events`` hit)."""
-        budget = max_events
-        while self._queue:
-            if budget is not None:
-                if budget <= 0:
-                    return False
-                budget -= 1
-            when, _order, fn, args = heapq.heappop(self._queue)
-            self.now = max(self.now, when)
-            self.events += 1
-            try:
-                fn(*args)
-            except Exception as e:  # a region's code failed: judged by the "exceptions" check
-                where = traceback.extract_tb(e.__traceback__)[-1]
-                error = f"{type(e).__name__}: {e} (in {fn.__name__}, at {where.filename}:{where.lineno})"
-                self.errors.append(error)
-                self.log(f"EXCEPTION {error}")
-        return True
-
-    def pending(self) -> int:
-        """Events still queued (besides the one running)."""
-        return len(self._queue)
-
-    def log(self, text: str) -> None:
-        self.trace.append(f"{self.now - START_MS:>7} {text}")
-
-
-@dataclass
-class NetworkFaults:
-    drop: float = 0.0      # a frame lost: the connection breaks
-    dup: float = 0.0       # a frame arrives twice
-    reorder: float = 0.0   # a frame may overtake or be overtaken
-
-
-@dataclass
-class Network:
-    """Connections between regions, cuts (partitions) and clogs, and frames in flight."""
-
-    faults: NetworkFaults = field(default_factory=NetworkFaults)
-    cuts: dict[frozenset, int] = field(default_factory=dict)      # pair -> how many partitions cut it
-    clogged_until: dict[tuple[int, int], int] = field(default_factory=dict)  # direction -> time
-    conn: dict[frozenset, int] = field(default_factory=dict)      # pair -> current connection id
-    last_arrival: dict[tuple[int, int], int] = field(default_factory=dict)  # FIFO per direction
-    ids: itertools.count = field(default_factory=lambda: itertools.count(1))
-
-    def is_cut(self, a: int, b: int) -> bool:
-        return self.cuts.get(frozenset((a, b)), 0) > 0
-
-
-class Simulation:
+class Simulation(Links, Faults):
     """N regions, the network between them, a workload and faults, from one seed."""
 
     def __init__(self, config: SimConfig) -> None:
@@ -469,297 +398,6 @@ class Simulation:
         numbers = sorted(self.regions)
         return [(a, b) for a in numbers for b in numbers if a < b]
 
-    # ------------------------------------------------------------ links
-    def connect(self, a: int, b: int) -> None:
-        """The dialer (``a``, the lower number) reaches ``b``: both ends pass the other through their
-        membership gate, then start a link from Hello/Welcome."""
-        ra, rb = self.regions[a], self.regions[b]
-        pair = frozenset((a, b))
-        if not (ra.up and rb.up) or self.net.is_cut(a, b) or pair in self.net.conn:
-            return
-        mine = ra.aa.membership  # a region dials the live members of its own list, while a member itself
-        if mine.status(a) in (None, REMOVED) or mine.status(b) not in LIVE:
-            return
-        if ra.aa.hub.is_cut(b) or rb.aa.hub.is_cut(a):  # paused: a voter of the other's forced removal
-            return
-        if not self.handshake(ra, rb):
-            return
-        conn = next(self.net.ids)
-        self.net.conn[pair] = conn
-        self.net.last_arrival.pop((a, b), None)
-        self.net.last_arrival.pop((b, a), None)
-        # what each end sends first, decided as the real link decides it (crdt/sync.py): an image
-        # where the peer lacks what this end dropped; when both dropped what the other lacks, each
-        # sends its own and joins the other's (crdt/join.py)
-        held = {r.number: (dict(r.causal.vv), dict(r.causal.floor)) for r in (ra, rb)}
-        first = {a: opening(*held[a], *held[b], True), b: opening(*held[b], *held[a], True)}
-        merging = first[a].merging
-        hub_a, hub_b = ra.core.db.aa.hub, rb.core.db.aa.hub
-        ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}),
-                                hub_a.peer_reported.setdefault(b, {}))
-        rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}),
-                                hub_b.peer_reported.setdefault(a, {}))
-        # each end records what the other held, and forgets the other's own waiting operations
-        for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
-            forgotten = hub.handshook(peer, dict(region.causal.vv))
-            if forgotten:
-                self.sched.log(f"link {a}-{b}: r{hub.region} forgot {forgotten} waiting operations of r{peer}")
-        self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
-                       f"welcome vv {_vv(rb.causal.vv)}" + (f"; both dropped operations the other lacks (floors "
-                                                            f"{_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}): "
-                                                            "merging" if merging else ""))
-        for x, y in ((ra, b), (rb, a)):
-            # (sending the first image may have lost a frame: the connection broke)
-            if y in x.links and first[x.number].sends_image:
-                try:
-                    self.send_image(x, y, "join" if merging else "image")
-                except ConnectionAbortedError as e:  # it takes writes alone: the link ends, as the real one
-                    self.disconnect(x.number, y, str(e))
-                    return
-        self.pump(ra)
-        self.pump(rb)
-
-    def handshake(self, ra: SimRegion, rb: SimRegion) -> bool:
-        """The membership half of a handshake: ``rb`` checks ``ra``'s Hello (its epoch and list), then
-        ``ra`` checks ``rb``'s Welcome (``MembershipGate.check_peer``, which adopts a newer list
-        first).  A refused region is handed the refusing side's list (the real one learns it at
-        start); a region that adopted a list restarts its links, this one included."""
-        a, b = ra.number, rb.number
-        epochs = {a: ra.aa.membership.epoch, b: rb.aa.membership.epoch}
-        for checker, peer in ((rb, ra), (ra, rb)):
-            gate = checker.aa.hub.gate
-            reason = gate.check_peer(peer.number, *peer.aa.hub.gate.hello())
-            if reason:
-                gate.refused()
-                self.sched.log(f"link {a}-{b} refused by r{checker.number}: {reason}")
-                self.membership.hand_list(checker, peer, f"refused by r{checker.number}")
-                if checker.aa.membership.epoch != epochs[checker.number]:
-                    self.relink(checker.number, f"r{checker.number} adopted membership epoch "
-                                                f"{checker.aa.membership.epoch}")
-                return False
-        moved = [r for r in (ra, rb) if r.aa.membership.epoch != epochs[r.number]]
-        for r in moved:
-            self.sched.log(f"r{r.number} adopted membership epoch {r.aa.membership.epoch} at a handshake "
-                           f"(it was at epoch {epochs[r.number]}): it is {r.aa.membership.status(r.number)}")
-            self.relink(r.number, f"r{r.number} adopted membership epoch {r.aa.membership.epoch}")
-        return not moved
-
-    def relink(self, number: int, why: str) -> None:
-        """After ``number`` committed or adopted a change: its links handshake again at the new
-        epoch (each one is closed; the dialer redials), and it dials the members it did not reach."""
-        for pair in [p for p in self.net.conn if number in p]:
-            (peer,) = pair - {number}
-            self.disconnect(number, peer, why)
-        for peer in sorted(self.regions):
-            if peer != number and frozenset((number, peer)) not in self.net.conn:
-                self.sched.after(self.rng.randint(20, 300), self.connect, min(number, peer), max(number, peer))
-
-    def send_image(self, region: SimRegion, peer: int, kind: str = "image") -> None:
-        """Full resync, or (``kind`` "join") the region's half of a state join: its whole state,
-        first on the link (``Link.send_image``).  With it goes the sender's history, for the
-        checkers (a joining receiver then holds the union of both)."""
-        data, vv = region.core.resync_image()
-        region.links[peer].image_sent(vv, region.causal.end)
-        what = "state to join" if kind == "join" else "full-resync image"
-        self.sched.log(f"r{region.number} -> r{peer} {what} ({len(data)} bytes, vv {_vv(vv)})")
-        history = self.history(region) if kind == "join" else list(self.trimmed[region.number])
-        self.send(region.number, peer, (kind, (data, history)))
-
-    def disconnect(self, a: int, b: int, why: str) -> None:
-        pair = frozenset((a, b))
-        if self.net.conn.pop(pair, None) is None:
-            return
-        for x, y in ((a, b), (b, a)):
-            self.regions[x].links.pop(y, None)
-            self.relay_holds.pop((x, y), None)
-        self.sched.log(f"link {min(a, b)}-{max(a, b)} down: {why}")
-        self.sched.after(self.rng.randint(20, 300), self.connect, min(a, b), max(a, b))
-
-    def pump(self, region: SimRegion) -> None:
-        """Send each link of ``region`` what it decides to send (only durable operations leave)."""
-        if not region.up:
-            return
-        for peer in list(region.links):
-            self.pump_link(region, peer)
-
-    def pump_link(self, region: SimRegion, peer: int) -> None:
-        """One look of ``region``'s link to ``peer``, as the real ``Link.send_loop`` takes at each
-        wake-up: what the link state decides to send, through the link's relay hold, in frames
-        planned by bytes."""
-        hub, link = region.core.db.aa.hub, region.links[peer]
-        try:
-            envelopes = link.outgoing(hub.sendable_upto())
-        except NeedsResync:  # trimming overtook the link: the next handshake resyncs
-            self.disconnect(region.number, peer, f"r{peer} needs operations r{region.number} trimmed")
-            return
-        hold = self.relay_hold(region.number, peer)
-        wake = hold.wake_at
-        relays, direct = hold.outgoing(envelopes, link.acked, self.sched.now / 1000, hub.pacing().relay_delay)
-        hub.relayed += len(relays)
-        if hold.wake_at != wake and hold.wake_at != math.inf:
-            # the real link's timer: at least a millisecond on (a wake-up is asked for a time after
-            # now, which the rounding of seconds to milliseconds must not turn into a loop at now)
-            conn = self.net.conn[frozenset((region.number, peer))]
-            delay = max(1, math.ceil(hold.wake_at * 1000) - self.sched.now)
-            self.sched.after(delay, self.relay_wake, region.number, peer, conn, hold.wake_at)
-        # every simulated region runs the same settings: the peer's message limit is this one's.
-        # An operation larger than the budget goes as one frame all the same: the real link
-        # sends it in parts (crdt.sync.PartsAssembler joins them), which the world does not model
-        limits = hub.limits
-        for _in_parts, batch in plan_frames(relays + direct, limits.budget(limits.max_message)):
-            self.send(region.number, peer, ("batch", batch))
-
-    def relay_hold(self, number: int, peer: int) -> RelayHold:
-        """The relay hold of ``number``'s link to ``peer`` on the current connection, one per
-        direction as the real ``Link`` keeps one: made at the link's first look (its handshake's
-        pump), dropped when the connection closes."""
-        conn = self.net.conn[frozenset((number, peer))]
-        kept = self.relay_holds.get((number, peer))
-        if kept is None or kept[0] != conn:
-            kept = self.relay_holds[(number, peer)] = (conn, RelayHold(number, peer, self.sched.now / 1000))
-        return kept[1]
-
-    def relay_wake(self, number: int, peer: int, conn: int, at: float) -> None:
-        """The relay hold of ``number``'s link to ``peer`` asked for a look at ``at`` (the real
-        link's timer fires): nothing if that connection closed since (a crash or a restart of
-        either region closes it: it stands for the incarnation the cron checks), or if the hold
-        asked for another time since (the real link re-armed its timer)."""
-        region = self.regions[number]
-        kept = self.relay_holds.get((number, peer))
-        if (kept is None or kept[0] != conn or kept[1].wake_at != at or not region.up or peer not in region.links
-                or self.net.conn.get(frozenset((number, peer))) != conn):
-            return
-        kept[1].woken()
-        self.pump_link(region, peer)
-
-    def send(self, a: int, b: int, frame: tuple) -> None:
-        net, rng = self.net, self.rng
-        conn = net.conn.get(frozenset((a, b)))
-        if conn is None:
-            return
-        if rng.random() < net.faults.drop:
-            self.disconnect(a, b, f"a frame {a}->{b} was lost")
-            return
-        now = self.sched.now
-        when = now + rng.randint(1, 20)
-        clog = net.clogged_until.get((a, b), 0)
-        if clog > now:
-            when = max(when, clog + rng.randint(0, 5))
-        if rng.random() < net.faults.reorder:
-            when += rng.randint(0, 40)  # may overtake or be overtaken
-        else:
-            when = max(when, net.last_arrival.get((a, b), 0))
-            net.last_arrival[(a, b)] = when
-        self.sched.at(when, self.arrive, a, b, conn, frame)
-        if rng.random() < net.faults.dup:
-            self.sched.at(when + rng.randint(0, 40), self.arrive, a, b, conn, frame)
-
-    def arrive(self, a: int, b: int, conn: int, frame: tuple) -> None:
-        if self.net.conn.get(frozenset((a, b))) != conn:
-            return  # the connection it travelled on is closed
-        region = self.regions[b]
-        link = region.links[a]
-        kind, body = frame
-        if kind == "ack":
-            self.relay_hold(b, a).on_ack(link.acked, body, self.sched.now / 1000)  # before acked rises
-            link.on_ack(body)
-            return
-        if kind == "image":
-            self.install_image(region, a, *body)
-            return
-        if kind == "join":
-            self.join_image(region, a, *body)
-            return
-        hub = region.core.db.aa.hub
-        before = dict(region.causal.vv)
-        behind = None
-        try:
-            hub.deliver_batch(link.on_batch(body))
-        except MembershipBehind as e:  # of a region this list does not know: handshake again
-            behind = e
-        except Exception:
-            if region.core.failed is None:
-                raise
-        if region.core.failed is not None:
-            self.fail_stopped(region)  # an operation it could not apply: nothing acknowledged
-            return
-        applied = {o: n for o, n in region.causal.vv.items() if n > before.get(o, 0)}
-        self.sched.log(f"r{b} <- r{a} batch {_dots(body)}; applied {_vv(applied) or 'nothing new'}")
-        if behind is not None:
-            self.disconnect(a, b, f"r{b} restarts the link: {behind}")
-        else:
-            self.send(b, a, ("ack", dict(region.causal.vv)))
-            if applied:  # as the real link (Link.deliver): every other peer learns it need not relay these
-                for peer in sorted(region.links):
-                    if peer != a:
-                        self.send(b, peer, ("ack", dict(region.causal.vv)))
-        region.end_turn()
-
-    def install_image(self, region: SimRegion, sender: int, data: bytes, trimmed: list[Envelope]) -> None:
-        interrupted = None
-        if self.active and "image-crash" in self.config.faults and self.rng.random() < IMAGE_CRASH_CHANCE:
-            interrupted = self.rng.choice(("machine down", "disk full"))
-            region.file.crash_in_snapshot = interrupted == "machine down"
-            region.file.snapshot_fails = region.file.snapshot_fails or interrupted == "disk full"
-        try:
-            installed = region.core.install_image(data)
-        except MachineDown:
-            self.crash(region, f"IMAGE-CRASH r{region.number}: the machine went down while the snapshot of "
-                               f"r{sender}'s image was being written (none on disk)")
-            return
-        finally:
-            region.file.crash_in_snapshot = False
-        if not installed:  # nothing missing any more: start again
-            if interrupted == "disk full":
-                region.file.snapshot_fails = False
-            self.disconnect(region.number, sender, f"r{region.number} refused r{sender}'s image")
-            return
-        self.resyncs += 1
-        self.trimmed[region.number] = trimmed  # the image holds what its sender had trimmed
-        # the image's own vector, as the real link: not this region's after its own went on top
-        region.links[sender].image_installed(dict(region.core.db.aa.hub.image_vv))
-        for link in region.links.values():
-            link.log_replaced()
-        self.sched.log(f"r{region.number} installed r{sender}'s image: vv {_vv(region.causal.vv)}")
-        if region.core.oplog.unsaved_image is None:
-            taken = region.file.snapshot
-            self.sched.log(f"r{region.number} snapshot at record {taken[0] if taken else None}: the image is the "
-                           "base of its file")
-        else:
-            self.sched.log(f"IMAGE-CRASH r{region.number}: the snapshot of r{sender}'s image cannot be written (disk "
-                           "full): later records wait in memory, writes are refused")
-            self.sched.after(self.rng.randint(1, 800), self._image_crash, region.number, region.incarnation)
-            self.sched.after(self.rng.randint(100, 3000), self._disk_freed, region.number)
-        self.send(region.number, sender, ("ack", dict(region.causal.vv)))
-        region.end_turn()
-
-    def join_image(self, region: SimRegion, sender: int, data: bytes, history: list[Envelope]) -> None:
-        """``region`` joins ``sender``'s state into its own (``RegionCore.join_image``; saving its
-        snapshot goes as for an installed image, but no crash is injected there)."""
-        number = region.number
-        if not region.core.join_image(data):  # it takes writes alone now: the link starts again
-            self.disconnect(number, sender, f"r{number} could not join r{sender}'s state now")
-            return
-        self.joins += 1
-        # the checkers' view of its history: what it held (in the order it applied it), then
-        # what the joined state brought (in the sender's order: causal, and none of it depends
-        # on an operation only this region held), then its log from here on
-        mine = self.history(region)
-        held = {e.dot for e in mine}
-        self.trimmed[number] = mine + [e for e in history if e.dot not in held]
-        region.links[sender].image_installed(dict(region.core.db.aa.hub.image_vv))
-        for link in region.links.values():  # the floor rose: a peer may lack what it now covers
-            link.floor_raised()
-        self.sched.log(f"r{number} joined r{sender}'s state: vv {_vv(region.causal.vv)}, floor "
-                       f"{_vv(region.causal.floor)}")
-        if region.core.oplog.unsaved_image is not None:
-            self.sched.log(f"r{number}: the snapshot of the joined state cannot be written (disk full): later "
-                           "records wait in memory, writes are refused")
-            self.sched.after(self.rng.randint(100, 3000), self._disk_freed, number)
-        self.send(number, sender, ("ack", dict(region.causal.vv)))
-        self.pump(region)
-        region.end_turn()
-
     # ------------------------------------------------------------ durability promises
     def promise(self, region: SimRegion, upto_n: int, why: str) -> None:
         self.promises.hold(region, upto_n, why)
@@ -777,268 +415,3 @@ class Simulation:
         self.promises.reissued(region.number)
         self.sched.log(f"REISSUE r{region.number}: {count} withdrawn operations issued again, vv now "
                        f"{_vv(region.causal.vv)}")
-
-    # ------------------------------------------------------------ faults
-    def inject_fault(self) -> None:
-        kinds = [k for k in ("crash", "partition", "clog", "swizzle", "clock", "membership", "restore", "bitflip",
-                             "lone", "backlog", "memory") if k in self.config.faults]
-        if not kinds:
-            return
-        kind = self.rng.choice(kinds)
-        getattr(self, f"_fault_{kind}")()
-
-    def _fault_crash(self) -> None:
-        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
-        if not up:
-            return
-        self.crash(self.rng.choice(up))
-
-    def crash(self, region: SimRegion, cause: str = "") -> None:
-        """Crash ``region`` (its machine; under ``appendfsync no``, which promises nothing across
-        a machine crash, its process) and restart it later; ``cause`` opens the trace line."""
-        machine = self.config.fsync != "no"
-        for peer in list(region.links):
-            self.disconnect(region.number, peer, f"region {region.number} crashed")
-        happened = region.crash(machine)
-        self.sched.log(f"{cause + '; ' if cause else ''}CRASH r{region.number} "
-                       f"({'machine' if machine else 'process'}): {happened}")
-        self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
-
-    def _stop(self, region: SimRegion, fault: str) -> None:
-        """Stop ``region`` for an operator's fault: cleanly, or by a crash; it restarts later,
-        and ``region.restart_as`` says what the operator does to its folder before."""
-        if self.rng.random() < 0.5:
-            for peer in list(region.links):
-                self.disconnect(region.number, peer, f"region {region.number} stopped")
-            self.sched.log(f"{fault.upper()} r{region.number} {region.stop_cleanly()}")
-            self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
-        else:
-            self.crash(region, f"{fault.upper()} r{region.number} goes down")
-        region.restart_as, region.stopped_ms = fault, self.sched.now
-
-    def _fault_restore(self) -> None:
-        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
-        if up:
-            self._stop(self.rng.choice(up), "restore")
-
-    def _fault_lone(self) -> None:
-        """A region goes away for a while (a long outage, at a schedule's scale) and, meanwhile, another restarts -
-        from an older copy of its folder when the operator has one: the restarted one waits
-        ``crdt-lone-writes-after-ms`` for the missing member, then takes writes alone; the one
-        away may hold operations of it the copy lacks (node/lone_writes.py)."""
-        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
-        if len(up) < 2:
-            return
-        away, back = self.rng.sample(up, 2)
-        for peer in list(away.links):
-            self.disconnect(away.number, peer, f"region {away.number} went away")
-        happened = away.crash(self.config.fsync != "no")
-        self.sched.log(f"LONE r{away.number} goes away for long: {happened}")
-        self.sched.after(self.rng.randint(*LONE_AWAY_MS), self.restart, away.number, away.incarnation)
-        self._stop(back, "restore")
-
-    def _fault_bitflip(self) -> None:
-        up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
-        if up:
-            self._stop(self.rng.choice(up), "bitflip")
-
-    def _image_crash(self, number: int, incarnation: int) -> None:
-        """The image-crash fault's machine crash, if the image's snapshot is still not on disk."""
-        region = self.regions[number]
-        if not self.active or not region.up or region.incarnation != incarnation:
-            return
-        if region.core.oplog.unsaved_image is not None:
-            self.crash(region, f"IMAGE-CRASH r{number}: the machine goes down before the image's snapshot is written")
-
-    def _disk_freed(self, number: int) -> None:
-        region = self.regions[number]
-        if region.file.snapshot_fails:
-            region.file.snapshot_fails = False
-            self.sched.log(f"r{number}'s disk has room again")
-
-    def _operator_acts(self, region: SimRegion) -> tuple[dict[int, int], str] | None:
-        """What the operator does to a stopped region's folder before it starts again (its
-        ``restart_as``): put an older copy back, or flip a bit (the disk's doing).  Returns
-        what the folder held before and why, for the durability check's count of losses."""
-        fault, region.restart_as = region.restart_as, None
-        # (a copy taken while it is down is the folder as it is: only older ones go back in time)
-        copies = [c for c in self.backups.get(region.number, []) if c[0].taken_ms <= region.stopped_ms]
-        if fault is not None and "stale-copies" not in self.config.faults:
-            # the folder is about to lose operations every copy of it so far may hold, and the
-            # region may mint their numbers again: restored later, such a copy would fork its
-            # history.  The operator takes new copies from now on (stale-copies: it does not)
-            self.backups[region.number] = []
-        if fault == "restore":
-            if not copies:
-                self.sched.log(f"RESTORE r{region.number}: no copy of its folder yet: it starts from its own")
-                return None
-            before = held_vv(region.file, region.number)
-            copied, trimmed = self.rng.choice(copies)
-            region.file.restore(copied)
-            self.trimmed[region.number] = list(trimmed)
-            mark = "clean" if copied.closed_cleanly else "recover" if copied.recover_mark else "its boot"
-            self.sched.log(f"RESTORE r{region.number} starts from its folder as copied at "
-                           f"t={copied.taken_ms - START_MS} ({len(copied.durable)} bytes of log"
-                           f"{f', snapshot at record {copied.snapshot[0]}' if copied.snapshot else ''}, run mark "
-                           f"{mark}): the folder held vv {_vv(before)}")
-            return before, f"r{region.number}'s restore from an older copy"
-        if fault == "bitflip":
-            before = held_vv(region.file, region.number)
-            what = region.file.flip(self.rng)
-            self.sched.log(f"BITFLIP r{region.number}: {what or 'an empty folder: nothing to flip'}")
-            return before, f"the salvage of r{region.number}'s damaged files"
-        return None
-
-    def fail_stopped(self, region: SimRegion) -> None:
-        """``region``'s core fail-stopped: its process exits (a crash of the process), and
-        it restarts later from its file."""
-        reason = region.core.failed
-        self.sched.errors.append(f"FAIL-STOP r{region.number}: {reason}")
-        for peer in list(region.links):
-            self.disconnect(region.number, peer, f"region {region.number} fail-stopped")
-        what = region.crash(machine=False)
-        region.fail_stops += 1
-        self.sched.log(f"FAIL-STOP r{region.number}: {reason}; {what}")
-        if region.fail_stops <= FAIL_STOP_RESTARTS:
-            self.sched.after(self.rng.randint(20, 1500), self.restart, region.number, region.incarnation)
-
-    def restart(self, number: int, incarnation: int) -> None:
-        region = self.regions[number]
-        if region.up or region.incarnation != incarnation:
-            return
-        acted = self._operator_acts(region)
-        cut = self.boot(region)
-        if acted is not None:  # what the folder lost (a restore, a cut or salvaged flip), for the checkers
-            before, why = acted
-            self.file_losses.append((number, before, dict(region.causal.vv), why))
-            if self.promises.withdrawn.get(number) and not region.core.db.aa.lone.reissue:
-                # its withdrawn writes were listed only in its log, which the operator replaced
-                lost = self.promises.withdrawn.pop(number)
-                self.sched.log(f"durability: {lost} operation(s) r{number} withdrew and had not issued again "
-                               f"went with {why}")
-        self.sched.log(f"RESTART r{number}: replayed its file (torn tail cut: {cut} bytes), vv {_vv(region.causal.vv)}")
-        # (a fixed delay, no draw: without the membership fault a schedule stays what it was before it)
-        self.sched.after(STARTUP_CHECK_MS, self.membership.startup_check, number, region.incarnation)
-        for peer in sorted(self.regions):
-            if peer != number:
-                self.sched.after(self.rng.randint(5, 100), self.connect, min(number, peer), max(number, peer))
-
-    def _fault_membership(self) -> None:
-        self.membership.start()
-
-    def _fault_partition(self) -> None:
-        self.partition()
-
-    def _fault_backlog(self) -> None:
-        """A partition longer than every backlog: a region isolated while both sides write on;
-        before it heals, every region trims its backlog (the virtual schedule is shorter than
-        a backlog's life, so its end stands for the hours that passed), so each side drops
-        operations the other lacks and the heal joins their states."""
-        self.partition(isolate=True, duration=self.rng.randint(*LONG_PARTITION_MS), trim_first=True)
-
-    def partition(self, isolate: bool | None = None, duration: int | None = None, trim_first: bool = False) -> None:
-        """Isolate a region, or cut one pair (the others bridge it), for a while."""
-        numbers = sorted(self.regions)
-        if isolate or isolate is None and self.rng.random() < 0.5:
-            victim = self.rng.choice(numbers)
-            pairs = [(min(victim, o), max(victim, o)) for o in numbers if o != victim]
-            what = f"region {victim} isolated"
-        else:
-            pairs = [self.rng.choice(self.pairs())]
-            what = f"pair {pairs[0][0]}-{pairs[0][1]} cut (the others bridge it)"
-        if duration is None:
-            duration = self.rng.randint(50, 3000)
-        self.sched.log(f"PARTITION {what} for {duration} ms")
-        for a, b in pairs:
-            pair = frozenset((a, b))
-            self.net.cuts[pair] = self.net.cuts.get(pair, 0) + 1
-            self.disconnect(a, b, "partitioned")
-        self.sched.after(duration, self._unpartition, pairs, trim_first)
-
-    def _unpartition(self, pairs: list[tuple[int, int]], trim_first: bool = False) -> None:
-        if not self.active:
-            return  # the heal already lifted every cut
-        if trim_first:  # hours passed: every backlog's age bound dropped all it may drop
-            for region in self.regions.values():
-                if region.up:
-                    self.cron_steps(region, "backlog-trim", math.inf)
-        for a, b in pairs:
-            pair = frozenset((a, b))
-            self.net.cuts[pair] -= 1
-            if not self.net.cuts[pair]:
-                del self.net.cuts[pair]
-                self.sched.log(f"partition of {a}-{b} healed")
-                self.connect(a, b)
-
-    def _directions(self) -> list[tuple[int, int]]:
-        return [(a, b) for a in sorted(self.regions) for b in sorted(self.regions) if a != b]
-
-    def _clog(self, a: int, b: int, until: int) -> None:
-        if not self.active:
-            return
-        self.net.clogged_until[(a, b)] = max(self.net.clogged_until.get((a, b), 0), until)
-        self.sched.log(f"CLOG {a}->{b} until t={until - START_MS}")
-
-    def _fault_clog(self) -> None:
-        a, b = self.rng.choice(self._directions())
-        self._clog(a, b, self.sched.now + self.rng.randint(20, 2000))
-
-    def _fault_swizzle(self) -> None:
-        """FoundationDB's swizzle-clog: clog a random subset one by one, unclog in random order."""
-        directions = self._directions()
-        chosen = self.rng.sample(directions, self.rng.randint(1, len(directions)))
-        t = self.sched.now
-        starts = []
-        for a, b in chosen:
-            t += self.rng.randint(5, 100)
-            starts.append((t, a, b))
-        ends = [t + self.rng.randint(50, 1500) for _ in chosen]
-        order = list(range(len(chosen)))
-        self.rng.shuffle(order)
-        ends.sort()
-        self.sched.log(f"SWIZZLE-CLOG {', '.join(f'{a}->{b}' for a, b in chosen)}")
-        for i, idx in enumerate(order):
-            start, a, b = starts[idx]
-            self.sched.at(start, self._clog, a, b, max(ends[i], start + 1))
-
-    def _fault_memory(self) -> None:
-        """A region runs short of memory: its maxmemory is set a little above what it holds, so
-        its clients' writes are soon refused (OOM) while the other regions' operations are
-        still applied; the limit is lifted later (at the latest, by the heal)."""
-        up = [r for r in self.regions.values() if r.up]
-        if not up:
-            return
-        region = self.rng.choice(up)
-        core = region.core
-        limit = core.used_memory() + self.rng.randint(*MEMORY_ROOM)
-        core.config.set("maxmemory", limit)
-        core.config_changed()
-        self.sched.log(f"MEMORY r{region.number}: maxmemory {limit} ({core.used_memory()} used)")
-        self.sched.after(self.rng.randint(*MEMORY_FULL_MS), self._memory_freed, region.number, region.incarnation)
-
-    def _memory_freed(self, number: int, incarnation: int) -> None:
-        region = self.regions[number]
-        if region.up and region.incarnation == incarnation and region.core.maxmemory:
-            region.core.config.set("maxmemory", 0)
-            region.core.config_changed()
-            self.sched.log(f"MEMORY r{number}: maxmemory lifted ({region.core.used_memory()} used)")
-
-    def _fault_clock(self) -> None:
-        region = self.rng.choice(list(self.regions.values()))
-        if self.rng.random() < 0.5:
-            region.skew = self.rng.randint(-3000, 3000)
-            self.sched.log(f"CLOCK r{region.number} skewed to {region.skew:+d} ms")
-        else:
-            jump = self.rng.randint(100, 5000)
-            region.skew -= jump
-            self.sched.log(f"CLOCK r{region.number} jumps back {jump} ms (skew {region.skew:+d} ms)")
-
-
-def _vv(vv: dict[int, int]) -> str:
-    return ",".join(f"{o}:{n}" for o, n in sorted(vv.items()))
-
-
-def _dots(envelopes) -> str:
-    if len(envelopes) <= 4:
-        return " ".join(f"{e.origin}.{e.n}" for e in envelopes)
-    return f"{envelopes[0].origin}.{envelopes[0].n} .. {envelopes[-1].origin}.{envelopes[-1].n} ({len(envelopes)})"

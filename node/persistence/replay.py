@@ -54,8 +54,8 @@ from .. import opcodec
 from ..core import Session
 from . import snapshot as snap
 from .aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
-from .oplog import LoneMark, OwnOperation, decode_local, decode_replicated, lone_marks, mark_for_recovery, \
-    read_run_mark
+from .oplogformat import LoneMark, OwnOperation, decode_local, decode_replicated, lone_marks
+from .runmark import mark_for_recovery, read_run_mark
 
 if TYPE_CHECKING:
     from ..core import RegionCore as Server  # replay needs the core only, never a running server
