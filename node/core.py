@@ -71,7 +71,7 @@ from .commands.transactions import abort_exec
 from .config import Config
 from .db import Database
 from .lone_writes import LoneStep
-from .persistence import aof, snapshot
+from .persistence import aofformat, snapshot
 from .resp.encoder import ReplyError
 from .security.acl import AccessControl
 from .slicing import Sliced
@@ -303,7 +303,7 @@ class RegionCore:
         a record holds a command's arguments and its operations, each about as large as the
         command.  With the default query-buffer limit (1 GB) every command fits and nothing
         is checked; only a limit raised past about 2 GB makes the check (``call``) run."""
-        cap = aof.MAX_PAYLOAD // 2 - (1 << 16)  # (read here: a test lowers it)
+        cap = aofformat.MAX_PAYLOAD // 2 - (1 << 16)  # (read here: a test lowers it)
         self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
 
     # ------------------------------------------------------------ memory

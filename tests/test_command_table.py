@@ -1,4 +1,4 @@
-"""The single command table (node/commands/table.py) and what is derived from it.
+"""The single command table (node/commands/table/) and what is derived from it.
 
 - every registered handler has exactly one description, and every description (but a
   container's) a handler; the decorators refuse a name without a description;

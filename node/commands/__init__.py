@@ -126,7 +126,7 @@ COMMANDS: dict[bytes, Command] = {}
 # them, so dispatch finds most commands without lower-casing the name first.
 SPELLINGS: dict[bytes, Command] = {}
 
-# Braid's facts about commands (the ``braid`` words of node/commands/table.py), as name sets:
+# Braid's facts about commands (the ``braid`` words of node/commands/table/), as name sets:
 # commands whose whole effect is the operations (crdt/ops.py) they apply: the operation
 # log records those operations and not the command (node/persistence/oplog.py), so a
 # replay never resolves them again.  A command that also changes region-local state
@@ -152,7 +152,7 @@ CLOSE_WITHOUT_REPLY = object()
 def _described(fullname: str, fn: Handler) -> Description:
     desc = DESCRIPTIONS.get(fullname)
     if desc is None:
-        raise LookupError(f"{fn.__module__}.{fn.__qualname__} handles {fullname!r}, which node/commands/table.py "
+        raise LookupError(f"{fn.__module__}.{fn.__qualname__} handles {fullname!r}, which node/commands/table/ "
                           "does not describe")
     if fn.__module__ != f"{__name__}.{desc.family}":
         raise LookupError(f"{fullname!r} is described as handled in {__name__}.{desc.family}, "

@@ -3,7 +3,7 @@
 Clients read this: ``redis-cli`` draws its argument hints from COMMAND DOCS' ``arguments``,
 cluster-aware clients find keys from COMMAND INFO's key specifications, and tools show a
 command's ``history`` to tell which options a server has.  Every part is written once, in
-the command's description (node/commands/table.py, with the shapes Redis replies with);
+the command's description (node/commands/table/, with the shapes Redis replies with);
 this module only gives it the shapes node/commands/server.py replies with:
 
 - :data:`DOCS`: the history, tips and argument tree of every command that has any
