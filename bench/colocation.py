@@ -45,8 +45,17 @@ import subprocess
 import sys
 import time
 
-from bench.run import (XADD, BraidServer, _child_setup, cpu_seconds, parse_benchmark, pin_process, renice_process,
-                       set_cores, settings_of)
+from bench.run import (
+    XADD,
+    BraidServer,
+    _child_setup,
+    cpu_seconds,
+    parse_benchmark,
+    pin_process,
+    renice_process,
+    set_cores,
+    settings_of,
+)
 from bench.run import _each_thread as each_thread
 from node.testing import LocalCluster
 

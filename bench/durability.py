@@ -30,7 +30,7 @@ from rich.console import Console
 
 from node.testing import replication_status
 
-from .run import (PAYLOAD, BraidServer, RedisServer, fill, machine, parse_benchmark)
+from .run import PAYLOAD, BraidServer, RedisServer, fill, machine, parse_benchmark
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "RESULTS-durability.md")

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default="15,60,250", help="operations per batch, comma-separated")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    print("CPU µs per frame (median of %d rounds); bytes on the wire" % args.rounds)
+    print(f"CPU µs per frame (median of {args.rounds} rounds); bytes on the wire")
     print(f"{'ops':>5} {'form':<9} {'build':>8} {'read':>8} {'bytes':>7}")
     for ops in (int(x) for x in args.ops.split(",")):
         res = asyncio.run(measure(ops, args.rounds))

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from node.testing import BraidProcess
 
@@ -219,7 +219,7 @@ def _commit() -> str:
 
 
 def report(results, cpu: dict, rows: int, argv: list[str]) -> str:
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     import pyarrow
     import pyspark
     lines = [

@@ -30,8 +30,8 @@ import subprocess
 import tempfile
 import time
 
-from node.cluster_processes import ping
 from node.cluster_config import local_cluster
+from node.cluster_processes import ping
 from node.config import Config
 from node.persistence.aof import scan
 from node.server import ClientConnection, Server

@@ -587,7 +587,7 @@ def machine() -> dict:
     commit = _run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
     dirty = _run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"])
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu, "cores": os.cpu_count(), "memory": mem,
         "kernel": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",

@@ -105,7 +105,7 @@ class History:
                     "forced": {str(r): n for r, n in self.forced.items()}}
 
     @classmethod
-    def from_json(cls, data: dict) -> "History":
+    def from_json(cls, data: dict) -> History:
         h = cls()
         h.ops = [Op(**o) for o in data["ops"]]
         h.faults = [Fault(**f) for f in data["faults"]]

@@ -73,8 +73,8 @@ from dataclasses import dataclass
 
 import redis
 
-from node.cluster_processes import ping
 from node.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
+from node.cluster_processes import ping
 from node.testing import wait_in_sync
 
 from .backends import RegionProcess
@@ -233,7 +233,7 @@ class NetnsCluster:
         return {r: (self.lan_address(r), RESP_PORT) for r in range(1, self.n + 1)}
 
     # ------------------------------------------------------------ setup
-    def start(self) -> "NetnsCluster":
+    def start(self) -> NetnsCluster:
         try:
             self._make_network()
             self._write_cluster_files()

@@ -55,9 +55,21 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
-from .blockformat import (_LP_EMPTY, _U64, DELETED, LISTPACK_MAX_SIZE, SAMEFIELDS, _put_bytes, _put_uvarint, _s64,
-                          _skip_values, _uvarint_tail, lp_int_size, lp_str_size)
-from .blockformat import entry_starts  # noqa: F401 (pipeline/source.py and tests import it from here)
+from .blockformat import (
+    _LP_EMPTY,
+    _U64,
+    DELETED,
+    LISTPACK_MAX_SIZE,
+    SAMEFIELDS,
+    _put_bytes,
+    _put_uvarint,
+    _s64,
+    _skip_values,
+    _uvarint_tail,
+    entry_starts,  # noqa: F401 (pipeline/source.py and tests import it from here)
+    lp_int_size,
+    lp_str_size,
+)
 from .copying import copy_attributes
 from .ids import StreamID
 

@@ -189,7 +189,7 @@ class CausalLog:
         self.heads: dict[int, int] = {}
         self.recent: dict[int, deque[int]] = {}
 
-    def take(self, other: "CausalLog") -> None:
+    def take(self, other: CausalLog) -> None:
         """Become ``other`` (a snapshot's or a full-resync image's log), keeping what this
         region knows of what others had seen (it only grows)."""
         self.vv, self.log, self.pending = other.vv, other.log, other.pending
@@ -200,7 +200,7 @@ class CausalLog:
         for origin, view in other.seen.items():
             self.seen[origin] = merge(self.seen.get(origin, {}), view)
 
-    def absorb(self, other: "CausalLog") -> list[Envelope]:
+    def absorb(self, other: CausalLog) -> list[Envelope]:
         """The region's state was joined with ``other``'s (crdt/join.py): it now holds every
         operation ``other`` held, most of them without their envelopes.  Where ``other`` held
         more of an origin, ``vv`` rises to it and so does ``floor`` (this log cannot send

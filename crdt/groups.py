@@ -49,8 +49,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from .copying import copy_attributes
 from .blocks import tagged
+from .copying import copy_attributes
 from .ids import MAX_ID, MIN_ID, decr, incr
 from .pel import PendingMap
 
@@ -70,7 +70,7 @@ SILENT, FAIL, FATAL = "silent", "fail", "fatal"
 class Nack:
     __slots__ = ("consumer", "delivery_time", "delivery_count", "stamp")
 
-    def __init__(self, consumer: "Consumer | None", delivery_time: int, delivery_count: int = 1,
+    def __init__(self, consumer: Consumer | None, delivery_time: int, delivery_count: int = 1,
                  stamp: int = 0) -> None:
         self.consumer = consumer
         self.delivery_time = delivery_time

@@ -37,7 +37,6 @@ import xxhash
 from .copying import copy_attributes
 from .ids import StreamID
 
-
 _M64 = (1 << 64) - 1
 
 

@@ -201,7 +201,7 @@ class Membership:
     refusing: set[tuple[int, int]] = field(default_factory=set)  # ballots of proposals it never promises
 
     @classmethod
-    def initial(cls, stride: int, regions: list[tuple[int, str]]) -> "Membership":
+    def initial(cls, stride: int, regions: list[tuple[int, str]]) -> Membership:
         """The list a database is created with: every region active, epoch 1."""
         m = cls(stride, 1, {n: Member(n, name) for n, name in regions})
         if len(m.members) != len(regions):
@@ -461,7 +461,7 @@ class Membership:
             raise MembershipError(f"this list is at epoch {self.epoch}, the change made epoch {p.epoch}")
         self._apply(p, frozen)
 
-    def adopt(self, other: "Membership") -> bool:
+    def adopt(self, other: Membership) -> bool:
         """Take a newer list (a peer's, at its handshake): every epoch of it was agreed.
         Returns whether anything changed."""
         if other.epoch <= self.epoch:

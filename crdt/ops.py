@@ -79,7 +79,7 @@ class Keyspace(dict[bytes, Stream]):
     maps, so expiry visits those and not every key.
     """
 
-    def stream(self, key: bytes, limits: "Limits") -> Stream:
+    def stream(self, key: bytes, limits: Limits) -> Stream:
         """The stream at ``key``, created if missing (with any IDMP maps it had)."""
         s = self.get(key)
         if s is None:

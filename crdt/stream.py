@@ -27,8 +27,8 @@ Nothing here does I/O or reads a clock: times arrive as arguments.
 from __future__ import annotations
 
 import heapq
-from itertools import islice
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
 
 from .blocks import EntryLog, TrimSpec, tagged
 from .copying import copy_attributes

@@ -80,13 +80,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-
 from typing import NamedTuple
 
 from .causal import CausalLog, Envelope, VersionVector, merge
 from .linkerrors import NeedsResync as NeedsResync  # exported: the link errors this module raises
 from .linkerrors import ProtocolError as ProtocolError
-
 
 # Upper bounds of what an envelope's header takes on the wire besides its operation bytes
 # (protobuf tags, lengths and varints of origin and n), and per dependency (one map entry).

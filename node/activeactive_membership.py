@@ -34,12 +34,36 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crdt.causal import Envelope
-from crdt.membership import ABORT, ACTIVATE, ACTIVE, ADOPT, COMMIT, FORCE_REMOVE, JOINING, LEAVING, LIVE, \
-    REMOVE, REMOVED, WAIT, Change, Membership, MembershipError, Promise, Proposal, Settlement, Standing
+from crdt.membership import (
+    ABORT,
+    ACTIVATE,
+    ACTIVE,
+    ADOPT,
+    COMMIT,
+    FORCE_REMOVE,
+    JOINING,
+    LEAVING,
+    LIVE,
+    REMOVE,
+    REMOVED,
+    WAIT,
+    Change,
+    Membership,
+    MembershipError,
+    Promise,
+    Proposal,
+    Settlement,
+    Standing,
+)
 
 from .cluster_config import membership_from_blob
-from .membership_change import MembershipChangeError, agree_with_regions, commit_to_regions, member_lists, \
-    standings_from_regions
+from .membership_change import (
+    MembershipChangeError,
+    agree_with_regions,
+    commit_to_regions,
+    member_lists,
+    standings_from_regions,
+)
 from .persistence.promise import proposal_from_dict, proposal_to_dict
 
 if TYPE_CHECKING:

@@ -14,12 +14,10 @@ import time
 
 from rich.console import Console
 
-
 from .admin_calls import AdminError, admin_client, counted, failure, region_named, statuses
 from .cluster_config import ClusterConfig, RegionSpec
 from .persistence import aof, snapshot
 from .transport.admin import AdminCallError
-
 
 BACKUP_MANIFEST = "backup.json"  # in each region's folder of a backup: what was taken, and when
 

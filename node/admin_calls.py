@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import tomllib
 
-
 from crdt.membership import REMOVED, Member, Membership
 
 from .cluster_config import ClusterConfig, RegionSpec, load

@@ -67,8 +67,17 @@ from rich.table import Table
 from crdt.membership import REMOVED
 
 from .admin_backup import cmd_backup
-from .admin_calls import DEFAULT_CLUSTER, TLS_FILES, AdminError, call, check_db, counted, open_cluster, region_named, \
-    statuses
+from .admin_calls import (
+    DEFAULT_CLUSTER,
+    TLS_FILES,
+    AdminError,
+    call,
+    check_db,
+    counted,
+    open_cluster,
+    region_named,
+    statuses,
+)
 from .admin_regions import cmd_region_add, cmd_region_purge, cmd_region_remove
 from .cluster_config import DB_SETTINGS, ClusterConfig
 

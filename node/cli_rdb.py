@@ -12,8 +12,18 @@ import time
 
 from .cli_args import host_port
 from .persistence import rdb
-from .persistence.rdbfile import MAX_RDB_VERSION, REDIS_RDB_VERSIONS, STREAM_TYPES, RdbFileError, RdbFileReader, \
-    RdbFileWriter, restore_payload, split_dump_payload, stream_type_for
+from .persistence.rdbfile import (
+    MAX_RDB_VERSION,
+    REDIS_RDB_VERSIONS,
+    STREAM_TYPES,
+    RdbFileError,
+    RdbFileReader,
+    RdbFileWriter,
+    restore_payload,
+    split_dump_payload,
+    stream_type_for,
+)
+
 REPORT_NAMES = 5  # how many key names a report line shows
 
 

@@ -68,12 +68,42 @@ from rich.table import Table
 
 from . import admin_cli
 from .cluster_config import load
-from .cluster_files import CLUSTER_FILE, PIDFILE, TLS_DIR, TLS_PORT_OFFSET, drop_from_record, \
-    forget_supervisor_record, load_pids, next_region_name, record_pid, recorded_pid, reuse_cluster, save_pids, \
-    tls_connect_line, unsupervise
-from .cluster_processes import READY_TIMEOUT_S, STOP_GRACE_S, RegionProcess, StartError, exit_how, log_tail, \
-    process_info, ping, port_free, region_command, region_processes, stop_children, stop_regions, supervisor_pid, \
-    unrecorded_children, wait_gone, wait_ready, wait_writable
+from .cluster_files import (
+    CLUSTER_FILE,
+    PIDFILE,
+    TLS_DIR,
+    TLS_PORT_OFFSET,
+    drop_from_record,
+    forget_supervisor_record,
+    load_pids,
+    next_region_name,
+    record_pid,
+    recorded_pid,
+    reuse_cluster,
+    save_pids,
+    tls_connect_line,
+    unsupervise,
+)
+from .cluster_processes import (
+    READY_TIMEOUT_S,
+    STOP_GRACE_S,
+    RegionProcess,
+    StartError,
+    exit_how,
+    log_tail,
+    ping,
+    port_free,
+    process_info,
+    region_command,
+    region_processes,
+    stop_children,
+    stop_regions,
+    supervisor_pid,
+    unrecorded_children,
+    wait_gone,
+    wait_ready,
+    wait_writable,
+)
 from .security.certs import create_cluster_certs
 
 QUICK_CRASH_S = 10.0      # a region dying sooner after its start crashed "at once"

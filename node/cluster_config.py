@@ -70,7 +70,6 @@ from crdt.membership import STATUSES, Member, Membership
 
 from .config import FSYNC_POLICIES, parse_memory
 
-
 # settings of a region's [regions.config] that name files (relative to the cluster file)
 FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
 ID_MODES = ("strict", "semi-strict", "liberal")

@@ -76,8 +76,16 @@ from .resp.encoder import ReplyError
 from .security.acl import AccessControl
 from .slicing import Sliced
 from .slowlog import LatencyMonitor, SlowLog, redacted
-from .supervision import (EXIT_FAIL_STOP, ApplyFailed, InjectedFault, RegionStopped, Supervisor, oom_detail,
-                          ran_out_of_memory, release_memory_reserve)
+from .supervision import (
+    EXIT_FAIL_STOP,
+    ApplyFailed,
+    InjectedFault,
+    RegionStopped,
+    Supervisor,
+    oom_detail,
+    ran_out_of_memory,
+    release_memory_reserve,
+)
 
 log = logging.getLogger("braid.server")
 
@@ -134,7 +142,7 @@ class Session:
     # a bare session gets every reply at once
     may_slice = False
 
-    def __init__(self, server: "RegionCore") -> None:
+    def __init__(self, server: RegionCore) -> None:
         self.server = server
         self.id = next(server._client_ids)
         self.resp3 = False
@@ -405,7 +413,7 @@ class RegionCore:
         self.db.dirty = 0
         self.stats.reset()
 
-    def _log_command(self, client: Session, cmd: "cmdtable.Command | None", argv: list[bytes],
+    def _log_command(self, client: Session, cmd: cmdtable.Command | None, argv: list[bytes],
                      changed: bool, reply: Any) -> None:
         """Append what a command did (node/persistence/oplog.py): the operations it applied
         when they are all it did (``RESOLVED`` commands), else the command with them, if it

@@ -31,7 +31,7 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 
 class Database:
-    def __init__(self, limits: "ops.Limits | None" = None, active_active: bool = False) -> None:
+    def __init__(self, limits: ops.Limits | None = None, active_active: bool = False) -> None:
         self.limits = limits or ops.Limits()
         self.keys: ops.Keyspace = ops.Keyspace(active_active=active_active)  # key -> Stream
         self.aa = None  # this region's ActiveActive part, when it belongs to a cluster
@@ -121,10 +121,10 @@ class Database:
     # collected), an operation and the one sent being its encoded bytes for a plain add
     # (add_plain); ``logged_ops``, set while a replay runs a logged command again, supplies
     # the operations it logged, applied instead of the ones the command computes now.
-    own_ops: "list | None" = None
+    own_ops: list | None = None
     logged_ops = None
 
-    def apply(self, op: "ops.Op") -> object:
+    def apply(self, op: ops.Op) -> object:
         """Apply an operation a command resolved and do the bookkeeping it implies.
 
         Only an operation that changed something counts as a change (Redis's
@@ -153,7 +153,7 @@ class Database:
             self.own_ops.append((op, env, sent))
         return result
 
-    def add_plain(self, key: bytes, origin: int, id_: "tuple[int, int]", fields: list) -> None:
+    def add_plain(self, key: bytes, origin: int, id_: tuple[int, int], fields: list) -> None:
         """:meth:`apply` of ``AddEntry(key, origin, id_, fields)`` (an XADD without IDMP: every
         resolver resolves one into exactly that operation), with the same outcome, without
         building the operation: the bytes it is sent and logged as are made from its parts."""
@@ -172,7 +172,7 @@ class Database:
             encoded = opcodec.encode_plain_add(key, origin, id_, fields)
             own.append((encoded, None, encoded))
 
-    def apply_remote(self, op: "ops.Op") -> None:
+    def apply_remote(self, op: ops.Op) -> None:
         """An operation another region issued (delivered in causal order)."""
         if type(op) is ops.FlushKeys:
             touched = ops.touched_keys(self.keys, op)

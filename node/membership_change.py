@@ -30,11 +30,10 @@ coordinator left").  Every such change thus ends once its voters can all be aske
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
-
 import json
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from crdt.membership import FORCE_REMOVE, REMOVE, Change, Membership, Promise, Proposal, Standing
 

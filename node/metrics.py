@@ -37,8 +37,7 @@ import logging
 import os
 import time
 
-from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily)
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
@@ -114,7 +113,7 @@ class RegionMetrics:
             if not head.startswith(b"HEAD "):
                 writer.write(body)
             await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass  # a scraper that went away or sent no request: only its own connection ends
         finally:
             self._serving.discard(task)

@@ -59,8 +59,8 @@ from .persistence.promise import FilePromiseStore
 from .persistence.replay import LoadError, load
 from .resp.encoder import Entries, ReplyError, encode
 from .resp.parser import ARG_OVERHEAD, HiredisRequestParser, ProtocolError
-from .slicing import Sliced
 from .security.tls import ClientTls
+from .slicing import Sliced
 from .supervision import EXIT_FAIL_STOP
 from .transport.admin import AdminServicer
 from .transport.admin import clients as admin_clients
@@ -204,15 +204,15 @@ class Server(RegionCore):
             log.info("%s: writing a snapshot", reason)
             self.bgsave()
 
-    def flush_after_log_write(self, client: "ClientConnection") -> None:
+    def flush_after_log_write(self, client: ClientConnection) -> None:
         self.schedule_turn_end()
         self._after_log_write[client.id] = client
 
-    def reply_at_end_of_turn(self, client: "ClientConnection") -> None:
+    def reply_at_end_of_turn(self, client: ClientConnection) -> None:
         self.schedule_turn_end()
         self._replies_due[client.id] = client
 
-    def continue_input_at_end_of_turn(self, client: "ClientConnection") -> None:
+    def continue_input_at_end_of_turn(self, client: ClientConnection) -> None:
         self.schedule_turn_end()
         self._input_due[client.id] = client
 
@@ -256,7 +256,7 @@ class Server(RegionCore):
                 self._reply(client, client.continue_input, "running the commands")
 
     @staticmethod
-    def _reply(client: "ClientConnection", send: Any, what: str = "writing the replies") -> None:
+    def _reply(client: ClientConnection, send: Any, what: str = "writing the replies") -> None:
         """One client's replies at the end of the turn: a failure to write them closes that
         client (counted and logged by the loop's handler), not the others' replies."""
         try:
@@ -418,14 +418,14 @@ class Server(RegionCore):
             self.used_memory()
 
     # ------------------------------------------------------------ sliced commands
-    def run_sliced(self, client: "ClientConnection", sliced: Sliced, argv: list[bytes]) -> None:
+    def run_sliced(self, client: ClientConnection, sliced: Sliced, argv: list[bytes]) -> None:
         """Prepare ``client``'s long command a slice per turn of the loop (node/slicing.py);
         its later commands wait meanwhile (``job``)."""
         sliced.argv = argv
         client.job = sliced
         asyncio.get_running_loop().call_soon(self._advance_sliced, client, sliced)
 
-    def _advance_sliced(self, client: "ClientConnection", sliced: Sliced) -> None:
+    def _advance_sliced(self, client: ClientConnection, sliced: Sliced) -> None:
         """One slice (``SLICED_STEP_S``) of a preparation; the next in the next turn, after the
         loop has served the other clients; at its end, the command completes."""
         if client.job is not sliced:
@@ -461,21 +461,21 @@ class Server(RegionCore):
         asyncio.get_running_loop().call_soon(self._advance_sliced, client, sliced)
 
     # ------------------------------------------------------------ blocking
-    def park(self, client: "ClientConnection", blocked: Blocked) -> None:
+    def park(self, client: ClientConnection, blocked: Blocked) -> None:
         self.blocking.park(client, blocked)
         if blocked.timeout_ms > 0:
             loop = asyncio.get_running_loop()
             blocked.handle = loop.call_later(blocked.timeout_ms / 1000, self._timeout, client, blocked)
         self._arm_wake(client, blocked)
 
-    def _arm_wake(self, client: "ClientConnection", blocked: Blocked) -> None:
+    def _arm_wake(self, client: ClientConnection, blocked: Blocked) -> None:
         when = blocked.next_wake_ms() if blocked.next_wake_ms is not None else None
         if when is not None:
             # at least 1 ms ahead: timers may fire a little early against the wall clock
             delay = max(when - self.now_ms(), 1) / 1000
             blocked.wake_handle = asyncio.get_running_loop().call_later(delay, self._wake, client, blocked)
 
-    def _wake(self, client: "ClientConnection", blocked: Blocked) -> None:
+    def _wake(self, client: ClientConnection, blocked: Blocked) -> None:
         """A timed retry (not a key change): serve the client if it can be served now."""
         if client.blocked is blocked:
             blocked.wake_handle = None
@@ -483,12 +483,12 @@ class Server(RegionCore):
             if client.blocked is blocked:  # not servable yet: wait for the next moment
                 self._arm_wake(client, blocked)
 
-    def _timeout(self, client: "ClientConnection", blocked: Blocked) -> None:
+    def _timeout(self, client: ClientConnection, blocked: Blocked) -> None:
         if client.blocked is blocked:
             blocked.handle = None
             self._unblock(client, blocked.timeout_reply)
 
-    def _retry(self, client: "ClientConnection", blocked: Blocked) -> None:
+    def _retry(self, client: ClientConnection, blocked: Blocked) -> None:
         dirty = self.db.dirty
         with self.clock_pinned():
             try:
@@ -504,7 +504,7 @@ class Server(RegionCore):
         if reply is not None:
             self._unblock(client, reply)
 
-    def _unblock(self, client: "ClientConnection", reply: Any) -> None:
+    def _unblock(self, client: ClientConnection, reply: Any) -> None:
         blocked = client.blocked
         self.blocking.unpark(client)
         if blocked is not None and blocked.argv is not None:

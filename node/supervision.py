@@ -192,7 +192,7 @@ class StepStats:
 class Supervisor:
     """Runs a region's background steps and watches its long-lived tasks."""
 
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.steps: dict[str, StepStats] = {}
         self.failures = 0  # every background failure: steps, tasks, exceptions the loop caught
@@ -255,7 +255,7 @@ class Supervisor:
         self.failures += 1
 
     # ------------------------------------------------------------ long-lived tasks
-    def watch(self, task: "asyncio.Future", name: str) -> "asyncio.Future":
+    def watch(self, task: asyncio.Future, name: str) -> asyncio.Future:
         """A long-lived task must never end with an exception unseen: if it does, fail-stop."""
         def done(t: asyncio.Future) -> None:
             if t.cancelled():

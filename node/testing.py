@@ -31,8 +31,8 @@ import time
 import redis
 
 from . import admin_cli
-from .cluster_processes import ping, writable
 from .cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
+from .cluster_processes import ping, writable
 from .config import Config
 from .security.certs import create_cluster_certs
 from .server import Server
@@ -131,7 +131,7 @@ class _ServerProcess:
     def argv(self) -> list[str]:
         raise NotImplementedError
 
-    def start(self) -> "_ServerProcess":
+    def start(self) -> _ServerProcess:
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT,
@@ -216,13 +216,13 @@ class BraidProcess(_ServerProcess):
         self.stop()
         self._own_dir = own
 
-    def restart(self) -> "BraidProcess":
+    def restart(self) -> BraidProcess:
         """Start again on the same port and data directory (after kill() or stop())."""
         if getattr(self, "_log", None):
             self._log.close()
         return self.start()
 
-    def wait_writable(self, timeout: float = 30.0) -> "BraidProcess":
+    def wait_writable(self, timeout: float = 30.0) -> BraidProcess:
         """Until the region takes writes: a region of a cluster takes none after it starts until
         every live peer told it the last of its own operations it holds (node/activeactive.py)."""
         host = getattr(self, "host", "127.0.0.1")  # a region in a network namespace has its own address
@@ -263,7 +263,7 @@ class LocalCluster:
         self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)
                       for r in self.config.regions]
 
-    def start(self, attempts: int = 3) -> "LocalCluster":
+    def start(self, attempts: int = 3) -> LocalCluster:
         """Start every region; a port taken meanwhile by someone else means new ports and a retry."""
         for attempt in itertools.count(1):
             self._place()
@@ -338,7 +338,7 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def flushed_clients(cluster: "LocalCluster", **kw):
+def flushed_clients(cluster: LocalCluster, **kw):
     """A client of every region of ``cluster``, after a FLUSHALL everyone applied; on the way
     out every region's links are resumed (a test may have paused some) and the clients closed."""
     clients = cluster.clients(**kw)
@@ -411,7 +411,7 @@ class InProcessServer:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.port = 0
 
-    def start(self) -> "InProcessServer":
+    def start(self) -> InProcessServer:
         self._thread.start()
         fut = asyncio.run_coroutine_threadsafe(self.server.start("127.0.0.1", 0), self.loop)
         fut.result(timeout=10)

@@ -13,9 +13,9 @@ the reader; it runs both on the driver (planning) and on executors (reading).
 from __future__ import annotations
 
 import json
-from urllib.parse import urlencode
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 import redis
 

@@ -67,7 +67,7 @@ class WriteOptions:
     stats_key: str | None
 
     @classmethod
-    def parse(cls, options, schema_names: list[str]) -> "WriteOptions":
+    def parse(cls, options, schema_names: list[str]) -> WriteOptions:
         key, key_column = options.get("key"), options.get("keyColumn")
         if (key is None) == (key_column is None):
             raise ValueError("braid: the writer needs exactly one of option key (a fixed stream) or keyColumn")

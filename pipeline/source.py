@@ -74,7 +74,7 @@ class ReadOptions:
     read_count: int
 
     @classmethod
-    def parse(cls, options) -> "ReadOptions":
+    def parse(cls, options) -> ReadOptions:
         keys = tuple(k.strip() for k in options.get("keys", "").split(",") if k.strip())
         pattern = options.get("keyPattern") or None
         if not keys and not pattern:
@@ -164,7 +164,7 @@ def read_pages(conn, r: LogRange, read_count: int) -> Iterator[pa.RecordBatch]:
             last = last_id(blocks)
             more = last < hi
             if more:
-                ask("%d-%d" % last)
+                ask(f"{last[0]}-{last[1]}")
             page, _last = decode_page(blocks, lo, hi)
             if page.rows:
                 yield page.record_batch(r.key, int(r.origin))

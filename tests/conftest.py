@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # First, before any test module imports crdt: which build of the compiled modules the tests
 # run (BRAID_PURE=1, a stale build; node/build.py)
 import node.build  # noqa: F401
-import pytest
-
 from node.testing import BraidProcess, InProcessServer, RedisProcess
 
 

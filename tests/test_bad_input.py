@@ -22,7 +22,7 @@ def _raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[bytes,
         while True:
             try:
                 chunk = s.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if not chunk:
                 closed = True

@@ -10,7 +10,6 @@ import pytest
 
 from node.testing import wait_until
 
-
 MB = 1024 * 1024
 
 

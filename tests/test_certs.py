@@ -50,9 +50,9 @@ def test_a_second_run_keeps_the_ca_and_signs_new_regions_with_it(tmp_path):
 
 def test_expired_and_foreign_certificates_can_be_made_for_tests():
     ca, other = certs.make_ca(), certs.make_ca("another CA")
-    past = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+    past = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     old = certs.issue(ca, "region-1", not_before=past, not_after=past + dt.timedelta(days=1))
-    assert old.cert.not_valid_after_utc < dt.datetime.now(dt.timezone.utc)
+    assert old.cert.not_valid_after_utc < dt.datetime.now(dt.UTC)
     foreign = certs.issue(other, "region-1")
     try:
         foreign.cert.verify_directly_issued_by(ca.cert)

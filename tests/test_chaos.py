@@ -19,14 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from chaos import checkers
+from chaos import checkers, report
 from chaos.backends import ProcessBackend
 from chaos.history import FAIL, INFO, OK, History, Op, Sample
 from chaos.nemesis import KINDS, schedule
 from chaos.relay import RelayHub
 from chaos.run import RunConfig, run
 from chaos.workloads import CHURN, GROUPS, IDMP, LOG, connect
-from chaos import report
 from node.testing import BraidProcess, replication_status, wait_until
 
 

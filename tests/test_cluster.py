@@ -12,7 +12,7 @@ import threading
 import pytest
 import redis
 
-from node.testing import LocalCluster, replication_status, wait_until, flushed_clients
+from node.testing import LocalCluster, flushed_clients, replication_status, wait_until
 
 
 @pytest.fixture(scope="module", params=["plain", "mtls"])

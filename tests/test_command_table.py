@@ -20,8 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from node.commands import (COMMANDS, CONTAINERS, LOGGED_IF_CHANGED, READS_ENTRIES, RESOLVED, command,
-                           load_all, subcommand)
+from node.commands import (
+    COMMANDS,
+    CONTAINERS,
+    LOGGED_IF_CHANGED,
+    READS_ENTRIES,
+    RESOLVED,
+    command,
+    load_all,
+    subcommand,
+)
 from node.commands.docs import key_specs
 from node.commands.table import DESCRIPTIONS
 from node.security.acl import CATEGORIES, command_table

@@ -27,8 +27,8 @@ from crdt.ids import MAX_ID, MIN_ID
 from crdt.sync import LinkState
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
-from node.resp.encoder import ReplyError
 from node.core import RegionCore, Session
+from node.resp.encoder import ReplyError
 
 STRIDE = 16
 NUMBERS = (1, 2, 3)  # the regions of the database (a test may leave one silent)

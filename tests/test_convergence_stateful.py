@@ -146,15 +146,23 @@ import sys
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple,
-                                 precondition, rule)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
 
 from crdt import groups as cg
+from crdt import ops
 from crdt.idgen import LIBERAL, SEMI_STRICT, STRICT, IdError
 from crdt.ids import MAX_ID, MIN_ID
-from crdt import ops
-from node import opcodec
 from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, Change
+from node import opcodec
 from node.cluster_config import ClusterConfig
 from node.config import Config
 from node.core import RegionCore, Session

@@ -30,8 +30,8 @@ from node.config import Config
 from node.core import RegionCore, Session
 from node.resp.encoder import ReplyError
 from node.testing import BraidProcess, InProcessServer, wait_until
-from tests.test_convergence import Region as ActiveRegion
 from tests.test_convergence import STRIDE, deliver, sync
+from tests.test_convergence import Region as ActiveRegion
 from tests.test_replay_ops import Region as LoggedRegion
 
 

@@ -15,9 +15,9 @@ from crdt.blocks import TrimSpec
 from crdt.ids import MAX_ID, MIN_ID, incr
 from crdt.stream import Stream
 from node.commands.entryreply import first_entry, range_entries, revrange_entries
-from node.resp.entries import MEMO_ENTRY_MAX
 from node.commands.xread import GT_GROUP, _group_rows
 from node.resp.encoder import Entries, to_bytes
+from node.resp.entries import MEMO_ENTRY_MAX
 
 
 def _reference(s: Stream, start, end, count: int) -> list:

@@ -26,7 +26,14 @@ from node.core import RegionCore, Session
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated
-from node.testing import LocalCluster, every_peer_answered, flushed_clients, replication_status, version_vector, wait_until
+from node.testing import (
+    LocalCluster,
+    every_peer_answered,
+    flushed_clients,
+    replication_status,
+    version_vector,
+    wait_until,
+)
 
 T0 = 1_700_000_000_000
 

@@ -14,7 +14,7 @@ import random
 import grpc
 import pytest
 
-from node.testing import LocalCluster, replication_status, flushed_clients
+from node.testing import LocalCluster, flushed_clients, replication_status
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 

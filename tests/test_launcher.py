@@ -21,8 +21,8 @@ from pathlib import Path
 
 import redis
 
-from node.cluster_processes import region_processes
 from node.cluster_config import load, local_cluster
+from node.cluster_processes import region_processes
 from node.testing import free_port_base, wait_until
 
 

@@ -199,13 +199,13 @@ def _pipelined(c: RawClient, commands: list[tuple]) -> None:
 
 SHAPES = {
     # name: the commands that add it
-    "entries of 1 KB": lambda: [("XADD", "big", "*", "f", "%01000d" % i) for i in range(40_000)],
-    "small entries, many keys": lambda: [("XADD", "k%d" % (i % 20_000), "*", "a", "%d" % i, "b", "xyz")
+    "entries of 1 KB": lambda: [("XADD", "big", "*", "f", f"{i:01000d}") for i in range(40_000)],
+    "small entries, many keys": lambda: [("XADD", f"k{i % 20_000}", "*", "a", f"{i}", "b", "xyz")
                                          for i in range(100_000)],
-    "pending entries": lambda: [("XADD", "p", "*", "f", "%d" % i) for i in range(100_000)] + [
+    "pending entries": lambda: [("XADD", "p", "*", "f", f"{i}") for i in range(100_000)] + [
         ("XGROUP", "CREATE", "p", "g", "0")] + [
-        ("XREADGROUP", "GROUP", "g", "c%d" % (i % 50), "COUNT", "100", "STREAMS", "p", ">") for i in range(1000)],
-    "decoded blocks read": lambda: [("XRANGE", "k%d" % i, "-", "+") for i in range(20_000)],
+        ("XREADGROUP", "GROUP", "g", f"c{i % 50}", "COUNT", "100", "STREAMS", "p", ">") for i in range(1000)],
+    "decoded blocks read": lambda: [("XRANGE", f"k{i}", "-", "+") for i in range(20_000)],
 }
 
 

@@ -16,9 +16,28 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from crdt.causal import Envelope
-from crdt.membership import (ABORT, ACTIVATE, ADOPT, COMMIT, FORCE_REMOVE, JOIN, JOINING, LAPSED, LEAVE, LEAVING,
-                             LIVE, PROMISED, REFUSED, REMOVE, REMOVED, WAIT, Change, Membership, MembershipError,
-                             Proposal)
+from crdt.membership import (
+    ABORT,
+    ACTIVATE,
+    ADOPT,
+    COMMIT,
+    FORCE_REMOVE,
+    JOIN,
+    JOINING,
+    LAPSED,
+    LEAVE,
+    LEAVING,
+    LIVE,
+    PROMISED,
+    REFUSED,
+    REMOVE,
+    REMOVED,
+    WAIT,
+    Change,
+    Membership,
+    MembershipError,
+    Proposal,
+)
 
 
 def three() -> Membership:

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from crdt.membership import FORCE_REMOVE, PROMISED, Change
-from node.transport.admin import clients
 from node.testing import LocalCluster, wait_in_sync, wait_until
+from node.transport.admin import clients
 
 KEY = b"orders"
 
@@ -196,9 +196,9 @@ def test_a_change_needs_every_member_and_then_changes_nothing(cluster: LocalClus
 def test_concurrent_changes_never_leave_two_member_lists(cluster: LocalCluster):
     """Several coordinators propose at once; every voter promises one proposal per epoch, so
     at most one change per epoch takes effect and every region ends with the same list."""
+    from crdt.membership import JOIN, Change, MembershipError
     from node.membership_change import MembershipChangeError, agree
     from node.transport.admin import clients
-    from crdt.membership import JOIN, Change, MembershipError
 
     cfg = cluster.config
     outcomes: list[str] = []

@@ -10,11 +10,11 @@ import pytest
 
 from crdt.causal import Envelope
 from crdt.membership import ACTIVATE, FORCE_REMOVE, JOIN, LEAVE, REMOVE, Change, Proposal, Standing
+from node import membership_change
 from node.activeactive import PROMISE_TIMEOUT_S
 from node.cluster_config import ClusterConfig, RegionSpec, load, membership_from_blob
 from node.config import Config
 from node.core import RegionCore, Session
-from node import membership_change
 from node.membership_change import MembershipChangeError, standings
 from node.persistence.promise import FilePromiseStore
 from node.resp.encoder import ReplyError

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 import redis
 
 from node.testing import BraidProcess, LocalCluster, free_port, wait_until
-
 
 
 @pytest.fixture(scope="session")
@@ -100,8 +99,8 @@ def test_batch_read_is_the_merged_stream_split_per_origin(spark, cluster, client
 def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
     """The reader decodes XRANGEORIGIN ... PACKED (whole blocks of the region's log) itself:
     every range and page size gives exactly XRANGEORIGIN's live entries, fields and times."""
-    from pipeline.braid import LogRange
     from pipeline import braid
+    from pipeline.braid import LogRange
     from pipeline.source import BraidRange, read_pages, read_range, read_task
 
     with BraidProcess(extra_args=["--appendonly", "no"]) as region:
@@ -125,7 +124,7 @@ def test_packed_pages_decode_to_exactly_the_entries_of_the_range():
                 assert [r["id"].encode() for r in rows] == [e[0] for e in expected], (after, upto, count)
                 assert [[x for kv in r["fields"] for x in (kv[0].encode(), kv[1].encode())] for r in rows] == \
                     [e[1] for e in expected]
-                epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+                epoch = datetime(1970, 1, 1, tzinfo=UTC)
                 assert [(r["timestamp"] - epoch) // timedelta(milliseconds=1) for r in rows] == \
                     [int(r["id"].split("-")[0]) for r in rows]
                 assert {(r["key"], r["origin"]) for r in rows} <= {("packed", 1)}

@@ -8,7 +8,7 @@ entry by entry) reads the page.  No Spark and no region needed.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +19,7 @@ from node.commands.origins import packed_blocks
 from pipeline.source import _decode_columns, _decode_entries, decode_page, last_id
 
 MASTER = [b"ride", b"note"]
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 values = st.one_of(st.text(max_size=5), st.text(min_size=120, max_size=300)).map(str.encode)
 entries = st.lists(st.tuples(

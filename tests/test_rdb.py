@@ -32,8 +32,14 @@ from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
 from node.persistence import listpack, lzf, rdb
 from node.persistence.rdb import (
-    RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_2, RDB_TYPE_STREAM_LISTPACKS_3,
-    RDB_TYPE_STREAM_LISTPACKS_4, RDB_TYPE_STREAM_LISTPACKS_5, RdbError, Reader, Writer,
+    RDB_TYPE_STREAM_LISTPACKS,
+    RDB_TYPE_STREAM_LISTPACKS_2,
+    RDB_TYPE_STREAM_LISTPACKS_3,
+    RDB_TYPE_STREAM_LISTPACKS_4,
+    RDB_TYPE_STREAM_LISTPACKS_5,
+    RdbError,
+    Reader,
+    Writer,
 )
 
 ALL_TYPES = sorted(rdb.STREAM_TYPES)

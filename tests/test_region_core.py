@@ -24,8 +24,8 @@ from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated, remote_record
 from node.resp.encoder import ReplyError
-from node.testing import every_peer_answered
 from node.server import Server
+from node.testing import every_peer_answered
 
 T0 = 1_700_000_000_000
 

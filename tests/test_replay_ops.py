@@ -50,7 +50,7 @@ class Region:
     def __call__(self, *argv):
         return self.server.call(self.client, [a if isinstance(a, bytes) else str(a).encode() for a in argv])
 
-    def receive_from(self, other: "Region") -> None:
+    def receive_from(self, other: Region) -> None:
         for env in other.server.db.aa.causal.log:
             self.server.db.aa.hub.deliver(env)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from node.config import Config
 from node.commands.keys import glob_match
+from node.config import Config
 from node.testing import InProcessServer
 from tests.differential import Err, RawClient
 

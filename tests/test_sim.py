@@ -26,9 +26,9 @@ import pytest
 
 from chaos.sim import SimConfig, run_sim
 from chaos.sim.bugs import BUGS, NEEDS_FAULTS, catches
+from chaos.sim.checks import canonical, run_checks
 from chaos.sim.cli import main as sim_main
 from chaos.sim.disk import Damage, SimFile, held_vv, read_back, scan_bytes
-from chaos.sim.checks import canonical, run_checks
 from chaos.sim.world import DEFAULT_FAULTS, FAULTS, START_MS, Simulation
 from crdt.causal import CausalLog
 from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOIN, LEAVE, REMOVE, REMOVED

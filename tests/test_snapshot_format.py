@@ -35,19 +35,19 @@ from hypothesis import strategies as st
 from sortedcontainers import SortedDict
 from xxhash import xxh3_64_intdigest
 
+from crdt import ops
 from crdt.blocks import Block, EntryLog
 from crdt.causal import CausalLog
 from crdt.groups import Consumer, ConsumerGroup, Nack
 from crdt.idmp import IdmpState
-from crdt import ops
 from crdt.ops import Keyspace
 from crdt.pel import PendingMap
 from crdt.stream import Stream
 from node.cluster_config import ClusterConfig, RegionSpec
 from node.config import Config
+from node.core import RegionCore, Session
 from node.persistence import snapshot, stateformat
 from node.resp.encoder import to_bytes
-from node.core import RegionCore, Session
 from node.testing import InProcessServer
 from tests.test_differential_hypothesis import KEYS, PRELUDE, commands
 
@@ -83,7 +83,7 @@ class Region:
         aa = self.server.db.aa
         return snapshot.encode(self.server.db.keys, self.causal, record, 1234, aa is not None, self.server.region)
 
-    def twin(self, cluster: ClusterConfig | None, s: snapshot.Snapshot) -> "Region":
+    def twin(self, cluster: ClusterConfig | None, s: snapshot.Snapshot) -> Region:
         """A new region holding a decoded state, as a restart installs it."""
         other = Region(self.server.region, cluster)
         other.now = self.now

@@ -41,7 +41,7 @@ class Certs:
         # the same region re-issued (a renewal: another serial), and with an encrypted key
         self.renewed = certs.issue(ca, "region-1", hosts=["localhost", "127.0.0.1"]).write(directory, "renewed")
         self.locked = certs.issue(ca, "region-1", hosts=["127.0.0.1"]).write(directory, "locked", b"s3cret")
-        past = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+        past = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
         self.expired = certs.issue(ca, "client", server=False, not_before=past,
                                    not_after=past + dt.timedelta(days=1)).write(directory, "expired")
         self.foreign = certs.issue(certs.make_ca("another CA"), "client", server=False).write(directory, "foreign")

@@ -22,7 +22,15 @@ from cryptography import x509
 
 from node.cluster_config import LinkTls, load
 from node.security import certs
-from node.testing import BraidProcess, LocalCluster, free_port, free_ports, replication_status, version_vector, wait_until
+from node.testing import (
+    BraidProcess,
+    LocalCluster,
+    free_port,
+    free_ports,
+    replication_status,
+    version_vector,
+    wait_until,
+)
 from proto import replication_pb2 as rpb
 from proto import replication_pb2_grpc as rpb_grpc
 
@@ -176,7 +184,7 @@ def _rogue_file(cluster, tmp_path, case: str) -> str:
                 f.write(foreign.cert_pem())
             pair = certs.issue(foreign, "region-1", hosts=["127.0.0.1"]).write(str(tmp_path), "rogue")
         elif case == "expired":
-            now = dt.datetime.now(dt.timezone.utc)
+            now = dt.datetime.now(dt.UTC)
             pair = certs.issue(ca, "region-1", hosts=["127.0.0.1"], not_before=now - dt.timedelta(days=30),
                                not_after=now - dt.timedelta(days=1)).write(str(tmp_path), "rogue")
         else:  # "another-region": region-2's own valid certificate, claiming region-1

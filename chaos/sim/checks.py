@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING
 
 from crdt import groups, ops
 from crdt.causal import dominates
-from crdt.ids import MIN_ID, MAX_ID
+from crdt.ids import MAX_ID, MIN_ID
 from crdt.membership import REMOVED
 from node import opcodec
 
@@ -151,7 +151,7 @@ class Promises:
         """``region`` issued its withdrawn operations again (promised again as its replies leave)."""
         self.withdrawn.pop(region, None)
 
-    def hold(self, region: "SimRegion", upto_n: int, why: str) -> None:
+    def hold(self, region: SimRegion, upto_n: int, why: str) -> None:
         start = self._upto.get(region.number, 0)
         if upto_n <= start:
             return
@@ -166,13 +166,13 @@ class Promises:
 
 
 # ------------------------------------------------------------------ helpers
-def members(sim: "Simulation") -> list["SimRegion"]:
+def members(sim: Simulation) -> list[SimRegion]:
     """The regions that are live members at the end (joining, active, leaving): those held to
     convergence; a removed region keeps what it had and takes part no more."""
     return [sim.regions[n] for n in sim.membership.live_members() if sim.regions[n].up]
 
 
-def canonical(region: "SimRegion") -> dict:
+def canonical(region: SimRegion) -> dict:
     """The replicated state of a region, in a form two regions can be compared by."""
     keys = region.core.db.keys
     out = {}
@@ -185,7 +185,7 @@ def canonical(region: "SimRegion") -> dict:
     return {"keys": out}
 
 
-def idmp_maps(region: "SimRegion") -> dict[tuple[bytes, bytes, bytes], tuple[int, int]]:
+def idmp_maps(region: SimRegion) -> dict[tuple[bytes, bytes, bytes], tuple[int, int]]:
     """(key, producer, iid) -> entry ID of every iid the region's IDMP maps hold (live keys and
     the maps kept for dropped keys)."""
     keys = region.core.db.keys
@@ -194,14 +194,14 @@ def idmp_maps(region: "SimRegion") -> dict[tuple[bytes, bytes, bytes], tuple[int
             for iid, id_ in m.items()}
 
 
-def _entries(region: "SimRegion") -> list[tuple[bytes, int, tuple[int, int], list]]:
+def _entries(region: SimRegion) -> list[tuple[bytes, int, tuple[int, int], list]]:
     """(key, origin, id, fields) of every live entry."""
     keys = region.core.db.keys
     return [(key, o, i, flat) for key in sorted(keys) for o, log in sorted(keys[key].logs.items())
             for i, flat in log.range(MIN_ID, MAX_ID)]
 
 
-def _copied(region: "SimRegion", origin: int) -> bool:
+def _copied(region: SimRegion, origin: int) -> bool:
     """Is ``origin`` the log of a COPY's entries (numbered from the stride up, crdt/resolve.py)?"""
     return origin >= region.aa.stride
 
@@ -216,7 +216,7 @@ def _writes(history: list[Call]) -> dict[bytes, Call]:
 
 
 # ------------------------------------------------------------------ the checks
-def check_liveness(sim: "Simulation") -> Verdict:
+def check_liveness(sim: Simulation) -> Verdict:
     problems = []
     if not sim.settled:
         problems.append(f"the heal did not settle within {sim.sched.events} events")
@@ -251,7 +251,7 @@ def check_liveness(sim: "Simulation") -> Verdict:
     return _verdict("liveness", problems, "the cluster did not settle")
 
 
-def check_convergence(sim: "Simulation") -> Verdict:
+def check_convergence(sim: Simulation) -> Verdict:
     regions = members(sim)
     if len(regions) < 2:
         return Verdict("convergence", True)
@@ -274,7 +274,7 @@ def _brief(state) -> str:
     return f"entries {logs} groups {groups}"
 
 
-def check_durability(sim: "Simulation") -> Verdict:
+def check_durability(sim: Simulation) -> Verdict:
     """Every member holds every promised operation - a region that left gracefully handed all of
     its over first - except what a region removed by force promised past its frozen point
     (lost by the removal: counted in the trace), and what such a region promised up to its
@@ -340,7 +340,7 @@ def _op(raw: bytes) -> str:
     return f"{type(op).__name__} {op.key.decode()}"
 
 
-def check_strict_ids(sim: "Simulation") -> Verdict:
+def check_strict_ids(sim: Simulation) -> Verdict:
     problems = []
     minted: dict[tuple[bytes, tuple[int, int]], Call] = {}
     for call in sim.workload.history:
@@ -371,7 +371,7 @@ def _unique(call: Call) -> bool:
     return bool(call.extra.get("auto")) and call.extra.get("mode") != "liberal"
 
 
-def check_idmp(sim: "Simulation") -> Verdict:
+def check_idmp(sim: Simulation) -> Verdict:
     region = next(iter(members(sim)), None)
     if region is None:
         return Verdict("idmp", True)
@@ -409,7 +409,7 @@ def _expired_between(minted: list[int]) -> bool:
     return max(minted) - min(minted) > IDMP_DURATION_MS
 
 
-def _cleared_between(sim: "Simulation", first: "Call") -> bool:
+def _cleared_between(sim: Simulation, first: Call) -> bool:
     """Did an XCFGSET clear the key's IDMP maps before the last retry of ``first``'s write?
     Then a retry may rightly add the iid again (a region forgets the cleared iids once
     every region applied their adds)."""
@@ -419,7 +419,7 @@ def _cleared_between(sim: "Simulation", first: "Call") -> bool:
     return any(c.kind == "xcfgset" and c.invoked <= max(attempts) for c in sim.workload.history)
 
 
-def check_observed_remove(sim: "Simulation") -> Verdict:
+def check_observed_remove(sim: Simulation) -> Verdict:
     region = next(iter(members(sim)), None)
     if region is None:
         return Verdict("observed-remove", True)
@@ -466,7 +466,7 @@ def _entry_removals(history: list, present: set) -> list[str]:
     return problems
 
 
-def _group_outcomes(history: list, region: "SimRegion") -> list[str]:
+def _group_outcomes(history: list, region: SimRegion) -> list[str]:
     contexts: dict[tuple, list[dict]] = {}  # (key, group or None for every group) -> contexts
     creations: dict[tuple[bytes, bytes], list] = {}
     for op in history:
@@ -495,7 +495,7 @@ def _group_outcomes(history: list, region: "SimRegion") -> list[str]:
     return problems
 
 
-def check_causal(sim: "Simulation") -> Verdict:
+def check_causal(sim: Simulation) -> Verdict:
     problems = []
     for r in sim.regions.values():
         if not r.up:
@@ -513,7 +513,7 @@ def check_causal(sim: "Simulation") -> Verdict:
     return _verdict("causal", problems, "an operation was applied before what it depends on")
 
 
-def check_pel(sim: "Simulation") -> Verdict:
+def check_pel(sim: Simulation) -> Verdict:
     problems = []
     for r in sim.regions.values():
         if not r.up:
@@ -543,7 +543,7 @@ def check_pel(sim: "Simulation") -> Verdict:
     return _verdict("pel", problems, "a pending entries list is inconsistent")
 
 
-def check_never_skip(sim: "Simulation") -> Verdict:
+def check_never_skip(sim: Simulation) -> Verdict:
     """Drains every group at every region (so it runs last: it changes local group state)."""
     delivered: dict[tuple, set] = {}
     for call in sim.workload.history:
@@ -572,7 +572,7 @@ def check_never_skip(sim: "Simulation") -> Verdict:
     return _verdict("never-skip", problems, "XREADGROUP > skipped an entry")
 
 
-def check_removed(sim: "Simulation") -> Verdict:
+def check_removed(sim: Simulation) -> Verdict:
     """No region applied an operation of a removed region past its frozen point (seen as it
     happened, and in the final version vectors); a removed region that is up knows it."""
     problems = list(sim.membership.past_frozen)
@@ -592,22 +592,22 @@ def check_removed(sim: "Simulation") -> Verdict:
                                          "or it does not know it was removed")
 
 
-def check_read_only(sim: "Simulation") -> Verdict:
+def check_read_only(sim: Simulation) -> Verdict:
     """A region issues no operation while it may not take writes: joining (until it caught up),
     leaving, removed."""
     return _verdict("read-only", list(sim.membership.issued_read_only),
                     "a region took a write while joining, leaving or removed")
 
 
-def check_damage(sim: "Simulation") -> Verdict:
+def check_damage(sim: Simulation) -> Verdict:
     return _verdict("damage", list(sim.damage_problems), "a start took files with a flipped bit")
 
 
-def check_exceptions(sim: "Simulation") -> Verdict:
+def check_exceptions(sim: Simulation) -> Verdict:
     return _verdict("exceptions", list(sim.sched.errors), "the regions' code raised while the world ran")
 
 
-def run_checks(sim: "Simulation") -> list[Verdict]:
+def run_checks(sim: Simulation) -> list[Verdict]:
     """Every check, in an order where the last (never-skip) may change local group state."""
     verdicts = [check_exceptions(sim), check_damage(sim), check_liveness(sim)]
     if any(not r.up for r in sim.regions.values()):
@@ -618,7 +618,7 @@ def run_checks(sim: "Simulation") -> list[Verdict]:
     return verdicts
 
 
-def _guarded(check, sim: "Simulation") -> Verdict:
+def _guarded(check, sim: Simulation) -> Verdict:
     """A check that cannot even read the state (a region's code broke it) fails with the reason."""
     name = check.__name__.removeprefix("check_").replace("_", "-")
     try:

@@ -58,9 +58,17 @@ from dataclasses import dataclass
 
 from crdt.causal import Envelope
 from node.persistence import aof, snapshot
-from node.persistence.oplog import (DurabilityRules, command_record, decode_local, decode_replicated,
-                                    idmp_duplicate_record, idmp_expiry_record, lone_record, own_record,
-                                    remote_record)
+from node.persistence.oplog import (
+    DurabilityRules,
+    command_record,
+    decode_local,
+    decode_replicated,
+    idmp_duplicate_record,
+    idmp_expiry_record,
+    lone_record,
+    own_record,
+    remote_record,
+)
 
 
 class Damage(Exception):
@@ -81,7 +89,7 @@ class FileCopy:
 
     taken_ms: int
     durable: bytes
-    snapshot: "tuple[int, bytes] | None"
+    snapshot: tuple[int, bytes] | None
     recover_mark: bool
     closed_cleanly: bool
 

@@ -71,8 +71,25 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crdt.causal import Envelope
-from crdt.membership import ABORT, ACTIVATE, ACTIVE, ADOPT, COMMIT, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, \
-    REMOVE, REMOVED, Change, Membership, MembershipError, Promise, Proposal
+from crdt.membership import (
+    ABORT,
+    ACTIVATE,
+    ACTIVE,
+    ADOPT,
+    COMMIT,
+    FORCE_REMOVE,
+    JOIN,
+    JOINING,
+    LEAVE,
+    LEAVING,
+    REMOVE,
+    REMOVED,
+    Change,
+    Membership,
+    MembershipError,
+    Promise,
+    Proposal,
+)
 from node.activeactive import SETTLE_EVERY_S
 from node.membership_change import MembershipChangeError, agree, standings
 
@@ -119,7 +136,7 @@ class SimVoter:
     """A region as a voter of ``agree``: it promises (or aborts) at once and commits after the
     coordinator's round trip, if it is still the same life of the region."""
 
-    def __init__(self, driver: "MembershipDriver", region: "SimRegion", delay: int,
+    def __init__(self, driver: MembershipDriver, region: SimRegion, delay: int,
                  life: CoordinatorLife | None = None) -> None:
         self.driver, self.region, self.delay = driver, region, delay
         self.incarnation = region.incarnation
@@ -147,7 +164,7 @@ class SimVoter:
 
 
 class MembershipDriver:
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.rng = sim.rng
         self.in_flight = ""              # the scenario under way ('' none): one at a time
@@ -337,7 +354,7 @@ class MembershipDriver:
         if any(r.up and r.aa.membership.left_promise() is not None for r in sim.regions.values()):
             self.watch_promises()
 
-    def settle(self, region: "SimRegion", p: Proposal) -> None:
+    def settle(self, region: SimRegion, p: Proposal) -> None:
         """``region`` settles ``p`` with the voters it can reach (up, not cut off from it), as
         ``ActiveActive._settle_with_voters`` does over the admin service."""
         sim = self.sim
@@ -372,7 +389,7 @@ class MembershipDriver:
     def done(self, p: Proposal, frozen: int) -> None:
         self.in_flight = ""
 
-    def crash_victims(self, up: list["SimRegion"]) -> list["SimRegion"]:
+    def crash_victims(self, up: list[SimRegion]) -> list[SimRegion]:
         """The regions a crash fault may hit: any, voters between their promise and the commit
         too (a promise survives a restart: node/persistence/promise.py)."""
         return up
@@ -468,7 +485,7 @@ class MembershipDriver:
             if tries < QUIET_LEARN_TRIES and (sim.active or sim.sched.pending()):
                 sim.sched.after(LEARN_EVERY_MS, self.startup_check, number, incarnation, tries)
 
-    def hand_list(self, source: "SimRegion", to: "SimRegion", how: str) -> None:
+    def hand_list(self, source: SimRegion, to: SimRegion, how: str) -> None:
         """``to`` adopts ``source``'s list if it is newer (then restarts its links)."""
         before = to.aa.membership.epoch
         if to.aa.adopt(source.aa.cluster.membership_blob()):
@@ -478,7 +495,7 @@ class MembershipDriver:
             self.sim.relink(to.number, f"r{to.number} adopted membership epoch {to.aa.membership.epoch}")
 
     # ------------------------------------------------------------ hooks (SimRegion.boot)
-    def on_apply(self, region: "SimRegion", env: Envelope) -> None:
+    def on_apply(self, region: SimRegion, env: Envelope) -> None:
         """Called before ``region`` applies ``env``: an operation of a removed region past its
         frozen point must never be applied."""
         m = region.aa.membership
@@ -486,7 +503,7 @@ class MembershipDriver:
             self.past_frozen.append(f"r{region.number} applied {env.origin}.{env.n}, past r{env.origin}'s frozen "
                                     f"point {m.frozen.get(env.origin, 0)} (membership epoch {m.epoch})")
 
-    def on_issue(self, region: "SimRegion") -> None:
+    def on_issue(self, region: SimRegion) -> None:
         """Called before ``region`` issues an operation of its own: only while it takes writes."""
         aa = region.aa
         if not aa.writable:

@@ -82,7 +82,7 @@ class SimPromiseStore:
 
 
 class SimRegion:
-    def __init__(self, sim: "Simulation", cluster: ClusterConfig, spec: RegionSpec, policy: str) -> None:
+    def __init__(self, sim: Simulation, cluster: ClusterConfig, spec: RegionSpec, policy: str) -> None:
         self.sim = sim
         self.cluster = copy.deepcopy(cluster)  # the region's own cluster file (tune changes it)
         self.spec = spec
@@ -93,7 +93,7 @@ class SimRegion:
         self.core: RegionCore | None = None
         self.client: Session | None = None
         self.incarnation = 0          # restarts so far: events of an older life are ignored
-        self.links: dict[int, "LinkState"] = {}
+        self.links: dict[int, LinkState] = {}
         # replies waiting for an fsync: (record needed, callback, reply)
         self.held: list[tuple[int, Callable[[Any], None], Any]] = []
         self.fsync_own_n = 0          # this region's own operations the fsync in flight covers
@@ -108,11 +108,11 @@ class SimRegion:
         return self.core is not None
 
     @property
-    def aa(self) -> "ActiveActive":
+    def aa(self) -> ActiveActive:
         return self.core.db.aa
 
     @property
-    def causal(self) -> "CausalLog":
+    def causal(self) -> CausalLog:
         return self.core.db.aa.causal
 
     def wall_ms(self) -> int:

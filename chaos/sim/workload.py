@@ -103,7 +103,7 @@ def parse_id(raw: bytes) -> tuple[int, int]:
 
 
 class Workload:
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.rng = sim.rng
         self.history: list[Call] = []

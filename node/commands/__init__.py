@@ -67,8 +67,8 @@ def legacy_range(keys: tuple) -> tuple[tuple[int, int, int], bool]:
 class Command:
     desc: Description
     handler: Handler | None = None
-    parent: "Command | None" = None
-    subcommands: dict[bytes, "Command"] = field(default_factory=dict)
+    parent: Command | None = None
+    subcommands: dict[bytes, Command] = field(default_factory=dict)
     # from the description, as attributes (dispatch reads them on every command):
     name: str = field(init=False)  # "create" for "xgroup|create"
     fullname: str = field(init=False)  # "xgroup|create"

@@ -9,7 +9,7 @@ from ..resp.encoder import ReplyError, Verbatim
 from ..security.acl import DENIED_AUTH, WRONGPASS
 from ..version import REDIS_COMPAT_VERSION
 from . import command, subcommand
-from .util import INT_MAX, INT_MIN, ERR_SYNTAX, parse_int, parse_range_long, string2ll
+from .util import ERR_SYNTAX, INT_MAX, INT_MIN, parse_int, parse_range_long, string2ll
 
 
 @command("ping")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..resp.encoder import ReplyError
 from . import subcommand
 
+
 def _aa(client):
     aa = client.server.db.aa
     if aa is None:

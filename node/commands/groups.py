@@ -15,10 +15,10 @@ as ``nacked-count``), and XCLAIM / XAUTOCLAIM skip the min-idle check for them.
 
 from __future__ import annotations
 
-from crdt import ops
 from crdt import groups as cg
+from crdt import ops
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
-from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, incr, parse_id, parse_interval_id, decr
+from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, decr, incr, parse_id, parse_interval_id
 
 from ..resp.encoder import NULL_ARRAY, ReplyError
 from . import command, subcommand

@@ -9,7 +9,6 @@ import struct
 import sys
 import time
 
-
 from ..config import BY_NAME, ConfigError
 from ..keypositions import migrate_key_positions
 from ..resp.encoder import ReplyError, Verbatim

@@ -24,6 +24,7 @@ from ..resp.encoder import ReplyError, Verbatim
 from . import subcommand
 from .util import LONG_MAX, parse_range_long
 
+
 # ---------------------------------------------------------------- SLOWLOG
 def _syntax(argv: list[bytes]) -> ReplyError:
     """Redis's addReplySubcommandSyntaxError (the subcommand as it was sent)."""

@@ -174,7 +174,7 @@ def _new_entry_id(server, key: bytes, wanted: StreamID | None, seq_given: bool, 
         raise ReplyError(str(e)) from None
 
 
-def _xadd(client, argv: list[bytes], a: "AddTrimArgs"):
+def _xadd(client, argv: list[bytes], a: AddTrimArgs):
     """XADD with options (NOMKSTREAM, a trim, IDMP, an explicit ID)."""
     field_pos = a.idpos + 1
     nfields = len(argv) - field_pos
@@ -208,7 +208,7 @@ def _xadd(client, argv: list[bytes], a: "AddTrimArgs"):
     return b"%d-%d" % new_id
 
 
-def _trim(db, key: bytes, a: "AddTrimArgs") -> int:
+def _trim(db, key: bytes, a: AddTrimArgs) -> int:
     """A trim as the database's resolver (crdt/resolve.py) decides it."""
     op = db.resolver.trim(db.keys[key], key, a.spec(), a.strategy)
     return 0 if op is None else db.apply(op)

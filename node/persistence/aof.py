@@ -76,16 +76,37 @@ import os
 import threading
 from collections.abc import Callable
 
-from .aofformat import NEXT_SUFFIX, _fsync_file, encode_record, fsync_directory, segment_name
-from .aofscan import ScanResult, TornTail, list_segments, scan
-
 # The format's and the scanner's names, importable from here as before aof.py was split
 # (node/persistence/replay.py, node/cli.py, node/admin_cli.py, chaos/sim/disk.py, tests):
-from .aofformat import (HEADER_SIZE, KINDS, MAX_PAYLOAD, OP_LOCAL, OP_REPLICATED, SEGMENT_SUFFIX,  # noqa: F401
-                        RecordError, RecordReader)  # noqa: F401
-from .aofscan import (CorruptLog, Salvage, SegmentInfo, _record_follows, examine, plan_salvage, salvage,  # noqa: F401
-                      truncate_torn)  # noqa: F401
-
+from .aofformat import (  # noqa: F401
+    HEADER_SIZE,
+    KINDS,
+    MAX_PAYLOAD,
+    NEXT_SUFFIX,
+    OP_LOCAL,
+    OP_REPLICATED,
+    SEGMENT_SUFFIX,
+    RecordError,  # noqa: F401
+    RecordReader,
+    _fsync_file,
+    encode_record,
+    fsync_directory,
+    segment_name,
+)
+from .aofscan import (  # noqa: F401
+    CorruptLog,
+    Salvage,
+    ScanResult,
+    SegmentInfo,
+    TornTail,
+    _record_follows,
+    examine,
+    list_segments,
+    plan_salvage,
+    salvage,
+    scan,
+    truncate_torn,  # noqa: F401
+)
 
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 

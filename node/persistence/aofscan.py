@@ -62,8 +62,21 @@ from dataclasses import dataclass, field
 
 from xxhash import xxh3_64_intdigest
 
-from .aofformat import (_KIND_AT, _KINDS_OR_ZERO, _PREFIX, _SEGMENT_NAME, HEADER_SIZE, KINDS, MAX_PAYLOAD,
-                        NEXT_SUFFIX, SEGMENT_SUFFIX, RecordError, RecordReader, fsync_directory, segment_name)
+from .aofformat import (
+    _KIND_AT,
+    _KINDS_OR_ZERO,
+    _PREFIX,
+    _SEGMENT_NAME,
+    HEADER_SIZE,
+    KINDS,
+    MAX_PAYLOAD,
+    NEXT_SUFFIX,
+    SEGMENT_SUFFIX,
+    RecordError,
+    RecordReader,
+    fsync_directory,
+    segment_name,
+)
 
 _READ_CHUNK = 1024 * 1024
 # Looking for a valid record after damage (_record_follows) is bounded: bytes that

@@ -101,15 +101,34 @@ from . import snapshot
 from .aof import AppendLog
 from .aofformat import OP_LOCAL, OP_REPLICATED
 from .fsyncthread import FsyncThread
-from .oplogformat import (command_record, idmp_duplicate_record, idmp_expiry_record, lone_record, own_record,
-                          remote_record)
-from .runmark import boot_id, read_run_mark, unsynced_tail_may_be_lost, write_run_mark
 
 # The records' and the run mark's names, importable from here as before oplog.py was split
 # (node/cli.py, chaos/sim/disk.py, tests):
-from .oplogformat import (FORMAT, LONE_TAGS, LocalRecord, LoneMark, OwnOperation, decode_local,  # noqa: F401
-                          decode_replicated, lone_marks, own_entry)  # noqa: F401
-from .runmark import RUN_MARK, mark_for_recovery  # noqa: F401
+from .oplogformat import (  # noqa: F401
+    FORMAT,
+    LONE_TAGS,
+    LocalRecord,
+    LoneMark,
+    OwnOperation,
+    command_record,
+    decode_local,
+    decode_replicated,  # noqa: F401
+    idmp_duplicate_record,
+    idmp_expiry_record,
+    lone_marks,
+    lone_record,
+    own_entry,
+    own_record,
+    remote_record,
+)
+from .runmark import (  # noqa: F401
+    RUN_MARK,
+    boot_id,
+    mark_for_recovery,
+    read_run_mark,
+    unsynced_tail_may_be_lost,
+    write_run_mark,
+)
 
 log = logging.getLogger("braid.persistence")
 
@@ -163,7 +182,7 @@ class DurabilityRules:
     written: int
     synced: int
     _durable_told: int
-    on_durable: "Callable[[int], None] | None"
+    on_durable: Callable[[int], None] | None
     # operations leave once their records reached the OS, not the disk: a start that may
     # have lost the unsynced tail takes its own operations back from its peers first
     # (node/activeactive.py's recovery); False: they wait for the fsync
@@ -193,7 +212,7 @@ class OperationLog(DurabilityRules):
 
     # a full-resync image the region took whose snapshot is not on disk yet (hold_for_image):
     # (snapshot, its record, the segment size to go back to, what to call once it is written)
-    unsaved_image: "tuple[bytes, int, int, Callable[[int], None]] | None" = None
+    unsaved_image: tuple[bytes, int, int, Callable[[int], None]] | None = None
 
     def __init__(self, directory: str, policy: str, segment_size: int | None = None, scanned=None) -> None:
         kw = {} if segment_size is None else {"segment_size": segment_size}

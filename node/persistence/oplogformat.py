@@ -102,7 +102,7 @@ _TAGS_LOCAL = (b"c", b"L", b"x", b"d", b"a", b"k", b"w")
 LONE_TAGS = (b"a", b"k", b"w")  # writes taken alone (node/lone_writes.py)
 
 
-def own_entry(op: "ops.Op", env: Envelope | None, sent: "ops.Op") -> "bytes | list":
+def own_entry(op: ops.Op, env: Envelope | None, sent: ops.Op) -> bytes | list:
     """One operation this region applied, as an ``o`` or ``L`` record holds it.
 
     ``env``: the envelope it was sent in (None: it stayed here); ``sent``: the operation
@@ -151,7 +151,7 @@ class LoneMark(NamedTuple):
     index: int
     tag: bytes
     confirmed: int                  # g: the region's own operations up to here were confirmed
-    withdrawn: "list[bytes] | None"  # ``w``: the operations to issue again
+    withdrawn: list[bytes] | None  # ``w``: the operations to issue again
 
 
 # a lone record's first bytes: a msgpack array of 2 or 3, then the tag as a 1-byte bin
@@ -250,7 +250,7 @@ def decode_local(payload: bytes) -> LocalRecord:
     return LocalRecord(tag, rec[1], rec[2], None if mode is None else mode.decode(), own)
 
 
-def decode_replicated(payload: bytes) -> "Envelope | list[OwnOperation]":
+def decode_replicated(payload: bytes) -> Envelope | list[OwnOperation]:
     """An OP_REPLICATED record: another region's envelope (``r``), or this region's own
     operations (``o``) (ValueError if malformed)."""
     rec = _decode(payload)

@@ -68,24 +68,65 @@ bad item *begins*.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from .listpack import listpack_decode
 from .rdb import verify_payload
-from .rdbformat import (RDB_OPCODE_AUX, RDB_OPCODE_EOF, RDB_OPCODE_EXPIRETIME, RDB_OPCODE_EXPIRETIME_MS,
-                        RDB_OPCODE_FREQ, RDB_OPCODE_FUNCTION2, RDB_OPCODE_FUNCTION_PRE_GA, RDB_OPCODE_IDLE,
-                        RDB_OPCODE_KEY_META, RDB_OPCODE_MODULE_AUX, RDB_OPCODE_RESIZEDB, RDB_OPCODE_SELECTDB,
-                        RDB_OPCODE_SLOT_INFO, RDB_VERSION, RDB_TYPE_HASH, RDB_TYPE_ARRAY, RDB_TYPE_HASH_LISTPACK,
-                        RDB_TYPE_HASH_LISTPACK_EX, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA, RDB_TYPE_HASH_METADATA,
-                        RDB_TYPE_HASH_METADATA_PRE_GA, RDB_TYPE_HASH_TMPL_ARRAY, RDB_TYPE_HASH_TMPL_ARRAY_REF,
-                        RDB_TYPE_HASH_TMPL_LP, RDB_TYPE_HASH_TMPL_LP_REF, RDB_TYPE_HASH_ZIPLIST, RDB_TYPE_HASH_ZIPMAP,
-                        RDB_TYPE_LIST, RDB_TYPE_LIST_QUICKLIST, RDB_TYPE_LIST_QUICKLIST_2, RDB_TYPE_LIST_ZIPLIST,
-                        RDB_TYPE_MODULE_2, RDB_TYPE_MODULE_PRE_GA, RDB_TYPE_SET, RDB_TYPE_SET_INTSET,
-                        RDB_TYPE_SET_LISTPACK, RDB_TYPE_STREAM_LISTPACKS, RDB_TYPE_STREAM_LISTPACKS_3,
-                        RDB_TYPE_STREAM_LISTPACKS_4, RDB_TYPE_STREAM_LISTPACKS_5, RDB_TYPE_STRING, RDB_TYPE_ZSET,
-                        RDB_TYPE_ZSET_2, RDB_TYPE_ZSET_LISTPACK, RDB_TYPE_ZSET_ZIPLIST, STREAM_TYPE_FOR_VERSION,
-                        STREAM_TYPES, TYPE_NAMES, Writer, crc64, lzf_decompress)
+from .rdbformat import (
+    RDB_OPCODE_AUX,
+    RDB_OPCODE_EOF,
+    RDB_OPCODE_EXPIRETIME,
+    RDB_OPCODE_EXPIRETIME_MS,
+    RDB_OPCODE_FREQ,
+    RDB_OPCODE_FUNCTION2,
+    RDB_OPCODE_FUNCTION_PRE_GA,
+    RDB_OPCODE_IDLE,
+    RDB_OPCODE_KEY_META,
+    RDB_OPCODE_MODULE_AUX,
+    RDB_OPCODE_RESIZEDB,
+    RDB_OPCODE_SELECTDB,
+    RDB_OPCODE_SLOT_INFO,
+    RDB_TYPE_ARRAY,
+    RDB_TYPE_HASH,
+    RDB_TYPE_HASH_LISTPACK,
+    RDB_TYPE_HASH_LISTPACK_EX,
+    RDB_TYPE_HASH_LISTPACK_EX_PRE_GA,
+    RDB_TYPE_HASH_METADATA,
+    RDB_TYPE_HASH_METADATA_PRE_GA,
+    RDB_TYPE_HASH_TMPL_ARRAY,
+    RDB_TYPE_HASH_TMPL_ARRAY_REF,
+    RDB_TYPE_HASH_TMPL_LP,
+    RDB_TYPE_HASH_TMPL_LP_REF,
+    RDB_TYPE_HASH_ZIPLIST,
+    RDB_TYPE_HASH_ZIPMAP,
+    RDB_TYPE_LIST,
+    RDB_TYPE_LIST_QUICKLIST,
+    RDB_TYPE_LIST_QUICKLIST_2,
+    RDB_TYPE_LIST_ZIPLIST,
+    RDB_TYPE_MODULE_2,
+    RDB_TYPE_MODULE_PRE_GA,
+    RDB_TYPE_SET,
+    RDB_TYPE_SET_INTSET,
+    RDB_TYPE_SET_LISTPACK,
+    RDB_TYPE_STREAM_LISTPACKS,
+    RDB_TYPE_STREAM_LISTPACKS_3,
+    RDB_TYPE_STREAM_LISTPACKS_4,
+    RDB_TYPE_STREAM_LISTPACKS_5,
+    RDB_TYPE_STRING,
+    RDB_TYPE_ZSET,
+    RDB_TYPE_ZSET_2,
+    RDB_TYPE_ZSET_LISTPACK,
+    RDB_TYPE_ZSET_ZIPLIST,
+    RDB_VERSION,
+    STREAM_TYPE_FOR_VERSION,
+    STREAM_TYPES,
+    TYPE_NAMES,
+    Writer,
+    crc64,
+    lzf_decompress,
+)
 
 # Module value annotations (RDB_MODULE_OPCODE_*): how a type-7 value is skipped without its module
 _MOD_EOF, _MOD_SINT, _MOD_UINT, _MOD_FLOAT, _MOD_DOUBLE, _MOD_STRING = 0, 1, 2, 3, 4, 5
@@ -330,7 +371,7 @@ class RdbFileReader:
         self.trailing = 0
 
     @classmethod
-    def open(cls, path: str) -> "RdbFileReader":
+    def open(cls, path: str) -> RdbFileReader:
         with open(path, "rb") as f:
             return cls(f.read())
 

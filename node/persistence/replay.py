@@ -79,7 +79,7 @@ class LoadReport:
     scanned: object = field(default=None, compare=False, repr=False)  # the clean scan, for appending
 
 
-def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
+def load(server: Server, directory: str, truncated_ok: bool) -> LoadReport:
     if not os.path.isdir(directory):
         return LoadReport()
     try:
@@ -109,7 +109,7 @@ def load(server: "Server", directory: str, truncated_ok: bool) -> LoadReport:
                       None if cut else result)
 
 
-def _load_snapshot(server: "Server", directory: str, result) -> int:
+def _load_snapshot(server: Server, directory: str, result) -> int:
     """Install the newest snapshot the log continues; returns its record (0: none needed)."""
     first = result.segments[0].first_record if result.segments else result.last_record + 1
     for record, path in snap.list_snapshots(directory):
@@ -135,7 +135,7 @@ def _load_snapshot(server: "Server", directory: str, result) -> int:
     return 0
 
 
-def install(server: "Server", s: "snap.Snapshot", path: str) -> None:
+def install(server: Server, s: snap.Snapshot, path: str) -> None:
     """Make a snapshot's state the region's (before any record is replayed)."""
     aa = server.db.aa
     if s.active_active != (aa is not None) or (aa is not None and s.region != server.region):
@@ -160,7 +160,7 @@ class ReplayCounts:
     differences: int = 0
 
 
-def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCounts:
+def replay(server: Server, records: list[tuple[int, int, bytes]]) -> ReplayCounts:
     """Apply records in order; returns what was replayed."""
     client = Session(server)  # no connection: replies are dropped
     client.authenticated = True
@@ -220,7 +220,7 @@ def replay(server: "Server", records: list[tuple[int, int, bytes]]) -> ReplayCou
     return counts
 
 
-def apply_own(server: "Server", number: int, entry: OwnOperation) -> object:
+def apply_own(server: Server, number: int, entry: OwnOperation) -> object:
     """Apply one of this region's logged operations; stamp it again if it was sent.
 
     ValueError when the causal log does not give it the dot it was logged with: the
@@ -262,7 +262,7 @@ class _OwnReplay:
     of it is changed, and is left to the general path, which decodes and reports it as before.
     """
 
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.db = server.db
         aa = server.db.aa
@@ -304,7 +304,7 @@ class _OwnReplay:
             at += 1
         return at
 
-    def _apply(self, e: "bytes | list") -> None:
+    def _apply(self, e: bytes | list) -> None:
         """Apply one entry of an ``o`` record (its shape checked), as apply_own would."""
         causal = self.causal
         if type(e) is bytes:
@@ -369,7 +369,7 @@ class _LoneReplay:
     the region was in: its state at ``a`` is kept (the image to go back to), its own
     operations since are applied and noted, and what follows ``a`` is held from the peers."""
 
-    def __init__(self, server: "Server", marks: list[LoneMark]) -> None:
+    def __init__(self, server: Server, marks: list[LoneMark]) -> None:
         self.server = server
         self.marks = {m.index: m for m in marks}
         self.withdrawn_spans: list[tuple[int, int]] = []  # (a, w) record indexes
@@ -433,7 +433,7 @@ class _LoneReplay:
                         "until every member has answered", len(aa.lone.ops))
 
 
-def _own_operations(kind: int, payload: bytes) -> "list[OwnOperation] | None":
+def _own_operations(kind: int, payload: bytes) -> list[OwnOperation] | None:
     """A record of this region's own operations: them (None: another record)."""
     if kind == OP_REPLICATED:
         if not payload.startswith(b"\x92\xc4\x01o"):
@@ -469,7 +469,7 @@ def _recognised(entries: list) -> bool:
     return True
 
 
-def _op(data: bytes) -> "ops.Op":
+def _op(data: bytes) -> ops.Op:
     """:func:`node.opcodec.decode` (ValueError if undecodable), with an AddEntry - the
     operation nearly every record holds - built from its array without the generic field
     table (the same values: IDs and dots as tuples, the version vector with int keys)."""
@@ -506,7 +506,7 @@ class LoggedOperations:
     it into an error reply.
     """
 
-    def __init__(self, server: "Server", number: int, entries: list[OwnOperation]) -> None:
+    def __init__(self, server: Server, number: int, entries: list[OwnOperation]) -> None:
         self.server = server
         self.number = number
         self.entries = entries
@@ -514,7 +514,7 @@ class LoggedOperations:
         self.differences = 0
         self.error: ValueError | None = None
 
-    def instead_of(self, op: "ops.Op") -> object:
+    def instead_of(self, op: ops.Op) -> object:
         if self.error is None and self.next < len(self.entries):
             entry = self.entries[self.next]
             self.next += 1
@@ -537,7 +537,7 @@ class LoggedOperations:
             self.next += 1
 
 
-def _unapplied(op: "ops.Op") -> object:
+def _unapplied(op: ops.Op) -> object:
     """What a handler gets back for an operation that was not applied: "nothing changed"."""
     if type(op) is ops.AddEntry:
         return op.id
@@ -548,7 +548,7 @@ def _unapplied(op: "ops.Op") -> object:
     return False
 
 
-def _replay_local(server: "Server", client, number: int, payload: bytes) -> int:
+def _replay_local(server: Server, client, number: int, payload: bytes) -> int:
     """Replay an OP_LOCAL record; returns the differences found (see LoggedOperations)."""
     rec = decode_local(payload)
     with server.clock_pinned(rec.now_ms):
@@ -572,7 +572,7 @@ def _replay_local(server: "Server", client, number: int, payload: bytes) -> int:
         return logged.differences
 
 
-def _count_idmp_duplicate(server: "Server", key: bytes) -> None:
+def _count_idmp_duplicate(server: Server, key: bytes) -> None:
     keys = server.db.keys
     s = keys.get(key)
     idmp = s.idmp if s is not None else keys.idmp_kept.get(key)  # as XADD finds it
@@ -581,7 +581,7 @@ def _count_idmp_duplicate(server: "Server", key: bytes) -> None:
     idmp.iids_duplicates += 1
 
 
-def _replay_remote(server: "Server", env) -> None:
+def _replay_remote(server: Server, env) -> None:
     if server.db.aa is None:
         raise ValueError("an operation of another region, but this region is not part of an Active-Active database")
     server.db.aa.hub.deliver(env)

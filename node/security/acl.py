@@ -53,15 +53,28 @@ from dataclasses import dataclass
 from ..clientinfo import client_info_line
 from ..commands import lookup
 from ..resp.encoder import ReplyError
-from .acl_file import load_acl_file
-from .acl_table import command_table
-from .acl_users import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY, User, _text, default_user
+
 # What node/commands/acl.py, the server and the tests reach as ``acl.<name>``, from the
 # modules that define it:
-from .acl_file import parse_acl_file, render_acl_file, save_acl_file, split_line  # noqa: F401
-from .acl_table import CATEGORIES, READ, WRITE, CommandAcl, CommandTable, keys_of  # noqa: F401
-from .acl_users import (REASON_NAMES, RuleError, Selector, _has_spaces, hash_password,  # noqa: F401
-                        merge_selector_args, new_user, set_user_rules)  # noqa: F401
+from .acl_file import load_acl_file, parse_acl_file, render_acl_file, save_acl_file, split_line  # noqa: F401
+from .acl_table import CATEGORIES, READ, WRITE, CommandAcl, CommandTable, command_table, keys_of  # noqa: F401
+from .acl_users import (  # noqa: F401
+    DENIED_AUTH,
+    DENIED_CHANNEL,
+    DENIED_CMD,
+    DENIED_KEY,
+    REASON_NAMES,
+    RuleError,
+    Selector,
+    User,
+    _has_spaces,
+    _text,
+    default_user,
+    hash_password,
+    merge_selector_args,  # noqa: F401
+    new_user,
+    set_user_rules,
+)
 
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 NO_ACLFILE = ("ERR This Redis instance is not configured to use an ACL file. You may want to specify users "

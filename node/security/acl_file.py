@@ -13,6 +13,7 @@ import tempfile
 
 from .acl_users import RuleError, User, _has_spaces, _text, merge_selector_args, new_user
 
+
 # ---------------------------------------------------------------- the ACL file
 def split_line(line: bytes) -> list[bytes]:
     """sdssplitlen(line, " "): single spaces separate; empty pieces stay (and are no-ops)."""

@@ -87,7 +87,7 @@ class Selector:
     patterns: list[list] = field(default_factory=list)  # [pattern bytes, READ|WRITE]
     channels: list[bytes] = field(default_factory=list)
 
-    def copy(self) -> "Selector":
+    def copy(self) -> Selector:
         return Selector(self.root, self.allkeys, self.allchannels, self.allcommands, self.future,
                         set(self.allowed), {k: list(v) for k, v in self.firstargs.items()},
                         list(self.rules), [list(p) for p in self.patterns], list(self.channels))
@@ -301,14 +301,14 @@ class User:
     selectors: list[Selector] = field(default_factory=lambda: [Selector(root=True)])
     unrestricted: bool = False  # one selector with every command, key and channel: nothing to check
 
-    def copy_from(self, other: "User") -> None:
+    def copy_from(self, other: User) -> None:
         """ACLCopyUser: every rule of ``other`` (the name stays)."""
         self.enabled, self.nopass, self.sanitize_skip = other.enabled, other.nopass, other.sanitize_skip
         self.passwords = list(other.passwords)
         self.selectors = [s.copy() for s in other.selectors]
         self.refresh()
 
-    def clone(self) -> "User":
+    def clone(self) -> User:
         u = User(self.name)
         u.copy_from(self)
         return u

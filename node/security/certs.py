@@ -73,7 +73,7 @@ def _write(path: str, data: bytes, mode: int) -> None:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def make_ca(name: str = "Braid cluster CA", days: int = 3650) -> Issued:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+
 import grpc
 
 from crdt.membership import Change, MembershipError, Promise, Proposal, Standing
@@ -218,7 +219,7 @@ class AdminClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "AdminClient":
+    def __enter__(self) -> AdminClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -31,14 +31,14 @@ log = logging.getLogger("braid.replication")
 
 
 class _Servicer(pb_grpc.ReplicationServicer):
-    def __init__(self, hub: "ReplicationHub") -> None:
+    def __init__(self, hub: ReplicationHub) -> None:
         self.hub = hub
 
     async def Sync(self, request_iterator, context):  # noqa: N802 (gRPC's name)
         hub = self.hub
         try:
             first = await asyncio.wait_for(request_iterator.__anext__(), hub.limits.handshake_timeout)
-        except (asyncio.TimeoutError, StopAsyncIteration):
+        except (TimeoutError, StopAsyncIteration):
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello")
         hello = first.hello if first.WhichOneof("body") == "hello" else None
         caller = hub.caller(context.peer())
@@ -162,7 +162,7 @@ class GrpcLinks:
             frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
             try:
                 first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise ConnectionError(f"region {peer} did not answer the handshake") from None
             if first.WhichOneof("body") != "welcome" or first.welcome.region != peer:
                 raise ConnectionError(f"region {peer} did not welcome this region")

@@ -64,8 +64,16 @@ import zlib
 from typing import TYPE_CHECKING
 
 from crdt.causal import Envelope, forks
-from crdt.sync import ImageAssembler, LinkState, PartsAssembler, ProtocolError, RelayHold, opening, part_size, \
-    plan_frames
+from crdt.sync import (
+    ImageAssembler,
+    LinkState,
+    PartsAssembler,
+    ProtocolError,
+    RelayHold,
+    opening,
+    part_size,
+    plan_frames,
+)
 from proto import replication_pb2 as pb
 
 from .frames import COMPRESS_FROM, COMPRESS_INLINE, FRAME_HEADER, from_proto, pack_batch, to_proto, unpack_batch
@@ -91,7 +99,7 @@ class Link:
     """One established stream with a peer, whichever side dialed: a thin adapter that moves
     frames for :mod:`crdt.sync` (:class:`LinkState` and the assemblers), which decides."""
 
-    def __init__(self, hub: "ReplicationHub", peer: int, peer_vv: dict[int, int], *,
+    def __init__(self, hub: ReplicationHub, peer: int, peer_vv: dict[int, int], *,
                  peer_floor: dict[int, int] | None = None, peer_max_message: int = 0,
                  my_vv: dict[int, int] | None = None, my_floor: dict[int, int] | None = None,
                  packed: bool = False, peer_heads: dict[int, int] | None = None,

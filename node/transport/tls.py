@@ -249,7 +249,7 @@ class TlsFront:
 class _Backend(asyncio.Protocol):
     """The loopback connection to the gRPC server, carrying one TLS connection's plain bytes."""
 
-    def __init__(self, front_side: "_TlsConnection") -> None:
+    def __init__(self, front_side: _TlsConnection) -> None:
         self.front_side = front_side
         self.transport: asyncio.Transport | None = None
 

@@ -68,6 +68,21 @@ from __future__ import annotations
 # Each family module adds its commands to DESCRIPTIONS as it is imported; this order is the
 # order DESCRIPTIONS lists them in (as when they were one file).  Whichever module of
 # node/commands/ imports this package first, every command is described once it has.
-from . import (keys, connection, server, dump, migrate, transactions, streams, xread, groups, xinfo,  # noqa: F401
-               crdt, debug, origins, acl, slowlog)  # noqa: F401
+from . import (  # noqa: F401
+               acl,
+               connection,
+               crdt,  # noqa: F401
+               debug,
+               dump,
+               groups,
+               keys,
+               migrate,
+               origins,
+               server,
+               slowlog,
+               streams,
+               transactions,
+               xinfo,
+               xread,
+)
 from .vocabulary import DESCRIPTIONS, Description  # noqa: F401
