@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml setup.py Makefile $(COMPILED_SOURCES)
 	$(BIN)/pip install -q --upgrade pip
 	@# what setup.py compiles with, in this venv (no build isolation: nothing more to fetch, and a
 	@# rebuild after an edit reuses it); pinned here, as the build needs it before the package exists
-	@# (librt: mypyc's runtime library, which node/persistence/lzf.py builds against; pyproject.toml's pin)
+	@# (librt: mypyc's runtime library, which node/interop/lzf.py builds against; pyproject.toml's pin)
 	$(BIN)/pip install -q 'setuptools==84.2.1' 'mypy==2.4.1' 'librt==0.17.0'
 	@# builds the compiled modules in place (setup.py), or the pure build if no C compiler is installed
 	$(BIN)/pip install -q --no-build-isolation -e '.[test,pipeline,docker]'
@@ -80,7 +80,7 @@ test: deps venv
 	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not)
 	BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
 	@# the pure source too: the compiled build's checks, the core's property tests and a short
-	@# simulation batch, with every crdt/, node/resp and node/persistence module imported from its .py file
+	@# simulation batch, with every crdt/, node/resp and node/interop module imported from its .py file
 	BRAID_PURE=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q \
 	  tests/test_compiled.py $(PURE_TESTS)
 	@# the planted bugs patch crdt/ functions, which compiled callers call past the patch

@@ -10,7 +10,7 @@ compiler or Python's headers installs the pure build, saying so (``make deps`` i
 both on Debian).  ``BRAID_PURE=1`` at build time also skips compiling.
 
 Which modules are listed is measured (bench/README.md, "Compiled build"): each one listed
-made the replay, the parser or XADD faster, or at least not slower; ``node/persistence/lzf.py``
+made the replay, the parser or XADD faster, or at least not slower; ``node/interop/lzf.py``
 made DUMP and RESTORE of a large stream 15-30 times faster (``python -m bench.dump_restore``).
 """
 
@@ -37,8 +37,8 @@ COMPILED = [
     "crdt/sync.py",
     "node/resp/parser.py",
     "node/resp/entries.py",
-    "node/persistence/lzf.py",
-    "node/persistence/listpack.py",
+    "node/interop/lzf.py",
+    "node/interop/listpack.py",
 ]
 
 

@@ -21,10 +21,10 @@ import statistics
 import tempfile
 import time
 
-from node.server import tune_garbage_collector
+from node.activeactive.frames import pack_batch
+from node.activeactive.link import Link
+from node.runtime.server import tune_garbage_collector
 from node.testing import cluster_of, region_server
-from node.transport.frames import pack_batch
-from node.transport.link import Link
 from proto import replication_pb2 as pb
 
 FIELDS = [b"f1", b"abcdefghijkl", b"f2", b"abcdefghijkl"]
@@ -35,7 +35,7 @@ async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
     source = region_server(cluster, 1)
     with tempfile.TemporaryDirectory() as tmp:
         peer = region_server(cluster, 2, tmp)
-        tune_garbage_collector()  # as a serving region runs (node/server.py)
+        tune_garbage_collector()  # as a serving region runs (node/runtime/server.py)
         hub = peer.db.aa.hub
         link = Link(hub, 1, {}, packed=True)
         hub.links[1] = link

@@ -22,8 +22,8 @@ import pstats
 import random
 import time
 
-from node.config import Config
-from node.core import RegionCore, Session
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 
 
 def build(entries: int, size: int, kind: str) -> tuple[RegionCore, Session]:

@@ -18,9 +18,9 @@ import statistics
 import time
 
 from crdt.causal import CausalLog
-from node.transport.frames import from_proto, unpack_batch
-from node.transport.link import Link
-from node.transport.replication import ReplicationHub
+from node.activeactive.frames import from_proto, unpack_batch
+from node.activeactive.hub import ReplicationHub
+from node.activeactive.link import Link
 from proto import replication_pb2 as pb
 
 

@@ -1,7 +1,7 @@
 """Benchmark: the operation log's record size per XADD, and how long a region takes to start on it.
 
 ``python -m bench.replay_speed [single|cluster] [--mb 64] [--repeat 3] [--no-process]``: a real
-region (``node.server.Server`` in this process, never started: no sockets; ``cluster``: region 1
+region (``node.runtime.server.Server`` in this process, never started: no sockets; ``cluster``: region 1
 of two, the other never running) takes ``XADD s * f1 abcdefghijkl f2 abcdefghijkl``
 (redis-benchmark's payload) until its append-only file holds ``--mb`` megabytes, twice:
 
@@ -30,12 +30,12 @@ import subprocess
 import tempfile
 import time
 
-from node.cluster_config import local_cluster
-from node.cluster_processes import ping
-from node.config import Config
+from node.activeactive.cluster_config import local_cluster
 from node.persistence.aof import scan
-from node.server import ClientConnection, Server
+from node.region.config import Config
+from node.runtime.server import ClientConnection, Server
 from node.testing import BraidProcess, free_ports
+from node.tools.cluster_processes import ping
 
 START_DEADLINE_S = 600
 ARGV = [b"XADD", b"s", b"*", b"f1", b"abcdefghijkl", b"f2", b"abcdefghijkl"]
@@ -43,7 +43,7 @@ ARGV = [b"XADD", b"s", b"*", b"f1", b"abcdefghijkl", b"f2", b"abcdefghijkl"]
 
 def _cluster_file(directory: str):
     """Region 1 of two, on free ports, its cluster file beside the data (``tls = false``)."""
-    from node.cluster_config import RegionSpec
+    from node.activeactive.cluster_config import RegionSpec
 
     cfg = local_cluster(2, 0)
     ports = free_ports(4)
@@ -119,7 +119,7 @@ def process_start(directory: str, cluster_file: str | None, scratch: str) -> tup
     shutil.copytree(os.path.join(directory, "appendonlydir"), os.path.join(copy, "appendonlydir"))
     extra, port = {}, None
     if cluster_file is not None:
-        from node.cluster_config import load as load_cluster
+        from node.activeactive.cluster_config import load as load_cluster
 
         spec = load_cluster(cluster_file).regions[0]
         port = spec.port

@@ -1,7 +1,7 @@
 """The request path in-process: CPU microseconds per request, without sockets or a load generator.
 
 ``python -m bench.requestpath [--rounds R] [NAME ...]`` builds one region (``appendonly no``),
-connects a :class:`node.server.ClientConnection` to a transport that takes every write, and
+connects a :class:`node.runtime.server.ClientConnection` to a transport that takes every write, and
 feeds it the requests of ``bench.run``'s scenarios through ``data_received``, one read at a
 time: the parser, dispatch, the handler, the reply's encoding and the write call, as a real
 connection runs them, minus the event loop and the kernel, with the garbage collector tuned as
@@ -21,7 +21,7 @@ import statistics
 import tempfile
 import time
 
-from node.server import ClientConnection, tune_garbage_collector
+from node.runtime.server import ClientConnection, tune_garbage_collector
 from node.testing import RecordingTransport, cluster_of, region_server
 
 
@@ -49,7 +49,7 @@ SCENARIOS = {
 
 async def measure(names: list[str], rounds: int, region_of: int = 0, log_dir: str | None = None) -> dict[str, list[float]]:
     server = region_server(cluster_of(region_of) if region_of else None, 1, log_dir)
-    tune_garbage_collector()  # as a serving region runs (node/server.py)
+    tune_garbage_collector()  # as a serving region runs (node/runtime/server.py)
     client = ClientConnection(server)
     sink = RecordingTransport(keep=False)
     client.connection_made(sink)  # type: ignore[arg-type]

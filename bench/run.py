@@ -51,7 +51,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from node.cluster_processes import ping
+from node.tools.cluster_processes import ping
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

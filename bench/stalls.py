@@ -23,10 +23,10 @@ import tempfile
 import time
 
 from crdt import ops
-from node.cluster_config import local_cluster
-from node.config import Config
+from node.activeactive.cluster_config import local_cluster
 from node.persistence.aof import OP_LOCAL, AppendLog
-from node.server import Server
+from node.region.config import Config
+from node.runtime.server import Server
 
 
 def _timed(fn, runs: int = 5) -> list[float]:

@@ -20,7 +20,7 @@ import asyncio
 import tempfile
 import time
 
-from node.core import Session
+from node.region.core import Session
 from node.testing import cluster_of, region_server
 
 

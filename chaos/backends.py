@@ -42,7 +42,7 @@ import threading
 
 import redis
 
-from node.cluster_config import ClusterConfig, RegionSpec, load, local_cluster
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec, load, local_cluster
 from node.testing import BraidProcess, free_ports, replication_status, version_vector, wait_until
 
 from .relay import RelayHub
@@ -208,7 +208,7 @@ class ProcessBackend(Backend):
     # ------------------------------------------------------------ membership
     def admin(self, *argv: str, timeout: float = 120.0) -> str:
         """Run ``braid-admin`` against the run's cluster file; its output, or MembershipFailed."""
-        res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", self.cluster_file, *argv],
+        res = subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", self.cluster_file, *argv],
                              capture_output=True, text=True, timeout=timeout)
         if res.returncode != 0:
             raise MembershipFailed((res.stderr.strip() or res.stdout.strip()).removeprefix("braid-admin: "))

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import redis
 import yaml
 
-from node.cluster_config import ClusterConfig, load
+from node.activeactive.cluster_config import ClusterConfig, load
 
 from .backends import DEBUG_FAULTS, Backend, LinkControls
 from .workloads import CHURN, GROUPS, IDMP, LOG, TRIMMED, connect

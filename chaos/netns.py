@@ -73,9 +73,9 @@ from dataclasses import dataclass
 
 import redis
 
-from node.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
-from node.cluster_processes import ping
+from node.activeactive.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
 from node.testing import wait_in_sync
+from node.tools.cluster_processes import ping
 
 from .backends import RegionProcess
 

@@ -46,7 +46,7 @@ def _skip_late() -> None:
 def _lost_delete() -> None:
     """XDEL and trims from other regions are not applied here: the regions diverge."""
     from crdt import ops
-    from node.db import Database
+    from node.region.db import Database
 
     apply_remote = Database.apply_remote
 
@@ -61,7 +61,7 @@ def _no_start_gate() -> None:
     """A region takes writes as soon as it starts, before its peers told it the last of its own
     operations they hold: started from an older copy of its folder (the restore fault), it mints
     again numbers its peers hold, and the regions keep different operations under them."""
-    from node.activeactive import ActiveActive
+    from node.activeactive.region import ActiveActive
 
     ActiveActive.recover_own_operations = lambda self, on_recovered, machine_crash=False: None
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     BUGS[argv[0]][0]()
-    from node.cli import main as braid
+    from node.tools.cli import main as braid
 
     return braid(argv[1:])
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from node.cluster_processes import writable
 from node.testing import replication_status, version_vector, wait_until
+from node.tools.cluster_processes import writable
 
 from . import checkers
 from .history import History
@@ -74,7 +74,7 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
     kinds = [k for k in config.faults if k in backend.faults]
     steps = schedule(config.seed, config.duration, regions, kinds)
     # every region of a cluster takes writes only once its peers told it the last of its own
-    # operations they hold (node/activeactive.py): the workloads start after that
+    # operations they hold (node/activeactive/region.py): the workloads start after that
     wait_until(lambda: all(writable(port, host) for host, port in members.addresses.values()), 60.0,
                what="every region taking writes")
     _create_group(members.addresses)

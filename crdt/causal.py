@@ -508,7 +508,7 @@ def forks(causal: CausalLog, peer_vv: VersionVector, peer_heads: dict[int, int])
 
 def envelopes_of(rows: list) -> list[Envelope]:
     """Envelopes from ``(origin, n, deps, op)`` rows, ``deps`` a map of region to n (a packed
-    batch as decoded, node/transport/replication.py), their deps as sorted pairs: once per
+    batch as decoded, node/activeactive/hub.py), their deps as sorted pairs: once per
     operation a peer receives, so compiled with this module rather than a comprehension."""
     out: list[Envelope] = []
     for row in rows:

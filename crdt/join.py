@@ -103,7 +103,7 @@ What the join cannot do from today's state (listed, not guessed):
 
 Where it runs: a replication link whose two ends both dropped from their backlogs
 operations the other lacks exchanges images, and each end joins the other's into its
-own (node/transport/replication.py, ``RegionCore.join_image``); the simulation and the
+own (node/activeactive/hub.py, ``RegionCore.join_image``); the simulation and the
 Hypothesis state machine drive the same path.  Its cost is in proportion to what
 differs: a block of ``a``'s that ``b`` holds byte for byte is passed without being
 decoded, and ``b``'s blocks that ``a`` never received are copied whole.

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A region that took writes alone (node/lone_writes.py) may learn that a member holds
+A region that took writes alone (node/activeactive/lone_writes.py) may learn that a member holds
 operations of its own it had lost - a folder restored from an older copy, the unsynced
 tail of a crashed machine.  Its writes taken alone then carry numbers that member holds
 other operations under.  The member's history wins those numbers: the region goes back to

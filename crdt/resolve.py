@@ -136,7 +136,7 @@ class SingleRegion:
 
 
 class RegionRules(Protocol):
-    """What the multi-region resolver reads of its region (node/activeactive.py has them)."""
+    """What the multi-region resolver reads of its region (node/activeactive/region.py has them)."""
 
     causal: CausalLog
     mode: str          # crdt_xadd_id_uniqueness_mode, changed by the admin CLI

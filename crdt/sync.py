@@ -5,7 +5,7 @@ Theory of operation
 Two regions that talk keep one link.  Each end holds a :class:`LinkState` for
 its peer, built from the peer's version vector at the handshake (the Hello the
 dialer sends, the Welcome the server answers).  Everything the link decides is
-here; moving frames (gRPC and protobuf in node/transport/replication.py, a
+here; moving frames (gRPC and protobuf in node/activeactive/hub.py, a
 seeded network in chaos/sim/) is the caller's business.
 
 The sender side.  The local causal log (crdt/causal.py) is append-only and in
@@ -156,7 +156,7 @@ class LinkState:
         (it holds them only in its state, which the image replaces), and nothing else can
         be applied in causal order.  Symmetric: both ends decide the same from the handshake.
         Only a state join (crdt/join.py) unites the two: each end sends its image and joins
-        the other's instead of installing it (node/transport/replication.py)."""
+        the other's instead of installing it (node/activeactive/hub.py)."""
         return LinkState.peer_sends_image(peer_vv, floor) and LinkState.peer_sends_image(vv, peer_floor)
 
     @staticmethod

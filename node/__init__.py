@@ -2,4 +2,4 @@
 
 # First, before any compiled module (crdt, node.resp, node.persistence) is imported: which
 # build of them this process runs (BRAID_PURE=1, a stale build; see node/build.py)
-from . import build  # noqa: F401
+from node import build  # noqa: F401

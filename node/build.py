@@ -1,6 +1,6 @@
 """Which build of the compiled modules a process imports: mypyc's extensions or the ``.py`` source.
 
-setup.py compiles the hot modules of ``crdt/``, ``node/resp/`` and ``node/persistence/`` with
+setup.py compiles the hot modules of ``crdt/``, ``node/resp/`` and ``node/interop/`` with
 mypyc, from the same source, into extensions beside their ``.py`` files, and Python imports an
 extension in preference to its source.  This module makes the choice, once per process, when
 it is imported:
@@ -20,7 +20,7 @@ is not made there.  It has to be made before the first module of those packages 
 so every entry point imports this module first, through its package's ``__init__``:
 
 - ``node/__init__.py``: the region (``braid``, ``python -m node``), ``braid-admin``,
-  ``node.testing``; ``node.resp`` and ``node.persistence`` are subpackages of ``node``, so
+  ``node.testing``; ``node.resp`` and ``node.interop`` are subpackages of ``node``, so
   they never load before it;
 - ``chaos/__init__.py``: ``braid-chaos`` (``braid-chaos sim`` runs the simulation), and
   ``python -m chaos.planted``, which calls :func:`use_source` itself;
@@ -46,7 +46,7 @@ from importlib.abc import MetaPathFinder
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec, SourceFileLoader
 
 # The packages setup.py compiles modules of (its COMPILED list)
-PACKAGES = ("crdt", "node.resp", "node.persistence")
+PACKAGES = ("crdt", "node.resp", "node.interop")
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where crdt/ and node/ are
 

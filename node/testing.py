@@ -30,12 +30,12 @@ import time
 
 import redis
 
-from . import admin_cli
-from .cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
-from .cluster_processes import ping, writable
-from .config import Config
-from .security.certs import create_cluster_certs
-from .server import Server
+from node.activeactive.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
+from node.region.config import Config
+from node.runtime.server import Server
+from node.security.certs import create_cluster_certs
+from node.tools import admin_cli
+from node.tools.cluster_processes import ping, writable
 
 
 def free_port() -> int:
@@ -224,7 +224,7 @@ class BraidProcess(_ServerProcess):
 
     def wait_writable(self, timeout: float = 30.0) -> BraidProcess:
         """Until the region takes writes: a region of a cluster takes none after it starts until
-        every live peer told it the last of its own operations it holds (node/activeactive.py)."""
+        every live peer told it the last of its own operations it holds (node/activeactive/region.py)."""
         host = getattr(self, "host", "127.0.0.1")  # a region in a network namespace has its own address
         wait_until(lambda: writable(self.port, host), timeout, what=f"{self.region or 'the region'} taking writes")
         return self
@@ -372,7 +372,7 @@ def cluster_of(regions: int, name: str = "local"):
 
 
 def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
-    """A :class:`node.server.Server` that is not listening: region ``number`` of ``cluster``
+    """A :class:`node.runtime.server.Server` that is not listening: region ``number`` of ``cluster``
     (standalone when None), with its append-only file (``everysec``) in ``log_dir``, loaded and
     then appended to, or without one."""
     config = Config()
@@ -388,7 +388,7 @@ def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
 
 def every_peer_answered(core) -> None:
     """A region of a cluster in this process, which no peer dials: play the handshakes a started
-    region waits for before it takes writes (node/activeactive.py), each peer holding none of its
+    region waits for before it takes writes (node/activeactive/region.py), each peer holding none of its
     operations - as for a region whose peers all start with it."""
     aa = core.db.aa
     if aa is not None:

@@ -165,7 +165,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Standing(self, request, context):
-        """Asked by a voter settling a proposal whose coordinator left it (node/membership_change.py):
+        """Asked by a voter settling a proposal whose coordinator left it (node/activeactive/coordinator.py):
         where this region stands on it. Answering binds it: a promise it reports it keeps until the
         settlement ends it; a proposal it does not hold at that epoch it refuses from then on.
         """

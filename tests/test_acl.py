@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from node.config import Config
+from node.region.config import Config
 from node.security import acl
 from node.testing import BraidProcess, InProcessServer
 from tests.differential import Err, RawClient

@@ -23,7 +23,7 @@ ENV = {**os.environ, "COLUMNS": "200"}  # tables on one line each
 
 
 def admin(cluster, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", cluster.file, *args],
+    return subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", cluster.file, *args],
                           capture_output=True, text=True, timeout=60, env=ENV)
 
 
@@ -84,20 +84,20 @@ def test_clear_errors(cluster, args, message):
 
 
 def test_unreachable_region_is_reported(tmp_path):
-    from node.cluster_config import RegionSpec, local_cluster
+    from node.activeactive.cluster_config import RegionSpec, local_cluster
     from node.testing import free_port
 
     cfg = local_cluster(1, 0)
     cfg.regions = [RegionSpec("gone", 1, "127.0.0.1", free_port(), free_port())]
     f = tmp_path / "c.toml"
     f.write_text(cfg.to_toml())
-    res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", str(f), "status"],
+    res = subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", str(f), "status"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "region gone" in res.stderr and "unreachable" in res.stderr
 
 
 def _direct(r, *args, token: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.admin_cli", "--host", r.host, "--port", str(r.repl_port),
+    return subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--host", r.host, "--port", str(r.repl_port),
                            "--token", token, *args], capture_output=True, text=True, timeout=60)
 
 
@@ -200,8 +200,8 @@ def test_a_forced_removal_names_what_an_earlier_removed_region_loses_with_it():
     is not named."""
     from types import SimpleNamespace
 
-    from node.admin_regions import orphaned_operations
-    from node.cluster_config import ClusterConfig, RegionSpec
+    from node.activeactive.cluster_config import ClusterConfig, RegionSpec
+    from node.tools.admin_regions import orphaned_operations
 
     regions = [RegionSpec("region-1", 1, "h", 1, 2), RegionSpec("region-2", 2, "h", 1, 2, status="removed", frozen=40),
                RegionSpec("region-3", 3, "h", 1, 2, status="removed", frozen=100), RegionSpec("region-4", 4, "h", 1, 2),

@@ -26,7 +26,7 @@ def cluster():
 
 def admin(cluster, *args) -> subprocess.CompletedProcess:
     # stdout is a pipe: the width comes from COLUMNS, as a terminal's would
-    return subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", cluster.file, *args],
+    return subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", cluster.file, *args],
                           capture_output=True, text=True, timeout=60, env=ENV)
 
 
@@ -139,13 +139,13 @@ def _parser_of(main) -> argparse.ArgumentParser:
 
 
 def _braid():
-    from node.cli import main
+    from node.tools.cli import main
 
     return _parser_of(main)
 
 
 def _braid_admin():
-    from node.admin_cli import build_parser
+    from node.tools.admin_cli import build_parser
 
     return build_parser()
 
@@ -223,8 +223,8 @@ def test_vectors_wider_than_the_console_print_as_pairs():
 
     from rich.console import Console
 
-    from node.admin_cli import _vectors
-    from node.cluster_config import RegionSpec, local_cluster
+    from node.activeactive.cluster_config import RegionSpec, local_cluster
+    from node.tools.admin_cli import _vectors
 
     cfg = local_cluster(12, 0)
     cfg.regions = [RegionSpec(f"region-{n}", n, "127.0.0.1", 7000 + n, 7100 + n) for n in range(1, 13)]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from node.admin_cli import main
-from node.cluster_config import load
+from node.activeactive.cluster_config import load
 from node.persistence import snapshot
 from node.testing import LocalCluster, free_port, wait_until
+from node.tools.admin_cli import main
 
 
 @pytest.fixture(scope="module")

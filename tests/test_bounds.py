@@ -174,9 +174,9 @@ class _CountedKeyspace:
 
 
 def _server(cluster: bool = False):
-    from node.cluster_config import local_cluster
-    from node.config import Config
-    from node.server import Server
+    from node.activeactive.cluster_config import local_cluster
+    from node.region.config import Config
+    from node.runtime.server import Server
 
     if not cluster:
         return Server(Config())
@@ -281,7 +281,7 @@ def test_metadata_waiting_for_a_region_is_reported():
             assert "unstable_ops=0" in st["crdt_peer_2"] and "unstable_ops=0" not in st["crdt_peer_3"]
             assert int(st["crdt_backlog_bytes"]) > 0
 
-            res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", cluster.file, "status"],
+            res = subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", cluster.file, "status"],
                                  capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
             assert res.returncode == 0, res.stderr
             rows = [[c.strip() for c in line.split("│")] for line in res.stdout.splitlines()
@@ -465,7 +465,7 @@ def test_client_output_buffer_limit_config_follows_redis(braid, ref):
 def test_replies_held_for_a_failing_disk_count_against_the_output_limit():
     """Under ``appendfsync always`` a full disk holds every reply; a client that keeps
     sending meanwhile is closed at the limit instead of piling them up without a bound."""
-    from node.config import Config
+    from node.region.config import Config
     from node.testing import InProcessServer
 
     with InProcessServer(Config(appendfsync="always", enable_debug_command="yes")) as srv:
@@ -489,8 +489,8 @@ def test_every_command_the_query_buffer_admits_fits_one_log_record():
     """A record holds a command's arguments and its operations: with the default limits the
     largest command fits twice over, so no write is refused and none can fail to be logged
     after it changed the state (which would stop the region)."""
-    from node.config import Config
     from node.persistence import aof
+    from node.region.config import Config
 
     limit = Config()["client-query-buffer-limit"]
     assert 2 * int(limit) + (1 << 20) <= aof.MAX_PAYLOAD

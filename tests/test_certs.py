@@ -9,8 +9,8 @@ import stat
 
 from cryptography import x509
 
-from node.cli import main as braid
 from node.security import certs
+from node.tools.cli import main as braid
 
 
 def test_braid_certs_create_makes_a_ca_and_one_certificate_per_region(tmp_path, capsys):

@@ -82,7 +82,7 @@ def test_down_without_cluster_is_a_clear_error(tmp_path):
 def test_example_cluster_file_loads():
     import os
 
-    from node.cluster_config import load
+    from node.activeactive.cluster_config import load
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cfg = load(os.path.join(here, "deploy", "cluster.example.toml"))
@@ -124,7 +124,7 @@ def test_up_grows_a_detached_cluster_and_down_stops_one_region(tmp_path):
         again = _braid("up", "--add-region", "region-3", "--data-dir", data)
         assert again.returncode == 1 and "already a member" in again.stderr
 
-        removed = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", f"{data}/cluster.toml",
+        removed = subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", f"{data}/cluster.toml",
                                   "region", "remove", "region-3"], capture_output=True, text=True, timeout=90)
         assert removed.returncode == 0, removed.stderr
         assert "left the database" in removed.stdout
@@ -187,7 +187,7 @@ def test_sigterm_right_after_the_region_answers_stops_it_cleanly(tmp_path):
 
     import redis
 
-    from node.cluster_config import local_cluster
+    from node.activeactive.cluster_config import local_cluster
     from node.testing import free_ports, wait_until
 
     ports = free_ports(6)

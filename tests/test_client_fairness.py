@@ -1,5 +1,5 @@
 """How a region shares its loop between clients, and holds the replies a client does not read
-(node/server.py: ``ClientConnection.process_input``, ``send_now``, ``Server.finish_turn``).
+(node/runtime/server.py: ``ClientConnection.process_input``, ``send_now``, ``Server.finish_turn``).
 
 - A client's pipelined commands run for at most ``INPUT_SLICE_S`` in a turn of the loop; the
   rest wait, reading paused, until the end of the turn, after the loop has read every other
@@ -35,10 +35,10 @@ import hiredis
 import pytest
 import uvloop
 
-import node.server as server_module
-from node.config import Config
+import node.runtime.server as server_module
+from node.region.config import Config
 from node.resp.encoder import encode
-from node.server import HANDOVER_BYTES, INPUT_SLICE_S, OUTPUT_HOLD_BYTES, SPILL_BYTES, ClientConnection, Server
+from node.runtime.server import HANDOVER_BYTES, INPUT_SLICE_S, OUTPUT_HOLD_BYTES, SPILL_BYTES, ClientConnection, Server
 from node.testing import InProcessServer, wait_until
 
 DEFAULT_LIMIT = "normal 1073741824 0 0"

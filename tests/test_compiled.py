@@ -88,7 +88,7 @@ import hashlib
 import node  # first: node/build.py chooses the build
 from crdt.blocks import EntryLog, TrimSpec
 from crdt.stream import Stream
-from node.persistence import lzf
+from node.interop import lzf
 from node.resp.parser import RequestParser
 
 log = EntryLog()

@@ -1,12 +1,12 @@
 """Multi-region rules of the core: seed 003's tables and convergence.
 
-A :class:`Region` here is a real region server (``node.core.RegionCore`` with its
+A :class:`Region` here is a real region server (``node.region.core.RegionCore`` with its
 Active-Active part) that is never started: no sockets, no event loop, no
 operation log.  Writes are real commands (``RegionCore.call``: the command table,
 the handlers that resolve them into operations under the region's ID mode, the
 causal log that stamps them), at a clock the test sets.  Replication is the
 test's: "delivering" hands an envelope of one region's causal log - the
-operation's bytes as the codec (node/opcodec.py) encoded them - to another
+operation's bytes as the codec (node/activeactive/opcodec.py) encoded them - to another
 region's replication hub, which decodes and applies it in causal order; "- Sync -"
 is delivering every envelope everywhere, by a full-resync image
 (``RegionCore.resync_image`` / ``install_image``) where the sender trimmed
@@ -25,9 +25,9 @@ from crdt import ops
 from crdt.idgen import IdError
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.sync import LinkState
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
-from node.core import RegionCore, Session
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
 
 STRIDE = 16
@@ -115,7 +115,7 @@ class Region:
     def xack(self, key: bytes, group: bytes, *ids: tuple) -> None:
         self.call(b"XACK", key, group, *(b"%d-%d" % i for i in ids))
 
-    # -- the cron's work (node/server.py's once-a-second loop), at this region's clock
+    # -- the cron's work (node/runtime/server.py's once-a-second loop), at this region's clock
     def expire_idmp(self) -> int:
         return self.server.expire_idmp(self.clock, self.aa.stable())
 

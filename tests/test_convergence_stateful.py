@@ -46,7 +46,7 @@ What is modelled:
   reconnection handshakes again (each end forgets the other's own operations that
   wait there for their dependencies: the other sends them again);
 - membership (crdt/membership.py), every change agreed by every voter through
-  ``node.membership_change.agree`` with the regions' own ``promise`` / ``commit``:
+  ``node.activeactive.coordinator.agree`` with the regions' own ``promise`` / ``commit``:
   up to two regions join (numbers 4 and 5), start empty with the newest list,
   get their data from the network like any region (an image from region 1 when
   it trimmed what they lack), refuse writes with LOADING until they caught up
@@ -162,12 +162,12 @@ from crdt import ops
 from crdt.idgen import LIBERAL, SEMI_STRICT, STRICT, IdError
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOIN, JOINING, LEAVE, LEAVING, REMOVE, REMOVED, Change
-from node import opcodec
-from node.cluster_config import ClusterConfig
-from node.config import Config
-from node.core import RegionCore, Session
-from node.membership_change import agree
+from node.activeactive import opcodec
+from node.activeactive.cluster_config import ClusterConfig
+from node.activeactive.coordinator import agree
 from node.persistence import replay, snapshot
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
 from tests.test_convergence import STRIDE, Region, deliver, sync
 
@@ -655,7 +655,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ the cron's work
     @rule(region=regions_st, later=st.booleans())
     def cron(self, region, later):
-        """The region's once-a-second work (node/server.py), maybe after the IDMP duration
+        """The region's once-a-second work (node/runtime/server.py), maybe after the IDMP duration
         passed: IDMP expiry by time and size with the region's stable vector, and garbage
         collection of the delete contexts it knows every region has seen."""
         r = self.regions[region]
@@ -892,7 +892,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
         return [n for n in sorted(self.regions) if self._status(n) in statuses]
 
     def _agree(self, change: Change, meanwhile: list[int], coordinator: int = 0) -> int:
-        """Every voter agrees ``change`` (node/membership_change.py: ``aa.promise`` at each,
+        """Every voter agrees ``change`` (node/activeactive/coordinator.py: ``aa.promise`` at each,
         then ``aa.commit``), coordinated by braid-admin (number 0) or by a joining region
         activating itself; before each commit the network delivers one envelope per pick of
         ``meanwhile``.  Returns the frozen point of a removal."""

@@ -26,8 +26,8 @@ import pytest
 
 from crdt import resolve
 from crdt.ids import MAX_ID, MIN_ID
-from node.config import Config
-from node.core import RegionCore, Session
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
 from node.testing import BraidProcess, InProcessServer, wait_until
 from tests.test_convergence import STRIDE, deliver, sync

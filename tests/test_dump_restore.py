@@ -32,8 +32,8 @@ import random
 import pytest
 
 from crdt.ids import MAX_ID, MIN_ID
-from node.persistence import rdb
-from node.persistence.listpack import listpack_encode
+from node.interop import rdb
+from node.interop.listpack import listpack_encode
 from node.resp.encoder import ReplyError
 from tests.differential import Err, RawClient
 from tests.test_convergence import STRIDE, sync

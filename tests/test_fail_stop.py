@@ -1,4 +1,4 @@
-"""Fail-stop instead of silent divergence, and supervised background work (node/supervision.py).
+"""Fail-stop instead of silent divergence, and supervised background work (node/region/supervision.py).
 
 - A peer's operation that fails to apply (``DEBUG APPLY-FAIL``) or cannot be
   decoded (sent by a peer holding the token) stops a real region process with
@@ -28,11 +28,11 @@ import redis
 from chaos.sim.checks import run_checks
 from chaos.sim.world import MAX_EVENTS, SimConfig, Simulation
 from crdt.causal import CausalLog
-from node.config import Config
-from node.supervision import EXIT_FAIL_STOP
+from node.activeactive.hub import ReplicationHub
+from node.region.config import Config
+from node.region.supervision import EXIT_FAIL_STOP
 from node.testing import InProcessServer, LocalCluster, replication_status, version_vector, wait_until
 from node.transport.grpc_links import GrpcLinks
-from node.transport.replication import ReplicationHub
 
 
 def _debug_config(directory, **settings) -> Config:

@@ -18,14 +18,14 @@ import pytest
 from chaos.sim.disk import SimFile, SimOperationLog, read_back
 from crdt import ops
 from crdt.causal import CausalLog
-from node import admin_cli, opcodec
-from node.activeactive import FlushNotReady
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
-from node.core import RegionCore, Session
+from node.activeactive import opcodec
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
+from node.activeactive.region import FlushNotReady
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 from node.testing import (
     LocalCluster,
     every_peer_answered,
@@ -34,6 +34,7 @@ from node.testing import (
     version_vector,
     wait_until,
 )
+from node.tools import admin_cli
 
 T0 = 1_700_000_000_000
 

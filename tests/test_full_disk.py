@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from node.config import Config
+from node.region.config import Config
 from node.testing import InProcessServer, LocalCluster, free_port, replication_status, wait_until
 
 MISCONF = "MISCONF Errors writing to the AOF file: "

@@ -4,7 +4,7 @@ Every overlay is rendered the way an operator applies it (``kubectl kustomize``,
 making its ``secrets/`` with ``braid certs create`` as docs/deploy.md says), every object
 is validated against the Kubernetes schemas of a recent release (``kubernetes-validate``,
 which ships them: no network), and the objects must agree with the cluster file their
-ConfigMap carries, read with ``node.cluster_config``: region names, ports, the host of
+ConfigMap carries, read with ``node.activeactive.cluster_config``: region names, ports, the host of
 each region (its pod's stable DNS name, or the external name of its LoadBalancer), the
 TLS files the ``[tls]`` table names and the Secret's keys mounted there, the token the
 init container writes, and options ``braid node`` knows.
@@ -30,7 +30,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from node.cluster_config import load
+from node.activeactive.cluster_config import load
 from node.testing import free_ports, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""Large entries replicate, in a real three-region cluster (node/transport/replication.py).
+"""Large entries replicate, in a real three-region cluster (node/activeactive/hub.py).
 
 Frames are bounded by bytes: an entry larger than a frame travels in parts, a burst
 of medium entries in several batches, and the links keep flowing afterwards. Two

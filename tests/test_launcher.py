@@ -21,9 +21,9 @@ from pathlib import Path
 
 import redis
 
-from node.cluster_config import load, local_cluster
-from node.cluster_processes import region_processes
+from node.activeactive.cluster_config import load, local_cluster
 from node.testing import free_port_base, wait_until
+from node.tools.cluster_processes import region_processes
 
 
 def _braid(*args: str, cwd: str | Path | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
@@ -336,7 +336,7 @@ def test_without_redis_cli_up_prints_a_redis_py_line_that_works(tmp_path):
 def test_up_writes_the_data_folders_into_a_cluster_file_made_before_them(tmp_path):
     import argparse
 
-    from node.cluster_files import reuse_cluster
+    from node.tools.cluster_files import reuse_cluster
 
     local_cluster(2, 7001).save(str(tmp_path / "cluster.toml"))  # as braid up wrote it before: no data_dir
     assert "data_dir" not in (tmp_path / "cluster.toml").read_text()

@@ -24,11 +24,11 @@ import sys
 import pytest
 import xxhash
 
-from node.config import Config
 from node.persistence import aof, snapshot
 from node.persistence.aof import HEADER_SIZE, OP_REPLICATED, AppendLog, CorruptLog, RecordReader, examine, scan
 from node.persistence.oplog import OperationLog, boot_id, read_run_mark, write_run_mark
-from node.server import Server
+from node.region.config import Config
+from node.runtime.server import Server
 from node.testing import BraidProcess, InProcessServer
 
 

@@ -1,7 +1,7 @@
 """Writes a region takes alone (``crdt-lone-writes-after-ms``): held until every member answered,
 then sent (no member held more of the region's operations) or withdrawn and issued again under
 new numbers (one did: a folder restored from an older copy).  No acknowledged write of either
-side is lost and every region ends with the same history (node/lone_writes.py).
+side is lost and every region ends with the same history (node/activeactive/lone_writes.py).
 
 These are the operator's steps, on real processes; the rules on their own are tested at the end.
 """
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from crdt import ops
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.reissue import Reissue
-from node.lone_writes import LoneStep, LoneWrites
+from node.activeactive.lone_writes import LoneStep, LoneWrites
 from node.testing import LocalCluster, replication_status, wait_in_sync, wait_until
 
 LONE = {"crdt-lone-writes-after-ms": 1000}

@@ -197,7 +197,7 @@ def test_concurrent_changes_never_leave_two_member_lists(cluster: LocalCluster):
     """Several coordinators propose at once; every voter promises one proposal per epoch, so
     at most one change per epoch takes effect and every region ends with the same list."""
     from crdt.membership import JOIN, Change, MembershipError
-    from node.membership_change import MembershipChangeError, agree
+    from node.activeactive.coordinator import MembershipChangeError, agree
     from node.transport.admin import clients
 
     cfg = cluster.config
@@ -277,7 +277,7 @@ def test_a_commit_that_reached_no_voter_is_sent_again_until_one_has_it(cluster: 
     promise on disk) the removal takes effect; without that, their holds on region-3's
     operations would stand forever."""
     from crdt.membership import FORCE_REMOVE, Change
-    from node import admin_regions
+    from node.tools import admin_regions
     from node.transport.admin import clients
 
     cfg = cluster.config
@@ -331,8 +331,8 @@ def test_braid_admin_says_when_no_voter_ever_received_the_commit(monkeypatch):
     """A commit that reaches no voter within the retry window: the change did not take effect
     yet, and the error says so and how it ends (the voters complete it once they answer)."""
     from crdt.membership import Proposal
-    from node import admin_regions
-    from node.membership_change import MembershipChangeError
+    from node.activeactive.coordinator import MembershipChangeError
+    from node.tools import admin_regions
     from node.transport.admin import AdminCallError
 
     class Down:

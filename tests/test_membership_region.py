@@ -10,13 +10,13 @@ import pytest
 
 from crdt.causal import Envelope
 from crdt.membership import ACTIVATE, FORCE_REMOVE, JOIN, LEAVE, REMOVE, Change, Proposal, Standing
-from node import membership_change
-from node.activeactive import PROMISE_TIMEOUT_S
-from node.cluster_config import ClusterConfig, RegionSpec, load, membership_from_blob
-from node.config import Config
-from node.core import RegionCore, Session
-from node.membership_change import MembershipChangeError, standings
+from node.activeactive import coordinator as membership_change
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec, load, membership_from_blob
+from node.activeactive.coordinator import MembershipChangeError, standings
+from node.activeactive.region import PROMISE_TIMEOUT_S
 from node.persistence.promise import FilePromiseStore
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
 from node.transport.admin import AdminCallError
 

@@ -1,4 +1,4 @@
-"""The Prometheus endpoint (node/metrics.py) against real region processes.
+"""The Prometheus endpoint (node/runtime/metrics.py) against real region processes.
 
 The documented list (docs/metrics.md) is the contract: a scrape exposes exactly the
 metrics it names, with their types and labels, and the dashboard uses only those.
@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.config import Config
+from node.region.config import Config
 from node.testing import InProcessServer, LocalCluster, free_port, free_ports, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""Every operation survives encode -> decode unchanged (node/opcodec.py)."""
+"""Every operation survives encode -> decode unchanged (node/activeactive/opcodec.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from crdt import ops
 from crdt.blocks import TrimSpec
 from crdt.ids import U64
-from node import opcodec
+from node.activeactive import opcodec
 
 SAMPLES = [
     ops.AddEntry(b"k", 3, (U64, U64), [b"f", b"v", b"", b"\x00\xff"], b"pid", b"iid"),

@@ -1,6 +1,6 @@
 """Operations are pure and deterministic: the same operations, built and applied
 independently - one copy straight from the script, the other after a round trip
-through the replication codec (node/opcodec.py), as a peer or a replay sees them -
+through the replication codec (node/activeactive/opcodec.py), as a peer or a replay sees them -
 give identical keyspaces, and both agree with a plain model of the streams
 (what replay and replication rely on)."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from crdt import ops
 from crdt.blocks import TrimSpec
 from crdt.ids import MAX_ID, MIN_ID
-from node import opcodec
+from node.activeactive import opcodec
 
 KEYS = [b"a", b"b"]
 

@@ -1,5 +1,5 @@
 """A region that runs out of memory fail-stops: it says so in its log, exits with
-EXIT_FAIL_STOP (node/supervision.py), and loses no acknowledged write.
+EXIT_FAIL_STOP (node/region/supervision.py), and loses no acknowledged write.
 
 A real region (``braid node`` in a subprocess, ``--appendfsync always``: a reply leaves only
 once its record is on disk) is capped with ``prlimit --as`` once it serves: its idle virtual
@@ -37,8 +37,8 @@ import hiredis
 import pytest
 
 from node import commands as cmdtable
-from node.config import Config
-from node.supervision import EXIT_FAIL_STOP
+from node.region.config import Config
+from node.region.supervision import EXIT_FAIL_STOP
 from node.testing import BraidProcess, InProcessServer, wait_until
 
 HEADROOM = 256 * 1024 * 1024  # address space the region may take beyond its idle size

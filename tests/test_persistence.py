@@ -32,9 +32,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.config import Config
 from node.persistence.aof import scan
 from node.persistence.oplog import boot_id, read_run_mark, write_run_mark
+from node.region.config import Config
 from node.testing import BraidProcess, InProcessServer, replication_status, wait_until
 from tests.differential import RawClient
 from tests.test_differential_hypothesis import KEYS, PRELUDE, commands
@@ -204,7 +204,7 @@ def test_a_torn_record_is_refused_without_aof_load_truncated(tmp_path):
         f.truncate(os.path.getsize(seg) - 3)
     _as_if_killed(tmp_path)
     from node.persistence.replay import LoadError
-    from node.server import Server
+    from node.runtime.server import Server
 
     server = Server(Config(dir=str(tmp_path), aof_load_truncated=False))
     with pytest.raises(LoadError, match=r"torn record in .*\.aof at offset \d+"):

@@ -1,4 +1,4 @@
-"""The RDB codec of streams (node/persistence/rdb.py), without a server.
+"""The RDB codec of streams (node/interop/rdb.py), without a server.
 
 - Primitives: CRC-64's published check value and its bitwise definition; every length
   width at its bounds; strings raw, integer-encoded and LZF-compressed; LZF on random and
@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from crdt.groups import ENTRIES_READ_UNKNOWN, FAIL, FATAL, SILENT, ConsumerGroup, advance
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.stream import Stream
-from node.persistence import listpack, lzf, rdb
-from node.persistence.rdb import (
+from node.interop import listpack, lzf, rdb
+from node.interop.rdb import (
     RDB_TYPE_STREAM_LISTPACKS,
     RDB_TYPE_STREAM_LISTPACKS_2,
     RDB_TYPE_STREAM_LISTPACKS_3,
@@ -126,7 +126,7 @@ def test_lzf_strings_round_trip_and_refuse_damage():
 
 # ---------------------------------------------------------------- LZF: both implementations
 def _lzf_compress_before(data: bytes) -> bytes | None:
-    """rdb.py's LZF compressor before node/persistence/lzf.py, verbatim: what both of its
+    """rdb.py's LZF compressor before node/interop/lzf.py, verbatim: what both of its
     implementations must still write, byte for byte."""
     n = len(data)
     if n <= 4:

@@ -1,6 +1,6 @@
-"""The region core (node/core.py) driven by hand, with no event loop: its effects.
+"""The region core (node/region/core.py) driven by hand, with no event loop: its effects.
 
-The asyncio server and the simulation both drive :class:`node.core.RegionCore`; these
+The asyncio server and the simulation both drive :class:`node.region.core.RegionCore`; these
 tests drive it the way they do - a command, the end of the turn, an fsync that
 completes later, another region's operation - and check what comes back: the reply,
 the records on the (simulated) disk, when a reply may leave, the envelopes for the
@@ -16,15 +16,15 @@ from chaos.sim.disk import SimFile, SimOperationLog, read_back
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
 from crdt.ids import string2ll
-from node import opcodec
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import SETTINGS, Config
-from node.core import RegionCore, Session
+from node.activeactive import opcodec
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated, remote_record
+from node.region.config import SETTINGS, Config
+from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
-from node.server import Server
+from node.runtime.server import Server
 from node.testing import every_peer_answered
 
 T0 = 1_700_000_000_000

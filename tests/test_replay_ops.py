@@ -9,7 +9,7 @@
   naming the record.
 - Files written before operations were logged (format 1: commands only) still load.
 
-The regions here are real servers (``node.server.Server``, never started: no sockets),
+The regions here are real servers (``node.runtime.server.Server``, never started: no sockets),
 each with a real operation log on disk and loaded by the real ``open_log``; envelopes
 travel between them through the real causal logs (as the deterministic simulation does).
 """
@@ -21,12 +21,12 @@ import os
 import msgspec
 import pytest
 
-from node import opcodec
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
+from node.activeactive import opcodec
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import aof
 from node.persistence.replay import LoadError
-from node.server import ClientConnection, Server
+from node.region.config import Config
+from node.runtime.server import ClientConnection, Server
 from node.testing import every_peer_answered
 from tests.test_persistence import without_seen_times
 

@@ -16,8 +16,8 @@ import os
 import pytest
 import redis
 
-from node.config import Config
 from node.persistence import oplog, replay, snapshot
+from node.region.config import Config
 from node.testing import InProcessServer, wait_until
 from tests.test_replay_ops import Region, _write_history
 

@@ -2,7 +2,7 @@
 (node/persistence/oplog.py): a killed process loses none of them, but a crashed machine may
 lose the unsynced tail while peers hold those operations.  A start after such a crash
 takes the region's own operations back from its peers before it mints a dot again
-(node/activeactive.py's recovery).  Every other start waits for its peers too: no mark tells a
+(node/activeactive/region.py's recovery).  Every other start waits for its peers too: no mark tells a
 killed process from a folder restored from an older copy (tests/test_restore.py).
 
 The machine crash is made by hand on a real region process killed with SIGKILL: its log is
@@ -17,7 +17,7 @@ import os
 import pytest
 import redis
 
-from node.activeactive import ActiveActive
+from node.activeactive.region import ActiveActive
 from node.persistence import aof
 from node.persistence.oplog import OperationLog, boot_id, read_run_mark, unsynced_tail_may_be_lost, write_run_mark
 from node.testing import LocalCluster, wait_until

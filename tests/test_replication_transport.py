@@ -1,4 +1,4 @@
-"""Replication links over real gRPC on loopback (node/transport/replication.py).
+"""Replication links over real gRPC on loopback (node/activeactive/hub.py).
 
 Three hubs, each with its own causal log: operations issued at one region reach
 the others exactly once; with the 1–3 link absent, 1 and 3 still converge
@@ -22,11 +22,11 @@ import pytest
 
 from crdt.causal import CausalLog
 from crdt.sync import LinkState, Opening, opening
-from node.config import Config
-from node.transport.frames import pack_batch, unpack_batch
+from node.activeactive.frames import pack_batch, unpack_batch
+from node.activeactive.hub import ReplicationHub
+from node.activeactive.link import Link
+from node.region.config import Config
 from node.transport.grpc_links import GrpcLinks
-from node.transport.link import Link
-from node.transport.replication import ReplicationHub
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 
@@ -140,7 +140,7 @@ def test_lag_counts_unacknowledged_operations_and_their_age():
         for op in (b"a", b"b", b"c"):
             hub.issue(op)
         hub.arrivals[:] = [100.0, 101.0, 102.0]  # when each was issued (monotonic seconds)
-        from node.transport.link import Link
+        from node.activeactive.link import Link
 
         link = Link(hub, 2, {})
         assert link.lag(103.0) == (3, 3000.0)
@@ -248,7 +248,7 @@ def test_an_image_is_taken_only_when_announced_and_as_announced():
 
 # ------------------------------------------------------------------ acks never wait
 def test_an_ack_never_waits_for_room_and_the_latest_one_goes_first():
-    from node.transport.outbox import Outbox
+    from node.activeactive.outbox import Outbox
     from proto import replication_pb2 as pb
 
     async def scenario():
@@ -280,7 +280,7 @@ def test_two_regions_catching_up_large_backlogs_from_each_other_at_once():
     """Small frames and a small outbox: each side's writer waits on the other's reader, which
     never waits on its own writer (the old ack put into the sender's queue could stop both)."""
     async def scenario():
-        from node.config import Config
+        from node.region.config import Config
 
         small = Config(crdt_repl_frame_bytes=64 * 1024)
         hubs, got = {}, {}
@@ -456,7 +456,7 @@ class _SilentPeer(pb_grpc.ReplicationServicer):
 
 def test_the_watchdog_closes_a_link_whose_peer_reads_but_never_acknowledges():
     async def scenario():
-        from node.config import Config
+        from node.region.config import Config
 
         peer = _SilentPeer()
         server = grpc.aio.server()
@@ -490,10 +490,10 @@ _PEER = """
 import asyncio, sys
 import node  # first: node/build.py chooses the build of crdt (BRAID_PURE)
 from crdt.causal import CausalLog
-from node.config import Config
+from node.region.config import Config
 from node.transport.grpc_links import GrpcLinks
-from node.transport.link import Link
-from node.transport.replication import ReplicationHub
+from node.activeactive.link import Link
+from node.activeactive.hub import ReplicationHub
 
 async def main():
     hub = ReplicationHub(2, "c1", "db", "s3cret", CausalLog(2), lambda e: None,
@@ -513,7 +513,7 @@ def test_keepalive_notices_a_peer_that_froze():
     import subprocess
     import sys
 
-    from node.config import Config
+    from node.region.config import Config
 
     with subprocess.Popen([sys.executable, "-c", _PEER], stdout=subprocess.PIPE, env=os.environ) as proc:
         try:
@@ -708,7 +708,7 @@ def test_regions_of_two_versions_replicate_both_ways():
 
 
 def test_a_newer_ack_waiting_for_its_interval_replaces_the_older_and_data_goes_first():
-    from node.transport.outbox import Outbox
+    from node.activeactive.outbox import Outbox
 
     async def scenario():
         out = Outbox(capacity=2000)
@@ -737,7 +737,7 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
     they are the ack is lazy (that region holds no relays of them), to a third region it is
     paced by the relay delay (it holds them as relays toward region 2 until it learns region 2
     has them)."""
-    from node.transport.pacing import AckPace
+    from node.activeactive.pacing import AckPace
 
     async def scenario():
         hub, _ = make_hub(2)
@@ -765,8 +765,8 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
 
 
 def test_a_prompt_ack_does_not_wait_for_a_lazy_ones_interval():
-    from node.transport.outbox import Outbox
-    from node.transport.pacing import LAZY_ACK_FACTOR, AckPace
+    from node.activeactive.outbox import Outbox
+    from node.activeactive.pacing import LAZY_ACK_FACTOR, AckPace
 
     async def scenario():
         out = Outbox(capacity=2000)
@@ -792,8 +792,8 @@ def test_an_ack_for_relays_waits_a_third_of_the_relay_delay_within_the_ack_inter
     """What each pace waits after the previous ack: the relay pace follows the relay delay
     (CONFIG SET crdt-repl-relay-delay-ms), never sooner than an ack interval nor later than a
     lazy ack."""
-    from node.transport.outbox import Outbox
-    from node.transport.pacing import LAZY_ACK_FACTOR, RELAY_ACKS_PER_DELAY, AckPace
+    from node.activeactive.outbox import Outbox
+    from node.activeactive.pacing import LAZY_ACK_FACTOR, RELAY_ACKS_PER_DELAY, AckPace
 
     out = Outbox(capacity=2000)
     out.ack_interval, out.relay_delay = 0.01, 0.05
@@ -903,7 +903,7 @@ def test_a_third_regions_operations_are_relayed_only_while_the_peers_acks_of_it_
 def test_the_pacing_of_links_is_a_setting():
     """crdt-repl-send-interval-ms, -ack-interval-ms and -relay-delay-ms: read by the links
     at every batch (CONFIG SET applies at once), bounded like every setting."""
-    from node.config import ConfigError
+    from node.region.config import ConfigError
 
     config = Config()
     hub = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), lambda env: None, config)
@@ -920,7 +920,7 @@ def test_the_pacing_of_links_is_a_setting():
 
 def test_a_link_tells_the_hub_before_it_handles_each_frame_of_operations_of_its_peer():
     """The region offers its core to other processes before a peer's frame of operations is
-    handled (node/core.py): the link calls ``frame_arrives`` before anything of the frame is
+    handled (node/region/core.py): the link calls ``frame_arrives`` before anything of the frame is
     applied - not for an ack, which applies nothing."""
 
     async def scenario():

@@ -3,7 +3,7 @@ them before it sleeps.
 
 A reply that may leave is not written the moment its command ends: the client is noted and
 every noted client's replies are written when the turn's work is done, after the append log's
-records (node/server.py, ``Server.finish_turn``).  A client that pipelines gets one write for
+records (node/runtime/server.py, ``Server.finish_turn``).  A client that pipelines gets one write for
 all its replies of a turn, and writes to many clients come together, so a reader that was
 asleep is woken once rather than between every two replies.
 """
@@ -14,10 +14,10 @@ import asyncio
 
 import pytest
 
-import node.server as server_module
-from node.blocking import Blocked
-from node.config import Config
-from node.server import ClientConnection, Server
+import node.runtime.server as server_module
+from node.region.blocking import Blocked
+from node.region.config import Config
+from node.runtime.server import ClientConnection, Server
 from node.testing import RecordingTransport
 
 

@@ -94,7 +94,7 @@ def test_active_active_group_creation_carries_deps_dot_and_cursors():
 def test_xdel_removes_an_id_only_from_the_origin_logs_it_was_removed_from():
     """Two origins may hold one ID (semi-strict, liberal).  Region A deletes 5-0 while it holds
     only origin 1's; region B holds both: B must keep origin 2's, as A will once it arrives."""
-    from node import opcodec
+    from node.activeactive import opcodec
 
     x = (5, 0)
     a, b = ops.Keyspace(active_active=True), ops.Keyspace(active_active=True)
@@ -111,7 +111,7 @@ def test_xdel_removes_an_id_only_from_the_origin_logs_it_was_removed_from():
 
 
 def test_an_operation_encoded_before_a_field_was_added_decodes_with_its_default():
-    from node import opcodec
+    from node.activeactive import opcodec
 
     old = opcodec._encoder.encode([opcodec._TAGS[ops.DeleteEntries], b"s", [[5, 0]], ops.KEEPREF])
     assert opcodec.decode(old) == ops.DeleteEntries(b"s", [(5, 0)], ops.KEEPREF, origins=None)

@@ -2,7 +2,7 @@
 copy taken while it ran) holds less of its own history than its peers do.  It must not mint
 those operation numbers again: every start of a region of a cluster takes no writes until
 every live peer told it the last of its own operations it holds, and it holds them
-(node/activeactive.py).  And two regions holding different operations under the same numbers
+(node/activeactive/region.py).  And two regions holding different operations under the same numbers
 are never reported in sync: histories carry digests (crdt/causal.py), compared at every
 handshake and acknowledgement, by ``braid-admin sync wait`` and ``status``.
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from node.commands.keys import glob_match
-from node.config import Config
+from node.region.config import Config
 from node.testing import InProcessServer
 from tests.differential import Err, RawClient
 
@@ -236,8 +236,8 @@ def test_watch_ignores_commands_that_change_nothing(raw, inproc):
 def test_a_block_timeout_whose_deadline_overflows_is_out_of_range():
     """Redis 8 refuses a timeout that, added to the time now, would overflow a long long
     (Redis 7.0 blocked forever on it)."""
-    from node.config import Config
-    from node.core import RegionCore, Session
+    from node.region.config import Config
+    from node.region.core import RegionCore, Session
     from node.resp.encoder import ReplyError
 
     core = RegionCore(Config())

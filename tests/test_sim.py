@@ -33,7 +33,7 @@ from chaos.sim.world import DEFAULT_FAULTS, FAULTS, START_MS, Simulation
 from crdt.causal import CausalLog
 from crdt.membership import ACTIVATE, ACTIVE, FORCE_REMOVE, JOIN, LEAVE, REMOVE, REMOVED
 from crdt.sync import LinkState, NeedsResync, opening
-from node.activeactive import PROMISE_TIMEOUT_S, ActiveActive
+from node.activeactive.region import PROMISE_TIMEOUT_S, ActiveActive
 from node.persistence import aof
 from node.resp.encoder import ReplyError
 
@@ -658,7 +658,7 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
     peer's handshake began to forget its waiting operations, and seed 3693's when the simulated
     link began to run the relay hold and the backlog fault joined the default set; every check
     passes.)"""
-    from node.activeactive import ActiveActive
+    from node.activeactive.region import ActiveActive
 
     dropped = []
     drop = ActiveActive._drop_refused_pending
@@ -754,7 +754,7 @@ def test_a_voter_that_restarts_before_the_commit_keeps_its_promise(monkeypatch):
     converge.  The promise and its hold are now on disk (node/persistence/promise.py): here a
     voter of a forced removal crashes before the commit, restarts holding it, and every check
     passes."""
-    from node.activeactive import ActiveActive
+    from node.activeactive.region import ActiveActive
 
     restored = []
     attach = ActiveActive.attach_promise_store

@@ -1,4 +1,4 @@
-"""Long commands prepared in slices (node/slicing.py): a large DUMP or RESTORE holds no other client.
+"""Long commands prepared in slices (node/region/slicing.py): a large DUMP or RESTORE holds no other client.
 
 A DUMP of a stream of a megabyte or more encodes a copy of it a node per step, and a RESTORE
 of such a payload decodes it a node per step, between other clients' turns; the command then
@@ -22,12 +22,12 @@ import random
 import hiredis
 import pytest
 
-import node.server as server_module
+import node.runtime.server as server_module
 from node.commands.dump import SLICED_BYTES, dump_value
-from node.config import Config
-from node.core import RegionCore, Session
-from node.persistence import rdb
-from node.server import Server
+from node.interop import rdb
+from node.region.config import Config
+from node.region.core import RegionCore, Session
+from node.runtime.server import Server
 from tests.test_client_fairness import _client, _req, _turns
 
 

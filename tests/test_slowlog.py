@@ -1,9 +1,9 @@
-"""SLOWLOG and LATENCY (node/slowlog.py, node/commands/slowlog.py): what stalled a region.
+"""SLOWLOG and LATENCY (node/region/slowlog.py, node/commands/slowlog.py): what stalled a region.
 
 - the recorders on their own: argument trimming, ids, the length bound, one latency sample
   per second, 160 of them, RESET, the GRAPH sparkline;
 - a region core driven by hand with a clock that advances a fixed step at every reading
-  (``node.core._perf_ns``), so a command "takes" exactly that long: thresholds, the
+  (``node.region.core._perf_ns``), so a command "takes" exactly that long: thresholds, the
   skip-slowlog flag, redaction, the latency events of commands, the cron's steps, other
   regions' operations, full-resync images and the append-only file's write - no sleeping,
   no real timing;
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import pytest
 
-import node.core as core_module
-from node.config import Config
-from node.core import NEVER_NS, RegionCore, Session
-from node.slowlog import LATENCY_TS_LEN, LatencyMonitor, SlowLog, redacted, sparkline, trimmed
+import node.region.core as core_module
+from node.region.config import Config
+from node.region.core import NEVER_NS, RegionCore, Session
+from node.region.slowlog import LATENCY_TS_LEN, LatencyMonitor, SlowLog, redacted, sparkline, trimmed
 from node.testing import InProcessServer, LocalCluster, cluster_of, every_peer_answered, wait_until
 from tests.differential import Err, RawClient
 from tests.test_numeric_args import SPELLINGS

@@ -43,10 +43,10 @@ from crdt.idmp import IdmpState
 from crdt.ops import Keyspace
 from crdt.pel import PendingMap
 from crdt.stream import Stream
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
-from node.core import RegionCore, Session
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import snapshot, stateformat
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 from node.resp.encoder import to_bytes
 from node.testing import InProcessServer
 from tests.test_differential_hypothesis import KEYS, PRELUDE, commands

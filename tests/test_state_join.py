@@ -4,7 +4,7 @@ The regions are tests/test_convergence.py's: real region servers, never started,
 to with real commands (so every operation is resolved as a client's command resolves it)
 and fed each other's envelopes by the test.  The reference a join is held to is an
 *observer*: a bare keyspace and causal log (crdt/ops.py, crdt/causal.py, the operations
-decoded by node/opcodec.py as a peer decodes them) that receives every envelope both
+decoded by node/activeactive/opcodec.py as a peer decodes them) that receives every envelope both
 regions applied - the state "a region that received every operation of both" has.  It is
 built twice, in two causal orders, so a history whose delivery itself does not converge
 is told apart from a join that is wrong.  Backlogs are never trimmed here, so the
@@ -24,7 +24,7 @@ from crdt.causal import CausalLog, Envelope
 from crdt.idgen import LIBERAL, SEMI_STRICT, STRICT, IdError
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.join import RegionState, join, replicated_view
-from node import opcodec
+from node.activeactive import opcodec
 from tests.test_convergence import Region, _both_dropped_what_the_other_lacks, deliver, sync
 
 KEYS = [b"k1", b"k2"]   # every operation

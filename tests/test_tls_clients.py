@@ -408,7 +408,7 @@ def test_braid_up_tls_prints_redis_cli_lines_that_work(tmp_path):
         # the CA alone also connects (tls-auth-clients optional)
         simple = ["redis-cli", "--tls", "--cacert", os.path.join(data, "tls", "ca.crt"), "-p", str(base + 200)]
         assert subprocess.run(simple + ["PING"], capture_output=True, text=True, timeout=30).stdout == "PONG\n"
-        from node.cluster_config import load
+        from node.activeactive.cluster_config import load
 
         cfg = load(os.path.join(data, "cluster.toml"))
         assert (cfg.tls.ca, cfg.tls.cert_dir) == (os.path.join(data, "tls", "ca.crt"), os.path.join(data, "tls"))
@@ -421,7 +421,7 @@ def test_braid_up_tls_prints_redis_cli_lines_that_work(tmp_path):
 
 
 def test_cluster_file_keeps_region_settings_and_the_links_choice(tmp_path):
-    from node.cluster_config import LinkTls, load, local_cluster
+    from node.activeactive.cluster_config import LinkTls, load, local_cluster
 
     cfg = local_cluster(2, 7001)
     cfg.regions[0].config = {"tls-port": 7201, "tls-cert-file": "tls/region-1.crt", "tls-auth-clients": "optional"}
@@ -442,7 +442,7 @@ def test_cluster_file_keeps_region_settings_and_the_links_choice(tmp_path):
 
 def test_braid_node_applies_the_cluster_files_region_settings(tls_certs, tmp_path):
     """A standalone check of [regions.config]: a bad value there is a clear error naming it."""
-    from node.cluster_config import local_cluster
+    from node.activeactive.cluster_config import local_cluster
 
     cfg = local_cluster(1, free_port())
     cfg.regions[0].config = {"tls-auth-clients": "sometimes"}

@@ -20,7 +20,7 @@ import pytest
 import redis
 from cryptography import x509
 
-from node.cluster_config import LinkTls, load
+from node.activeactive.cluster_config import LinkTls, load
 from node.security import certs
 from node.testing import (
     BraidProcess,
@@ -59,7 +59,7 @@ def regions(cluster):
 
 
 def admin(cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", cluster.file, *args],
+    return subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", cluster.file, *args],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
 
 
@@ -121,7 +121,7 @@ def test_braid_admin_checks_the_region_name(cluster, tmp_path):
     cfg.tls = dataclasses.replace(cfg.tls)
     path = tmp_path / "misdirected.toml"
     cfg.save(str(path))
-    res = subprocess.run([sys.executable, "-m", "node.admin_cli", "--cluster", str(path), "info", "db", "db"],
+    res = subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", str(path), "info", "db", "db"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 1
     assert "region region-1" in res.stderr and "TLS handshake failed" in res.stderr
@@ -129,7 +129,7 @@ def test_braid_admin_checks_the_region_name(cluster, tmp_path):
 
 def test_braid_admin_at_a_host_and_port_with_its_certificate(cluster):
     r = cluster.config.regions[1]
-    base = [sys.executable, "-m", "node.admin_cli", "--host", r.host, "--port", str(r.repl_port),
+    base = [sys.executable, "-m", "node.tools.admin_cli", "--host", r.host, "--port", str(r.repl_port),
             "--token", cluster.config.token]
     tls = ["--tls-ca", cluster.certs.ca, "--tls-cert", cluster.certs.admin[0], "--tls-key", cluster.certs.admin[1]]
     res = subprocess.run([*base, *tls, "info", "db", "db"], capture_output=True, text=True, timeout=60)

@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from node.cluster_processes import region_processes
 from node.testing import free_port_base, wait_until
+from node.tools.cluster_processes import region_processes
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 TOUR = ("## Two commands", "### A first cross-region read", "### Kill a region and watch it catch up",

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from node.config import Config
+from node.region.config import Config
 from node.testing import BraidProcess, InProcessServer, wait_until
 from tests.differential import Err, RawClient
 from tests.test_convergence import Region, sync

@@ -61,8 +61,8 @@ def test_the_memo_is_bounded(monkeypatch):
 
 
 def test_ids_that_depend_on_no_stream_are_resolved_once_and_errors_keep_their_order():
-    from node.config import Config
-    from node.core import RegionCore, Session
+    from node.region.config import Config
+    from node.region.core import RegionCore, Session
 
     def args(*words: str):
         return xread._parse(_argv(*words), words[0] == "XREADGROUP", words[0].lower(), 0)

@@ -103,9 +103,9 @@ from collections.abc import Callable, Iterator
 
 from crdt import causal, groups, idgen, idmp, join, ops, sync
 from crdt.ids import MAX_ID
-from node.activeactive import ActiveActive, MembershipGate
-from node.core import RegionCore
-from node.transport.replication import ReplicationHub
+from node.activeactive.hub import ReplicationHub
+from node.activeactive.region import ActiveActive, MembershipGate
+from node.region.core import RegionCore
 
 from . import disk
 

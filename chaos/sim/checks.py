@@ -86,7 +86,7 @@ from crdt import groups, ops
 from crdt.causal import dominates
 from crdt.ids import MAX_ID, MIN_ID
 from crdt.membership import REMOVED
-from node import opcodec
+from node.activeactive import opcodec
 
 from .workload import LAYOUT, XCFGSET_KEY, Call, delivered_ids, parse_id
 

@@ -11,7 +11,7 @@ a record whose last bytes are zeros: a sector that never reached the disk).  A
 crash of the *process* keeps the cache too (the OS survives).
 
 :class:`SimOperationLog` stands in for ``node.persistence.oplog.OperationLog``
-inside a simulated region's :class:`node.core.RegionCore`: the core logs through the
+inside a simulated region's :class:`node.region.core.RegionCore`: the core logs through the
 same methods, the records are the real ones (``oplog.own_record`` and friends
 framed by ``aof.encode_record``), and durability is reported the same way
 (``on_durable`` tells the region which records may leave for other regions:

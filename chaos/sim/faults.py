@@ -73,7 +73,7 @@ class Faults:
         """A region goes away for a while (a long outage, at a schedule's scale) and, meanwhile, another restarts -
         from an older copy of its folder when the operator has one: the restarted one waits
         ``crdt-lone-writes-after-ms`` for the missing member, then takes writes alone; the one
-        away may hold operations of it the copy lacks (node/lone_writes.py)."""
+        away may hold operations of it the copy lacks (node/activeactive/lone_writes.py)."""
         up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
         if len(up) < 2:
             return

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The *membership* fault starts one scenario at a time (at most ``MAX_SCENARIOS``
 per schedule), each a change of the database's member list agreed as the real
-coordinator agrees it (``node.membership_change.agree``, crdt/membership.py):
+coordinator agrees it (``node.activeactive.coordinator.agree``, crdt/membership.py):
 
 * **join** - braid-admin adds a region under the lowest number never used (below
   the stride; numbers are never reused), often while a partition cuts some pair.
@@ -90,8 +90,8 @@ from crdt.membership import (
     Promise,
     Proposal,
 )
-from node.activeactive import SETTLE_EVERY_S
-from node.membership_change import MembershipChangeError, agree, standings
+from node.activeactive.coordinator import MembershipChangeError, agree, standings
+from node.activeactive.region import SETTLE_EVERY_S
 
 from .workload import LAYOUT
 
@@ -309,7 +309,7 @@ class MembershipDriver:
                 self.watch_promises()
                 return
             # every voter went down between its promise and the commit: braid-admin sends the
-            # commit again until one has it (node/admin_cli.py); each kept its promise on disk
+            # commit again until one has it (node/tools/admin_cli.py); each kept its promise on disk
             up = sorted(n for n in self.voting if sim.regions[n].up)
             sim.sched.log(f"MEMBERSHIP epoch {p.epoch}: the commit of {p.change.kind} of r{p.change.number} "
                           f"reached no voter yet: braid-admin sends it again"

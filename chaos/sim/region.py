@@ -2,10 +2,10 @@
 
 Theory of operation
 -------------------
-A :class:`SimRegion` drives a real :class:`node.core.RegionCore` - the same class
+A :class:`SimRegion` drives a real :class:`node.region.core.RegionCore` - the same class
 the asyncio server drives - built with the cluster configuration: no sockets, no
 event loop.  Client commands go through ``RegionCore.call`` (the command table,
-arity, the handlers, the operation log) for a :class:`node.core.Session`;
+arity, the handlers, the operation log) for a :class:`node.region.core.Session`;
 handlers read time only through ``now_ms()``, which reads the core's clock, here
 the world's virtual clock plus this region's skew (clock faults move the skew,
 backwards too).
@@ -37,7 +37,7 @@ The world watches two things as they happen, for the membership checks
 (chaos/sim/membership.py): each operation of another region the region applies,
 and each operation it issues (hooks around its hub's ``on_apply`` and ``issue``).
 
-A fail-stop of the core (node/supervision.py: a command that raised after
+A fail-stop of the core (node/region/supervision.py: a command that raised after
 changing state, an operation it could not apply, a state-changing cron step
 that failed) is the process exiting: the world crashes the region as a process
 (what was written stays, this turn's unwritten records and unsent replies are
@@ -50,17 +50,17 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import Config
-from node.core import RegionCore, Session
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import replay, snapshot
+from node.region.config import Config
+from node.region.core import RegionCore, Session
 
 from .disk import Damage, SimFile, SimOperationLog, read_back
 
 if TYPE_CHECKING:
     from crdt.causal import CausalLog
     from crdt.sync import LinkState
-    from node.activeactive import ActiveActive
+    from node.activeactive.region import ActiveActive
 
     from .world import Simulation
 
@@ -168,7 +168,7 @@ class SimRegion:
     def _watch(self, core: RegionCore) -> None:
         """What the checks need to see as it happens: every operation of another region this one
         applies, and every one it issues (chaos/sim/membership.py); writes it withdraws and
-        issues again (node/lone_writes.py)."""
+        issues again (node/activeactive/lone_writes.py)."""
         hub, membership = core.db.aa.hub, self.sim.membership
         apply, apply_run, issue = hub.on_apply, hub.on_apply_run, hub.issue
 

@@ -36,7 +36,7 @@ writes lost or torn, see disk.py) or, under ``appendfsync no`` (which promises
 nothing across a machine crash), the process's; the region restarts later from
 its file.  Clock faults skew a region's clock or jump it backwards.
 
-A region whose core fail-stops (node/supervision.py) crashes as a process and
+A region whose core fail-stops (node/region/supervision.py) crashes as a process and
 restarts later, like a real region under a supervisor; the fail-stop is also
 reported as an error of the run (the "exceptions" check), since it means the
 code met a state or an operation it could not handle.  A region that keeps
@@ -96,7 +96,7 @@ check counts it, ``Simulation.file_losses``); the damage check holds every flip
 to those rules.  *lone* (not in the default set): every region may take writes alone after 200 ms without a member
 (``crdt-lone-writes-after-ms``), and the fault sends a region away for a while as
 another restarts, from an older copy when there is one: the restarted one takes writes
-alone, held, then confirms or withdraws them and issues them again (node/lone_writes.py;
+alone, held, then confirms or withdraws them and issues them again (node/activeactive/lone_writes.py;
 the durability check's promises follow them, and in the heal phase, with no cron,
 ``lone_tick`` still runs that part).  *image-crash*: when a region installs a full-resync image, its
 machine goes down while the image's snapshot is being written (no snapshot: the
@@ -141,8 +141,8 @@ from dataclasses import dataclass
 from crdt.causal import Envelope
 from crdt.membership import JOINING, REMOVED
 from crdt.sync import RelayHold
-from node.cluster_config import ClusterConfig, RegionSpec
-from node.config import FSYNC_POLICIES
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec
+from node.region.config import FSYNC_POLICIES
 
 from .disk import Damage, FileCopy
 from .faults import Faults

@@ -9,7 +9,7 @@ and registers its handlers with :func:`command` / :func:`subcommand`, which name
 described command and add nothing else.  A handler is ``handler(client, argv) -> reply``
 where ``argv[0]`` is the command name as sent and the reply is a plain value for
 :mod:`node.resp.encoder`; a handler aborts with ``raise ReplyError("ERR ...")``.
-Blocking commands may return a :class:`node.blocking.Blocked`.
+Blocking commands may return a :class:`node.region.blocking.Blocked`.
 
 A :class:`Command` is what dispatch reads, built from the description when its handler
 (or, for a container, its first subcommand's) registers: the fields dispatch tests on
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .table import DESCRIPTIONS, Description
+from node.commands.table import DESCRIPTIONS, Description
 
 Handler = Callable[[Any, list[bytes]], Any]
 

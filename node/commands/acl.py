@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import time
 
-from ..resp.encoder import ReplyError
-from ..security import acl as rules
-from . import COMMANDS, subcommand
-from .util import ERR_NOT_INT, string2ll
+from node.commands import COMMANDS, subcommand
+from node.commands.util import ERR_NOT_INT, string2ll
+from node.resp.encoder import ReplyError
+from node.security import acl as rules
 
 log = logging.getLogger("braid.acl")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from ..clientinfo import client_info_line
-from ..resp.encoder import ReplyError, Verbatim
-from ..security.acl import DENIED_AUTH, WRONGPASS
-from ..version import REDIS_COMPAT_VERSION
-from . import command, subcommand
-from .util import ERR_SYNTAX, INT_MAX, INT_MIN, parse_int, parse_range_long, string2ll
+from node.commands import command, subcommand
+from node.commands.util import ERR_SYNTAX, INT_MAX, INT_MIN, parse_int, parse_range_long, string2ll
+from node.region.clientinfo import client_info_line
+from node.resp.encoder import ReplyError, Verbatim
+from node.security.acl import DENIED_AUTH, WRONGPASS
+from node.version import REDIS_COMPAT_VERSION
 
 
 @command("ping")

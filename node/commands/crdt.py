@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..resp.encoder import ReplyError
-from . import subcommand
+from node.commands import subcommand
+from node.resp.encoder import ReplyError
 
 
 def _aa(client):

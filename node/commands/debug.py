@@ -12,7 +12,7 @@ chaos suite cannot make from outside the process:
   region answers writes with MISCONF until the disk "frees up" and the cron
   manages to write the held records.
 * ``APPLY-FAIL n``: the next ``n`` operations of other regions fail to apply; the
-  region fail-stops at the first (node/supervision.py).
+  region fail-stops at the first (node/region/supervision.py).
 * ``CRON-FAIL step n [IO|BUG]``: the next ``n`` runs of a cron step raise an I/O
   error (retried with backoff) or another exception (a bug: a step that changes
   state then stops the region).
@@ -23,11 +23,11 @@ chaos suite cannot make from outside the process:
 
 from __future__ import annotations
 
-from ..blocking import Blocked
-from ..resp.encoder import ReplyError
-from ..supervision import CRON_STEPS, InjectedFault
-from . import COMMANDS, subcommand
-from .util import parse_int
+from node.commands import COMMANDS, subcommand
+from node.commands.util import parse_int
+from node.region.blocking import Blocked
+from node.region.supervision import CRON_STEPS, InjectedFault
+from node.resp.encoder import ReplyError
 
 NOT_ALLOWED = ("ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
                "you can run it from a local connection, otherwise you need to set this option in the "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .table import DESCRIPTIONS
+from node.commands.table import DESCRIPTIONS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,13 @@
 """DUMP, RESTORE and RESTORE-ASKING: a stream in Redis's own serialization.
 
 DUMP answers Redis's payload for a stream: the value in the RDB encoding
-(:mod:`node.persistence.rdb`), the RDB version (2 bytes) and a CRC-64.  By
+(:mod:`node.interop.rdb`), the RDB version (2 bytes) and a CRC-64.  By
 default that is what Redis 8.10 writes, as Braid reports itself as 8.10 (RDB
 version 15, stream type 27 with each group's NACK zone); the
 ``dump-rdb-version`` setting picks an older Redis's pair (14 for Redis 8.8, 13
 for 8.6, 10 for 7.0), since a Redis refuses a payload whose version is newer
 than its own.  Below 14 the payload cannot hold XNACK's released entries: they
-are left out of the PEL (:mod:`node.persistence.rdb` says why).
+are left out of the PEL (:mod:`node.interop.rdb` says why).
 ``rdbcompression`` (yes by default, as in Redis) LZF-compresses the listpacks.
 
 RESTORE accepts a payload of any stream encoding Redis has written (5.0 to 8.10)
@@ -30,7 +30,7 @@ RESTORE-ASKING is RESTORE as a Redis cluster's MIGRATE sends it; Braid is no
 cluster, so it behaves as RESTORE, which lets a clustered Redis migrate into it.
 
 A DUMP of a stream of a megabyte or more, and a RESTORE of such a payload, are prepared in
-slices between other clients' turns (node/slicing.py): DUMP encodes a copy of the stream as
+slices between other clients' turns (node/region/slicing.py): DUMP encodes a copy of the stream as
 it was when the command arrived, RESTORE decodes its payload into a stream no one sees yet;
 the command then completes at once - the payload answered, or the stream put in place after
 its checks (BUSYKEY, memory) are made again.  Other clients wait for neither; the client that
@@ -39,12 +39,12 @@ sent it waits for its reply as before.
 
 from __future__ import annotations
 
-from ..persistence import rdb
-from ..resp.encoder import ReplyError
-from ..slicing import NOT_PREPARED, Sliced, Steps, prepare, take_prepared
-from . import command
-from .keys import install_stream
-from .util import ERR_NOT_INT, ERR_SYNTAX, string2ll
+from node.commands import command
+from node.commands.keys import install_stream
+from node.commands.util import ERR_NOT_INT, ERR_SYNTAX, string2ll
+from node.interop import rdb
+from node.region.slicing import NOT_PREPARED, Sliced, Steps, prepare, take_prepared
+from node.resp.encoder import ReplyError
 
 ERR_BUSYKEY = "BUSYKEY Target key name already exists."
 ERR_PAYLOAD = "ERR DUMP payload version or checksum are wrong"

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from ..resp.encoder import Entries
-from ..resp.entries import fill_memo
+from node.resp.encoder import Entries
+from node.resp.entries import fill_memo
 
 _entry_id = itemgetter(0)  # a decoded entry's ID
 

@@ -19,10 +19,9 @@ from crdt import groups as cg
 from crdt import ops
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
 from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, decr, incr, parse_id, parse_interval_id
-
-from ..resp.encoder import NULL_ARRAY, ReplyError
-from . import command, subcommand
-from .util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
+from node.commands import command, subcommand
+from node.commands.util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
+from node.resp.encoder import NULL_ARRAY, ReplyError
 
 
 def _s(b: bytes) -> str:

@@ -14,11 +14,10 @@ import xxhash
 
 from crdt import resolve
 from crdt.stream import Stream
-
-from ..glob import glob_match
-from ..resp.encoder import ReplyError
-from . import command
-from .util import ERR_NOT_INT, ERR_SYNTAX, parse_unsigned, string2ll
+from node.commands import command
+from node.commands.util import ERR_NOT_INT, ERR_SYNTAX, parse_unsigned, string2ll
+from node.region.glob import glob_match
+from node.resp.encoder import ReplyError
 
 ERR_SAME_OBJECT = "ERR source and destination objects are the same"
 ERR_DB_INDEX = "ERR DB index is out of range"

@@ -56,11 +56,11 @@ import socket
 import time
 from typing import Protocol
 
-from ..resp.encoder import ReplyError
-from . import command
-from .dump import dump_value
-from .keys import delete_key
-from .util import ERR_SYNTAX, parse_int
+from node.commands import command
+from node.commands.dump import dump_value
+from node.commands.keys import delete_key
+from node.commands.util import ERR_SYNTAX, parse_int
+from node.resp.encoder import ReplyError
 
 ERR_KEYS_NEEDS_EMPTY_KEY = ("ERR When using MIGRATE KEYS option, the key argument must be set to the "
                             "empty string")

@@ -42,10 +42,17 @@ from itertools import islice
 
 from crdt.blocks import EntryLog
 from crdt.ids import StreamID, fmt
-
-from ..resp.encoder import NULL_ARRAY, ReplyError
-from . import command
-from .util import ERR_NOT_INT, ERR_NOT_POSITIVE, ERR_SYNTAX, fmt_entries, parse_int, parse_interval, parse_positive_long
+from node.commands import command
+from node.commands.util import (
+    ERR_NOT_INT,
+    ERR_NOT_POSITIVE,
+    ERR_SYNTAX,
+    fmt_entries,
+    parse_int,
+    parse_interval,
+    parse_positive_long,
+)
+from node.resp.encoder import NULL_ARRAY, ReplyError
 
 
 def _origin_log(client, key: bytes, origin_arg: bytes) -> EntryLog | None:

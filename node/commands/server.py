@@ -9,16 +9,16 @@ import struct
 import sys
 import time
 
-from ..config import BY_NAME, ConfigError
-from ..keypositions import migrate_key_positions
-from ..resp.encoder import ReplyError, Verbatim
-from ..security.acl import CATEGORIES, command_table
-from ..security.tls import TLS_SETTINGS, TlsConfigError
-from ..version import BRAID_VERSION, REDIS_COMPAT_VERSION
-from . import CLOSE_WITHOUT_REPLY, COMMANDS, command, subcommand
-from .docs import DOCS, key_specs
-from .keys import delete_key
-from .util import ERR_SYNTAX
+from node.commands import CLOSE_WITHOUT_REPLY, COMMANDS, command, subcommand
+from node.commands.docs import DOCS, key_specs
+from node.commands.keypositions import migrate_key_positions
+from node.commands.keys import delete_key
+from node.commands.util import ERR_SYNTAX
+from node.region.config import BY_NAME, ConfigError
+from node.resp.encoder import ReplyError, Verbatim
+from node.security.acl import CATEGORIES, command_table
+from node.security.tls import TLS_SETTINGS, TlsConfigError
+from node.version import BRAID_VERSION, REDIS_COMPAT_VERSION
 
 # ---------------------------------------------------------------- INFO
 
@@ -99,7 +99,7 @@ def clients_memory(srv) -> int:
 
 def _section_memory(srv) -> list[str]:
     # used_memory is what maxmemory limits: the process as it began, the keyspace, the
-    # replication backlog and the clients' buffers, each counted as it changes (node/core.py)
+    # replication backlog and the clients' buffers, each counted as it changes (node/region/core.py)
     srv.clients_memory = clients_memory(srv)
     used = srv.used_memory()
     data = srv.db.memory()

@@ -1,6 +1,6 @@
 """SLOWLOG and LATENCY: what stalled this region (Redis's slow log and latency monitor).
 
-The recorders are node/slowlog.py's, one of each per region core; the core fills them
+The recorders are node/region/slowlog.py's, one of each per region core; the core fills them
 (``RegionCore.note_slow`` for commands, ``RegionCore.latency_sample`` for the other
 stalls) and these handlers only read and reset them.  Replies, errors and help texts
 are Redis's; ``SLOWLOG GET``'s entries carry Redis 8.10's seventh field (the command's
@@ -20,9 +20,9 @@ The latency events a region records (``latency-monitor-threshold`` milliseconds 
 
 from __future__ import annotations
 
-from ..resp.encoder import ReplyError, Verbatim
-from . import subcommand
-from .util import LONG_MAX, parse_range_long
+from node.commands import subcommand
+from node.commands.util import LONG_MAX, parse_range_long
+from node.resp.encoder import ReplyError, Verbatim
 
 
 # ---------------------------------------------------------------- SLOWLOG

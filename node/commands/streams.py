@@ -13,12 +13,11 @@ from crdt import idgen, ops
 from crdt.blocks import TrimSpec
 from crdt.idmp import auto_iid
 from crdt.ids import U64, InvalidID, StreamID, c_string, parse_id
-
-from ..resp.encoder import NULL_ARRAY, ReplyError
-from . import command, subcommand
-from .entryreply import range_entries, revrange_entries
-from .groups import parse_ids_option
-from .util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
+from node.commands import command, subcommand
+from node.commands.entryreply import range_entries, revrange_entries
+from node.commands.groups import parse_ids_option
+from node.commands.util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
+from node.resp.encoder import NULL_ARRAY, ReplyError
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
 

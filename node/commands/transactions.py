@@ -4,16 +4,16 @@ Commands sent after MULTI are queued by the dispatcher (``Server.call``): a
 queue-time error (unknown command, wrong arity, NOPERM) marks the transaction so
 EXEC aborts it, as Redis does.  EXEC runs the queue atomically (the server is
 single threaded), checking each command's permissions again, with
-``client.in_exec`` set so blocking reads answer at once instead of blocking.  WATCH records each key's version (node/db.py keeps versions only
+``client.in_exec`` set so blocking reads answer at once instead of blocking.  WATCH records each key's version (node/region/db.py keeps versions only
 for watched keys); EXEC returns a null array when any watched key changed since.
 EXEC, DISCARD, UNWATCH, RESET and a disconnection release the client's keys.
 """
 
 from __future__ import annotations
 
-from ..blocking import Blocked
-from ..resp.encoder import NULL_ARRAY, ReplyError
-from . import command
+from node.commands import command
+from node.region.blocking import Blocked
+from node.resp.encoder import NULL_ARRAY, ReplyError
 
 
 @command("multi")

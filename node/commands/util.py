@@ -15,14 +15,13 @@ with its error:
   ``string2ll`` takes if not negative, else ``strtoull``'s lenient spelling
   (leading spaces, a sign, leading zeros), read up to a NUL as C reads a string.
 
-Memory values (``1gb``) are ``memtoull``: :func:`node.config.parse_memory`.
+Memory values (``1gb``) are ``memtoull``: :func:`node.region.config.parse_memory`.
 """
 
 from __future__ import annotations
 
 from crdt.ids import U64, InvalidID, StreamID, decr, incr, parse_id, parse_interval_id, string2ll, string2ull
-
-from ..resp.encoder import Entries, ReplyError
+from node.resp.encoder import Entries, ReplyError
 
 ERR_SYNTAX = "ERR syntax error"
 ERR_NOT_INT = "ERR value is not an integer or out of range"

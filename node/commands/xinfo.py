@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, c_string
-
-from ..resp.encoder import ReplyError
-from . import subcommand
-from .util import parse_int
+from node.commands import subcommand
+from node.commands.util import parse_int
+from node.resp.encoder import ReplyError
 
 
 def _fmt(id_) -> bytes:

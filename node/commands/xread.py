@@ -42,12 +42,11 @@ from dataclasses import dataclass
 
 from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, incr, parse_id
-
-from ..blocking import Blocked
-from ..resp.encoder import NULL_ARRAY, Entries, ReplyError
-from . import command
-from .entryreply import first_entry, range_entries
-from .util import ERR_SYNTAX, parse_int, string2ll
+from node.commands import command
+from node.commands.entryreply import first_entry, range_entries
+from node.commands.util import ERR_SYNTAX, parse_int, string2ll
+from node.region.blocking import Blocked
+from node.resp.encoder import NULL_ARRAY, Entries, ReplyError
 
 GT_GROUP = MAX_ID  # the '>' sentinel, as Redis encodes it
 

@@ -1,4 +1,2 @@
-"""On-disk persistence of a region: the operation log's file format (``aof.py``).
-
-``lzf.py`` and ``listpack.py`` are compiled with mypyc like ``crdt``: with ``BRAID_PURE=1`` it is imported from its
-source (node/build.py)."""
+"""A region's own durability: the operation log (append-only file), snapshots, the state
+schema they share, replay at start-up and the membership promise kept on disk."""

@@ -77,8 +77,8 @@ import threading
 from collections.abc import Callable
 
 # The format's and the scanner's names, importable from here as before aof.py was split
-# (node/persistence/replay.py, node/cli.py, node/admin_cli.py, chaos/sim/disk.py, tests):
-from .aofformat import (  # noqa: F401
+# (node/persistence/replay.py, node/tools/cli.py, node/tools/admin_cli.py, chaos/sim/disk.py, tests):
+from node.persistence.aofformat import (  # noqa: F401
     HEADER_SIZE,
     KINDS,
     MAX_PAYLOAD,
@@ -93,7 +93,7 @@ from .aofformat import (  # noqa: F401
     fsync_directory,
     segment_name,
 )
-from .aofscan import (  # noqa: F401
+from node.persistence.aofscan import (  # noqa: F401
     CorruptLog,
     Salvage,
     ScanResult,

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 
 from xxhash import xxh3_64_intdigest
 
-from .aofformat import (
+from node.persistence.aofformat import (
     _KIND_AT,
     _KINDS_OR_ZERO,
     _PREFIX,

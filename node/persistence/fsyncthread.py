@@ -40,7 +40,7 @@ class FsyncThread:
         if self._thread is None:  # (it ends only when stopped: a job's exception goes to its caller)
             self._jobs = queue.SimpleQueue()  # the thread's own: one stopped never takes another's job
             thread = threading.Thread(target=self._work, args=(self._jobs,), name=self.name, daemon=True)
-            # RuntimeError when it cannot start (out of memory for its stack, node/supervision.py's
+            # RuntimeError when it cannot start (out of memory for its stack, node/region/supervision.py's
             # ran_out_of_memory): not kept as started, or every later job would wait for it for ever
             thread.start()
             self._thread = thread

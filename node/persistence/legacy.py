@@ -33,7 +33,7 @@ import pickle
 import msgspec
 from xxhash import xxh3_64_intdigest
 
-from . import snapshot
+from node.persistence import snapshot
 
 BACKUP_SUFFIX = ".pickle-backup"
 

@@ -46,7 +46,7 @@ two operations one dot.  So the log keeps a *run mark* beside its segments
 in, or ``recover``.  A start that finds another boot's id there (or ``recover``)
 may have lost records: it writes ``recover``, and its region takes no writes
 until every live peer handshook and it holds the last of its own operations any
-of them held (node/activeactive.py's recovery); then the mark becomes this
+of them held (node/activeactive/region.py's recovery); then the mark becomes this
 boot's id (:meth:`OperationLog.recovered`).  A process killed in the same boot
 starts writable at once.
 
@@ -70,7 +70,7 @@ logged and replicated then; if the process ends first, it is lost.  (Before, the
 client waited for the disk, minutes if need be, and a client library's retry
 could report an error for a write that had committed meanwhile.)
 
-A full-resync image (node/core.py's ``install_image``) is the one state a region
+A full-resync image (node/region/core.py's ``install_image``) is the one state a region
 takes without logging it: a snapshot makes it the base of the file, and every
 record after it describes operations on that state.  Replayed on the old state
 those would be other operations - the causal log would stamp them with other
@@ -95,16 +95,14 @@ import time
 from collections.abc import Callable
 
 from crdt.causal import Envelope
-
-from ..supervision import ran_out_of_memory
-from . import snapshot
-from .aof import AppendLog
-from .aofformat import OP_LOCAL, OP_REPLICATED
-from .fsyncthread import FsyncThread
+from node.persistence import snapshot
+from node.persistence.aof import AppendLog
+from node.persistence.aofformat import OP_LOCAL, OP_REPLICATED
+from node.persistence.fsyncthread import FsyncThread
 
 # The records' and the run mark's names, importable from here as before oplog.py was split
-# (node/cli.py, chaos/sim/disk.py, tests):
-from .oplogformat import (  # noqa: F401
+# (node/tools/cli.py, chaos/sim/disk.py, tests):
+from node.persistence.oplogformat import (  # noqa: F401
     FORMAT,
     LONE_TAGS,
     LocalRecord,
@@ -121,7 +119,7 @@ from .oplogformat import (  # noqa: F401
     own_record,
     remote_record,
 )
-from .runmark import (  # noqa: F401
+from node.persistence.runmark import (  # noqa: F401
     RUN_MARK,
     boot_id,
     mark_for_recovery,
@@ -129,6 +127,7 @@ from .runmark import (  # noqa: F401
     unsynced_tail_may_be_lost,
     write_run_mark,
 )
+from node.region.supervision import ran_out_of_memory
 
 log = logging.getLogger("braid.persistence")
 
@@ -185,7 +184,7 @@ class DurabilityRules:
     on_durable: Callable[[int], None] | None
     # operations leave once their records reached the OS, not the disk: a start that may
     # have lost the unsynced tail takes its own operations back from its peers first
-    # (node/activeactive.py's recovery); False: they wait for the fsync
+    # (node/activeactive/region.py's recovery); False: they wait for the fsync
     leave_when_written = True
 
     def durable(self, record: int) -> bool:
@@ -235,7 +234,7 @@ class OperationLog(DurabilityRules):
         self.fsyncs = 0
         self.last_fsync_ms = 0
         self.synced_bytes = 0  # of file.appended_bytes, how many are on disk
-        # told how long each fsync took, in nanoseconds (node/metrics.py's histogram; None: nobody asks)
+        # told how long each fsync took, in nanoseconds (node/runtime/metrics.py's histogram; None: nobody asks)
         self.on_fsync: Callable[[int], None] | None = None
         self._waiters: list[tuple[int, Callable[[], None]]] = []
         self._syncing = False

@@ -8,8 +8,8 @@ Records (format 2, written by this version; the tag is the first element):
 
 * ``OP_REPLICATED`` ``[b"o", [entry, ...]]``: this region's own operations
   (:mod:`crdt.ops`), everything one command resolved into, in the order they were
-  applied.  An entry is the operation's bytes as :mod:`node.opcodec` encodes them
-  for the wire - encoded once, in :meth:`node.activeactive.ActiveActive.publish`,
+  applied.  An entry is the operation's bytes as :mod:`node.activeactive.opcodec` encodes them
+  for the wire - encoded once, in :meth:`node.activeactive.region.ActiveActive.publish`,
   and the same bytes go to the file and to the peers - either alone (bytes: an
   operation that stayed in this region: any operation of a single region, or a
   region-local one such as XSETID's in a cluster, or one that changed nothing) or
@@ -35,7 +35,7 @@ Records (format 2, written by this version; the tag is the first element):
   in force in a cluster (nil in a single region) and the operations it applied,
   as in ``o``.  Replay runs the command again for its local part - local state is
   a deterministic function of (state, argv, clock) - but its operations come from
-  the record: while it runs, :meth:`node.db.Database.apply` hands each operation
+  the record: while it runs, :meth:`node.region.db.Database.apply` hands each operation
   it computes to the replay, which applies (and stamps) the next logged one
   instead, in order.  A computed operation that differs from its logged
   counterpart is counted (``LoadReport.differences``, a warning in the server's
@@ -50,7 +50,7 @@ Records (format 2, written by this version; the tag is the first element):
   region, logged when it is applied (so in causal order); replay hands it to
   the causal log and applies it as the replication link did.
 * ``OP_LOCAL`` ``[b"a", g]``, ``[b"k", g]``, ``[b"w", g, [op, ...]]``: writes taken
-  alone (node/lone_writes.py).  ``a``: from here the region took writes before
+  alone (node/activeactive/lone_writes.py).  ``a``: from here the region took writes before
   every member had answered; its own operations above ``g`` stay here until
   ``k`` (every member answered, none held more: they leave) or ``w`` (a member
   held operations of this region above ``g``: those minted since ``a`` are
@@ -82,11 +82,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import msgspec
 
 from crdt.causal import Envelope
-
-from .. import opcodec
-from ..cluster_config import ID_MODES
-from . import safe_encode
-from .aofformat import OP_LOCAL
+from node.activeactive import opcodec
+from node.activeactive.cluster_config import ID_MODES
+from node.persistence import safe_encode
+from node.persistence.aofformat import OP_LOCAL
 
 if TYPE_CHECKING:
     from crdt import ops
@@ -99,7 +98,7 @@ _decode = msgspec.msgpack.Decoder().decode
 FORMAT = 2  # written by this version: tags o and L (see the module docstring); 1: tag c
 
 _TAGS_LOCAL = (b"c", b"L", b"x", b"d", b"a", b"k", b"w")
-LONE_TAGS = (b"a", b"k", b"w")  # writes taken alone (node/lone_writes.py)
+LONE_TAGS = (b"a", b"k", b"w")  # writes taken alone (node/activeactive/lone_writes.py)
 
 
 def own_entry(op: ops.Op, env: Envelope | None, sent: ops.Op) -> bytes | list:
@@ -118,7 +117,7 @@ def own_entry(op: ops.Op, env: Envelope | None, sent: ops.Op) -> bytes | list:
 
 def own_record(own: list) -> bytes:
     """``[b"o", [entry, ...]]``: the operations one command resolved into (``own``: the
-    ``(op, envelope, sent)`` triples :meth:`node.db.Database.apply` collected)."""
+    ``(op, envelope, sent)`` triples :meth:`node.region.db.Database.apply` collected)."""
     return _encode([b"o", [own_entry(*t) for t in own]])
 
 

@@ -1,4 +1,4 @@
-"""A region's membership promise, kept on disk (node/activeactive.py, crdt/membership.py).
+"""A region's membership promise, kept on disk (node/activeactive/region.py, crdt/membership.py).
 
 A voter that promised a change and then restarted must still hold that promise - above
 all a forced removal's hold on the removed region's operations: forgetting it, the

@@ -49,16 +49,15 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from crdt import ops
-
-from .. import opcodec
-from ..core import Session
-from . import snapshot as snap
-from .aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
-from .oplogformat import LoneMark, OwnOperation, decode_local, decode_replicated, lone_marks
-from .runmark import mark_for_recovery, read_run_mark
+from node.activeactive import opcodec
+from node.persistence import snapshot as snap
+from node.persistence.aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
+from node.persistence.oplogformat import LoneMark, OwnOperation, decode_local, decode_replicated, lone_marks
+from node.persistence.runmark import mark_for_recovery, read_run_mark
+from node.region.core import Session
 
 if TYPE_CHECKING:
-    from ..core import RegionCore as Server  # replay needs the core only, never a running server
+    from node.region.core import RegionCore as Server  # replay needs the core only, never a running server
 
 log = logging.getLogger("braid.persistence")
 
@@ -147,7 +146,7 @@ def install(server: Server, s: snap.Snapshot, path: str) -> None:
         # operations that waited for their dependencies when the snapshot was taken are not
         # taken back: their senders send them again, and one kept could be an operation its
         # origin lost in a crash of its machine and has since minted again under the same
-        # dot (node/transport/replication.py: ReplicationHub.handshook)
+        # dot (node/activeactive/hub.py: ReplicationHub.handshook)
         aa.causal.drop_pending()
         aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
 
@@ -360,7 +359,7 @@ class _OwnReplay:
 
 
 class _LoneReplay:
-    """The writes taken alone a log holds (node/lone_writes.py), as a replay meets them.
+    """The writes taken alone a log holds (node/activeactive/lone_writes.py), as a replay meets them.
 
     ``a`` opens a period and ``k`` or ``w`` ends it.  In a period a ``w`` ends, the region's
     own operations (``o`` records, and command records holding some) are skipped: they were
@@ -456,7 +455,7 @@ def _deps(pairs: list) -> tuple:
 
 
 _raw_decode = msgspec.msgpack.Decoder().decode
-_ADD_ENTRY_TAG = 0  # node/opcodec.py's OPS
+_ADD_ENTRY_TAG = 0  # node/activeactive/opcodec.py's OPS
 
 
 def _recognised(entries: list) -> bool:
@@ -470,7 +469,7 @@ def _recognised(entries: list) -> bool:
 
 
 def _op(data: bytes) -> ops.Op:
-    """:func:`node.opcodec.decode` (ValueError if undecodable), with an AddEntry - the
+    """:func:`node.activeactive.opcodec.decode` (ValueError if undecodable), with an AddEntry - the
     operation nearly every record holds - built from its array without the generic field
     table (the same values: IDs and dots as tuples, the version vector with int keys)."""
     try:
@@ -496,7 +495,7 @@ def _decoded(data: bytes):
 class LoggedOperations:
     """While a command record (``L``) is replayed: the operations it logged, in order.
 
-    :meth:`node.db.Database.apply` hands each operation the command computes now to
+    :meth:`node.region.db.Database.apply` hands each operation the command computes now to
     :meth:`instead_of`, which applies the next logged one instead (an operation is
     history: what this region applied, and sent under a dot peers hold).  A computed
     operation that differs from its logged counterpart, or has none, counts as a

@@ -16,7 +16,7 @@ in its log).
 ``Encoder.encode_into`` writes into a ``bytearray`` and grows it with
 ``PyByteArray_Resize``, which leaves the bytearray as it was when the allocation fails:
 the encoder raises MemoryError, which the region turns into a fail-stop that says it ran
-out of memory (node/supervision.py).  :func:`encoder` gives an ``encode`` function built on
+out of memory (node/region/supervision.py).  :func:`encoder` gives an ``encode`` function built on
 it; :func:`encode_buffer` hands back the bytearray itself, for a large encoding (a snapshot)
 that need not be copied into ``bytes``.
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import msgspec
 from xxhash import xxh3_64, xxh3_64_intdigest
 
-from . import safe_encode, stateformat
+from node.persistence import safe_encode, stateformat
 
 MAGIC = b"BRAIDSTATE"
 LEGACY_MAGIC = b"BRAIDSNAP1"  # format 1: a pickle (see node/persistence/legacy.py)

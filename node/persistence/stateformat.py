@@ -36,7 +36,7 @@ What is stored, per object (``crdt/`` holds the meaning of each field)::
                (per origin, the digest of its history at vv: crdt/causal.py;
                absent in older files, whose histories are then unknown until
                learnt from a peer)
-    Envelope   origin, n, deps, op (the operation's codec bytes, node/opcodec.py)
+    Envelope   origin, n, deps, op (the operation's codec bytes, node/activeactive/opcodec.py)
 
 Not stored, rebuilt instead: an entry log's ``firsts`` (the blocks' first IDs)
 and ``length`` (the blocks' live counts), its cache of decoded blocks (empty),
@@ -57,7 +57,7 @@ block has master fields).  What stays trusted: ``lp_base`` (it only decides
 when a new block opens), counters (entries_added, IDMP counts, stamps), and
 the causal log's consistency (a peer could send the same operations anyway).
 Operations inside envelopes stay bytes; they are decoded, and refused if they
-are not operations, when they are applied (node/activeactive.py).
+are not operations, when they are applied (node/activeactive/region.py).
 """
 
 from __future__ import annotations
@@ -75,8 +75,7 @@ from crdt.idmp import IdmpState
 from crdt.ops import Keyspace
 from crdt.pel import PendingMap
 from crdt.stream import Stream
-
-from .safe_encode import encode_buffer
+from node.persistence.safe_encode import encode_buffer
 
 
 class StateFormatError(ValueError):

@@ -50,15 +50,29 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from ..clientinfo import client_info_line
-from ..commands import lookup
-from ..resp.encoder import ReplyError
+from node.commands import lookup
+from node.region.clientinfo import client_info_line
+from node.resp.encoder import ReplyError
 
 # What node/commands/acl.py, the server and the tests reach as ``acl.<name>``, from the
 # modules that define it:
-from .acl_file import load_acl_file, parse_acl_file, render_acl_file, save_acl_file, split_line  # noqa: F401
-from .acl_table import CATEGORIES, READ, WRITE, CommandAcl, CommandTable, command_table, keys_of  # noqa: F401
-from .acl_users import (  # noqa: F401
+from node.security.acl_file import (  # noqa: F401
+    load_acl_file,
+    parse_acl_file,
+    render_acl_file,
+    save_acl_file,
+    split_line,
+)
+from node.security.acl_table import (  # noqa: F401
+    CATEGORIES,
+    READ,
+    WRITE,
+    CommandAcl,
+    CommandTable,
+    command_table,
+    keys_of,
+)
+from node.security.acl_users import (  # noqa: F401
     DENIED_AUTH,
     DENIED_CHANNEL,
     DENIED_CMD,

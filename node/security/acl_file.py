@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .acl_users import RuleError, User, _has_spaces, _text, merge_selector_args, new_user
+from node.security.acl_users import RuleError, User, _has_spaces, _text, merge_selector_args, new_user
 
 
 # ---------------------------------------------------------------- the ACL file

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..commands import load_all
-from ..commands.table import DESCRIPTIONS
-from ..keypositions import migrate_key_positions
+from node.commands import load_all
+from node.commands.keypositions import migrate_key_positions
+from node.commands.table import DESCRIPTIONS
 
 # Named after Redis's command table, whose shape it has; it holds every command Braid has.
 REDIS_COMMANDS: dict[str, tuple] = {name: (d.flags, d.acl, d.keys) for name, d in DESCRIPTIONS.items()}

@@ -14,8 +14,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 
-from ..glob import glob_match
-from .acl_table import CATEGORIES, READ, WRITE, CommandAcl, command_table, keys_of
+from node.region.glob import glob_match
+from node.security.acl_table import CATEGORIES, READ, WRITE, CommandAcl, command_table, keys_of
 
 # Reasons (Redis's ACL_DENIED_*; the order decides which error a user with several
 # selectors gets: the largest reason, then the last argument position).

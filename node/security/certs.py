@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from . import ADMIN_NAME
+from node.security import ADMIN_NAME
 
 DEFAULT_DAYS = 825  # the longest validity common clients accept for a server certificate
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")

@@ -9,7 +9,7 @@ at its first byte without reading it (a plain-text client is refused at once: Op
 would wait for the rest of a "record"), then hands the socket to
 ``loop.connect_accepted_socket`` with the context and ``HANDSHAKE_TIMEOUT_S``, which
 returns once the handshake is done or raises why it failed.  Only a connection whose
-handshake completed becomes a client (:class:`node.server.ClientConnection`, made by the
+handshake completed becomes a client (:class:`node.runtime.server.ClientConnection`, made by the
 factory the server hands :class:`ClientTls`: this module does not import the server), so a
 client that sends plain text, stalls mid-handshake or presents a certificate the region
 does not accept never reaches the command layer and never holds up another connection.
@@ -117,7 +117,7 @@ def _protocols(text: str) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
 
 
 def build_context(settings) -> ssl.SSLContext:
-    """The server context of the TLS port, from a :class:`node.config.Config` (or a dict)."""
+    """The server context of the TLS port, from a :class:`node.region.config.Config` (or a dict)."""
     cert, key = settings["tls-cert-file"], settings["tls-key-file"]
     password = settings["tls-key-file-pass"]
     cafile, capath = settings["tls-ca-cert-file"], settings["tls-ca-cert-dir"]
@@ -271,7 +271,7 @@ class ClientTls:
 
     def __init__(self, server, new_client: Callable[[], asyncio.Protocol]) -> None:
         """``server``: the region's (its ``config``); ``new_client``: makes the protocol of one
-        client whose handshake completed (node/server.py's ``ClientConnection``)."""
+        client whose handshake completed (node/runtime/server.py's ``ClientConnection``)."""
         self.server = server
         self.new_client = new_client
         self.context: ssl.SSLContext | None = None

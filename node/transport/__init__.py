@@ -1,8 +1,7 @@
-"""Links between regions and the admin service.
+"""gRPC between regions and to braid-admin: the only package that imports grpc.
 
-replication.py holds the replication hub and its links' logic, without gRPC (the simulation
-runs it over a network of its own); grpc_links.py moves its frames over gRPC, and admin.py
-serves and calls the admin service.  Those two are the only modules that import grpc; the
-rest of the region sees plain Python calls (admin_types.py: what both sides of the admin
-service name, without gRPC).
+grpc_links.py moves the replication hub's frames (node/activeactive/hub.py, which holds the
+links' logic without gRPC, so the simulation runs it over a network of its own) over gRPC;
+admin.py serves and calls the admin service (admin_types.py: what both sides of it name,
+without gRPC); tls.py makes the mutual-TLS credentials of both.
 """

@@ -5,7 +5,7 @@ Theory of operation
 Every region serves ``Admin`` on its gRPC port, beside ``Replication``.  The
 service is a thin skin: each call checks the cluster token (metadata entry
 ``braid-token``) and, with mutual TLS, that the caller's verified certificate is
-braid-admin's (CN ``braid-admin``) or a region's (node/transport/tls.py), then calls the region's :class:`node.activeactive.ActiveActive`,
+braid-admin's (CN ``braid-admin``) or a region's (node/transport/tls.py), then calls the region's :class:`node.activeactive.region.ActiveActive`,
 which holds the rules (what a status is, which settings exist, what pausing a
 link means).  The RESP commands ``BRAID.REPLICATION`` / ``BRAID.CONFIG`` call the
 same methods, so both routes always agree.  ``Backup`` alone goes past it to the
@@ -27,13 +27,12 @@ from collections.abc import Iterator
 import grpc
 
 from crdt.membership import Change, MembershipError, Promise, Proposal, Standing
+from node.activeactive.cluster_config import ClusterConfig
+from node.resp.encoder import ReplyError
+from node.security import ADMIN_NAME
+from node.transport.admin_types import AdminCallError, AdminTls, FlushNotReady
 from proto import admin_pb2 as pb
 from proto import admin_pb2_grpc as pb_grpc
-
-from ..cluster_config import ClusterConfig
-from ..resp.encoder import ReplyError
-from ..security import ADMIN_NAME
-from .admin_types import AdminCallError, AdminTls, FlushNotReady
 
 TOKEN_KEY = "braid-token"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0  # how long a Flush waits for the operations it must cover
@@ -249,7 +248,7 @@ class AdminClient:
     def reload_tls(self) -> pb.TlsState:
         return self._call("ReloadTls", pb.Empty())
 
-    # membership (node/membership_change.py drives these)
+    # membership (node/activeactive/coordinator.py drives these)
     def promise(self, p: Proposal) -> Promise:
         r = self._call("Promise", proposal_to_proto(p))
         return Promise(r.ok, r.reason, r.held)
@@ -286,7 +285,7 @@ def clients(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,
             timeout: float = 5.0) -> dict[int, AdminClient]:
     """Admin clients of the regions ``numbers`` of ``cfg``; ``tls``: (CA, certificate, key) PEM.
     The coordinator of a membership change reaches the voters through these
-    (node/membership_change.py takes this function as its ``connect``)."""
+    (node/activeactive/coordinator.py takes this function as its ``connect``)."""
     out = {}
     for n in numbers:
         r = cfg.by_number(n)

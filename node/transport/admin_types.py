@@ -1,8 +1,8 @@
 """What both sides of the admin service share, without gRPC.
 
-The region raises :class:`FlushNotReady` (node/activeactive.py) and the admin service
+The region raises :class:`FlushNotReady` (node/activeactive/region.py) and the admin service
 (node/transport/admin.py) turns it into FAILED_PRECONDITION; a coordinator of a membership
-change (node/membership_change.py) catches :class:`AdminCallError` from whichever voters it
+change (node/activeactive/coordinator.py) catches :class:`AdminCallError` from whichever voters it
 is given.  Kept here so those modules, and the simulation that drives them, need not load
 the gRPC client or server to name them.
 """

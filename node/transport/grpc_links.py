@@ -1,12 +1,12 @@
 """Replication links over gRPC: the ``Sync`` service a region serves and the calls it dials.
 
 The links' logic - handshake checks, sending, receiving, acknowledging - is the hub's
-(node/transport/replication.py, which does not import gRPC, so the simulation can run real
+(node/activeactive/hub.py, which does not import gRPC, so the simulation can run real
 hubs over its own network without loading it).  This module is what moves their frames:
 :class:`GrpcLinks` is a hub's ``transport``; it serves ``Replication`` (and the admin service
 the region adds, node/transport/admin.py) on the region's gRPC port, behind the TLS front
 when the cluster uses TLS, and dials each peer's ``Sync`` stream.  The region's start hands
-it to the hub (node/server.py, ``ActiveActive.start``).
+it to the hub (node/runtime/server.py, ``ActiveActive.start``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ import grpc
 
 from crdt.linkerrors import MembershipBehind
 from crdt.sync import ProtocolError
+from node.activeactive.hub import CERTIFICATE_REFUSED, ReplicationHub
+from node.activeactive.link import Link, LinkStalled
+from node.transport.tls import TlsFront
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
-
-from .link import Link, LinkStalled
-from .replication import CERTIFICATE_REFUSED, ReplicationHub
-from .tls import TlsFront
 
 log = logging.getLogger("braid.replication")
 

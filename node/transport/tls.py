@@ -41,7 +41,7 @@ peers see the new certificate at once).  A CA move: put both CAs in the bundle
 everywhere, re-issue certificates from the new CA, then drop the old CA (docs/security.md,
 "Between regions (mutual TLS)").
 
-This module does not import grpc; the services (replication.py, admin.py) do.
+This module does not import grpc; the services (grpc_links.py, admin.py) do.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from typing import cast
 
 import redis
 
-from node.cluster_config import load
+from node.activeactive.cluster_config import load
 from pipeline.session import braid_session
 
 RIDES = "rides"

@@ -68,7 +68,7 @@ from __future__ import annotations
 # Each family module adds its commands to DESCRIPTIONS as it is imported; this order is the
 # order DESCRIPTIONS lists them in (as when they were one file).  Whichever module of
 # node/commands/ imports this package first, every command is described once it has.
-from . import (  # noqa: F401
+from node.commands.table import (  # noqa: F401
                acl,
                connection,
                crdt,  # noqa: F401
@@ -85,4 +85,4 @@ from . import (  # noqa: F401
                xinfo,
                xread,
 )
-from .vocabulary import DESCRIPTIONS, Description  # noqa: F401
+from node.commands.table.vocabulary import DESCRIPTIONS, Description  # noqa: F401

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe
+from node.commands.table.vocabulary import describe
 
 describe("acl", -2, "sentinel", "acl", group="server", since="6.0.0",
          summary="A container for Access List Control commands.")

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe
+from node.commands.table.vocabulary import describe
 
 describe("ping", -1, "fast sentinel", "connection", group="connection", since="1.0.0",
          summary="Returns the server's liveliness response.",

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe
+from node.commands.table.vocabulary import describe
 
 describe("braid.replication", -2, "", "crdt", group="server", since="0.1.0",
          summary="Controls this region's replication (Active-Active databases).")

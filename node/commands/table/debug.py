@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe
+from node.commands.table.vocabulary import describe
 
 describe("debug", -2, "admin noscript loading stale protected", "debug", group="server", since="1.0.0",
          summary="A container for debugging commands (Braid: fault injection for chaos tests).")

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe, index, integer, key, ks, string, token
+from node.commands.table.vocabulary import describe, index, integer, key, ks, string, token
 
 describe("dump", 2, "readonly", "dump", group="generic", since="2.6.0",
          summary="Returns a serialized representation of the value stored at a key.",

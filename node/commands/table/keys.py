@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe, index, integer, key, ks, range_, token
+from node.commands.table.vocabulary import describe, index, integer, key, ks, range_, token
 
 describe("del", -2, "write", "keys", group="generic", since="1.0.0",
          summary="Deletes one or more keys.",

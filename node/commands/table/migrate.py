@@ -6,7 +6,19 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import block, describe, index, integer, key, keyword, ks, oneof, range_, string, token
+from node.commands.table.vocabulary import (
+         block,
+         describe,
+         index,
+         integer,
+         key,
+         keyword,
+         ks,
+         oneof,
+         range_,
+         string,
+         token,
+)
 
 describe("migrate", -6, "write", "migrate", group="generic", since="2.6.0",
          summary="Atomically transfers a key from one Redis instance to another.",

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe, index, ks
+from node.commands.table.vocabulary import describe, index, ks
 
 describe("xorigins", 2, "readonly fast", "origins", group="stream", since="0.1.0",
          summary="Lists a stream's origin logs (Braid): per origin region its number, live entries, first live ID and highest ID stored.",

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe, integer, string
+from node.commands.table.vocabulary import describe, integer, string
 
 describe("slowlog", -2, "", "slowlog", group="server", since="2.2.12",
          summary="A container for slow log commands.")

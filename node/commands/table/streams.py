@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import block, describe, index, integer, key, ks, oneof, string, token
+from node.commands.table.vocabulary import block, describe, index, integer, key, ks, oneof, string, token
 
 describe("xadd", -5, "write denyoom fast", "streams", group="stream", since="5.0.0",
          summary="Appends a new message to a stream. Creates the key if it doesn't exist.",

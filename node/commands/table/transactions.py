@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import describe, index, ks, range_
+from node.commands.table.vocabulary import describe, index, ks, range_
 
 describe("multi", 1, "noscript loading stale fast allow_busy", "transactions", group="transactions", since="1.2.0",
          summary="Starts a transaction.",

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import block, describe, index, integer, key, ks, string, token
+from node.commands.table.vocabulary import block, describe, index, integer, key, ks, string, token
 
 describe("xinfo", -2, "", "xinfo", group="stream", since="5.0.0",
          summary="A container for stream introspection commands.")

@@ -6,7 +6,7 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
-from .vocabulary import block, describe, integer, key, keyword, ks, range_, string, token
+from node.commands.table.vocabulary import block, describe, integer, key, keyword, ks, range_, string, token
 
 describe("xread", -4, "blocking readonly", "xread", group="stream", since="5.0.0",
          summary="Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.",

@@ -1,0 +1,405 @@
+"""The cluster file: which regions form the database and how to reach them.
+
+Example (``deploy/cluster.example.toml``)::
+
+    cluster_id = "local"
+    database = "db"
+    token = "change-me"        # shared by the regions; a peer with another is refused
+    stride = 16                # strict IDs: sequence ≡ region number (mod stride)
+    maxmemory = "4gb"          # optional: each region's memory limit (0 or absent: none)
+
+    [[regions]]
+    name = "region-1"
+    number = 1                 # 1 ≤ number < stride; it shows in strict IDs (110-1)
+    host = "127.0.0.1"
+    port = 7001                # RESP
+    repl_port = 7101           # gRPC: replication and the admin service
+    [regions.config]           # optional: server settings of this region, by their Redis names
+    tls-port = 7201            # file names are relative to the cluster file's directory
+    tls-cert-file = "tls/region-1.crt"
+    tls-key-file = "tls/region-1.key"
+    tls-ca-cert-file = "tls/ca.crt"
+
+Links between regions and the admin service are mutual TLS or, said explicitly,
+plain text; a file that says neither is refused::
+
+    tls = false                # plain text (loopback playgrounds; braid node warns)
+
+    [tls]                      # or mutual TLS (paths relative to this file's directory)
+    ca = "tls/ca.crt"          # the CA bundle every region and braid-admin trust
+    cert_dir = "tls"           # region R presents cert_dir/R.crt and cert_dir/R.key
+    admin_cert = "tls/admin.crt"   # what braid-admin presents (default cert_dir/admin.crt)
+    admin_key = "tls/admin.key"
+
+Membership.  Regions are added and removed while the database runs
+(``braid-admin region add/remove``, crdt/membership.py); every region records the
+agreed list in its own cluster file: ``epoch`` counts the changes so far, and a
+region's ``status`` is ``active`` (the default, not written), ``joining``,
+``leaving`` or ``removed`` - a removed region stays in the file with ``frozen``, the
+last of its operations the others accept, and its number is never used again::
+
+    epoch = 3
+    [[regions]]
+    name = "region-3"
+    number = 3
+    status = "removed"
+    frozen = 1234
+
+A region's ``data_dir`` (``data_dir = "region-1"``, relative to the file) is where
+``braid node --config FILE --region NAME`` keeps its data when no ``--data-dir`` is
+given; ``braid up`` writes ``data_dir = "region-N"`` (a folder beside the file).  A
+file without it falls back to ``NAME/`` beside the file when that folder exists (a
+cluster ``braid up`` made before the field was written), else to ``./data``.
+
+A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
+``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
+:class:`LinkTls` with absolute paths; ``to_toml`` writes them back relative to the
+file's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crdt.membership import STATUSES, Member, Membership
+from node.region.config import FSYNC_POLICIES, parse_memory
+
+# settings of a region's [regions.config] that name files (relative to the cluster file)
+FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
+ID_MODES = ("strict", "semi-strict", "liberal")
+MEMBER_STATUSES = ("active", "joining", "leaving", "removed")
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of: {', '.join(choices)}")
+        return value
+    return check
+
+
+def memory_value(value: object) -> int:
+    """A memory amount as the file or braid-admin gives it: bytes, or Redis's units ("4gb")."""
+    n = value if type(value) is int else parse_memory(str(value).encode())
+    if n is None or n < 0:
+        raise ValueError(f"must be a memory amount (bytes, or with a unit: 512mb, 4gb), not {value!r}")
+    return n
+
+
+# Settings of the database that braid-admin tunes on every region: name -> (attribute below,
+# the check that turns the value given into the value kept, ValueError if it is not one)
+DB_SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "crdt_xadd_id_uniqueness_mode": ("id_mode", _one_of(ID_MODES)),
+    "appendfsync": ("appendfsync", _one_of(FSYNC_POLICIES)),
+    "maxmemory": ("maxmemory", memory_value),
+}
+
+
+TLS_CHOICE = ("say how regions talk: `tls = false` for plain text (loopback playgrounds only), "
+              "or a [tls] table for mutual TLS (ca, cert_dir; see `braid certs create`)")
+
+
+@dataclass(slots=True)
+class RegionSpec:
+    name: str
+    number: int
+    host: str
+    port: int
+    repl_port: int
+    tls_cert: str | None = None  # this region's certificate, when not cert_dir/<name>.crt (absolute)
+    tls_key: str | None = None
+    # server settings of this region by their CONFIG GET names ([regions.config]), applied at
+    # start after the defaults and before the command line's options; file names as written
+    config: dict[str, str | int] = field(default_factory=dict)
+    status: str = "active"  # active | joining | leaving | removed (crdt/membership.py)
+    frozen: int = 0         # removed: the last of its operations the other regions accept
+    data_dir: str | None = None  # where its data lives (absolute), when the file says
+
+    @property
+    def live(self) -> bool:
+        return self.status != "removed"
+
+
+@dataclass(slots=True)
+class LinkTls:
+    """Mutual TLS on every replication and admin connection (absolute paths)."""
+
+    ca: str            # the CA bundle: every CA whose certificates are accepted
+    cert_dir: str      # region R's pair is cert_dir/R.crt, cert_dir/R.key unless its entry names one
+    admin_cert: str    # braid-admin's client certificate (CN braid-admin)
+    admin_key: str
+
+    def region_pair(self, region: RegionSpec) -> tuple[str, str]:
+        """The certificate and key ``region`` presents."""
+        return (region.tls_cert or os.path.join(self.cert_dir, f"{region.name}.crt"),
+                region.tls_key or os.path.join(self.cert_dir, f"{region.name}.key"))
+
+
+@dataclass(slots=True)
+class ClusterConfig:
+    cluster_id: str
+    database: str
+    token: str
+    stride: int = 16
+    regions: list[RegionSpec] = field(default_factory=list)
+    id_mode: str = "strict"  # crdt_xadd_id_uniqueness_mode: strict | semi-strict | liberal
+    appendfsync: str = "everysec"  # always | everysec | no, for every region
+    maxmemory: int = 0  # each region's memory limit in bytes (0: none); [regions.config] may override it
+    path: str | None = None  # the file it was loaded from, rewritten when a setting changes
+    tls: LinkTls | None = None  # None: plain-text links (the file says tls = false)
+    epoch: int = 1  # membership changes agreed so far, plus one (crdt/membership.py)
+
+    def save(self, path: str | None = None) -> None:
+        """Write the file (atomically: a reader never sees half of it)."""
+        path = path or self.path
+        if path is None:
+            return
+        tmp = f"{path}.{os.getpid()}.tmp"  # regions of a local cluster share one file
+        with open(tmp, "w") as f:
+            f.write(self.to_toml(os.path.dirname(os.path.abspath(path))))
+        os.replace(tmp, path)
+
+    def region(self, name: str) -> RegionSpec:
+        """The region of that name: the member, or else the last removed one (a region purged
+        and added again under a new number keeps its name)."""
+        named = [r for r in self.regions if r.name == name]
+        for r in named:
+            if r.live:
+                return r
+        if named:
+            return named[-1]
+        known = ", ".join(r.name for r in self.regions if r.live)
+        raise ValueError(f"no region named {name!r} in the cluster file (regions: {known})")
+
+    def by_number(self, number: int) -> RegionSpec | None:
+        for r in self.regions:
+            if r.number == number:
+                return r
+        return None
+
+    def live_regions(self) -> list[RegionSpec]:
+        """Every member not removed (active, joining, leaving)."""
+        return [r for r in self.regions if r.live]
+
+    # ------------------------------------------------------------ membership
+    def membership(self):
+        """The member list this file records (crdt/membership.py)."""
+        return Membership(self.stride, self.epoch, {r.number: Member(r.number, r.name, r.status) for r in self.regions},
+                          {r.number: r.frozen for r in self.regions if not r.live})
+
+    def take_membership(self, m, endpoints: dict[int, tuple] | None = None) -> None:
+        """Record the list ``m`` (agreed, or adopted from a peer); ``endpoints``: (host, port,
+        repl_port) of regions this file does not list yet."""
+        endpoints = endpoints or {}
+        for number, member in sorted(m.members.items()):
+            spec = self.by_number(number)
+            if spec is None:
+                host, port, repl_port = endpoints[number]
+                spec = RegionSpec(member.name, number, host, int(port), int(repl_port))
+                self.regions.append(spec)
+            spec.status = member.status
+            spec.frozen = m.frozen.get(number, 0)
+        self.epoch = m.epoch
+
+    def membership_blob(self) -> bytes:
+        """The member list with every region's address, as the handshake carries it."""
+        return json.dumps({"epoch": self.epoch, "stride": self.stride, "regions": [
+            {"name": r.name, "number": r.number, "host": r.host, "port": r.port, "repl_port": r.repl_port,
+             "status": r.status, "frozen": r.frozen} for r in self.regions]}, separators=(",", ":")).encode()
+
+    def validate(self) -> None:
+        if self.id_mode not in ID_MODES:
+            raise ValueError(f"id_mode must be one of {', '.join(ID_MODES)}")
+        if self.appendfsync not in FSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
+        numbers = [r.number for r in self.regions]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("two regions share a number")
+        names = [r.name for r in self.regions if r.live]
+        if len(set(names)) != len(names):
+            raise ValueError("two regions share a name")
+        if self.epoch < 1:
+            raise ValueError("epoch must be 1 or more")
+        for r in self.regions:
+            if not 1 <= r.number < self.stride:
+                raise ValueError(f"region {r.name}: number must be between 1 and {self.stride - 1}")
+            if r.status not in MEMBER_STATUSES:
+                raise ValueError(f"region {r.name}: status must be one of {', '.join(MEMBER_STATUSES)}")
+
+
+    def to_toml(self, base: str | None = None) -> str:
+        """The file's text; paths relative to ``base`` (the file's directory) when given."""
+        def path(p: str) -> str:
+            return _quote(os.path.relpath(p, base) if base else p)
+
+        lines = [f'cluster_id = "{self.cluster_id}"', f'database = "{self.database}"',
+                 f'token = "{self.token}"', f"stride = {self.stride}", f'id_mode = "{self.id_mode}"',
+                 f'appendfsync = "{self.appendfsync}"', f"epoch = {self.epoch}"]
+        if self.maxmemory:
+            lines.append(f"maxmemory = {self.maxmemory}")
+        if self.tls is None:
+            lines += ["tls = false  # plain-text links between regions: loopback playgrounds only", ""]
+        else:
+            t = self.tls
+            lines += ["", "[tls]", f"ca = {path(t.ca)}", f"cert_dir = {path(t.cert_dir)}",
+                      f"admin_cert = {path(t.admin_cert)}", f"admin_key = {path(t.admin_key)}", ""]
+        for r in self.regions:
+            lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
+                      f"port = {r.port}", f"repl_port = {r.repl_port}"]
+            if r.tls_cert:
+                lines.append(f"tls_cert = {path(r.tls_cert)}")
+            if r.tls_key:
+                lines.append(f"tls_key = {path(r.tls_key)}")
+            if r.data_dir:
+                lines.append(f"data_dir = {path(r.data_dir)}")
+            if r.status != "active":
+                lines.append(f'status = "{r.status}"')
+            if not r.live:
+                lines.append(f"frozen = {r.frozen}")
+            lines.append("")
+            if r.config:
+                lines += ["[regions.config]", *(f"{k} = {_toml_value(v)}" for k, v in r.config.items()), ""]
+        return "\n".join(lines)
+
+    def region_data_dir(self, region: RegionSpec) -> str | None:
+        """Where ``region`` keeps its data when the command line does not say: the file's
+        ``data_dir``, else ``NAME/`` beside the file when that folder exists; None: neither."""
+        if region.data_dir:
+            return region.data_dir
+        base = os.path.dirname(os.path.abspath(self.path)) if self.path else None
+        if base and os.path.isdir(os.path.join(base, region.name)):
+            return os.path.join(base, region.name)
+        return None
+
+    def region_settings(self, region: RegionSpec) -> dict[str, str | int]:
+        """A region's [regions.config], file names resolved against the cluster file's directory."""
+        base = os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
+        return {name: (os.path.join(base, value) if name in FILE_SETTINGS and isinstance(value, str) and value
+                       else value) for name, value in region.config.items()}
+
+
+def membership_from_blob(blob: bytes, stride: int):
+    """A peer's member list from its handshake: (Membership, endpoints of its regions).
+    ValueError when it cannot be one of this database's lists."""
+    try:
+        data = json.loads(blob)
+        epoch, regions = int(data["epoch"]), data["regions"]
+        if int(data["stride"]) != stride:
+            raise ValueError(f"its stride is {data['stride']}, this database's is {stride}")
+        members, frozen, endpoints = {}, {}, {}
+        for r in regions:
+            number, status = int(r["number"]), str(r["status"])
+            if status not in STATUSES or not 1 <= number < stride or number in members:
+                raise ValueError(f"region {r!r} cannot be a member")
+            members[number] = Member(number, str(r["name"]), status)
+            if status == "removed":
+                frozen[number] = int(r.get("frozen", 0))
+            endpoints[number] = (str(r["host"]), int(r["port"]), int(r["repl_port"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"an unreadable member list: {e}") from None
+    if epoch < 1:
+        raise ValueError("an unreadable member list: epoch below 1")
+    return Membership(stride, epoch, members, frozen), endpoints
+
+
+def _toml_value(v: object) -> str:
+    """A TOML scalar: a bare key or integer, else a basic string (JSON's escapes are TOML's)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(str(v), ensure_ascii=False)
+
+
+def _region_config(region: dict) -> dict[str, str | int]:
+    table = region.get("config", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"region {region.get('name')}: config must be a table of settings")
+    out: dict[str, str | int] = {}
+    for name, value in table.items():
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        if not isinstance(value, (str, int)):
+            raise ValueError(f"region {region.get('name')}: config {name} must be a string or an integer")
+        out[str(name).lower()] = value
+    return out
+
+
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _link_tls(data: dict, base: str) -> LinkTls | None:
+    """The ``tls`` entry of a cluster file: False (plain text) or the [tls] table."""
+    if "tls" not in data:
+        raise ValueError(f"the cluster file does not say how regions talk: {TLS_CHOICE}")
+    t = data["tls"]
+    if t is False:
+        return None
+    if not isinstance(t, dict):
+        raise ValueError(f"tls = {t!r} is not a choice: {TLS_CHOICE}")
+    unknown = set(t) - {"ca", "cert_dir", "admin_cert", "admin_key"}
+    if unknown:
+        raise ValueError(f"[tls]: unknown setting(s) {', '.join(sorted(unknown))} "
+                         "(known: ca, cert_dir, admin_cert, admin_key)")
+    if "ca" not in t:
+        raise ValueError("[tls] needs ca = \"<the cluster CA bundle>\"")
+
+    def at(p) -> str:
+        if not isinstance(p, str) or not p:
+            raise ValueError(f"[tls]: {p!r} is not a path")
+        return os.path.normpath(os.path.join(base, p))
+
+    cert_dir = at(t.get("cert_dir", os.path.dirname(t["ca"]) or "."))
+    return LinkTls(at(t["ca"]), cert_dir, at(t.get("admin_cert", os.path.join(cert_dir, "admin.crt"))),
+                   at(t.get("admin_key", os.path.join(cert_dir, "admin.key"))))
+
+
+def _file_memory(value: object) -> int:
+    try:
+        return memory_value(value)
+    except ValueError as e:
+        raise ValueError(f"maxmemory {e}") from None
+
+
+def load(path: str) -> ClusterConfig:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    base = os.path.dirname(os.path.abspath(path))
+
+    def pair(r: dict, key: str) -> str | None:
+        return os.path.normpath(os.path.join(base, str(r[key]))) if r.get(key) else None
+
+    cfg = ClusterConfig(
+        cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
+        token=str(data["token"]), stride=int(data.get("stride", 16)),
+        id_mode=str(data.get("id_mode", "strict")),
+        appendfsync=str(data.get("appendfsync", "everysec")),
+        maxmemory=_file_memory(data.get("maxmemory", 0)),
+        regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
+                            int(r["port"]), int(r["repl_port"]),
+                            tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r),
+                            status=str(r.get("status", "active")), frozen=int(r.get("frozen", 0)),
+                            data_dir=pair(r, "data_dir"))
+                 for r in data.get("regions", [])],
+        path=path, tls=_link_tls(data, base), epoch=int(data.get("epoch", 1)),
+    )
+    cfg.validate()
+    return cfg
+
+
+def local_cluster(regions: int, base_port: int, data_dir: str | None = None) -> ClusterConfig:
+    """The cluster ``braid up`` starts: regions on loopback, RESP on base_port.., gRPC on base_port+100..;
+    with ``data_dir`` (the folder of the cluster file), region-N's data in ``data_dir/region-N``."""
+    cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16, [
+        RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1,
+                   data_dir=os.path.join(data_dir, f"region-{i}") if data_dir else None)
+        for i in range(1, regions + 1)
+    ])
+    cfg.validate()
+    return cfg

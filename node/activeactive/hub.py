@@ -1,0 +1,630 @@
+"""Replication between regions: the hub, a region's endpoint that keeps its links.
+
+The hub checks handshakes, keeps one :class:`~node.activeactive.link.Link` per peer, hands what
+the links receive to the causal log and the region, pauses and cuts links, and dials.  Where
+the rest lives:
+
+- node/activeactive/link.py: one link - sending, batching and relaying, receiving, the watchdog;
+- node/activeactive/outbox.py: what a link writes, data frames bounded by bytes and the latest ack;
+- node/activeactive/frames.py: what a frame may hold (:class:`LinkLimits`) and the conversions of
+  envelopes to protobuf and packed batches;
+- node/activeactive/pacing.py: how often a link sends batches and acks;
+- node/activeactive/stage_trace.py: a benchmark's trace of each operation's stages;
+- node/transport/grpc_links.py: the hub's ``transport``, which moves the frames over gRPC.
+  None of the others imports gRPC, so the simulation runs real hubs over a network of its own.
+
+Theory of operation
+-------------------
+Each pair of regions keeps one bidirectional ``Sync`` stream (proto/replication.proto).
+The region with the lower number dials; the other serves.  The dialer sends
+``Hello`` (cluster id, database, region, token, version vector, its backlog's
+floor, the largest message it accepts); the server checks every field and
+either answers ``Welcome`` (the same facts of its own) or ends the call with
+PERMISSION_DENIED - a mismatched peer is refused and logged, and nothing it sent
+is applied.
+
+After the handshake both ends run the same :class:`Link` logic: a sender that
+ships every envelope of the local causal log the peer has not acknowledged
+(relayed operations of third regions included, so a cut link heals through any
+region that talks to both), and a receiver that hands incoming envelopes to
+:class:`crdt.causal.CausalLog` (which applies each exactly once and in causal
+order) and acknowledges with its version vector - to the sender and, when the
+batch raised it, to every other peer too.  How links batch and relay, how frames are bounded
+and compressed, why writing never blocks reading and how dead or stuck peers are noticed: the
+theory of operation of link.py, frames.py and outbox.py.
+
+Only what is logged leaves: ``sendable`` (set by the region from its operation
+log) bounds how far into the causal log links may send, so a peer never holds an
+operation whose record the region has not handed to the OS (a killed process
+keeps those; after a crash of its machine the region takes its own operations
+back from its peers before it mints again: node/activeactive/recovery.py).  While it is
+set, a new operation does not wake the links: the log's write at the end of the
+turn raises ``sendable`` and wakes them (once per turn).
+
+Full resync: a region trims its backlog (``trim``), so a peer that was away long
+may lack operations no longer held.  Hello and Welcome carry each side's backlog
+floor, so both ends know at the handshake whether an image comes
+(:meth:`crdt.sync.LinkState.peer_sends_image`).  The side whose floor is above the
+other's version vector sends its whole replicated state first, as ``Resync``
+pieces of an image built by ``make_image`` (each stating the image's total length
+and its offset); the peer hands the joined image to ``install_image`` and the
+stream continues from the image's version vector.  An image nobody announced, a
+second one, one larger than its stated total or ``crdt-repl-max-image-size``
+(8 GB), pieces out of order or larger than a frame, a Batch arriving before the
+announced image, or a fragment stream that breaks its rules: each ends the link
+with a logged error (counted as ``crdt_link_protocol_errors``), before anything
+of it is decoded, applied or installed.  What each peer acknowledged is kept
+across reconnections (``peer_acked``), so trimming knows what every peer holds.
+
+State join: when both sides dropped operations the other lacks (a partition outlasted
+both backlogs), an image either way would lose the receiver's dropped operations.
+Both ends see it at the handshake (:meth:`crdt.sync.LinkState.image_conflict`); when
+both announced ``joins_states`` each sends its image and hands the other's to
+``join_image``, which joins it into the region's own state (crdt/join.py): the link
+is ``merging`` until this end joined, then goes on as any other.  The join raises
+the backlog's floor to what it brought without envelopes, so every other link
+checks again whether its peer lacks what is now below the floor (a full resync at
+its next handshake).  Only a peer of an older version leaves the link in
+``conflict``: idle, reported, nothing crossing.
+
+Histories.  Hello, Welcome and every Ack carry the digests of the histories the version
+vector covers (crdt/causal.py); each end checks the peer's against its own wherever it holds
+at least as many of an origin's operations (:func:`crdt.causal.forks`).  Holding other
+operations under the same numbers - a *fork* - makes the link idle on both ends: the end
+that found it at the handshake sends the peer one Ack at the peer's count with its own
+digest, so the peer, which holds fewer and could not check, finds it too.  Forks are
+logged, counted (``history_forks``) and kept per peer (``forks``) for the status.  A fork in
+the peer's own history ends when the peer handshakes again holding fewer of its operations
+than where they differed (a region that took writes alone withdrew them: node/activeactive/lone_writes.py);
+a fork in a third region's history stops the region (``foreign_fork``: fail-stop).
+
+Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
+the link to one peer (a partition, for maintenance and tests).  A cut link is
+closed at once, its frames are neither sent nor applied, and the peer's attempts
+to reconnect are turned away with UNAVAILABLE until ``resume``; one side cutting
+is enough, since the pair shares one stream.
+
+Mutual TLS (``[tls]`` in the cluster file, node/transport/tls.py): the port peers
+dial is a TLS front that verifies each peer's certificate against the cluster CA
+bundle and splices the connection to this gRPC server on loopback; the servicer
+then checks that the certificate names the region the Hello claims.  Dialers use
+gRPC's TLS with the peer region's name as the name its certificate must carry.
+Every refusal - at the TLS handshake or at Hello - is logged with the peer's
+address and counted (``refused``: ``crdt_refused_handshakes``), and nothing the
+refused peer sent is applied.  ``reload_tls`` re-reads the certificate, key and
+CA bundle and has every link handshake again with them.
+
+The hub does not know what an operation means: envelopes carry it as bytes and
+``on_apply`` is called with each envelope the causal log delivers - or, for a peer's
+batch, ``on_apply_run`` with each run of envelopes that are ready in order (nearly the
+whole batch: a peer sends in causal order), so that the region applies and logs them
+in one call (``deliver_batch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from crdt.causal import CausalLog, Envelope, Fork
+from crdt.linkerrors import MembershipBehind
+from crdt.sync import ProtocolError
+from node.activeactive.frames import LinkLimits
+from node.activeactive.link import Link, LinkStalled
+from node.activeactive.outbox import Outbox
+from node.activeactive.pacing import Pacing
+from node.activeactive.stage_trace import stage_trace
+from node.transport.tls import Identity, LinkCredentials, TlsFront
+from proto import replication_pb2 as pb
+
+log = logging.getLogger("braid.replication")
+
+# what gRPC's TLS reports when this end's check of the peer's certificate failed
+CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
+
+
+def _nothing() -> None:
+    pass
+
+
+def _nothing_said(_why: str) -> None:
+    return None
+
+
+def _no_resync(*_args):
+    raise ConnectionError("this region cannot take part in a full resync")
+
+
+class Transport(Protocol):
+    """What moves a hub's frames: serves its peers' calls and dials its own (node/transport/grpc_links.py's
+    ``GrpcLinks`` over gRPC).  Kept out of this module so the hub's logic runs without gRPC (the
+    simulation drives hubs over a network of its own)."""
+
+    async def serve(self, hub: ReplicationHub, host: str, port: int, extra: Iterable) -> int: ...
+    async def dial_forever(self, hub: ReplicationHub, peer: int, address: str) -> None: ...
+    async def stop(self, hub: ReplicationHub) -> None: ...
+
+
+class ReplicationHub:
+    """A region's replication endpoint: serves peers, dials peers, relays."""
+
+    def __init__(self, region: int, cluster_id: str, database: str, token: str,
+                 causal: CausalLog, on_apply: Callable[[Envelope], None], config=None, *,
+                 tls: LinkCredentials | None = None, names: dict[int, str] | None = None,
+                 transport: Transport | None = None) -> None:
+        """``config``: the region's settings (node/region/config.py), read when links need them;
+        None: the defaults.  ``tls``: this region's certificate, key and CA bundle (None:
+        plain-text links); ``names``: region number -> name, the name a peer's certificate
+        must carry; ``transport``: what serves and dials the links (``GrpcLinks()``,
+        node/transport/grpc_links.py; None: set later, before :meth:`serve`)."""
+        self.region = region
+        self.cluster_id = cluster_id
+        self.database = database
+        self.token = token
+        self.causal = causal
+        self.on_apply = on_apply
+        # applies a run of envelopes in one call (None: on_apply for each); see deliver_batch
+        self.on_apply_run: Callable[[list[Envelope]], None] | None = None
+        self.config = config
+        self.links: dict[int, Link] = {}
+        self.refused = 0  # handshakes this region refused
+        self.denied = 0   # handshakes peers refused to this region (at Hello, or ending the TLS handshake)
+        self.protocol_errors = 0  # links ended because the peer broke the protocol
+        self.stalls = 0           # links the watchdog closed
+        self.sendable: int | None = None  # absolute causal-log position safe to send up to (None: all)
+        # nothing from this causal-log position on leaves while the region takes writes alone
+        # (node/activeactive/lone_writes.py); None: no hold
+        self.hold_at: int | None = None
+        # and operations of this region's own origin coming from peers are dropped: it minted
+        # numbers alone, and theirs can only be another history of those (node/activeactive/lone_writes.py)
+        self.refuse_own = False
+        self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, what it is known to hold
+        # per peer, the version vector it last reported as a whole (handshake, ack): causal
+        # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
+        self.peer_reported: dict[int, dict[int, int]] = {}
+        # called once a link handed a whole received batch to the causal log (the region
+        # wakes its blocked readers once per batch, not once per operation); ``in_batch``
+        # is true meanwhile
+        self.on_batch_applied: Callable[[], None] = _nothing
+        self.in_batch = False
+        # called as a link is about to handle a frame of operations from its peer, not an ack (the
+        # region offers its core to other runnable processes first: RegionCore.peer_frame_arrives)
+        self.frame_arrives: Callable[[], None] = _nothing
+        # (the argument: hold the histories' digests - False for a peer that may be older)
+        self.make_image: Callable[[bool], tuple[bytes, dict]] = _no_resync
+        self.install_image: Callable[[bytes], bool] = _no_resync
+        self.join_image: Callable[[bytes], bool] = _no_resync  # joins a peer's image into the state
+        self.image_vv: dict[int, int] = {}  # the version vector of the last image installed or joined
+        self.joins_states = True            # announced at handshakes (a test plays an older version)
+        self.merging: set[int] = set()      # peers whose image this region is about to join
+        self.conflicts: set[int] = set()    # ... or cannot join (the peer cannot): nothing crosses
+        # peers that hold another history than this region under the same numbers (per peer,
+        # where: crdt/causal.py's Fork), and how many times a link found one
+        self.forks: dict[int, list[Fork]] = {}
+        self.history_forks = 0
+        # told why when a link finds two histories of a third region (the region core fail-stops)
+        self.foreign_fork: Callable[[str], None] = _nothing_said
+        self.resyncs_sent = 0
+        self.resyncs_received = 0
+        self.joins = 0  # peers' states joined into this region's
+        self.duplicates = 0  # envelopes received that were applied here already
+        self.relayed = 0     # operations of third regions sent to a peer (see crdt.sync.RelayHold.due)
+        self.frames_sent = 0      # frames written to peers, data and acks (what batching saves)
+        self.frames_received = 0  # ... and read from them
+        self.paused = False          # every link cut
+        self.cut: set[int] = set()   # links to these peers cut
+        self.arrivals: list[float] = []  # monotonic time each log entry was issued or received here
+        self._served: dict[int, Outbox] = {}  # calls peers made to us, ended by closing the outbox
+        self._peers: dict[int, str] = {}
+        self.tls = tls
+        self.names = dict(names or {})
+        self.front: TlsFront | None = None
+        self._served_ports: dict[int, int | None] = {}  # peer -> the front's port its served link uses
+        # what serves and dials links (gRPC: node/transport/grpc_links.py); None: nothing yet
+        self.transport: Transport | None = transport
+        self._dialers: dict[int, asyncio.Task] = {}
+        self.port = 0
+        # membership (node/activeactive/membership.py's MembershipGate): handshakes and operations pass it
+        self.gate = None
+        self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
+        self.retired = False  # this region was removed from the database
+        self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
+        # ... and at the latest one: what a starting region takes back (a peer restored from an
+        # older copy meanwhile no longer holds what its first handshake said)
+        self.last_handshake_vv: dict[int, dict[int, int]] = {}
+        self.forgotten_at_handshake = 0  # a peer's own waiting operations dropped when it handshook
+        self.trace = stage_trace(region)  # None unless a benchmark asks (see StageTrace)
+        # the last batch frame built: (its envelopes, packed?, the frame); see Link.batch_frame
+        self.last_batch: tuple[list[Envelope], bool, pb.Frame] | None = None
+        # announced in the handshake: send this region packed batches (every region reads both
+        # forms; a region of an earlier version does not announce it, and tests play one)
+        self.packed_batches = True
+
+    @property
+    def limits(self) -> LinkLimits:
+        return LinkLimits() if self.config is None else LinkLimits.from_config(self.config)
+
+    def pacing(self) -> Pacing:
+        return Pacing() if self.config is None else Pacing.from_config(self.config)
+
+    # ------------------------------------------------------------ local side
+    def history_forked(self, peer: int, found: list[Fork]) -> None:
+        """A link found that ``peer`` holds other operations than this region under the same
+        numbers: it exchanges nothing more (each end would drop the other's as duplicates),
+        and the region's status names the fork for as long as it runs (a fork does not heal
+        by itself; a region whose own history forked takes no writes: node/activeactive/recovery.py)."""
+        new = self.forks.get(peer) != found
+        self.forks[peer] = found
+        if new:
+            self.history_forks += 1
+            for f in found:
+                log.error("region %d holds another history of region %d's operations than this region: at "
+                          "operation %d their digests differ (%016x here, %016x there); nothing more crosses "
+                          "this link until the region whose history forked withdraws its side (see "
+                          "docs/active-active.md, 'Histories and forks')", peer, f.origin, f.n, f.here, f.there)
+        foreign = [f for f in found if f.origin not in (self.region, peer)]
+        if foreign:
+            # only a region itself mints its numbers, and one that minted alone withdraws its
+            # side (node/activeactive/lone_writes.py): two histories of a third region mean a fault that
+            # nothing here can judge, so the region stops rather than serve either (fail-stop)
+            f = foreign[0]
+            self.foreign_fork(f"region {peer} holds another history of region {f.origin}'s operations than "
+                              f"this region: at operation {f.n} their digests differ ({f.here:016x} here, "
+                              f"{f.there:016x} there)")
+
+    def withdrawn_by(self, peer: int, peer_vv: dict[int, int]) -> None:
+        """A fork in ``peer``'s own history ends when the peer comes back holding fewer of its
+        operations than where the histories differed, and agreeing up to there (the handshake
+        checks): it withdrew the ones it minted alone (node/activeactive/lone_writes.py) and issues them again."""
+        found = self.forks.get(peer)
+        if not found:
+            return
+        rest = [f for f in found if not (f.origin == peer and peer_vv.get(peer, 0) < f.n)]
+        if len(rest) == len(found):
+            return
+        log.warning("region %d withdrew its operations from where its history differed from this region's: "
+                    "the fork is over", peer)
+        if rest:
+            self.forks[peer] = rest
+        else:
+            del self.forks[peer]
+
+    def handshook(self, peer: int, peer_vv: dict[int, int]) -> int:
+        """A link with ``peer`` is up (either end dialed; every handshake, not only the first).
+        Record what the peer held when first met (``handshake_vv``: what a joining region
+        catches up to, what a recovering one takes back) and forget the operations *of the
+        peer's own* that wait here for their dependencies; returns how many were forgotten.
+
+        Why forget them: a region that restarts after a crash of its machine may have lost
+        the tail of its own log - operations that left before their records were on its
+        disk.  It learns from each peer's handshake the last of its own operations that peer
+        *applied* and takes those back before it mints again (``ActiveActive.recovered``),
+        but one that waits here was never applied, acknowledged nor relayed, so nothing
+        counts it: kept, it would share its dot with the different operation the region
+        mints after recovering - two operations under one dot, a silent divergence.
+        Forgetting a waiting operation is always safe (crdt/causal.py): this end's
+        handshake said what it applied, so the peer sends again everything after that.
+        An older link with the peer still up here (its machine went down without closing
+        the connection) is superseded: it applies nothing more, so no frame sent before the
+        peer's restart can bring such an operation back after this."""
+        self.handshake_vv.setdefault(peer, dict(peer_vv))
+        self.last_handshake_vv[peer] = dict(peer_vv)
+        older = self.links.get(peer)
+        if older is not None:
+            older.superseded = True  # it applies nothing more (run_link)
+        if not self.causal.pending:
+            return 0
+        forgotten = self.causal.drop_pending(lambda e: e.origin == peer)
+        if forgotten:
+            self.forgotten_at_handshake += forgotten
+            log.info("forgot %d operations of region %d that were waiting here for their dependencies: "
+                     "it sends again what this region has not applied", forgotten, peer)
+        return forgotten
+
+    def issue(self, op: bytes) -> Envelope:
+        """Stamp a local operation (already applied locally) and wake the links."""
+        env = self.causal.stamp(op)
+        self.arrivals.append(time.monotonic())
+        if self.trace is not None:
+            self.trace.mark("issued", 0, env.origin, env.n)
+        self.wake_if_sendable()
+        return env
+
+    def deliver(self, env: Envelope) -> None:
+        """Hand ``env`` to the causal log, which has ``on_apply`` apply it and every envelope
+        it makes ready, each before counting it.  If applying one raises, the exception
+        propagates: that envelope and the ones after it are neither counted, acknowledged
+        nor relayed (the region fail-stops, node/region/supervision.py).  The membership gate
+        first drops an operation of a removed region past its frozen point, and ends the
+        link (:class:`MembershipBehind`) on one of a region it does not know."""
+        if self.gate is not None:
+            verdict = self.gate.admits(env)
+            if verdict == "drop":
+                return
+            if verdict == "behind":
+                raise MembershipBehind(f"operation {env.dot} of a region that is not a member here "
+                                       "(or that depends on one): handshake again for the newer member list")
+
+        if self.refuse_own and env.origin == self.region:
+            return
+        if env.n <= self.causal.vv.get(env.origin, 0):
+            self.duplicates += 1  # it came another way first (a relay, or a resend after a reconnection)
+        self.causal.receive(env, self._apply_ready)
+        self.wake_if_sendable()  # relay what arrived to the other peers
+
+    def _apply_ready(self, ready: Envelope) -> None:
+        """The causal log's callback for each envelope it makes ready (see :meth:`deliver`)."""
+        self.on_apply(ready)
+        self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
+        if self.trace is not None:
+            self.trace.mark("applied", 0, ready.origin, ready.n)
+
+    def deliver_batch(self, envelopes: list[Envelope]) -> None:
+        """:meth:`deliver` of each of a peer's batch in turn, with the same outcome; a run of
+        envelopes that are ready in order (nearly every batch: a peer sends in causal order)
+        is applied in one ``on_apply_run`` call - one log write, one count - instead of one
+        call per envelope.  A batch the membership gate does not wholly admit goes one by one."""
+        if (self.gate is not None and not self.gate.admits_all(envelopes)) or self.refuse_own:
+            for env in envelopes:
+                self.deliver(env)
+            return
+        self.duplicates += self.causal.receive_all(envelopes, self._apply_run)
+        self.wake_if_sendable()
+
+    def _apply_run(self, run: list[Envelope]) -> None:
+        """The causal log's callback for a run of ready envelopes (see :meth:`deliver_batch`).
+        If applying fails, the exception's ``applied`` says how many of the run were applied
+        (crdt/causal.py counts those)."""
+        try:
+            if self.on_apply_run is not None:
+                self.on_apply_run(run)
+            else:
+                for k, env in enumerate(run):
+                    try:
+                        self.on_apply(env)
+                    except Exception as e:
+                        e.applied = k  # type: ignore[attr-defined]
+                        raise
+        except BaseException as e:
+            self._arrived(run[:getattr(e, "applied", 0)])  # those the causal log counts
+            raise
+        self._arrived(run)
+
+    def _arrived(self, applied: list[Envelope]) -> None:
+        self.arrivals.extend([time.monotonic()] * len(applied))  # one per log entry, in log order
+        if self.trace is not None:
+            for env in applied:
+                self.trace.mark("applied", 0, env.origin, env.n)
+
+    def sendable_upto(self) -> int:
+        upto = self.causal.end if self.sendable is None else self.sendable
+        return upto if self.hold_at is None or self.hold_at >= upto else self.hold_at
+
+    def trim(self, count: int) -> None:
+        """Drop the ``count`` oldest envelopes of the backlog (see crdt/causal.py)."""
+        self.causal.trim(count)
+        del self.arrivals[:count]
+
+    def joined(self, image_vv: dict[int, int]) -> None:
+        """A peer's image holding ``image_vv`` was joined into the state: the backlog's floor
+        rose to what it brought, so every link checks whether its peer lacks some of it."""
+        self.joins += 1
+        self.image_vv = dict(image_vv)
+        for link in self.links.values():
+            link.state.floor_raised()
+        self.wake()
+
+    def log_replaced(self) -> None:
+        """After a full resync installed another log: every link looks at it from its start."""
+        self.resyncs_received += 1
+        self.image_vv = dict(self.causal.vv)  # the image's own, before this region's go on top
+        self.arrivals = [time.monotonic()] * len(self.causal.log)
+        for link in self.links.values():
+            link.state.log_replaced()
+        self.wake()
+
+    def wake(self) -> None:
+        for link in self.links.values():
+            link.wakeup.set()
+
+    def wake_if_sendable(self) -> None:
+        """Wake the links for what just joined the causal log, if it may leave now.  When the
+        region logs (``sendable`` set), it may not: the operation log's write tells the
+        region, which raises ``sendable`` and wakes the links then (one wake-up per turn,
+        not two per operation)."""
+        if (self.sendable is None or self.sendable >= self.causal.end) and self.hold_at is None:
+            self.wake()
+
+    def membership_hello(self) -> tuple[int, bytes]:
+        """(epoch, member list) for a Hello or Welcome: (0, b'') without a membership gate."""
+        return (0, b"") if self.gate is None else self.gate.hello()
+
+    def check_hello(self, hello: pb.Hello | None) -> str:
+        if hello is None:
+            return "the first frame was not Hello"
+        if hello.cluster_id != self.cluster_id:
+            return f"cluster id {hello.cluster_id!r} is not {self.cluster_id!r}"
+        if hello.database != self.database:
+            return f"database {hello.database!r} is not {self.database!r}"
+        if not hmac.compare_digest(hello.token.encode(), self.token.encode()):
+            return f"region {hello.region} presented a wrong token"
+        if hello.region == self.region:
+            return f"region number {hello.region} is this region's own"
+        return ""
+
+    def check_certificate(self, hello: pb.Hello, caller: Identity | None) -> str:
+        """With TLS: does the caller's verified certificate name the region its Hello claims?"""
+        if self.tls is None:
+            return ""
+        if caller is None:
+            return "the call did not come through this region's TLS port"
+        claimed = self.names.get(hello.region)
+        if claimed is None:
+            return f"region number {hello.region} is not in the cluster file"
+        if claimed not in caller.names:
+            return (f"a certificate of {', '.join(sorted(caller.names)) or 'no name'} "
+                    f"cannot speak for {claimed} (region {hello.region})")
+        return ""
+
+    def caller(self, grpc_peer: str) -> Identity | None:
+        """Who made a call (None without TLS, or when it did not come through the TLS front)."""
+        return None if self.front is None else self.front.identity(grpc_peer)
+
+    def refuse(self, address: str, reason: str) -> None:
+        """A peer refused at the TLS handshake or at Hello: logged and counted."""
+        self.refused += 1
+        log.warning("refused a connection from %s: %s", address, reason)
+
+    def denied_by(self, address: str, reason: str) -> None:
+        """A peer gave up a TLS handshake with this region (it does not accept its certificate)."""
+        self.denied += 1
+        log.warning("a connection from %s ended: %s", address, reason)
+
+    def reload_tls(self) -> dict:
+        """Read the certificate, key and CA bundle again (TlsConfigError: nothing changed) and
+        have every link handshake again with them: outgoing links are dialed anew, the
+        connections peers dialed are closed (they dial again)."""
+        if self.tls is None:
+            raise ValueError("links are plain text here (tls = false): there are no certificates to reload")
+        self.tls.reload()
+        if self.front is not None:
+            self.front.drop({p for p in self._served_ports.values() if p is not None})
+        for peer in list(self._dialers):
+            self._dialers.pop(peer).cancel()
+        for peer, address in self._peers.items():
+            self.dial(peer, address)
+        log.warning("reloaded the TLS certificate (serial %s), its key and the CA bundle (%d CAs); "
+                    "links handshake again", self.tls.describe()["cert_serial"], self.tls.material.ca_count)
+        return self.tls.describe()
+
+    def is_cut(self, peer: int) -> bool:
+        return self.paused or self.retired or peer in self.cut
+
+    # ------------------------------------------------------------ membership changes
+    def peer_numbers(self) -> set[int]:
+        return set(self._peers) | set(self._served) | set(self.links)
+
+    def relink(self) -> None:
+        """Every link handshakes again (a membership change: both ends meet at the new epoch)."""
+        for outbox in list(self._served.values()):
+            outbox.close()
+        for peer in list(self._dialers):
+            self._dialers.pop(peer).cancel()
+        for peer, address in list(self._peers.items()):
+            self.dial(peer, address)
+
+    def forget(self, peer: int) -> None:
+        """``peer`` is a member no more: stop dialing it and close its link."""
+        task = self._dialers.pop(peer, None)
+        if task is not None:
+            task.cancel()
+        self._peers.pop(peer, None)
+        outbox = self._served.get(peer)
+        if outbox is not None:
+            outbox.close()
+
+    def retire(self) -> None:
+        """This region was removed: no link, no dialing (peers are refused at Hello)."""
+        self.retired = True
+        for peer in list(self.peer_numbers()):
+            self.forget(peer)
+
+    # ------------------------------------------------------------ serving
+    async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = ()) -> int:
+        """Serve Replication, and the ``extra`` services (each ``.add_to(server)``), on one port,
+        through :attr:`transport`; returns the port."""
+        if self.transport is None:
+            raise RuntimeError("this hub has no transport to serve on (node/transport/grpc_links.py)")
+        return await self.transport.serve(self, host, port, extra)
+
+    async def run_link(self, link: Link, incoming, writer=None) -> None:
+        """Send, receive and watch (and write: ``writer``, a coroutine) until one of them stops;
+        then the call ends (the outbox closes).
+
+        A protocol violation or a stall is logged and counted here, then raised."""
+        self.links[link.peer] = link
+
+        async def receive() -> None:
+            async for frame in incoming:
+                if link.superseded:  # a newer connection of the peer handshook (see handshook)
+                    log.info("link to region %d closed: a newer connection of it handshook", link.peer)
+                    return
+                self.frames_received += 1
+                link.on_frame(frame)
+
+        tasks = {asyncio.ensure_future(link.send_loop()), asyncio.ensure_future(receive()),
+                 asyncio.ensure_future(link.watch())}
+        if writer is not None:
+            tasks.add(asyncio.ensure_future(writer))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a failure ends the link (a dialer reconnects)
+        except ProtocolError as e:
+            self.protocol_errors += 1
+            log.error("region %d broke the replication protocol, link closed (nothing of it applied): %s",
+                      link.peer, e)
+            raise
+        except LinkStalled as e:
+            self.stalls += 1
+            log.warning("link to region %d closed by the watchdog: %s", link.peer, e)
+            raise
+        finally:
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: raised above, or moot once the link is over
+                else:
+                    task.cancel()
+            if self.links.get(link.peer) is link:
+                del self.links[link.peer]
+                self.merging.discard(link.peer)  # the next handshake decides again
+            link.outbox.close()
+            if link._relay_timer is not None:
+                link._relay_timer.cancel()
+
+    # ------------------------------------------------------------ dialing
+    def pause(self, peer: int | None = None) -> None:
+        """Cut every link (``peer`` None) or the link to one peer: stop sending and applying, close."""
+        if peer is None:
+            self.paused = True
+        else:
+            self.cut.add(peer)
+        for p in [p for p in self._served if self.is_cut(p)]:
+            self._served[p].close()
+        for p in [p for p in self._dialers if self.is_cut(p)]:
+            self._dialers.pop(p).cancel()
+
+    def resume(self, peer: int | None = None) -> None:
+        if peer is None:
+            self.paused = False
+            self.cut.clear()
+        else:
+            self.cut.discard(peer)
+        for p, address in self._peers.items():
+            if not self.is_cut(p):
+                self.dial(p, address)
+
+    def dial(self, peer: int, address: str) -> None:
+        """Keep a link to ``peer`` up, reconnecting with backoff and jitter."""
+        self._peers[peer] = address
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not serving: whoever drives this hub without a loop (the simulation) connects it
+        if self.transport is None:
+            return  # nothing to dial with yet: the region's start gives the transport, then dials
+        if peer not in self._dialers and not self.is_cut(peer):
+            self._dialers[peer] = asyncio.ensure_future(self.transport.dial_forever(self, peer, address))
+
+    async def stop(self) -> None:
+        for task in self._dialers.values():
+            task.cancel()
+        self._dialers.clear()
+        if self.transport is not None:
+            await self.transport.stop(self)
+        if self.trace is not None:
+            self.trace.save()

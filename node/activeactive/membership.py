@@ -1,0 +1,459 @@
+"""A region's part in changing the member list: learning newer lists, answering and settling
+promises, committing or adopting a change, following it with the links, activating a joining
+region, and the gate the replication hub asks at handshakes and per operation.
+
+:class:`ActiveActiveMembership` is a part of :class:`node.activeactive.region.ActiveActive` (mixed into
+it); :class:`MembershipGate` is the hub's ``gate``.
+
+Theory of operation
+-------------------
+Membership (crdt/membership.py holds the rules).  The region keeps the agreed member
+list (``membership``) and records every change in its cluster file.  It is the
+replication hub's gate (:class:`MembershipGate`): the handshake carries the epoch and
+the list; a peer with a newer list is believed (every epoch was agreed by every
+live member) and its list adopted; a peer that is not a member at this region's
+epoch, or was removed, is refused (logged, counted as ``membership_refused``); an
+operation of a removed region past its frozen point is dropped - as it arrives, and
+when it was already waiting in the causal log for its dependencies (at a promise, a
+change, an installed image): applied later, it would bypass the gate - and one from
+a region this list does not know restarts the link (the handshake brings the newer list).
+A change - agreed here, or adopted - restarts every link, so both ends of each
+handshake again at the new epoch.  Writes are taken only while this region is
+``active``; a ``joining`` region, once it holds everything its peers held when it
+connected (``caught_up``), has itself activated (``node/activeactive/coordinator.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from crdt.causal import Envelope
+from crdt.membership import (
+    ABORT,
+    ACTIVATE,
+    ACTIVE,
+    ADOPT,
+    COMMIT,
+    FORCE_REMOVE,
+    JOINING,
+    LEAVING,
+    LIVE,
+    REMOVE,
+    REMOVED,
+    WAIT,
+    Change,
+    Membership,
+    MembershipError,
+    Promise,
+    Proposal,
+    Settlement,
+    Standing,
+)
+from node.activeactive.cluster_config import membership_from_blob
+from node.activeactive.coordinator import (
+    MembershipChangeError,
+    agree_with_regions,
+    commit_to_regions,
+    member_lists,
+    standings_from_regions,
+)
+from node.persistence.promise import proposal_from_dict, proposal_to_dict
+
+if TYPE_CHECKING:
+    from node.activeactive.region import ActiveActive
+
+log = logging.getLogger("braid.activeactive")
+
+# a promise whose coordinator neither commits nor aborts it lapses after this long, and its
+# voters settle it among themselves (ActiveActive.left_promise)
+PROMISE_TIMEOUT_S = 30.0
+# a voter settling such a promise asks the other voters again this often until it ends
+SETTLE_EVERY_S = 5.0
+# a region with no link up asks its peers for their member lists this often
+LEARN_EVERY_S = 5.0
+
+
+class ActiveActiveMembership:
+    """The membership part of :class:`node.activeactive.region.ActiveActive`."""
+
+    # the clock promises are timed by (monotonic seconds; the simulation sets its virtual one)
+    membership_clock: Callable[[], float] = staticmethod(time.monotonic)
+    settling: asyncio.Task | None = None  # settles promises their coordinators left (start)
+    _settle_soon = False  # a coordinator's abort came for a promise reported to a settling voter
+
+    # ------------------------------------------------------------ learning newer lists
+    async def _keep_learning(self) -> None:
+        """Ask the peers for their member lists at start, after a peer refused this region, and
+        every LEARN_EVERY_S while no link is up: a region removed while it was down or cut off
+        learns it even from peers that never dial it (and then stops taking writes)."""
+        last = -LEARN_EVERY_S
+        while not self.hub.retired:
+            now = time.monotonic()
+            if self._learn_soon or (not self.hub.links and now - last >= LEARN_EVERY_S):
+                self._learn_soon = False
+                last = now
+                await self._learn_membership()
+            await asyncio.sleep(0.2)  # how often the conditions above are looked at
+
+    async def _learn_membership(self) -> None:
+        """Ask every peer's admin service for its member list and adopt a newer one."""
+        try:
+            lists = await asyncio.to_thread(member_lists, self.admin_connect, self.cluster,
+                                            [p.number for p in self.peers()], self.admin_tls)
+        except Exception as e:  # a peer's odd answer must not stop the region
+            log.warning("could not ask the peers for their member lists: %s", e)
+            return
+        for blob in sorted(lists, key=lambda b: -json.loads(b)["epoch"])[:1]:
+            try:
+                self.adopt(blob)
+            except ValueError as e:
+                log.warning("a peer's member list was refused: %s", e)
+
+    # ------------------------------------------------------------ catching up and promises
+    def caught_up(self) -> bool:
+        """A joining region holds everything each live peer held when they first handshook."""
+        held, target = self.catch_up_progress()
+        waiting = [p.number for p in self.peers() if self.membership.status(p.number) in (ACTIVE, LEAVING)]
+        if any(p not in self.hub.handshake_vv for p in waiting):
+            return False
+        return held >= target
+
+    def catch_up_progress(self) -> tuple[int, int]:
+        """(operations held, operations to hold) of what the peers held at their handshakes."""
+        target: dict[int, int] = {}
+        for p, vv in self.hub.handshake_vv.items():
+            for o, n in vv.items():
+                if o != self.region and n > target.get(o, 0):
+                    target[o] = n
+        vv = self.causal.vv
+        return sum(min(vv.get(o, 0), n) for o, n in target.items()), sum(target.values())
+
+    def promise(self, p: Proposal, now: float | None = None) -> Promise:
+        """A voter's answer to a proposed change (crdt/membership.py); a removal also says
+        how far this region holds the removed region's operations.  A promise left behind by
+        a coordinator that never came back lapses after PROMISE_TIMEOUT_S when another
+        proposal comes (safe: a commit needs the promise it commits), and is settled with
+        the other voters meanwhile (:meth:`left_promise`)."""
+        now = self.membership_clock() if now is None else now
+        held_promise = self.membership.promised
+        if held_promise is not None and held_promise != p and now - self._promised_at > PROMISE_TIMEOUT_S:
+            log.warning("the promise for epoch %d (%s of region %d) lapsed: its coordinator never committed "
+                        "nor aborted it (a forced removal's hold on that region's operations stays until its "
+                        "voters settle it or an epoch does)", held_promise.epoch, held_promise.change.kind,
+                        held_promise.change.number)
+            self.membership.lapse(held_promise)  # a forced removal's hold stays (crdt/membership.py)
+        held = self.causal.vv.get(p.change.number, 0)
+        answer = self.membership.promise(p, held)
+        if answer.ok and held_promise != p:
+            self._promised_at = now
+        self._store_promise()  # on disk before the answer leaves (a lapse, a promise)
+        if answer.ok and p.change.kind == FORCE_REMOVE:
+            self._hold_link(p.change.number)
+            self._drop_refused_pending()
+        return answer
+
+    def _hold_link(self, number: int) -> None:
+        """Cut the link to a region being force-removed: take nothing more of it (the gate also
+        drops its operations relayed by others past the hold)."""
+        self._held_links.add(number)
+        self.hub.pause(number)
+
+    def _release_links(self) -> None:
+        """Links cut for holds no longer in force come back (the removal was aborted, or another
+        change made the epoch)."""
+        for number in list(self._held_links):
+            if number not in self.membership.holding:
+                self._held_links.discard(number)
+                if self.membership.status(number) in LIVE:
+                    self.hub.resume(number)
+
+    def abort(self, p: Proposal, settled: bool = False) -> None:
+        """Give ``p`` up: its coordinator aborted it, or (``settled``) this region's settlement
+        did.  A promise this region reported to a settling voter is not given up on its
+        coordinator's word: it is settled with the voters at once instead."""
+        ended = self.membership.abort(p, settled)
+        self._store_promise()
+        self._release_links()
+        if not ended:
+            log.warning("the abort of the %s of region %d (epoch %d) came after this region told a voter "
+                        "settling it that it holds its promise: it settles it with the voters instead",
+                        p.change.kind, p.change.number, p.epoch)
+            self._settle_soon = True
+
+    # ------------------------------------------------------------ settling a promise its coordinator left
+    def left_promise(self, now: float | None = None) -> Proposal | None:
+        """The proposal to settle with the other voters now, if any: the promise held, once its
+        coordinator had PROMISE_TIMEOUT_S to commit or abort it (from the promise, or from this
+        region's start), or at once after a coordinator's abort this region could not take;
+        backing none, a promise that lapsed here (its hold stays until it is settled)."""
+        m = self.membership
+        p = m.left_promise()
+        if p is None:
+            return None
+        now = self.membership_clock() if now is None else now
+        if p == m.promised and not self._settle_soon and now - self._promised_at <= PROMISE_TIMEOUT_S:
+            return None
+        return p
+
+    def standing(self, p: Proposal) -> Standing:
+        """Where this region stands on ``p``, asked by a voter settling it (itself included);
+        what the answer binds it to (crdt/membership.py) is on disk before the answer leaves."""
+        m = self.membership
+        if m.promised is not None and m.promised.change.kind == REMOVE and not m.answered:
+            # kept by a version that did not keep ``answered``: a graceful removal's voter answers
+            # every operation of the leaver it holds, and a leaver takes no writes
+            m.answered = self.causal.vv.get(m.promised.change.number, 0)
+        before = self._promise_state()
+        answer = m.standing(p)
+        if self._promise_state() != before:
+            self._store_promise()
+        return answer
+
+    def settle(self, p: Proposal, standings: dict[int, Standing]) -> Settlement:
+        """Decide ``p`` from where its voters stand (``standings``: voter -> its answer, this
+        region's own among them) and apply the outcome here: commit it, abort it, or ask the
+        peers for the newer list a voter holds.  The caller sends a commit on to the other
+        voters."""
+        m = self.membership
+        if m.promised != p:
+            return Settlement(WAIT, reason="this region no longer holds its promise")
+        settlement = m.settle(p, standings)
+        what = f"the {p.change.kind} of region {p.change.number} for epoch {p.epoch}"
+        if settlement.outcome == COMMIT:
+            log.warning("settled %s with its voters: every one holds its promise, so it is committed%s", what,
+                        f" (frozen at {settlement.frozen})" if p.change.kind in (REMOVE, FORCE_REMOVE) else "")
+            self.commit(p, settlement.frozen)
+        elif settlement.outcome == ABORT:
+            log.warning("settled %s with its voters: aborted (%s)", what, settlement.reason)
+            self.abort(p, settled=True)
+        elif settlement.outcome == ADOPT:
+            log.warning("settling %s: %s; this region takes the newer list", what, settlement.reason)
+            self._learn_soon = True  # the learning task asks the peers for their lists
+        else:
+            log.info("cannot settle %s yet: %s", what, settlement.reason)
+        if settlement.outcome != WAIT:
+            self._settle_soon = False
+        return settlement
+
+    async def _keep_settling(self) -> None:
+        """Settle a promise its coordinator left (:meth:`left_promise`) with the other voters,
+        asking again every SETTLE_EVERY_S until it ends."""
+        while not self.hub.retired:
+            p = self.left_promise()
+            if p is None:
+                await asyncio.sleep(0.5)  # how often a promise is looked at
+                continue
+            try:
+                await self._settle_with_voters(p)
+            except Exception as e:  # a peer's odd answer must not stop the region
+                log.warning("could not settle the membership promise for epoch %d: %s", p.epoch, e)
+            await asyncio.sleep(SETTLE_EVERY_S)
+
+    async def _settle_with_voters(self, p: Proposal) -> None:
+        others = [n for n in self.membership.voters(p.change) if n != self.region]
+        mine = self.standing(p)
+        theirs = await asyncio.to_thread(standings_from_regions, self.admin_connect, self.cluster, p, others,
+                                         self.admin_tls)
+        settlement = self.settle(p, {**theirs, self.region: mine})
+        if settlement.outcome == COMMIT:
+            unreached = await asyncio.to_thread(commit_to_regions, self.admin_connect, self.cluster, p,
+                                                settlement.frozen, others, self.admin_tls)
+            if unreached:
+                log.info("the settled commit of epoch %d did not reach %s: each settles it itself or takes the "
+                         "list at its next handshake", p.epoch, "; ".join(unreached))
+
+    # ------------------------------------------------------------ the promise on disk
+    def attach_promise_store(self, store) -> None:
+        """Keep the promise in ``store`` (``save(state | None)``, ``load()``), and take back the
+        one stored before a restart (node/persistence/promise.py)."""
+        self.promise_store = store
+        state = store.load()
+        if not state or int(state.get("epoch", 0)) != self.membership.epoch:
+            return  # none, or the membership moved on meanwhile: the outcome is known
+        m = self.membership
+        m.holding = {int(o): int(n) for o, n in state.get("holding", {}).items()}
+        if state.get("promised"):
+            m.promised = proposal_from_dict(state["promised"])
+            # settled with the other voters PROMISE_TIMEOUT_S after the restart, if its coordinator
+            # has not ended it by then
+            self._promised_at = self.membership_clock()
+            # (a file written before ``answered`` was kept: a forced removal's voter answered its
+            # hold; a graceful removal's answer is read when a settling voter asks, see standing)
+            m.answered = int(state.get("answered", m.holding.get(m.promised.change.number, 0)))
+            m.reported = bool(state.get("reported", False))
+        m.lapsed = {q.ballot: (q, int(x["answered"]), bool(x["reported"]))
+                    for x in state.get("lapsed", ()) for q in (proposal_from_dict(x["proposal"]),)}
+        m.refusing = {(int(b[0]), int(b[1])) for b in state.get("refusing", ())}
+        for number in m.holding:
+            self._hold_link(number)
+        log.warning("restarted with a membership promise (%s) and holds %s", m.promised, m.holding)
+
+    def _promise_state(self) -> dict | None:
+        """What the promise store keeps (None: nothing)."""
+        m = self.membership
+        if m.promised is None and not m.holding and not m.lapsed and not m.refusing:
+            return None
+        return {"epoch": m.epoch,
+                "promised": None if m.promised is None else proposal_to_dict(m.promised),
+                "answered": m.answered, "reported": m.reported,
+                "holding": {str(o): n for o, n in m.holding.items()},
+                "lapsed": [{"proposal": proposal_to_dict(q), "answered": answered, "reported": reported}
+                           for q, answered, reported in m.lapsed.values()],
+                "refusing": [list(b) for b in sorted(m.refusing)]}
+
+    def _store_promise(self) -> None:
+        if self.promise_store is not None:
+            self.promise_store.save(self._promise_state())
+
+    def commit(self, p: Proposal, frozen: int) -> None:
+        """Apply an agreed change (MembershipError: this region did not promise it)."""
+        before = Membership(self.membership.stride, self.membership.epoch, dict(self.membership.members),
+                            dict(self.membership.frozen))
+        endpoint = {p.change.number: p.change.endpoint} if p.change.endpoint else {}
+        self.membership.commit(p, frozen)
+        log.warning("membership epoch %d: %s of region %d%s", p.epoch, p.change.kind, p.change.number,
+                    f" ({p.change.name})" if p.change.name else "")
+        self._membership_changed(before, endpoint)
+
+    def adopt(self, blob: bytes) -> bool:
+        """Take a peer's newer member list (from a handshake, or braid-admin); returns whether it
+        was newer.  ValueError: it cannot be this database's list."""
+        other, endpoints = membership_from_blob(blob, self.membership.stride)
+        before = Membership(self.membership.stride, self.membership.epoch, dict(self.membership.members),
+                            dict(self.membership.frozen))
+        if not self.membership.adopt(other):
+            return False
+        log.warning("adopted membership epoch %d from a peer (this region was at epoch %d)", other.epoch, before.epoch)
+        self._membership_changed(before, endpoints)
+        return True
+
+    def _membership_changed(self, before: Membership, endpoints: dict[int, tuple]) -> None:
+        """Record the new list, follow it with the links (dial new members, drop removed ones,
+        handshake again with everyone at the new epoch) and, once removed, stop syncing."""
+        m = self.membership
+        self.active = m.status(self.region) == ACTIVE
+        self._store_promise()  # a newer epoch: no promise or hold is left
+        self._drop_refused_pending()
+        self.cluster.take_membership(m, endpoints)
+        self.hub.names = {r.number: r.name for r in self.cluster.regions}
+        try:
+            self.cluster.save()
+        except OSError as e:
+            log.error("cannot record membership epoch %d in %s: %s (it is kept in memory; peers "
+                      "bring it again at the next handshake)", m.epoch, self.cluster.path, e)
+        if m.status(self.region) == REMOVED:
+            log.warning("this region was removed from the database at epoch %d: it syncs no more and "
+                        "refuses writes; purge it (braid-admin region purge) to add it again", m.epoch)
+            self.hub.retire()
+            return
+        for number in [n for n in self.hub.peer_numbers() if m.status(n) not in LIVE]:
+            self.hub.forget(number)
+        self._release_links()
+        self.hub.relink()
+        self._dial_peers()
+        self._watch_join()
+
+    def _drop_refused_pending(self) -> None:
+        """The list now refuses operations of a region removed (or being removed) by force past
+        its frozen point: envelopes of it that wait here for their dependencies go, with those
+        that depend on one.  Left waiting, one would be applied past the frozen point as soon
+        as what it waits for arrives from a member (or wait for good), and this region would
+        hold what the others never accept.  Dropping a waiting envelope is safe (crdt/causal.py):
+        a peer sends again what this region lacks."""
+        m = self.membership
+        self.membership_dropped += self.causal.drop_pending(
+            lambda e: not m.accepts(e.origin, e.n) or not all(m.accepts(o, n) for o, n in e.deps))
+
+    def purge(self, blob: bytes) -> None:
+        """Wipe this region's data so that it can be added again as a new member: only once it
+        is removed (``blob``: a member's list, which may say so); ValueError otherwise."""
+        if blob:
+            self.adopt(blob)
+        status = self.membership.status(self.region)
+        if status != REMOVED:
+            raise ValueError(f"region {self.me.name} is {status or 'not a member'} at membership epoch "
+                             f"{self.membership.epoch}: only a removed region can be purged")
+        self.on_purge()
+
+    def _watch_join(self) -> None:
+        """While this region is joining, have it activated once it caught up."""
+        if self.membership.status(self.region) != JOINING or (self.activation and not self.activation.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not serving (the simulation drives activation itself)
+        self.activation = loop.create_task(self._activate_when_caught_up())
+
+    async def _activate_when_caught_up(self) -> None:
+        delay = 0.05
+        while self.membership.status(self.region) == JOINING:
+            if self.caught_up():
+                try:
+                    m = self.membership
+                    await asyncio.to_thread(agree_with_regions, self.admin_connect, self.cluster,
+                                            Membership(m.stride, m.epoch, dict(m.members), dict(m.frozen)),
+                                            Change(ACTIVATE, self.region), (self.region, time.time_ns()),
+                                            self.admin_tls)
+                    continue
+                except (MembershipChangeError, MembershipError) as e:
+                    log.info("not activated yet: %s", e)
+            await asyncio.sleep(delay * (0.5 + random.random()))  # retry with backoff and jitter
+            delay = min(delay * 2, 2.0)
+
+
+class MembershipGate:
+    """What the replication hub asks at handshakes and per operation (see the module's theory)."""
+
+    def __init__(self, aa: ActiveActive) -> None:
+        self.aa = aa
+
+    def hello(self) -> tuple[int, bytes]:
+        """(epoch, member list) this region's Hello or Welcome carries."""
+        return self.aa.membership.epoch, self.aa.cluster.membership_blob()
+
+    def check_peer(self, peer: int, epoch: int, blob: bytes) -> str:
+        """At a handshake: '' to go on, else why the peer is refused (a newer list is adopted first)."""
+        aa = self.aa
+        if epoch > aa.membership.epoch and blob:
+            try:
+                aa.adopt(blob)
+            except ValueError as e:
+                return f"region {peer} sent {e}"
+        m = aa.membership
+        if m.status(aa.region) == REMOVED:
+            return f"region {aa.me.name} was removed from the database at membership epoch {m.epoch}"
+        status = m.status(peer)
+        if status == REMOVED:
+            spec = aa.cluster.by_number(peer)
+            name = spec.name if spec else str(peer)
+            return (f"region {peer} ({name}) was removed from the database (membership epoch {m.epoch}): "
+                    f"purge it (braid-admin region purge --region {name}) and add it again")
+        if status is None:
+            return f"region {peer} is not a member of the database at membership epoch {m.epoch}"
+        return ""
+
+    def refused(self) -> None:
+        self.aa.membership_refused += 1
+
+    def admits_all(self, envs: list[Envelope]) -> bool:
+        """Whether :meth:`admits` would say '' (apply it) of every one of ``envs``."""
+        return self.aa.membership.admits_all(envs)
+
+    def admits(self, env: Envelope) -> str:
+        """'' apply it; 'drop': an operation of a removed region past its frozen point (or of one
+        being force-removed past what this region held); 'behind': a region this list does
+        not know (the peer has a newer list)."""
+        m = self.aa.membership
+        if m.admits(env.origin, env.n, env.deps):
+            return ""
+        if m.status(env.origin) is not None and all(m.status(o) is not None for o, _ in env.deps):
+            self.aa.membership_dropped += 1
+            return "drop"
+        return "behind"

@@ -1,0 +1,2 @@
+"""The command-line programs: ``braid`` (node, up/down/restart, import/export, logs) and
+``braid-admin``."""

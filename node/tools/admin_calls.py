@@ -1,0 +1,166 @@
+"""How ``braid-admin`` (node/tools/admin_cli.py) reaches the regions: the cluster it is pointed at (a
+cluster file, or a region's port that tells the rest), the admin certificate it presents, calls
+to one region and their failures as sentences, every member's status (taking a newer member
+list a region reports).  The commands are in admin_cli.py, admin_regions.py and admin_backup.py.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+
+from crdt.membership import REMOVED, Member, Membership
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec, load
+from node.transport.admin import AdminCallError, AdminClient, AdminTls
+
+DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
+
+
+class AdminError(Exception):
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+TLS_FILES: dict[str, str] = {}  # ca, cert, key: the files braid-admin presents and trusts (empty: plain text)
+
+
+def read_tls(paths: dict[str, str]) -> dict[str, bytes]:
+    out = {}
+    for what, path in paths.items():
+        try:
+            with open(path, "rb") as f:
+                out[what] = f.read()
+        except OSError as e:
+            raise AdminError(f"cannot read the TLS {what} file {path}: {e.strerror or e}") from None
+    return out
+
+
+def tls_for(server_name: str | None) -> AdminTls | None:
+    if not TLS_FILES:
+        return None
+    pem = read_tls(TLS_FILES)
+    return AdminTls(pem["ca"], pem["cert"], pem["key"], server_name)
+
+
+def admin_client(cfg: ClusterConfig, r: RegionSpec) -> AdminClient:
+    return AdminClient(f"{r.host}:{r.repl_port}", cfg.token, tls=tls_for(r.name))
+
+
+# Calls that change nothing, asked again when a region is slow to answer: a region busy
+# catching up (or a loaded machine) can miss one 5 s deadline without being down.
+READ_ONLY_CALLS = {"status": 2, "cluster_toml": 2}
+
+
+def call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
+    attempts = READ_ONLY_CALLS.get(method, 1)
+    with admin_client(cfg, r) as c:
+        for attempt in range(1, attempts + 1):
+            try:
+                return getattr(c, method)(*args)
+            except AdminCallError as e:
+                if e.timed_out and attempt < attempts:
+                    continue
+                raise failure(r, e, f"no answer within {c.timeout:g} s, {attempts} times") from None
+
+
+def failure(r: RegionSpec, e: AdminCallError, timed_out: str) -> AdminError:
+    """A failed call to region ``r`` as a sentence; ``timed_out``: what the deadline was."""
+    if e.timed_out:
+        return AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable ({timed_out})", True)
+    if e.unreachable:
+        return AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True)
+    return AdminError(f"region {r.name} refused: {e}")
+
+
+def use_tls(args, cfg: ClusterConfig | None) -> None:
+    """The admin certificate: the cluster file's, each part overridable by an option."""
+    TLS_FILES.clear()
+    given = {"ca": args.tls_ca, "cert": args.tls_cert, "key": args.tls_key}
+    if cfg is not None and cfg.tls is not None:
+        TLS_FILES.update(ca=cfg.tls.ca, cert=cfg.tls.admin_cert, key=cfg.tls.admin_key)
+    elif any(given.values()) and not all(given.values()):
+        raise AdminError("mutual TLS needs --tls-ca, --tls-cert and --tls-key together")
+    TLS_FILES.update({k: v for k, v in given.items() if v})
+
+
+def open_cluster(args) -> tuple[ClusterConfig, str | None]:
+    if args.host or args.port:
+        token = args.token or os.environ.get("BRAID_TOKEN", "")
+        address = f"{args.host or '127.0.0.1'}:{args.port or 7101}"
+        use_tls(args, None)
+        # the first call checks the region's certificate against the host name dialed
+        with AdminClient(address, token, tls=tls_for(None)) as c:
+            try:
+                data = tomllib.loads(c.cluster_toml())
+            except AdminCallError as e:
+                raise AdminError(f"cannot administer {address}: {e} (is it a region's replication port, "
+                                 "and the cluster token given with --token or $BRAID_TOKEN?)") from None
+        regions = [RegionSpec(x["name"], x["number"], x["host"], x["port"], x["repl_port"],
+                              status=x.get("status", "active"), frozen=x.get("frozen", 0)) for x in data["regions"]]
+        return ClusterConfig(data["cluster_id"], data["database"], token, data["stride"], regions,
+                             data.get("id_mode", "strict"), epoch=data.get("epoch", 1)), None
+    path = args.cluster or DEFAULT_CLUSTER
+    try:
+        cfg = load(path)
+        use_tls(args, cfg)
+        return cfg, path
+    except FileNotFoundError:
+        raise AdminError(f"no cluster file at {path} (give --cluster FILE or --host/--port)") from None
+    except (ValueError, KeyError, tomllib.TOMLDecodeError) as e:
+        raise AdminError(f"{path}: {e}") from None
+
+
+def region_named(cfg: ClusterConfig, name: str) -> RegionSpec:
+    try:
+        return cfg.region(name)
+    except ValueError as e:
+        raise AdminError(str(e)) from None
+
+
+def check_db(cfg: ClusterConfig, db: str) -> None:
+    if db != cfg.database:
+        raise AdminError(f"no database named {db!r} (this cluster's database is {cfg.database!r})")
+
+
+def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict, list[str]]:
+    """Status of every reachable member (by name), and a sentence per failure.  A region
+    with a newer member list than ``cfg``'s updates it (and the file at ``path``), and the
+    members it adds are asked too."""
+    found, failures, asked = {}, [], set()
+    while True:
+        todo = [r for r in cfg.live_regions() if r.number not in asked]
+        if not todo:
+            return found, failures
+        for r in todo:
+            asked.add(r.number)
+            try:
+                found[r.name] = call(cfg, r, "status")
+            except AdminError as e:
+                failures.append(str(e))
+        newest = max(found.values(), key=lambda st: st.epoch, default=None)
+        if newest is not None and newest.epoch > cfg.epoch:
+            take_members(cfg, newest)
+            if path is not None:
+                cfg.save(path)
+        for name in [name for name in found if cfg.region(name).status == REMOVED]:
+            del found[name]
+
+
+def take_members(cfg: ClusterConfig, st) -> None:
+    """Record a region's member list (a RegionStatus) in ``cfg``."""
+    m = Membership(cfg.stride, st.epoch, {x.number: Member(x.number, x.name, x.status) for x in st.members},
+                   {x.number: x.frozen for x in st.members if x.status == REMOVED})
+    cfg.take_membership(m, {x.number: (x.host, x.port, x.repl_port) for x in st.members})
+
+
+def tls_pem() -> tuple[bytes, bytes, bytes] | None:
+    if not TLS_FILES:
+        return None
+    pem = read_tls(TLS_FILES)
+    return pem["ca"], pem["cert"], pem["key"]
+
+
+def counted(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+

@@ -1,0 +1,417 @@
+"""The ``braid`` command line: ``braid node`` runs one region, ``braid up`` a local cluster.
+
+This module builds the parser and runs ``braid node``; the other subcommands live where their
+work is: node/tools/cluster.py (``up``, ``down``, ``restart``), node/tools/cli_logs.py (``check-log``,
+``convert-snapshot``), node/interop/import_export.py (``import``, ``export``), node/tools/cli_args.py (the
+argument types they share).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import logging
+import os
+import sys
+import threading
+import time
+
+from node.activeactive.cluster_config import load
+from node.interop.import_export import RdbImport, add_rdb_commands, client_for
+from node.interop.rdbfile import RdbFileError
+from node.persistence.promise import PromiseFileError
+from node.persistence.replay import LoadError
+from node.region.config import FSYNC_POLICIES, Config, ConfigError
+from node.region.supervision import (
+    EXIT_FAIL_STOP,
+    oom_detail,
+    ran_out_of_memory,
+    release_memory_reserve,
+    reserve_memory,
+)
+from node.runtime.server import Server, run_server
+from node.security.acl import AclFileError
+from node.security.certs import create_cluster_certs
+from node.security.tls import TlsConfigError
+from node.tools.cli_args import port_number
+from node.tools.cli_logs import cmd_check_log, cmd_convert_snapshot
+from node.tools.cluster import down, restart, up
+from node.transport.tls import TlsConfigError as LinkTlsError
+
+# `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
+TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
+               "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+               "tls-prefer-server-ciphers", "tls-session-caching", "tls-session-cache-size",
+               "tls-session-cache-timeout")
+TLS_HELP = {  # what each does, and its default (Redis's)
+    "tls-port": "serve clients with TLS on this port (default 0: off)",
+    "tls-cert-file": "the server certificate, PEM (needed with --tls-port)",
+    "tls-key-file": "its private key, PEM (needed with --tls-port)",
+    "tls-key-file-pass": "the private key's passphrase (default: none)",
+    "tls-ca-cert-file": "CA bundle to check client certificates with (default: none)",
+    "tls-ca-cert-dir": "directory of CA certificates to check client certificates with (default: none)",
+    "tls-auth-clients": "yes: clients must present a certificate; optional: checked when given; no: not asked "
+                        "(default yes)",
+    "tls-protocols": "protocols allowed, e.g. \"TLSv1.2 TLSv1.3\" (default: both)",
+    "tls-ciphers": "TLSv1.2 cipher list, OpenSSL syntax (default: OpenSSL's)",
+    "tls-ciphersuites": "TLSv1.3 cipher suites, OpenSSL syntax (default: OpenSSL's)",
+    "tls-prefer-server-ciphers": "yes: the server's cipher order wins (default no)",
+    "tls-session-caching": "yes: clients may resume TLS sessions (default yes)",
+    "tls-session-cache-size": "TLS sessions kept for resumption (default 20480)",
+    "tls-session-cache-timeout": "seconds a cached TLS session stays valid (default 300)",
+}
+
+
+def _dest(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _event_loop_policy() -> None:
+    try:
+        import uvloop  # optional by platform (not on Windows): imported where it is used, guarded
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    # a crash in native code (a segmentation fault, an abort: gRPC's C core aborts when an allocation
+    # fails) leaves every thread's Python stack on stderr, which is the region's log
+    try:
+        faulthandler.enable(all_threads=True)
+    except (RuntimeError, ValueError, OSError, AttributeError):
+        pass  # no stderr to write to (it is closed): nothing to leave them in
+    cluster = None
+    if args.config:
+        try:
+            ccfg = load(args.config)
+            me = ccfg.region(args.region or "")
+        except (OSError, ValueError, KeyError) as e:
+            print(f"braid node: {e}", file=sys.stderr)
+            return 2
+        cluster = (ccfg, me)
+        args.port = me.port
+        args.bind = args.bind or me.host  # a container binds 0.0.0.0 but is reached by its name
+        if args.data_dir is None:  # the cluster file says where this region's data is
+            args.data_dir = ccfg.region_data_dir(me)
+    args.data_dir = args.data_dir or "./data"
+    os.makedirs(args.data_dir, exist_ok=True)
+    args.bind = args.bind or "127.0.0.1"
+    cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
+    if cluster:  # the database's memory limit ([regions.config] may set another for one region)
+        cfg.set("maxmemory", cluster[0].maxmemory)
+    for name, value in (cluster[0].region_settings(cluster[1]) if cluster else {}).items():
+        try:  # the cluster file's [regions.config] (the command line's options come after it)
+            cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
+        except ConfigError as e:
+            print(f"braid node: {args.config}: region {cluster[1].name}: {name} = {value!r}: {e}", file=sys.stderr)
+            return 2
+    if args.requirepass:
+        cfg.set("requirepass", args.requirepass)
+    cfg.set("appendonly", args.appendonly == "yes")
+    cfg.set("enable-debug-command", args.enable_debug_command)
+    fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
+    if fsync:
+        cfg.set("appendfsync", fsync)
+    given = [(name, getattr(args, _dest(name))) for name in TLS_OPTIONS if getattr(args, _dest(name)) is not None]
+    for name, value in given:
+        try:
+            cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
+        except ConfigError as e:
+            print(f"braid node: --{name} {value}: {e}", file=sys.stderr)
+            return 2
+    if args.aclfile:
+        cfg.set("aclfile", os.path.abspath(args.aclfile))
+    if args.metrics_port is not None:
+        cfg.set("metrics-port", args.metrics_port)
+    importer = _node_import(args, cfg) if args.import_rdb else None
+    if isinstance(importer, int):
+        return importer
+    try:
+        server = Server(cfg, cluster=cluster)
+    except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
+        print(f"braid node: aborting startup because of ACL errors: {e}", file=sys.stderr)
+        return 1
+    except LinkTlsError as e:
+        print(f"braid node: TLS between regions: {e}", file=sys.stderr)
+        return 1
+    except PromiseFileError as e:
+        print(f"braid node: {e}", file=sys.stderr)
+        return 1
+    try:
+        server.tls.check()  # a bad certificate or key: a clear error now, not a traceback later
+    except TlsConfigError as e:
+        print(f"braid node: {e}", file=sys.stderr)
+        return 1
+    _event_loop_policy()
+    if importer is not None:
+        importer.start()
+
+    reserve_memory()  # given back when memory runs out, so that the fail-stop can log and close (supervision.py)
+    try:
+        status = asyncio.run(run_server(server, args.bind, int(cfg["port"]) or None))
+    except Exception as e:
+        if ran_out_of_memory(e):  # (a LoadError or OSError may say so too)
+            return _ran_out_of_memory(server, e)
+        if isinstance(e, LoadError):
+            print(f"braid: {e}", file=sys.stderr)
+            return 1
+        if not isinstance(e, OSError):
+            raise
+        what = e.strerror or str(e)
+        where = (f" on {args.bind}" if what.startswith(("tls-port", "metrics-port")) else "" if what.startswith("port 0")
+                 else f" on {args.bind}:{args.port}")
+        print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
+        return 1
+    if server.failed is not None:
+        print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "
+              f"append-only file and catches up from its peers)", file=sys.stderr)
+    return status
+
+
+def _ran_out_of_memory(server: Server, e: BaseException) -> int:
+    """A region whose memory ran out in something that did not fail-stop it itself (loading its
+    data, stopping after a fail-stop): said in its log; exit status 1 while it loaded its data
+    (the data is fine: it needs more memory), else EXIT_FAIL_STOP (node/region/supervision.py)."""
+    release_memory_reserve()  # first: what follows allocates
+    loading = server.failed is None and bool(server.config["appendonly"]) and server.oplog is None
+    doing = "loading the append-only file" if loading else "serving" if server.failed is None else "stopping"
+    logging.getLogger("braid.server").critical("region %d ran out of memory while %s: %s", server.region, doing,
+                                               oom_detail(e), exc_info=e)
+    if loading:
+        print(f"braid: out of memory while loading the append-only file in {server.config['dir']} (the file "
+              "is not damaged: loading it needs more memory); start the region again with more", file=sys.stderr)
+        return 1
+    print(f"braid: region {server.region} fail-stopped: {server.failed or f'out of memory while {doing}'}; restart "
+          "it (it replays its append-only file and catches up from its peers)", file=sys.stderr)
+    return EXIT_FAIL_STOP
+
+
+def _node_import(args: argparse.Namespace, cfg: Config):
+    """`braid node --import FILE.rdb`: None when the data directory already holds data (a restart: the
+    streams were imported before); else the thread that restores the file's streams once the region
+    serves, through its own client port (reported on stdout); or an exit status: 2 for an unreadable
+    file or no plain port."""
+    log_dir = os.path.join(cfg["dir"], cfg["appenddirname"])
+    if os.path.isdir(log_dir) and os.listdir(log_dir):
+        print(f"braid node: --import {args.import_rdb}: not imported, the data directory holds data already",
+              flush=True)
+        return None
+    if not int(cfg["port"]):
+        print("braid node: --import needs the plain client port (--port)", file=sys.stderr)
+        return 2
+    try:
+        job = RdbImport(args.import_rdb, 0, False)
+    except OSError as e:
+        print(f"braid node: --import {args.import_rdb}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RdbFileError as e:
+        print(f"braid node: --import {args.import_rdb}: not a valid RDB file: {e}", file=sys.stderr)
+        return 2
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "*": "127.0.0.1"}.get(args.bind.split()[0], args.bind.split()[0])
+    where = (host, int(cfg["port"]))
+
+    def run() -> None:
+        import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
+
+        client_args = argparse.Namespace(user=None, password=cfg["requirepass"] or None, tls=False, timeout=30.0)
+        deadline = time.monotonic() + 60
+        while True:  # until the region serves (it may be replaying its log first)
+            try:
+                client = client_for(client_args, where)
+                break
+            except redis.ConnectionError as e:
+                if time.monotonic() > deadline:
+                    print(f"braid node: --import: the region did not answer: {e}", file=sys.stderr, flush=True)
+                    return
+                time.sleep(0.1)
+            except redis.RedisError as e:
+                print(f"braid node: --import: {e}", file=sys.stderr, flush=True)
+                return
+        try:
+            job.restore(client)
+        except redis.RedisError as e:
+            print(f"braid node: --import: {e} (after {len(job.imported)} streams)", file=sys.stderr, flush=True)
+            return
+        finally:
+            client.close()
+        lines = [job.header(), *job.report(f"{where[0]}:{where[1]}"), *job.refusals()]
+        print("\n".join(f"braid node: --import: {line}" for line in lines), flush=True)
+
+    return threading.Thread(target=run, name="rdb-import", daemon=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    return up(args)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    return down(args)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    return restart(args)
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from pipeline.examples import rides  # Spark is an optional dependency: only this command needs it
+
+    return rides.main(args.args)
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    try:
+        made = create_cluster_certs(args.dir, regions, hosts=hosts, days=args.days, force=args.force)
+    except (ValueError, OSError) as e:
+        print(f"braid certs: {e}", file=sys.stderr)
+        return 2
+    print(f"cluster CA: {made.ca}")
+    for name, (crt, key) in made.regions.items():
+        print(f"{name}: {crt} {key}")
+    print(f"braid-admin: {made.admin[0]} {made.admin[1]}")
+    print(f"applications: {made.client[0]} {made.client[1]}")
+    return 0
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
+    parser.add_argument("--log-level", default="INFO", metavar="LEVEL",
+                        help="DEBUG, INFO, WARNING or ERROR: the least severe messages logged (default INFO)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("node", help="run one region",
+                       epilog="exit status: 0 after SHUTDOWN or a signal; 1 when the region cannot load its "
+                              "data or its ACL file, listen, or use its TLS certificate, key or CA bundle; 2 for "
+                              "a bad cluster file or region; 70 when the region fail-stopped (its state may be "
+                              "wrong, or it ran out of memory; restarting it replays its log)")
+    p.add_argument("--port", type=int, default=6380,
+                   help="the client (RESP) port (default 6380; with --config, the region's port in the file)")
+    p.add_argument("--bind", help="address to listen on (default: the region's host in the cluster file, "
+                                  "else 127.0.0.1)")
+    p.add_argument("--data-dir", help="where the region keeps its append-only files and snapshots (default: the "
+                                      "cluster file's data_dir for the region, else ./data)")
+    p.add_argument("--requirepass", default="", help="the default user's password (default: none)")
+    p.add_argument("--aclfile", help="users and permissions, one 'user NAME RULES...' line each, as Redis's "
+                                     "ACL file (ACL LOAD / ACL SAVE use it); users are per region")
+    p.add_argument("--metrics-port", type=port_number, metavar="PORT",
+                   help="serve Prometheus metrics at http://BIND:PORT/metrics (default: the cluster file's "
+                        "[regions.config] metrics-port, else 0: off)")
+    p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")
+    p.add_argument("--region", help="this region's name in the cluster file")
+    p.add_argument("--appendonly", choices=["yes", "no"], default="yes",
+                   help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
+    p.add_argument("--enable-debug-command", choices=["no", "yes", "local"], default="no",
+                   help="allow DEBUG's fault injection (clock skew, slow fsync, full disk), as chaos tests do; "
+                        "local: from loopback connections only (default no)")
+    p.add_argument("--import", dest="import_rdb", metavar="FILE.rdb",
+                   help="on a first start (nothing in the append-only directory yet), restore the streams of this "
+                        "Redis RDB file once the region serves, as braid import does (the report goes to stdout); "
+                        "an unreadable file stops the start. In an Active-Active database give it to one region: "
+                        "the streams replicate")
+    p.add_argument("--appendfsync", choices=FSYNC_POLICIES,
+                   help="when the log reaches the disk (default: the cluster file's, else everysec)")
+    tls = p.add_argument_group("TLS on the client port (Redis's settings; also CONFIG GET/SET and the cluster "
+                               "file's [regions.config]); --port 0 turns the plain port off")
+    for name in TLS_OPTIONS:
+        tls.add_argument(f"--{name}", dest=_dest(name), metavar="VALUE", help=TLS_HELP[name])
+    p.set_defaults(fn=cmd_node)
+
+    p = sub.add_parser(
+        "up", help="start a local cluster on loopback",
+        description="Start a local cluster: one braid node process per region, on loopback, its data and node.log "
+                    "in DATA_DIR/region-N/. In the foreground (the default) a region that dies is reported and "
+                    "started again, and Ctrl-C stops them all; over a cluster that already runs in DATA_DIR it says "
+                    "so (exit 0).",
+        epilog="ports: region N (1, 2, ...) takes BASE+N-1 for clients (RESP), BASE+100+N-1 for replication "
+               "(gRPC) and, with --tls, BASE+200+N-1 for TLS clients; all are checked before anything starts. "
+               "Restart one region: braid restart --region NAME; stop: braid down (both with the same --data-dir)")
+    p.add_argument("--regions", type=int, default=3,
+                   help="how many regions (1-15, default 3); 1 is a standalone region with Redis's own ID rules. "
+                        "A data directory that holds a cluster restarts it as it is")
+    p.add_argument("--base-port", type=int, default=7001, metavar="BASE",
+                   help="first client port (default 7001: clients on 7001.., replication on 7101.., TLS on 7201..)")
+    p.add_argument("--data-dir", default="./data",
+                   help="where the cluster file (cluster.toml), the record of its processes (cluster.pids) and each "
+                        "region's data and log (region-N/) live (default ./data)")
+    p.add_argument("--detach", action="store_true",
+                   help="return once the regions serve (they run on; stop them with braid down)")
+    p.add_argument("--tls", action="store_true",
+                   help="certificates under DATA/tls/, TLS on a client port 200 above each plain one (kept on), "
+                        "mutual TLS between regions")
+    p.add_argument("--add-region", nargs="?", const="", metavar="NAME",
+                   help="grow the cluster running detached in --data-dir by one region (default name: the next "
+                        "region-N; the next free ports after the others): braid-admin region add, then the new "
+                        "region starts detached and joins (it takes writes once caught up). Shrink with "
+                        "braid-admin region remove NAME, then braid down --region NAME")
+    p.set_defaults(fn=cmd_up)
+
+    p = sub.add_parser("down", help="stop the local cluster in --data-dir, however its regions were started",
+                       description="Stop every region of the cluster in --data-dir: those braid up started "
+                                   "(detached or in the foreground) and those restarted by hand. A process counts "
+                                   "as a region of the cluster only when its command line says so (braid node with "
+                                   "this cluster file, or a data directory in --data-dir): nothing else is "
+                                   "signalled.")
+    p.add_argument("--data-dir", default="./data", help="the cluster's data directory (default ./data)")
+    p.add_argument("--region", metavar="NAME",
+                   help="stop only this region (after braid-admin region remove NAME)")
+    p.set_defaults(fn=cmd_down)
+
+    p = sub.add_parser("restart", help="restart one region of the local cluster in --data-dir",
+                       description="Stop the region if it runs (only a process that is that region of this "
+                                   "cluster), start it again detached, logging to DATA_DIR/NAME/node.log, and wait "
+                                   "until it answers. It replays its log and catches up from its peers. Under a "
+                                   "foreground braid up, that braid up starts it again.")
+    p.add_argument("--region", metavar="NAME", required=True, help="the region's name (region-1, region-2, ...)")
+    p.add_argument("--data-dir", default="./data", help="the cluster's data directory (default ./data)")
+    p.set_defaults(fn=cmd_restart)
+
+    p = sub.add_parser("check-log", help="check an operation log directory: segments, snapshots, run mark",
+                       description="Check the log directory of a stopped region (appendonlydir): every segment's "
+                                   "records, every snapshot's checksum and header, the run mark. Exit 0: clean (or "
+                                   "fixed), 1: a torn tail left, 2: damage left or a folder no region can start "
+                                   "from.")
+    p.add_argument("dir", help="the log directory")
+    p.add_argument("--fix", action="store_true",
+                   help="salvage without asking (as redis-check-aof --fix): keep every record before the first bad "
+                        "one and cut the rest (later segments are removed), move damaged snapshots aside "
+                        "(NAME.damaged), and mark the log so the next start takes this region's own operations back "
+                        "from its peers; a standalone region loses what was cut")
+    p.set_defaults(fn=cmd_check_log)
+
+    p = sub.add_parser("convert-snapshot",
+                       help="rewrite snapshots of the old pickle format in the current format (your own files only)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="snapshot files (appendonlydir/snapshot-*.bsnap) or directories holding them; "
+                        "each old file is kept as PATH.pickle-backup")
+    p.set_defaults(fn=cmd_convert_snapshot)
+
+    p = sub.add_parser("certs", help="make the certificates of a cluster (a CA, one per region, admin, client)")
+    csub = p.add_subparsers(dest="certs_cmd", required=True)
+    c = csub.add_parser("create", help="make a cluster CA (or reuse DIR's) and sign every certificate with it")
+    c.add_argument("--dir", required=True, help="where to write ca.crt, <region>.crt/.key, admin.*, client.*")
+    c.add_argument("--regions", required=True, help="comma-separated region names (the names the cluster file uses)")
+    c.add_argument("--hosts", default="localhost,127.0.0.1",
+                   help="host names and addresses clients use to reach the regions (subjectAltNames; "
+                        "default localhost,127.0.0.1)")
+    c.add_argument("--days", type=int, default=825, help="validity of the issued certificates (default 825)")
+    c.add_argument("--force", action="store_true", help="re-issue certificates that already exist (keeps the CA)")
+    c.set_defaults(fn=cmd_certs)
+
+    add_rdb_commands(sub)
+
+    p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
+    p.add_argument("example", choices=["rides"], help="rides: the Rocket Rides unified log (pipeline/examples/rides.py)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the example's own options (--help lists them)")
+    p.set_defaults(fn=cmd_pipeline)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
