@@ -33,7 +33,8 @@ import time
 from node.activeactive.cluster_config import local_cluster
 from node.persistence.aof import scan
 from node.region.config import Config
-from node.runtime.server import ClientConnection, Server
+from node.runtime.connection import ClientConnection
+from node.runtime.server import Server
 from node.testing import BraidProcess, free_ports
 from node.tools.cluster_processes import ping
 

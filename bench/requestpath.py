@@ -21,7 +21,8 @@ import statistics
 import tempfile
 import time
 
-from node.runtime.server import ClientConnection, tune_garbage_collector
+from node.runtime.connection import ClientConnection
+from node.runtime.server import tune_garbage_collector
 from node.testing import RecordingTransport, cluster_of, region_server
 
 

@@ -35,10 +35,11 @@ import hiredis
 import pytest
 import uvloop
 
-import node.runtime.server as server_module
+import node.runtime.connection as connection_module
 from node.region.config import Config
 from node.resp.encoder import encode
-from node.runtime.server import HANDOVER_BYTES, INPUT_SLICE_S, OUTPUT_HOLD_BYTES, SPILL_BYTES, ClientConnection, Server
+from node.runtime.connection import HANDOVER_BYTES, INPUT_SLICE_S, OUTPUT_HOLD_BYTES, SPILL_BYTES, ClientConnection
+from node.runtime.server import Server
 from node.testing import InProcessServer, wait_until
 
 DEFAULT_LIMIT = "normal 1073741824 0 0"
@@ -387,7 +388,7 @@ def test_a_pipeline_waits_at_the_hold_and_goes_on_as_its_replies_are_read(tmp_pa
 def test_a_slice_of_pipelined_commands_runs_per_turn_and_others_are_served_in_between(tmp_path, monkeypatch):
     """A clock that advances a millisecond at every reading: a slice of 2 ms ends after a few commands."""
     ticks = iter(range(10**9))
-    monkeypatch.setattr(server_module, "_clock", lambda: next(ticks) / 1000)
+    monkeypatch.setattr(connection_module, "clock", lambda: next(ticks) / 1000)
     assert INPUT_SLICE_S == 0.002
 
     async def main() -> None:
@@ -415,7 +416,7 @@ def test_a_slice_spent_before_a_partial_command_leaves_reading_on(tmp_path, monk
     and resumes reading; with nothing complete left to run it must not pause reading again,
     or the rest of the command would never be read."""
     ticks = iter(range(0, 10**12, 1000))
-    monkeypatch.setattr(server_module, "_clock", lambda: float(next(ticks)))
+    monkeypatch.setattr(connection_module, "clock", lambda: float(next(ticks)))
 
     async def main() -> None:
         server = _server(tmp_path)

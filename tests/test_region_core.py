@@ -57,6 +57,27 @@ def test_the_server_is_a_driver_of_the_same_core():
         assert getattr(Server, rule) is getattr(RegionCore, rule), rule  # one rule, not a copy
 
 
+def test_every_command_runs_on_a_bare_core_as_on_the_server():
+    """A handler sees its session and the region's services (node/commands/context.py), never
+    the driver: INFO's every section, BGSAVE, SHUTDOWN and DEBUG answer on a core with no
+    sockets, as they do on the server (INFO server raised AttributeError here before)."""
+    core = RegionCore(Config(**{"enable-debug-command": "yes"}))
+    session = Session(core)
+    for section in (b"server", b"clients", b"memory", b"persistence", b"stats", b"everything"):
+        reply = core.call(session, [b"INFO", section])
+        assert not isinstance(reply, ReplyError), (section, reply)
+    text = bytes(core.call(session, [b"INFO", b"server"])).decode()
+    assert f"run_id:{core.run_id}" in text and f"tcp_port:{core.port}" in text
+    # without an append-only file there is nothing to snapshot: BGSAVE answers as SAVE does
+    refused = core.call(session, [b"BGSAVE"])
+    assert isinstance(refused, ReplyError) and refused.message == core.call(session, [b"SAVE"]).message
+    assert core.call(session, [b"DEBUG", b"CLOCK-OFFSET", b"-5000"]) == "OK"
+    assert core.clock_offset_ms == -5000
+    assert not core.shutdown_requested
+    core.call(session, [b"SHUTDOWN", b"NOSAVE"])
+    assert core.shutdown_requested  # a driver stops the region (the server does once the turn ends)
+
+
 def test_under_always_a_reply_leaves_only_after_the_fsync_that_covers_its_record():
     core, me, file = region("always")
     reply = core.call(me, [b"XADD", b"k", b"*", b"f", b"v"])

@@ -26,7 +26,8 @@ from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import aof
 from node.persistence.replay import LoadError
 from node.region.config import Config
-from node.runtime.server import ClientConnection, Server
+from node.runtime.connection import ClientConnection
+from node.runtime.server import Server
 from node.testing import every_peer_answered
 from tests.test_persistence import without_seen_times
 

@@ -14,10 +14,11 @@ import asyncio
 
 import pytest
 
-import node.runtime.server as server_module
+import node.runtime.connection as connection_module
 from node.region.blocking import Blocked
 from node.region.config import Config
-from node.runtime.server import ClientConnection, Server
+from node.runtime.connection import ClientConnection
+from node.runtime.server import Server
 from node.testing import RecordingTransport
 
 
@@ -26,7 +27,7 @@ def _slices_never_end(monkeypatch):
     """A client's commands here always fit in the slice of the loop it gets per turn (the
     slices themselves: tests/test_client_fairness.py): a stopped clock keeps a slow or busy
     machine from splitting a read's commands over two turns."""
-    monkeypatch.setattr(server_module, "_clock", lambda: 0.0)
+    monkeypatch.setattr(connection_module, "clock", lambda: 0.0)
 
 
 def _req(*args: str) -> bytes:

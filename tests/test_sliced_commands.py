@@ -22,7 +22,7 @@ import random
 import hiredis
 import pytest
 
-import node.runtime.server as server_module
+import node.runtime.connection as connection_module
 from node.commands.dump import SLICED_BYTES, dump_value
 from node.interop import rdb
 from node.region.config import Config
@@ -33,7 +33,7 @@ from tests.test_client_fairness import _client, _req, _turns
 
 @pytest.fixture(autouse=True)
 def one_step_per_turn(monkeypatch):
-    monkeypatch.setattr(server_module, "SLICED_STEP_S", 0.0)
+    monkeypatch.setattr(connection_module, "SLICED_STEP_S", 0.0)
 
 
 def _replies(data: bytes) -> list:

@@ -145,7 +145,10 @@ class SimRegion:
                     # the world's backlog bound (the backlog fault; 0: none), and no age bound
                     "crdt-repl-backlog-size": self.sim.backlog_bytes, "crdt-repl-backlog-ttl": 0,
                     "crdt-lone-writes-after-ms": self.sim.lone_writes_after}
-        core = RegionCore(Config(**settings), cluster=(self.cluster, self.spec), clock=self.wall_ms)
+        # writes taken alone that it withdraws and issues again: the durability check's promises
+        # move with them (a withdrawing region's links handshake again)
+        core = RegionCore(Config(**settings), cluster=(self.cluster, self.spec), clock=self.wall_ms,
+                          lone_observer=_LoneWritesWatch(self))
         if taken is None:
             replay.replay(core, records)
         else:
@@ -186,24 +189,6 @@ class SimRegion:
             return issue(op)
 
         hub.on_apply, hub.on_apply_run, hub.issue = applying, applying_run, issuing
-
-        # and writes taken alone that it withdraws and issues again (the durability check's
-        # promises move with them; a withdrawing region's links handshake again)
-        lone, causal = core.db.aa.lone, core.db.aa.causal
-        withdraw, reissue = core._withdraw_alone, core._reissue_withdrawn
-
-        def withdrawing():
-            first, last, before = lone.first_minted, causal.vv.get(self.number, 0), lone.withdrawals
-            withdraw()
-            if lone.withdrawals != before:
-                self.sim.withdrawn(self, first, last)
-
-        def reissuing():
-            count = len(lone.reissue)
-            reissue()
-            self.sim.reissued(self, count)
-
-        core._withdraw_alone, core._reissue_withdrawn = withdrawing, reissuing
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""
@@ -279,3 +264,16 @@ class SimRegion:
         for _needs, callback, reply in ready:
             callback(reply)
         self.end_turn()  # what was written meanwhile: the next fsync; and send what became durable
+
+
+class _LoneWritesWatch:
+    """Tells the world what a region's writes taken alone did (node/region/lone.py's observer)."""
+
+    def __init__(self, region: SimRegion) -> None:
+        self.region = region
+
+    def withdrawn(self, first_minted: int | None, last: int) -> None:
+        self.region.sim.withdrawn(self.region, first_minted, last)
+
+    def reissued(self, count: int) -> None:
+        self.region.sim.reissued(self.region, count)

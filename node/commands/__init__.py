@@ -7,7 +7,8 @@ derived from what).  Each command family lives in its own module (``streams.py``
 ``connection.py``, ``transactions.py``, ``slowlog.py``...: a description's ``family``)
 and registers its handlers with :func:`command` / :func:`subcommand`, which name a
 described command and add nothing else.  A handler is ``handler(client, argv) -> reply``
-where ``argv[0]`` is the command name as sent and the reply is a plain value for
+(:data:`node.commands.context.Handler`: ``client`` is a session, through which it sees the
+region's services, :class:`node.commands.context.Region`, and never the driver) where ``argv[0]`` is the command name as sent and the reply is a plain value for
 :mod:`node.resp.encoder`; a handler aborts with ``raise ReplyError("ERR ...")``.
 Blocking commands may return a :class:`node.region.blocking.Blocked`.
 
@@ -25,11 +26,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from node.commands.context import Handler
 from node.commands.table import DESCRIPTIONS, Description
-
-Handler = Callable[[Any, list[bytes]], Any]
 
 # The flags COMMAND INFO shows, in the order Redis's addReplyCommandFlags lists them; Redis
 # hides the others (sentinel, only_sentinel, may_replicate, protected, touches_arbitrary_keys).

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from node.commands import COMMANDS, subcommand
 from node.commands.util import ERR_NOT_INT, string2ll
 from node.resp.encoder import ReplyError
 from node.security import acl as rules
 
+if TYPE_CHECKING:
+    from node.region.session import Session
+
 log = logging.getLogger("braid.acl")
 
-def _acl(client) -> rules.AccessControl:
-    return client.server.acl
+def _acl(client: Session) -> rules.AccessControl:
+    return client.region.acl
 
 
 def _name(b: bytes) -> str:
@@ -27,7 +31,7 @@ def _name(b: bytes) -> str:
 
 
 @subcommand("acl", "setuser")
-def acl_setuser(client, argv: list[bytes]):
+def acl_setuser(client: Session, argv: list[bytes]):
     if rules._has_spaces(argv[2]):
         raise ReplyError("ERR Usernames can't contain spaces or null characters")
     ac = _acl(client)
@@ -45,7 +49,7 @@ def acl_setuser(client, argv: list[bytes]):
 
 
 @subcommand("acl", "getuser")
-def acl_getuser(client, argv: list[bytes]):
+def acl_getuser(client: Session, argv: list[bytes]):
     user = _acl(client).users.get(_name(argv[2]))
     if user is None:
         return None
@@ -68,11 +72,11 @@ def _selector_reply(s: rules.Selector) -> dict:
 
 
 @subcommand("acl", "deluser")
-def acl_deluser(client, argv: list[bytes]):
+def acl_deluser(client: Session, argv: list[bytes]):
     if any(a == b"default" for a in argv[2:]):
         raise ReplyError("ERR The 'default' user cannot be removed")
     ac = _acl(client)
-    clients = client.server.clients.values()
+    clients = client.region.clients.values()
     return sum(ac.delete(_name(a), clients, client) for a in argv[2:])
 
 
@@ -81,17 +85,17 @@ def _sorted_users(ac: rules.AccessControl) -> list[rules.User]:
 
 
 @subcommand("acl", "list")
-def acl_list(client, argv: list[bytes]):
+def acl_list(client: Session, argv: list[bytes]):
     return [f"user {u.name} {u.describe()}".encode("utf-8", "surrogateescape") for u in _sorted_users(_acl(client))]
 
 
 @subcommand("acl", "users")
-def acl_users(client, argv: list[bytes]):
+def acl_users(client: Session, argv: list[bytes]):
     return [u.name.encode("utf-8", "surrogateescape") for u in _sorted_users(_acl(client))]
 
 
 @subcommand("acl", "whoami")
-def acl_whoami(client, argv: list[bytes]):
+def acl_whoami(client: Session, argv: list[bytes]):
     return client.user.name.encode("utf-8", "surrogateescape") if client.user is not None else None
 
 
@@ -101,24 +105,24 @@ def _syntax(argv: list[bytes]) -> ReplyError:
                       f"Try {argv[0].decode('utf-8', 'replace').upper()} HELP.")
 
 
-def _aclfile(client) -> str:
-    path = client.server.config["aclfile"]
+def _aclfile(client: Session) -> str:
+    path = client.region.config["aclfile"]
     if not path:
         raise ReplyError(rules.NO_ACLFILE)
     return path
 
 
 @subcommand("acl", "load")
-def acl_load(client, argv: list[bytes]):
+def acl_load(client: Session, argv: list[bytes]):
     users, error = rules.load_acl_file(_aclfile(client))
     if error is not None:
         raise ReplyError(f"ERR {error}")
-    _acl(client).install(users, client.server.clients.values(), client)
+    _acl(client).install(users, client.region.clients.values(), client)
     return "OK"
 
 
 @subcommand("acl", "save")
-def acl_save(client, argv: list[bytes]):
+def acl_save(client: Session, argv: list[bytes]):
     path = _aclfile(client)
     try:
         rules.save_acl_file(path, _acl(client).users)
@@ -130,7 +134,7 @@ def acl_save(client, argv: list[bytes]):
 
 
 @subcommand("acl", "cat")
-def acl_cat(client, argv: list[bytes]):
+def acl_cat(client: Session, argv: list[bytes]):
     if len(argv) == 2:
         return [c.encode() for c in rules.CATEGORIES]
     if len(argv) > 3:
@@ -142,7 +146,7 @@ def acl_cat(client, argv: list[bytes]):
 
 
 @subcommand("acl", "genpass")
-def acl_genpass(client, argv: list[bytes]):
+def acl_genpass(client: Session, argv: list[bytes]):
     if len(argv) > 3:
         raise _syntax(argv)
     bits = 256
@@ -158,7 +162,7 @@ def acl_genpass(client, argv: list[bytes]):
 
 
 @subcommand("acl", "log")
-def acl_log(client, argv: list[bytes]):
+def acl_log(client: Session, argv: list[bytes]):
     if len(argv) > 3:
         raise _syntax(argv)
     ac = _acl(client)
@@ -187,7 +191,7 @@ def acl_log(client, argv: list[bytes]):
 
 
 @subcommand("acl", "dryrun")
-def acl_dryrun(client, argv: list[bytes]):
+def acl_dryrun(client: Session, argv: list[bytes]):
     user = _acl(client).users.get(_name(argv[2]))
     if user is None:
         raise ReplyError(f"ERR User '{_name(argv[2])}' not found")
@@ -213,7 +217,7 @@ def client_command(args: list[bytes]):
 
 
 @subcommand("acl", "help")
-def acl_help(client, argv: list[bytes]):
+def acl_help(client: Session, argv: list[bytes]):
     return [
         b"ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"CAT [<category>]",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from node.commands import command, subcommand
 from node.commands.util import ERR_SYNTAX, INT_MAX, INT_MIN, parse_int, parse_range_long, string2ll
@@ -11,23 +12,26 @@ from node.resp.encoder import ReplyError, Verbatim
 from node.security.acl import DENIED_AUTH, WRONGPASS
 from node.version import REDIS_COMPAT_VERSION
 
+if TYPE_CHECKING:
+    from node.region.session import Session
+
 
 @command("ping")
-def ping(client, argv: list[bytes]):
+def ping(client: Session, argv: list[bytes]):
     if len(argv) > 2:
         raise ReplyError("ERR wrong number of arguments for 'ping' command")
     return argv[1] if len(argv) == 2 else "PONG"
 
 
 @command("echo")
-def echo(client, argv: list[bytes]):
+def echo(client: Session, argv: list[bytes]):
     return argv[1]
 
 
-def _authenticate(client, argv0: bytes, user: bytes, password: bytes) -> bool:
+def _authenticate(client: Session, argv0: bytes, user: bytes, password: bytes) -> bool:
     """Redis's ACLAuthenticateUser: the client becomes ``user``; a failure is counted and logged
     in ACL LOG (reason auth, object the command as sent)."""
-    ac = client.server.acl
+    ac = client.region.acl
     found = ac.authenticate(user, password)
     if found is None:
         context = "multi" if client.in_exec or client.multi is not None else "toplevel"
@@ -38,10 +42,10 @@ def _authenticate(client, argv0: bytes, user: bytes, password: bytes) -> bool:
 
 
 @command("auth")
-def auth(client, argv: list[bytes]):
+def auth(client: Session, argv: list[bytes]):
     if len(argv) > 3:
         raise ReplyError(ERR_SYNTAX)
-    if len(argv) == 2 and client.server.acl.default.nopass:
+    if len(argv) == 2 and client.region.acl.default.nopass:
         raise ReplyError("ERR AUTH <password> called without any password configured for the "
                          "default user. Are you sure your configuration is correct?")
     user, password = (b"default", argv[1]) if len(argv) == 2 else (argv[1], argv[2])
@@ -51,7 +55,7 @@ def auth(client, argv: list[bytes]):
 
 
 @command("hello")
-def hello(client, argv: list[bytes]):
+def hello(client: Session, argv: list[bytes]):
     ver = 0
     if len(argv) >= 2:
         v = string2ll(argv[1])
@@ -97,7 +101,7 @@ def hello(client, argv: list[bytes]):
 
 
 @command("select")
-def select(client, argv: list[bytes]):
+def select(client: Session, argv: list[bytes]):
     idx = parse_range_long(argv[1], INT_MIN, INT_MAX)  # getIntFromObjectOrReply
     if idx != 0:
         raise ReplyError("ERR DB index is out of range")
@@ -105,20 +109,20 @@ def select(client, argv: list[bytes]):
 
 
 @command("quit")
-def quit_(client, argv: list[bytes]):
+def quit_(client: Session, argv: list[bytes]):
     client.closing = True
     return "OK"
 
 
 @command("reset")
-def reset(client, argv: list[bytes]):
+def reset(client: Session, argv: list[bytes]):
     client.multi = None
     client.multi_error = False
     client.db.unwatch(client.watched)
     client.resp3 = False
     client.name = b""
-    client.user = client.server.acl.default  # clientSetDefaultAuth
-    client.authenticated = not client.server.acl.auth_required()
+    client.user = client.region.acl.default  # clientSetDefaultAuth
+    client.authenticated = not client.region.acl.auth_required()
     return "RESET"
 
 
@@ -129,30 +133,30 @@ def _validate_name(name: bytes) -> None:
 
 
 @subcommand("client", "setname")
-def client_setname(client, argv: list[bytes]):
+def client_setname(client: Session, argv: list[bytes]):
     _validate_name(argv[2])
     client.name = argv[2]
     return "OK"
 
 
 @subcommand("client", "getname")
-def client_getname(client, argv: list[bytes]):
+def client_getname(client: Session, argv: list[bytes]):
     return client.name or None
 
 
 @subcommand("client", "id")
-def client_id(client, argv: list[bytes]):
+def client_id(client: Session, argv: list[bytes]):
     return client.id
 
 
 @subcommand("client", "info")
-def client_info(client, argv: list[bytes]):
+def client_info(client: Session, argv: list[bytes]):
     return Verbatim(client_info_line(client, time.time()))
 
 
 @subcommand("client", "list")
-def client_list(client, argv: list[bytes]):
-    clients = list(client.server.clients.values())
+def client_list(client: Session, argv: list[bytes]):
+    clients = list(client.region.clients.values())
     j = 2
     while j < len(argv):
         opt = argv[j].lower()
@@ -176,7 +180,7 @@ def client_list(client, argv: list[bytes]):
 
 
 @subcommand("client", "setinfo")
-def client_setinfo(client, argv: list[bytes]):
+def client_setinfo(client: Session, argv: list[bytes]):
     attr = argv[2].lower()
     value = argv[3]
     if attr not in (b"lib-name", b"lib-ver"):
@@ -191,8 +195,8 @@ def client_setinfo(client, argv: list[bytes]):
 
 
 @subcommand("client", "kill")
-def client_kill(client, argv: list[bytes]):
-    clients = client.server.clients
+def client_kill(client: Session, argv: list[bytes]):
+    clients = client.region.clients
     if len(argv) == 3:  # old form: CLIENT KILL addr:port
         addr = argv[2].decode("utf-8", "replace")
         victims = [c for c in clients.values() if c.addr == addr]
@@ -217,7 +221,7 @@ def client_kill(client, argv: list[bytes]):
         elif opt == b"laddr":
             victims = [c for c in victims if c.laddr == val.decode("utf-8", "replace")]
         elif opt == b"user":
-            user = client.server.acl.users.get(val.decode("utf-8", "surrogateescape"))
+            user = client.region.acl.users.get(val.decode("utf-8", "surrogateescape"))
             if user is None:
                 raise ReplyError(f"ERR No such user '{val.decode('utf-8', 'replace')}'")
             victims = [c for c in victims if c.user is user]
@@ -252,17 +256,17 @@ def _on_off(argv: list[bytes]) -> str:
 
 
 @subcommand("client", "no-evict")
-def client_no_evict(client, argv: list[bytes]):
+def client_no_evict(client: Session, argv: list[bytes]):
     return _on_off(argv)
 
 
 @subcommand("client", "no-touch")
-def client_no_touch(client, argv: list[bytes]):
+def client_no_touch(client: Session, argv: list[bytes]):
     return _on_off(argv)
 
 
 @subcommand("client", "help")
-def client_help(client, argv: list[bytes]):
+def client_help(client: Session, argv: list[bytes]):
     return [
         b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"GETNAME", b"    Return the name of the current connection.",

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from node.commands import subcommand
 from node.resp.encoder import ReplyError
 
+if TYPE_CHECKING:
+    from node.region.session import Session
 
-def _aa(client):
-    aa = client.server.db.aa
+
+def _aa(client: Session):
+    aa = client.region.db.aa
     if aa is None:
         raise ReplyError("ERR this region is not part of an Active-Active database")
     return aa
@@ -22,7 +27,7 @@ def _peer_arg(argv: list[bytes]) -> str | None:
     raise ReplyError("ERR syntax error")
 
 
-def _on_links(client, argv: list[bytes], action: str):
+def _on_links(client: Session, argv: list[bytes], action: str):
     aa, peer = _aa(client), _peer_arg(argv)
     try:
         getattr(aa, action)(peer)
@@ -32,22 +37,22 @@ def _on_links(client, argv: list[bytes], action: str):
 
 
 @subcommand("braid.replication", "pause")
-def replication_pause(client, argv: list[bytes]):
+def replication_pause(client: Session, argv: list[bytes]):
     return _on_links(client, argv, "pause")
 
 
 @subcommand("braid.replication", "resume")
-def replication_resume(client, argv: list[bytes]):
+def replication_resume(client: Session, argv: list[bytes]):
     return _on_links(client, argv, "resume")
 
 
 @subcommand("braid.replication", "status")
-def replication_status(client, argv: list[bytes]):
+def replication_status(client: Session, argv: list[bytes]):
     return "\n".join(_aa(client).info_lines()).encode()
 
 
 @subcommand("braid.config", "get")
-def braid_config_get(client, argv: list[bytes]):
+def braid_config_get(client: Session, argv: list[bytes]):
     aa = _aa(client)
     if argv[2].lower() != b"crdt_xadd_id_uniqueness_mode":
         raise ReplyError(f"ERR unknown database setting '{argv[2].decode('utf-8', 'replace')}'")
@@ -55,7 +60,7 @@ def braid_config_get(client, argv: list[bytes]):
 
 
 @subcommand("braid.config", "set")
-def braid_config_set(client, argv: list[bytes]):
+def braid_config_set(client: Session, argv: list[bytes]):
     aa = _aa(client)
     try:
         aa.tune(aa.cluster.database, argv[2].decode("utf-8", "replace").lower(),
@@ -66,5 +71,5 @@ def braid_config_set(client, argv: list[bytes]):
 
 
 @subcommand("braid.replication", "cluster")
-def replication_cluster(client, argv: list[bytes]):
+def replication_cluster(client: Session, argv: list[bytes]):
     return _aa(client).cluster_toml().encode()

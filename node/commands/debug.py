@@ -23,11 +23,16 @@ chaos suite cannot make from outside the process:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from node.commands import COMMANDS, subcommand
 from node.commands.util import parse_int
 from node.region.blocking import Blocked
 from node.region.supervision import CRON_STEPS, InjectedFault
 from node.resp.encoder import ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 NOT_ALLOWED = ("ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
                "you can run it from a local connection, otherwise you need to set this option in the "
@@ -35,29 +40,29 @@ NOT_ALLOWED = ("ERR DEBUG command not allowed. If the enable-debug-command optio
 LOCAL_PREFIXES = ("127.", "::1", "localhost", "unix")
 
 
-def _allowed(client) -> None:
-    mode = client.server.config["enable-debug-command"]
+def _allowed(client: Session) -> None:
+    mode = client.region.config["enable-debug-command"]
     if mode == "yes" or (mode == "local" and client.addr.startswith(LOCAL_PREFIXES)):
         return
     raise ReplyError(NOT_ALLOWED)
 
 
-def _log(client):
-    log = client.server.oplog
+def _log(client: Session):
+    log = client.region.oplog
     if log is None:
         raise ReplyError("ERR this region keeps no append-only file (appendonly no)")
     return log
 
 
 @subcommand("debug", "clock-offset")
-def debug_clock_offset(client, argv: list[bytes]):
+def debug_clock_offset(client: Session, argv: list[bytes]):
     _allowed(client)
-    client.server.clock_offset_ms = parse_int(argv[2])
+    client.region.skew_clock(parse_int(argv[2]))
     return "OK"
 
 
 @subcommand("debug", "fsync-delay")
-def debug_fsync_delay(client, argv: list[bytes]):
+def debug_fsync_delay(client: Session, argv: list[bytes]):
     _allowed(client)
     ms = parse_int(argv[2])
     if ms < 0:
@@ -67,7 +72,7 @@ def debug_fsync_delay(client, argv: list[bytes]):
 
 
 @subcommand("debug", "disk-full")
-def debug_disk_full(client, argv: list[bytes]):
+def debug_disk_full(client: Session, argv: list[bytes]):
     _allowed(client)
     flag = argv[2].lower()
     if flag not in (b"yes", b"no"):
@@ -77,19 +82,19 @@ def debug_disk_full(client, argv: list[bytes]):
 
 
 @subcommand("debug", "apply-fail")
-def debug_apply_fail(client, argv: list[bytes]):
+def debug_apply_fail(client: Session, argv: list[bytes]):
     _allowed(client)
     n = parse_int(argv[2])
     if n < 0:
         raise ReplyError("ERR the count must be zero or more")
-    if client.server.db.aa is None:
+    if client.region.db.aa is None:
         raise ReplyError("ERR this region is not part of an Active-Active database")
-    client.server.apply_faults = n
+    client.region.fail_next_applies(n)
     return "OK"
 
 
 @subcommand("debug", "cron-fail")
-def debug_cron_fail(client, argv: list[bytes]):
+def debug_cron_fail(client: Session, argv: list[bytes]):
     _allowed(client)
     step = argv[2].decode("utf-8", "replace").lower()
     if step not in CRON_STEPS:
@@ -100,12 +105,12 @@ def debug_cron_fail(client, argv: list[bytes]):
     kind = argv[4].lower() if len(argv) == 5 else b"io"
     if kind not in (b"io", b"bug"):
         raise ReplyError("ERR syntax error")
-    client.server.supervisor.inject(step, n, kind == b"bug")
+    client.region.supervisor.inject(step, n, kind == b"bug")
     return "OK"
 
 
 @subcommand("debug", "raise-after")
-def debug_raise_after(client, argv: list[bytes]):
+def debug_raise_after(client: Session, argv: list[bytes]):
     _allowed(client)
     inner = argv[2:]
     cmd = COMMANDS.get(inner[0].lower())
@@ -131,7 +136,7 @@ def debug_raise_after(client, argv: list[bytes]):
 
 
 @subcommand("debug", "help")
-def debug_help(client, argv: list[bytes]):
+def debug_help(client: Session, argv: list[bytes]):
     return ["DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "CLOCK-OFFSET <milliseconds>", "    Move this region's wall clock (negative: back in time).",
             "FSYNC-DELAY <milliseconds>", "    Make every fsync of the append-only file wait this long.",

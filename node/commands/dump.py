@@ -39,12 +39,19 @@ sent it waits for its reply as before.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from crdt.stream import Stream
 from node.commands import command
 from node.commands.keys import install_stream
 from node.commands.util import ERR_NOT_INT, ERR_SYNTAX, string2ll
 from node.interop import rdb
 from node.region.slicing import NOT_PREPARED, Sliced, Steps, prepare, take_prepared
 from node.resp.encoder import ReplyError
+
+if TYPE_CHECKING:
+    from node.commands.context import Region
+    from node.region.session import Session
 
 ERR_BUSYKEY = "BUSYKEY Target key name already exists."
 ERR_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
@@ -78,7 +85,7 @@ def _ll(arg: bytes) -> int:
 SLICED_BYTES = 1 << 20
 
 
-def dump_value(server, key: bytes) -> bytes | None:
+def dump_value(server: Region, key: bytes) -> bytes | None:
     """The DUMP payload of ``key`` as this server's settings ask, None if it does not exist."""
     s = server.db.keys.get(key)
     if s is None:
@@ -88,11 +95,11 @@ def dump_value(server, key: bytes) -> bytes | None:
 
 
 @command("dump")
-def dump(client, argv: list[bytes]):
+def dump(client: Session, argv: list[bytes]):
     payload = take_prepared(client, argv)
     if payload is not NOT_PREPARED:
         return payload  # (the key as it was when the command arrived)
-    server = client.server
+    server = client.region
     s = server.db.keys.get(argv[1])
     if s is None:
         return None
@@ -132,10 +139,10 @@ def _restore_options(argv: list[bytes]) -> bool:
     return replace
 
 
-def restore_payload(client, key: bytes, ttl_arg: bytes, payload: bytes, replace: bool,
+def restore_payload(client: Session, key: bytes, ttl_arg: bytes, payload: bytes, replace: bool,
                     argv: list[bytes] | None = None) -> object:
     """RESTORE's checks and effect; ``argv``: the command, when its decoding may be sliced."""
-    db = client.server.db
+    db = client.region.db
     if key in db.keys and not replace:
         raise ReplyError(ERR_BUSYKEY)
     ttl = _ll(ttl_arg)
@@ -148,11 +155,12 @@ def restore_payload(client, key: bytes, ttl_arg: bytes, payload: bytes, replace:
         except rdb.PayloadError:
             raise ReplyError(ERR_PAYLOAD) from None
         large = argv is not None and len(payload) >= SLICED_BYTES
-        image = prepare(client, _decoded(payload, client.server.region), large)
+        image = prepare(client, _decoded(payload, client.region.region), large)
         if type(image) is Sliced:
             return image  # the command runs again once the payload is decoded
     if ttl:
         raise ReplyError(ERR_EXPIRY)
+    assert isinstance(image, Stream)  # (the payload decoded)
     install_stream(db, key, image, replace)
     return "OK"
 
@@ -169,11 +177,11 @@ def _decoded(payload: bytes, region: int) -> Steps:
 
 
 @command("restore")
-def restore(client, argv: list[bytes]):
+def restore(client: Session, argv: list[bytes]):
     replace = _restore_options(argv)
     return restore_payload(client, argv[1], argv[2], argv[3], replace, argv)
 
 
 @command("restore-asking")
-def restore_asking(client, argv: list[bytes]):
+def restore_asking(client: Session, argv: list[bytes]):
     return restore(client, argv)

@@ -15,6 +15,8 @@ as ``nacked-count``), and XCLAIM / XAUTOCLAIM skip the min-idle check for them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from crdt import groups as cg
 from crdt import ops
 from crdt.groups import ENTRIES_READ_UNKNOWN, Nack
@@ -22,6 +24,9 @@ from crdt.ids import MAX_ID, MIN_ID, U64, InvalidID, c_string, decr, incr, parse
 from node.commands import command, subcommand
 from node.commands.util import ERR_SYNTAX, parse_int, parse_stream_id, string2ll
 from node.resp.encoder import NULL_ARRAY, ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 
 def _s(b: bytes) -> str:
@@ -39,7 +44,7 @@ def _fmt(id_) -> bytes:
 
 
 # ---------------------------------------------------------------- XGROUP
-def _xgroup_prologue(client, argv: list[bytes], sub: str):
+def _xgroup_prologue(client: Session, argv: list[bytes], sub: str):
     """The checks ``xgroupCommand`` makes before dispatching on the subcommand."""
     mkstream = False
     entries_read = ENTRIES_READ_UNKNOWN
@@ -56,7 +61,7 @@ def _xgroup_prologue(client, argv: list[bytes], sub: str):
             i += 2
         else:
             raise _subcommand_syntax(argv)
-    s = client.server.db.keys.get(argv[2])
+    s = client.region.db.keys.get(argv[2])
     group = None
     if not mkstream:
         if s is None:
@@ -70,7 +75,7 @@ def _xgroup_prologue(client, argv: list[bytes], sub: str):
 
 
 @subcommand("xgroup", "create")
-def xgroup_create(client, argv: list[bytes]):
+def xgroup_create(client: Session, argv: list[bytes]):
     s, _group, mkstream, entries_read = _xgroup_prologue(client, argv, "create")
     if len(argv) > 8:
         raise _subcommand_syntax(argv)
@@ -83,13 +88,13 @@ def xgroup_create(client, argv: list[bytes]):
         entries_read = added
     if s is not None and argv[3] in s.groups:
         raise ReplyError("BUSYGROUP Consumer Group name already exists")
-    db = client.server.db
+    db = client.region.db
     db.apply(db.resolver.create_group(argv[2], argv[3], s, last, entries_read, mkstream, argv[4] == b"$"))
     return "OK"
 
 
 @subcommand("xgroup", "setid")
-def xgroup_setid(client, argv: list[bytes]):
+def xgroup_setid(client: Session, argv: list[bytes]):
     s, group, _mk, entries_read = _xgroup_prologue(client, argv, "setid")
     if len(argv) not in (5, 7):
         raise _subcommand_syntax(argv)
@@ -103,26 +108,26 @@ def xgroup_setid(client, argv: list[bytes]):
 
 
 @subcommand("xgroup", "destroy")
-def xgroup_destroy(client, argv: list[bytes]):
+def xgroup_destroy(client: Session, argv: list[bytes]):
     s, group, _mk, _er = _xgroup_prologue(client, argv, "destroy")
     if group is None:
         return 0
-    db = client.server.db
+    db = client.region.db
     db.apply(db.resolver.destroy_group(argv[2], argv[3]))
     return 1
 
 
 @subcommand("xgroup", "createconsumer")
-def xgroup_createconsumer(client, argv: list[bytes]):
+def xgroup_createconsumer(client: Session, argv: list[bytes]):
     _s_, group, _mk, _er = _xgroup_prologue(client, argv, "createconsumer")
-    _c, created = group.consumer(argv[4], client.server.now_ms())
+    _c, created = group.consumer(argv[4], client.region.now_ms())
     if created:
         _local_change(client, argv[2])
     return 1 if created else 0
 
 
 @subcommand("xgroup", "delconsumer")
-def xgroup_delconsumer(client, argv: list[bytes]):
+def xgroup_delconsumer(client: Session, argv: list[bytes]):
     _s_, group, _mk, _er = _xgroup_prologue(client, argv, "delconsumer")
     if argv[4] not in group.consumers:
         return 0
@@ -132,7 +137,7 @@ def xgroup_delconsumer(client, argv: list[bytes]):
 
 
 @subcommand("xgroup", "help")
-def xgroup_help(client, argv: list[bytes]):
+def xgroup_help(client: Session, argv: list[bytes]):
     return [
         b"XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"CREATE <key> <groupname> <id|$> [option]",
@@ -154,22 +159,22 @@ def xgroup_help(client, argv: list[bytes]):
     ]
 
 
-def _local_change(client, key: bytes) -> None:
-    db = client.server.db
+def _local_change(client: Session, key: bytes) -> None:
+    db = client.region.db
     db.dirty += 1
     db.touch(key)
 
 
 # ---------------------------------------------------------------- XACK / XACKDEL
 @command("xack")
-def xack(client, argv: list[bytes]):
-    s = client.server.db.keys.get(argv[1])
+def xack(client: Session, argv: list[bytes]):
+    s = client.region.db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
-    if group is None:
+    if s is None or group is None:
         return 0
     ids = [parse_stream_id(a, strict=True) for a in argv[3:]]
     n = sum(1 for id_ in ids if group.ack(id_))
-    db = client.server.db
+    db = client.region.db
     if n:
         db.dirty += n
         _replicate_acks(db, argv[1], argv[2], s, group)
@@ -208,12 +213,12 @@ def parse_ids_option(argv: list[bytes], start: int) -> tuple[str, list[bytes]]:
 
 
 @command("xackdel")
-def xackdel(client, argv: list[bytes]):
+def xackdel(client: Session, argv: list[bytes]):
     strategy, idargs = parse_ids_option(argv, 3)
-    db = client.server.db
+    db = client.region.db
     s = db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
-    if group is None:
+    if s is None or group is None:
         return [-1] * len(idargs)
     ids = [parse_stream_id(a, strict=True) for a in idargs]
     out = []
@@ -234,7 +239,7 @@ XNACK_MODES = {b"silent": cg.SILENT, b"fail": cg.FAIL, b"fatal": cg.FATAL}
 
 
 @command("xnack")
-def xnack(client, argv: list[bytes]):
+def xnack(client: Session, argv: list[bytes]):
     """XNACK key group SILENT|FAIL|FATAL IDS numids id [id ...] [RETRYCOUNT count] [FORCE].
 
     The checks run in the order of Redis's ``xnackCommand``: the group first, then
@@ -242,9 +247,9 @@ def xnack(client, argv: list[bytes]):
     the IDs.  Redis writes three of its messages with the code twice ("ERR ERR mode
     must be ..."); Braid sends the code once.
     """
-    s = client.server.db.keys.get(argv[1])
+    s = client.region.db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
-    if group is None:
+    if s is None or group is None:
         raise ReplyError(f"NOGROUP No such key '{_s(argv[1])}' or consumer group '{_s(argv[2])}'")
     mode = XNACK_MODES.get(argv[3].lower())
     if mode is None:
@@ -281,7 +286,7 @@ def xnack(client, argv: list[bytes]):
     released = sum(1 for id_ in ids
                    if group.release(id_, mode, retrycount, force, force and s.get(id_) is not None))
     if released:
-        db = client.server.db
+        db = client.region.db
         db.dirty += released
         db.touch(argv[1])  # released entries are claimable at once: wake blocked XREADGROUP ... CLAIM
     return released
@@ -289,7 +294,7 @@ def xnack(client, argv: list[bytes]):
 
 # ---------------------------------------------------------------- XPENDING
 @command("xpending")
-def xpending(client, argv: list[bytes]):
+def xpending(client: Session, argv: list[bytes]):
     argc = len(argv)
     if argc != 3 and not 6 <= argc <= 9:
         raise ReplyError(ERR_SYNTAX)
@@ -315,9 +320,9 @@ def xpending(client, argv: list[bytes]):
                 raise ReplyError("ERR invalid end ID for the interval")
         if startidx + 3 < argc:
             consumer_name = argv[startidx + 3]
-    s = client.server.db.keys.get(argv[1])
+    s = client.region.db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
-    if group is None:
+    if s is None or group is None:
         raise ReplyError(f"NOGROUP No such key '{_s(argv[1])}' or consumer group '{_s(argv[2])}'")
     if argc == 3:
         return _pending_summary(group)
@@ -328,7 +333,7 @@ def xpending(client, argv: list[bytes]):
         pel = consumer.pel
     else:
         pel = group.pel
-    now = client.server.now_ms()
+    now = client.region.now_ms()
     out = []
     for id_ in pel.irange(start, end):
         if not count:
@@ -361,11 +366,11 @@ def _pending_summary(group) -> list:
 
 # ---------------------------------------------------------------- XCLAIM
 @command("xclaim")
-def xclaim(client, argv: list[bytes]):
-    server = client.server
+def xclaim(client: Session, argv: list[bytes]):
+    server = client.region
     s = server.db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
-    if group is None:
+    if s is None or group is None:
         raise ReplyError(f"NOGROUP No such key '{_s(argv[1])}' or consumer group '{_s(argv[2])}'")
     minidle = parse_int(argv[4], "ERR Invalid min-idle-time argument for XCLAIM")
     minidle = max(minidle, 0)
@@ -439,8 +444,8 @@ def xclaim(client, argv: list[bytes]):
 
 
 @command("xautoclaim")
-def xautoclaim(client, argv: list[bytes]):
-    server = client.server
+def xautoclaim(client: Session, argv: list[bytes]):
+    server = client.region
     minidle = max(parse_int(argv[4], "ERR Invalid min-idle-time argument for XAUTOCLAIM"), 0)
     start, start_ex = _interval(argv[5], 0)
     if start_ex:
@@ -465,7 +470,7 @@ def xautoclaim(client, argv: list[bytes]):
         j += 1
     s = server.db.keys.get(argv[1])
     group = s.groups.get(argv[2]) if s is not None else None
-    if group is None:
+    if s is None or group is None:
         raise ReplyError(f"NOGROUP No such key '{_s(argv[1])}' or consumer group '{_s(argv[2])}'")
     now = server.now_ms()
     consumer, _created = group.consumer(argv[3], now)

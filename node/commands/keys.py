@@ -10,6 +10,8 @@ region, by its Active-Active rule in a database of regions.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import xxhash
 
 from crdt import resolve
@@ -18,6 +20,9 @@ from node.commands import command
 from node.commands.util import ERR_NOT_INT, ERR_SYNTAX, parse_unsigned, string2ll
 from node.region.glob import glob_match
 from node.resp.encoder import ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 ERR_SAME_OBJECT = "ERR source and destination objects are the same"
 ERR_DB_INDEX = "ERR DB index is out of range"
@@ -35,25 +40,25 @@ def delete_key(db, key: bytes) -> bool:
 
 
 @command("del")
-def del_(client, argv: list[bytes]):
-    db = client.server.db
+def del_(client: Session, argv: list[bytes]):
+    db = client.region.db
     return sum(1 for key in argv[1:] if delete_key(db, key))
 
 
 @command("unlink")
-def unlink(client, argv: list[bytes]):
+def unlink(client: Session, argv: list[bytes]):
     return del_(client, argv)
 
 
 @command("exists")
-def exists(client, argv: list[bytes]):
-    keys = client.server.db.keys
+def exists(client: Session, argv: list[bytes]):
+    keys = client.region.db.keys
     return sum(1 for k in argv[1:] if k in keys)
 
 
 @command("type")
-def type_(client, argv: list[bytes]):
-    return "stream" if argv[1] in client.server.db.keys else "none"
+def type_(client: Session, argv: list[bytes]):
+    return "stream" if argv[1] in client.region.db.keys else "none"
 
 
 # ---------------------------------------------------------------- time to live
@@ -61,8 +66,8 @@ def type_(client, argv: list[bytes]):
 # live: Redis's replies for such a key (-1; -2 when the key does not exist).  Clients and
 # tools ask (redis-cli --bigkeys, migration scripts, Redis's own tests); EXPIRE and its
 # family, which would set one, are not implemented.
-def _no_expiry(client, argv: list[bytes]) -> int:
-    return -1 if argv[1] in client.server.db.keys else -2
+def _no_expiry(client: Session, argv: list[bytes]) -> int:
+    return -1 if argv[1] in client.region.db.keys else -2
 
 
 for _name in ("ttl", "pttl", "expiretime", "pexpiretime"):
@@ -70,12 +75,12 @@ for _name in ("ttl", "pttl", "expiretime", "pexpiretime"):
 
 
 @command("persist")
-def persist(client, argv: list[bytes]):
+def persist(client: Session, argv: list[bytes]):
     return 0  # no key has a time to live to remove
 
 
-def _rename(client, argv: list[bytes], nx: bool):
-    db = client.server.db
+def _rename(client: Session, argv: list[bytes], nx: bool):
+    db = client.region.db
     src, dst = argv[1], argv[2]
     s = db.keys.get(src)
     if s is None:
@@ -91,12 +96,12 @@ def _rename(client, argv: list[bytes], nx: bool):
 
 
 @command("rename")
-def rename(client, argv: list[bytes]):
+def rename(client: Session, argv: list[bytes]):
     return _rename(client, argv, nx=False)
 
 
 @command("renamenx")
-def renamenx(client, argv: list[bytes]):
+def renamenx(client: Session, argv: list[bytes]):
     return _rename(client, argv, nx=True)
 
 
@@ -142,13 +147,13 @@ def _copy_options(argv: list[bytes]) -> bool:
 
 
 @command("copy")
-def copy_(client, argv: list[bytes]):
+def copy_(client: Session, argv: list[bytes]):
     """1 when copied; 0 when the source is missing or the destination exists without REPLACE."""
     replace = _copy_options(argv)
     src, dst = argv[1], argv[2]
     if src == dst:
         raise ReplyError(ERR_SAME_OBJECT)
-    db = client.server.db
+    db = client.region.db
     s = db.keys.get(src)
     if s is None or (dst in db.keys and not replace):
         return 0
@@ -156,10 +161,10 @@ def copy_(client, argv: list[bytes]):
 
 
 @command("keys")
-def keys_(client, argv: list[bytes]):
+def keys_(client: Session, argv: list[bytes]):
     pat = argv[1]
     every = pat == b"*"
-    return [k for k in client.server.db.keys if every or glob_match(pat, k)]
+    return [k for k in client.region.db.keys if every or glob_match(pat, k)]
 
 
 def _scan_hash(key: bytes) -> int:
@@ -167,7 +172,7 @@ def _scan_hash(key: bytes) -> int:
 
 
 @command("scan")
-def scan(client, argv: list[bytes]):
+def scan(client: Session, argv: list[bytes]):
     """The cursor is a position in hash order: a 32-bit hash of each key.
 
     A call returns keys whose hash is at or after the cursor, in hash order,
@@ -185,9 +190,10 @@ def scan(client, argv: list[bytes]):
         if j + 1 >= len(argv):
             raise ReplyError(ERR_SYNTAX)
         if opt == b"count":
-            count = string2ll(argv[j + 1])
-            if count is None:
+            given = string2ll(argv[j + 1])
+            if given is None:
                 raise ReplyError(ERR_NOT_INT)
+            count = given
             if count < 1:
                 raise ReplyError(ERR_SYNTAX)
         elif opt == b"match":
@@ -197,7 +203,7 @@ def scan(client, argv: list[bytes]):
         else:
             raise ReplyError(ERR_SYNTAX)
         j += 2
-    ordered = sorted((_scan_hash(k), k) for k in client.server.db.keys)
+    ordered = sorted((_scan_hash(k), k) for k in client.region.db.keys)
     out: list[bytes] = []
     next_cursor = 0
     taken = 0

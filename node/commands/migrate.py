@@ -54,13 +54,16 @@ import errno
 import selectors
 import socket
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from node.commands import command
 from node.commands.dump import dump_value
 from node.commands.keys import delete_key
 from node.commands.util import ERR_SYNTAX, parse_int
 from node.resp.encoder import ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 ERR_KEYS_NEEDS_EMPTY_KEY = ("ERR When using MIGRATE KEYS option, the key argument must be set to the "
                             "empty string")
@@ -142,13 +145,13 @@ class _Options:
 
 
 @command("migrate")
-def migrate(client, argv: list[bytes]):
+def migrate(client: Session, argv: list[bytes]):
     opts = _Options(argv)
     timeout = parse_int(argv[5])
     dbid = parse_int(argv[4])
     if timeout <= 0:
         timeout = 1000
-    server = client.server
+    server = client.region
     keys = [k for k in argv[opts.first_key:opts.first_key + opts.num_keys] if k in server.db.keys]
     if not keys:
         return "NOKEY"
@@ -156,7 +159,11 @@ def migrate(client, argv: list[bytes]):
     if transport is None:
         raise ReplyError(ERR_NO_TRANSPORT)
     host, port = argv[1], argv[2]
-    payloads = [dump_value(server, k) for k in keys]  # nothing runs before the replies: the same keys
+    payloads: list[bytes] = []  # nothing runs before the replies: the same keys, each still there
+    for k in keys:
+        payload = dump_value(server, k)
+        assert payload is not None  # (keys are the ones that exist)
+        payloads.append(payload)
     may_retry = True
     while True:
         link = transport.link(host, port, timeout)
@@ -198,13 +205,15 @@ def _exchange(db, link: MigrateLink, request: bytes, keys: list[bytes], opts: _O
         raise _SocketError(writing=True)
     auth_reply = select_reply = b""
     if opts.password is not None:
-        auth_reply = link.read_line(timeout)
-        if auth_reply is None:
+        got = link.read_line(timeout)
+        if got is None:
             raise _SocketError(writing=False)
+        auth_reply = got
     if select:
-        select_reply = link.read_line(timeout)
-        if select_reply is None:
+        got = link.read_line(timeout)
+        if got is None:
             raise _SocketError(writing=False)
+        select_reply = got
     error = None
     read = 0
     for key in keys:
@@ -238,7 +247,7 @@ class SocketLink:
         self.timed_out = False
         self._in = bytearray()
 
-    def _wait(self, event: int, timeout_ms: int) -> bool:
+    def _wait(self, event: int, timeout_ms: float) -> bool:
         with selectors.DefaultSelector() as sel:
             sel.register(self.sock, event)
             return bool(sel.select(timeout_ms / 1000))
@@ -259,7 +268,7 @@ class SocketLink:
                 chunk = chunk[n:]
                 if chunk:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not self._wait(selectors.EVENT_WRITE, left * 1000):
+                    if left <= 0 or not self._wait(selectors.EVENT_WRITE, left * 1000.0):
                         self.timed_out = True
                         return False
         return True

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from crdt.blocks import EntryLog
 from crdt.ids import StreamID, fmt
@@ -54,16 +55,19 @@ from node.commands.util import (
 )
 from node.resp.encoder import NULL_ARRAY, ReplyError
 
+if TYPE_CHECKING:
+    from node.region.session import Session
 
-def _origin_log(client, key: bytes, origin_arg: bytes) -> EntryLog | None:
+
+def _origin_log(client: Session, key: bytes, origin_arg: bytes) -> EntryLog | None:
     origin = parse_positive_long(origin_arg)
-    s = client.server.db.keys.get(key)
+    s = client.region.db.keys.get(key)
     return None if s is None else s.logs.get(origin)
 
 
 @command("xorigins")
-def xorigins(client, argv: list[bytes]):
-    s = client.server.db.keys.get(argv[1])
+def xorigins(client: Session, argv: list[bytes]):
+    s = client.region.db.keys.get(argv[1])
     if s is None:
         return []
     out = []
@@ -75,7 +79,7 @@ def xorigins(client, argv: list[bytes]):
 
 
 @command("xrangeorigin")
-def xrangeorigin(client, argv: list[bytes]):
+def xrangeorigin(client: Session, argv: list[bytes]):
     start, end = parse_interval(argv[3], argv[4])
     count = -1
     packed = False
@@ -121,7 +125,7 @@ def packed_blocks(log: EntryLog, start: StreamID, end: StreamID, count: int) -> 
 
 
 @command("xsplitorigin")
-def xsplitorigin(client, argv: list[bytes]):
+def xsplitorigin(client: Session, argv: list[bytes]):
     start, end = parse_interval(argv[3], argv[4])
     size = parse_int(argv[5])
     if size <= 0:
@@ -162,5 +166,6 @@ def split_runs(log: EntryLog, start: StreamID, end: StreamID, size: int) -> list
         if inside:
             last = block.last
     if n:
+        assert last is not None  # (set with every entry counted)
         runs.append((last, n))
     return runs

@@ -8,6 +8,7 @@ import resource
 import struct
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from node.commands import CLOSE_WITHOUT_REPLY, COMMANDS, command, subcommand
 from node.commands.docs import DOCS, key_specs
@@ -19,6 +20,10 @@ from node.resp.encoder import ReplyError, Verbatim
 from node.security.acl import CATEGORIES, command_table
 from node.security.tls import TLS_SETTINGS, TlsConfigError
 from node.version import BRAID_VERSION, REDIS_COMPAT_VERSION
+
+if TYPE_CHECKING:
+    from node.commands.context import Region
+    from node.region.session import Session
 
 # ---------------------------------------------------------------- INFO
 
@@ -32,7 +37,7 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _section_server(srv) -> list[str]:
+def _section_server(srv: Region) -> list[str]:
     uptime = int(time.time() - srv.start_time)
     u = platform.uname()
     return [
@@ -59,7 +64,7 @@ def _section_server(srv) -> list[str]:
     ]
 
 
-def _section_clients(srv) -> list[str]:
+def _section_clients(srv: Region) -> list[str]:
     clients = srv.clients.values()
     blocking = srv.blocking
     return [
@@ -67,8 +72,8 @@ def _section_clients(srv) -> list[str]:
         "cluster_connections:0",
         f"maxclients:{srv.config['maxclients']}",
         # what clients hold now (Redis reports the peak of the last few seconds)
-        f"client_recent_max_input_buffer:{max((_input_buffered(c) for c in clients), default=0)}",
-        f"client_recent_max_output_buffer:{max((_output_buffered(c) for c in clients), default=0)}",
+        f"client_recent_max_input_buffer:{max((c.input_buffered() for c in clients), default=0)}",
+        f"client_recent_max_output_buffer:{max((c.output_buffered() for c in clients), default=0)}",
         f"blocked_clients:{blocking.count}",
         "tracking_clients:0",
         "pubsub_clients:0",
@@ -81,26 +86,10 @@ def _section_clients(srv) -> list[str]:
     ]
 
 
-def _input_buffered(c) -> int:
-    parser = getattr(c, "parser", None)
-    return parser.buffered if parser is not None else 0
-
-
-def _output_buffered(c) -> int:
-    transport = getattr(c, "transport", None)
-    held = len(getattr(c, "out", b"")) + getattr(c, "spilled_bytes", 0)
-    return held + (transport.get_write_buffer_size() if transport is not None else 0)
-
-
-def clients_memory(srv) -> int:
-    """What the clients' buffers hold: the input not yet run and the replies not yet read."""
-    return sum(_input_buffered(c) + _output_buffered(c) for c in srv.clients.values())
-
-
-def _section_memory(srv) -> list[str]:
+def _section_memory(srv: Region) -> list[str]:
     # used_memory is what maxmemory limits: the process as it began, the keyspace, the
     # replication backlog and the clients' buffers, each counted as it changes (node/region/core.py)
-    srv.clients_memory = clients_memory(srv)
+    srv.count_clients_memory()
     used = srv.used_memory()
     data = srv.db.memory()
     aa = srv.db.aa
@@ -135,7 +124,7 @@ def _section_memory(srv) -> list[str]:
     ]
 
 
-def _section_persistence(srv) -> list[str]:
+def _section_persistence(srv: Region) -> list[str]:
     oplog = srv.oplog
     lines = [
         "loading:0",
@@ -169,7 +158,7 @@ def _section_persistence(srv) -> list[str]:
     return lines
 
 
-def _section_stats(srv) -> list[str]:
+def _section_stats(srv: Region) -> list[str]:
     st = srv.stats
     return [
         f"total_connections_received:{st.total_connections_received}",
@@ -193,16 +182,16 @@ def _section_stats(srv) -> list[str]:
     ]
 
 
-def _section_replication(srv) -> list[str]:
+def _section_replication(srv: Region) -> list[str]:
     return ["role:master", "connected_slaves:0", "master_repl_offset:0"]
 
 
-def _section_cpu(srv) -> list[str]:
+def _section_cpu(srv: Region) -> list[str]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return [f"used_cpu_sys:{ru.ru_stime:.6f}", f"used_cpu_user:{ru.ru_utime:.6f}"]
 
 
-def _section_commandstats(srv) -> list[str]:
+def _section_commandstats(srv: Region) -> list[str]:
     out = []
     for name, (calls, usec, rejected, failed) in sorted(srv.stats.command_calls.items()):
         if not (calls or rejected or failed):
@@ -213,24 +202,24 @@ def _section_commandstats(srv) -> list[str]:
     return out
 
 
-def _section_errorstats(srv) -> list[str]:
+def _section_errorstats(srv: Region) -> list[str]:
     return [f"errorstat_{code}:count={n}" for code, n in sorted(srv.stats.error_codes.items())]
 
 
-def _section_taskstats(srv) -> list[str]:
+def _section_taskstats(srv: Region) -> list[str]:
     return srv.supervisor.info_taskstats()
 
 
-def _section_cluster(srv) -> list[str]:
+def _section_cluster(srv: Region) -> list[str]:
     return ["cluster_enabled:0"]
 
 
-def _section_crdt(srv) -> list[str]:
+def _section_crdt(srv: Region) -> list[str]:
     aa = srv.db.aa
     return aa.info_lines() if aa is not None else ["crdt_enabled:0"]
 
 
-def _section_keyspace(srv) -> list[str]:
+def _section_keyspace(srv: Region) -> list[str]:
     n = len(srv.db.keys)
     return [f"db0:keys={n},expires=0,avg_ttl=0,subexpiry=0"] if n else []
 
@@ -247,7 +236,7 @@ DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "repl
 EXTRA_SECTIONS: dict = {}  # later subsystems (e.g. "crdt") register their sections here
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "K", "M", "G"):
         if n < 1024 or unit == "G":
             return f"{n:.2f}{unit}" if unit != "B" else f"{n}B"
@@ -255,7 +244,7 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def info_text(srv, wanted: list[str]) -> bytes:
+def info_text(srv: Region, wanted: list[str]) -> bytes:
     sections = {**SECTIONS, **EXTRA_SECTIONS}
     if not wanted or "default" in wanted:
         names = list(DEFAULT_SECTIONS) + [w for w in wanted if w in sections and w not in DEFAULT_SECTIONS]
@@ -271,15 +260,15 @@ def info_text(srv, wanted: list[str]) -> bytes:
 
 
 @command("info")
-def info(client, argv: list[bytes]):
+def info(client: Session, argv: list[bytes]):
     wanted = [a.decode("utf-8", "replace").lower() for a in argv[1:]]
-    return Verbatim(info_text(client.server, wanted))
+    return Verbatim(info_text(client.region, wanted))
 
 
 # ---------------------------------------------------------------- CONFIG
 @subcommand("config", "get")
-def config_get(client, argv: list[bytes]):
-    cfg = client.server.config
+def config_get(client: Session, argv: list[bytes]):
+    cfg = client.region.config
     names: list[str] = []
     for pat in argv[2:]:
         for n in cfg.matching(pat):
@@ -289,10 +278,10 @@ def config_get(client, argv: list[bytes]):
 
 
 @subcommand("config", "set")
-def config_set(client, argv: list[bytes]):
+def config_set(client: Session, argv: list[bytes]):
     if len(argv) % 2:
         raise ReplyError("ERR wrong number of arguments for 'config|set' command")
-    cfg = client.server.config
+    cfg = client.region.config
     staged: dict[str, object] = {}
     for i in range(2, len(argv), 2):
         name = argv[i].decode("utf-8", "replace").lower()
@@ -303,7 +292,7 @@ def config_set(client, argv: list[bytes]):
         except ConfigError as e:
             raise ReplyError(f"ERR {e}") from None
     try:  # a TLS setting: the new context is built (its files checked) before anything changes
-        tls = client.server.tls  # None: a region core without a client port (a replay, the simulation)
+        tls = client.region.tls  # None: a region core without a client port (a replay, the simulation)
         tls_change = tls.prepare(staged) if tls is not None else None
     except TlsConfigError as e:
         name = e.setting or next(n for n in staged if n in TLS_SETTINGS)
@@ -311,12 +300,14 @@ def config_set(client, argv: list[bytes]):
     for name, value in staged.items():
         cfg.set(name, value)
     if "requirepass" in staged:  # the default user's password, as Redis's ACLUpdateDefaultUserPassword
-        client.server.acl.set_default_password(staged["requirepass"])
-    if tls_change is not None:
+        password = staged["requirepass"]
+        assert isinstance(password, str)  # (a string setting)
+        client.region.acl.set_default_password(password)
+    if tls is not None and tls_change is not None:
         tls.commit(tls_change)
-    client.server.config_changed()
+    client.region.config_changed()
     if LAYOUT_SETTINGS.intersection(staged):
-        client.server.log_settings(argv)
+        client.region.log_settings(argv)
     return "OK"
 
 
@@ -328,14 +319,14 @@ LAYOUT_SETTINGS = frozenset({"stream-node-max-entries", "stream-node-max-bytes",
 
 
 @subcommand("config", "resetstat")
-def config_resetstat(client, argv: list[bytes]):
-    client.server.stats.reset()
-    client.server.acl.reset_stats()
+def config_resetstat(client: Session, argv: list[bytes]):
+    client.region.stats.reset()
+    client.region.acl.reset_stats()
     return "OK"
 
 
 @subcommand("config", "help")
-def config_help(client, argv: list[bytes]):
+def config_help(client: Session, argv: list[bytes]):
     return [
         b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"GET <pattern>", b"    Return parameters matching the glob-like <pattern> and their values.",
@@ -404,22 +395,22 @@ def _find(name: bytes):
 
 
 @command("command")
-def command_(client, argv: list[bytes]):
+def command_(client: Session, argv: list[bytes]):
     return [_command_info(c) for c in COMMANDS.values() if c.handler is not None or c.subcommands]
 
 
 @subcommand("command", "count")
-def command_count(client, argv: list[bytes]):
+def command_count(client: Session, argv: list[bytes]):
     return len(COMMANDS)
 
 
 @subcommand("command", "list")
-def command_list(client, argv: list[bytes]):
+def command_list(client: Session, argv: list[bytes]):
     return [c.name.encode() for c in COMMANDS.values()]
 
 
 @subcommand("command", "info")
-def command_info(client, argv: list[bytes]):
+def command_info(client: Session, argv: list[bytes]):
     if len(argv) == 2:
         return command_(client, argv)
     out = []
@@ -430,7 +421,7 @@ def command_info(client, argv: list[bytes]):
 
 
 @subcommand("command", "docs")
-def command_docs(client, argv: list[bytes]):
+def command_docs(client: Session, argv: list[bytes]):
     cmds = COMMANDS.values() if len(argv) == 2 else [c for c in map(_find, argv[2:]) if c is not None]
     return {c.fullname.encode(): _command_docs(c) for c in cmds}
 
@@ -452,7 +443,7 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
 
 
 @subcommand("command", "getkeys")
-def command_getkeys(client, argv: list[bytes]):
+def command_getkeys(client: Session, argv: list[bytes]):
     rest = argv[2:]
     cmd = COMMANDS.get(rest[0].lower())
     if cmd is not None and cmd.subcommands and len(rest) > 1:
@@ -468,7 +459,7 @@ def command_getkeys(client, argv: list[bytes]):
 
 
 @subcommand("command", "help")
-def command_help(client, argv: list[bytes]):
+def command_help(client: Session, argv: list[bytes]):
     return [
         b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"(no subcommand)", b"    Return details about all commands.",
@@ -483,17 +474,17 @@ def command_help(client, argv: list[bytes]):
 
 # ---------------------------------------------------------------- keyspace-wide
 @command("dbsize")
-def dbsize(client, argv: list[bytes]):
-    return len(client.server.db.keys)
+def dbsize(client: Session, argv: list[bytes]):
+    return len(client.region.db.keys)
 
 
-def _flush(client, argv: list[bytes]):
+def _flush(client: Session, argv: list[bytes]):
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"async", b"sync")):
         raise ReplyError(ERR_SYNTAX)
-    db = client.server.db
+    db = client.region.db
     if not db.keys:
         return "OK"
-    if client.server.replaying and db.logged_ops is None:
+    if client.region.replaying and db.logged_ops is None:
         # a command record of format 1 (node/persistence/oplog.py): the version that wrote it
         # deleted key by key, one operation - and one dot, which peers hold - per key
         for key in list(db.keys):
@@ -505,32 +496,32 @@ def _flush(client, argv: list[bytes]):
 
 
 @command("flushdb")
-def flushdb(client, argv: list[bytes]):
+def flushdb(client: Session, argv: list[bytes]):
     return _flush(client, argv)
 
 
 @command("flushall")
-def flushall(client, argv: list[bytes]):
+def flushall(client: Session, argv: list[bytes]):
     return _flush(client, argv)
 
 
 @command("time")
-def time_(client, argv: list[bytes]):
+def time_(client: Session, argv: list[bytes]):
     now = time.time_ns() // 1000
     return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
 
 
 @command("save")
-def save(client, argv: list[bytes]):
-    client.server.save()
+def save(client: Session, argv: list[bytes]):
+    client.region.save()
     return "OK"
 
 
 @command("bgsave")
-def bgsave(client, argv: list[bytes]):
+def bgsave(client: Session, argv: list[bytes]):
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"schedule"):
         raise ReplyError(ERR_SYNTAX)
-    srv = client.server
+    srv = client.region
     if srv.saving and len(argv) == 2:
         return "Background saving scheduled"  # the running one covers it: it is a point after this call
     srv.bgsave()
@@ -538,8 +529,8 @@ def bgsave(client, argv: list[bytes]):
 
 
 @command("bgrewriteaof")
-def bgrewriteaof(client, argv: list[bytes]):
-    srv = client.server
+def bgrewriteaof(client: Session, argv: list[bytes]):
+    srv = client.region
     if srv.saving:
         raise ReplyError("ERR Background append only file rewriting already in progress")
     srv.bgsave()  # a snapshot is the rewritten base; the log after it is the tail
@@ -547,7 +538,7 @@ def bgrewriteaof(client, argv: list[bytes]):
 
 
 @command("shutdown")
-def shutdown(client, argv: list[bytes]):
+def shutdown(client: Session, argv: list[bytes]):
     opts = {a.lower() for a in argv[1:]}
     if not opts <= {b"nosave", b"save", b"now", b"force", b"abort"} or {b"nosave", b"save"} <= opts:
         raise ReplyError(ERR_SYNTAX)
@@ -555,7 +546,7 @@ def shutdown(client, argv: list[bytes]):
         if len(opts) > 1:
             raise ReplyError(ERR_SYNTAX)
         raise ReplyError("ERR No shutdown in progress.")
-    srv = client.server
+    srv = client.region
     if b"save" in opts:
         try:
             srv.save(force=True)
@@ -567,8 +558,8 @@ def shutdown(client, argv: list[bytes]):
 
 
 @command("lastsave")
-def lastsave(client, argv: list[bytes]):
-    return client.server.last_save
+def lastsave(client: Session, argv: list[bytes]):
+    return client.region.last_save
 
 
 assert "stream-node-max-entries" in BY_NAME

@@ -20,9 +20,15 @@ The latency events a region records (``latency-monitor-threshold`` milliseconds 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from node.commands import subcommand
 from node.commands.util import LONG_MAX, parse_range_long
 from node.resp.encoder import ReplyError, Verbatim
+
+if TYPE_CHECKING:
+    from node.commands.context import Region
+    from node.region.session import Session
 
 
 # ---------------------------------------------------------------- SLOWLOG
@@ -33,29 +39,29 @@ def _syntax(argv: list[bytes]) -> ReplyError:
 
 
 @subcommand("slowlog", "get")
-def slowlog_get(client, argv: list[bytes]):
+def slowlog_get(client: Session, argv: list[bytes]):
     if len(argv) > 3:
         raise _syntax(argv)
     count = 10
     if len(argv) == 3:
         count = parse_range_long(argv[2], -1, LONG_MAX, "ERR count should be greater than or equal to -1")
     return [[e.id, e.time, e.duration, e.argv, e.addr, e.name, e.argc]
-            for e in client.server.slowlog.latest(count)]
+            for e in client.region.slowlog.latest(count)]
 
 
 @subcommand("slowlog", "len")
-def slowlog_len(client, argv: list[bytes]):
-    return len(client.server.slowlog.entries)
+def slowlog_len(client: Session, argv: list[bytes]):
+    return len(client.region.slowlog.entries)
 
 
 @subcommand("slowlog", "reset")
-def slowlog_reset(client, argv: list[bytes]):
-    client.server.slowlog.reset()
+def slowlog_reset(client: Session, argv: list[bytes]):
+    client.region.slowlog.reset()
     return "OK"
 
 
 @subcommand("slowlog", "help")
-def slowlog_help(client, argv: list[bytes]):
+def slowlog_help(client: Session, argv: list[bytes]):
     return [
         b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"GET [<count>]",
@@ -74,26 +80,26 @@ def slowlog_help(client, argv: list[bytes]):
 
 # ---------------------------------------------------------------- LATENCY
 @subcommand("latency", "latest")
-def latency_latest(client, argv: list[bytes]):
-    return client.server.latency_events.latest()
+def latency_latest(client: Session, argv: list[bytes]):
+    return client.region.latency_events.latest()
 
 
 @subcommand("latency", "history")
-def latency_history(client, argv: list[bytes]):
-    return client.server.latency_events.history(argv[2].decode("utf-8", "surrogateescape"))
+def latency_history(client: Session, argv: list[bytes]):
+    return client.region.latency_events.history(argv[2].decode("utf-8", "surrogateescape"))
 
 
 @subcommand("latency", "reset")
-def latency_reset(client, argv: list[bytes]):
-    monitor = client.server.latency_events
+def latency_reset(client: Session, argv: list[bytes]):
+    monitor = client.region.latency_events
     if len(argv) == 2:
         return monitor.reset()
     return monitor.reset([a.decode("utf-8", "surrogateescape") for a in argv[2:]])
 
 
 @subcommand("latency", "graph")
-def latency_graph(client, argv: list[bytes]):
-    srv = client.server
+def latency_graph(client: Session, argv: list[bytes]):
+    srv = client.region
     event = argv[2].decode("utf-8", "surrogateescape")
     if event not in srv.latency_events.events:
         raise ReplyError(f"ERR No samples available for event '{event}'")
@@ -101,12 +107,12 @@ def latency_graph(client, argv: list[bytes]):
 
 
 @subcommand("latency", "doctor")
-def latency_doctor(client, argv: list[bytes]):
-    return Verbatim(doctor_report(client.server).encode("utf-8", "surrogateescape"))
+def latency_doctor(client: Session, argv: list[bytes]):
+    return Verbatim(doctor_report(client.region).encode("utf-8", "surrogateescape"))
 
 
 @subcommand("latency", "help")
-def latency_help(client, argv: list[bytes]):
+def latency_help(client: Session, argv: list[bytes]):
     return [
         b"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"DOCTOR",
@@ -155,7 +161,7 @@ ADVICE = {
 }
 
 
-def doctor_report(srv) -> str:
+def doctor_report(srv: Region) -> str:
     """LATENCY DOCTOR: each event's samples summarised as Redis does (spikes, average, mean
     deviation, period, worst), then what to look at for each."""
     monitor = srv.latency_events

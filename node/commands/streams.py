@@ -8,6 +8,7 @@ and applies it through the keyspace.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crdt import idgen, ops
 from crdt.blocks import TrimSpec
@@ -18,6 +19,10 @@ from node.commands.entryreply import range_entries, revrange_entries
 from node.commands.groups import parse_ids_option
 from node.commands.util import ERR_NOT_INT, ERR_SYNTAX, parse_int, parse_interval, parse_stream_id, string2ll
 from node.resp.encoder import NULL_ARRAY, ReplyError
+
+if TYPE_CHECKING:
+    from node.commands.context import Region
+    from node.region.session import Session
 
 ERR_WRONG_ARGS_XADD = "ERR wrong number of arguments for 'xadd' command"
 
@@ -48,7 +53,7 @@ class AddTrimArgs:
         return TrimSpec(self.maxlen, self.minid, self.approx, self.limit)
 
 
-def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
+def parse_add_or_trim(client: Session, argv: list[bytes], xadd: bool) -> AddTrimArgs:
     """``streamParseAddOrTrimArgsOrReply``."""
     a = AddTrimArgs()
     limit_given = False
@@ -135,7 +140,7 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
         if not a.approx:
             raise ReplyError("ERR syntax error, LIMIT cannot be used without the special ~ option")
     elif a.approx:
-        lim = 100 * client.server.db.limits.node_max_entries
+        lim = 100 * client.region.db.limits.node_max_entries
         a.limit = 10000 if lim <= 0 else min(lim, 1000000)
     else:
         a.limit = 0
@@ -146,20 +151,20 @@ def parse_add_or_trim(client, argv: list[bytes], xadd: bool) -> AddTrimArgs:
 
 
 @command("xadd")
-def xadd(client, argv: list[bytes]):
+def xadd(client: Session, argv: list[bytes]):
     if argv[2] == b"*":  # nearly every XADD: "XADD key * field value ...", nothing to parse
         nfields = len(argv) - 3
         if nfields < 2 or nfields % 2:
             raise ReplyError(ERR_WRONG_ARGS_XADD)
         key = argv[1]
-        server = client.server
+        server = client.region
         new_id = _new_entry_id(server, key, None, False, False)
         server.db.add_plain(key, server.region, new_id, argv[3:])
         return b"%d-%d" % new_id
     return _xadd(client, argv, parse_add_or_trim(client, argv, xadd=True))
 
 
-def _new_entry_id(server, key: bytes, wanted: StreamID | None, seq_given: bool, ms_only: bool) -> StreamID:
+def _new_entry_id(server: Region, key: bytes, wanted: StreamID | None, seq_given: bool, ms_only: bool) -> StreamID:
     """The ID of XADD's new entry under ``key`` (``wanted`` None: ``*``), as the database's
     resolver chooses it, or Redis's error."""
     db = server.db
@@ -173,7 +178,7 @@ def _new_entry_id(server, key: bytes, wanted: StreamID | None, seq_given: bool, 
         raise ReplyError(str(e)) from None
 
 
-def _xadd(client, argv: list[bytes], a: AddTrimArgs):
+def _xadd(client: Session, argv: list[bytes], a: AddTrimArgs):
     """XADD with options (NOMKSTREAM, a trim, IDMP, an explicit ID)."""
     field_pos = a.idpos + 1
     nfields = len(argv) - field_pos
@@ -182,7 +187,7 @@ def _xadd(client, argv: list[bytes], a: AddTrimArgs):
     if a.id is not None and a.seq_given and a.id == (0, 0):
         raise ReplyError(idgen.ERR_ZERO)
     key = argv[1]
-    server = client.server
+    server = client.region
     db = server.db
     s = db.keys.get(key)
     if s is None and a.nomkstream:
@@ -191,6 +196,7 @@ def _xadd(client, argv: list[bytes], a: AddTrimArgs):
     iid = None
     if a.pid is not None:
         iid = auto_iid(flat) if a.idmp_auto else a.iid
+        assert iid is not None  # (IDMP names one)
         # Active-Active: a dropped key's maps are kept (crdt/ops.py), so a late retry is still a duplicate
         idmp = s.idmp if s is not None else db.keys.idmp_kept.get(key)
         if idmp is not None:
@@ -213,7 +219,7 @@ def _trim(db, key: bytes, a: AddTrimArgs) -> int:
     return 0 if op is None else db.apply(op)
 
 
-def _range(client, argv: list[bytes], rev: bool):
+def _range(client: Session, argv: list[bytes], rev: bool):
     """``xrangeGenericCommand``."""
     if rev:
         start_arg, end_arg = argv[3], argv[2]
@@ -226,16 +232,17 @@ def _range(client, argv: list[bytes], rev: bool):
     while j < argc:
         additional = argc - j - 1
         if argv[j].lower() == b"count" and additional >= 1:
-            count = string2ll(argv[j + 1])
-            if count is None:
+            given = string2ll(argv[j + 1])
+            if given is None:
                 raise ReplyError(ERR_NOT_INT)
+            count = given
             if count < 0:
                 count = 0
             j += 1
         else:
             raise ReplyError(ERR_SYNTAX)
         j += 1
-    s = client.server.db.keys.get(argv[1])
+    s = client.region.db.keys.get(argv[1])
     if s is None:
         return []
     if count == 0:
@@ -248,34 +255,35 @@ def _range(client, argv: list[bytes], rev: bool):
 
 
 @command("xrange")
-def xrange(client, argv: list[bytes]):
+def xrange(client: Session, argv: list[bytes]):
     return _range(client, argv, rev=False)
 
 
 @command("xrevrange")
-def xrevrange(client, argv: list[bytes]):
+def xrevrange(client: Session, argv: list[bytes]):
     return _range(client, argv, rev=True)
 
 
 @command("xlen")
-def xlen(client, argv: list[bytes]):
-    s = client.server.db.keys.get(argv[1])
+def xlen(client: Session, argv: list[bytes]):
+    s = client.region.db.keys.get(argv[1])
     return 0 if s is None else s.length
 
 
 @command("xdel")
-def xdel(client, argv: list[bytes]):
-    db = client.server.db
+def xdel(client: Session, argv: list[bytes]):
+    db = client.region.db
     if argv[1] not in db.keys:
         return 0
     ids = [parse_stream_id(a, strict=True) for a in argv[2:]]
     res = db.apply(db.resolver.delete_entries(db.keys[argv[1]], argv[1], ids))
+    assert isinstance(res, list)  # (one outcome per ID)
     return sum(1 for r in res if r == 1)
 
 
 @command("xdelex")
-def xdelex(client, argv: list[bytes]):
-    db = client.server.db
+def xdelex(client: Session, argv: list[bytes]):
+    db = client.region.db
     strategy, idargs = parse_ids_option(argv, 2)
     if argv[1] not in db.keys:
         return [-1] * len(idargs)
@@ -284,9 +292,9 @@ def xdelex(client, argv: list[bytes]):
 
 
 @command("xtrim")
-def xtrim(client, argv: list[bytes]):
+def xtrim(client: Session, argv: list[bytes]):
     a = parse_add_or_trim(client, argv, xadd=False)
-    db = client.server.db
+    db = client.region.db
     if argv[1] not in db.keys:
         return 0
     deleted = _trim(db, argv[1], a)
@@ -296,7 +304,7 @@ def xtrim(client, argv: list[bytes]):
 
 
 @command("xsetid")
-def xsetid(client, argv: list[bytes]):
+def xsetid(client: Session, argv: list[bytes]):
     new_id = parse_stream_id(argv[2], strict=True)
     entries_added = -1
     max_xdel = (0, 0)
@@ -315,7 +323,7 @@ def xsetid(client, argv: list[bytes]):
         else:
             raise ReplyError(ERR_SYNTAX)
         i += 2
-    db = client.server.db
+    db = client.region.db
     s = db.keys.get(argv[1])
     if s is None:
         raise ReplyError("ERR no such key")
@@ -357,9 +365,9 @@ def _idmp_settings(argv: list[bytes], start: int, names: tuple[bytes, bytes]) ->
     return values[0], values[1]
 
 
-def _configure_idmp(client, key: bytes, duration: int, maxsize: int) -> str:
+def _configure_idmp(client: Session, key: bytes, duration: int, maxsize: int) -> str:
     """Apply new IDMP settings; changing either clears the producers' maps (as Redis)."""
-    db = client.server.db
+    db = client.region.db
     s = db.keys[key]
     new_d = duration if duration != -1 and duration != s.idmp.duration else None
     new_m = maxsize if maxsize != -1 and maxsize != s.idmp.maxsize else None
@@ -369,24 +377,24 @@ def _configure_idmp(client, key: bytes, duration: int, maxsize: int) -> str:
 
 
 @command("xcfgset")
-def xcfgset(client, argv: list[bytes]):
-    if argv[1] not in client.server.db.keys:
+def xcfgset(client: Session, argv: list[bytes]):
+    if argv[1] not in client.region.db.keys:
         raise ReplyError("ERR no such key")
     duration, maxsize = _idmp_settings(argv, 2, (b"idmp-duration", b"idmp-maxsize"))
     return _configure_idmp(client, argv[1], duration, maxsize)
 
 
 @subcommand("xidmp", "cfgset")
-def xidmp_cfgset(client, argv: list[bytes]):
-    if argv[2] not in client.server.db.keys:
+def xidmp_cfgset(client: Session, argv: list[bytes]):
+    if argv[2] not in client.region.db.keys:
         raise ReplyError("ERR no such key")
     duration, maxsize = _idmp_settings(argv, 3, (b"duration", b"maxsize"))
     return _configure_idmp(client, argv[2], duration, maxsize)
 
 
 @subcommand("xidmp", "cfgget")
-def xidmp_cfgget(client, argv: list[bytes]):
-    s = client.server.db.keys.get(argv[2])
+def xidmp_cfgget(client: Session, argv: list[bytes]):
+    s = client.region.db.keys.get(argv[2])
     if s is None:
         raise ReplyError("ERR no such key")
     wanted = [a.lower() for a in argv[3:]] or [b"duration", b"maxsize"]
@@ -402,7 +410,7 @@ def xidmp_cfgget(client, argv: list[bytes]):
 
 
 @subcommand("xidmp", "help")
-def xidmp_help(client, argv: list[bytes]):
+def xidmp_help(client: Session, argv: list[bytes]):
     return [
         b"XIDMP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"CFGSET <key> [DURATION <seconds>] [MAXSIZE <entries>]",
@@ -415,14 +423,14 @@ def xidmp_help(client, argv: list[bytes]):
 
 
 @command("xidmprecord")
-def xidmprecord(client, argv: list[bytes]):
+def xidmprecord(client: Session, argv: list[bytes]):
     id_ = parse_stream_id(argv[4], strict=True)
     pid, iid = argv[2], argv[3]
     if not pid:
         raise ReplyError("ERR producer ID must be non-empty")
     if not iid:
         raise ReplyError("ERR idempotent ID must be non-empty")
-    db = client.server.db
+    db = client.region.db
     s = db.keys.get(argv[1])
     if s is None:
         raise ReplyError("ERR no such key")

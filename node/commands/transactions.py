@@ -11,13 +11,18 @@ EXEC, DISCARD, UNWATCH, RESET and a disconnection release the client's keys.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from node.commands import command
 from node.region.blocking import Blocked
 from node.resp.encoder import NULL_ARRAY, ReplyError
 
+if TYPE_CHECKING:
+    from node.region.session import Session
+
 
 @command("multi")
-def multi(client, argv: list[bytes]):
+def multi(client: Session, argv: list[bytes]):
     if client.multi is not None:
         raise ReplyError("ERR MULTI calls can not be nested")
     client.multi = []
@@ -26,7 +31,7 @@ def multi(client, argv: list[bytes]):
 
 
 @command("discard")
-def discard(client, argv: list[bytes]):
+def discard(client: Session, argv: list[bytes]):
     if client.multi is None:
         raise ReplyError("ERR DISCARD without MULTI")
     client.multi = None
@@ -36,12 +41,12 @@ def discard(client, argv: list[bytes]):
 
 
 @command("exec")
-def exec_(client, argv: list[bytes]):
+def exec_(client: Session, argv: list[bytes]):
     if client.multi is None:
         raise ReplyError("ERR EXEC without MULTI")
     queued, client.multi = client.multi, None
     aborted, client.multi_error = client.multi_error, False
-    db = client.server.db
+    db = client.region.db
     changed = any(db.version(k) != v for k, v in client.watched.items())
     db.unwatch(client.watched)  # released before the commands run, as Redis does
     if aborted:
@@ -52,7 +57,7 @@ def exec_(client, argv: list[bytes]):
     client.in_exec = True
     try:
         for qargv in queued:
-            reply = client.server.call(client, qargv)
+            reply = client.region.call(client, qargv)
             if type(reply) is Blocked:  # a blocking read inside EXEC never blocks
                 reply = reply.timeout_reply
             replies.append(reply)
@@ -61,22 +66,22 @@ def exec_(client, argv: list[bytes]):
     return replies
 
 
-def abort_exec(client, reason: str) -> ReplyError:
+def abort_exec(client: Session, reason: str) -> ReplyError:
     """An EXEC refused before it runs (wrong arity, NOAUTH): as Redis's ``execCommandAbort``,
     the transaction is discarded and its keys unwatched, in MULTI or not, and the reply
     names the reason (a bare reason: Redis formats these without the ERR code)."""
     client.multi = None
     client.multi_error = False
-    client.server.db.unwatch(client.watched)
+    client.region.db.unwatch(client.watched)
     reason = reason[4:] if reason.startswith("ERR ") else reason
     return ReplyError(f"EXECABORT Transaction discarded because of: {reason}")
 
 
 @command("watch")
-def watch(client, argv: list[bytes]):
+def watch(client: Session, argv: list[bytes]):
     if client.multi is not None:
         raise ReplyError("ERR WATCH inside MULTI is not allowed")
-    db = client.server.db
+    db = client.region.db
     for key in argv[1:]:
         if key not in client.watched:
             client.watched[key] = db.watch(key)
@@ -84,6 +89,6 @@ def watch(client, argv: list[bytes]):
 
 
 @command("unwatch")
-def unwatch(client, argv: list[bytes]):
+def unwatch(client: Session, argv: list[bytes]):
     client.db.unwatch(client.watched)
     return "OK"

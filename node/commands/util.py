@@ -90,13 +90,15 @@ def parse_interval(start_arg: bytes, end_arg: bytes) -> tuple[StreamID, StreamID
     except InvalidID as e:
         raise ReplyError(str(e)) from None
     if start_ex:
-        start = incr(start)
-        if start is None:
+        after = incr(start)
+        if after is None:
             raise ReplyError("ERR invalid start ID for the interval")
+        start = after
     if end_ex:
-        end = decr(end)
-        if end is None:
+        before = decr(end)
+        if before is None:
             raise ReplyError("ERR invalid end ID for the interval")
+        end = before
     return start, end
 
 

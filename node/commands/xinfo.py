@@ -9,11 +9,16 @@ counts them, XINFO CONSUMERS' does not).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, c_string
 from node.commands import subcommand
 from node.commands.util import parse_int
 from node.resp.encoder import ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 
 def _fmt(id_) -> bytes:
@@ -25,8 +30,8 @@ def _s(b: bytes) -> str:
     return c_string(b).decode("utf-8", "replace")
 
 
-def _stream(client, key: bytes):
-    s = client.server.db.keys.get(key)
+def _stream(client: Session, key: bytes):
+    s = client.region.db.keys.get(key)
     if s is None:
         raise ReplyError("ERR no such key")
     return s
@@ -47,7 +52,7 @@ def radix_tree_nodes(block_count: int) -> int:
 
 
 @subcommand("xinfo", "stream")
-def xinfo_stream(client, argv: list[bytes]):
+def xinfo_stream(client: Session, argv: list[bytes]):
     full = False
     count = 10
     opts = argv[3:]
@@ -120,7 +125,7 @@ def _full_group(s, g, count: int) -> dict:
 
 
 @subcommand("xinfo", "groups")
-def xinfo_groups(client, argv: list[bytes]):
+def xinfo_groups(client: Session, argv: list[bytes]):
     s = _stream(client, argv[2])
     return [
         {
@@ -136,12 +141,12 @@ def xinfo_groups(client, argv: list[bytes]):
 
 
 @subcommand("xinfo", "consumers")
-def xinfo_consumers(client, argv: list[bytes]):
+def xinfo_consumers(client: Session, argv: list[bytes]):
     s = _stream(client, argv[2])
     g = s.groups.get(argv[3])
     if g is None:
         raise ReplyError(f"NOGROUP No such consumer group '{_s(argv[3])}' for key name '{_s(argv[2])}'")
-    now = client.server.now_ms()
+    now = client.region.now_ms()
     return [
         {
             b"name": c.name,
@@ -154,7 +159,7 @@ def xinfo_consumers(client, argv: list[bytes]):
 
 
 @subcommand("xinfo", "help")
-def xinfo_help(client, argv: list[bytes]):
+def xinfo_help(client: Session, argv: list[bytes]):
     return [
         b"XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"CONSUMERS <key> <groupname>",

@@ -38,7 +38,8 @@ changed state: ``LOGGED_IF_CHANGED`` in node/commands/__init__.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, incr, parse_id
@@ -47,6 +48,9 @@ from node.commands.entryreply import first_entry, range_entries
 from node.commands.util import ERR_SYNTAX, parse_int, string2ll
 from node.region.blocking import Blocked
 from node.resp.encoder import NULL_ARRAY, Entries, ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 GT_GROUP = MAX_ID  # the '>' sentinel, as Redis encodes it
 
@@ -61,8 +65,8 @@ class ReadArgs:
     min_idle: int = -1
     maxcount: int = 0  # 0: no cap (MAXCOUNT/MAXSIZE take positive values only)
     maxsize: int = 0
-    keys: list | None = None
-    idargs: list | None = None
+    keys: list[bytes] = field(default_factory=list)
+    idargs: list[bytes] = field(default_factory=list)
     # the IDs resolved, when no stream's state changes them (every ID argument is '>' with
     # GROUP, or a valid ID): reads repeating the command (see _parse_memo) take them as they are
     fixed_ids: list | None = None
@@ -291,9 +295,9 @@ def entry_size(id_: StreamID, flat: list | None) -> int:
     return size
 
 
-def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
+def _serve(client: Session, a: ReadArgs, ids: list[StreamID]) -> list | dict | None:
     """Serve every stream that has data now; None when none has."""
-    server = client.server
+    server = client.region
     db = server.db
     now = server.now_ms()
     min_idle = a.min_idle
@@ -330,6 +334,7 @@ def _serve(client, a: ReadArgs, ids: list[StreamID]) -> list | None:
         elif not history and s.length and s.top_id() > g.last_id:
             sync = True
             gt = g.last_id
+        assert a.consumer is not None  # (given with GROUP)
         consumer, created = g.consumer(a.consumer, now)
         consumer.seen_time = now
         if created:
@@ -373,8 +378,8 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
                 claimed_only: bool, now: int, take) -> tuple[list, bool]:
     """A group's entries for one stream, and whether any was delivered (which changes state)."""
     if history:
-        rows = cg.read_history(s, g, consumer, gt, count, now, take)
-        return _entries(rows), any(flat is not None for _id, flat in rows)
+        read = cg.read_history(s, g, consumer, gt, count, now, take)
+        return _entries(read), any(flat is not None for _id, flat in read)
     rows: list = Entries()
     if min_idle != -1:
         for id_, flat, idle, dcount in cg.claim_idle(s, g, consumer, min_idle, count, now, take):
@@ -406,9 +411,9 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
     return rows, bool(rows)
 
 
-def _read(client, argv: list[bytes], xreadgroup: bool):
-    a = _parse_memo(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread", client.server.now_ms())
-    db = client.server.db
+def _read(client: Session, argv: list[bytes], xreadgroup: bool):
+    a = _parse_memo(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread", client.region.now_ms())
+    db = client.region.db
     ids = _resolve_ids(db, a)
     reply = _serve(client, a, ids)
     if reply is not None:
@@ -424,7 +429,7 @@ def _read(client, argv: list[bytes], xreadgroup: bool):
                     return _group_error(key, a.group)  # as Redis 8 running the command again
         return _serve(client, a, ids)
 
-    server = client.server
+    server = client.region
     next_wake = (lambda: _claimable_at(db, a, server.now_ms())) if a.min_idle != -1 else None
     return Blocked(list(dict.fromkeys(a.keys)), a.timeout, retry, NULL_ARRAY, next_wake_ms=next_wake,
                    unblock_on_nokey=a.group is not None)
@@ -450,10 +455,10 @@ def _claimable_at(db, a: ReadArgs, now: int) -> int | None:
 
 
 @command("xread")
-def xread(client, argv: list[bytes]):
+def xread(client: Session, argv: list[bytes]):
     return _read(client, argv, xreadgroup=False)
 
 
 @command("xreadgroup")
-def xreadgroup(client, argv: list[bytes]):
+def xreadgroup(client: Session, argv: list[bytes]):
     return _read(client, argv, xreadgroup=True)

@@ -51,19 +51,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import secrets
 import time
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from crdt import ops, resolve
 from crdt.causal import Envelope
-from crdt.reissue import Reissue
 from node import commands as cmdtable
 from node.activeactive import opcodec
-from node.activeactive.lone_writes import LoneStep
 from node.activeactive.region import ActiveActive
 from node.commands.server import command_keys
 from node.commands.transactions import abort_exec
@@ -71,8 +70,11 @@ from node.persistence import aofformat, snapshot
 from node.region.blocking import Blocked, BlockingRegistry
 from node.region.config import Config
 from node.region.db import Database
+from node.region.lone import LoneWritesObserver, LoneWritesSteps
+from node.region.session import Session
 from node.region.slicing import Sliced
 from node.region.slowlog import LatencyMonitor, SlowLog, redacted
+from node.region.stats import LatencyHistogram, Stats
 from node.region.supervision import (
     EXIT_FAIL_STOP,
     ApplyFailed,
@@ -86,6 +88,12 @@ from node.region.supervision import (
 from node.resp.encoder import ReplyError
 from node.security.acl import AccessControl
 
+if TYPE_CHECKING:
+    from node.commands.migrate import MigrateTransport
+    from node.persistence.oplog import OperationLog
+    from node.persistence.replay import LoadReport
+    from node.security.tls import ClientTls
+
 log = logging.getLogger("braid.server")
 
 OOM_ERROR = "OOM command not allowed when used memory > 'maxmemory'."
@@ -94,99 +102,27 @@ _perf_ns = time.perf_counter_ns
 NEVER_NS = 1 << 63  # a command's time execute() never reaches: neither SLOWLOG nor LATENCY records
 
 
-class Stats:
-    def __init__(self) -> None:
-        self.reset()
-        self.total_connections_received = 0
-        self.rejected_connections = 0
-        self.client_qbuf_limit_disconnections = 0  # clients closed for their input (query buffer)
-        self.client_outbuf_limit_disconnections = 0  # and for replies they did not read
-
-    def reset(self) -> None:
-        self.total_commands_processed = 0
-        self.total_error_replies = 0
-        self.unexpected_error_replies = 0
-        self.command_internal_errors = 0  # handlers that raised having changed nothing (answered ERR)
-        self.net_input_bytes = 0
-        self.net_output_bytes = 0
-        self.command_calls: dict[str, list[int]] = {}  # name -> [calls, usec, rejected, failed]
-        self.error_codes: dict[str, int] = {}
-
-
-class LatencyHistogram:
-    """Durations counted into fixed buckets (upper bounds in nanoseconds), as a Prometheus
-    histogram reads them (node/runtime/metrics.py).  Kept here, with no lock and no label
-    lookup, because a command's own time is taken on its way out of :meth:`RegionCore.execute`:
-    one bisect and two additions per call; whoever reads it runs on the same thread."""
-
-    __slots__ = ("bounds_ns", "counts", "sum_ns")
-
-    def __init__(self, bounds_s: tuple[float, ...]) -> None:
-        self.bounds_ns = tuple(round(b * 1e9) for b in bounds_s)
-        self.counts = [0] * (len(bounds_s) + 1)  # the last one: above every bound (+Inf)
-        self.sum_ns = 0
-
-    def observe_ns(self, ns: int) -> None:
-        self.counts[bisect_left(self.bounds_ns, ns)] += 1
-        self.sum_ns += ns
-
-
-class Session:
-    """One client's session state, without a connection: the protocol version, its name,
-    authentication, a MULTI queue, watched keys, a blocked read.  The server's
-    :class:`node.runtime.server.ClientConnection` adds the socket; a replay and the simulation
-    use a bare session (their replies go nowhere or to the simulated client)."""
-
-    # whether a long command may be prepared in slices while this client waits (node/region/slicing.py):
-    # a bare session gets every reply at once
-    may_slice = False
-
-    def __init__(self, server: RegionCore) -> None:
-        self.server = server
-        self.id = next(server._client_ids)
-        self.resp3 = False
-        self.name: bytes = b""
-        self.lib_name: bytes = b""
-        self.lib_ver: bytes = b""
-        self.user = server.acl.default  # as Redis: authenticated at once when default needs no password
-        self.authenticated = not server.acl.auth_required()
-        self.multi: list[list[bytes]] | None = None
-        self.multi_error = False
-        self.watched: dict[bytes, int] = {}
-        self.blocked: Blocked | None = None
-        self.closing = False
-        self.created = time.time()
-        self.last_interaction = self.created
-        self.last_command = b"NULL"
-        self.addr = "?:0"
-        self.laddr = "?:0"
-        self.in_exec = False
-        # a long command's value prepared in slices, for its run again: (its argv, the value)
-        self.prepared: tuple[list[bytes], Any] | None = None
-        self.logged_upto = 0        # the last operation-log record this client's own commands appended
-
-    @property
-    def db(self) -> Database:
-        return self.server.db
-
-    def needs_auth(self) -> bool:
-        return not self.authenticated and self.server.acl.auth_required()
-
-
 class RegionCore:
     """One region's state and rules (see the module's theory of operation).  Holds no
     process-wide singletons: a shard is just a core owning some keys, and several can
     live in one process (tests and the simulation do)."""
 
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lone_observer: LoneWritesObserver | None = None) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one.
-        ``clock``: the wall clock in milliseconds (default: the system's)."""
+        ``clock``: the wall clock in milliseconds (default: the system's).  ``lone_observer``:
+        who hears of writes taken alone withdrawn and issued again (node/region/lone.py)."""
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
+        # what INFO server says of this run: when it began, a random id, the client port
+        # (a core has no socket: the setting; the server puts the port it listens on)
+        self.start_time = time.time()
+        self.run_id = secrets.token_hex(20)
+        self.port = int(self.config["port"])
+        self.shutdown_requested = False  # SHUTDOWN ran (a driver stops the region; see shutdown())
         self.db = Database(self._limits(), active_active=cluster is not None)
-        if clock is not None:
-            self.system_ms = clock
+        # the system's wall clock in milliseconds (the simulation's virtual one)
+        self.system_ms: Callable[[], int] = clock if clock is not None else system_ms
         if cluster is not None:
             cfg, me = cluster
             self.region = me.number
@@ -229,9 +165,9 @@ class RegionCore:
         self.blocking = BlockingRegistry()
         self.clients: dict[int, Session] = {}
         self._client_ids = itertools.count(1)
-        self.oplog = None          # the operation log (node/persistence/oplog.py, or the simulation's)
+        self.oplog: OperationLog | None = None  # the operation log (node/persistence/oplog.py, or the simulation's)
         self.replaying = False     # loading the log: nothing is logged again
-        self.loading_report = None
+        self.loading_report: tuple[LoadReport, float] | None = None  # what loading the log found, how long
         self.saving = False        # a BGSAVE is writing its file
         self.last_bgsave_ok = True
         self.last_save = int(time.time())
@@ -242,17 +178,30 @@ class RegionCore:
         self.apply_faults = 0      # DEBUG APPLY-FAIL: operations of other regions still to fail to apply
         self.failed: str | None = None  # why the region fail-stopped (node/region/supervision.py)
         self.supervisor = Supervisor(self)
+        self.lone_steps = LoneWritesSteps(self, lone_observer)  # writes taken alone (node/region/lone.py)
         cmdtable.load_all()
         self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
-        self.tls = None  # the TLS client port: the server's (node/security/tls.py); a core has no port
+        self.tls: ClientTls | None = None  # the TLS client port: the server's (node/security/tls.py); a core has no port
         # MIGRATE's connections to other servers: a port the driver gives (node/commands/migrate.py);
         # a core has none, and MIGRATE answers an error
-        self.migrate_transport = None
+        self.migrate_transport: MigrateTransport | None = None
+
+    def next_client_id(self) -> int:
+        """The id of a new client (CLIENT ID): 1, 2, ... for this run."""
+        return next(self._client_ids)
 
     @property
-    def aa(self):
+    def aa(self) -> ActiveActive | None:
         """This region's Active-Active part (node/activeactive/region.py), None when standalone."""
         return self.db.aa
+
+    def member(self) -> ActiveActive:
+        """This region's Active-Active part, for what only a member of a cluster does (full
+        resync, other regions' operations, writes taken alone)."""
+        aa = self.db.aa
+        if aa is None:
+            raise RuntimeError(f"region {self.region} is standalone: it belongs to no cluster")
+        return aa
 
     # ------------------------------------------------------------ settings
     def _limits(self) -> ops.Limits:
@@ -338,6 +287,12 @@ class RegionCore:
             self.memory_peak = used
         return used
 
+    def count_clients_memory(self) -> int:
+        """Count what the clients' buffers hold now (their input not yet run, their replies
+        not yet read): ``clients_memory``, part of used memory until counted again."""
+        self.clients_memory = sum(c.input_buffered() + c.output_buffered() for c in self.clients.values())
+        return self.clients_memory
+
     def out_of_memory(self) -> bool:
         """Is used memory past maxmemory (set)?  A crossing either way is logged once."""
         used = self.used_memory()
@@ -364,15 +319,15 @@ class RegionCore:
         return False
 
     # ------------------------------------------------------------ the clock
-    @staticmethod
-    def system_ms() -> int:
-        return time.time_ns() // 1_000_000
-
     def wall_ms(self) -> int:
         """This region's wall clock in milliseconds: the driver's clock moved by
         ``clock_offset_ms`` (``DEBUG CLOCK-OFFSET``, used by the chaos suite to skew a
         region or jump it backwards)."""
         return self.system_ms() + self.clock_offset_ms
+
+    def skew_clock(self, offset_ms: int) -> None:
+        """DEBUG CLOCK-OFFSET: this region's wall clock runs ``offset_ms`` from the system's."""
+        self.clock_offset_ms = offset_ms
 
     def now_ms(self) -> int:
         """The clock commands see: pinned for the length of a command (and of its replay)."""
@@ -405,7 +360,7 @@ class RegionCore:
             oplog.replication_fsync_interval = aa.fsync_interval
             # at every start: this folder may be an older copy of itself (a backup, a VM snapshot),
             # or the machine lost the unsynced tail; either way peers may hold more of its own
-            aa.recover_own_operations(self._took_back_own_operations,
+            aa.recover_own_operations(self.lone_steps.took_back_own_operations,
                                       machine_crash=getattr(oplog, "may_have_lost", False))
         elif hasattr(oplog, "recovered"):
             oplog.recovered()  # a lone region has no peers to take anything back from: the log is its truth
@@ -431,6 +386,7 @@ class RegionCore:
         write = cmd is not None and cmd.is_write and not cmd.logged_if_changed
         if oplog is None or self.replaying or not (own or changed or (write and type(reply) is not ReplyError)):
             return
+        now = self.now_ms()  # (pinned for the command)
         if cmd is not None and cmd.resolved:
             if own:
                 oplog.log_own(own)
@@ -439,18 +395,19 @@ class RegionCore:
             elif not changed:
                 return  # applied nothing, changed nothing
             elif cmd.name == "xadd":  # answered from the IDMP map: it counted a duplicate
-                oplog.log_idmp_duplicate(self._clock, argv[1])
+                oplog.log_idmp_duplicate(now, argv[1])
             else:
-                self._append_command(self._clock, argv)
+                self._append_command(now, argv)
         else:
-            self._append_command(self._clock, argv, own or ())
+            self._append_command(now, argv, own or [])
         client.logged_upto = oplog.last_record  # its reply waits for this record (see reply_needs)
 
-    def _append_command(self, now: int, argv: list[bytes], own: list | tuple = ()) -> None:
-        aa = self.db.aa
-        self.oplog.log_command(now, argv, None if aa is None else aa.mode, own)
+    def _append_command(self, now: int, argv: list[bytes], own: list | None = None) -> None:
+        aa, oplog = self.db.aa, self.oplog
+        assert oplog is not None  # (only called with a log)
+        oplog.log_command(now, argv, None if aa is None else aa.mode, own or [])
         if aa is not None:
-            aa.logged(self.oplog.last_record)  # its operations leave once it is durable
+            aa.logged(oplog.last_record)  # its operations leave once it is durable
 
     def log_settings(self, argv: list[bytes]) -> None:
         """A CONFIG SET that changes how streams are laid out (see LAYOUT_SETTINGS)."""
@@ -508,15 +465,8 @@ class RegionCore:
                 raise ReplyError(f"ERR snapshot failed: the snapshot of a full-resync image must be written first, "
                                  f"and it cannot be: {e.strerror or e}") from None
             raise ReplyError(f"ERR snapshot failed: cannot start a new log segment: {e.strerror}") from None
-        self._log_withdrawn_again()
+        self.lone_steps.log_withdrawn_again()
         return data, record
-
-    def _log_withdrawn_again(self) -> None:
-        """After a new base of the log: the writes withdrawn and not yet issued again, listed again."""
-        aa = self.db.aa
-        if aa is not None and aa.lone.reissue:
-            self.oplog.log_lone(b"w", aa.lone.reissue_base, aa.lone.reissue)
-            self.records_appended()
 
     def save(self, force: bool = False) -> None:
         """SAVE: write a snapshot now, then compact the log.
@@ -527,12 +477,23 @@ class RegionCore:
         if self.saving and not force:
             raise ReplyError("ERR Background save already in progress")
         data, record = self.snapshot_now()
+        assert self.oplog is not None  # (snapshot_now refuses without one)
         try:
             self.oplog.write_snapshot(data, record)
         except OSError as e:
             self.saved(record, e)
             raise ReplyError(f"ERR snapshot failed: {e.strerror}") from None
         self.saved(record, None)
+
+    def bgsave(self) -> None:
+        """BGSAVE: a core has no worker thread, so the snapshot is written at once (the
+        asyncio server writes it in a thread: node/runtime/server.py)."""
+        self.save()
+
+    def shutdown(self) -> None:
+        """SHUTDOWN: a core only records it (``shutdown_requested``); its driver stops the
+        region (the asyncio server once the turn is done)."""
+        self.shutdown_requested = True
 
     def saved(self, record: int, error: BaseException | None) -> None:
         """A snapshot of the state after ``record`` was written (or failed): the log before it goes."""
@@ -600,117 +561,15 @@ class RegionCore:
 
     # ------------------------------------------------------------ writes taken alone
     def cron_lone_writes(self, now_ms: int) -> None:
-        """Begin, confirm or withdraw writes taken alone (node/activeactive/lone_writes.py); ``now_ms`` the
+        """Begin, confirm or withdraw writes taken alone (node/region/lone.py); ``now_ms`` the
         driver's clock (the simulation's virtual one)."""
-        step = self.db.aa.lone_step(now_ms)
-        if step is LoneStep.ALONE:
-            self._begin_alone()
-        elif step is LoneStep.CONFIRM:
-            self._confirm_alone()
-        elif step is LoneStep.WITHDRAW:
-            self._withdraw_alone()
-
-    def _lone_writes_now(self) -> bool:
-        """A write the region would refuse: whether writes taken alone let it through now (their
-        time came, or they were just confirmed) - decided at once, not at the next cron."""
-        aa = self.db.aa
-        if not (aa.lone.alone or aa.recovering) or int(self.config["crdt-lone-writes-after-ms"]) <= 0:
-            return False
-        self.cron_lone_writes(self.system_ms())
-        return aa.writable
-
-    def _begin_alone(self) -> None:
-        aa = self.db.aa
-        if aa.lone.alone:  # a period a replay reopened: take writes again
-            aa.begin_alone(None)
-            return
-        image = snapshot.encode(self.db.keys, aa.causal, 0, self.system_ms(), True, self.region)
-        if self.oplog is not None:
-            self.oplog.log_lone(b"a", aa.causal.vv.get(self.region, 0))
-            self.records_appended()
-        aa.begin_alone(image)
-        if aa.lone.reissue:  # withdrawn before: issued again first, held with the rest
-            self._reissue_withdrawn()
-
-    def _confirm_alone(self) -> None:
-        """The ``k`` record is on disk before anything held leaves: a replay that found the
-        period still open would take the peers' copies of those operations for another history."""
-        aa = self.db.aa
-        if self.oplog is not None:
-            self.oplog.log_lone(b"k", aa.lone.confirmed)
-            try:
-                self.oplog.roll()
-            except OSError as e:  # the record waits in the buffer; the cron tries again
-                log.error("cannot confirm the writes taken alone yet: the append-only file cannot be written: %s",
-                          e.strerror or e)
-                return
-        aa.end_alone()
-
-    def _withdraw_alone(self) -> None:
-        """Go back to the state before the writes taken alone, apply again the other regions'
-        operations since, and handshake again (node/activeactive/lone_writes.py).  The ``w`` record is on
-        disk first: a replay then skips the withdrawn operations and waits to issue them again."""
-        aa = self.db.aa
-        lone = aa.lone
-        if self.oplog is not None:
-            self.oplog.log_lone(b"w", lone.confirmed, lone.ops)
-            try:
-                self.oplog.roll()
-            except OSError as e:
-                log.error("cannot withdraw the writes taken alone yet: the append-only file cannot be written: %s",
-                          e.strerror or e)
-                return
-        again = aa.withdraw_alone()
-        self.replaying = True  # they are in the file already
-        try:
-            for env in again:
-                aa.hub.deliver(env)
-        finally:
-            self.replaying = False
-        aa.log_started()  # everything the causal log holds is on disk
-        aa.hub.relink()  # the peers learn what this region holds now
-        self.db.ready.update(self.db.keys)
-        self.keys_ready()
-
-    def _took_back_own_operations(self) -> None:
-        """Every live member answered and this region holds its own operations they held: the
-        writes it withdrew are issued again before any other (node/activeactive/lone_writes.py)."""
-        if self.db.aa.lone.reissue:
-            self._reissue_withdrawn()
-        if self.oplog is not None:
-            self.oplog.recovered()
-
-    def _reissue_withdrawn(self) -> None:
-        """Issue the withdrawn writes again, in order, as one record of this region's own
-        operations (the first after the ``w`` record: a replay knows them by that)."""
-        db, aa = self.db, self.db.aa
-        lone = aa.lone
-        reissue = Reissue(self.region, aa.stride, lone.reissue_base)
-        collected, db.own_ops = db.own_ops, []
-        try:
-            with self.clock_pinned() as now:
-                for data in lone.reissue:
-                    op = reissue.make(opcodec.decode(data), db.keys, aa.causal.vv, now)
-                    if op is not None:
-                        db.apply(op)
-            own = db.own_ops
-        finally:
-            db.own_ops = collected
-        if lone.alone:
-            aa.note_lone(own)
-        if own and self.oplog is not None:
-            self.oplog.log_own(own)
-            aa.logged(self.oplog.last_record)
-            self.records_appended()
-        log.warning("issued again the %d writes taken alone it withdrew (%d entries under new IDs: their old "
-                    "ones were taken)", len(lone.reissue), reissue.renamed)
-        lone.reissued_ops += len(lone.reissue)
-        lone.renamed_entries += reissue.renamed
-        lone.reissue = []
-        db.ready.update(db.keys)
-        self.keys_ready()
+        self.lone_steps.cron(now_ms)
 
     # ------------------------------------------------------------ fail-stop
+    def fail_next_applies(self, n: int) -> None:
+        """DEBUG APPLY-FAIL: the next ``n`` operations of other regions fail to apply."""
+        self.apply_faults = n
+
     def fail_stop(self, reason: str, exc: BaseException | None = None) -> None:
         """Stop the region now: its state may be wrong (node/region/supervision.py).
 
@@ -772,7 +631,7 @@ class RegionCore:
             return self._reject(self._exec_abort(client, cmd, OOM_ERROR))
         if cmd.is_write:
             aa = self.db.aa
-            if aa is not None and not aa.writable and not self.replaying and not self._lone_writes_now():
+            if aa is not None and not aa.writable and not self.replaying and not self.lone_steps.let_through_now():
                 return self._reject(ReplyError(aa.write_refusal()))  # joining, leaving or removed
             if self.oplog is not None and self.oplog.error is not None:
                 return self._reject(ReplyError(f"MISCONF Errors writing to the AOF file: {self.oplog.error}"))
@@ -792,7 +651,7 @@ class RegionCore:
             self._clock = self.system_ms() + self.clock_offset_ms  # wall_ms(), inlined
         try:
             try:
-                reply = cmd.handler(client, argv)  # type: ignore[misc]
+                reply = cmd.handler(client, argv)  # type: ignore[misc]  # (load_all: every command has one)
             except ReplyError as e:
                 reply = e
             except Exception as e:
@@ -986,14 +845,14 @@ class RegionCore:
     def _apply_run(self, run: list[Envelope]) -> None:
         """:meth:`apply_remote_run`'s work (timed there for LATENCY as ``crdt-apply``)."""
         db, decode_plain_add = self.db, opcodec.decode_plain_add
-        aa = db.aa
+        aa = self.member()
         applied = counted = at = 0
         offer_cpu = self.offer_cpu
         every = self.apply_yield_ops if offer_cpu is not None and not self.replaying else 0
         failure: Exception | None = None
         try:
             for env in run:
-                if every and applied and applied % every == 0:
+                if every and applied and applied % every == 0 and offer_cpu is not None:
                     offer_cpu()
                 if self.apply_faults:  # DEBUG APPLY-FAIL
                     self.apply_faults -= 1
@@ -1054,7 +913,7 @@ class RegionCore:
     # ------------------------------------------------------------ full resync
     def resync_image(self) -> tuple[bytes, dict]:
         """This region's whole state and backlog, for a peer that lacks trimmed operations."""
-        return self.db.aa.resync_image(self.system_ms())
+        return self.member().resync_image(self.system_ms())
 
     def install_image(self, data: bytes) -> bool:
         """Take a peer's image as this region's replicated state (``ActiveActive.adopt_image``
@@ -1076,9 +935,10 @@ class RegionCore:
         (``OperationLog.hold_for_image``): a process that ends first starts again from the
         old log, which holds those operations, and is sent an image again.
         """
-        if not self._take_image(data, self.db.aa.adopt_image, "refusing a full-resync image", "crdt-image-install"):
+        aa = self.member()
+        if not self._take_image(data, aa.adopt_image, "refusing a full-resync image", "crdt-image-install"):
             return False
-        log.warning("installed a full-resync image: version vector %s", self.db.aa.causal.vv)
+        log.warning("installed a full-resync image: version vector %s", aa.causal.vv)
         return True
 
     def join_image(self, data: bytes) -> bool:
@@ -1086,16 +946,17 @@ class RegionCore:
         regions dropped operations the other lacks), then, as :meth:`install_image` does,
         deliver again what waited and make the joined state the base of the append-only
         file (a replay of the old log cannot lead to it).  False: refused (nothing changed)."""
-        if not self._take_image(data, self.db.aa.join_image, "refusing to join a peer's state", "crdt-state-join"):
+        aa = self.member()
+        if not self._take_image(data, aa.join_image, "refusing to join a peer's state", "crdt-state-join"):
             return False
-        log.warning("joined a peer's state with this region's: version vector %s", self.db.aa.causal.vv)
+        log.warning("joined a peer's state with this region's: version vector %s", aa.causal.vv)
         return True
 
     def _take_image(self, data: bytes, take: Callable[[bytes], list | None], refusing: str, event: str) -> bool:
         """The steps :meth:`install_image` and :meth:`join_image` share around ``take`` (which
         changes the state and returns the envelopes to deliver again on top, or None), timed
         as LATENCY's ``event``."""
-        aa = self.db.aa
+        aa = self.member()
         oplog = self.oplog
         t0 = self.latency_start()
         try:
@@ -1125,15 +986,22 @@ class RegionCore:
         """The snapshot that makes a full-resync image just installed the base of the append-only
         file, at ``record`` (see :meth:`install_image`); written even while a BGSAVE runs: the
         older state that one writes cannot be the base any more."""
-        data = snapshot.encode(self.db.keys, self.db.aa.causal, record, self.system_ms(), True, self.region)
-        self._log_withdrawn_again()
+        oplog = self.oplog
+        assert oplog is not None  # (an image is saved only with a log)
+        data = snapshot.encode(self.db.keys, self.member().causal, record, self.system_ms(), True, self.region)
+        self.lone_steps.log_withdrawn_again()
         try:
-            self.oplog.write_snapshot(data, record)
+            oplog.write_snapshot(data, record)
         except OSError as e:
             self.last_bgsave_ok = False
-            self.oplog.hold_for_image(data, record, e, lambda rec: self.saved(rec, None))
+            oplog.hold_for_image(data, record, e, lambda rec: self.saved(rec, None))
             return
         self.saved(record, None)
+
+
+def system_ms() -> int:
+    """The system's wall clock in milliseconds."""
+    return time.time_ns() // 1_000_000
 
 
 def _clip(b: bytes, n: int = 128) -> str:

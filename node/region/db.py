@@ -22,9 +22,14 @@ counted again key by key.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from crdt import ops, resolve
 from crdt.stream import Stream
 from node.activeactive import opcodec
+
+if TYPE_CHECKING:
+    from node.activeactive.region import ActiveActive
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
@@ -33,7 +38,7 @@ class Database:
     def __init__(self, limits: ops.Limits | None = None, active_active: bool = False) -> None:
         self.limits = limits or ops.Limits()
         self.keys: ops.Keyspace = ops.Keyspace(active_active=active_active)  # key -> Stream
-        self.aa = None  # this region's ActiveActive part, when it belongs to a cluster
+        self.aa: ActiveActive | None = None  # this region's ActiveActive part, when it belongs to a cluster
         # how commands resolve into operations: Redis's rules, or the multi-region ones
         self.resolver: resolve.SingleRegion = resolve.SingleRegion()
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
@@ -139,6 +144,7 @@ class Database:
         sent = op
         if any(r == 1 for r in result) if type(result) is list else result:
             if flush:
+                assert isinstance(result, int) and touched is not None  # (a flush counts its keys)
                 self.dirty += result  # one change per key, as Redis counts
                 for key in touched:
                     self.touch(key)

@@ -41,7 +41,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
-from node.region.core import LatencyHistogram
+from node.region.stats import LatencyHistogram
 from node.security.acl import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY
 from node.version import BRAID_VERSION, REDIS_COMPAT_VERSION
 
@@ -104,6 +104,7 @@ class RegionMetrics:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # (a served connection runs in a task)
         self._serving.add(task)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)

@@ -6,6 +6,8 @@ package's docstring (``node/commands/table/__init__.py``) says what each field m
 
 from __future__ import annotations
 
+from typing import Any
+
 from node.commands.table.vocabulary import describe, index, integer, key, ks, string, token
 
 describe("dump", 2, "readonly", "dump", group="generic", since="2.6.0",
@@ -17,7 +19,7 @@ describe("dump", 2, "readonly", "dump", group="generic", since="2.6.0",
              key("key", 0),
          ])
 # RESTORE-ASKING is RESTORE for a cluster's MIGRATE: the same arguments and history
-_RESTORE_DOCS = dict(
+_RESTORE_DOCS: dict[str, Any] = dict(
     history=[
         ("3.0.0", "Added the `REPLACE` modifier."),
         ("5.0.0", "Added the `ABSTTL` modifier."),
