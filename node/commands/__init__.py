@@ -8,7 +8,8 @@ derived from what).  Each command family lives in its own module (``streams.py``
 and registers its handlers with :func:`command` / :func:`subcommand`, which name a
 described command and add nothing else.  A handler is ``handler(client, argv) -> reply``
 (:data:`node.commands.context.Handler`: ``client`` is a session, through which it sees the
-region's services, :class:`node.commands.context.Region`, and never the driver) where ``argv[0]`` is the command name as sent and the reply is a plain value for
+region's services, :class:`node.commands.context.Region`, and never the driver) where
+``argv[0]`` is the command name as sent and the reply is a plain value for
 :mod:`node.resp.encoder`; a handler aborts with ``raise ReplyError("ERR ...")``.
 Blocking commands may return a :class:`node.region.blocking.Blocked`.
 

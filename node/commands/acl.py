@@ -101,7 +101,8 @@ def acl_whoami(client: Session, argv: list[bytes]):
 
 def _syntax(argv: list[bytes]) -> ReplyError:
     """addReplySubcommandSyntaxError."""
-    return ReplyError(f"ERR unknown subcommand or wrong number of arguments for '{argv[1][:128].decode('utf-8', 'replace')}'. "
+    return ReplyError(f"ERR unknown subcommand or wrong number of arguments for "
+                      f"'{argv[1][:128].decode('utf-8', 'replace')}'. "
                       f"Try {argv[0].decode('utf-8', 'replace').upper()} HELP.")
 
 
@@ -204,7 +205,8 @@ def acl_dryrun(client: Session, argv: list[bytes]):
     meta = rules.command_table().by_name[cmd.fullname]
     reason, pos = user.check(meta, args)
     if reason:
-        return rules.denial_message(reason, user, meta.fullname, args[pos], verbose=True).encode("utf-8", "surrogateescape")
+        message = rules.denial_message(reason, user, meta.fullname, args[pos], verbose=True)
+        return message.encode("utf-8", "surrogateescape")
     return "OK"
 
 

@@ -103,7 +103,7 @@ def _merged(logs: dict, start, end, count: int, ids: list | None, descending: bo
         encs: list = []
         found: list = []
         read(logs[origin], start, end, count, rows, encs, found)
-        tagged += zip(found, rows, encs)
+        tagged += zip(found, rows, encs, strict=True)
     tagged.sort(key=_entry_id, reverse=descending)
     if count > 0:
         del tagged[count:]

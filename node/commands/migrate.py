@@ -175,7 +175,7 @@ def migrate(client: Session, argv: list[bytes]):
         select = link.last_dbid != dbid
         if select:
             _bulk(request, b"SELECT", b"%d" % dbid)
-        for key, payload in zip(keys, payloads):
+        for key, payload in zip(keys, payloads, strict=True):
             _bulk(request, b"RESTORE", key, b"0", payload, *((b"REPLACE",) if opts.replace else ()))
         try:
             return _exchange(server.db, link, bytes(request), keys, opts, select, dbid, timeout)

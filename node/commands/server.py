@@ -255,7 +255,8 @@ def info_text(srv: Region, wanted: list[str]) -> bytes:
     parts = []
     for name in names:
         lines = sections[name](srv)
-        parts.append(f"# {name.capitalize() if name != 'cpu' else 'CPU'}\r\n" + "".join(l + "\r\n" for l in lines))
+        title = name.capitalize() if name != "cpu" else "CPU"
+        parts.append(f"# {title}\r\n" + "".join(line + "\r\n" for line in lines))
     return "\r\n".join(parts).encode()
 
 

@@ -4,8 +4,9 @@ Commands sent after MULTI are queued by the dispatcher (``Server.call``): a
 queue-time error (unknown command, wrong arity, NOPERM) marks the transaction so
 EXEC aborts it, as Redis does.  EXEC runs the queue atomically (the server is
 single threaded), checking each command's permissions again, with
-``client.in_exec`` set so blocking reads answer at once instead of blocking.  WATCH records each key's version (node/region/db.py keeps versions only
-for watched keys); EXEC returns a null array when any watched key changed since.
+``client.in_exec`` set so blocking reads answer at once instead of blocking.  WATCH records
+each key's version (node/region/db.py keeps versions only for watched keys); EXEC returns a
+null array when any watched key changed since.
 EXEC, DISCARD, UNWATCH, RESET and a disconnection release the client's keys.
 """
 

@@ -58,7 +58,8 @@ def xinfo_stream(client: Session, argv: list[bytes]):
     opts = argv[3:]
     if opts:
         if len(opts) not in (1, 3) or opts[0].lower() != b"full" or (len(opts) == 3 and opts[1].lower() != b"count"):
-            raise ReplyError(f"ERR unknown subcommand or wrong number of arguments for '{_s(argv[1])}'. Try XINFO HELP.")
+            raise ReplyError(f"ERR unknown subcommand or wrong number of arguments for '{_s(argv[1])}'. "
+                             "Try XINFO HELP.")
         full = True
         if len(opts) == 3:
             count = parse_int(opts[2])

@@ -107,7 +107,8 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
             n = argc - streams_arg
             if n % 2:
                 symbol = "ID or '>'" if xreadgroup else "ID, '+', or '$'"
-                raise ReplyError(f"ERR Unbalanced '{fullname}' list of streams: for each stream key an {symbol} must be specified.")
+                raise ReplyError(f"ERR Unbalanced '{fullname}' list of streams: for each stream key an {symbol} must "
+                                 f"be specified.")
             a.keys = argv[streams_arg:streams_arg + n // 2]
             a.idargs = argv[streams_arg + n // 2:]
             break
@@ -213,24 +214,29 @@ def _resolve_ids(db, a: ReadArgs) -> list[StreamID]:
                     raise _group_error(key, a.group)
         return a.fixed_ids
     ids = []
-    for key, arg in zip(a.keys, a.idargs):
+    for key, arg in zip(a.keys, a.idargs, strict=True):
         s = db.keys.get(key)
         if a.group is not None and (s is None or a.group not in s.groups):
             raise _group_error(key, a.group)
         if arg == b"$":
             if a.group is not None:
-                raise ReplyError("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.")
+                raise ReplyError("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the "
+                                 "history of this consumer by specifying a proper ID, or use the > ID to get new "
+                                 "messages. The $ ID would just return an empty result set.")
             ids.append(s.last_id if s is not None else MIN_ID)
         elif arg == b"+":
             if a.group is not None:
-                raise ReplyError("ERR The + ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The + ID would just return an empty result set.")
+                raise ReplyError("ERR The + ID is meaningless in the context of XREADGROUP: you want to read the "
+                                 "history of this consumer by specifying a proper ID, or use the > ID to get new "
+                                 "messages. The + ID would just return an empty result set.")
             if s is not None and s.length:
                 ids.append(decr(s.top_id()) or MIN_ID)
             else:
                 ids.append(MIN_ID)
         elif arg == b">":
             if a.group is None:
-                raise ReplyError("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")
+                raise ReplyError("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> "
+                                 "<consumer> option.")
             ids.append(GT_GROUP)
         else:
             try:
@@ -305,7 +311,7 @@ def _serve(client: Session, a: ReadArgs, ids: list[StreamID]) -> list | dict | N
     take = budget.take if budget is not None else None
     count = a.count
     served = []  # [key, entries] per stream, the RESP2 reply as it is
-    for key, gt in zip(a.keys, ids):
+    for key, gt in zip(a.keys, ids, strict=True):
         if budget is not None:
             if budget.spent():
                 break  # MAXCOUNT / MAXSIZE reached: the remaining streams are skipped

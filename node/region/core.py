@@ -181,7 +181,8 @@ class RegionCore:
         self.lone_steps = LoneWritesSteps(self, lone_observer)  # writes taken alone (node/region/lone.py)
         cmdtable.load_all()
         self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
-        self.tls: ClientTls | None = None  # the TLS client port: the server's (node/security/tls.py); a core has no port
+        # the TLS client port: the server's (node/security/tls.py); a core has no port
+        self.tls: ClientTls | None = None
         # MIGRATE's connections to other servers: a port the driver gives (node/commands/migrate.py);
         # a core has none, and MIGRATE answers an error
         self.migrate_transport: MigrateTransport | None = None
@@ -549,7 +550,8 @@ class RegionCore:
     def cron_collect_garbage(self) -> int:
         return self.db.aa.collect_garbage() if self.db.aa is not None else 0
 
-    def cron_steps(self, now: float, link_positions: list[int] | None = None) -> list[tuple[str, Callable[[], Any], bool]]:
+    def cron_steps(self, now: float,
+                   link_positions: list[int] | None = None) -> list[tuple[str, Callable[[], Any], bool]]:
         """The cron's steps that change the region's state, in order, as (name, step,
         changes state): each driver runs them once a second under the supervisor."""
         steps: list[tuple[str, Callable[[], Any], bool]] = [("idmp-expiry", self.cron_expire_idmp, True)]
@@ -609,7 +611,7 @@ class RegionCore:
         cmd = cmdtable.SPELLINGS.get(name)  # the command's name as clients send it, else any case
         if cmd is None:
             cmd = cmdtable.COMMANDS.get(name.lower())
-        if client.multi is not None and (cmd is None or cmd.name not in ("exec", "discard", "multi", "watch", "quit", "reset")):
+        if client.multi is not None and (cmd is None or cmd.name not in _RUN_IN_MULTI):
             return self._queue(client, cmd, argv)
         if cmd is None:
             return self._reject(unknown_command_error(argv))
@@ -621,7 +623,8 @@ class RegionCore:
             cmd = sub
         argc = len(argv)
         if argc < cmd.min_argc or argc > cmd.max_argc:  # Command.check_arity, inlined
-            return self._reject(self._exec_abort(client, cmd, f"ERR wrong number of arguments for '{cmd.fullname}' command"))
+            return self._reject(self._exec_abort(client, cmd, f"ERR wrong number of arguments for '{cmd.fullname}' "
+                                                              f"command"))
         if not client.authenticated and client.needs_auth() and cmd.name not in ("auth", "hello", "quit", "reset"):
             return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
@@ -997,6 +1000,10 @@ class RegionCore:
             oplog.hold_for_image(data, record, e, lambda rec: self.saved(rec, None))
             return
         self.saved(record, None)
+
+
+# what runs at once inside MULTI rather than being queued (Redis's processCommand)
+_RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 
 
 def system_ms() -> int:

@@ -141,7 +141,7 @@ def _histogram(name: str, doc: str, labels: list[str], rows) -> HistogramMetricF
     family = HistogramMetricFamily(name, doc, labels=labels)
     for values, h in rows:
         cumulative, buckets = 0, []
-        for bound, count in zip(h.bounds_ns, h.counts):
+        for bound, count in zip(h.bounds_ns, h.counts, strict=False):  # (counts has one more: +Inf)
             cumulative += count
             buckets.append((repr(bound / 1e9), cumulative))
         cumulative += h.counts[-1]
@@ -285,7 +285,8 @@ class RegionCollector:
         st = aa.status()
         now = time.monotonic()
         state = GaugeMetricFamily("braid_peer_link_state", "The link to each other region: 1 for its current "
-                                  "state (up, down, paused, merging, conflict, fork), 0 for the others", labels=["peer", "state"])
+                                  "state (up, down, paused, merging, conflict, fork), 0 for the others",
+                                  labels=["peer", "state"])
         lag_ops = GaugeMetricFamily("braid_peer_lag_operations", "Operations held here that the peer has not "
                                     "acknowledged (grows while the link is down or paused)", labels=["peer"])
         lag_s = GaugeMetricFamily("braid_peer_lag_seconds", "Age of the oldest operation held here that the peer "

@@ -87,9 +87,12 @@ class Server(RegionCore):
         self._log_closed = False  # stop() closed the log: a turn still scheduled has nothing to write
         self._bgsave: asyncio.Future | None = None
         self._replay_snapshot_after = 0.0  # monotonic time from which the replay bound may snapshot again
-        self.tls: ClientTls = ClientTls(self, lambda: ClientConnection(self))  # the TLS client port (node/security/tls.py)
-        self.migrate_transport: SocketMigrateTransport = SocketMigrateTransport()  # MIGRATE's cached connections to targets
-        self.metrics: RegionMetrics | None = None  # the Prometheus endpoint (node/runtime/metrics.py) when metrics-port is set
+        # the TLS client port (node/security/tls.py)
+        self.tls: ClientTls = ClientTls(self, lambda: ClientConnection(self))
+        # MIGRATE's cached connections to targets
+        self.migrate_transport: SocketMigrateTransport = SocketMigrateTransport()
+        # the Prometheus endpoint (node/runtime/metrics.py) when metrics-port is set
+        self.metrics: RegionMetrics | None = None
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
         self.offer_cpu = getattr(os, "sched_yield", None)  # between slices of a peer's batch (core.py)
         self._cache_limits()

@@ -1,4 +1,5 @@
-"""The descriptions of the commands node/commands/connection.py handles (PING, ECHO, AUTH, HELLO, SELECT, QUIT, RESET, CLIENT).
+"""The descriptions of the commands node/commands/connection.py handles (PING, ECHO, AUTH, HELLO,
+SELECT, QUIT, RESET, CLIENT).
 
 One :func:`~node.commands.table.vocabulary.describe` call per command or subcommand; the
 package's docstring (``node/commands/table/__init__.py``) says what each field means.

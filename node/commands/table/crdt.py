@@ -28,5 +28,6 @@ describe("braid.config|get", 3, "admin noscript", "crdt", since="0.1.0",
          summary="BRAID.CONFIG GET crdt_xadd_id_uniqueness_mode",
          complexity="O(1)")
 describe("braid.config|set", 4, "admin noscript", "crdt", since="0.1.0",
-         summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal, or appendfsync (also recorded in this region's cluster file)",
+         summary="BRAID.CONFIG SET crdt_xadd_id_uniqueness_mode strict|semi-strict|liberal, or appendfsync (also "
+                 "recorded in this region's cluster file)",
          complexity="O(1)")

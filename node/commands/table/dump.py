@@ -12,7 +12,9 @@ from node.commands.table.vocabulary import describe, index, integer, key, ks, st
 
 describe("dump", 2, "readonly", "dump", group="generic", since="2.6.0",
          summary="Returns a serialized representation of the value stored at a key.",
-         complexity="O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1).",
+         complexity="O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis "
+                    "objects composing the value and M their average size. For small string values the time complexity "
+                    "is thus O(1)+O(1*M) where M is small, so simply O(1).",
          acl="keyspace", keys=[ks("RO ACCESS", index(1))], braid="reads_entries",
          tips=["nondeterministic_output"],
          arguments=[
@@ -37,9 +39,15 @@ _RESTORE_DOCS: dict[str, Any] = dict(
 )
 describe("restore", -4, "write denyoom", "dump", group="generic", since="2.6.0",
          summary="Creates a key from the serialized representation of a value.",
-         complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+         complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is "
+                    "the number of Redis objects composing the value and M their average size. For small string values "
+                    "the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set "
+                    "values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
          acl="keyspace dangerous", keys=[ks("OW UPDATE", index(1))], **_RESTORE_DOCS)
 describe("restore-asking", -4, "write denyoom asking", "dump", group="server", since="3.0.0",
          summary="An internal command for migrating keys in a cluster.",
-         complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+         complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is "
+                    "the number of Redis objects composing the value and M their average size. For small string values "
+                    "the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set "
+                    "values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
          acl="keyspace dangerous", keys=[ks("OW UPDATE", index(1))], **_RESTORE_DOCS)

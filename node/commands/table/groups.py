@@ -1,4 +1,5 @@
-"""The descriptions of the commands node/commands/groups.py handles (XGROUP, XACK, XACKDEL, XNACK, XPENDING, XCLAIM, XAUTOCLAIM).
+"""The descriptions of the commands node/commands/groups.py handles (XGROUP, XACK, XACKDEL, XNACK,
+XPENDING, XCLAIM, XAUTOCLAIM).
 
 One :func:`~node.commands.table.vocabulary.describe` call per command or subcommand; the
 package's docstring (``node/commands/table/__init__.py``) says what each field means.
@@ -68,7 +69,8 @@ describe("xgroup|help", 2, "loading stale", "groups", since="5.0.0",
          complexity="O(1)",
          acl="stream")
 describe("xack", -4, "write fast", "groups", group="stream", since="5.0.0",
-         summary="Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.",
+         summary="Returns the number of messages that were successfully acknowledged by the consumer group member of a "
+                 "stream.",
          complexity="O(1) for each message ID processed.",
          acl="stream", keys=[ks("RW UPDATE", index(1))],
          arguments=[
@@ -94,7 +96,8 @@ describe("xackdel", -6, "write fast", "groups", group="stream", since="8.2.0",
                  token="IDS"),
          ])
 describe("xnack", -7, "write fast", "groups", group="stream", since="8.8.0",
-         summary="Releases pending messages back to the group's PEL without acknowledging them, making them available for re-delivery.",
+         summary="Releases pending messages back to the group's PEL without acknowledging them, making them available "
+                 "for re-delivery.",
          complexity="O(1) for each message ID processed.",
          acl="stream", keys=[ks("RW UPDATE", index(1))],
          arguments=[
@@ -113,7 +116,10 @@ describe("xnack", -7, "write fast", "groups", group="stream", since="8.8.0",
          ])
 describe("xpending", -3, "readonly", "groups", group="stream", since="5.0.0",
          summary="Returns the information and entries from a stream consumer group's pending entries list.",
-         complexity="O(N) with N being the number of elements returned, so asking for a small fixed number of entries per call is O(1). O(M), where M is the total number of entries scanned when used with the IDLE filter. When the command returns just the summary and the list of consumers is small, it runs in O(1) time; otherwise, an additional O(N) time for iterating every consumer.",
+         complexity="O(N) with N being the number of elements returned, so asking for a small fixed number of entries "
+                    "per call is O(1). O(M), where M is the total number of entries scanned when used with the IDLE "
+                    "filter. When the command returns just the summary and the list of consumers is small, it runs in "
+                    "O(1) time; otherwise, an additional O(N) time for iterating every consumer.",
          acl="stream", keys=[ks("RO ACCESS", index(1))],
          history=[("6.2.0", "Added the `IDLE` option and exclusive range intervals.")],
          tips=["nondeterministic_output"],
@@ -129,7 +135,8 @@ describe("xpending", -3, "readonly", "groups", group="stream", since="5.0.0",
                  optional=True),
          ])
 describe("xclaim", -6, "write fast", "groups", group="stream", since="5.0.0",
-         summary="Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.",
+         summary="Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a "
+                 "consumer group member.",
          complexity="O(log N) with N being the number of messages in the PEL of the consumer group.",
          acl="stream", keys=[ks("RW UPDATE", index(1))], braid="reads_entries",
          tips=["nondeterministic_output"],
@@ -147,11 +154,13 @@ describe("xclaim", -6, "write fast", "groups", group="stream", since="5.0.0",
              string("lastid", token="LASTID", optional=True),
          ])
 describe("xautoclaim", -6, "write fast", "groups", group="stream", since="6.2.0",
-         summary="Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.",
+         summary="Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered "
+                 "to as consumer group member.",
          complexity="O(1) if COUNT is small.",
          acl="stream", keys=[ks("RW DELETE", index(1))], braid="reads_entries",
          history=[
-             ("7.0.0", "Added an element to the reply array, containing deleted entries the command cleared from the PEL"),
+             ("7.0.0", "Added an element to the reply array, containing deleted entries the command cleared from the "
+                       "PEL"),
          ],
          tips=["nondeterministic_output"],
          arguments=[

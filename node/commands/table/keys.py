@@ -1,4 +1,5 @@
-"""The descriptions of the commands node/commands/keys.py handles (DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, RENAME, RENAMENX, COPY, KEYS, SCAN).
+"""The descriptions of the commands node/commands/keys.py handles (DEL, UNLINK, EXISTS, TYPE, TTL,
+PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, RENAME, RENAMENX, COPY, KEYS, SCAN).
 
 One :func:`~node.commands.table.vocabulary.describe` call per command or subcommand; the
 package's docstring (``node/commands/table/__init__.py``) says what each field means.

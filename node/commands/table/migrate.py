@@ -22,7 +22,9 @@ from node.commands.table.vocabulary import (
 
 describe("migrate", -6, "write", "migrate", group="generic", since="2.6.0",
          summary="Atomically transfers a key from one Redis instance to another.",
-         complexity="This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the target instance. See the pages of these commands for time complexity. Also an O(N) data transfer between the two instances is performed.",
+         complexity="This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the target "
+                    "instance. See the pages of these commands for time complexity. Also an O(N) data transfer between "
+                    "the two instances is performed.",
          acl="keyspace dangerous",
          keys=[ks("RW ACCESS DELETE", index(3)),
                ks("RW ACCESS DELETE INCOMPLETE", keyword("KEYS", -2), range_(-1, 1, 0))], braid="resolved",

@@ -1,4 +1,5 @@
-"""The descriptions of the commands node/commands/server.py handles (INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL, TIME, SAVE, BGSAVE, BGREWRITEAOF, SHUTDOWN, LASTSAVE).
+"""The descriptions of the commands node/commands/server.py handles (INFO, CONFIG, COMMAND, DBSIZE,
+FLUSHDB, FLUSHALL, TIME, SAVE, BGSAVE, BGREWRITEAOF, SHUTDOWN, LASTSAVE).
 
 One :func:`~node.commands.table.vocabulary.describe` call per command or subcommand; the
 package's docstring (``node/commands/table/__init__.py``) says what each field means.
@@ -81,7 +82,8 @@ describe("bgrewriteaof", 1, "no_async_loading admin noscript", "server", group="
 describe("shutdown", -1, "admin noscript loading stale no_multi sentinel allow_busy", "server",
          group="server", since="1.0.0",
          summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
-         complexity="O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)")
+         complexity="O(N) when saving, where N is the total number of keys in all databases when saving data, "
+                    "otherwise O(1)")
 describe("lastsave", 1, "loading stale fast", "server", group="server", since="1.0.0",
          summary="Returns the Unix timestamp of the last successful save to disk.",
          complexity="O(1)",

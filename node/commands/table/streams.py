@@ -1,4 +1,5 @@
-"""The descriptions of the commands node/commands/streams.py handles (XADD, XRANGE, XREVRANGE, XLEN, XDEL, XDELEX, XTRIM, XSETID, XCFGSET, XIDMP, XIDMPRECORD).
+"""The descriptions of the commands node/commands/streams.py handles (XADD, XRANGE, XREVRANGE, XLEN,
+XDEL, XDELEX, XTRIM, XSETID, XCFGSET, XIDMP, XIDMPRECORD).
 
 One :func:`~node.commands.table.vocabulary.describe` call per command or subcommand; the
 package's docstring (``node/commands/table/__init__.py``) says what each field means.
@@ -109,7 +110,9 @@ describe("xdelex", -5, "write fast", "streams", group="stream", since="8.2.0",
          ])
 describe("xtrim", -4, "write", "streams", group="stream", since="5.0.0",
          summary="Deletes messages from the beginning of a stream.",
-         complexity="O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.",
+         complexity="O(N), with N being the number of evicted entries. Constant times are very small however, since "
+                    "entries are organized in macro nodes containing multiple entries that can be released with a "
+                    "single deallocation.",
          acl="stream", keys=[ks("RW DELETE", index(1))], braid="resolved",
          history=[
              ("6.2.0", "Added the `MINID` trimming strategy and the `LIMIT` option."),
@@ -167,7 +170,8 @@ describe("xidmp|cfgset", -4, "write fast", "streams", since="8.6.0",
          complexity="O(1)",
          acl="stream", keys=[ks("RW UPDATE", index(2))], braid="resolved")
 describe("xidmp|cfgget", -3, "readonly fast", "streams", since="8.6.0",
-         summary="XIDMP CFGGET key [DURATION] [MAXSIZE]: the stream's IDMP settings as a map (both when no option is named).",
+         summary="XIDMP CFGGET key [DURATION] [MAXSIZE]: the stream's IDMP settings as a map (both when no option is "
+                 "named).",
          complexity="O(1)",
          acl="stream", keys=[ks("RO ACCESS", index(2))])
 describe("xidmp|help", 2, "loading stale", "streams", since="8.6.0",

@@ -16,9 +16,11 @@ describe("xinfo|stream", -3, "readonly", "xinfo", since="5.0.0",
          acl="stream", keys=[ks("RO ACCESS", index(2))], braid="reads_entries",
          history=[
              ("6.0.0", "Added the `FULL` modifier."),
-             ("7.0.0", "Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` and `lag` fields"),
+             ("7.0.0", "Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` "
+                       "and `lag` fields"),
              ("7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."),
-             ("8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, `iids-added` and `iids-duplicates` fields for IDMP tracking."),
+             ("8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, `iids-added` and "
+                       "`iids-duplicates` fields for IDMP tracking."),
          ],
          arguments=[
              key("key", 0),
