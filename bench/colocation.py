@@ -141,7 +141,7 @@ def placed(placement: str, requests: int, peer_share: float, settings: dict[str,
             before = [cpu_seconds(pid) for pid in [pids[0], *peers]]
             main_before = _main_thread_seconds(pids[0])
             rps, switches, took = _benchmark(cluster.procs[0].port, requests)
-            cpu = [cpu_seconds(pid) - b for pid, b in zip([pids[0], *peers], before)]
+            cpu = [cpu_seconds(pid) - b for pid, b in zip([pids[0], *peers], before, strict=True)]
             main = _main_thread_seconds(pids[0]) - main_before
         finally:
             for b in burners:
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="rounds (each runs every placement once); medians are printed")
     p.add_argument("--requests", type=int, default=200_000, help="XADDs per run")
     p.add_argument("--cores", default="0,1", help="two cores: region 1's, and the load generator's and the peers'")
-    p.add_argument("--only", default=",".join(PLACEMENTS), help=f"placements, comma-separated ({', '.join(PLACEMENTS)})")
+    p.add_argument("--only", default=",".join(PLACEMENTS),
+                   help=f"placements, comma-separated ({', '.join(PLACEMENTS)})")
     p.add_argument("--shares", default="", help="also stand-ins burning these shares of a core each, comma-separated")
     p.add_argument("--with", dest="variants", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
                    help="also the peers with these settings at every region (repeatable)")
@@ -195,17 +196,21 @@ def main(argv: list[str] | None = None) -> int:
             run["ratio"] = run["rps"] / alone
             runs[name].append(run)
             print(f"round {round_ + 1}: {name:<14} {run['rps']:9,.0f} XADD/s  {run['ratio']:.2f} of standalone "
-                  f"({alone:,.0f})  region 1 main {run['main_busy'] * 100:3.0f} % busy, {run['us_per_xadd']:.1f} µs/XADD;"
+                  f"({alone:,.0f})  region 1 main {run['main_busy'] * 100:3.0f} % busy, "
+                  f"{run['us_per_xadd']:.1f} µs/XADD;"
                   f"  peers {' '.join(f'{s * 100:.0f} %' for s in run['peer_share']) or '-'};  load generator "
                   f"preempted {run['switches']:,.0f}/s", flush=True)
     print(f"\nmedians of {args.rounds} rounds")
     width = max(15, *(len(name) + 1 for name in runs))
-    print(f"{'placement':<{width}} {'XADD/s':>9} {'ratio':>6} {'main busy':>10} {'µs/XADD':>8} {'peer CPU':>9} {'preempted/s':>12}")
+    print(f"{'placement':<{width}} {'XADD/s':>9} {'ratio':>6} {'main busy':>10} {'µs/XADD':>8} {'peer CPU':>9} "
+          f"{'preempted/s':>12}")
     for name, done in runs.items():
-        med = {k: statistics.median(r[k] for r in done) for k in ("rps", "ratio", "main_busy", "us_per_xadd", "switches")}
+        med = {k: statistics.median(r[k] for r in done)
+               for k in ("rps", "ratio", "main_busy", "us_per_xadd", "switches")}
         share = statistics.median(statistics.mean(r["peer_share"]) for r in done) if done[0]["peer_share"] else None
-        print(f"{name:<{width}} {med['rps']:9,.0f} {med['ratio']:6.2f} {med['main_busy'] * 100:9.0f}% {med['us_per_xadd']:8.1f} "
-              f"{(f'{share * 100:.0f}%' if share is not None else '-'):>9} {med['switches']:12,.0f}")
+        print(f"{name:<{width}} {med['rps']:9,.0f} {med['ratio']:6.2f} {med['main_busy'] * 100:9.0f}% "
+              f"{med['us_per_xadd']:8.1f} {(f'{share * 100:.0f}%' if share is not None else '-'):>9} "
+              f"{med['switches']:12,.0f}")
     return 0
 
 

@@ -49,11 +49,11 @@ async def measure(ops: int, rounds: int) -> dict[str, list[float]]:
         form = "packed" if packed else "protobuf"
         wire = (await link.batch_frame(envelopes)).SerializeToString()
 
-        def build() -> None:
+        def build(link: Link = link) -> None:
             hub.last_batch = None  # a frame built anew each time (not the one shared by the links)
             _build_now(link, envelopes).SerializeToString()
 
-        def read() -> None:
+        def read(link: Link = link, wire: bytes = wire) -> None:
             frame = pb.Frame.FromString(wire)
             kind = frame.WhichOneof("body")
             if kind == "packed":

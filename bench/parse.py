@@ -48,7 +48,8 @@ def main() -> None:
                 results.append(per_request_us(cls, per_read, args.reads))
         python = statistics.median(times[RequestParser])
         native = statistics.median(times[HiredisRequestParser])
-        print(f"| {per_read} request{'s' if per_read > 1 else ''} | {python:.2f} | {native:.2f} | {native / python:.2f} |")
+        print(f"| {per_read} request{'s' if per_read > 1 else ''} | {python:.2f} | {native:.2f} "
+              f"| {native / python:.2f} |")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def measure(rate: int, seconds: float, settings: dict[str, str], cores: tuple[in
             after = [cpu_seconds(pid) for pid in pids]
         finally:
             os.sched_setaffinity(0, mine)
-    return [(a - b) * 1e6 / issued for a, b in zip(after, before)]
+    return [(a - b) * 1e6 / issued for a, b in zip(after, before, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Spark connector throughput: rows/s read into Spark (noop sink) and written by the writer.
 
-    python -m bench.pipeline [--quick] [--read-only] [--rows N] [--repeats R] [--partition-size N] [--out bench/RESULTS.md]
+    python -m bench.pipeline [--quick] [--read-only] [--rows N] [--repeats R] [--partition-size N]
+                             [--out bench/RESULTS.md]
 
 One Braid region (in memory only) and a local Spark session (``local[2]``) on the
 same machine.  The harness loads N entries into one stream, then times:
@@ -177,21 +178,22 @@ def run(rows: int, repeats: int, read_only: bool = False) -> tuple[list, dict]:
             if k == 1:
                 before = cpu_by_kind(region.pid)
             got = []
-            streams.append(timed(lambda: got.append(read_stream(spark, url))))
+            streams.append(timed(lambda got=got: got.append(read_stream(spark, url))))
             assert got == [rows], got
         if repeats > 1:
-            cpu["read stream, AvailableNow (noop sink)"] = _per_run(cpu_used(before, cpu_by_kind(region.pid)), repeats - 1)
+            cpu["read stream, AvailableNow (noop sink)"] = _per_run(cpu_used(before, cpu_by_kind(region.pid)),
+                                                                    repeats - 1)
         results.append(("read stream, AvailableNow (noop sink)", rows, streams))
         clients = []
         for _ in range(repeats):
             got = []
-            clients.append(timed(lambda: got.append(read_client(url))))
+            clients.append(timed(lambda got=got: got.append(read_client(url))))
             assert got == [rows], got
         results.append(("XRANGEORIGIN client, no Spark", rows, clients))
         tasks = []
         for _ in range(repeats):
             got = []
-            tasks.append(timed(lambda: got.append(read_task(url))))
+            tasks.append(timed(lambda got=got: got.append(read_task(url))))
             assert got == [rows], got
         results.append(("one task's read_range, no Spark", rows, tasks))
         writes = []
@@ -236,7 +238,8 @@ def report(results, cpu: dict, rows: int, argv: list[str]) -> str:
         "| --- | ---: | --- | ---: |",
     ]
     for name, n, times in results:
-        lines.append(f"| {name} | {n:,} | {' / '.join(f'{t:.2f}' for t in times)} | {n / statistics.median(times):,.0f} |")
+        lines.append(f"| {name} | {n:,} | {' / '.join(f'{t:.2f}' for t in times)} "
+                     f"| {n / statistics.median(times):,.0f} |")
     if any(cpu.values()):
         lines += ["", "CPU seconds per run (mean of the runs after the first):", "",
                   f"| run | {' | '.join(KINDS)} |", "| --- |" + " ---: |" * len(KINDS)]

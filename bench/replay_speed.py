@@ -172,8 +172,9 @@ def main() -> None:
             print(f"  in-process load: {replayed:,} records replayed, median {cpu:.2f} s CPU, {wall:.2f} s wall "
                   f"({replayed / cpu if cpu else 0:,.0f} records/s); runs (CPU s): "
                   + ", ".join(f"{c:.2f}" for c, _, _ in loads))
+            runs = args.repeat if auto else args.process_runs or args.repeat
             starts = [] if args.no_process else [process_start(directory, cluster_file, directory)
-                                                 for _ in range(args.repeat if auto else args.process_runs or args.repeat)]
+                                                 for _ in range(runs)]
             if starts:
                 cpus = [c for _, c in starts if c is not None]
                 cpu_text = f" ({statistics.median(cpus):.2f} s CPU of the process)" if cpus else ""

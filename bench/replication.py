@@ -92,7 +92,7 @@ class DelayRun:
         return [(t - self.sent[k]) / 1e9 for k, t in self.readable[region].items()]
 
     def replies(self) -> list[float]:
-        return [(r - s) / 1e9 for s, r in zip(self.sent, self.replied)]
+        return [(r - s) / 1e9 for s, r in zip(self.sent, self.replied, strict=True)]
 
 
 def delays(cluster: LocalCluster, rate: int, seconds: float) -> DelayRun:
@@ -102,7 +102,8 @@ def delays(cluster: LocalCluster, rate: int, seconds: float) -> DelayRun:
     ctx = multiprocessing.get_context("spawn")
     names = [f"region-{i + 1}" for i in range(1, len(cluster.procs))]
     queues = [ctx.Queue() for _ in names]
-    readers = [ctx.Process(target=_reader, args=(p.port, total, q)) for p, q in zip(cluster.procs[1:], queues)]
+    readers = [ctx.Process(target=_reader, args=(p.port, total, q))
+               for p, q in zip(cluster.procs[1:], queues, strict=True)]
     for r in readers:
         r.start()
     for q in queues:
@@ -120,7 +121,7 @@ def delays(cluster: LocalCluster, rate: int, seconds: float) -> DelayRun:
         replied[k] = time.monotonic_ns()
     elapsed = time.monotonic() - start
     writer.close()
-    readable = {name: dict(q.get(timeout=120)) for name, q in zip(names, queues)}
+    readable = {name: dict(q.get(timeout=120)) for name, q in zip(names, queues, strict=True)}
     for r in readers:
         r.join(30)
     return DelayRun(rate, total / elapsed, sent, replied, readable)
@@ -271,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| region 1 of a three-region cluster | {cluster_rps:,.0f} |",
             f"| ratio | {cluster_rps / single_rps:.2f} |",
             "",
-            f"Command: `redis-benchmark -p PORT -c 50 -P 1 -n {n} --csv xadd bench:s * f1 abcdefghijkl f2 abcdefghijkl`",
+            f"Command: `redis-benchmark -p PORT -c 50 -P 1 -n {n} --csv "
+            "xadd bench:s * f1 abcdefghijkl f2 abcdefghijkl`",
             "",
         ]
     lines += [
@@ -295,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for region in regions:
         lines.append(
-            f"| {region} | {median_of(lambda r: len(r.readable[region])):.0f} "
-            f"| {median_of(lambda r: pct(r.delays(region), 0.5)) * 1000:.2f} "
-            f"| {median_of(lambda r: pct(r.delays(region), 0.99)) * 1000:.2f} "
-            f"| {median_of(lambda r: statistics.mean(r.delays(region))) * 1000:.2f} "
+            f"| {region} | {median_of(lambda r, region=region: len(r.readable[region])):.0f} "
+            f"| {median_of(lambda r, region=region: pct(r.delays(region), 0.5)) * 1000:.2f} "
+            f"| {median_of(lambda r, region=region: pct(r.delays(region), 0.99)) * 1000:.2f} "
+            f"| {median_of(lambda r, region=region: statistics.mean(r.delays(region))) * 1000:.2f} "
             f"| {', '.join(f'{pct(run.delays(region), 0.99) * 1000:.1f}' for run, _ in runs)} |")
         console.print(lines[-1])
     if args.stages:

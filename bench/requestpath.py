@@ -48,7 +48,8 @@ SCENARIOS = {
 }
 
 
-async def measure(names: list[str], rounds: int, region_of: int = 0, log_dir: str | None = None) -> dict[str, list[float]]:
+async def measure(names: list[str], rounds: int, region_of: int = 0,
+                  log_dir: str | None = None) -> dict[str, list[float]]:
     server = region_server(cluster_of(region_of) if region_of else None, 1, log_dir)
     tune_garbage_collector()  # as a serving region runs (node/runtime/server.py)
     client = ClientConnection(server)

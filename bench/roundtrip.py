@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                     if measured:
                         if len(measured) > 1:  # until the other regions applied the run's operations
                             wait_in_sync([p.client() for p in measured], timeout=120)
-                        cpu = [(_cpu_seconds(p.pid) - b) / args.ops * 1e6 for p, b in zip(measured, cpu0)]
+                        cpu = [(_cpu_seconds(p.pid) - b) / args.ops * 1e6 for p, b in zip(measured, cpu0, strict=True)]
                         frames = [(f[0] - b[0] + f[1] - b[1]) / args.ops
-                                  for f, b in zip((_frames(p.port) for p in measured), frames0)]
+                                  for f, b in zip((_frames(p.port) for p in measured), frames0, strict=True)]
                         cost[name].append(cpu + frames)
         print(f"{args.ops} sequential commands per run, median of {args.runs} runs "
               f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores)")
@@ -169,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:
             n = len(rows[0]) // 2
             med = [statistics.median(r[i] for r in rows) for i in range(2 * n)]
             labels = [f"r{i + 1}" for i in range(n)] if n > 1 else ["region"]
-            print(f"{name:<20} CPU µs/op " + " ".join(f"{lab} {v:.1f}" for lab, v in zip(labels, med[:n]))
+            print(f"{name:<20} CPU µs/op " + " ".join(f"{lab} {v:.1f}" for lab, v in zip(labels, med[:n], strict=True))
                   + (f" (sum {sum(med[:n]):.1f})" if n > 1 else "")
-                  + "   frames/op " + " ".join(f"{lab} {v:.3f}" for lab, v in zip(labels, med[n:])))
+                  + "   frames/op " + " ".join(f"{lab} {v:.3f}" for lab, v in zip(labels, med[n:], strict=True)))
         for c in clients.values():
             c.close()
     finally:

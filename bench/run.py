@@ -342,7 +342,7 @@ def parse_benchmark(text: str) -> dict:
         header = rows[0]
         data = [r for r in rows[1:] if len(r) == len(header)]
         if data:
-            rec = dict(zip(header, data[-1]))
+            rec = dict(zip(header, data[-1], strict=True))
             return {k: float(v) for k, v in rec.items() if k != "test"}
     # -q: "xadd ...: 38461.54 requests per second, p50=0.087 msec" (after \r progress lines)
     found = re.findall(r"([0-9.]+) requests per second(?:, p50=([0-9.]+) msec)?", text)
@@ -504,7 +504,8 @@ def run_scenario(sc: Scenario, requests: int, console: Console, repeat: int = 1)
                         run = parse_benchmark(proc.stdout)
                         # the server's CPU per request (all its threads; for region 1 of 3, each
                         # peer's too): what a request costs whatever shares the cores
-                        cpu = [(cpu_seconds(pid) - before) / requests * 1e6 for pid, before in zip(pids, cpu_before)]
+                        cpu = [(cpu_seconds(pid) - before) / requests * 1e6
+                               for pid, before in zip(pids, cpu_before, strict=True)]
                         run["cpu_us"], run["peer_cpu_us"] = cpu[0], cpu[1:]
                         runs[label].append(run)
                         check = sc.check(client, requests)
@@ -706,7 +707,8 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
                 lines.append(f"| {r.scenario.name} | {r.scenario.load} | {r.requests:,} | {r.braid['rps']:,.0f} "
                              f"| {r.redis['rps']:,.0f} | {r.ratio:.2f} | {lat['b']} | {lat['r']} | {checks} |")
             for r in aa:
-                b_cpu, s_cpu = _median_of(r.runs.get("braid", []), "cpu_us"), _median_of(r.runs.get("redis", []), "cpu_us")
+                b_cpu = _median_of(r.runs.get("braid", []), "cpu_us")
+                s_cpu = _median_of(r.runs.get("redis", []), "cpu_us")
                 peers = [_median_of([{"p": d["peer_cpu_us"][k]} for d in r.runs.get("braid", [])], "p")
                          for k in range(len((r.runs.get("braid") or [{}])[0].get("peer_cpu_us", [])))]
                 if b_cpu and s_cpu:
@@ -753,10 +755,10 @@ def write_results(path: str, m: dict, results: list[Result], mem: dict, invocati
             "| | before (bytes) | after (bytes) | growth per entry (bytes) |",
             "| --- | ---: | ---: | ---: |",
         ]
-        for label, d, kind, name in (("braid", b, "rss", "Braid RSS (primary)"),
-                                     ("braid", b, "used", "Braid `used_memory` (estimate)"),
-                                     ("redis", r, "used", "Redis `used_memory`"),
-                                     ("redis", r, "rss", "Redis RSS")):
+        for _label, d, kind, name in (("braid", b, "rss", "Braid RSS (primary)"),
+                                      ("braid", b, "used", "Braid `used_memory` (estimate)"),
+                                      ("redis", r, "used", "Redis `used_memory`"),
+                                      ("redis", r, "rss", "Redis RSS")):
             lines.append(f"| {name} | {_fmt(d[f'{kind}_before'])} | {_fmt(d[f'{kind}_after'])} "
                          f"| {_fmt(d[f'{kind}_per_entry'], '.1f')} |")
         lines += [

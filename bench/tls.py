@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 proc.client().flushall()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2].removeprefix("v=")
+    version = subprocess.run(["redis-server", "--version"], capture_output=True,
+                             text=True).stdout.split()[2].removeprefix("v=")
     print(f"{platform.node()}: {os.cpu_count()} CPUs, redis-server {version}, {args.requests} requests each\n")
     print("| server | XADD c50 P1 plain (rps) | over TLS (rps) | TLS / plain |")
     print("| --- | ---: | ---: | ---: |")

@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             seen, written, took = delays(cluster, rate, seconds)
             line_cpu = (cpu_seconds(cluster.wan.proc.pid) - cpu0) / took * 100
             for region, xs in seen.items():
-                rows.append((rate, written / took, line_cpu, region, cluster.base_shape(1, region).delay * 1000, len(xs),
-                             pct(xs, 0.5) * 1000, pct(xs, 0.99) * 1000))
+                rows.append((rate, written / took, line_cpu, region, cluster.base_shape(1, region).delay * 1000,
+                             len(xs), pct(xs, 0.5) * 1000, pct(xs, 0.99) * 1000))
                 print(f"{rate}/s offered ({written / took:,.0f}/s achieved, delay line {line_cpu:.0f} % CPU): "
                       f"region {region}: {len(xs)} entries, p50 {rows[-1][6]:.1f} ms, p99 {rows[-1][7]:.1f} ms "
                       f"over the one-way delay", flush=True)

@@ -129,7 +129,8 @@ class DockerBackend(LinkControls, Backend):
         try:
             import docker
         except ImportError:
-            raise SystemExit("braid-chaos: the Docker backend needs the docker package: pip install 'braid[docker]'")
+            raise SystemExit("braid-chaos: the Docker backend needs the docker package: "
+                             "pip install 'braid[docker]'") from None
         try:
             client = docker.from_env()
             for number, name in self.names.items():
@@ -139,7 +140,7 @@ class DockerBackend(LinkControls, Backend):
                                      f"docker compose -f {self.plan.compose_file} up -d --build")
                 self.containers[number] = found[0]
         except docker.errors.DockerException as e:
-            raise SystemExit(f"braid-chaos: cannot reach a Docker engine: {e}")
+            raise SystemExit(f"braid-chaos: cannot reach a Docker engine: {e}") from None
         self.heal_all()
         self._until(self._all_serving, "every region answers PING")
         self._until(self._previous_run_deleted, f"the previous run's keys ({', '.join(RUN_KEYS)}) are gone")

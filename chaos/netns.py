@@ -127,7 +127,8 @@ class Wan:
 
     def __init__(self, tuns: dict[int, str], seed: int = 0) -> None:
         self._lock = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-m", "chaos.delayline", json.dumps({"tuns": tuns, "seed": seed})],
+        self.proc = subprocess.Popen([sys.executable, "-m", "chaos.delayline",
+                                      json.dumps({"tuns": tuns, "seed": seed})],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         ready = self.proc.stdout.readline()
         if not ready:

@@ -39,7 +39,7 @@ class NetnsBackend(ProcessBackend):
         self.cluster.start()
         self.config = self.cluster.config
         self.cluster_file = self.cluster.client_file  # reachable from here, for braid-admin and attaching
-        self.procs = {spec.number: proc for spec, proc in zip(self.config.regions, self.cluster.procs)}
+        self.procs = {spec.number: proc for spec, proc in zip(self.config.regions, self.cluster.procs, strict=True)}
         self.addresses = self.cluster.addresses
 
     def partition(self, a: int, b: int) -> None:

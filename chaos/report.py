@@ -288,7 +288,7 @@ def _draw_faults(ax, h: History, regions: list[int]) -> None:
         lanes = _lanes([(t0, t1) for t0, t1, _ in bars])
         count = max(lanes) + 1
         height = 0.7 / count
-        for (t0, t1, kind), lane in zip(bars, lanes):
+        for (t0, t1, kind), lane in zip(bars, lanes, strict=True):
             y = r - 0.35 + height * (lane + 0.5)
             ax.barh(y, t1 - t0, left=t0, height=height * 0.9, color=FAULT_COLOURS.get(kind, "black"), alpha=0.85,
                     gid=f"fault:{kind}:{r}")

@@ -194,7 +194,7 @@ def drain(addresses: dict, history: History) -> None:
     for region in sorted(addresses):
         cursor = ["0-0"]
 
-        def claim(c) -> list[str]:
+        def claim(c, cursor: list[str] = cursor) -> list[str]:
             cursor[0], ids = claim_ids(c, "drain", 0, 500, cursor[0])
             return ids
 

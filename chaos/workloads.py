@@ -328,7 +328,8 @@ def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, i
     for i in range(consumers):
         workers.append(Consumer(f"consumer-{i}", home=regions[(i + 1) % len(regions)], **common))
     workers += [IdmpProducer("idmp-0", **common), IdmpProducer("idmp-1", **common),
-                Churner("churner", key=CHURN, dels=True, **common), Churner("trimmer", key=TRIMMED, dels=False, **common),
+                Churner("churner", key=CHURN, dels=True, **common),
+                Churner("trimmer", key=TRIMMED, dels=False, **common),
                 GroupChurner("groups", **common), ModeFlipper("modes", **common)]
     for w in workers:
         w.start()

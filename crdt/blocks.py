@@ -638,7 +638,7 @@ class EntryLog:
                     yield eid, flat
 
     def get(self, id_: StreamID) -> list | None:
-        for eid, flat in self.range(id_, id_):
+        for _eid, flat in self.range(id_, id_):
             return flat
         return None
 

@@ -79,7 +79,8 @@ class IdmpState:
         self.cleared: set[tuple[bytes, bytes]] = set()  # Active-Active: cleared by XCFGSET, go once stable
 
     def __deepcopy__(self, memo: dict) -> IdmpState:
-        return copy_attributes(self, IdmpState(), ('duration', 'maxsize', 'producers', 'iids_added', 'iids_duplicates', 'dots', 'cleared'), memo)
+        return copy_attributes(self, IdmpState(), ('duration', 'maxsize', 'producers', 'iids_added',
+                                                   'iids_duplicates', 'dots', 'cleared'), memo)
 
     def __setstate__(self, state) -> None:
         """Snapshots made before ``dots`` existed load with none."""

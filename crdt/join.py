@@ -24,10 +24,10 @@ Why each part joins the way it does:
   highest ID of an entry of that log it ever applied.  Deleted entries count, and it
   outlives the key: a key with no entries and no groups does not exist, and nothing
   else in the state remembers what its logs held.  It is the one piece of metadata
-  the join needed added to the state (kept by crdt/ops.py's ``apply``).  Every deletion - DEL and RENAME's source, FLUSH, XDEL,
-  a trim's cutoffs - is observed-remove: it removes only entries its issuer had
-  received, so it is applied after their addition everywhere, and it removes them
-  for good.  Hence an entry is in the union's state exactly when it is live at one
+  the join needed added to the state (kept by crdt/ops.py's ``apply``).  Every deletion - DEL
+  and RENAME's source, FLUSH, XDEL, a trim's cutoffs - is observed-remove: it removes only
+  entries its issuer had received, so it is applied after their addition everywhere, and it
+  removes them for good.  Hence an entry is in the union's state exactly when it is live at one
   side and, at the other, live too or never received (above that side's top): an
   entry the other side received and no longer holds was deleted by an operation of
   the union.  An entry neither side received cannot be in either state.  The join
@@ -137,7 +137,10 @@ class RegionState:
     vv: VersionVector
 
 
-def join(a: RegionState, b: RegionState, limits: Limits = Limits()) -> RegionState:
+_DEFAULT_LIMITS = Limits()  # join's default (a region's default config)
+
+
+def join(a: RegionState, b: RegionState, limits: Limits = _DEFAULT_LIMITS) -> RegionState:
     """The state of region ``a`` had it applied every operation ``b`` applied too (the
     module's theory); ``limits`` are ``a``'s (node sizes of the blocks it appends to)."""
     if not (a.keys.active_active and b.keys.active_active):

@@ -289,7 +289,10 @@ def _can_delete(s: Stream, strategy: str):
     return None
 
 
-def apply(keys: Keyspace, op: Op, limits: Limits = Limits()) -> object:
+_DEFAULT_LIMITS = Limits()  # apply's default (a region's default config)
+
+
+def apply(keys: Keyspace, op: Op, limits: Limits = _DEFAULT_LIMITS) -> object:
     """Apply ``op`` to the keyspace ``keys``; returns what the reply needs."""
     s: Stream | None
     if type(op) is AddEntry:

@@ -63,7 +63,8 @@ class Stream:
         self.idmp = IdmpState(idmp_duration, idmp_maxsize)
 
     def __deepcopy__(self, memo: dict) -> Stream:
-        return copy_attributes(self, Stream(), ('logs', 'last_id', 'first_id', 'max_deleted_id', 'entries_added', 'groups', 'idmp'), memo)
+        return copy_attributes(self, Stream(), ('logs', 'last_id', 'first_id', 'max_deleted_id', 'entries_added',
+                                                'groups', 'idmp'), memo)
 
     # ------------------------------------------------------------ size
     @property

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import itertools
 import os
 import shutil
 import signal
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
+from typing import Self
 
 import redis
 
@@ -131,24 +132,24 @@ class _ServerProcess:
     def argv(self) -> list[str]:
         raise NotImplementedError
 
-    def start(self) -> _ServerProcess:
+    def start(self) -> Self:
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=self.data_dir)
+        self.proc = proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT,
+                                            cwd=self.data_dir)
 
         def ready() -> bool:
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 with open(self.log_path, "rb") as f:
                     tail = f.read()[-2000:].decode("utf-8", "replace")
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
+                raise RuntimeError(f"{self.name} exited with {proc.returncode}: {tail}")
             return self.answers()
 
         try:
             wait_until(ready, 30.0, what=f"{self.name} on port {self.port}")
         except TimeoutError:
-            self.proc.kill()  # never leave a process that did not come up
-            self.proc.wait(10)
+            proc.kill()  # never leave a process that did not come up
+            proc.wait(10)
             raise
         return self
 
@@ -196,7 +197,7 @@ class BraidProcess(_ServerProcess):
 
     def __init__(self, port: int | None = None, data_dir: str | None = None,
                  cluster_file: str | None = None, region: str | None = None,
-                 extra_args: list[str] = (), ready=None) -> None:
+                 extra_args: Sequence[str] = (), ready: Callable[[], bool] | None = None) -> None:
         super().__init__(port, data_dir)
         self.cluster_file, self.region = cluster_file, region
         self.extra_args = list(extra_args)  # e.g. ["--appendfsync", "always"]
@@ -206,7 +207,10 @@ class BraidProcess(_ServerProcess):
         return self.ready() if self.ready is not None else super().answers()
 
     def argv(self) -> list[str]:
-        extra = ["--config", self.cluster_file, "--region", self.region] if self.cluster_file else []
+        extra: list[str] = []
+        if self.cluster_file:
+            assert self.region is not None, "a region of a cluster file is started by its name"
+            extra = ["--config", self.cluster_file, "--region", self.region]
         return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
                 "--port", str(self.port), "--data-dir", self.data_dir, *extra, *self.extra_args]
 
@@ -216,13 +220,13 @@ class BraidProcess(_ServerProcess):
         self.stop()
         self._own_dir = own
 
-    def restart(self) -> BraidProcess:
+    def restart(self) -> Self:
         """Start again on the same port and data directory (after kill() or stop())."""
         if getattr(self, "_log", None):
             self._log.close()
         return self.start()
 
-    def wait_writable(self, timeout: float = 30.0) -> BraidProcess:
+    def wait_writable(self, timeout: float = 30.0) -> Self:
         """Until the region takes writes: a region of a cluster takes none after it starts until
         every live peer told it the last of its own operations it holds (node/activeactive/region.py)."""
         host = getattr(self, "host", "127.0.0.1")  # a region in a network namespace has its own address
@@ -239,7 +243,7 @@ class LocalCluster:
     :meth:`start` returns once every region takes writes (its peers answered it), unless
     ``writable`` is False (a cluster whose links are meant to be refused)."""
 
-    def __init__(self, regions: int = 3, extra_args: list[str] = (), tls: bool = False,
+    def __init__(self, regions: int = 3, extra_args: Sequence[str] = (), tls: bool = False,
                  writable: bool = True, settings: dict[str, str | int] | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
         self.config = local_cluster(regions, 0)
@@ -265,7 +269,8 @@ class LocalCluster:
 
     def start(self, attempts: int = 3) -> LocalCluster:
         """Start every region; a port taken meanwhile by someone else means new ports and a retry."""
-        for attempt in itertools.count(1):
+        attempt = 1
+        while True:
             self._place()
             try:
                 for p in self.procs:
@@ -280,6 +285,7 @@ class LocalCluster:
                     shutil.rmtree(p.data_dir, ignore_errors=True)
                 if attempt == attempts:
                     raise
+            attempt += 1
 
     def clients(self, **kw) -> list[redis.Redis]:
         return [p.client(**kw) for p in self.procs]

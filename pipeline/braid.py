@@ -89,9 +89,9 @@ def origin_tops(conn: redis.Redis, keys: list[str]) -> Offsets:
     for key in keys:
         pipe.execute_command("XORIGINS", key)
     tops: Offsets = {}
-    for key, logs in zip(keys, pipe.execute()):
+    for key, logs in zip(keys, pipe.execute(), strict=True):
         for log in logs:
-            info = dict(zip(log[0::2], log[1::2]))
+            info = dict(zip(log[0::2], log[1::2], strict=True))
             if info[b"last-id"] != b"0-0":
                 tops.setdefault(key, {})[str(info[b"origin"])] = info[b"last-id"].decode()
     return tops
@@ -129,7 +129,7 @@ def plan_ranges(conn: redis.Redis, start: Offsets, end: Offsets, size: int) -> l
     """Every log's range between two offsets, cut into ranges of at most ``size`` entries."""
     logs = pending_logs(start, end)
     ranges = []
-    for (key, origin), runs in zip(logs, split_runs(conn, start, end, logs, size)):
+    for (key, origin), runs in zip(logs, split_runs(conn, start, end, logs, size), strict=True):
         after = cursor(start, key, origin)
         for last, n in runs:
             ranges.append(LogRange(key, origin, after, last, n))

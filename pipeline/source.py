@@ -317,7 +317,7 @@ def _decode_entries(blocks: list, firsts: list[tuple[int, int]], lo: tuple[int, 
     names: list[bytes] = []
     values: list[bytes] = []
     last = None
-    for (first, fields, buf), first_id in zip(blocks, firsts):
+    for (_first, fields, buf), first_id in zip(blocks, firsts, strict=True):
         for id_, flat, deleted, _offset in packed_entries(first_id, tuple(fields), buf):
             last = id_
             if deleted or not lo < id_ <= hi:
@@ -417,7 +417,7 @@ class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return end
         share = max_rows // len(logs)
         admitted = {key: dict(origins) for key, origins in start.items()}
-        for (key, origin), runs in zip(logs, braid.split_runs(self.conn, start, end, logs, share)):
+        for (key, origin), runs in zip(logs, braid.split_runs(self.conn, start, end, logs, share), strict=True):
             if runs:
                 admitted.setdefault(key, {})[origin] = runs[0][0]
         return admitted

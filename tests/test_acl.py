@@ -321,7 +321,7 @@ def test_acl_log_fields_and_grouping(admin, region):
         c.call("XLEN", "secret")
     log = admin.call("ACL", "LOG")
     assert len(log) == 2
-    newest = dict(zip(log[0][::2], log[0][1::2]))
+    newest = dict(zip(log[0][::2], log[0][1::2], strict=True))
     assert list(newest) == [b"count", b"reason", b"context", b"object", b"username", b"age-seconds",
                             b"client-info", b"entry-id", b"timestamp-created", b"timestamp-last-updated"]
     assert (newest[b"count"], newest[b"reason"], newest[b"context"], newest[b"object"], newest[b"username"]) == \
@@ -329,7 +329,7 @@ def test_acl_log_fields_and_grouping(admin, region):
     assert b" user=alice " in newest[b"client-info"] and b"cmd=xlen" in newest[b"client-info"]
     assert float(newest[b"age-seconds"]) >= 0
     assert newest[b"timestamp-last-updated"] >= newest[b"timestamp-created"]
-    auth = dict(zip(log[1][::2], log[1][1::2]))
+    auth = dict(zip(log[1][::2], log[1][1::2], strict=True))
     assert (auth[b"reason"], auth[b"object"], auth[b"username"]) == (b"auth", b"AUTH", b"alice")
     assert newest[b"entry-id"] == auth[b"entry-id"] + 1  # ids never repeat (LOG RESET keeps counting)
     assert len(admin.call("ACL", "LOG", "1")) == 1

@@ -108,11 +108,11 @@ def _to_70(reply: object, user: str) -> object:
 def _getuser(reply: object, drop_sanitize: bool) -> object:
     if not isinstance(reply, list):
         return reply
-    fields = dict(zip(reply[::2], reply[1::2]))
+    fields = dict(zip(reply[::2], reply[1::2], strict=True))
     fields.pop(b"commands", None)
     if drop_sanitize:
         fields[b"flags"] = [f for f in fields[b"flags"] if f != b"sanitize-payload"]
-    fields[b"selectors"] = [{k: v for k, v in zip(s[::2], s[1::2]) if k != b"commands"}
+    fields[b"selectors"] = [{k: v for k, v in zip(s[::2], s[1::2], strict=True) if k != b"commands"}
                             for s in fields[b"selectors"]]
     return fields
 

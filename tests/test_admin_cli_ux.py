@@ -78,7 +78,7 @@ def test_a_killed_region_at_80_columns_and_sync_wait(cluster):
     """Last in this module: it leaves region-3 down."""
     clients = cluster.clients()
     try:
-        for n, c in zip((1234, 1111, 1010), clients):  # three origins, four-digit counts
+        for n, c in zip((1234, 1111, 1010), clients, strict=True):  # three origins, four-digit counts
             pipe = c.pipeline(transaction=False)
             for i in range(n):
                 pipe.xadd(f"wide-{n}", {"i": i})

@@ -124,7 +124,7 @@ def test_reader_random_chunks(records, cuts):
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
     reader = RecordReader()
     out = []
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in zip(bounds, bounds[1:], strict=False):
         reader.feed(data[start:end])
         while (record := reader.next_record()) is not None:
             out.append(record)
@@ -174,7 +174,7 @@ def test_take_records_reads_what_next_record_reads(records, cuts, damage, max_pa
     if damage is not None and data:
         data[damage[0] % len(data)] ^= damage[1]
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
-    chunks = [bytes(data[a:b]) for a, b in zip(bounds, bounds[1:])]
+    chunks = [bytes(data[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
     assert _in_bulk(chunks, max_payload) == _one_by_one(chunks, max_payload)
 
 
@@ -373,7 +373,7 @@ def test_segments_roll_by_size_and_number_records_across_them(tmp_path):
     result = scan(str(tmp_path))
     assert [s.records for s in result.segments] == [2, 2, 2, 1, 1, 1]
     assert all(s.size <= 100 for s in result.segments if s.first_record != 8)
-    assert result.records[:7] == [(n, OP_REPLICATED, p) for n, p in zip(numbers, payloads)]
+    assert result.records[:7] == [(n, OP_REPLICATED, p) for n, p in zip(numbers, payloads, strict=True)]
     assert result.records[7:] == [(8, OP_LOCAL, b"z" * 500), (9, OP_LOCAL, b"after")]
 
     with AppendLog.open(str(tmp_path), segment_size=100) as log:  # continues the numbering

@@ -44,10 +44,10 @@ def test_round_trip_with_extreme_ids_and_field_shapes():
     ids = [(5, 10), (6, 0), (6, 1), (2**40, 3), (U64, 0), (U64, U64)]
     rows = [[b"a", b"1"], [b"a", b"2"], [b"b", b"x", b"c", b""], [b"a", b"y" * 300],
             [b"k" * 200, b"v"], [b"a", b"z"]]
-    for id_, flat in zip(ids, rows):
+    for id_, flat in zip(ids, rows, strict=True):
         log.append(id_, flat, 100, 10**9)
-    assert list(log.range((0, 0), (U64, U64))) == list(zip(ids, rows))
-    assert list(log.revrange((0, 0), (U64, U64))) == list(zip(ids, rows))[::-1]
+    assert list(log.range((0, 0), (U64, U64))) == list(zip(ids, rows, strict=True))
+    assert list(log.revrange((0, 0), (U64, U64))) == list(zip(ids, rows, strict=True))[::-1]
     assert log.get((6, 1)) == [b"b", b"x", b"c", b""]
 
 

@@ -432,7 +432,7 @@ def test_a_client_that_never_reads_its_replies_is_closed(braid_proc, braid):
     does not read pile up only to the limit.  (Before, they grew without a bound.)"""
     assert braid.config_get("client-output-buffer-limit")["client-output-buffer-limit"].startswith(
         "normal 1073741824 0 0 ")
-    for i in range(100):
+    for _i in range(100):
         braid.xadd("big", {"f": "x" * 1000})
     before = braid.info("stats")["client_output_buffer_limit_disconnections"]
     braid.config_set("client-output-buffer-limit", "normal 1mb 0 0")
@@ -470,7 +470,7 @@ def test_replies_held_for_a_failing_disk_count_against_the_output_limit():
 
     with InProcessServer(Config(appendfsync="always", enable_debug_command="yes")) as srv:
         admin = srv.client()
-        for i in range(100):
+        for _i in range(100):
             admin.xadd("big", {"f": "x" * 1000})
         admin.config_set("client-output-buffer-limit", "normal 1mb 0 0")
         admin.execute_command("DEBUG", "DISK-FULL", "yes")

@@ -15,7 +15,8 @@ from node.tools.cli import main as braid
 
 def test_braid_certs_create_makes_a_ca_and_one_certificate_per_region(tmp_path, capsys):
     d = str(tmp_path / "tls")
-    assert braid(["certs", "create", "--dir", d, "--regions", "region-1,region-2", "--hosts", "localhost,10.1.2.3"]) == 0
+    assert braid(["certs", "create", "--dir", d, "--regions", "region-1,region-2",
+                  "--hosts", "localhost,10.1.2.3"]) == 0
     out = capsys.readouterr().out
     assert "cluster CA" in out and "region-2" in out
     for stem in ("ca", "region-1", "region-2", "admin", "client"):

@@ -105,7 +105,7 @@ def test_the_timeline_draws_a_down_region_as_a_labelled_band():
         assert x0 <= 10 * ROUND_S and x1 >= 19.9 * ROUND_S  # covers every round it did not answer
         assert not [p for p in lag_axes.patches if p.get_gid() in ("down:1", "down:3")]
         [line] = [ln for ln in lag_axes.lines if ln.get_gid() == "lag:2"]
-        inside = [y for x, y in zip(line.get_xdata(), line.get_ydata()) if x0 < x < x1]
+        inside = [y for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True) if x0 < x < x1]
         assert inside and all(y != y for y in inside)  # NaN: the line is broken, not drawn at 0
         [dotted] = [ln for ln in lag_axes.lines if ln.get_gid() == "at-least:2"]
         assert min(dotted.get_ydata()) > 0 and dotted.get_linestyle() == ":"

@@ -192,7 +192,7 @@ def test_sigterm_right_after_the_region_answers_stops_it_cleanly(tmp_path):
 
     ports = free_ports(6)
     cfg = local_cluster(3, 0)
-    for r, (port, repl) in zip(cfg.regions, zip(ports[::2], ports[1::2])):
+    for r, (port, repl) in zip(cfg.regions, zip(ports[::2], ports[1::2], strict=True), strict=True):
         r.port, r.repl_port = port, repl  # region-2 and region-3 never start: nothing answers there
     path = tmp_path / "cluster.toml"
     cfg.save(str(path))

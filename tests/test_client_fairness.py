@@ -133,7 +133,7 @@ def _state(region, conn: ClientConnection) -> tuple[int, int]:
 
 def _stream(admin, key: str, entries: int, value_size: int) -> None:
     pipe = admin.pipeline(transaction=False)
-    for i in range(entries):
+    for _i in range(entries):
         pipe.xadd(key, {"f": "v" * value_size})
     pipe.execute()
 
@@ -492,7 +492,8 @@ def test_a_large_bulk_reply_leaves_as_itself_and_a_small_range_read_is_copied(tm
         pieces = peer.writes[0]
         assert len(pieces) == 3 and bytes(pieces[0]) == b"$%d\r\n" % len(payload)
         assert pieces[1] == payload and pieces[2] == b"\r\n"
-        expected = b"$%d\r\n%b\r\n" % (len(payload), payload) + _expected(server, ("XRANGE", "big", "-", "+", "COUNT", "3"))
+        expected = (b"$%d\r\n%b\r\n" % (len(payload), payload)
+                    + _expected(server, ("XRANGE", "big", "-", "+", "COUNT", "3")))
         assert peer.read() == expected
         client.data_received(_req("RESTORE", "copy", "0", payload))
         await _turns(lambda: peer.unread)
@@ -509,7 +510,8 @@ def test_a_large_range_read_after_a_logged_write_in_the_same_pipeline_is_copied_
         server = Server(Config(dir=str(tmp_path), appendonly=True))
         server.open_log()
         client, peer = _client(server)
-        client.data_received(b"".join(_req("XADD", "big", "*", "f", "v" * 1000) for _ in range(SPILL_BYTES // 1000 + 10)))
+        client.data_received(b"".join(_req("XADD", "big", "*", "f", "v" * 1000)
+                                      for _ in range(SPILL_BYTES // 1000 + 10)))
         await _turns(lambda: not client.out and not client.spilled and peer.writes and not client.reply_held)
         peer.read()
         peer.writes.clear()

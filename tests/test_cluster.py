@@ -65,7 +65,8 @@ def test_concurrent_writes_then_sync(cluster, regions):
     assert ids(r1.xrange("messages")) == [a] and ids(r2.xrange("messages")) == [b]
     assert a.endswith(b"-1") and b.endswith(b"-2")
     resume(cluster, r1, r2)
-    assert ids(r1.xrange("messages")) == ids(r2.xrange("messages")) == sorted([a, b], key=lambda i: tuple(map(int, i.split(b"-"))))
+    assert ids(r1.xrange("messages")) == ids(r2.xrange("messages")) \
+        == sorted([a, b], key=lambda i: tuple(map(int, i.split(b"-"))))
 
 
 def test_delete_is_observed_remove(cluster, regions):

@@ -53,11 +53,11 @@ def test_docs_reply_shape(braid_proc):
     try:
         reply = c.call("COMMAND", "DOCS", "XREAD")
         assert reply[0] == b"xread"
-        fields = dict(zip(reply[1][::2], reply[1][1::2]))
+        fields = dict(zip(reply[1][::2], reply[1][1::2], strict=True))
         assert fields[b"history"] == [[b"8.10.0", b"Added the `MAXCOUNT` and `MAXSIZE` options."]]
-        names = [dict(zip(a[::2], a[1::2]))[b"name"] for a in fields[b"arguments"]]
+        names = [dict(zip(a[::2], a[1::2], strict=True))[b"name"] for a in fields[b"arguments"]]
         assert names == [b"count", b"maxcount", b"maxsize", b"milliseconds", b"streams"]
-        maxcount = dict(zip(fields[b"arguments"][1][::2], fields[b"arguments"][1][1::2]))
+        maxcount = dict(zip(fields[b"arguments"][1][::2], fields[b"arguments"][1][1::2], strict=True))
         assert maxcount == {b"name": b"maxcount", b"type": b"integer", b"display_text": b"maxcount",
                             b"token": b"MAXCOUNT", b"since": b"8.10.0", b"flags": [b"optional"]}
     finally:

@@ -48,7 +48,8 @@ def test_check_deployment_finds_a_broken_compose_file(tmp_path, breakage, compla
     broken = tmp_path / "deploy" / "compose.yaml"
     broken.parent.mkdir()
     broken.write_text(yaml.safe_dump(doc))
-    (tmp_path / "deploy" / "cluster.compose.toml").write_text(read(os.path.join(ROOT, "deploy", "cluster.compose.toml")))
+    (tmp_path / "deploy" / "cluster.compose.toml").write_text(
+        read(os.path.join(ROOT, "deploy", "cluster.compose.toml")))
     problems = check_deployment(str(broken))
     assert any(complaint in p for p in problems), problems
 

@@ -80,7 +80,7 @@ def commands():
         st.builds(lambda k, g, c, ids, opts: ["XCLAIM", k, g, c, "0", *ids, *opts],
                   key, group, consumer, st.lists(full_id, min_size=1, max_size=3),
                   st.lists(st.sampled_from([["JUSTID"], ["FORCE"], ["RETRYCOUNT", "5"], ["LASTID", "9-0"]]),
-                           max_size=2).map(lambda l: [x for o in l for x in o])),
+                           max_size=2).map(lambda opts: [x for o in opts for x in o])),
         st.builds(lambda k, g, c, s, n, j: ["XAUTOCLAIM", k, g, c, "0", s, *(["COUNT", n] if n else []),
                                             *(["JUSTID"] if j else [])],
                   key, group, consumer, st.one_of(full_id, st.just("0")),

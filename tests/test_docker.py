@@ -69,7 +69,7 @@ def deployment():
         containers = {r.name: compose("ps", "-q", r.name).stdout.strip() for r in plan.cluster.regions}
         assert all(containers.values()), containers
         for name, cid in containers.items():
-            wait_until(lambda: inspect(cid, "{{.State.Health.Status}}") == "healthy", READY, 0.5,
+            wait_until(lambda cid=cid: inspect(cid, "{{.State.Health.Status}}") == "healthy", READY, 0.5,
                        f"{name} healthy")
         yield Deployment(plan, containers)
     finally:

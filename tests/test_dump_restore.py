@@ -200,8 +200,8 @@ def test_v14_payload_decodes_with_its_nack_zone():
 
 def _group_of(c: RawClient, key: str = "s") -> dict:
     info = c.call("XINFO", "STREAM", key, "FULL")
-    g = dict(zip(info[::2], info[1::2]))[b"groups"][0]
-    return dict(zip(g[::2], g[1::2]))
+    g = dict(zip(info[::2], info[1::2], strict=True))[b"groups"][0]
+    return dict(zip(g[::2], g[1::2], strict=True))
 
 
 def _claim_all(c: RawClient, key: str, group: str) -> list:

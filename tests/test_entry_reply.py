@@ -166,7 +166,8 @@ def test_an_active_active_group_read_of_one_origin_log_is_the_per_origin_read(no
         want = cg.read_new_per_origin(ref_s, ref_g, theirs, count, noack, step)
         assert rows == [[b"%d-%d" % eid, flat] for eid, flat in want] and delivered == bool(want)
         assert want and getattr(rows, "parts", None) is not None  # from the memos
-        assert (memo_g.cursors, memo_g.last_id, memo_g.entries_read) == (ref_g.cursors, ref_g.last_id, ref_g.entries_read)
+        assert (memo_g.cursors, memo_g.last_id, memo_g.entries_read) \
+            == (ref_g.cursors, ref_g.last_id, ref_g.entries_read)
         assert list(memo_g.pel) == list(ref_g.pel) and list(mine.pel) == list(theirs.pel)
         assert [(n.delivery_time, n.delivery_count) for n in memo_g.pel.values()] == \
             [(n.delivery_time, n.delivery_count) for n in ref_g.pel.values()]

@@ -138,7 +138,7 @@ def region_3_resyncs_on_a_small_disk(cluster: LocalCluster, free: int = 256 * 10
         c.config_set("crdt-repl-backlog-size", 1)
     trimmed = [_trimmed(c) for c in (r1, r2)]
     made += [r1.xadd("s", {"n": str(i), "pad": BIG}) for i in range(150)]  # an image of about 3 MB
-    wait_until(lambda: all(_trimmed(c) > t + 100 for c, t in zip((r1, r2), trimmed)), 20,
+    wait_until(lambda: all(_trimmed(c) > t + 100 for c, t in zip((r1, r2), trimmed, strict=True)), 20,
                what="regions 1 and 2 trimming what region 3 lacks")
     r1.close()
     r2.close()
@@ -241,7 +241,7 @@ def test_a_resync_image_is_refused_while_the_log_before_it_cannot_be_written_the
                     c.config_set("crdt-repl-backlog-size", 1)
                 trimmed = [_trimmed(c) for c in (r1, r2)]
                 made += [r1.xadd("s", {"n": str(i)}) for i in range(150)]
-                wait_until(lambda: all(_trimmed(c) > t + 100 for c, t in zip((r1, r2), trimmed)), 20,
+                wait_until(lambda: all(_trimmed(c) > t + 100 for c, t in zip((r1, r2), trimmed, strict=True)), 20,
                            what="regions 1 and 2 trimming what region 3 lacks")
                 filler = fill(log_dir)
                 writer = p3.client()

@@ -241,7 +241,8 @@ def test_the_manifests_agree_with_their_cluster_file(rendered, overlay, tmp_path
 
     # every Service selects the pod of exactly one region; the budget selects every region
     for svc in services:
-        chosen = [s for s in statefulsets if selects(svc["spec"]["selector"], s["spec"]["template"]["metadata"]["labels"])]
+        chosen = [s for s in statefulsets
+                  if selects(svc["spec"]["selector"], s["spec"]["template"]["metadata"]["labels"])]
         assert len(chosen) == 1, f"Service {svc['metadata']['name']} selects {len(chosen)} regions"
         container_ports = {p["name"] for p in chosen[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
         assert {p["targetPort"] for p in svc["spec"]["ports"]} <= container_ports

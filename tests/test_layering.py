@@ -225,7 +225,7 @@ class Graph:
                 chain.append(end)
                 end = parent[end]
             chain = [start] + chain[:0:-1] + [start]
-            key = frozenset(zip(chain, chain[1:]))
+            key = frozenset(zip(chain, chain[1:], strict=False))
             if key not in seen:
                 seen.add(key)
                 chains.append(chain)
@@ -234,7 +234,7 @@ class Graph:
     def describe(self, chain: list[str]) -> str:
         """``a -> b (a.py:12) -> a (b.py:40, in a function)``."""
         text = chain[0]
-        for a, b in zip(chain, chain[1:]):
+        for a, b in zip(chain, chain[1:], strict=False):
             where = ", ".join(f"{self.files[a].rpartition(os.sep)[2]}:{line}{' in a function' if f else ''}"
                               for line, f in self.edges[a][b])
             text += f" -> {b} ({where})"

@@ -103,7 +103,7 @@ def test_commands_that_add_data_are_refused_as_redis_refuses_them(both):
 
 def test_exec_of_a_transaction_that_adds_data_is_refused_once_over_the_limit(both, region, redis_proc):
     """Queued while under the limit, run once over it: EXEC discards the transaction."""
-    for proc, c in zip((region, redis_proc), both):
+    for proc, c in zip((region, redis_proc), both, strict=True):
         other = RawClient(proc.port)
         try:
             assert c.call("MULTI") == b"OK"

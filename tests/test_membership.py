@@ -48,10 +48,10 @@ def agree(members: list[Membership], change: Change, coordinator: int = 1, froze
     """The whole protocol with every voter reachable."""
     p = members[0].propose(change, (coordinator, 1))
     voters = set(members[0].voters(change))
-    for m, n in zip(members, (1, 2, 3, 4, 5)):
+    for m, n in zip(members, (1, 2, 3, 4, 5), strict=False):
         if n in voters:
             assert m.promise(p).ok
-    for m, n in zip(members, (1, 2, 3, 4, 5)):
+    for m, n in zip(members, (1, 2, 3, 4, 5), strict=False):
         if n in voters:
             m.commit(p, frozen)
 

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.region.config import Config
@@ -73,7 +74,7 @@ class MetricsCluster(LocalCluster):
     def _place(self) -> None:
         super()._place()
         self.metrics_ports = free_ports(len(self.config.regions))
-        for region, port in zip(self.config.regions, self.metrics_ports):
+        for region, port in zip(self.config.regions, self.metrics_ports, strict=True):
             region.config["metrics-port"] = port
         self.config.save(self.file)
 
@@ -89,7 +90,7 @@ def test_every_documented_metric_is_exposed_with_its_type_and_labels(cluster):
     docs = documented()
     r1 = cluster.procs[0].client()
     r1.xadd("orders", {"item": "tea"})
-    with pytest.raises(Exception):
+    with pytest.raises(redis.ResponseError):
         r1.execute_command("XADD", "orders")  # an error: braid_error_replies_total has a sample
     exposed = scrape(cluster.metrics_ports[0])
     assert set(docs) == set(exposed), (f"exposed, not documented: {sorted(set(exposed) - set(docs))}; "

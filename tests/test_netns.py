@@ -130,7 +130,7 @@ def test_cleanup_removes_what_a_killed_run_left():
     done = subprocess.run([sys.executable, "-m", "chaos.netns", "cleanup", str(slot)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert leftovers(slot) == {"namespaces": [], "links": []}
-    for p, pid in zip(c.procs, pids):
+    for p, _pid in zip(c.procs, pids, strict=True):
         assert p.proc.wait(10) is not None  # killed with its namespace
     c.stop()
 

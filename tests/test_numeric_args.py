@@ -266,11 +266,11 @@ def _compare(pair: Pair, arg: Arg, value: str) -> list[str]:
     out = []
     if b != expected:
         out.append(f"{arg.template} with {value!r}\n    braid: {b!r}\n    redis: {expected!r}")
-    braid_after = [comparable(cmd, rep) for cmd, rep in zip(state, braid_raw[1:])]
-    redis_after = [comparable(cmd, rep) for cmd, rep in zip(state, redis_raw[1:])]
+    braid_after = [comparable(cmd, rep) for cmd, rep in zip(state, braid_raw[1:], strict=False)]
+    redis_after = [comparable(cmd, rep) for cmd, rep in zip(state, redis_raw[1:], strict=False)]
     if known is not None and known.state is not None:
         redis_after = known.state(redis_after)
-    for line, sb, sr in zip(arg.state, braid_after, redis_after):
+    for line, sb, sr in zip(arg.state, braid_after, redis_after, strict=True):
         if sb != sr:
             out.append(f"{arg.template} with {value!r}: after it, {line}\n    braid: {sb!r}\n    redis: {sr!r}")
     if isinstance(b, Err) and braid_raw[1:1 + len(state)] != before:
@@ -461,7 +461,7 @@ RUNS = object()  # XSPLITORIGIN's runs when the size cuts the five entries
 def _origin(pair: Pair) -> str:
     """The number of the one origin log a single region's stream has."""
     (log,) = pair.braid.call("XORIGINS", "s")
-    return str(dict(zip(log[::2], log[1::2]))[b"origin"])
+    return str(dict(zip(log[::2], log[1::2], strict=True))[b"origin"])
 
 
 def test_numeric_arguments_of_braid_commands(pair):
@@ -474,7 +474,8 @@ def test_numeric_arguments_of_braid_commands(pair):
         origin = _origin(pair)
         v = string2ll(value.encode())
         checks = (
-            (("XRANGEORIGIN", "s", origin, "-", "+", "COUNT", value), pair.braid.call("XRANGE", "s", "-", "+", "COUNT", value)),
+            (("XRANGEORIGIN", "s", origin, "-", "+", "COUNT", value),
+             pair.braid.call("XRANGE", "s", "-", "+", "COUNT", value)),
             (("XRANGEORIGIN", "s", value, "-", "+"),
              NOT_A_NUMBER if v is None else Err("ERR value is out of range, must be positive") if v < 0
              else pair.braid.call("XRANGE", "s", "-", "+") if value == origin else []),

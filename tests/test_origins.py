@@ -114,7 +114,7 @@ def test_command_table_metadata(raw):
         info = raw.call("COMMAND", "INFO", name)[0]
         assert info[:6] == [name, arity, [b"readonly"] + ([b"fast"] if name == b"xorigins" else []), 1, 1, 1]
         docs = raw.call("COMMAND", "DOCS", name)
-        body = dict(zip(docs[1][0::2], docs[1][1::2]))
+        body = dict(zip(docs[1][0::2], docs[1][1::2], strict=True))
         assert body[b"group"] == b"stream" and body[b"since"] == b"0.1.0" and body[b"summary"]
     assert raw.call("COMMAND", "GETKEYS", "XRANGEORIGIN", "k", "1", "-", "+") == [b"k"]
 

@@ -223,7 +223,8 @@ def test_a_command_out_of_memory_stops_the_region_even_having_changed_nothing(tm
         c.xadd("s", {"f": "v"})
         c.close()
         assert command(srv.port, b"XLEN", b"s") is None  # no reply: the connection closes
-        assert srv.server.failed is not None and srv.server.failed.startswith("out of memory while running command xlen")
+        assert srv.server.failed is not None \
+            and srv.server.failed.startswith("out of memory while running command xlen")
         [message] = _fail_stops(caplog)
         assert "region 1 stops: out of memory while running command xlen: MemoryError in " in message
 

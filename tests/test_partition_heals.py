@@ -42,7 +42,7 @@ def test_a_partition_longer_than_every_backlog_heals_without_losing_a_write():
         together = [r2.xadd("jobs", {"r2": str(i)}) for i in range(200)]
         concurrent = r3.xadd("shared", {"f": "while apart"})  # concurrent with the DEL: it stays
         r2.xgroup_create("jobs", "g2", id="$")
-        wait_until(lambda: all(_trimmed(c) > t for c, t in zip((r1, r2, r3), trimmed)), 20,
+        wait_until(lambda: all(_trimmed(c) > t for c, t in zip((r1, r2, r3), trimmed, strict=True)), 20,
                    what="every region dropping operations from its backlog")
         for c in (r2, r3):  # the side that stayed together holds the same
             wait_until(lambda c=c: _ids(c, "jobs") == _ids(r2, "jobs") and len(_ids(c, "jobs")) == 200, 20,

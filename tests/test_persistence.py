@@ -157,7 +157,7 @@ def test_the_cron_s_idmp_expiry_is_logged(tmp_path):
 
 def _info(c, key) -> dict:
     flat = c.execute_command("XINFO", "STREAM", key)
-    return dict(zip(flat[::2], flat[1::2]))
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 # ---------------------------------------------------------------- damage
@@ -342,7 +342,7 @@ def test_always_replies_only_after_the_fsync_and_clients_share_fsyncs(tmp_path, 
                 for i in range(10)]
         socks[0].sendall(xadd[0])
         assert first_fsync.wait(10)
-        for sock, cmd in zip(socks[1:], xadd[1:]):
+        for sock, cmd in zip(socks[1:], xadd[1:], strict=True):
             sock.sendall(cmd)
         others_sent.set()
         for sock in socks:
@@ -583,7 +583,8 @@ def test_a_region_stopped_past_the_backlog_comes_back_by_full_resync(wiped):
             c.config_set("crdt-repl-backlog-size", 1)
         trimmed = [int(_crdt(c)["crdt_backlog_trimmed"]) for c in (r1, r2)]
         after = [r1.xadd("log", {"m": str(i)}) for i in range(200)]
-        wait_until(lambda: all(int(_crdt(c)["crdt_backlog_trimmed"]) > t + 150 for c, t in zip((r1, r2), trimmed)),
+        wait_until(lambda: all(int(_crdt(c)["crdt_backlog_trimmed"]) > t + 150
+                               for c, t in zip((r1, r2), trimmed, strict=True)),
                    20, what="regions 1 and 2 trimming what region 3 lacks")
         p3.restart()
         r3 = p3.client()

@@ -73,7 +73,8 @@ def read_stream(spark, src: str, key: str, checkpoint: str, **options) -> list[l
     for k, v in options.items():
         reader = reader.option(k, str(v))
     query = (reader.load().writeStream
-             .foreachBatch(lambda df, _bid: batches.append([(r.id, r.origin) for r in df.select("id", "origin").collect()]))
+             .foreachBatch(lambda df, _bid: batches.append([(r.id, r.origin)
+                                                            for r in df.select("id", "origin").collect()]))
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
     return batches
@@ -222,7 +223,7 @@ def test_writer_task_retry_adds_nothing_twice(spark, cluster, clients):
 
     def idmp(field: bytes) -> int:
         info = clients[0].execute_command("XINFO", "STREAM", "retry:0")
-        return dict(zip(info[0::2], info[1::2]))[field]
+        return dict(zip(info[0::2], info[1::2], strict=True))[field]
 
     assert idmp(b"iids-added") == 10000
     # the failed attempt's writer may still be draining rows the retry already wrote: each is a duplicate

@@ -49,7 +49,8 @@ def build(spec, own_fields: bool) -> tuple[EntryLog, list]:
 
 
 def rows(page) -> list:
-    return [(r["id"], [x.encode() for kv in r["fields"] for x in kv], (r["timestamp"] - EPOCH) // timedelta(milliseconds=1))
+    return [(r["id"], [x.encode() for kv in r["fields"] for x in kv],
+             (r["timestamp"] - EPOCH) // timedelta(milliseconds=1))
             for r in page.record_batch("k", 1).to_pylist()]
 
 

@@ -160,8 +160,8 @@ def test_reads_every_key_of_a_redis_7_0_file_as_dump_encodes_it(redis_file):
     types = {k.key: k.type_name for k in keys}
     assert types[b"bighash"] == "hash" and types[b"s1"] == "stream" and types[b"intset"] == "set"
     assert {by_key[k].rdb_type for k in (b"hash", b"bighash", b"zset", b"bigzset", b"set", b"intset")} \
-        == {rdb.RDB_TYPE_HASH_LISTPACK, rdb.RDB_TYPE_HASH, rdb.RDB_TYPE_ZSET_LISTPACK, rdb.RDB_TYPE_ZSET_2, rdb.RDB_TYPE_SET,
-            rdb.RDB_TYPE_SET_INTSET}
+        == {rdb.RDB_TYPE_HASH_LISTPACK, rdb.RDB_TYPE_HASH, rdb.RDB_TYPE_ZSET_LISTPACK, rdb.RDB_TYPE_ZSET_2,
+            rdb.RDB_TYPE_SET, rdb.RDB_TYPE_SET_INTSET}
 
 
 def test_reads_a_redis_8_6_file():
@@ -206,14 +206,16 @@ def _stream_value(rdb_type: int) -> bytes:
 
 # (type, value) for every encoding a Redis has written; each is followed by a sentinel key in the file
 SYNTHETIC_VALUES = [
-    (rdb.RDB_TYPE_STRING, b"\xc0\x05"), (rdb.RDB_TYPE_STRING, b"\xc1\x00\x80"), (rdb.RDB_TYPE_STRING, b"\xc2\x00\x00\x00\x80"),
-    (rdb.RDB_TYPE_STRING, LZF_KEY), (rdb.RDB_TYPE_LIST, L(2) + S(b"a") + S(b"b")), (rdb.RDB_TYPE_SET, L(1) + b"\xc0\x05"),
+    (rdb.RDB_TYPE_STRING, b"\xc0\x05"), (rdb.RDB_TYPE_STRING, b"\xc1\x00\x80"),
+    (rdb.RDB_TYPE_STRING, b"\xc2\x00\x00\x00\x80"), (rdb.RDB_TYPE_STRING, LZF_KEY),
+    (rdb.RDB_TYPE_LIST, L(2) + S(b"a") + S(b"b")), (rdb.RDB_TYPE_SET, L(1) + b"\xc0\x05"),
     (rdb.RDB_TYPE_ZSET, L(3) + S(b"m1") + b"\x031.5" + S(b"m2") + b"\xfe" + S(b"m3") + b"\xfd"),
     (rdb.RDB_TYPE_HASH, L(1) + S(b"f") + S(b"v")), (rdb.RDB_TYPE_ZSET_2, L(1) + S(b"m") + struct.pack("<d", 2.5)),
     (rdb.RDB_TYPE_MODULE_2, L(_module_id("mymodtype", 3)) + MODULE_VALUE),
     *[(t, S(b"a ziplist, listpack, intset or zipmap")) for t in (
-        rdb.RDB_TYPE_HASH_ZIPMAP, rdb.RDB_TYPE_LIST_ZIPLIST, rdb.RDB_TYPE_SET_INTSET, rdb.RDB_TYPE_ZSET_ZIPLIST, rdb.RDB_TYPE_HASH_ZIPLIST,
-        rdb.RDB_TYPE_HASH_LISTPACK, rdb.RDB_TYPE_ZSET_LISTPACK, rdb.RDB_TYPE_SET_LISTPACK, rdb.RDB_TYPE_HASH_LISTPACK_EX_PRE_GA)],
+        rdb.RDB_TYPE_HASH_ZIPMAP, rdb.RDB_TYPE_LIST_ZIPLIST, rdb.RDB_TYPE_SET_INTSET, rdb.RDB_TYPE_ZSET_ZIPLIST,
+        rdb.RDB_TYPE_HASH_ZIPLIST, rdb.RDB_TYPE_HASH_LISTPACK, rdb.RDB_TYPE_ZSET_LISTPACK, rdb.RDB_TYPE_SET_LISTPACK,
+        rdb.RDB_TYPE_HASH_LISTPACK_EX_PRE_GA)],
     (rdb.RDB_TYPE_LIST_QUICKLIST, L(2) + S(b"ziplist 1") + S(b"ziplist 2")),
     (rdb.RDB_TYPE_LIST_QUICKLIST_2, L(2) + L(2) + S(b"listpack") + L(1) + S(b"a plain node")),
     (rdb.RDB_TYPE_HASH_METADATA_PRE_GA, L(1) + L(1700000000000) + S(b"f") + S(b"v")),
@@ -263,8 +265,8 @@ def test_skips_every_encoding_and_opcode_exactly():
         body += bytes([rdb_type]) + key + value + bytes([rdb.RDB_TYPE_STRING]) + S(b"after-%d" % n) + S(b"ok")
         expected += [(b"abcabcabc" if n == 3 else b"key-%d" % n, rdb_type, value), (b"after-%d" % n, 0, S(b"ok"))]
     body += bytes([rdb.RDB_OPCODE_SELECTDB]) + L(3)
-    body += bytes([rdb.RDB_OPCODE_EXPIRETIME]) + struct.pack("<i", 1700000000) + bytes([rdb.RDB_TYPE_STRING]) + S(b"secs") \
-        + S(b"1")
+    body += bytes([rdb.RDB_OPCODE_EXPIRETIME]) + struct.pack("<i", 1700000000) + bytes([rdb.RDB_TYPE_STRING]) \
+        + S(b"secs") + S(b"1")
     body += bytes([rdb.RDB_OPCODE_EXPIRETIME_MS]) + struct.pack("<q", 1700000000123)
     body += bytes([rdb.RDB_OPCODE_KEY_META]) + L(2) + b"cls1" + MODULE_VALUE + b"cls2" + L(0)  # two metadata classes
     stream = _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_4)
@@ -303,17 +305,20 @@ def test_files_without_a_checksum_and_with_a_tail():
     (rdb_bytes(bytes([200]) + S(b"x")), 9, "unknown opcode or value type 200"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_STRING]) + S(b"k") + b"\xc4"), 12, "bad value of key 'k' (string): unknown string "
                                                                  "encoding 4"),
-    (rdb_bytes(bytes([rdb.RDB_TYPE_LIST_QUICKLIST_2]) + S(b"q") + L(1) + L(3) + S(b"x")), 13, "quicklist node container"),
+    (rdb_bytes(bytes([rdb.RDB_TYPE_LIST_QUICKLIST_2]) + S(b"q") + L(1) + L(3) + S(b"x")), 13,
+     "quicklist node container"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_SET]) + S(b"s") + b"\xc0"), 12, "an encoded string where a length belongs"),
     (rdb_bytes(bytes([rdb.RDB_OPCODE_SELECTDB]) + b"\x82"), 10, "unknown length encoding 0x82"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_MODULE_2]) + S(b"m") + L(5) + L(9)), 13, "unknown module value opcode 9"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_STRING]) + b"\xc3" + L(3) + L(9) + b"\x05ab" + S(b"v")), 10,
      "cannot read a key name: LZF-compressed string: LZF literal run"),
     (rdb_bytes(bytes([rdb.RDB_OPCODE_AUX]) + S(b"k") + b"\xc3" + L(2) + L(9) + b"\x20\x00"), 12, "before the start"),
-    (rdb_bytes(bytes([rdb.RDB_OPCODE_AUX]) + S(b"k") + b"\xc3" + L(3) + L(9) + b"\x01ab"), 12, "shorter than its stated length"),
+    (rdb_bytes(bytes([rdb.RDB_OPCODE_AUX]) + S(b"k") + b"\xc3" + L(3) + L(9) + b"\x01ab"), 12,
+     "shorter than its stated length"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_STRING]) + S(b"k") + S(b"v"))[:-1], 15, "ends before its checksum"),
     (rdb_bytes(bytes([rdb.RDB_TYPE_STRING]) + S(b"k") + S(b"v"))[:-8] + b"\x01" * 8, 15, "checksum mismatch"),
-    (b"REDIS0009" + bytes([rdb.RDB_TYPE_HASH]) + S(b"h") + L(2) + S(b"f"), 15, "truncated in the value of key 'h' (hash)"),
+    (b"REDIS0009" + bytes([rdb.RDB_TYPE_HASH]) + S(b"h") + L(2) + S(b"f"), 15,
+     "truncated in the value of key 'h' (hash)"),
 ])
 def test_refuses_what_cannot_be_read(data, offset, reason):
     with pytest.raises(RdbFileError) as e:
@@ -502,7 +507,8 @@ def test_import_of_a_corrupt_file_sends_nothing(redis_file, tmp_path, capsys):
     with open(path, "rb") as f:
         data = f.read()
     with RedisProcess() as target:
-        for n, damaged in ((len(data) - 3, data[:-3]), (400, data[:400] + bytes([data[400] ^ 0x40]) + data[401:])):
+        for _n, damaged in ((len(data) - 3, data[:-3]),
+                            (400, data[:400] + bytes([data[400] ^ 0x40]) + data[401:])):
             with open(path, "wb") as f:
                 f.write(damaged)
             status, out, err = _run(capsys, "import", path, "--into", f"127.0.0.1:{target.port}")
@@ -520,7 +526,8 @@ def test_import_reports_an_unreachable_server_and_a_refused_stream(redis_file, t
         writer = RdbFileWriter(out, 10)
         writer.begin()
         writer.select_db(0, 1)
-        writer.key(b"bad-stream", rdb.RDB_TYPE_STREAM_LISTPACKS_2, _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_2))  # no listpack
+        writer.key(b"bad-stream", rdb.RDB_TYPE_STREAM_LISTPACKS_2,
+                   _stream_value(rdb.RDB_TYPE_STREAM_LISTPACKS_2))  # no listpack
         writer.end()
     with RedisProcess() as target:
         status, out, err = _run(capsys, "import", path, "--into", f"127.0.0.1:{target.port}")
@@ -813,7 +820,8 @@ def _redis_8_8_file() -> bytes:
             + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs") + jobs
             + bytes([rdb.RDB_TYPE_ARRAY]) + S(b"slots") + ARRAY_VALUES[1]
             + bytes([rdb.RDB_TYPE_STRING]) + S(b"greeting") + S(b"hello")
-            + bytes([rdb.RDB_OPCODE_SELECTDB]) + L(1) + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs-db1") + jobs)
+            + bytes([rdb.RDB_OPCODE_SELECTDB]) + L(1)
+            + bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs-db1") + jobs)
     return rdb_bytes(body, 14)
 
 
@@ -824,8 +832,8 @@ def _redis_8_10_file() -> bytes:
     for n, (rdb_type, value) in enumerate(COMPACT_HASH_VALUES):
         body += bytes([rdb_type]) + S(b"user:%d" % n) + value
     body += bytes([rdb.RDB_TYPE_ARRAY]) + S(b"seats") + ARRAY_VALUES[0]
-    body += bytes([rdb.RDB_OPCODE_EXPIRETIME_MS]) + struct.pack("<q", 1000) + bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) \
-        + S(b"expired-hash") + COMPACT_HASH_VALUES[2][1]
+    body += bytes([rdb.RDB_OPCODE_EXPIRETIME_MS]) + struct.pack("<q", 1000) \
+        + bytes([rdb.RDB_TYPE_HASH_TMPL_ARRAY_REF]) + S(b"expired-hash") + COMPACT_HASH_VALUES[2][1]
     body += bytes([rdb.RDB_TYPE_STREAM_LISTPACKS_5]) + S(b"jobs") + _jobs_stream()
     return rdb_bytes(body, 15)
 
@@ -870,8 +878,8 @@ def _claims(client, key: bytes, group: str) -> list[bytes]:
 def _group(client, key: bytes) -> dict:
     """The first group of XINFO STREAM key FULL: its name, PEL size, NACKed entries and entries read."""
     info = client.execute_command("XINFO", "STREAM", key, "FULL")
-    group = dict(zip(info[::2], info[1::2]))[b"groups"][0]
-    group = dict(zip(group[::2], group[1::2]))
+    group = dict(zip(info[::2], info[1::2], strict=True))[b"groups"][0]
+    group = dict(zip(group[::2], group[1::2], strict=True))
     return {name: group[name.encode()] for name in ("name", "pel-count", "nacked-count", "entries-read")}
 
 

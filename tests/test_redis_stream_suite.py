@@ -196,7 +196,7 @@ def missing_commands(port: int) -> set[str]:
     names = sorted({cmd for cmds, _ in NEEDS_COMMAND.values() for cmd in cmds})
     with redis.Redis(port=port) as c:
         info = c.execute_command("COMMAND INFO", *names)  # one string: redis-py leaves the reply raw
-    return {name for name, entry in zip(names, info) if entry is None}
+    return {name for name, entry in zip(names, info, strict=True) if entry is None}
 
 
 @dataclass

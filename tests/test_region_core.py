@@ -283,7 +283,8 @@ def test_a_failure_in_a_run_stops_the_region_and_counts_only_what_was_logged(whe
 
 def test_the_cron_steps_are_the_same_for_every_driver():
     core, me, _file = region("always")
-    assert [name for name, _step, _changes in core.cron_steps(0.0)] == ["idmp-expiry", "backlog-trim", "gc", "lone-writes"]
+    assert [name for name, _step, _changes in core.cron_steps(0.0)] \
+        == ["idmp-expiry", "backlog-trim", "gc", "lone-writes"]
     standalone = RegionCore(Config())
     assert [name for name, _step, _changes in standalone.cron_steps(0.0)] == ["idmp-expiry"]
     first = core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"])

@@ -265,7 +265,8 @@ def test_a_flushall_of_a_format_1_file_replays_key_by_key_as_it_was_sent(tmp_pat
     hold); a replay keeps that history, so the operations after it keep their dots too."""
     old = tmp_path / "old"
     log = aof.AppendLog.open(str(old / "appendonlydir"))
-    for argv in (["XADD", "a", "*", "f", "v"], ["XADD", "b", "*", "f", "v"], ["FLUSHALL"], ["XADD", "c", "*", "f", "v"]):
+    for argv in (["XADD", "a", "*", "f", "v"], ["XADD", "b", "*", "f", "v"], ["FLUSHALL"],
+                 ["XADD", "c", "*", "f", "v"]):
         log.append(aof.OP_LOCAL, _v1_command(1_700_000_000_000, argv, "strict"))
     log.close()
     region = Region(str(old), 1)

@@ -43,7 +43,8 @@ def test_the_bulk_path_rebuilds_what_the_general_path_rebuilds(tmp_path, monkeyp
     assert bulk.server.loading_report[0].own > 0
     if number:
         assert bulk.envelopes() == envelopes
-    monkeypatch.setattr(replay._OwnReplay, "replay_run", lambda self, records, start, end: start)  # every record the general way
+    # every record the general way
+    monkeypatch.setattr(replay._OwnReplay, "replay_run", lambda self, records, start, end: start)
     general = Region(r1.directory, number)
     assert general.state() == bulk.state()
     if number:

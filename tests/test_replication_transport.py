@@ -547,7 +547,7 @@ def _both_dropped(joins: tuple[bool, bool]):
     tagged with their sender; what each hub was given to join or install is recorded."""
     (one, got1), (two, got2) = make_hub(1), make_hub(2)
     taken: dict[int, list] = {1: [], 2: []}
-    for hub, j in zip((one, two), joins):
+    for hub, j in zip((one, two), joins, strict=True):
         hub.joins_states = j
         hub.make_image = lambda digests=True, hub=hub: (b"image of %d" % hub.region, dict(hub.causal.vv))
 
@@ -752,7 +752,8 @@ def test_an_ack_that_only_tells_a_peer_its_own_operations_arrived_may_wait():
         origin3 = CausalLog(3)
         relayed = [origin3.stamp(b"op3-%d" % i) for i in range(2)]
         from_1.deliver(relayed)  # region 3's operations, relayed by region 1
-        assert from_1.outbox._ack_pace == AckPace.RELAYS  # region 1 holds them as relays: a sooner ack replaces the lazy one
+        # region 1 holds them as relays: a sooner ack replaces the lazy one
+        assert from_1.outbox._ack_pace == AckPace.RELAYS
         assert dict(from_1.outbox.ack().ack.vv) == {1: 3, 3: 2}  # (built when it leaves)
         assert to_3.outbox._ack_pace == AckPace.RELAYS  # the sooner one still waiting keeps its pace
         first = await to_3.outbox.get()  # the first ack after a quiet spell goes at once

@@ -104,7 +104,7 @@ def test_command_table_introspection(raw):
     xadd = raw.call("COMMAND", "INFO", "xadd", "nosuch")
     assert xadd[0][0] == b"xadd" and xadd[0][1] == -5 and xadd[1] is None
     docs = raw.call("COMMAND", "DOCS", "xgroup")
-    body = dict(zip(docs[1][0::2], docs[1][1::2]))
+    body = dict(zip(docs[1][0::2], docs[1][1::2], strict=True))
     assert body[b"group"] == b"stream" and b"subcommands" in body
     assert raw.call("COMMAND", "GETKEYS", "XREAD", "STREAMS", "a", "b", "0", "0") == [b"a", b"b"]
     assert raw.call("COMMAND", "GETKEYS", "XADD", "k", "*", "f", "v") == [b"k"]
@@ -114,7 +114,7 @@ def test_command_table_introspection(raw):
 
 def test_hello_client_and_reset(raw):
     hello = raw.call("HELLO", "2", "SETNAME", "conn1")
-    m = dict(zip(hello[0::2], hello[1::2]))
+    m = dict(zip(hello[0::2], hello[1::2], strict=True))
     assert m[b"proto"] == 2 and m[b"version"] == b"8.10.2" and m[b"mode"] == b"standalone"
     assert raw.call("CLIENT", "GETNAME") == b"conn1"
     assert str(raw.call("HELLO", "4")) == "NOPROTO unsupported protocol version"

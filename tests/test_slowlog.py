@@ -373,7 +373,7 @@ def test_errors_and_empty_replies_are_redis(both):
         b, r = braid.call(*argv), redis.call(*argv)
         assert b == r, f"{argv}\n  braid: {b!r}\n  redis: {r!r}"
     b, r = braid.call("CONFIG", "GET", "slowlog-*"), redis.call("CONFIG", "GET", "slowlog-*")  # Redis: hash order
-    assert dict(zip(b[::2], b[1::2])) == dict(zip(r[::2], r[1::2])) and len(b) == 4
+    assert dict(zip(b[::2], b[1::2], strict=True)) == dict(zip(r[::2], r[1::2], strict=True)) and len(b) == 4
     # HELP: Redis's, less HISTOGRAM (Braid keeps no per-command histograms)
     help_ = redis.call("LATENCY", "HELP")
     at = help_.index(b"HISTOGRAM [COMMAND ...]")

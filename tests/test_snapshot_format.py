@@ -101,7 +101,8 @@ def cluster_of(n: int) -> ClusterConfig:
 
 # ---------------------------------------------------------------- the whole object graph, as data
 _SHARED = (Block, EntryLog, Stream, ConsumerGroup, Consumer, Nack, IdmpState, CausalLog)
-_CACHES = {(EntryLog, "_cache"), (EntryLog, "_memos"), (EntryLog, "_at"), (EntryLog, "decoded_bytes"), (EntryLog, "_next"), (Keyspace, "idmp_index")}  # rebuilt, never stored
+_CACHES = {(EntryLog, "_cache"), (EntryLog, "_memos"), (EntryLog, "_at"), (EntryLog, "decoded_bytes"),
+           (EntryLog, "_next"), (Keyspace, "idmp_index")}  # rebuilt, never stored
 
 
 def deep(obj, seen: dict | None = None):

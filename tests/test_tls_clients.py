@@ -196,7 +196,8 @@ def test_refused_clients_are_counted_and_logged_and_the_region_keeps_serving(nod
         pair = {"no_client_cert": None, "unknown_ca": c.foreign, "expired_cert": c.expired}[kind]
         local, got = refused_attempt(node.tls_port, c.client_context(pair))
         assert not (isinstance(got, bytes) and got.startswith(b"+PONG")), got
-    wait_until(lambda: node.tls_info()[f"tls_handshake_failures_{kind}"] == before[f"tls_handshake_failures_{kind}"] + 1,
+    failures = f"tls_handshake_failures_{kind}"
+    wait_until(lambda: node.tls_info()[failures] == before[failures] + 1,
                10, what=f"the {kind} refusal counted")
     after = node.tls_info()
     assert after["tls_handshake_failures"] == before["tls_handshake_failures"] + 1
@@ -260,13 +261,14 @@ def test_config_set_reloads_the_certificate_for_new_connections_only(tls_certs):
         assert old.xadd("kept", {"f": "v"}) and old.xlen("kept") == 1  # the established connection stays
 
         # bad files: Redis's reply, the log names the file, the certificate in use stays
-        refusal = "CONFIG SET failed (possibly related to argument 'tls-cert-file') - Unable to update TLS configuration"
+        refusal = ("CONFIG SET failed (possibly related to argument 'tls-cert-file') - "
+                   "Unable to update TLS configuration")
         missing = os.path.join(c.dir, "missing.crt")
         for cert, key, named in [(missing, c.renewed[1], missing), (c.garbage, c.renewed[1], c.garbage),
                                  (c.server[0], c.renewed[1], c.renewed[1])]:  # a key of another certificate
             with pytest.raises(redis.ResponseError, match=re.escape(refusal)):
                 admin.execute_command("CONFIG", "SET", "tls-cert-file", cert, "tls-key-file", key)
-            wait_until(lambda: named in n.log_text(), 10, what=f"{named} named in the log")
+            wait_until(lambda named=named: named in n.log_text(), 10, what=f"{named} named in the log")
             assert admin.config_get("tls-cert-file") == {"tls-cert-file": c.renewed[0]}
             assert served_serial() == file_serial(c.renewed[0])
         with pytest.raises(redis.ResponseError, match="possibly related to argument 'tls-key-file-pass'"):

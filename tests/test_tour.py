@@ -104,7 +104,8 @@ def test_readme_tour(tmp_path):
                 ids.append(res.stdout.strip())
             elif " XRANGE " in command and not all(i in res.stdout for i in ids):
                 # read again until it holds every entry written so far
-                wait_until(lambda: all(i in shell(command).stdout for i in ids), 30, what=f"{command!r} to show {ids}")
+                wait_until(lambda command=command: all(i in shell(command).stdout for i in ids), 30,
+                           what=f"{command!r} to show {ids}")
             elif "braid restart" in command:
                 assert "is back" in res.stdout or "runs again" in res.stdout, res.stdout
             elif "braid down" in command:

@@ -252,8 +252,8 @@ def test_released_entries_leave_their_consumer_but_not_the_group(raw):
     assert [p[0] for p in raw.call("XPENDING", "mystream", "grp", "IDLE", "99999999", "-", "+", "10")] == \
         [b"1-0", b"3-0"]
     groups = raw.call("XINFO", "GROUPS", "mystream")[0]
-    assert dict(zip(groups[::2], groups[1::2]))[b"consumers"] == 2  # no consumer created or removed
-    assert dict(zip(groups[::2], groups[1::2]))[b"pending"] == 3
+    assert dict(zip(groups[::2], groups[1::2], strict=True))[b"consumers"] == 2  # no consumer created or removed
+    assert dict(zip(groups[::2], groups[1::2], strict=True))[b"pending"] == 3
     consumers = {c[1]: c[3] for c in raw.call("XINFO", "CONSUMERS", "mystream", "grp")}
     assert consumers == {b"c1": 1, b"c2": 0}
 
@@ -270,7 +270,7 @@ def test_xinfo_stream_full_shows_the_nacked_count_and_unowned_entries(raw):
     assert pel[0] == [b"1-0", b"", 0, 1] and pel[2] == [b"3-0", b"", 0, 1]
     assert pel[1][1] == b"c1" and pel[3][1] == b"c1"
     consumer = g[b"consumers"][0]
-    consumer = dict(zip(consumer[::2], consumer[1::2]))
+    consumer = dict(zip(consumer[::2], consumer[1::2], strict=True))
     assert consumer[b"pel-count"] == 2 and [p[0] for p in consumer[b"pending"]] == [b"2-0", b"4-0"]
 
 
@@ -380,7 +380,7 @@ def test_command_metadata(raw):
     assert info[:6] == [b"xnack", -7, [b"write", b"fast"], 1, 1, 1]
     assert info[6] == [b"@write", b"@stream", b"@fast"]
     docs = raw.call("COMMAND", "DOCS", "XNACK")
-    doc = dict(zip(docs[1][::2], docs[1][1::2]))
+    doc = dict(zip(docs[1][::2], docs[1][1::2], strict=True))
     assert doc[b"since"] == b"8.8.0" and doc[b"group"] == b"stream"
 
 

@@ -236,11 +236,11 @@ def test_command_docs_history_and_arguments(braid_proc):
         docs = c.call("COMMAND", "DOCS", "xread", "xreadgroup")
     finally:
         c.close()
-    docs = dict(zip(docs[::2], docs[1::2]))
+    docs = dict(zip(docs[::2], docs[1::2], strict=True))
     for name in (b"xread", b"xreadgroup"):
-        doc = dict(zip(docs[name][::2], docs[name][1::2]))
+        doc = dict(zip(docs[name][::2], docs[name][1::2], strict=True))
         assert [b"8.10.0", b"Added the `MAXCOUNT` and `MAXSIZE` options."] in doc[b"history"]
-        args = [dict(zip(a[::2], a[1::2])) for a in doc[b"arguments"]]
+        args = [dict(zip(a[::2], a[1::2], strict=True)) for a in doc[b"arguments"]]
         tokens = [a.get(b"token") for a in args]
         assert tokens.index(b"COUNT") + 1 == tokens.index(b"MAXCOUNT") == tokens.index(b"MAXSIZE") - 1
         maxcount = args[tokens.index(b"MAXCOUNT")]

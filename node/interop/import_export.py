@@ -18,6 +18,7 @@ from node.interop.rdbfile import (
     RdbFileError,
     RdbFileReader,
     RdbFileWriter,
+    RdbKey,
     restore_payload,
     split_dump_payload,
     stream_type_for,
@@ -74,8 +75,12 @@ class RdbImport:
         now_ms = int(time.time() * 1000)
         self.skipped: dict[str, list[bytes]] = {}
         self.other_db: dict[int, list[bytes]] = {}
-        self.expired, self.had_ttl, self.to_send = [], [], []
-        self.imported, self.existed, self.failed = [], [], []
+        self.expired: list[bytes] = []
+        self.had_ttl: list[bytes] = []
+        self.to_send: list[RdbKey] = []
+        self.imported: list[bytes] = []
+        self.existed: list[bytes] = []
+        self.failed: list[tuple[bytes, str]] = []  # (key, the server's error)
         for r in self.records:
             if r.rdb_type not in STREAM_TYPES:
                 what = f"module value ({r.module_name})" if r.module_name else r.type_name
@@ -98,7 +103,7 @@ class RdbImport:
             for r in batch:
                 pipe.execute_command("RESTORE", r.key, 0, restore_payload(r.rdb_type, r.value, self.reader.version),
                                      *extra)
-            for r, reply in zip(batch, pipe.execute(raise_on_error=False)):
+            for r, reply in zip(batch, pipe.execute(raise_on_error=False), strict=True):
                 if not isinstance(reply, Exception):
                     self.imported.append(r.key)
                 elif str(reply).startswith("Target key name already exists") or "BUSYKEY" in str(reply):
@@ -261,7 +266,7 @@ def _dumps(client, names: list[bytes]):
         pipe = client.pipeline(transaction=False)
         for name in batch:
             pipe.dump(name)
-        yield from zip(batch, pipe.execute())
+        yield from zip(batch, pipe.execute(), strict=True)
 
 
 def _export_writer(out, version: int, made_by: str, keys: int):
@@ -299,8 +304,9 @@ def add_rdb_commands(sub) -> None:
                        description="Read a Redis RDB file (written by Redis 5 to 8.10) and RESTORE each of its streams "
                                    "into the server at --into, as DUMP/RESTORE would carry them (entries, consumer "
                                    "groups, pending entries, consumers, idempotent-producer state, NACKed entries). "
-                                   "Keys of other types, streams of other databases and expired streams are skipped and "
-                                   "reported. In an Active-Active database each RESTORE replicates to every region.",
+                                   "Keys of other types, streams of other databases and expired streams are skipped "
+                                   "and reported. In an Active-Active database each RESTORE replicates to every "
+                                   "region.",
                        epilog="exit status: 0 when every stream was imported or reported (already there, expired, "
                               "another database); 1 when the server could not be reached or refused a stream; 2 when "
                               "the file cannot be read or is not a valid RDB file (the offset and the reason are "

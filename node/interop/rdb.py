@@ -257,7 +257,9 @@ def read_stream_value_steps(reader: Reader, rdb_type: int, origin: int = 0) -> G
     else:
         s.max_deleted_id = MIN_ID
         s.entries_added = length
-        s.first_id = log.first_live() if blocks else MIN_ID
+        # every node read holds a live entry (read_node drops the others): the first is found
+        first = log.first_live() if blocks else None
+        s.first_id = MIN_ID if first is None else first
     if s.entries_added < length:
         raise RdbError("stream entries-added below its length")
 
@@ -342,7 +344,7 @@ def _export_steps(logs: list[EntryLog], origins: list[int]) -> Generator[None, N
         return list(logs[0].blocks)
     fresh = EntryLog()
     prev: StreamID | None = None
-    its = [tagged(o, log.range(MIN_ID, MAX_ID)) for o, log in zip(origins, logs)]
+    its = [tagged(o, log.range(MIN_ID, MAX_ID)) for o, log in zip(origins, logs, strict=True)]
     n = 0
     for eid, _origin, flat in heapq.merge(*its, key=lambda e: (e[0], e[1])):
         if eid == prev:

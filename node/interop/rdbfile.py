@@ -70,7 +70,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from node.interop.listpack import listpack_decode
 from node.interop.rdb import verify_payload
@@ -246,7 +246,7 @@ class _Cursor:
         self.pos += 1
         return b
 
-    def bad(self, at: int, message: str):
+    def bad(self, at: int, message: str) -> NoReturn:
         raise _Bad(at, message)
 
     def length(self) -> tuple[int, bool]:
@@ -567,8 +567,9 @@ def _skip_value(cur: _Cursor, rdb_type: int, templates: dict[int, int]) -> None:
     elif rdb_type == RDB_TYPE_HASH_LISTPACK_EX:
         cur.skip(8)
         cur.skip_string()
-    elif rdb_type in (RDB_TYPE_HASH_ZIPMAP, RDB_TYPE_LIST_ZIPLIST, RDB_TYPE_SET_INTSET, RDB_TYPE_ZSET_ZIPLIST, RDB_TYPE_HASH_ZIPLIST, RDB_TYPE_HASH_LISTPACK,
-                      RDB_TYPE_ZSET_LISTPACK, RDB_TYPE_SET_LISTPACK, RDB_TYPE_HASH_LISTPACK_EX_PRE_GA):
+    elif rdb_type in (RDB_TYPE_HASH_ZIPMAP, RDB_TYPE_LIST_ZIPLIST, RDB_TYPE_SET_INTSET, RDB_TYPE_ZSET_ZIPLIST,
+                      RDB_TYPE_HASH_ZIPLIST, RDB_TYPE_HASH_LISTPACK, RDB_TYPE_ZSET_LISTPACK, RDB_TYPE_SET_LISTPACK,
+                      RDB_TYPE_HASH_LISTPACK_EX_PRE_GA):
         cur.skip_string()  # one blob: the ziplist, listpack, intset or zipmap
     elif rdb_type in STREAM_TYPES:
         _skip_stream(cur, rdb_type)
@@ -677,7 +678,8 @@ def _skip_stream(cur: _Cursor, rdb_type: int) -> None:
     for _ in range(cur.plain_length()):  # listpack nodes: master ID (16 bytes) and the listpack
         cur.skip_string()
         cur.skip_string()
-    ids = 3 if rdb_type == RDB_TYPE_STREAM_LISTPACKS else 8  # length, last ID; then first ID, max deleted, entries added
+    # length, last ID; then first ID, max deleted, entries added
+    ids = 3 if rdb_type == RDB_TYPE_STREAM_LISTPACKS else 8
     for _ in range(ids):
         cur.plain_length()
     for _ in range(cur.plain_length()):  # consumer groups
@@ -729,7 +731,7 @@ class RdbFileWriter:
         self.crc = crc64(data, self.crc)
         self.out.write(data)
 
-    def begin(self, aux: dict[str, str] | None = None) -> None:
+    def begin(self, aux: dict[str, str | int] | None = None) -> None:
         w = Writer()
         w.raw(b"REDIS%04d" % self.version)
         for name, value in (aux or {}).items():

@@ -286,7 +286,7 @@ class Writer:
     def getvalue(self) -> bytes:
         return bytes(self.buf)
 
-    def raw(self, data: bytes) -> None:
+    def raw(self, data: bytes | bytearray) -> None:
         self.buf += data
 
     def byte(self, b: int) -> None:

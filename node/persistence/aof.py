@@ -388,7 +388,7 @@ class AppendLog:
         self.seal_wait()
         segments = list_segments(self.directory)
         dropped = []
-        for (_, path), (next_first, _) in zip(segments, segments[1:]):
+        for (_, path), (next_first, _) in zip(segments, segments[1:], strict=False):
             if next_first > record_number:
                 break
             os.remove(path)

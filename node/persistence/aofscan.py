@@ -248,6 +248,7 @@ def examine(directory: str, *, collect: bool = True, closed_cleanly: bool = Fals
         try:
             count, torn = _scan_segment(path, first, is_last, records if collect else None)
         except CorruptLog as e:
+            assert e.record is not None  # _classify numbers the record it raises for
             corrupt = e
             infos.append(SegmentInfo(path, first, e.record - first, os.path.getsize(path)))
             break
@@ -264,6 +265,7 @@ def examine(directory: str, *, collect: bool = True, closed_cleanly: bool = Fals
             try:
                 count, torn = _scan_segment(path, expected, True, records if collect else None)
             except CorruptLog as e:
+                assert e.record is not None  # _classify numbers the record it raises for
                 corrupt = e
                 count = e.record - expected
             infos.append(SegmentInfo(path, expected, count, os.path.getsize(path)))
@@ -290,7 +292,8 @@ def _next_segments(directory: str) -> list[str]:
                   if n.endswith(SEGMENT_SUFFIX + NEXT_SUFFIX))
 
 
-def _scan_segment(path: str, first: int, is_last: bool, records: list | None) -> tuple[int, tuple | None]:
+def _scan_segment(path: str, first: int, is_last: bool,
+                  records: list | None) -> tuple[int, tuple[str, int, str] | None]:
     """(valid record count, torn tail or None) of one segment; appends to ``records``."""
     reader = RecordReader()
     count = 0

@@ -64,6 +64,8 @@ def _source_class(module: str, name: str):
             return getattr(importlib.import_module(module), name)
         source = os.path.join(os.path.dirname(origin), module.rpartition(".")[2] + ".py")
         spec = importlib.util.spec_from_file_location(module, source)
+        if spec is None or spec.loader is None:  # (not for a .py file's path)
+            raise ImportError(f"cannot load {source}")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)  # not put in sys.modules: the region keeps the compiled one
         _source_modules[module] = mod

@@ -92,7 +92,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from crdt.causal import Envelope
 from node.persistence import snapshot
@@ -206,12 +206,16 @@ class DurabilityRules:
                 self.on_durable(mark)
 
 
+# OperationLog.unsaved_image: (snapshot, its record, the segment size to go back to, what to call once it is written)
+_UnsavedImage = tuple[bytes, int, int, Callable[[int], None]]
+
+
 class OperationLog(DurabilityRules):
     """The open log of a running region, with its fsync policy and group commit."""
 
     # a full-resync image the region took whose snapshot is not on disk yet (hold_for_image):
     # (snapshot, its record, the segment size to go back to, what to call once it is written)
-    unsaved_image: tuple[bytes, int, int, Callable[[int], None]] | None = None
+    unsaved_image: _UnsavedImage | None = None
 
     def __init__(self, directory: str, policy: str, segment_size: int | None = None, scanned=None) -> None:
         kw = {} if segment_size is None else {"segment_size": segment_size}
@@ -262,7 +266,8 @@ class OperationLog(DurabilityRules):
     def log_own(self, own: list) -> None:
         self.file.append(OP_REPLICATED, own_record(own))
 
-    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> None:
+    def log_command(self, now_ms: int, argv: list[bytes], id_mode: str | None = None,
+                    own: Sequence[tuple] = ()) -> None:
         self.file.append(OP_LOCAL, command_record(now_ms, argv, id_mode, own))
 
     def log_idmp_duplicate(self, now_ms: int, key: bytes) -> None:
@@ -271,7 +276,7 @@ class OperationLog(DurabilityRules):
     def log_idmp_expiry(self, now_ms: int, stable: dict[int, int] | None = None) -> None:
         self.file.append(OP_LOCAL, idmp_expiry_record(now_ms, stable))
 
-    def log_lone(self, tag: bytes, confirmed: int, withdrawn: list[bytes] = ()) -> None:
+    def log_lone(self, tag: bytes, confirmed: int, withdrawn: Sequence[bytes] = ()) -> None:
         self.file.append(OP_LOCAL, lone_record(tag, confirmed, withdrawn))
 
     def log_remote_run(self, run: list[Envelope]) -> None:
@@ -415,7 +420,7 @@ class OperationLog(DurabilityRules):
             self._expire_held_replies()
             if self.unsaved_image is not None:
                 try:
-                    self._write_image()
+                    self._write_image(self.unsaved_image)
                 except OSError:
                     return
             self.error = None  # try again; a new failure sets it back
@@ -458,10 +463,11 @@ class OperationLog(DurabilityRules):
                   "is logged until it is written (retried once a second)", self.directory,
                   getattr(error, "strerror", None) or error)
 
-    def _write_image(self) -> None:
-        """Write the snapshot of the image :meth:`hold_for_image` holds; OSError (and ``error``
-        set) if that still fails.  The records that waited for it may be written after it."""
-        data, record, segment_size, saved = self.unsaved_image
+    def _write_image(self, image: _UnsavedImage) -> None:
+        """Write the snapshot of the image :meth:`hold_for_image` holds (``image``, the
+        ``unsaved_image``); OSError (and ``error`` set) if that still fails.  The records that
+        waited for it may be written after it."""
+        data, record, segment_size, saved = image
         try:
             if shutil.disk_usage(self.directory).free < len(data):  # it cannot fit: no need to fill the disk
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -491,7 +497,7 @@ class OperationLog(DurabilityRules):
         """End the current segment here (fsynced) so the next record starts a new one.  After a
         full-resync image not yet on disk, its snapshot first (OSError if it still fails)."""
         if self.unsaved_image is not None:
-            self._write_image()
+            self._write_image(self.unsaved_image)
         self.file.roll()
         self.written = self.synced = max(self.synced, self.file.last_record)
         self.synced_bytes = self.file.appended_bytes
@@ -513,7 +519,7 @@ class OperationLog(DurabilityRules):
         self._seal_thread.stop()  # (closing finishes a seal still to run: AppendLog.close waits for it)
         if self.unsaved_image is not None:
             try:
-                self._write_image()
+                self._write_image(self.unsaved_image)
             except OSError:
                 if self.unsaved_image is not None:  # (not when only dropping what it replaces failed)
                     # the records after the image are operations on it: without it they must not reach

@@ -77,6 +77,8 @@ record, never misread it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
@@ -121,7 +123,7 @@ def own_record(own: list) -> bytes:
     return _encode([b"o", [own_entry(*t) for t in own]])
 
 
-def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None, own: list = ()) -> bytes:
+def command_record(now_ms: int, argv: list[bytes], id_mode: str | None = None, own: Sequence[tuple] = ()) -> bytes:
     """``[b"L", now_ms, argv, id_mode, [entry, ...]]``: a command with region-local effects,
     the clock it ran with, the ID mode in force (nil in one region) and the operations it
     applied (replayed instead of the ones it computes again)."""
@@ -139,12 +141,13 @@ def idmp_expiry_record(now_ms: int, stable: dict[int, int] | None = None) -> byt
     return _encode([b"x", now_ms] if stable is None else [b"x", now_ms, sorted(stable.items())])
 
 
-def lone_record(tag: bytes, confirmed: int, withdrawn: list[bytes] = ()) -> bytes:
+def lone_record(tag: bytes, confirmed: int, withdrawn: Sequence[bytes] = ()) -> bytes:
     """``[b"a", g]`` / ``[b"k", g]`` / ``[b"w", g, [op, ...]]`` (see the module docstring)."""
     return _encode([tag, confirmed] if tag != b"w" else [tag, confirmed, list(withdrawn)])
 
 
-class LoneMark(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class LoneMark:
     """A record of writes taken alone, found in a log: its index among the records replayed."""
 
     index: int

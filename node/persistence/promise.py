@@ -39,8 +39,9 @@ def proposal_to_dict(p: Proposal) -> dict:
 
 
 def proposal_from_dict(d: dict) -> Proposal:
+    ballot = d["ballot"]  # [coordinator's number, its counter], as proposal_to_dict writes it
     return Proposal(int(d["epoch"]), Change(str(d["kind"]), int(d["number"]), str(d.get("name", "")),
-                                            tuple(d.get("endpoint", ()))), tuple(int(x) for x in d["ballot"]))
+                                            tuple(d.get("endpoint", ()))), (int(ballot[0]), int(ballot[1])))
 
 
 class FilePromiseStore:

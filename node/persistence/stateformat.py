@@ -207,6 +207,13 @@ class StateS(_S):
     causal: CausalS | None
 
 
+class StateOutS(_S):
+    """:class:`StateS` as written: its fields may be the forms older versions read (an
+    encoder writes each Struct as its own class, so the bytes are StateS's)."""
+    keys: KeyspaceWithoutTopsS
+    causal: CausalWithoutDigestsS | None
+
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(StateS)
 
@@ -222,8 +229,8 @@ def encode_into_buffer(keys, causal: CausalLog | None, digests: bool = True) -> 
     """:func:`encode` in a bytearray, not copied into bytes (a snapshot copies it once, into the
     file's bytes).  MemoryError if memory runs out (msgspec's ``encode`` would crash the process
     instead: node/persistence/safe_encode.py)."""
-    return encode_buffer(_encoder, StateS(_keyspace_out(keys, digests),
-                                          None if causal is None else _causal_out(causal, digests)))
+    return encode_buffer(_encoder, StateOutS(_keyspace_out(keys, digests),
+                                             None if causal is None else _causal_out(causal, digests)))
 
 
 def _keyspace_out(keys, tops: bool = True) -> KeyspaceS | KeyspaceWithoutTopsS:
@@ -378,10 +385,10 @@ def _group_in(key: bytes, gs: GroupS) -> ConsumerGroup:
     g.cursors, g.watermarks, g.acked_sent = gs.cursors, gs.watermarks, gs.acked_sent
     consumers = []
     for cs in gs.consumers:
-        c = Consumer(cs.name, cs.seen_time)
-        c.active_time = cs.active_time
-        consumers.append(c)
-        g.consumers[cs.name] = c
+        consumer = Consumer(cs.name, cs.seen_time)
+        consumer.active_time = cs.active_time
+        consumers.append(consumer)
+        g.consumers[cs.name] = consumer
     if len(g.consumers) != len(consumers):
         raise StateFormatError(f"stream {key!r}, group {gs.name!r}: a consumer appears twice")
     ncons = len(consumers)
@@ -399,8 +406,8 @@ def _group_in(key: bytes, gs: GroupS) -> ConsumerGroup:
     g.pel = PendingMap(pel)
     if len(g.pel) != len(pel):
         raise StateFormatError(f"stream {key!r}, group {gs.name!r}: an entry is pending twice")
-    for c, items in zip(consumers, own):
-        c.pel = PendingMap(items)
+    for consumer, items in zip(consumers, own, strict=True):
+        consumer.pel = PendingMap(items)
     return g
 
 

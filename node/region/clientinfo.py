@@ -17,7 +17,8 @@ def client_info_line(c, now: float) -> bytes:
         f"age={int(now - c.created)} idle={int(now - c.last_interaction)} flags={flags} db=0 "
         f"sub=0 psub=0 ssub=0 multi={len(c.multi) if c.multi is not None else -1} "
         f"watch={len(c.watched)} qbuf={c.parser.buffered} qbuf-free=0 argv-mem=0 multi-mem=0 "
-        f"rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={c.user.name if c.user is not None else '(superuser)'} redir=-1 "
+        f"rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} "
+        f"user={c.user.name if c.user is not None else '(superuser)'} redir=-1 "
         f"resp={3 if c.resp3 else 2} lib-name={c.lib_name.decode('utf-8', 'replace')} "
         f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}\n"
     ).encode()

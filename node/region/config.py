@@ -194,6 +194,10 @@ class ConfigError(ValueError):
     pass
 
 
+# client-output-buffer-limit: {client class: (hard limit, soft limit, soft seconds)}
+ObufLimits = dict[str, tuple[int, int, int]]
+
+
 class Config:
     """One region's settings (a shard owns its own copy: no globals)."""
 
@@ -210,8 +214,14 @@ class Config:
         if s.kind == "bool":
             return b"yes" if v else b"no"
         if s.kind == "obuf":
-            return " ".join(f"{c} {h} {so} {sec}" for c, (h, so, sec) in v.items()).encode()
+            return " ".join(f"{c} {h} {so} {sec}" for c, (h, so, sec) in self._obuf(name).items()).encode()
         return str(v).encode()
+
+    def _obuf(self, name: str) -> ObufLimits:
+        """An ``obuf`` setting's value (:meth:`_parse_obuf` made it)."""
+        v = self.values[name]
+        assert isinstance(v, dict)
+        return v
 
     def matching(self, pattern: bytes) -> list[str]:
         pat = pattern.decode("latin-1").lower()
@@ -231,31 +241,34 @@ class Config:
                 what = "must be a memory value" if s.kind == "memory" else "couldn't be parsed into an integer"
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument {what}")
             if not s.lo <= v <= s.hi:
-                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be between {s.lo} and {s.hi} inclusive")
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - "
+                                  f"argument must be between {s.lo} and {s.hi} inclusive")
             return v
         if s.kind == "bool":
             low = raw.lower()
             if low not in (b"yes", b"no"):
-                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - "
+                                  "argument must be 'yes' or 'no'")
             return low == b"yes"
         if s.kind == "obuf":
             return self._parse_obuf(name, raw)
         if s.kind == "enum":
-            low = raw.decode("latin-1").lower()
-            if low not in s.choices:
-                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: {', '.join(s.choices)}")
-            if name == "maxmemory-policy" and low != "noeviction":
+            choice = raw.decode("latin-1").lower()
+            if choice not in s.choices:
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - "
+                                  f"argument(s) must be one of the following: {', '.join(s.choices)}")
+            if name == "maxmemory-policy" and choice != "noeviction":
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - {NOEVICTION_ONLY}")
-            return low
+            return choice
         return raw.decode("utf-8", "surrogateescape")
 
-    def _parse_obuf(self, name: str, raw: bytes) -> dict:
+    def _parse_obuf(self, name: str, raw: bytes) -> ObufLimits:
         """Redis's ``<class> <hard> <soft> <soft seconds>`` groups; classes not named keep theirs."""
         words = raw.split()
         failed = f"CONFIG SET failed (possibly related to argument '{name}') - "
         if not words or len(words) % 4:
             raise ConfigError(failed + "Wrong number of arguments in buffer limit configuration.")
-        limits = dict(self.values[name])
+        limits = dict(self._obuf(name))
         for i in range(0, len(words), 4):
             cls = words[i].decode("latin-1").lower()
             cls = "slave" if cls == "replica" else cls

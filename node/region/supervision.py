@@ -274,7 +274,7 @@ class Supervisor:
         of a turn's log write - stops the region: what it interrupted may have changed state
         half way (fail-stop drops the turn's records and replies)."""
         e = context.get("exception")
-        if ran_out_of_memory(e):
+        if e is not None and ran_out_of_memory(e):
             release_memory_reserve()  # first: what follows allocates
             self._failed("event-loop", e)
             self.server.fail_stop(f"out of memory while {_loop_activity(context)}: {oom_detail(e)}", e)

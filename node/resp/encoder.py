@@ -133,7 +133,7 @@ def _encode_entries(out: bytearray, rows: Entries, resp3: bool) -> None:
         out += b"*%d\r\n" % len(rows)
         out += b"".join(made)
         return
-    parts = [b"*%d\r\n" % len(rows)]
+    parts: list[bytes | bytearray] = [b"*%d\r\n" % len(rows)]
     add = parts.append
     for row in rows:
         if len(row) == 2 and type(row[1]) is list and type(row[0]) is bytes:

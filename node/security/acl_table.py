@@ -9,8 +9,9 @@ with the read/write bits they grant (:data:`READ`, :data:`WRITE`) and whether it
 Every command's flags, explicit ACL categories and key specs are written once, in
 node/commands/table/ (Redis's own for the commands Braid shares with Redis, so that
 ``+@read``, ``%R~`` and the rest decide exactly as Redis does).  They are given here as
-``full name -> (flags, explicit categories, key specs)``, where a key spec is ``(flags, begin_search, find_keys)`` with ``begin_search`` either
-``("index", pos)`` or ``("keyword", word, startfrom)`` and ``find_keys`` either
+``full name -> (flags, explicit categories, key specs)``, where a key spec is
+``(flags, begin_search, find_keys)`` with ``begin_search`` either ``("index", pos)`` or
+``("keyword", word, startfrom)`` and ``find_keys`` either
 ``("range", lastkey, step, limit)`` or ``("keynum", keynumidx, firstkey, step)``, read as
 Redis's ``getKeysUsingKeySpecs`` reads them.  The implicit categories (@write, @read,
 @admin, @fast or @slow...) follow from the flags (``_categories``).

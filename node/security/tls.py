@@ -42,6 +42,7 @@ the ``SSL_CTX`` the context wraps), after checking that the pointer found is the
 
 from __future__ import annotations
 
+import _ssl
 import asyncio
 import ctypes
 import logging
@@ -180,7 +181,7 @@ class _OpenSSL:
     @classmethod
     def _ctx(cls, ctx: ssl.SSLContext) -> tuple[ctypes.CDLL, int]:
         if cls._lib is None:
-            lib = ctypes.CDLL(ssl._ssl.__file__)  # resolves libssl's symbols through _ssl's own dependencies
+            lib = ctypes.CDLL(_ssl.__file__)  # resolves libssl's symbols through _ssl's own dependencies
             lib.SSL_CTX_get_options.restype = ctypes.c_uint64
             lib.SSL_CTX_get_options.argtypes = [ctypes.c_void_p]
             lib.SSL_CTX_set_ciphersuites.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
@@ -343,7 +344,8 @@ class ClientTls:
         """Stop accepting (fail-stop, shutdown, tls-port changed); handshakes under way are dropped."""
         sock, self._sock = self._sock, None
         if self._accepting is not None:  # the socket closes once the accept waiting on it is gone
-            self._accepting.add_done_callback(lambda _t: sock.close())
+            if sock is not None:  # (it is: _listen sets both)
+                self._accepting.add_done_callback(lambda _t: sock.close())
             self._accepting.cancel()
             self._accepting = None
         elif sock is not None:
@@ -394,7 +396,8 @@ class ClientTls:
         if not TLS_SETTINGS.intersection(staged):
             return None
         values = {name: staged.get(name, self.config[name]) for name in TLS_SETTINGS}
-        port = int(values["tls-port"])
+        port = values["tls-port"]
+        assert isinstance(port, int)  # Config.set and Config.parse make it an int
         try:
             context = build_context(values) if port else None
         except TlsConfigError as e:
@@ -437,7 +440,12 @@ async def _first_byte(conn: socket.socket) -> bytes:
     the rest of a record that never comes: looking first refuses such a client at once."""
     loop = asyncio.get_running_loop()
     readable = loop.create_future()
-    loop.add_reader(conn.fileno(), lambda: readable.done() or readable.set_result(None))
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(conn.fileno(), ready)
     try:
         await asyncio.wait_for(readable, HANDSHAKE_TIMEOUT_S)
     finally:

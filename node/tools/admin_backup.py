@@ -66,8 +66,8 @@ def cmd_backup(args, cfg: ClusterConfig, path, console: Console) -> int:
               f"{', '.join(failed)}", file=sys.stderr)
         return 1
     console.print(f"backup of {counted(done, 'region')} of database {cfg.database} (cluster {cfg.cluster_id}) in "
-                  f"{args.dir}. To restore a region: stop it, replace the appendonlydir/ of its data directory with the "
-                  "one in its folder here, start it (docs/deploy.md, \"Backups\")", highlight=False)
+                  f"{args.dir}. To restore a region: stop it, replace the appendonlydir/ of its data directory with "
+                  "the one in its folder here, start it (docs/deploy.md, \"Backups\")", highlight=False)
     return 0
 
 
@@ -123,7 +123,7 @@ def _receive_backup(cfg: ClusterConfig, r: RegionSpec, folder: str, timeout: flo
                 else:
                     out.write(chunk.data)
                     received += len(chunk.data)
-            if out is None:
+            if out is None or info is None:  # (out is opened once info came)
                 raise AdminError(f"region {r.name} ended the backup before sending anything")
             out.flush()
             os.fsync(out.fileno())

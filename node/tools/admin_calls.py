@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import os
 import tomllib
+from typing import Any
 
 from crdt.membership import REMOVED, Member, Membership
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec, load
 from node.transport.admin import AdminCallError, AdminClient, AdminTls
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
+
+# a region's status reply, proto/admin_pb2.py's RegionStatus: the generated module declares its
+# classes at run time, so there is no type to check them against (no stubs are generated)
+RegionStatus = Any
 
 
 class AdminError(Exception):
@@ -123,11 +128,13 @@ def check_db(cfg: ClusterConfig, db: str) -> None:
         raise AdminError(f"no database named {db!r} (this cluster's database is {cfg.database!r})")
 
 
-def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict, list[str]]:
+def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict[str, RegionStatus], list[str]]:
     """Status of every reachable member (by name), and a sentence per failure.  A region
     with a newer member list than ``cfg``'s updates it (and the file at ``path``), and the
     members it adds are asked too."""
-    found, failures, asked = {}, [], set()
+    found: dict[str, RegionStatus] = {}
+    failures: list[str] = []
+    asked: set[int] = set()
     while True:
         todo = [r for r in cfg.live_regions() if r.number not in asked]
         if not todo:
@@ -147,7 +154,7 @@ def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict, list[st
             del found[name]
 
 
-def take_members(cfg: ClusterConfig, st) -> None:
+def take_members(cfg: ClusterConfig, st: RegionStatus) -> None:
     """Record a region's member list (a RegionStatus) in ``cfg``."""
     m = Membership(cfg.stride, st.epoch, {x.number: Member(x.number, x.name, x.status) for x in st.members},
                    {x.number: x.frozen for x in st.members if x.status == REMOVED})

@@ -101,12 +101,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
     if cluster:  # the database's memory limit ([regions.config] may set another for one region)
         cfg.set("maxmemory", cluster[0].maxmemory)
-    for name, value in (cluster[0].region_settings(cluster[1]) if cluster else {}).items():
-        try:  # the cluster file's [regions.config] (the command line's options come after it)
-            cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
-        except ConfigError as e:
-            print(f"braid node: {args.config}: region {cluster[1].name}: {name} = {value!r}: {e}", file=sys.stderr)
-            return 2
+        for name, value in cluster[0].region_settings(cluster[1]).items():
+            try:  # the cluster file's [regions.config] (the command line's options come after it)
+                cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
+            except ConfigError as e:
+                print(f"braid node: {args.config}: region {cluster[1].name}: {name} = {value!r}: {e}",
+                      file=sys.stderr)
+                return 2
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
     cfg.set("appendonly", args.appendonly == "yes")
@@ -160,8 +161,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         if not isinstance(e, OSError):
             raise
         what = e.strerror or str(e)
-        where = (f" on {args.bind}" if what.startswith(("tls-port", "metrics-port")) else "" if what.startswith("port 0")
-                 else f" on {args.bind}:{args.port}")
+        where = (f" on {args.bind}" if what.startswith(("tls-port", "metrics-port"))
+                 else "" if what.startswith("port 0") else f" on {args.bind}:{args.port}")
         print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
         return 1
     if server.failed is not None:
@@ -404,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     add_rdb_commands(sub)
 
     p = sub.add_parser("pipeline", help="run an example Spark job (pip install '.[pipeline]')")
-    p.add_argument("example", choices=["rides"], help="rides: the Rocket Rides unified log (pipeline/examples/rides.py)")
+    p.add_argument("example", choices=["rides"],
+                   help="rides: the Rocket Rides unified log (pipeline/examples/rides.py)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the example's own options (--help lists them)")
     p.set_defaults(fn=cmd_pipeline)
 

@@ -145,7 +145,7 @@ def _already_up(args: argparse.Namespace, data_dir: str, running: dict[int, str]
         ports = {r.name: r.port for r in load(os.path.join(data_dir, CLUSTER_FILE)).live_regions()}
     except (OSError, ValueError, KeyError):
         info = load_pids(data_dir) or {"names": [], "ports": []}
-        ports = dict(zip(info["names"], info["ports"]))
+        ports = dict(zip(info["names"], info["ports"], strict=False))  # (a file: as it reads)
     by_name = {name: pid for pid, name in running.items()}
     how = f" (in the foreground: braid up, pid {supervisor})" if supervisor else ""
     print(f"the cluster in {args.data_dir} is already up{how}:")
@@ -194,7 +194,7 @@ def _plan(args: argparse.Namespace, data_dir: str):
 def _ports_taken(names, ports, repl_ports, tls: bool) -> list[str]:
     """What stands in the way of each port the regions need (all of them, before anything starts)."""
     problems = []
-    for name, port, repl in zip(names, ports, repl_ports):
+    for name, port, repl in zip(names, ports, repl_ports, strict=True):
         wanted = [(port, "client port")] + ([(repl, "replication port")] if repl else [])
         if tls:
             wanted.append((port + TLS_PORT_OFFSET, "TLS client port"))
@@ -241,11 +241,11 @@ def up(args: argparse.Namespace) -> int:
         stop_children(started)
         orphans = unrecorded_children(data_dir)
         stop_regions(orphans, data_dir)
-        started += list(orphans)
+        stopped = len(started) + len(orphans)
         if not args.detach:
             forget_supervisor_record(data_dir)
         print("braid up: interrupted during start-up"
-              + (f"; stopped the {len(started)} region(s) it had started" if started else ""), file=sys.stderr)
+              + (f"; stopped the {stopped} region(s) it had started" if stopped else ""), file=sys.stderr)
         return 130
     finally:
         for sig, handler in previous.items():
@@ -276,7 +276,7 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
                   file=sys.stderr)
             return 1
     print(f"starting {', '.join(names)} (logs: {os.path.join(args.data_dir, 'NAME', 'node.log')})", flush=True)
-    for name, port in zip(names, ports):
+    for name, port in zip(names, ports, strict=True):
         os.makedirs(os.path.join(data_dir, name), exist_ok=True)
         r = RegionProcess(name, port, region_command(data_dir, cluster_file, name, port, name in cmdline_tls),
                     os.path.join(data_dir, name, "node.log"))
@@ -285,19 +285,19 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
     try:
         wait_ready(regions)
     except StartError as e:
-        stop_children([r.proc for r in regions])
+        stop_children([r.process for r in regions])
         print(f"braid up: {e}\nthe other regions are stopped", file=sys.stderr)
         return 1
     wait_writable(regions)
     console = _console()
     title = f"Braid local cluster: {len(names)} region{'s' if len(names) > 1 else ''}"
-    _print_connect(console, title, [(r.name, r.port, r.proc.pid, r.log) for r in regions])
+    _print_connect(console, title, [(r.name, r.port, r.process.pid, r.log) for r in regions])
     if tls:  # printed whole, never wrapped: each line is a command to copy
         print("TLS client ports (a client certificate is optional: `redis-cli --tls --cacert "
               f"{os.path.join(args.data_dir, TLS_DIR)}/ca.crt -p PORT` connects too):")
-        for name, port in zip(names, ports):
+        for name, port in zip(names, ports, strict=True):
             print(f"  {name}: {tls_connect_line(args.data_dir, port)}")
-    record = {"pids": [r.proc.pid for r in regions], "ports": ports, "names": names}
+    record = {"pids": [r.process.pid for r in regions], "ports": ports, "names": names}
     if args.detach:
         save_pids(data_dir, record)
         print(f"detached; restart one region with: braid restart --region NAME --data-dir {args.data_dir}\n"
@@ -422,7 +422,7 @@ def add_region(args: argparse.Namespace) -> int:
     region = RegionProcess(name, port, region_command(data_dir, cluster_file, name, port, cfg.tls is not None),
                      os.path.join(rdir, "node.log"))
     region.start(detach=True)
-    record_pid(data_dir, name, port, region.proc.pid)
+    record_pid(data_dir, name, port, region.process.pid)
     try:
         wait_ready([region], what="its start")
     except StartError as e:
@@ -430,7 +430,7 @@ def add_region(args: argparse.Namespace) -> int:
               f"region remove {name} --force)", file=sys.stderr)
         return 1
     _print_connect(_console(), f"{name} joined the cluster as region {number}",
-                   [(name, port, region.proc.pid, region.log)])
+                   [(name, port, region.process.pid, region.log)])
     if cfg.tls is not None:
         print(f"  TLS: {tls_connect_line(args.data_dir, port)}")
     # printed whole, never wrapped: each line holds a command to copy
@@ -533,7 +533,6 @@ def restart(args: argparse.Namespace) -> int:
         cmd = region_command(data_dir, None, name, port, False)
         if os.path.isdir(os.path.join(data_dir, TLS_DIR)):
             cmd = region_command(data_dir, None, name, port, True)
-        cluster_file = None
     else:
         print(f"braid restart: no cluster in {args.data_dir} (no {CLUSTER_FILE}, and no region {name!r} recorded)",
               file=sys.stderr)
@@ -574,8 +573,8 @@ def restart(args: argparse.Namespace) -> int:
     except StartError as e:
         print(f"braid restart: {e}", file=sys.stderr)
         return 1
-    record_pid(data_dir, name, port, region.proc.pid)
-    print(f"{name} runs again on port {port} (pid {region.proc.pid}, detached; log: {region.log}): it replayed its "
+    record_pid(data_dir, name, port, region.process.pid)
+    print(f"{name} runs again on port {port} (pid {region.process.pid}, detached; log: {region.log}): it replayed its "
           f"log and catches up from its peers")
     return 0
 

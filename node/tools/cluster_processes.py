@@ -125,7 +125,7 @@ def _region_name(pid: int, data_dir: str) -> str | None:
 
 def region_processes(data_dir: str) -> dict[int, str]:
     """Every running region of the cluster in ``data_dir``, however it was started: pid -> name."""
-    found = {}
+    found: dict[int, str] = {}
     try:
         pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
     except OSError:
@@ -254,6 +254,13 @@ class RegionProcess:
                                          start_new_session=detach)
         self.started, self.ready = time.monotonic(), False
 
+    @property
+    def process(self) -> subprocess.Popen:
+        """``proc`` where the region was started and not found exited since."""
+        if self.proc is None:
+            raise RuntimeError(f"region {self.name} has no process")
+        return self.proc
+
 
 def region_command(data_dir: str, cluster_file: str | None, name: str, port: int, cmdline_tls: bool) -> list[str]:
     cmd = [sys.executable, "-m", "node", "node", "--port", str(port), "--data-dir", os.path.join(data_dir, name)]
@@ -261,7 +268,7 @@ def region_command(data_dir: str, cluster_file: str | None, name: str, port: int
         cmd += ["--config", cluster_file, "--region", name]
     if cmdline_tls:  # a standalone or added region: its TLS settings on the command line
         for key, value in tls_region_config(name, port).items():
-            cmd += [f"--{key}", os.path.join(data_dir, value) if key.endswith("-file") else str(value)]
+            cmd += [f"--{key}", os.path.join(data_dir, str(value)) if key.endswith("-file") else str(value)]
     return cmd
 
 
@@ -271,7 +278,7 @@ def wait_ready(regions: list[RegionProcess], deadline_s: float = READY_TIMEOUT_S
     pending = list(regions)
     while pending:
         for r in pending:
-            code = r.proc.poll()
+            code = r.process.poll()
             if code is not None:
                 raise StartError(f"{r.name} (port {r.port}) {exit_how(code)} during {what}; its log, {r.log}, "
                                  f"ends with:\n{log_tail(r.log)}")
