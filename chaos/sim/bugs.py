@@ -264,8 +264,9 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "join-keeps-deleted": ("convergence", [(join, "_remove_deleted", _keep_what_the_other_deleted)]),
     "oom-drops-remote": ("exceptions", [(RegionCore, "apply_remote_run", _drop_remote_over_limit)]),
 }
+# fault kinds besides the default ones
 NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),
-                "withdraw-forgets": ("lone",), "join-keeps-deleted": ("backlog",), "oom-drops-remote": ("memory",)}  # fault kinds besides the default ones
+                "withdraw-forgets": ("lone",), "join-keeps-deleted": ("backlog",), "oom-drops-remote": ("memory",)}
 
 
 def catches(bug: str) -> str:

@@ -94,8 +94,8 @@ if TYPE_CHECKING:
     from .region import SimRegion
     from .world import Simulation
 
-CHECKS = ("exceptions", "damage", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove", "causal",
-          "removed", "read-only", "pel", "never-skip")
+CHECKS = ("exceptions", "damage", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove",
+          "causal", "removed", "read-only", "pel", "never-skip")
 MAX_LISTED = 8  # offending items listed per verdict
 
 
@@ -227,7 +227,8 @@ def check_liveness(sim: Simulation) -> Verdict:
     regions = members(sim)
     epochs = {r.number: r.aa.membership.epoch for r in regions}
     if len(set(epochs.values())) > 1:
-        problems.append("members hold different member lists: " + "; ".join(f"r{n} epoch {e}" for n, e in epochs.items()))
+        held = "; ".join(f"r{n} epoch {e}" for n, e in epochs.items())
+        problems.append(f"members hold different member lists: {held}")
     vvs = {r.number: dict(sorted(r.causal.vv.items())) for r in regions}
     if len({tuple(v.items()) for v in vvs.values()}) > 1:
         problems.append("version vectors differ: " + "; ".join(f"r{n} {v}" for n, v in vvs.items()))
@@ -311,9 +312,9 @@ def check_durability(sim: Simulation) -> Verdict:
                 gone_with_files[why] = gone_with_files.get(why, 0) + 1
                 continue
         if bad:
+            held = "another operation" if any(dot in logs[n] for n in bad) else "nothing"
             problems.append(f"operation {dot[0]}.{dot[1]} ({_op(want)}), promised by {promises.why[dot]}: "
-                            f"regions {bad} hold {'another operation' if any(dot in logs[n] for n in bad) else 'nothing'}"
-                            " under that dot")
+                            f"regions {bad} hold {held} under that dot")
     for origin, count in sorted(excused.items()):
         sim.sched.log(f"durability: {count} operation(s) r{origin} promised past its frozen point {forced[origin]} "
                       "are lost, as its forced removal allows")

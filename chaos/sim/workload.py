@@ -26,9 +26,9 @@ XREADGROUP ... CLAIM (they come first) and acknowledges them -, a rare FLUSHALL
 (one observed-remove of every key the region holds), COPY of ``k0`` onto ``k1`` or back, with
 or without REPLACE (the copy's entries join the destination in a log of their own, its
 groups are created again, its consumers and PEL stay at the copying region), and the
-ID mode tuned between strict, semi-strict and liberal on every region that is up (as ``braid-admin tune`` does).  Each XADD records the
-mode its region ran it under: liberal IDs may collide across regions.  Full IDs
-and the writes of a region in liberal mode go to key ``k2`` (two origins may
+ID mode tuned between strict, semi-strict and liberal on every region that is up (as
+``braid-admin tune`` does).  Each XADD records the mode its region ran it under: liberal
+IDs may collide across regions.  Full IDs and the writes of a region in liberal mode go to key ``k2`` (two origins may
 hold one ID there), where there is no XDEL: an XDEL of such an ID diverges
 today (tests/test_convergence.py, test_xdel_of_an_id_two_origins_hold_converges).
 """
