@@ -5,7 +5,7 @@ Times, in one process and without a network:
 * ``ActiveActive.trim_backlog`` (once a second) with ``--ops`` operations in the
   backlog that no peer acknowledged yet: nothing can be dropped, so the cost is
   what the call does to find that out;
-* ``Server.expire_idmp`` (once a second) over ``--keys`` streams of which ten hold
+* ``Database.expire_idmp`` (once a second) over ``--keys`` streams of which ten hold
   IDMP maps;
 * ``AppendLog.append`` across 20 segment rolls (16 MB segments of 64 KB records,
   written to the OS as the server's end-of-turn write does): the worst append is the
@@ -54,7 +54,7 @@ def idmp_expiry(n_keys: int) -> str:
         ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (1, 0), [b"f", b"v"]), limits)
     for i in range(10):
         ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (2, 0), [b"f", b"v"], pid=b"p", iid=b"i%d" % i), limits)
-    t = _timed(lambda: srv.expire_idmp(0))
+    t = _timed(lambda: srv.db.expire_idmp(0))
     return f"expire_idmp, {n_keys:,} keys: first {t[0] * 1000:.1f} ms, then {min(t[1:]) * 1e6:.0f} us"
 
 

@@ -197,16 +197,16 @@ def test_idmp_expiry_visits_only_keys_with_maps():
         ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (5000, 0), [b"f", b"v"], pid=b"p", iid=b"i%d" % i), limits)
     ops.apply(keys, ops.RenameKey(b"k0", new_key=b"renamed"), limits)  # its maps move with it
     counter = _CountedKeyspace(keys)
-    assert srv.expire_idmp(1000) == 0  # first use builds the index from every stream
+    assert srv.db.expire_idmp(1000) == 0  # first use builds the index from every stream
     counter.walks = 0
-    assert srv.expire_idmp(2000) == 0
-    assert srv.expire_idmp(3000) == 0
+    assert srv.db.expire_idmp(2000) == 0
+    assert srv.db.expire_idmp(3000) == 0
     assert counter.walks == 0
     assert keys.idmp_keys() == {b"renamed", b"k1", b"k2"}
     ops.apply(keys, ops.AddEntry(b"late", 1, (9000, 0), [b"f", b"v"], pid=b"p", iid=b"x"), limits)
-    assert srv.expire_idmp(5000 + 100 * 1000 + 1) == 3  # the duration (100 s) passed for the first three
+    assert srv.db.expire_idmp(5000 + 100 * 1000 + 1) == 3  # the duration (100 s) passed for the first three
     assert keys.idmp_keys() == {b"late"} and counter.walks == 0
-    assert srv.expire_idmp(9000 + 100 * 1000 + 1) == 1
+    assert srv.db.expire_idmp(9000 + 100 * 1000 + 1) == 1
     assert keys.idmp_keys() == set()
 
 

@@ -117,7 +117,7 @@ class Region:
 
     # -- the cron's work (node/runtime/server.py's once-a-second loop), at this region's clock
     def expire_idmp(self) -> int:
-        return self.server.expire_idmp(self.clock, self.aa.stable())
+        return self.server.db.expire_idmp(self.clock, self.aa.stable())
 
     def collect_garbage(self) -> int:
         return self.aa.collect_garbage()

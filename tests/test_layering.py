@@ -17,6 +17,10 @@ Edges of the graph:
 
 Checked:
 
+- the folders' rules (docs/architecture.md): nothing outside node/runtime/ and node/tools/
+  (and the shipped test helpers) imports them; only node/transport/ imports grpc; the region
+  core, the commands, Redis's formats and RESP import no socket, TLS or process module;
+- no module of crdt/, node/, pipeline/ or chaos/ is longer than 800 lines;
 - no strongly connected component of more than one module in crdt/, node/, pipeline/
   (each cycle is printed as a chain ``a -> b -> a`` with the line of each import);
 - crdt/ imports nothing from node/ or pipeline/, nor a module that does I/O (:data:`IO`);
@@ -270,6 +274,55 @@ def test_crdt_does_no_io(graph):
              for m, external in graph.external.items() if m.partition(".")[0] == "crdt"
              for t, lines in external.items() if t in IO]
     assert not wrong, "\n".join(wrong)
+
+
+# The layers that drive the region: nothing below them imports them (docs/architecture.md)
+DRIVERS = ("node.runtime", "node.tools")
+DRIVERS_MAY_IMPORT = ("node.testing", "node.__main__")  # the shipped test helpers, ``python -m node``
+# What a module of these folders may not import: sockets, processes, TLS (the driver's)
+SANS_IO = ("node.region", "node.commands", "node.interop", "node.resp")
+DRIVER_IO = frozenset({"socket", "selectors", "ssl", "subprocess", "multiprocessing", "grpc"})
+LONGEST_MODULE = 800  # lines: a module past it is split by what its parts do
+
+
+def _inside(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_nothing_below_the_drivers_imports_them(graph):
+    """node/runtime/ (the asyncio server) and node/tools/ (the programs) compose the layers below;
+    none of those imports them back."""
+    wrong = [f"{m} imports {t} (line {', '.join(str(line) for line, _ in where)})"
+             for m, targets in graph.edges.items() if not _inside(m, DRIVERS + DRIVERS_MAY_IMPORT)
+             for t, where in targets.items() if _inside(t, DRIVERS)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_only_the_transport_imports_grpc(graph):
+    wrong = [f"{m} imports grpc (line {', '.join(map(str, lines))})"
+             for m, external in graph.external.items() if not _inside(m, ("node.transport",))
+             for t, lines in external.items() if t == "grpc"]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_region_commands_and_formats_open_no_socket(graph):
+    """The region core, the commands, Redis's formats and RESP are sans-IO: sockets, TLS and
+    processes are the driver's, handed in behind an interface (MIGRATE's transport, say)."""
+    wrong = [f"{m} imports {t} (line {', '.join(map(str, lines))})"
+             for m, external in graph.external.items() if _inside(m, SANS_IO)
+             for t, lines in external.items() if t in DRIVER_IO]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("package", CHECKED + ("chaos",))
+def test_no_module_is_longer_than_800_lines(package):
+    long = []
+    for module, path in sorted(_module_files((package,)).items()):
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if lines > LONGEST_MODULE:
+            long.append(f"{path[len(ROOT) + 1:]}: {lines} lines")
+    assert not long, "\n".join(long)
 
 
 def test_simulation_loads_no_grpc():

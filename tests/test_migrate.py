@@ -26,7 +26,8 @@ import socket
 
 import pytest
 
-from node.commands.migrate import CACHE_IDLE_SECONDS, ERR_NO_TRANSPORT, SocketMigrateTransport
+from node.commands.migrate import ERR_NO_TRANSPORT
+from node.runtime.migrate_sockets import CACHE_IDLE_SECONDS, SocketMigrateTransport
 from node.testing import InProcessServer, RedisProcess, free_port
 from tests.differential import Err, RawClient
 from tests.test_convergence import Region as ActiveRegion

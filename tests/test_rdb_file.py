@@ -19,13 +19,13 @@ import time
 import pytest
 import redis
 
-from node.interop import import_export as cli_rdb
 from node.interop import rdb, rdbfile
 from node.interop.listpack import listpack_encode
 from node.interop.rdb import crc64
 from node.interop.rdbfile import RdbFileError, RdbFileReader, RdbFileWriter, restore_payload, split_dump_payload
 from node.testing import BraidProcess, InProcessServer, LocalCluster, RedisProcess, free_port, wait_until
 from node.tools import cli
+from node.tools import import_export as cli_rdb
 from tests.differential import normalise
 
 pytestmark = pytest.mark.redis

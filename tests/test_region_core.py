@@ -21,6 +21,7 @@ from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import replay
 from node.persistence.aof import OP_REPLICATED
 from node.persistence.oplog import decode_replicated, remote_record
+from node.region import cron
 from node.region.config import SETTINGS, Config
 from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
@@ -52,8 +53,7 @@ def region(policy: str, number: int = 1, file: SimFile | None = None) -> tuple[R
 def test_the_server_is_a_driver_of_the_same_core():
     assert issubclass(Server, RegionCore)
     for rule in ("call", "execute", "end_turn", "reply_needs", "may_release", "apply_remote", "apply_remote_run",
-                 "install_image",
-                 "cron_steps", "fail_stop", "save"):
+                 "install_image", "fail_stop", "save"):
         assert getattr(Server, rule) is getattr(RegionCore, rule), rule  # one rule, not a copy
 
 
@@ -283,15 +283,15 @@ def test_a_failure_in_a_run_stops_the_region_and_counts_only_what_was_logged(whe
 
 def test_the_cron_steps_are_the_same_for_every_driver():
     core, me, _file = region("always")
-    assert [name for name, _step, _changes in core.cron_steps(0.0)] \
+    assert [name for name, _step, _changes in cron.steps(core, 0.0)] \
         == ["idmp-expiry", "backlog-trim", "gc", "lone-writes"]
     standalone = RegionCore(Config())
-    assert [name for name, _step, _changes in standalone.cron_steps(0.0)] == ["idmp-expiry"]
+    assert [name for name, _step, _changes in cron.steps(standalone, 0.0)] == ["idmp-expiry"]
     first = core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"])
     assert isinstance(first, bytes)
     assert core.call(me, [b"XADD", b"k", b"IDMP", b"p", b"i", b"*", b"f", b"v"]) == first  # a duplicate
     # the IDMP step of the cron keeps the iid while region 2 has not applied its add (not stable)
-    name, step, _changes = core.cron_steps(0.0)[0]
+    name, step, _changes = cron.steps(core, 0.0)[0]
     core.system_ms = lambda: T0 + 10**9  # far past the IDMP duration
     assert name == "idmp-expiry" and step() == 0 and core.db.keys[b"k"].idmp.lookup(b"p", b"i") is not None
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import pytest
 
 import node.region.core as core_module
+from node.region import cron
 from node.region.config import Config
 from node.region.core import NEVER_NS, RegionCore, Session
 from node.region.slowlog import LATENCY_TS_LEN, LatencyMonitor, SlowLog, redacted, sparkline, trimmed
@@ -268,7 +269,7 @@ def test_latency_samples_of_the_cron_the_log_and_other_regions(stepping):
         every_peer_answered(core)
     a.attach_log(SimOperationLog(SimFile(), "everysec", 0))
     stepping[0] = 3 * MS
-    for name, step, changes_state in a.cron_steps(0.0):
+    for name, step, changes_state in cron.steps(a, 0.0):
         a.supervisor.run_step(name, step, changes_state, 0.0)
     writer = Session(b)
     writer.authenticated = True
@@ -281,7 +282,7 @@ def test_latency_samples_of_the_cron_the_log_and_other_regions(stepping):
     assert events == {b"cron-idmp-expiry": 3, b"cron-backlog-trim": 3, b"cron-gc": 3, b"cron-lone-writes": 3,
                       b"crdt-apply": 3, b"aof-write": 3, b"crdt-state-join": 3}
     stepping[0] = 2 * MS  # under the threshold: nothing new
-    a.supervisor.run_step("gc", a.cron_collect_garbage, True, 10.0)
+    a.supervisor.run_step("gc", lambda: cron.collect_garbage(a), True, 10.0)
     assert a.latency_events.history("cron-gc") == [[NOW_S, 3]]
 
 

@@ -231,7 +231,7 @@ def run_aa(regions: dict[int, Region], steps) -> None:
         elif kind == "trim":
             r.server.db.aa.hub.trim(min(step[2], len(r.causal.log)))
         else:
-            r.server.expire_idmp(r.now + step[2], r.server.db.aa.stable())
+            r.server.db.expire_idmp(r.now + step[2], r.server.db.aa.stable())
             r.server.db.aa.collect_garbage()
 
 

@@ -234,7 +234,7 @@ _real_apply_remote_run = RegionCore.apply_remote_run
 def _drop_remote_over_limit(self, run) -> None:
     """Over maxmemory, other regions' operations count as received and are neither applied
     nor logged."""
-    if not (self.maxmemory and self.out_of_memory()):
+    if not (self.memory.limit and self.memory.out_of_memory()):
         _real_apply_remote_run(self, run)
 
 

@@ -258,18 +258,18 @@ class Faults:
             return
         region = self.rng.choice(up)
         core = region.core
-        limit = core.used_memory() + self.rng.randint(*MEMORY_ROOM)
+        limit = core.memory.used() + self.rng.randint(*MEMORY_ROOM)
         core.config.set("maxmemory", limit)
         core.config_changed()
-        self.sched.log(f"MEMORY r{region.number}: maxmemory {limit} ({core.used_memory()} used)")
+        self.sched.log(f"MEMORY r{region.number}: maxmemory {limit} ({core.memory.used()} used)")
         self.sched.after(self.rng.randint(*MEMORY_FULL_MS), self._memory_freed, region.number, region.incarnation)
 
     def _memory_freed(self, number: int, incarnation: int) -> None:
         region = self.regions[number]
-        if region.up and region.incarnation == incarnation and region.core.maxmemory:
+        if region.up and region.incarnation == incarnation and region.core.memory.limit:
             region.core.config.set("maxmemory", 0)
             region.core.config_changed()
-            self.sched.log(f"MEMORY r{number}: maxmemory lifted ({region.core.used_memory()} used)")
+            self.sched.log(f"MEMORY r{number}: maxmemory lifted ({region.core.memory.used()} used)")
 
     def _fault_clock(self) -> None:
         region = self.rng.choice(list(self.regions.values()))

@@ -43,7 +43,7 @@ code met a state or an operation it could not handle.  A region that keeps
 fail-stopping stays down after ``FAIL_STOP_RESTARTS`` restarts (faults.py).
 
 The cron.  Each region that is up runs the state-changing steps of the real
-server's cron (``RegionCore.cron_steps``, under the region's supervisor) every
+server's cron (node/region/cron.py, under the region's supervisor) every
 virtual second of the active phase: IDMP expiry by time and size with the
 region's stable vector (logged as the server logs it), trimming its replication
 backlog (``ActiveActive.trim_backlog``, never past what a connected peer has been
@@ -142,6 +142,7 @@ from crdt.causal import Envelope
 from crdt.membership import JOINING, REMOVED
 from crdt.sync import RelayHold
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec
+from node.region import cron
 from node.region.config import FSYNC_POLICIES
 
 from .disk import Damage, FileCopy
@@ -265,7 +266,7 @@ class Simulation(Links, Faults):
         self.net.faults = NetworkFaults()
         for region in self.regions.values():
             region.file.snapshot_fails = False  # the disk has room again: a held image's snapshot is written
-            if region.up and region.core.maxmemory:  # the memory fault's limit
+            if region.up and region.core.memory.limit:  # the memory fault's limit
                 region.core.config.set("maxmemory", 0)
                 region.core.config_changed()
             if region.up and region.core.oplog.unsaved_image is not None:
@@ -282,13 +283,13 @@ class Simulation(Links, Faults):
     def lone_tick(self, number: int, incarnation: int) -> None:
         """In the heal phase, the cron's part that still runs: writes a region took alone are
         confirmed or withdrawn, and withdrawn ones issued again once it took back its own
-        operations (``RegionCore.cron_lone_writes``); once a second while any is left."""
+        operations (``LoneWritesSteps.cron``); once a second while any is left."""
         region = self.regions[number]
         if not region.up or region.incarnation != incarnation:
             return
         core = region.core
         aa = core.db.aa
-        core.supervisor.run_step("lone-writes", lambda: core.cron_lone_writes(core.system_ms()), True,
+        core.supervisor.run_step("lone-writes", lambda: core.lone_steps.cron(core.system_ms()), True,
                                  self.sched.now / 1000)
         if core.failed is not None:
             self.fail_stopped(region)
@@ -361,7 +362,7 @@ class Simulation(Links, Faults):
                        f"{', a snapshot' if region.file.snapshot else ''}; {len(copies)} copies kept)")
 
     def cron(self, number: int, incarnation: int) -> None:
-        """The region's once-a-second work: the core's cron steps (``RegionCore.cron_steps``:
+        """The region's once-a-second work: the core's cron steps (node/region/cron.py:
         IDMP expiry, backlog trim bounded by the running links, GC), each run under the
         region's supervisor as the server runs them."""
         region = self.regions[number]
@@ -379,7 +380,7 @@ class Simulation(Links, Faults):
         if now_s is None:
             now_s = self.sched.now / 1000
         done = {}
-        for name, step, changes_state in core.cron_steps(now_s, [link.position for link in region.links.values()]):
+        for name, step, changes_state in cron.steps(core, now_s, [link.position for link in region.links.values()]):
             if only is None or name == only:
                 done[name] = core.supervisor.run_step(name, step, changes_state, now_s)
         if core.failed is not None:

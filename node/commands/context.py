@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from node.region.blocking import BlockingRegistry
     from node.region.config import Config
     from node.region.db import Database
+    from node.region.memory import MemoryAccount
     from node.region.session import Session
     from node.region.slowlog import LatencyMonitor, SlowLog
     from node.region.stats import Stats
@@ -68,13 +69,7 @@ class Region(Protocol):
     @property
     def supervisor(self) -> Supervisor: ...  # the background work, and DEBUG's injected faults
     @property
-    def startup_memory(self) -> int: ...
-    @property
-    def clients_memory(self) -> int: ...
-    @property
-    def memory_peak(self) -> int: ...
-    @property
-    def maxmemory(self) -> int: ...
+    def memory(self) -> MemoryAccount: ...  # used memory and maxmemory
     @property
     def loading_report(self) -> tuple[LoadReport, float] | None: ...  # what loading the log found, and how long it took
     @property
@@ -99,9 +94,6 @@ class Region(Protocol):
     def next_client_id(self) -> int: ...
     def now_ms(self) -> int: ...  # the clock commands see: pinned for the length of a command
     def system_ms(self) -> int: ...
-    def used_memory(self) -> int: ...
-    def count_clients_memory(self) -> int: ...
-    def out_of_memory(self) -> bool: ...
     def call(self, client: Session, argv: list[bytes]) -> Any: ...  # a command of the region's own (EXEC)
 
     # effects a command may ask of its region

@@ -89,15 +89,15 @@ def _section_clients(srv: Region) -> list[str]:
 def _section_memory(srv: Region) -> list[str]:
     # used_memory is what maxmemory limits: the process as it began, the keyspace, the
     # replication backlog and the clients' buffers, each counted as it changes (node/region/core.py)
-    srv.count_clients_memory()
-    used = srv.used_memory()
+    srv.memory.count_clients()
+    used = srv.memory.used()
     data = srv.db.memory()
     aa = srv.db.aa
     backlog = aa.backlog_memory() if aa is not None else 0
     overhead = used - data
-    peak = srv.memory_peak
+    peak = srv.memory.peak
     rss = rss_bytes()
-    limit = srv.maxmemory
+    limit = srv.memory.limit
     return [
         f"used_memory:{used}",
         f"used_memory_human:{_human(used)}",
@@ -107,20 +107,20 @@ def _section_memory(srv: Region) -> list[str]:
         f"used_memory_peak_human:{_human(peak)}",
         f"used_memory_peak_perc:{100 * used / peak if peak else 100:.2f}%",
         f"used_memory_overhead:{overhead}",
-        f"used_memory_startup:{srv.startup_memory}",
+        f"used_memory_startup:{srv.memory.startup}",
         f"used_memory_dataset:{data}",
-        f"used_memory_dataset_perc:{100 * data / (used - srv.startup_memory) if used > srv.startup_memory else 0:.2f}%",
+        f"used_memory_dataset_perc:{100 * data / (used - srv.memory.startup) if used > srv.memory.startup else 0:.2f}%",
         f"maxmemory:{limit}",
         f"maxmemory_human:{_human(limit)}",
         f"maxmemory_policy:{srv.config['maxmemory-policy']}",
         f"mem_fragmentation_ratio:{rss / used if used else 0:.2f}",
         "mem_not_counted_for_evict:0",
         f"mem_replication_backlog:{backlog}",
-        f"mem_clients_normal:{srv.clients_memory}",
+        f"mem_clients_normal:{srv.memory.clients}",
         "mem_allocator:pymalloc",
         # 1 while used_memory is past maxmemory: commands that add data are refused; operations
         # of other regions are applied all the same (they may take it further past)
-        f"braid_over_maxmemory:{int(bool(limit) and srv.out_of_memory())}",
+        f"braid_over_maxmemory:{int(bool(limit) and srv.memory.out_of_memory())}",
     ]
 
 

@@ -1,2 +1,2 @@
-"""Redis's formats: the RDB stream codec (DUMP/RESTORE), whole RDB files, listpacks, LZF,
-and ``braid import`` / ``braid export``."""
+"""Redis's formats: the RDB stream codec (DUMP/RESTORE), whole RDB files, listpacks and LZF
+(``braid import`` / ``braid export`` use them: node/tools/import_export.py)."""

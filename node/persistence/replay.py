@@ -552,7 +552,7 @@ def _replay_local(server: Server, client, number: int, payload: bytes) -> int:
     rec = decode_local(payload)
     with server.clock_pinned(rec.now_ms):
         if rec.tag == b"x":
-            server.expire_idmp(rec.now_ms, rec.stable)
+            server.db.expire_idmp(rec.now_ms, rec.stable)
             return 0
         if rec.tag == b"d":
             _count_idmp_duplicate(server, rec.argv[0])

@@ -57,12 +57,9 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from crdt import ops, resolve
 from crdt.causal import Envelope
 from node import commands as cmdtable
-from node.activeactive import opcodec
 from node.activeactive.region import ActiveActive
 from node.commands.server import command_keys
 from node.commands.transactions import abort_exec
@@ -71,6 +68,9 @@ from node.region.blocking import Blocked, BlockingRegistry
 from node.region.config import Config
 from node.region.db import Database
 from node.region.lone import LoneWritesObserver, LoneWritesSteps
+from node.region.memory import MemoryAccount
+from node.region.remote import apply_run
+from node.region.resync import FullResync
 from node.region.session import Session
 from node.region.slicing import Sliced
 from node.region.slowlog import LatencyMonitor, SlowLog, redacted
@@ -78,7 +78,6 @@ from node.region.stats import LatencyHistogram, Stats
 from node.region.supervision import (
     EXIT_FAIL_STOP,
     ApplyFailed,
-    InjectedFault,
     RegionStopped,
     Supervisor,
     oom_detail,
@@ -148,22 +147,15 @@ class RegionCore:
         self.latency_events = LatencyMonitor()
         self._set_slow_bounds()
         self._set_write_cap()
-        # Memory (maxmemory, INFO memory): what the process held when it began (the driver
-        # measures it; nothing in the simulation), what its clients' buffers hold (the driver
-        # counts them once a second), and whether used memory was past maxmemory when last
-        # looked at (a crossing is logged)
-        self.startup_memory = 0
-        self.clients_memory = 0
-        self.over_maxmemory = False
-        self.memory_peak = 0
-        self.maxmemory = 0
-        self._set_memory_limit()
+        # used memory and maxmemory (node/region/memory.py)
+        self.clients: dict[int, Session] = {}
+        self.memory = MemoryAccount(self._held_memory, self.clients.values)
+        self.memory.set_limit(int(self.config["maxmemory"]))
         # what lets other processes run on this region's core a moment (the server sets
         # os.sched_yield; a core in the simulation or a test has none): see apply_remote_run
         self.offer_cpu: Callable[[], object] | None = None
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         self.blocking = BlockingRegistry()
-        self.clients: dict[int, Session] = {}
         self._client_ids = itertools.count(1)
         self.oplog: OperationLog | None = None  # the operation log (node/persistence/oplog.py, or the simulation's)
         self.replaying = False     # loading the log: nothing is logged again
@@ -179,6 +171,7 @@ class RegionCore:
         self.failed: str | None = None  # why the region fail-stopped (node/region/supervision.py)
         self.supervisor = Supervisor(self)
         self.lone_steps = LoneWritesSteps(self, lone_observer)  # writes taken alone (node/region/lone.py)
+        self.resync = FullResync(self)  # a peer's image taken or joined (node/region/resync.py)
         cmdtable.load_all()
         self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
         # the TLS client port: the server's (node/security/tls.py); a core has no port
@@ -214,7 +207,7 @@ class RegionCore:
         self.db.limits = self._limits()
         self._set_slow_bounds()
         self._set_write_cap()
-        self._set_memory_limit()
+        self.memory.set_limit(int(self.config["maxmemory"]))
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         if self.oplog is not None:
             self.oplog.policy = self.config["appendfsync"]
@@ -264,60 +257,10 @@ class RegionCore:
         self.write_cap = cap if int(self.config["client-query-buffer-limit"]) > cap else None
 
     # ------------------------------------------------------------ memory
-    def _set_memory_limit(self) -> None:
-        limit = int(self.config["maxmemory"])
-        if limit and limit != self.maxmemory:
-            used = self.used_memory()
-            if used > limit:  # (Redis's warning)
-                log.warning("WARNING: the new maxmemory value set via CONFIG SET (%d) is smaller than the current "
-                            "memory usage (%d): commands that add data are refused until it is lower", limit, used)
-        self.maxmemory = limit
-        if not limit and self.over_maxmemory:
-            self.over_maxmemory = False
-            log.info("maxmemory is off: commands that add data are taken again")
-
-    def used_memory(self) -> int:
-        """What the region holds in memory, in bytes (INFO memory's ``used_memory``, what
-        maxmemory limits): the process as it began, the keyspace, the replication backlog and
-        the clients' buffers, each counted as it changes rather than measured."""
-        used = self.startup_memory + self.db.memory() + self.clients_memory
+    def _held_memory(self) -> int:
+        """What the region's data holds in memory: the keyspace and the replication backlog."""
         aa = self.db.aa
-        if aa is not None:
-            used += aa.backlog_memory()
-        if used > self.memory_peak:
-            self.memory_peak = used
-        return used
-
-    def count_clients_memory(self) -> int:
-        """Count what the clients' buffers hold now (their input not yet run, their replies
-        not yet read): ``clients_memory``, part of used memory until counted again."""
-        self.clients_memory = sum(c.input_buffered() + c.output_buffered() for c in self.clients.values())
-        return self.clients_memory
-
-    def out_of_memory(self) -> bool:
-        """Is used memory past maxmemory (set)?  A crossing either way is logged once."""
-        used = self.used_memory()
-        over = used > self.maxmemory
-        if over != self.over_maxmemory:
-            self.over_maxmemory = over
-            if over:
-                log.warning("used memory (%d bytes) is over maxmemory (%d): commands that add data are refused "
-                            "with OOM until it is lower; operations of other regions are still applied, and may "
-                            "take it further past the limit", used, self.maxmemory)
-            else:
-                log.info("used memory (%d bytes) is under maxmemory (%d) again: commands that add data are taken",
-                         used, self.maxmemory)
-        return over
-
-    def _queued_denyoom(self, client: Session) -> bool:
-        """Does ``client``'s transaction hold a command that adds data (EXEC is refused then)?"""
-        for argv in client.multi or ():
-            cmd = cmdtable.COMMANDS.get(argv[0].lower())
-            if cmd is not None and cmd.subcommands and len(argv) >= 2:
-                cmd = cmd.subcommands.get(argv[1].lower(), cmd)
-            if cmd is not None and cmd.denyoom:
-                return True
-        return False
+        return self.db.memory() + (aa.backlog_memory() if aa is not None else 0)
 
     # ------------------------------------------------------------ the clock
     def wall_ms(self) -> int:
@@ -509,64 +452,6 @@ class RegionCore:
             self.oplog.drop_before_snapshot(record)
             self.log_base_size = self.oplog.size
 
-    # ------------------------------------------------------------ the once-a-second work
-    def expire_idmp(self, now: int, stable: dict[int, int] | None = None) -> int:
-        """IDMP's time-based expiry (idmp-duration) over every stream; returns how many iids went.
-        ``stable`` (a region of a cluster): only adds every region has applied go, and
-        the size window is kept here too (crdt/idmp.py)."""
-        dropped = 0
-        keys = self.db.keys
-        index = keys.idmp_keys()  # only the keys that hold maps: not a walk over every key
-        for key in list(index):
-            s = keys.get(key)
-            if s is not None and s.idmp.producers:
-                dropped += s.idmp.expire(now, stable)
-            if s is None or not s.idmp.producers:
-                index.discard(key)
-        kept = keys.idmp_kept  # maps of dropped keys expire too, then go
-        for key in list(kept):
-            dropped += kept[key].expire(now, stable)
-            if not kept[key].producers:
-                del kept[key]
-        return dropped
-
-    def cron_expire_idmp(self) -> int:
-        """IDMP expiry with this region's clock and stable vector, logged as it ran."""
-        with self.clock_pinned() as now:
-            stable = self.db.aa.stable() if self.db.aa is not None else None
-            dropped = self.expire_idmp(now, stable)
-            if dropped and self.oplog is not None:
-                self.oplog.log_idmp_expiry(now, stable)
-        return dropped
-
-    def cron_trim_backlog(self, now: float, link_positions: list[int] | None = None) -> int:
-        """Trim the replication backlog per ``crdt-repl-backlog-size`` / ``-ttl``."""
-        aa = self.db.aa
-        if aa is None:
-            return 0
-        return aa.trim_backlog(int(self.config["crdt-repl-backlog-size"]), int(self.config["crdt-repl-backlog-ttl"]),
-                               now, link_positions)
-
-    def cron_collect_garbage(self) -> int:
-        return self.db.aa.collect_garbage() if self.db.aa is not None else 0
-
-    def cron_steps(self, now: float,
-                   link_positions: list[int] | None = None) -> list[tuple[str, Callable[[], Any], bool]]:
-        """The cron's steps that change the region's state, in order, as (name, step,
-        changes state): each driver runs them once a second under the supervisor."""
-        steps: list[tuple[str, Callable[[], Any], bool]] = [("idmp-expiry", self.cron_expire_idmp, True)]
-        if self.db.aa is not None:
-            steps.append(("backlog-trim", lambda: self.cron_trim_backlog(now, link_positions), True))
-            steps.append(("gc", self.cron_collect_garbage, True))
-            steps.append(("lone-writes", lambda: self.cron_lone_writes(self.system_ms()), True))
-        return steps
-
-    # ------------------------------------------------------------ writes taken alone
-    def cron_lone_writes(self, now_ms: int) -> None:
-        """Begin, confirm or withdraw writes taken alone (node/region/lone.py); ``now_ms`` the
-        driver's clock (the simulation's virtual one)."""
-        self.lone_steps.cron(now_ms)
-
     # ------------------------------------------------------------ fail-stop
     def fail_next_applies(self, n: int) -> None:
         """DEBUG APPLY-FAIL: the next ``n`` operations of other regions fail to apply."""
@@ -629,8 +514,8 @@ class RegionCore:
             return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
-        if self.maxmemory and (cmd.denyoom or (cmd.name == "exec" and self._queued_denyoom(client))) \
-                and not self.replaying and self.out_of_memory():  # (a replay runs what was taken)
+        if self.memory.limit and (cmd.denyoom or (cmd.name == "exec" and client.queued_denyoom())) \
+                and not self.replaying and self.memory.out_of_memory():  # (a replay runs what was taken)
             return self._reject(self._exec_abort(client, cmd, OOM_ERROR))
         if cmd.is_write:
             aa = self.db.aa
@@ -804,7 +689,7 @@ class RegionCore:
         if target.is_write and self.db.aa is not None and not self.db.aa.writable:
             client.multi_error = True
             return self._reject(ReplyError(self.db.aa.write_refusal()))
-        if target.denyoom and self.maxmemory and not self.replaying and self.out_of_memory():
+        if target.denyoom and self.memory.limit and not self.replaying and self.memory.out_of_memory():
             client.multi_error = True
             return self._reject(ReplyError(OOM_ERROR))
         assert client.multi is not None
@@ -840,53 +725,10 @@ class RegionCore:
             raise ApplyFailed(f"region {self.region} has fail-stopped: {self.failed}")
         t0 = self.latency_start()
         try:
-            self._apply_run(run)
+            apply_run(self, run)
         finally:
             if t0:
                 self.latency_end("crdt-apply", t0)
-
-    def _apply_run(self, run: list[Envelope]) -> None:
-        """:meth:`apply_remote_run`'s work (timed there for LATENCY as ``crdt-apply``)."""
-        db, decode_plain_add = self.db, opcodec.decode_plain_add
-        aa = self.member()
-        applied = counted = at = 0
-        offer_cpu = self.offer_cpu
-        every = self.apply_yield_ops if offer_cpu is not None and not self.replaying else 0
-        failure: Exception | None = None
-        try:
-            for env in run:
-                if every and applied and applied % every == 0 and offer_cpu is not None:
-                    offer_cpu()
-                if self.apply_faults:  # DEBUG APPLY-FAIL
-                    self.apply_faults -= 1
-                    raise InjectedFault("DEBUG APPLY-FAIL")
-                try:  # nearly always an XADD without IDMP: appended without building the operation
-                    add = decode_plain_add(env.op)
-                except msgspec.ValidationError:
-                    db.apply_remote(opcodec.decode(env.op))
-                else:
-                    db.append_remote(add[1], add[2], add[3], add[4])
-                applied += 1
-        except Exception as e:
-            failure, at = e, applied
-        try:
-            if applied and self.oplog is not None and not self.replaying:
-                self.oplog.log_remote_run(run[:applied])
-                aa.logged(self.oplog.last_record, aa.causal.end + applied)  # relayed only once logged here
-                self.records_appended()
-            counted = applied
-            if failure is None and not aa.hub.in_batch:  # a link's batch wakes the readers once, at its end
-                self.keys_ready()  # a reader served raising here must not leave them applied but uncounted
-        except Exception as e:
-            if failure is None:
-                failure, at = e, min(counted, len(run) - 1)
-        if failure is not None:
-            env = run[at]
-            reason = (f"cannot apply operation {env.origin}.{env.n} of region {env.origin}: "
-                      f"{type(failure).__name__}: {failure}")
-            if not self.replaying:  # a replay reports it as a record it cannot load
-                self.fail_stop(reason, failure)
-            raise ApplyFailed(reason, counted) from failure
 
     def peer_frame_arrives(self) -> None:
         """A link is about to handle a frame of a peer's operations: offer the core to other
@@ -919,87 +761,14 @@ class RegionCore:
         return self.member().resync_image(self.system_ms())
 
     def install_image(self, data: bytes) -> bool:
-        """Take a peer's image as this region's replicated state (``ActiveActive.adopt_image``
-        says what is kept), apply again on top the operations this region held that the
-        image lacks, then a snapshot makes the new state the base of the append-only file
-        and readers blocked on any key are served.  False: refused (nothing changed).
-
-        The old log does not lead to the new state, so nothing may be logged on top of the
-        image before its snapshot is on disk: replayed on the old state, a record of an
-        operation sent with the image's dependencies would not stamp the same, and the
-        region could never start again.  So the old log is put on disk first, ending a
-        segment at record R (when even that fails, the image is refused and the link asks
-        for it again), and the snapshot is the state after R: the image with the operations
-        applied again on top (so that dropping the old log loses none of this region's own).
-        Their records follow R (they are logged as they are applied), and a replay from the
-        snapshot skips them as the causal log skips any operation it holds.  A snapshot that
-        cannot be written (a full disk) leaves the log holding every record after R back,
-        and the region refusing writes, until the cron writes it
-        (``OperationLog.hold_for_image``): a process that ends first starts again from the
-        old log, which holds those operations, and is sent an image again.
-        """
-        aa = self.member()
-        if not self._take_image(data, aa.adopt_image, "refusing a full-resync image", "crdt-image-install"):
-            return False
-        log.warning("installed a full-resync image: version vector %s", aa.causal.vv)
-        return True
+        """Take a peer's full-resync image as this region's state (node/region/resync.py).
+        False: refused (nothing changed)."""
+        return self.resync.install(data)
 
     def join_image(self, data: bytes) -> bool:
-        """Join a peer's image into this region's state (``ActiveActive.join_image``: both
-        regions dropped operations the other lacks), then, as :meth:`install_image` does,
-        deliver again what waited and make the joined state the base of the append-only
-        file (a replay of the old log cannot lead to it).  False: refused (nothing changed)."""
-        aa = self.member()
-        if not self._take_image(data, aa.join_image, "refusing to join a peer's state", "crdt-state-join"):
-            return False
-        log.warning("joined a peer's state with this region's: version vector %s", aa.causal.vv)
-        return True
-
-    def _take_image(self, data: bytes, take: Callable[[bytes], list | None], refusing: str, event: str) -> bool:
-        """The steps :meth:`install_image` and :meth:`join_image` share around ``take`` (which
-        changes the state and returns the envelopes to deliver again on top, or None), timed
-        as LATENCY's ``event``."""
-        aa = self.member()
-        oplog = self.oplog
-        t0 = self.latency_start()
-        try:
-            if oplog is not None:
-                try:
-                    oplog.roll()  # the old state's records on disk, ending a segment: the snapshot follows them
-                except OSError as e:
-                    log.error("%s: the append-only file cannot be put on disk first: %s", refusing, e.strerror or e)
-                    return False
-                base = oplog.last_record
-            replayed = take(data)
-            if replayed is None:
-                return False
-            for env in replayed:  # operations this region held that the new state lacks, its own among them
-                if env.n > aa.causal.vv.get(env.origin, 0):
-                    aa.hub.deliver(env)
-            if oplog is not None:
-                self._save_image(base)
-                aa.log_started()
-            self.db.ready.update(self.db.keys)
-            self.keys_ready()
-            return True
-        finally:
-            self.latency_end(event, t0)
-
-    def _save_image(self, record: int) -> None:
-        """The snapshot that makes a full-resync image just installed the base of the append-only
-        file, at ``record`` (see :meth:`install_image`); written even while a BGSAVE runs: the
-        older state that one writes cannot be the base any more."""
-        oplog = self.oplog
-        assert oplog is not None  # (an image is saved only with a log)
-        data = snapshot.encode(self.db.keys, self.member().causal, record, self.system_ms(), True, self.region)
-        self.lone_steps.log_withdrawn_again()
-        try:
-            oplog.write_snapshot(data, record)
-        except OSError as e:
-            self.last_bgsave_ok = False
-            oplog.hold_for_image(data, record, e, lambda rec: self.saved(rec, None))
-            return
-        self.saved(record, None)
+        """Join a peer's image into this region's state (node/region/resync.py).  False:
+        refused (nothing changed)."""
+        return self.resync.join(data)
 
 
 # what runs at once inside MULTI rather than being queued (Redis's processCommand)

@@ -177,6 +177,26 @@ class Database:
             encoded = opcodec.encode_plain_add(key, origin, id_, fields)
             own.append((encoded, None, encoded))
 
+    def expire_idmp(self, now: int, stable: dict[int, int] | None = None) -> int:
+        """IDMP's time-based expiry (idmp-duration) over every stream; returns how many iids went.
+        ``stable`` (a region of a cluster): only adds every region has applied go, and
+        the size window is kept here too (crdt/idmp.py)."""
+        dropped = 0
+        keys = self.keys
+        index = keys.idmp_keys()  # only the keys that hold maps: not a walk over every key
+        for key in list(index):
+            s = keys.get(key)
+            if s is not None and s.idmp.producers:
+                dropped += s.idmp.expire(now, stable)
+            if s is None or not s.idmp.producers:
+                index.discard(key)
+        kept = keys.idmp_kept  # maps of dropped keys expire too, then go
+        for key in list(kept):
+            dropped += kept[key].expire(now, stable)
+            if not kept[key].producers:
+                del kept[key]
+        return dropped
+
     def apply_remote(self, op: ops.Op) -> None:
         """An operation another region issued (delivered in causal order)."""
         if type(op) is ops.FlushKeys:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from node import commands as cmdtable
 from node.region.blocking import Blocked
 
 if TYPE_CHECKING:
@@ -67,6 +68,16 @@ class Session:
     def output_buffered(self) -> int:
         """Bytes of replies this client has not read yet (a bare session keeps none)."""
         return 0
+
+    def queued_denyoom(self) -> bool:
+        """Does this client's transaction hold a command that adds data (EXEC is refused then)?"""
+        for argv in self.multi or ():
+            cmd = cmdtable.COMMANDS.get(argv[0].lower())
+            if cmd is not None and cmd.subcommands and len(argv) >= 2:
+                cmd = cmd.subcommands.get(argv[1].lower(), cmd)
+            if cmd is not None and cmd.denyoom:
+                return True
+        return False
 
     def needs_auth(self) -> bool:
         return not self.authenticated and self.region.acl.auth_required()

@@ -190,11 +190,11 @@ class RegionCollector:
                        "tasks, exceptions the event loop caught", srv.supervisor.failures)
         yield _gauge("braid_keys", "Keys (streams) in the keyspace", len(srv.db.keys))
         yield _gauge("braid_used_memory_bytes", "What the region holds in memory (INFO used_memory; maxmemory "
-                     "limits it)", srv.used_memory())
-        yield _gauge("braid_maxmemory_bytes", "The memory limit (0: none)", srv.maxmemory)
+                     "limits it)", srv.memory.used())
+        yield _gauge("braid_maxmemory_bytes", "The memory limit (0: none)", srv.memory.limit)
         yield _gauge("braid_over_maxmemory", "1 while used memory is past maxmemory (commands that add data are "
                      "refused with OOM; other regions' operations are still applied)",
-                     int(bool(srv.maxmemory) and srv.out_of_memory()))
+                     int(bool(srv.memory.limit) and srv.memory.out_of_memory()))
         tls = srv.tls
         yield _counter("braid_tls_handshakes", "TLS handshakes completed on the client port",
                        tls.stats.handshakes if tls is not None else 0)

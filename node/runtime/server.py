@@ -46,12 +46,12 @@ import time
 from typing import Any
 
 from node import commands as cmdtable
-from node.commands.migrate import SocketMigrateTransport
 from node.commands.server import rss_bytes
 from node.persistence import snapshot
 from node.persistence.oplog import OperationLog
 from node.persistence.promise import FilePromiseStore
 from node.persistence.replay import LoadError, load
+from node.region import cron
 from node.region.blocking import Blocked
 from node.region.config import Config
 from node.region.core import RegionCore, Stats, unknown_command_error
@@ -61,6 +61,7 @@ from node.resp.encoder import ReplyError
 from node.runtime import connection
 from node.runtime.connection import OUTPUT_HOLD_BYTES, ClientConnection
 from node.runtime.metrics import RegionMetrics
+from node.runtime.migrate_sockets import SocketMigrateTransport
 from node.security.tls import ClientTls
 from node.transport.admin import AdminServicer
 from node.transport.admin import clients as admin_clients
@@ -77,7 +78,7 @@ class Server(RegionCore):
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one."""
         super().__init__(config, region, cluster)
-        self.startup_memory = rss_bytes()  # the interpreter and the code, before any data is loaded
+        self.memory.startup = rss_bytes()  # the interpreter and the code, before any data is loaded
         self._server: asyncio.base_events.Server | None = None
         self._cron: asyncio.Future | None = None
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
@@ -364,7 +365,7 @@ class Server(RegionCore):
         while True:
             await asyncio.sleep(1)
             now = time.monotonic()
-            steps = self.cron_steps(now)  # the core's: IDMP expiry, backlog trim, GC
+            steps = cron.steps(self, now)  # the core's: IDMP expiry, backlog trim, GC
             for name, step, changes_state in steps[:1]:
                 run(name, step, changes_state, now)
             if self.oplog is not None:
@@ -379,11 +380,11 @@ class Server(RegionCore):
         """Once a second: count the clients' buffers and the keys changed since (so the set of
         them stays small without maxmemory too), and log a crossing of maxmemory that
         operations of other regions (never refused) or a client's buffers made."""
-        self.count_clients_memory()
-        if self.maxmemory:
-            self.out_of_memory()
+        self.memory.count_clients()
+        if self.memory.limit:
+            self.memory.out_of_memory()
         else:
-            self.used_memory()
+            self.memory.used()
 
     # ------------------------------------------------------------ sliced commands
     def run_sliced(self, client: ClientConnection, sliced: Sliced, argv: list[bytes]) -> None:

@@ -2,7 +2,7 @@
 
 This module builds the parser and runs ``braid node``; the other subcommands live where their
 work is: node/tools/cluster.py (``up``, ``down``, ``restart``), node/tools/cli_logs.py (``check-log``,
-``convert-snapshot``), node/interop/import_export.py (``import``, ``export``), node/tools/cli_args.py (the
+``convert-snapshot``), node/tools/import_export.py (``import``, ``export``), node/tools/cli_args.py (the
 argument types they share).
 """
 
@@ -18,7 +18,6 @@ import threading
 import time
 
 from node.activeactive.cluster_config import load
-from node.interop.import_export import RdbImport, add_rdb_commands, client_for
 from node.interop.rdbfile import RdbFileError
 from node.persistence.promise import PromiseFileError
 from node.persistence.replay import LoadError
@@ -37,6 +36,7 @@ from node.security.tls import TlsConfigError
 from node.tools.cli_args import port_number
 from node.tools.cli_logs import cmd_check_log, cmd_convert_snapshot
 from node.tools.cluster import down, restart, up
+from node.tools.import_export import RdbImport, add_rdb_commands, client_for
 from node.transport.tls import TlsConfigError as LinkTlsError
 
 # `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
