@@ -321,7 +321,7 @@ class Link:
             hub.deliver_batch(self.state.on_batch(envelopes))
         finally:
             hub.in_batch = False
-        hub.on_batch_applied()
+        hub.side.remote_batch_applied()
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
             # an honest peer sends in causal order: this one piles up what can never apply
             dropped = causal.drop_pending()
@@ -368,7 +368,7 @@ class Link:
         if kind == "ack":
             self.on_ack(frame.ack)
             return
-        self.hub.frame_arrives()  # what follows applies operations: the region may offer its core first
+        self.hub.side.peer_frame_arrives()  # what follows applies operations: the region may offer its core first
         if self.parts.open and kind != "fragment":
             raise ProtocolError(f"a {kind} frame among the parts of operation {self.parts.dot}")
         if self.image.pending and kind != "resync":
@@ -395,11 +395,11 @@ class Link:
                 self.acknowledge(self.image.received)
                 return
             if self.merging:
-                if not self.hub.join_image(image):
+                if not self.hub.side.join_image(image):
                     raise ConnectionResetError("the peer's state could not be joined now: start the link again")
                 self.merging = False
                 self.hub.merging.discard(self.peer)
-            elif not self.hub.install_image(image):
+            elif not self.hub.side.install_image(image):
                 raise ConnectionResetError("a full resync was not needed: start the link again")
             self.state.image_installed(self.hub.image_vv)
             self.acknowledge()

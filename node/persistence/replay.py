@@ -148,7 +148,7 @@ def install(server: Server, s: snap.Snapshot, path: str) -> None:
         # origin lost in a crash of its machine and has since minted again under the same
         # dot (node/activeactive/hub.py: ReplicationHub.handshook)
         aa.causal.drop_pending()
-        aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
+        aa.hub.restart_arrivals()
 
 
 @dataclass
@@ -266,8 +266,8 @@ class _OwnReplay:
         self.db = server.db
         aa = server.db.aa
         hub = aa.hub if aa is not None else None
-        # a hub whose issue is wrapped (the simulation's membership checks) is called as is
-        self.causal = aa.causal if aa is not None and "issue" not in vars(hub) else None
+        # a hub with watchers (the simulation's membership checks) is called as is: its issue tells them
+        self.causal = aa.causal if aa is not None and hub is not None and not hub.watchers else None
         self.arrivals = hub.arrivals if hub is not None else None
         self.loaded_at = time.monotonic()  # the arrival time of every operation stamped here
         self._deps_at = -1         # the causal log's end when _expected was right
@@ -409,7 +409,7 @@ class _LoneReplay:
             minted = next((e.n for e in own if e.n is not None), None)
             if lone.first_minted is None and minted is not None:
                 lone.first_minted = minted
-                self.server.db.aa.hub.refuse_own = True
+                self.server.db.aa.hub.refuse_peers_own()
         return False
 
     def _reopen(self, confirmed: int) -> None:
@@ -420,7 +420,7 @@ class _LoneReplay:
         image = snap.encode(server.db.keys, aa.causal, 0, server.system_ms(), True, server.region)
         aa.lone.confirmed, aa.lone.image, aa.lone.ops, aa.lone.first_minted = confirmed, image, [], None
         aa.lone.periods += 1
-        aa.hub.hold_at = aa.causal.end
+        aa.hub.hold_own_from(aa.causal.end)
         self.held = True
 
     def finish(self) -> None:
