@@ -15,6 +15,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Iterable
+from typing import Any
 
 import grpc
 
@@ -23,8 +24,12 @@ from crdt.sync import ProtocolError
 from node.activeactive.hub import CERTIFICATE_REFUSED, ReplicationHub
 from node.activeactive.link import Link, LinkStalled
 from node.transport.tls import TlsFront
-from proto import replication_pb2 as pb
+from proto import replication_pb2
 from proto import replication_pb2_grpc as pb_grpc
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = replication_pb2
 
 log = logging.getLogger("braid.replication")
 
@@ -131,7 +136,7 @@ class GrpcLinks:
             delay = min(delay * 2, 1.0)
 
     def _channel(self, hub: ReplicationHub, peer: int, address: str) -> grpc.aio.Channel:
-        options = hub.limits.channel_options()
+        options: list[tuple[str, int | str]] = [*hub.limits.channel_options()]
         if hub.tls is None:
             return grpc.aio.insecure_channel(address, options=options)
         m = hub.tls.material
