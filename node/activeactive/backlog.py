@@ -5,11 +5,11 @@ images a peer that lacks trimmed operations gets, installs or joins into its own
 :class:`Backlog` is a part :class:`node.activeactive.region.ActiveActive` holds (``aa.backlog``),
 given the causal log, the hub, the keyspace, the member list, the writes-alone state and,
 as a :class:`Members`, the membership part (which peers are live; dropping what waits
-from regions the list refuses); ``forget_unlogged`` drops what the operation log was to
-record before an image replaced the causal log.  An image replaces the replicated state but
-not what is this region's own: a consumer
-group keeps its region-local half (consumers, PEL, cursors) when the image holds the same
-group (the same creation), :func:`keep_local_groups`.
+from regions the list refuses); ``forget_unlogged`` forgets which causal-log positions
+still wait for their operation-log records to reach the OS (ActiveActive's; an image that
+replaced the causal log makes them moot).  An image replaces the replicated state but not
+what is this region's own: a consumer group keeps its region-local half (consumers, PEL,
+cursors) when the image holds the same group (the same creation), :func:`keep_local_groups`.
 """
 
 from __future__ import annotations

@@ -615,6 +615,10 @@ class ReplicationHub:
         """The transport wrote a frame to a peer."""
         self.frames_sent += 1
 
+    def count_relayed(self, count: int) -> None:
+        """A link sent ``count`` operations of third regions to its peer (see crdt.sync.RelayHold.due)."""
+        self.relayed += count
+
     async def run_link(self, link: Link, incoming, writer=None) -> None:
         """Send, receive and watch (and write: ``writer``, a coroutine) until one of them stops;
         then the call ends (the outbox closes).

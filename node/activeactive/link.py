@@ -286,7 +286,7 @@ class Link:
         this link counts the relays and keeps its timer at the time the hold asks for a look."""
         wake = self.relays.wake_at
         relays, direct = self.relays.outgoing(envelopes, self.state.acked, now, delay)
-        self.hub.relayed += len(relays)
+        self.hub.count_relayed(len(relays))
         if self.relays.wake_at != wake:
             self._arm_relay_timer(now)
         return relays + direct

@@ -19,8 +19,8 @@ region takes no writes until every live member has handshaken with it and it hol
 every operation of its own that any of them held at that handshake (they send them
 back as any operation a peer lacks, or a full resync brings them):
 :meth:`Recovery.recovered`.  A member that stays unreachable keeps the region
-read-only (``LOADING``) until it comes back or is removed from the database.  Client writes are the
-only way this region mints dots, so refusing them (LOADING) is enough.  A peer's
+read-only (``LOADING``) until it comes back or is removed from the database.  Client
+writes are the only way this region mints dots, so refusing them (LOADING) is enough.  A peer's
 handshake counts what it *applied*; one of this region's operations that waited there
 for its dependencies is forgotten by that handshake (``ReplicationHub.handshook``), so
 no region keeps a lost operation beside the one minted again under its dot.
