@@ -64,18 +64,18 @@ class Reported(Protocol):
 class Status:
     """The reporting part of :class:`node.activeactive.region.ActiveActive`."""
 
-    def __init__(self, of: Reported) -> None:
-        self.of = of
+    def __init__(self, aa: Reported) -> None:
+        self.aa = aa
 
     def unstable_ops(self) -> dict[int, int]:
         """Per other region: how many operations applied here it is not yet known to have
         applied (crdt/causal.py's ``seen``).  Causal stability waits for the largest of
         these, and with it IDMP maps past their size and delete contexts (both kept until
         every region has applied what they guard)."""
-        vv = self.of.causal.vv
+        vv = self.aa.causal.vv
         out = {}
-        for r in self.of.peers():
-            view = self.of.causal.view(r.number, self.of.hub.peer_reported.get(r.number))
+        for r in self.aa.peers():
+            view = self.aa.causal.view(r.number, self.aa.hub.peer_reported.get(r.number))
             out[r.number] = sum(max(n - view.get(o, 0), 0) for o, n in vv.items())
         return out
 
@@ -85,11 +85,11 @@ class Status:
         peer last acknowledged (kept across reconnections) against the backlog, so the lag of
         a paused or lost peer keeps growing (metrics, node/runtime/metrics.py).  Operations already
         trimmed from the backlog are not counted (the peer will get a full resync)."""
-        link = self.of.hub.links.get(number)
-        if link is not None and not self.of.hub.is_cut(number):
+        link = self.aa.hub.links.get(number)
+        if link is not None and not self.aa.hub.is_cut(number):
             return link.lag(now)
-        acked = self.of.hub.peer_acked.get(number, {})
-        log_, arrivals = self.of.causal.log, self.of.hub.arrivals
+        acked = self.aa.hub.peer_acked.get(number, {})
+        log_, arrivals = self.aa.causal.log, self.aa.hub.arrivals
         behind, oldest = 0, None
         for i, e in enumerate(log_):
             if e.origin != number and e.n > acked.get(e.origin, 0):
@@ -101,7 +101,7 @@ class Status:
     def metadata_sizes(self) -> dict:
         """What waits for causal stability: IDMP maps (keys holding them, producers, iids,
         dropped keys' maps included) and delete contexts."""
-        keys = self.of.db.keys
+        keys = self.aa.db.keys
         maps = [s.idmp for k in keys.idmp_keys() if (s := keys.get(k)) is not None and s.idmp.producers]
         maps += list(keys.idmp_kept.values())
         return {"idmp_keys": len(maps), "idmp_producers": sum(m.pids_tracked for m in maps),
@@ -113,33 +113,33 @@ class Status:
         now = time.monotonic()
         unstable = self.unstable_ops()
         links = []
-        for peer in self.of.peers():
-            link = self.of.hub.links.get(peer.number)
-            state = ("paused" if self.of.hub.is_cut(peer.number) else "fork" if peer.number in self.of.hub.forks
+        for peer in self.aa.peers():
+            link = self.aa.hub.links.get(peer.number)
+            state = ("paused" if self.aa.hub.is_cut(peer.number) else "fork" if peer.number in self.aa.hub.forks
                      else "down" if link is None else "merging" if link.merging
                      else "conflict" if link.conflict else "up")
             behind, age_ms = self.peer_lag(peer.number, now)  # a paused or lost peer's lag keeps growing
             links.append({"peer": peer.name, "number": peer.number, "state": state,
                           "lag_ops": behind, "lag_ms": age_ms, "unstable_ops": unstable[peer.number],
-                          "peer_own_ops": self.of.hub.peer_acked.get(peer.number, {}).get(peer.number, 0)})
-        held, target = self.of.catch_up_progress()
+                          "peer_own_ops": self.aa.hub.peer_acked.get(peer.number, {}).get(peer.number, 0)})
+        held, target = self.aa.catch_up_progress()
         members = [{"name": r.name, "number": r.number, "status": r.status, "host": r.host, "port": r.port,
-                    "repl_port": r.repl_port, "frozen": r.frozen} for r in self.of.cluster.regions]
+                    "repl_port": r.repl_port, "frozen": r.frozen} for r in self.aa.cluster.regions]
         return {
-            "name": self.of.me.name, "number": self.of.region, "cluster_id": self.of.cluster.cluster_id,
-            "database": self.of.cluster.database, "id_mode": self.of.mode, "paused": self.of.paused,
-            "vv": dict(self.of.causal.vv), "pending": len(self.of.causal.pending), "links": links,
-            "keys": len(self.of.db.keys), "refused_handshakes": self.of.hub.refused,
-            "resp_address": f"{self.of.me.host}:{self.of.me.port}",
-            "backlog_ops": len(self.of.causal.log), "backlog_trimmed": self.of.causal.base,
-            "resyncs_sent": self.of.hub.resyncs_sent, "resyncs_received": self.of.hub.resyncs_received,
-            "backlog_bytes": self.of.backlog_bytes(), **self.metadata_sizes(),
-            "stability_held_by": [r.name for r in self.of.peers() if unstable.get(r.number)],
-            "epoch": self.of.membership.epoch, "members": members, "writable": self.of.writable,
-            "catch_up_held": held, "catch_up_target": target, "membership_refused": self.of.membership_refused,
-            "membership_dropped": self.of.membership_dropped,
-            "heads": self.of.causal.held_heads(), "history_forks": self.of.hub.history_forks,
-            "state_joins": self.of.hub.joins,
+            "name": self.aa.me.name, "number": self.aa.region, "cluster_id": self.aa.cluster.cluster_id,
+            "database": self.aa.cluster.database, "id_mode": self.aa.mode, "paused": self.aa.paused,
+            "vv": dict(self.aa.causal.vv), "pending": len(self.aa.causal.pending), "links": links,
+            "keys": len(self.aa.db.keys), "refused_handshakes": self.aa.hub.refused,
+            "resp_address": f"{self.aa.me.host}:{self.aa.me.port}",
+            "backlog_ops": len(self.aa.causal.log), "backlog_trimmed": self.aa.causal.base,
+            "resyncs_sent": self.aa.hub.resyncs_sent, "resyncs_received": self.aa.hub.resyncs_received,
+            "backlog_bytes": self.aa.backlog_bytes(), **self.metadata_sizes(),
+            "stability_held_by": [r.name for r in self.aa.peers() if unstable.get(r.number)],
+            "epoch": self.aa.membership.epoch, "members": members, "writable": self.aa.writable,
+            "catch_up_held": held, "catch_up_target": target, "membership_refused": self.aa.membership_refused,
+            "membership_dropped": self.aa.membership_dropped,
+            "heads": self.aa.causal.held_heads(), "history_forks": self.aa.hub.history_forks,
+            "state_joins": self.aa.hub.joins,
         }
 
     def info_lines(self) -> list[str]:
@@ -155,35 +155,35 @@ class Status:
             f"crdt_history_forks:{st['history_forks']}",
             f"crdt_pending:{st['pending']}",
             f"crdt_refused_handshakes:{st['refused_handshakes']}",
-            f"crdt_link_tls:{'mutual' if self.of.hub.tls is not None else 'off'}",
-            f"crdt_denied_handshakes:{self.of.hub.denied}",
+            f"crdt_link_tls:{'mutual' if self.aa.hub.tls is not None else 'off'}",
+            f"crdt_denied_handshakes:{self.aa.hub.denied}",
             f"crdt_backlog_ops:{st['backlog_ops']}",
             f"crdt_backlog_trimmed:{st['backlog_trimmed']}",
             f"crdt_backlog_bytes:{st['backlog_bytes']}",
             f"crdt_full_resyncs_sent:{st['resyncs_sent']}",
             f"crdt_full_resyncs_received:{st['resyncs_received']}",
             f"crdt_state_joins:{st['state_joins']}",
-            f"crdt_link_protocol_errors:{self.of.hub.protocol_errors}",
-            f"crdt_link_stalls:{self.of.hub.stalls}",
-            f"crdt_relayed_ops:{self.of.hub.relayed}",
-            f"crdt_duplicate_ops:{self.of.hub.duplicates}",
-            f"crdt_forgotten_waiting_ops:{self.of.hub.forgotten_at_handshake}",
-            f"crdt_frames_sent:{self.of.hub.frames_sent}",
-            f"crdt_frames_received:{self.of.hub.frames_received}",
+            f"crdt_link_protocol_errors:{self.aa.hub.protocol_errors}",
+            f"crdt_link_stalls:{self.aa.hub.stalls}",
+            f"crdt_relayed_ops:{self.aa.hub.relayed}",
+            f"crdt_duplicate_ops:{self.aa.hub.duplicates}",
+            f"crdt_forgotten_waiting_ops:{self.aa.hub.forgotten_at_handshake}",
+            f"crdt_frames_sent:{self.aa.hub.frames_sent}",
+            f"crdt_frames_received:{self.aa.hub.frames_received}",
             f"crdt_delete_contexts:{st['delete_contexts']}",
             f"crdt_idmp_keys:{st['idmp_keys']}",
             f"crdt_idmp_producers:{st['idmp_producers']}",
             f"crdt_idmp_iids_tracked:{st['idmp_iids_tracked']}",
             f"crdt_stability_held_by:{','.join(st['stability_held_by'])}",
             f"crdt_membership_epoch:{st['epoch']}",
-            f"crdt_member_status:{self.of.membership.status(self.of.region) or 'none'}",
+            f"crdt_member_status:{self.aa.membership.status(self.aa.region) or 'none'}",
             f"crdt_membership_refused:{st['membership_refused']}",
             f"crdt_membership_dropped_ops:{st['membership_dropped']}",
-            f"crdt_flushes_waiting:{self.of.flushes_waiting}",
-            f"crdt_recovering:{int(self.of.recovering and not self.of.recovered())}",
-            *self.of.lone.info_lines(),
+            f"crdt_flushes_waiting:{self.aa.flushes_waiting}",
+            f"crdt_recovering:{int(self.aa.recovering and not self.aa.recovered())}",
+            *self.aa.lone.info_lines(),
         ]
-        if self.of.membership.status(self.of.region) == JOINING:
+        if self.aa.membership.status(self.aa.region) == JOINING:
             lines.append(f"crdt_catch_up:{st['catch_up_held']}/{st['catch_up_target']}")
         for link in st["links"]:
             line = f"crdt_peer_{link['number']}:name={link['peer']},link={link['state']}"
