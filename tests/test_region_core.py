@@ -223,11 +223,11 @@ def test_the_core_is_offered_before_each_frame_of_a_peer_unless_the_setting_is_0
     core, me, _file = region("always")
     offers = []
     core.offer_cpu = lambda: offers.append(1)
-    assert core.aa.hub.frame_arrives == core.peer_frame_arrives  # what a link calls (transport)
-    core.aa.hub.frame_arrives()
+    assert core.aa.hub.side is core  # a link calls its peer_frame_arrives (transport)
+    core.aa.hub.side.peer_frame_arrives()
     assert offers == [1]
     assert core.call(me, [b"CONFIG", b"SET", b"crdt-repl-apply-yield-ops", b"0"]) == "OK"
-    core.aa.hub.frame_arrives()
+    core.aa.hub.side.peer_frame_arrives()
     assert offers == [1]
 
 

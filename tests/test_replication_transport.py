@@ -23,7 +23,7 @@ import pytest
 from crdt.causal import CausalLog
 from crdt.sync import LinkState, Opening, opening
 from node.activeactive.frames import pack_batch, unpack_batch
-from node.activeactive.hub import ReplicationHub
+from node.activeactive.hub import Callbacks, ReplicationHub
 from node.activeactive.link import Link
 from node.region.config import Config
 from node.transport.grpc_links import GrpcLinks
@@ -33,10 +33,14 @@ from proto import replication_pb2_grpc as pb_grpc
 TOKEN = "s3cret"
 
 
-def make_hub(region: int, token: str = TOKEN, cluster: str = "c1") -> tuple[ReplicationHub, list]:
+def make_hub(region: int, token: str = TOKEN, cluster: str = "c1", make_image=None,
+             **side) -> tuple[ReplicationHub, list]:
+    """A hub that records what it applies; ``side``: the rest of its side (``install``, ``join``,
+    ``frame_arrives``: node/activeactive/hub.py's Callbacks); ``make_image``: how it makes its image."""
     applied: list = []
-    hub = ReplicationHub(region, cluster, "db", token, CausalLog(region), lambda env: applied.append(env),
-                         transport=GrpcLinks())
+    given = {} if make_image is None else {"make_image": make_image}
+    hub = ReplicationHub(region, cluster, "db", token, CausalLog(region), Callbacks(apply=applied.append, **side),
+                         transport=GrpcLinks(), **given)
     return hub, applied
 
 
@@ -368,9 +372,8 @@ def test_a_peer_that_breaks_the_protocol_is_cut_and_nothing_of_it_is_applied(cas
     }[case]
 
     async def scenario():
-        hub, applied = make_hub(1)
         installed = []
-        hub.install_image = lambda image: installed.append(image) or True
+        hub, applied = make_hub(1, install=lambda image: installed.append(image) or True)
         port = await hub.serve()
         try:
             code, details = await _forge(port, frames)
@@ -422,9 +425,8 @@ def test_a_peer_piling_up_operations_that_can_never_apply_is_cut_and_they_are_dr
 
 def test_an_announced_image_is_installed():
     async def scenario():
-        hub, _ = make_hub(1)
         installed = []
-        hub.install_image = lambda image: installed.append(image) or True
+        hub, _ = make_hub(1, install=lambda image: installed.append(image) or True)
         port = await hub.serve()
         try:
             image = b"i" * 10_000
@@ -545,24 +547,28 @@ def _both_dropped(joins: tuple[bool, bool]):
     """Hubs of regions 1 and 2 that each issued ten operations and dropped five before any
     peer received them; ``joins``: whether each announces that it joins states.  Images are
     tagged with their sender; what each hub was given to join or install is recorded."""
-    (one, got1), (two, got2) = make_hub(1), make_hub(2)
     taken: dict[int, list] = {1: [], 2: []}
-    for hub, j in zip((one, two), joins, strict=True):
-        hub.joins_states = j
-        hub.make_image = lambda digests=True, hub=hub: (b"image of %d" % hub.region, dict(hub.causal.vv))
-
-        def join(data, hub=hub):  # what a region's join does to its log (RegionCore.join_image)
-            theirs = CausalLog(3 - hub.region)
+    hubs: dict[int, tuple[ReplicationHub, list]] = {}
+    for region, j in zip((1, 2), joins, strict=True):
+        def join(data, region=region):  # what a region's join does to its log (RegionCore.join_image)
+            hub = hubs[region][0]
+            theirs = CausalLog(3 - region)
             theirs.vv = {theirs.region: 10}
-            taken[hub.region].append(("join", data))
+            taken[region].append(("join", data))
             assert hub.causal.absorb(theirs) == []
             hub.joined(theirs.vv)
             return True
-        hub.join_image = join
-        hub.install_image = lambda data, hub=hub: taken[hub.region].append(("install", data)) or True
+
+        hubs[region] = make_hub(
+            region, make_image=lambda digests=True, region=region: (b"image of %d" % region,
+                                                                    dict(hubs[region][0].causal.vv)),
+            join=join, install=lambda data, region=region: taken[region].append(("install", data)) or True)
+        hub = hubs[region][0]
+        hub.joins_states = j
         for i in range(10):
             hub.issue(b"op-%d" % i)
         hub.trim(5)
+    (one, got1), (two, got2) = hubs[1], hubs[2]
     return one, two, taken, got1, got2
 
 
@@ -925,11 +931,10 @@ def test_a_link_tells_the_hub_before_it_handles_each_frame_of_operations_of_its_
     applied - not for an ack, which applies nothing."""
 
     async def scenario():
-        hub, applied = make_hub(2)
+        seen = []
+        hub, applied = make_hub(2, frame_arrives=lambda: seen.append(len(applied)))
         link = Link(hub, 1, {})
         hub.links[1] = link
-        seen = []
-        hub.frame_arrives = lambda: seen.append(len(applied))
         origin1 = CausalLog(1)
         link.on_frame(pb.Frame(packed=pack_batch([origin1.stamp(b"op-%d" % i) for i in range(3)])))
         link.on_frame(pb.Frame(ack=pb.Ack(vv={2: 0})))

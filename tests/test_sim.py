@@ -658,17 +658,17 @@ def test_waiting_operations_of_a_removed_region_are_dropped(monkeypatch):
     peer's handshake began to forget its waiting operations, and seed 3693's when the simulated
     link began to run the relay hold and the backlog fault joined the default set; every check
     passes.)"""
-    from node.activeactive.region import ActiveActive
+    from node.activeactive.membership import MembershipChanges
 
     dropped = []
-    drop = ActiveActive._drop_refused_pending
+    drop = MembershipChanges.drop_refused_pending
 
     def counting(self):
-        before = self.membership_dropped
+        before = self.counts.dropped
         drop(self)
-        dropped.append(self.membership_dropped - before)
+        dropped.append(self.counts.dropped - before)
 
-    monkeypatch.setattr(ActiveActive, "_drop_refused_pending", counting)
+    monkeypatch.setattr(MembershipChanges, "drop_refused_pending", counting)
     sim = _settled(10, copies=False)
     (force,) = _changes(sim, FORCE_REMOVE)
     n = force.change.number

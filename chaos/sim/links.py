@@ -177,7 +177,7 @@ class Links:
         hold = self.relay_hold(region.number, peer)
         wake = hold.wake_at
         relays, direct = hold.outgoing(envelopes, link.acked, self.sched.now / 1000, hub.pacing().relay_delay)
-        hub.relayed += len(relays)
+        hub.count_relayed(len(relays))
         if hold.wake_at != wake and hold.wake_at != math.inf:
             # the real link's timer: at least a millisecond on (a wake-up is asked for a time after
             # now, which the rounding of seconds to milliseconds must not turn into a loop at now)

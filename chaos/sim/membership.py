@@ -336,7 +336,7 @@ class MembershipDriver:
 
     # ------------------------------------------------------------ settling promises coordinators left
     def watch_promises(self) -> None:
-        """Run the regions' settling tasks (ActiveActive._keep_settling) while any region holds a
+        """Run the regions' settling tasks (MembershipChanges._keep_settling) while any region holds a
         promise: every SETTLE_EVERY_MS, each region whose promise its coordinator left settles it."""
         if not self.settle_tick_pending:
             self.settle_tick_pending = True
@@ -356,7 +356,7 @@ class MembershipDriver:
 
     def settle(self, region: SimRegion, p: Proposal) -> None:
         """``region`` settles ``p`` with the voters it can reach (up, not cut off from it), as
-        ``ActiveActive._settle_with_voters`` does over the admin service."""
+        ``MembershipChanges._settle_with_voters`` does over the admin service."""
         sim = self.sim
         aa = region.aa
         others = [n for n in aa.membership.voters(p.change) if n != region.number]
@@ -476,7 +476,7 @@ class MembershipDriver:
             return
         _epoch, source = max(lists)
         self.hand_list(sim.regions[source], region, "its start-up check")
-        # and, as the real region (ActiveActive._keep_learning), every LEARN_EVERY_MS while no
+        # and, as the real region (MembershipChanges._keep_learning), every LEARN_EVERY_MS while no
         # link is up: a region removed while its voters held their links to it cut is dialed
         # by nobody afterwards, and learns it was removed only by asking (bounded once the
         # world is quiet, so two regions asking each other cannot run it forever)

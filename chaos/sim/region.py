@@ -35,7 +35,7 @@ world then plays the operator (``SimFile.salvage``) and starts it again.
 
 The world watches two things as they happen, for the membership checks
 (chaos/sim/membership.py): each operation of another region the region applies,
-and each operation it issues (hooks around its hub's ``on_apply`` and ``issue``).
+and each operation it issues (a watcher of its hub, ``ReplicationHub.watch``).
 
 A fail-stop of the core (node/region/supervision.py: a command that raised after
 changing state, an operation it could not apply, a state-changing cron step
@@ -58,7 +58,7 @@ from node.region.core import RegionCore, Session
 from .disk import Damage, SimFile, SimOperationLog, read_back
 
 if TYPE_CHECKING:
-    from crdt.causal import CausalLog
+    from crdt.causal import CausalLog, Envelope
     from crdt.sync import LinkState
     from node.activeactive.region import ActiveActive
 
@@ -79,6 +79,21 @@ class SimPromiseStore:
 
     def load(self) -> dict | None:
         return copy.deepcopy(self.state)
+
+
+class _Watcher:
+    """The hub's watcher (node/activeactive/hub.py's ``Watcher``): the membership checks see
+    every operation of another region before the region applies it, and every one of its own
+    before the hub stamps it (chaos/sim/membership.py)."""
+
+    def __init__(self, region: SimRegion) -> None:
+        self.region = region
+
+    def applying(self, env: Envelope) -> None:
+        self.region.sim.membership.on_apply(self.region, env)
+
+    def issuing(self) -> None:
+        self.region.sim.membership.on_issue(self.region)
 
 
 class SimRegion:
@@ -172,23 +187,7 @@ class SimRegion:
         """What the checks need to see as it happens: every operation of another region this one
         applies, and every one it issues (chaos/sim/membership.py); writes it withdraws and
         issues again (node/activeactive/lone_writes.py)."""
-        hub, membership = core.db.aa.hub, self.sim.membership
-        apply, apply_run, issue = hub.on_apply, hub.on_apply_run, hub.issue
-
-        def applying(env):
-            membership.on_apply(self, env)
-            apply(env)
-
-        def applying_run(run):
-            for env in run:
-                membership.on_apply(self, env)
-            apply_run(run)
-
-        def issuing(op: bytes):
-            membership.on_issue(self)
-            return issue(op)
-
-        hub.on_apply, hub.on_apply_run, hub.issue = applying, applying_run, issuing
+        core.db.aa.hub.watch(_Watcher(self))
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""

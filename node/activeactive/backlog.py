@@ -2,23 +2,37 @@
 peer acknowledged, its size and its age), what it costs in memory, causal stability, and the
 images a peer that lacks trimmed operations gets, installs or joins into its own state.
 
-:class:`ActiveActiveBacklog` is a part of :class:`node.activeactive.region.ActiveActive` (mixed into
-it).  An image replaces the replicated state but not what is this region's own: a consumer
-group keeps its region-local half (consumers, PEL, cursors) when the image holds the same
-group (the same creation), :func:`keep_local_groups`.
+:class:`Backlog` is a part :class:`node.activeactive.region.ActiveActive` holds (``aa.backlog``),
+given the causal log, the hub, the keyspace, the member list, the writes-alone state and,
+as a :class:`Members`, the membership part (which peers are live; dropping what waits
+from regions the list refuses); ``forget_unlogged`` forgets which causal-log positions
+still wait for their operation-log records to reach the OS (ActiveActive's; an image that
+replaced the causal log makes them moot).  An image replaces the replicated state but not
+what is this region's own: a consumer group keeps its region-local half (consumers, PEL,
+cursors) when the image holds the same group (the same creation), :func:`keep_local_groups`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast
 
 from crdt import ops
-from crdt.causal import Envelope
+from crdt.causal import CausalLog, Envelope
 from crdt.groups import ENTRIES_READ_UNKNOWN
 from crdt.join import RegionState, join
+from crdt.membership import Membership
+from crdt.ops import Keyspace
 from crdt.pel import PendingMap
 from crdt.sync import LinkState
+from node.activeactive.cluster_config import RegionSpec
+from node.activeactive.lone_writes import LoneWrites
 from node.persistence import snapshot
+
+if TYPE_CHECKING:
+    from node.activeactive.hub import ReplicationHub
+    from node.region.db import Database
 
 log = logging.getLogger("braid.activeactive")
 
@@ -26,8 +40,32 @@ log = logging.getLogger("braid.activeactive")
 BACKLOG_OP_BYTES = 300
 
 
-class ActiveActiveBacklog:
+class Members(Protocol):
+    """What the backlog asks of the membership part (node/activeactive/membership.py)."""
+
+    def peers(self) -> list[RegionSpec]:
+        """The other live members."""
+
+    def drop_refused_pending(self) -> None:
+        """Drop the envelopes waiting here that the member list no longer accepts."""
+
+
+class Backlog:
     """The backlog and full-resync part of :class:`node.activeactive.region.ActiveActive`."""
+
+    def __init__(self, region: int, causal: CausalLog, hub: ReplicationHub, db: Database, membership: Membership,
+                 lone: LoneWrites, members: Members, forget_unlogged: Callable[[], None]) -> None:
+        self.region = region
+        self.causal = causal
+        self.hub = hub
+        self.db = db
+        self.membership = membership
+        self.lone = lone
+        self.members = members
+        self.forget_unlogged = forget_unlogged
+        # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
+        self._backlog_bytes = 0
+        self._counted: tuple[int, int, Envelope | None] = (0, 0, None)  # (causal.base, causal.end, log[0])
 
     def trim_backlog(self, max_bytes: int, ttl_s: float, now: float, link_positions: list[int] | None = None) -> int:
         """Drop the oldest operations every peer acknowledged, and any past the backlog's size or age.
@@ -37,7 +75,7 @@ class ActiveActiveBacklog:
         (``link_positions``: absolute causal-log positions of the running links; default
         the hub's).  Returns how many were dropped.
         """
-        peers = [p.number for p in self.peers()]  # a removed region is waited for no more
+        peers = [p.number for p in self.members.peers()]  # a removed region is waited for no more
         acked = [self.hub.peer_acked.get(p, {}) for p in peers]
         log_, arrivals = self.causal.log, self.hub.arrivals
         size = self.backlog_bytes()
@@ -122,17 +160,17 @@ class ActiveActiveBacklog:
         if self.lone.alone:  # the base of the log would hold operations that may have to be withdrawn
             log.info("refusing a full-resync image while this region takes writes alone")
             return None
-        img = snapshot.decode(data)
-        if not any(self.causal.vv.get(o, 0) < n for o, n in img.causal.floor.items()):
+        img_keys, img_causal = image_parts(snapshot.decode(data))
+        if not any(self.causal.vv.get(o, 0) < n for o, n in img_causal.floor.items()):
             log.info("refusing a full-resync image: nothing it holds is missing from the backlog")
             return None
-        if LinkState.image_loses(img.causal.vv, self.causal.floor):
+        if LinkState.image_loses(img_causal.vv, self.causal.floor):
             # dropped here since the handshake: installing it would lose them (crdt/sync.py)
             log.error("refusing a full-resync image that lacks operations this region dropped from its "
-                      "backlog (image %s, floor %s)", img.causal.vv, self.causal.floor)
+                      "backlog (image %s, floor %s)", img_causal.vv, self.causal.floor)
             return None
         old_keys, old_log = self.db.keys, self.causal.log + list(self.causal.pending.values())
-        new_keys = img.keys
+        new_keys = img_keys
         keep_local_groups(new_keys, old_keys)
         for key, floor in old_keys.id_floor.items():  # never mint an ID this region minted before
             if floor > new_keys.id_floor.get(key, (0, 0)):
@@ -143,14 +181,14 @@ class ActiveActiveBacklog:
                 if top > mine.get(origin, (0, 0)):
                     mine[origin] = top
         self.db.keys = new_keys
-        self.causal.take(img.causal)
-        self._drop_refused_pending()  # the sender's waiting operations came along
+        self.causal.take(img_causal)
+        self.members.drop_refused_pending()  # the sender's waiting operations came along
         # and the rest of them go too: their own senders send them here in time, and one
         # kept could be an operation its origin lost in a crash of its machine and minted
         # again since (ReplicationHub.handshook); this region's own waiting ones are in
         # the returned log, delivered again
         self.causal.drop_pending()
-        self._unsafe.clear()
+        self.forget_unlogged()
         self.hub.log_replaced()
         return old_log
 
@@ -165,17 +203,23 @@ class ActiveActiveBacklog:
         if self.lone.alone:  # the join would carry held operations out with the next image
             log.info("refusing to join a peer's state while this region takes writes alone")
             return None
-        img = snapshot.decode(data)
+        img_keys, img_causal = image_parts(snapshot.decode(data))
         mine = RegionState(self.db.keys, dict(self.causal.vv))
-        joined = join(mine, RegionState(img.keys, dict(img.causal.vv)), self.db.limits)
+        joined = join(mine, RegionState(img_keys, dict(img_causal.vv)), self.db.limits)
         self.db.keys = joined.keys
-        waiting = self.causal.absorb(img.causal)
-        self._unsafe.clear()
-        self.hub.joined(dict(img.causal.vv))
+        waiting = self.causal.absorb(img_causal)
+        self.forget_unlogged()
+        self.hub.joined(dict(img_causal.vv))
         return [env for env in waiting if env.n > self.causal.vv.get(env.origin, 0)]
 
 
-def keep_local_groups(new_keys, old_keys, back_in: int | None = None) -> None:
+def image_parts(img: snapshot.Snapshot) -> tuple[Keyspace, CausalLog]:
+    """An Active-Active image's keyspace and causal log (node/persistence/snapshot.py's
+    ``Snapshot`` holds them as ``object``: a standalone region's snapshot has no causal log)."""
+    return cast(Keyspace, img.keys), cast(CausalLog, img.causal)
+
+
+def keep_local_groups(new_keys: Keyspace, old_keys: Keyspace, back_in: int | None = None) -> None:
     """Every group of ``new_keys`` (an image's) keeps its region-local half from the same group
     (same creation) in ``old_keys``; in origin log ``back_in``, if given, its cursor and
     watermark stay the image's."""
@@ -201,7 +245,8 @@ def keep_local_group_state(g, old) -> None:
         g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = PendingMap(), {}, {}, {}, 0
         g.last_id, g.entries_read = g.floor, ENTRIES_READ_UNKNOWN
         return
-    g.pel, g.consumers, g.cursors, g.acked_sent, g._stamps = old.pel, old.consumers, old.cursors, old.acked_sent, old._stamps
+    g.pel, g.consumers, g.cursors = old.pel, old.consumers, old.cursors
+    g.acked_sent, g._stamps = old.acked_sent, old._stamps
     g.last_id, g.entries_read, g.floor = old.last_id, old.entries_read, old.floor
     for origin, mark in old.watermarks.items():
         if mark > g.watermarks.get(origin, (0, 0)):

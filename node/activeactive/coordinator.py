@@ -67,7 +67,7 @@ class Region(Protocol):
 # TLS (CA, certificate, key) PEM or None, timeout in seconds) -> {number: client}.  The
 # region's is node.transport.admin.clients, given by whoever starts it (node/runtime/server.py), so
 # this module and node/activeactive/region.py do not load gRPC.
-Connect = Callable[[ClusterConfig, Iterable[int], tuple[bytes, bytes, bytes] | None, float], dict[int, Region]]
+Connect = Callable[[ClusterConfig, Iterable[int], tuple[bytes, bytes, bytes] | None, float], Mapping[int, Region]]
 
 
 class Settler(Protocol):

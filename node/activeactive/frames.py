@@ -30,14 +30,18 @@ reads both forms, so regions of two versions still replicate during a rolling up
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
 from crdt.causal import Envelope, envelopes_of
 from crdt.sync import ProtocolError
 from node.persistence import safe_encode
-from proto import replication_pb2 as pb
+from proto import replication_pb2
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = replication_pb2
 
 GRPC_DEFAULT_MESSAGE = 4 * 1024 * 1024  # what a peer that does not state its limit accepts
 MIN_BUDGET = 16 * 1024  # a frame budget below this is raised to it (parts must carry data)

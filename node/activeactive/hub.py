@@ -10,6 +10,8 @@ the rest lives:
   envelopes to protobuf and packed batches;
 - node/activeactive/pacing.py: how often a link sends batches and acks;
 - node/activeactive/stage_trace.py: a benchmark's trace of each operation's stages;
+- node/activeactive/sides.py: what the hub is built with - the region's side, the membership
+  gate, a watcher;
 - node/transport/grpc_links.py: the hub's ``transport``, which moves the frames over gRPC.
   None of the others imports gRPC, so the simulation runs real hubs over a network of its own.
 
@@ -33,8 +35,8 @@ batch raised it, to every other peer too.  How links batch and relay, how frames
 and compressed, why writing never blocks reading and how dead or stuck peers are noticed: the
 theory of operation of link.py, frames.py and outbox.py.
 
-Only what is logged leaves: ``sendable`` (set by the region from its operation
-log) bounds how far into the causal log links may send, so a peer never holds an
+Only what is logged leaves: ``sendable`` (raised by the region from its operation
+log, :meth:`ReplicationHub.logged_upto`) bounds how far into the causal log links may send, so a peer never holds an
 operation whose record the region has not handed to the OS (a killed process
 keeps those; after a crash of its machine the region takes its own operations
 back from its peers before it mints again: node/activeactive/recovery.py).  While it is
@@ -76,7 +78,7 @@ digest, so the peer, which holds fewer and could not check, finds it too.  Forks
 logged, counted (``history_forks``) and kept per peer (``forks``) for the status.  A fork in
 the peer's own history ends when the peer handshakes again holding fewer of its operations
 than where they differed (a region that took writes alone withdrew them: node/activeactive/lone_writes.py);
-a fork in a third region's history stops the region (``foreign_fork``: fail-stop).
+a fork in a third region's history stops the region (the side's ``fail_stop``).
 
 Pausing cuts links: ``pause()`` cuts every link of the region, ``pause(peer)`` only
 the link to one peer (a partition, for maintenance and tests).  A cut link is
@@ -94,11 +96,20 @@ address and counted (``refused``: ``crdt_refused_handshakes``), and nothing the
 refused peer sent is applied.  ``reload_tls`` re-reads the certificate, key and
 CA bundle and has every link handshake again with them.
 
-The hub does not know what an operation means: envelopes carry it as bytes and
-``on_apply`` is called with each envelope the causal log delivers - or, for a peer's
-batch, ``on_apply_run`` with each run of envelopes that are ready in order (nearly the
-whole batch: a peer sends in causal order), so that the region applies and logs them
-in one call (``deliver_batch``).
+The hub does not know what an operation means: envelopes carry it as bytes and the
+region's side (:class:`RegionSide`, the region core) is handed each envelope the causal log
+delivers (``apply_remote``) - or, for a peer's batch, each run of envelopes that are ready
+in order (``apply_remote_run``; nearly the whole batch: a peer sends in causal order), so
+that the region applies and logs them in one call (``deliver_batch``).
+
+What the hub works with is given when it is built, never patched in afterwards: the region's
+side (the region core, handed on by node/activeactive/region.py's ``ActiveActive``), the member
+list's :class:`Gate`, how to make this region's image, whom to tell of a refusal.  The rest
+moves through methods: the operation log raises ``sendable`` (:meth:`ReplicationHub.logged_upto`),
+writes taken alone hold this region's operations (:meth:`~ReplicationHub.hold_own_from`,
+:meth:`~ReplicationHub.release_own`), the transport reports where it listens and what it serves
+(:meth:`~ReplicationHub.listening`, :meth:`~ReplicationHub.serving`), and a :class:`Watcher` sees
+what is applied and issued (the simulation's checks).
 """
 
 from __future__ import annotations
@@ -108,7 +119,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from crdt.causal import CausalLog, Envelope, Fork
 from crdt.linkerrors import MembershipBehind
@@ -117,26 +128,19 @@ from node.activeactive.frames import LinkLimits
 from node.activeactive.link import Link, LinkStalled
 from node.activeactive.outbox import Outbox
 from node.activeactive.pacing import Pacing
+from node.activeactive.sides import Callbacks, Gate, RegionSide, Watcher, no_image, nothing
 from node.activeactive.stage_trace import stage_trace
 from node.transport.tls import Identity, LinkCredentials, TlsFront
-from proto import replication_pb2 as pb
+from proto import replication_pb2
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = replication_pb2
 
 log = logging.getLogger("braid.replication")
 
 # what gRPC's TLS reports when this end's check of the peer's certificate failed
 CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification")
-
-
-def _nothing() -> None:
-    pass
-
-
-def _nothing_said(_why: str) -> None:
-    return None
-
-
-def _no_resync(*_args):
-    raise ConnectionError("this region cannot take part in a full resync")
 
 
 class Transport(Protocol):
@@ -153,22 +157,28 @@ class ReplicationHub:
     """A region's replication endpoint: serves peers, dials peers, relays."""
 
     def __init__(self, region: int, cluster_id: str, database: str, token: str,
-                 causal: CausalLog, on_apply: Callable[[Envelope], None], config=None, *,
+                 causal: CausalLog, side: RegionSide | Callable[[Envelope], None], config: Any = None, *,
                  tls: LinkCredentials | None = None, names: dict[int, str] | None = None,
-                 transport: Transport | None = None) -> None:
-        """``config``: the region's settings (node/region/config.py), read when links need them;
+                 transport: Transport | None = None, gate: Gate | None = None,
+                 make_image: Callable[[bool], tuple[bytes, dict[int, int]]] = no_image,
+                 on_denied: Callable[[], None] = nothing) -> None:
+        """``side``: the region that applies what arrives and takes images (a :class:`RegionSide`;
+        a function alone: ``Callbacks(apply=function)``, a hub that only applies).
+        ``config``: the region's settings (node/region/config.py), read when links need them;
         None: the defaults.  ``tls``: this region's certificate, key and CA bundle (None:
         plain-text links); ``names``: region number -> name, the name a peer's certificate
         must carry; ``transport``: what serves and dials the links (``GrpcLinks()``,
-        node/transport/grpc_links.py; None: set later, before :meth:`serve`)."""
+        node/transport/grpc_links.py; None: given to :meth:`serve`).  ``gate``: the member list
+        handshakes and operations pass (None: every peer and operation passes);
+        ``make_image``: builds this region's full-resync image (the argument: hold the
+        histories' digests - False for a peer that may be older); ``on_denied``: told when a
+        peer refused this region at Hello."""
         self.region = region
         self.cluster_id = cluster_id
         self.database = database
         self.token = token
         self.causal = causal
-        self.on_apply = on_apply
-        # applies a run of envelopes in one call (None: on_apply for each); see deliver_batch
-        self.on_apply_run: Callable[[list[Envelope]], None] | None = None
+        self.side: RegionSide = Callbacks(apply=side) if callable(side) else side
         self.config = config
         self.links: dict[int, Link] = {}
         self.refused = 0  # handshakes this region refused
@@ -186,18 +196,10 @@ class ReplicationHub:
         # per peer, the version vector it last reported as a whole (handshake, ack): causal
         # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
         self.peer_reported: dict[int, dict[int, int]] = {}
-        # called once a link handed a whole received batch to the causal log (the region
-        # wakes its blocked readers once per batch, not once per operation); ``in_batch``
-        # is true meanwhile
-        self.on_batch_applied: Callable[[], None] = _nothing
+        # true while a link hands a whole received batch to the causal log (the side's
+        # remote_batch_applied follows)
         self.in_batch = False
-        # called as a link is about to handle a frame of operations from its peer, not an ack (the
-        # region offers its core to other runnable processes first: RegionCore.peer_frame_arrives)
-        self.frame_arrives: Callable[[], None] = _nothing
-        # (the argument: hold the histories' digests - False for a peer that may be older)
-        self.make_image: Callable[[bool], tuple[bytes, dict]] = _no_resync
-        self.install_image: Callable[[bytes], bool] = _no_resync
-        self.join_image: Callable[[bytes], bool] = _no_resync  # joins a peer's image into the state
+        self.make_image = make_image
         self.image_vv: dict[int, int] = {}  # the version vector of the last image installed or joined
         self.joins_states = True            # announced at handshakes (a test plays an older version)
         self.merging: set[int] = set()      # peers whose image this region is about to join
@@ -206,8 +208,6 @@ class ReplicationHub:
         # where: crdt/causal.py's Fork), and how many times a link found one
         self.forks: dict[int, list[Fork]] = {}
         self.history_forks = 0
-        # told why when a link finds two histories of a third region (the region core fail-stops)
-        self.foreign_fork: Callable[[str], None] = _nothing_said
         self.resyncs_sent = 0
         self.resyncs_received = 0
         self.joins = 0  # peers' states joined into this region's
@@ -229,8 +229,9 @@ class ReplicationHub:
         self._dialers: dict[int, asyncio.Task] = {}
         self.port = 0
         # membership (node/activeactive/membership.py's MembershipGate): handshakes and operations pass it
-        self.gate = None
-        self.on_denied: Callable[[], None] = lambda: None  # a peer refused this region at Hello
+        self.gate = gate
+        self.on_denied = on_denied  # a peer refused this region at Hello
+        self.watchers: list[Watcher] = []  # see watch()
         self.retired = False  # this region was removed from the database
         self.handshake_vv: dict[int, dict[int, int]] = {}  # per peer, its vv at the first handshake
         # ... and at the latest one: what a starting region takes back (a peer restored from an
@@ -272,7 +273,7 @@ class ReplicationHub:
             # side (node/activeactive/lone_writes.py): two histories of a third region mean a fault that
             # nothing here can judge, so the region stops rather than serve either (fail-stop)
             f = foreign[0]
-            self.foreign_fork(f"region {peer} holds another history of region {f.origin}'s operations than "
+            self.side.fail_stop(f"region {peer} holds another history of region {f.origin}'s operations than "
                               f"this region: at operation {f.n} their digests differ ({f.here:016x} here, "
                               f"{f.there:016x} there)")
 
@@ -327,6 +328,8 @@ class ReplicationHub:
 
     def issue(self, op: bytes) -> Envelope:
         """Stamp a local operation (already applied locally) and wake the links."""
+        for watcher in self.watchers:
+            watcher.issuing()
         env = self.causal.stamp(op)
         self.arrivals.append(time.monotonic())
         if self.trace is not None:
@@ -335,7 +338,7 @@ class ReplicationHub:
         return env
 
     def deliver(self, env: Envelope) -> None:
-        """Hand ``env`` to the causal log, which has ``on_apply`` apply it and every envelope
+        """Hand ``env`` to the causal log, which has the side's ``apply_remote`` apply it and every envelope
         it makes ready, each before counting it.  If applying one raises, the exception
         propagates: that envelope and the ones after it are neither counted, acknowledged
         nor relayed (the region fail-stops, node/region/supervision.py).  The membership gate
@@ -358,7 +361,9 @@ class ReplicationHub:
 
     def _apply_ready(self, ready: Envelope) -> None:
         """The causal log's callback for each envelope it makes ready (see :meth:`deliver`)."""
-        self.on_apply(ready)
+        for watcher in self.watchers:
+            watcher.applying(ready)
+        self.side.apply_remote(ready)
         self.arrivals.append(time.monotonic())  # one arrival per log entry, in log order
         if self.trace is not None:
             self.trace.mark("applied", 0, ready.origin, ready.n)
@@ -366,7 +371,7 @@ class ReplicationHub:
     def deliver_batch(self, envelopes: list[Envelope]) -> None:
         """:meth:`deliver` of each of a peer's batch in turn, with the same outcome; a run of
         envelopes that are ready in order (nearly every batch: a peer sends in causal order)
-        is applied in one ``on_apply_run`` call - one log write, one count - instead of one
+        is applied in one ``apply_remote_run`` call - one log write, one count - instead of one
         call per envelope.  A batch the membership gate does not wholly admit goes one by one."""
         if (self.gate is not None and not self.gate.admits_all(envelopes)) or self.refuse_own:
             for env in envelopes:
@@ -380,15 +385,10 @@ class ReplicationHub:
         If applying fails, the exception's ``applied`` says how many of the run were applied
         (crdt/causal.py counts those)."""
         try:
-            if self.on_apply_run is not None:
-                self.on_apply_run(run)
-            else:
-                for k, env in enumerate(run):
-                    try:
-                        self.on_apply(env)
-                    except Exception as e:
-                        e.applied = k  # type: ignore[attr-defined]
-                        raise
+            for watcher in self.watchers:
+                for env in run:
+                    watcher.applying(env)
+            self.side.apply_remote_run(run)
         except BaseException as e:
             self._arrived(run[:getattr(e, "applied", 0)])  # those the causal log counts
             raise
@@ -403,6 +403,48 @@ class ReplicationHub:
     def sendable_upto(self) -> int:
         upto = self.causal.end if self.sendable is None else self.sendable
         return upto if self.hold_at is None or self.hold_at >= upto else self.hold_at
+
+    def logged_upto(self, end: int) -> None:
+        """The region's operation log holds (on the OS) what the causal log holds up to absolute
+        position ``end``: links may send that far (``sendable``).  It does not wake them."""
+        self.sendable = end
+
+    def hold_own_from(self, end: int) -> None:
+        """Nothing from causal-log position ``end`` on leaves: the region takes writes alone
+        (node/activeactive/lone_writes.py) until :meth:`release_own`."""
+        self.hold_at = end
+
+    def refuse_peers_own(self) -> None:
+        """Drop operations of this region's own origin that come from peers: it minted numbers
+        alone, and theirs can only be another history of those (until :meth:`release_own`)."""
+        self.refuse_own = True
+
+    def release_own(self) -> None:
+        """End :meth:`hold_own_from` and :meth:`refuse_peers_own` (it does not wake the links)."""
+        self.hold_at = None
+        self.refuse_own = False
+
+    def restart_arrivals(self) -> None:
+        """Every entry of the causal log arrives now (it was loaded or replaced wholesale)."""
+        self.arrivals = [time.monotonic()] * len(self.causal.log)
+
+    def drop_forks_of(self, origin: int) -> None:
+        """Forget the forks links found in ``origin``'s history (that region withdrew what forked)."""
+        for peer, found in list(self.forks.items()):
+            rest = [f for f in found if f.origin != origin]
+            if rest:
+                self.forks[peer] = rest
+            else:
+                del self.forks[peer]
+
+    def update_names(self, names: dict[int, str]) -> None:
+        """The member list changed: region number -> the name its certificate must carry."""
+        self.names = dict(names)
+
+    def watch(self, watcher: Watcher) -> None:
+        """Have ``watcher`` see every envelope before it is applied and every operation of this
+        region's own before it is stamped (the simulation's checks, chaos/sim/region.py)."""
+        self.watchers.append(watcher)
 
     def trim(self, count: int) -> None:
         """Drop the ``count`` oldest envelopes of the backlog (see crdt/causal.py)."""
@@ -422,7 +464,7 @@ class ReplicationHub:
         """After a full resync installed another log: every link looks at it from its start."""
         self.resyncs_received += 1
         self.image_vv = dict(self.causal.vv)  # the image's own, before this region's go on top
-        self.arrivals = [time.monotonic()] * len(self.causal.log)
+        self.restart_arrivals()
         for link in self.links.values():
             link.state.log_replaced()
         self.wake()
@@ -534,12 +576,48 @@ class ReplicationHub:
             self.forget(peer)
 
     # ------------------------------------------------------------ serving
-    async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = ()) -> int:
+    async def serve(self, host: str = "127.0.0.1", port: int = 0, extra: Iterable = (),
+                    transport: Transport | None = None) -> int:
         """Serve Replication, and the ``extra`` services (each ``.add_to(server)``), on one port,
-        through :attr:`transport`; returns the port."""
+        through ``transport`` (which then also dials; None: the one the hub was built with);
+        returns the port."""
+        if transport is not None:
+            self.transport = transport
         if self.transport is None:
             raise RuntimeError("this hub has no transport to serve on (node/transport/grpc_links.py)")
         return await self.transport.serve(self, host, port, extra)
+
+    def listening(self, port: int, front: TlsFront | None = None) -> None:
+        """The transport serves on ``port`` (through ``front``, the TLS front, with TLS)."""
+        self.port = port
+        self.front = front
+
+    def serving(self, peer: int, outbox: Outbox, front_port: int | None) -> None:
+        """A call ``peer`` made is up: closing ``outbox`` ends it (``front_port``: the TLS front's
+        port the call came through, dropped when the certificates are reloaded)."""
+        self._served[peer] = outbox
+        if self.front is not None:
+            self._served_ports[peer] = front_port
+
+    def served_ended(self, peer: int, outbox: Outbox) -> None:
+        """A call ``peer`` made ended (a newer one of the peer may be up meanwhile)."""
+        if self._served.get(peer) is outbox:
+            del self._served[peer]
+            self._served_ports.pop(peer, None)
+
+    def refused_by(self, peer: int, reason: str) -> None:
+        """``peer`` refused this region's Hello: counted, logged, and the region told."""
+        self.denied += 1
+        log.error("region %d refused this region: %s", peer, reason)
+        self.on_denied()
+
+    def sent_frame(self) -> None:
+        """The transport wrote a frame to a peer."""
+        self.frames_sent += 1
+
+    def count_relayed(self, count: int) -> None:
+        """A link sent ``count`` operations of third regions to its peer (see crdt.sync.RelayHold.due)."""
+        self.relayed += count
 
     async def run_link(self, link: Link, incoming, writer=None) -> None:
         """Send, receive and watch (and write: ``writer``, a coroutine) until one of them stops;

@@ -32,9 +32,9 @@ acknowledges it (acks go to every peer), and relayed only when the peer's
 acknowledgements of that region have not risen - past what this link relayed of
 it - for ``crdt-repl-relay-delay-ms`` (50 ms) while it acknowledged others' (four
 times that when it acknowledged nothing at all: a peer short of CPU gains nothing
-from copies): the peer's own link to that region is down or stuck.  A direct link that works, even one far behind, keeps raising
-them, so a slow link is not loaded further with copies.  ``relayed`` counts the
-operations relayed, ``ReplicationHub.duplicates`` counts envelopes that
+from copies): the peer's own link to that region is down or stuck.  A direct link that
+works, even one far behind, keeps raising them, so a slow link is not loaded further with
+copies.  ``relayed`` counts the operations relayed, ``ReplicationHub.duplicates`` counts envelopes that
 arrived a second time.  What to send, which relays to hold and until when, what a
 batch or an ack means, when a full resync is needed, how frames are cut and joined
 again are decided by the pure code of :mod:`crdt.sync` (the deterministic simulation,
@@ -61,7 +61,7 @@ import logging
 import math
 import time
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crdt.causal import Envelope, forks
 from crdt.sync import (
@@ -85,7 +85,11 @@ from node.activeactive.frames import (
 )
 from node.activeactive.outbox import OUTBOX_FRAMES, Outbox
 from node.activeactive.pacing import AckPace
-from proto import replication_pb2 as pb
+from proto import replication_pb2
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = replication_pb2
 
 if TYPE_CHECKING:
     from node.activeactive.hub import ReplicationHub
@@ -99,7 +103,7 @@ class LinkStalled(ConnectionError):
 
 def _same_envelopes(a: list[Envelope], b: list[Envelope]) -> bool:
     """The same envelopes (the same objects of the causal log), in the same order?"""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class Link:
@@ -224,7 +228,8 @@ class Link:
         frame = None
         if len(raw) >= COMPRESS_FROM:
             # a small batch compresses in microseconds: a hand-off to a worker thread costs more
-            small = zlib.compress(raw, 1) if len(raw) < COMPRESS_INLINE else await asyncio.to_thread(zlib.compress, raw, 1)
+            small = (zlib.compress(raw, 1) if len(raw) < COMPRESS_INLINE
+                     else await asyncio.to_thread(zlib.compress, raw, 1))
             if len(small) < len(raw):
                 frame = pb.Frame(packed_zlib=small) if packed else pb.Frame(batch_zlib=small)
         if frame is None:
@@ -281,7 +286,7 @@ class Link:
         this link counts the relays and keeps its timer at the time the hold asks for a look."""
         wake = self.relays.wake_at
         relays, direct = self.relays.outgoing(envelopes, self.state.acked, now, delay)
-        self.hub.relayed += len(relays)
+        self.hub.count_relayed(len(relays))
         if self.relays.wake_at != wake:
             self._arm_relay_timer(now)
         return relays + direct
@@ -321,7 +326,7 @@ class Link:
             hub.deliver_batch(self.state.on_batch(envelopes))
         finally:
             hub.in_batch = False
-        hub.on_batch_applied()
+        hub.side.remote_batch_applied()
         if len(causal.pending) > limits.max_pending_ops or causal.pending_bytes > limits.max_pending_bytes:
             # an honest peer sends in causal order: this one piles up what can never apply
             dropped = causal.drop_pending()
@@ -368,7 +373,7 @@ class Link:
         if kind == "ack":
             self.on_ack(frame.ack)
             return
-        self.hub.frame_arrives()  # what follows applies operations: the region may offer its core first
+        self.hub.side.peer_frame_arrives()  # what follows applies operations: the region may offer its core first
         if self.parts.open and kind != "fragment":
             raise ProtocolError(f"a {kind} frame among the parts of operation {self.parts.dot}")
         if self.image.pending and kind != "resync":
@@ -395,11 +400,11 @@ class Link:
                 self.acknowledge(self.image.received)
                 return
             if self.merging:
-                if not self.hub.join_image(image):
+                if not self.hub.side.join_image(image):
                     raise ConnectionResetError("the peer's state could not be joined now: start the link again")
                 self.merging = False
                 self.hub.merging.discard(self.peer)
-            elif not self.hub.install_image(image):
+            elif not self.hub.side.install_image(image):
                 raise ConnectionResetError("a full resync was not needed: start the link again")
             self.state.image_installed(self.hub.image_vv)
             self.acknowledge()

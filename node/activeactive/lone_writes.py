@@ -3,14 +3,14 @@
 Theory of operation
 -------------------
 At every start a region of a cluster takes no writes until every live member has told it
-the last of its own operations that member holds (node/activeactive/region.py): its folder may be
+the last of its own operations that member holds (node/activeactive/recovery.py): its folder may be
 an older copy of itself, or its machine lost the unsynced tail, and minting those numbers
 again would give two operations one number.  A member that does not answer keeps it
 read-only.  ``crdt-lone-writes-after-ms N`` (milliseconds, 0 = never, the default) lets a region
 that waited N ms for members that do not answer - having taken back what those that did answer
-hold - take writes alone (decided by the cron, and by a write the region would refuse).  What that risks is a member, back later, holding
-operations of this region the region no longer has; so the writes taken alone are made safe
-in three steps:
+hold - take writes alone (decided by the cron, and by a write the region would refuse).  What
+that risks is a member, back later, holding operations of this region the region no longer
+has; so the writes taken alone are made safe in three steps:
 
 1. *Held.*  The region marks where it began (an ``a`` record of its log holding ``g``, the
    count of its own operations it held then) and keeps the state of that moment (an image
@@ -81,12 +81,13 @@ class LoneWrites:
 
     def step(self, now_ms: int, after_ms: int, recovering: bool, waiting: bool, behind: bool,
              own_held_elsewhere: int, own_forked: bool) -> LoneStep | None:
-        """What to do now (the cron asks once a second, and a write the region would refuse).  ``recovering``: the region takes no
-        writes yet after its start; ``waiting``: some live member has not answered since it
-        started; ``behind``: it holds fewer of its own operations than a member that answered;
-        ``own_held_elsewhere``: the most of its own operations any member held at its latest
-        handshake; ``own_forked``: a link found another history of this region's operations."""
-        if self.alone:
+        """What to do now (the cron asks once a second, and a write the region would refuse).
+        ``recovering``: the region takes no writes yet after its start; ``waiting``: some live
+        member has not answered since it started; ``behind``: it holds fewer of its own
+        operations than a member that answered; ``own_held_elsewhere``: the most of its own
+        operations any member held at its latest handshake; ``own_forked``: a link found
+        another history of this region's operations."""
+        if self.confirmed is not None:  # alone
             if own_held_elsewhere > self.confirmed or own_forked:
                 return LoneStep.WITHDRAW if self.first_minted is not None else LoneStep.CONFIRM
             if not waiting:

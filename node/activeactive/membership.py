@@ -2,8 +2,12 @@
 promises, committing or adopting a change, following it with the links, activating a joining
 region, and the gate the replication hub asks at handshakes and per operation.
 
-:class:`ActiveActiveMembership` is a part of :class:`node.activeactive.region.ActiveActive` (mixed into
-it); :class:`MembershipGate` is the hub's ``gate``.
+:class:`MembershipChanges` is a part :class:`node.activeactive.region.ActiveActive` holds
+(``aa.changes``): it is given the member list, the cluster file, the causal log and the hub,
+and keeps the rest of what membership needs (the promise store, the admin service's clients,
+the tasks that learn, settle and activate).  :class:`MembershipGate` is the hub's ``gate``,
+built before the hub with the member list, the cluster file, the counts it keeps
+(:class:`MembershipCounts`) and how to adopt a newer list.
 
 Theory of operation
 -------------------
@@ -31,9 +35,10 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
-from crdt.causal import Envelope
+from crdt.causal import CausalLog, Envelope
 from crdt.membership import (
     ABORT,
     ACTIVATE,
@@ -55,18 +60,17 @@ from crdt.membership import (
     Settlement,
     Standing,
 )
-from node.activeactive.cluster_config import membership_from_blob
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec, membership_from_blob
 from node.activeactive.coordinator import (
+    Connect,
     MembershipChangeError,
     agree_with_regions,
     commit_to_regions,
     member_lists,
     standings_from_regions,
 )
+from node.activeactive.hub import ReplicationHub
 from node.persistence.promise import proposal_from_dict, proposal_to_dict
-
-if TYPE_CHECKING:
-    from node.activeactive.region import ActiveActive
 
 log = logging.getLogger("braid.activeactive")
 
@@ -79,13 +83,113 @@ SETTLE_EVERY_S = 5.0
 LEARN_EVERY_S = 5.0
 
 
-class ActiveActiveMembership:
-    """The membership part of :class:`node.activeactive.region.ActiveActive`."""
+class PromiseStore(Protocol):
+    """Where the promise is kept across restarts (node/persistence/promise.py's FilePromiseStore)."""
 
-    # the clock promises are timed by (monotonic seconds; the simulation sets its virtual one)
-    membership_clock: Callable[[], float] = staticmethod(time.monotonic)
-    settling: asyncio.Task | None = None  # settles promises their coordinators left (start)
-    _settle_soon = False  # a coordinator's abort came for a promise reported to a settling voter
+    def save(self, state: dict | None) -> None: ...
+    def load(self) -> dict | None: ...
+
+
+@dataclass
+class MembershipCounts:
+    """What the gate and the changes count (INFO crdt, the status)."""
+
+    refused: int = 0  # handshakes refused: the peer is not a member (or was removed)
+    dropped: int = 0  # operations of removed regions past their frozen point, dropped
+
+
+def _no_admin_clients(cfg, numbers, tls, timeout) -> dict:
+    return {}  # not started: no way to reach another region's admin service
+
+
+def _nothing() -> None:
+    pass
+
+
+class MembershipChanges:
+    """The membership part of :class:`node.activeactive.region.ActiveActive` (see the module's
+    theory): it changes ``membership`` (the member list, crdt/membership.py) and the cluster
+    file, and follows every change with the hub's links."""
+
+    def __init__(self, me: RegionSpec, cluster: ClusterConfig, membership: Membership, causal: CausalLog,
+                 hub: ReplicationHub, counts: MembershipCounts) -> None:
+        self.me = me
+        self.region = me.number
+        self.cluster = cluster
+        self.membership = membership
+        self.causal = causal
+        self.hub = hub
+        self.counts = counts
+        self.active = membership.status(me.number) == ACTIVE  # kept with the list (writable)
+        # the clock promises are timed by (monotonic seconds; the simulation sets its virtual one)
+        self.clock: Callable[[], float] = time.monotonic
+        self.activation: asyncio.Task | None = None  # has a joining region activated (_watch_join)
+        self.learning: asyncio.Task | None = None    # learns newer member lists (start)
+        self.settling: asyncio.Task | None = None    # settles promises their coordinators left (start)
+        self._promised_at = 0.0  # when the promise held now was made (clock seconds)
+        self.promise_store: PromiseStore | None = None  # the server's data dir (attach_promise_store)
+        self._held_links: set[int] = set()  # links cut while a forced removal of that peer is held
+        self._learn_soon = True   # ask the peers for their member lists (at start, after a refusal)
+        self._settle_soon = False  # a coordinator's abort came for a promise reported to a settling voter
+        self.on_purge: Callable[[], None] = _nothing  # the server wipes its files and stops
+        # what opens clients of other regions' admin service (node.transport.admin.clients), and
+        # what this region presents to them; until start() no region is reachable that way
+        self.admin_connect: Connect = _no_admin_clients
+        self.admin_tls: tuple[bytes, bytes, bytes] | None = None
+
+    # ------------------------------------------------------------ what the region sets
+    def time_by(self, clock: Callable[[], float]) -> None:
+        """Time promises by ``clock`` (the simulation's virtual one)."""
+        self.clock = clock
+
+    def when_purged(self, on_purge: Callable[[], None]) -> None:
+        """``on_purge``: what wipes this region's data once it is purged (the server's)."""
+        self.on_purge = on_purge
+
+    def reach_admin(self, connect: Connect | None = None, tls: tuple[bytes, bytes, bytes] | None = None) -> None:
+        """How this region reaches other regions' admin service (learning, activating,
+        settling): ``connect`` opens clients, ``tls`` is what it presents (each kept if None)."""
+        if connect is not None:
+            self.admin_connect = connect
+        if tls is not None:
+            self.admin_tls = tls
+
+    def start(self) -> None:
+        """Serving: dial the peers, have a joining region activated, learn and settle."""
+        self.dial_peers()
+        self._watch_join()
+        loop = asyncio.get_running_loop()
+        self.learning = loop.create_task(self._keep_learning())
+        self.settling = loop.create_task(self._keep_settling())
+
+    def stop(self) -> None:
+        for task in (self.activation, self.learning, self.settling):
+            if task is not None:
+                task.cancel()
+
+    def learn_soon(self) -> None:
+        """A peer refused this region's handshake: perhaps it was removed meanwhile; ask."""
+        self._learn_soon = True
+
+    # ------------------------------------------------------------ the members
+    def peers(self) -> list[RegionSpec]:
+        """The other live members (active, joining, leaving)."""
+        return [r for r in self.cluster.regions if r.number != self.region and
+                self.membership.status(r.number) in LIVE]
+
+    def dial_peers(self) -> None:
+        """Dial every live member with a higher number (the lower number dials); a removed
+        region dials nobody, nor does a region driven without an event loop (the simulations
+        deliver operations themselves: a dial task there would never run)."""
+        if self.membership.status(self.region) in (None, REMOVED):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        for peer in self.peers():
+            if peer.number > self.me.number:
+                self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
 
     # ------------------------------------------------------------ learning newer lists
     async def _keep_learning(self) -> None:
@@ -127,7 +231,7 @@ class ActiveActiveMembership:
     def catch_up_progress(self) -> tuple[int, int]:
         """(operations held, operations to hold) of what the peers held at their handshakes."""
         target: dict[int, int] = {}
-        for p, vv in self.hub.handshake_vv.items():
+        for vv in self.hub.handshake_vv.values():
             for o, n in vv.items():
                 if o != self.region and n > target.get(o, 0):
                     target[o] = n
@@ -140,7 +244,7 @@ class ActiveActiveMembership:
         a coordinator that never came back lapses after PROMISE_TIMEOUT_S when another
         proposal comes (safe: a commit needs the promise it commits), and is settled with
         the other voters meanwhile (:meth:`left_promise`)."""
-        now = self.membership_clock() if now is None else now
+        now = self.clock() if now is None else now
         held_promise = self.membership.promised
         if held_promise is not None and held_promise != p and now - self._promised_at > PROMISE_TIMEOUT_S:
             log.warning("the promise for epoch %d (%s of region %d) lapsed: its coordinator never committed "
@@ -155,7 +259,7 @@ class ActiveActiveMembership:
         self._store_promise()  # on disk before the answer leaves (a lapse, a promise)
         if answer.ok and p.change.kind == FORCE_REMOVE:
             self._hold_link(p.change.number)
-            self._drop_refused_pending()
+            self.drop_refused_pending()
         return answer
 
     def _hold_link(self, number: int) -> None:
@@ -196,7 +300,7 @@ class ActiveActiveMembership:
         p = m.left_promise()
         if p is None:
             return None
-        now = self.membership_clock() if now is None else now
+        now = self.clock() if now is None else now
         if p == m.promised and not self._settle_soon and now - self._promised_at <= PROMISE_TIMEOUT_S:
             return None
         return p
@@ -269,7 +373,7 @@ class ActiveActiveMembership:
                          "list at its next handshake", p.epoch, "; ".join(unreached))
 
     # ------------------------------------------------------------ the promise on disk
-    def attach_promise_store(self, store) -> None:
+    def attach_promise_store(self, store: PromiseStore) -> None:
         """Keep the promise in ``store`` (``save(state | None)``, ``load()``), and take back the
         one stored before a restart (node/persistence/promise.py)."""
         self.promise_store = store
@@ -282,7 +386,7 @@ class ActiveActiveMembership:
             m.promised = proposal_from_dict(state["promised"])
             # settled with the other voters PROMISE_TIMEOUT_S after the restart, if its coordinator
             # has not ended it by then
-            self._promised_at = self.membership_clock()
+            self._promised_at = self.clock()
             # (a file written before ``answered`` was kept: a forced removal's voter answered its
             # hold; a graceful removal's answer is read when a settling voter asks, see standing)
             m.answered = int(state.get("answered", m.holding.get(m.promised.change.number, 0)))
@@ -339,9 +443,9 @@ class ActiveActiveMembership:
         m = self.membership
         self.active = m.status(self.region) == ACTIVE
         self._store_promise()  # a newer epoch: no promise or hold is left
-        self._drop_refused_pending()
+        self.drop_refused_pending()
         self.cluster.take_membership(m, endpoints)
-        self.hub.names = {r.number: r.name for r in self.cluster.regions}
+        self.hub.update_names({r.number: r.name for r in self.cluster.regions})
         try:
             self.cluster.save()
         except OSError as e:
@@ -356,10 +460,10 @@ class ActiveActiveMembership:
             self.hub.forget(number)
         self._release_links()
         self.hub.relink()
-        self._dial_peers()
+        self.dial_peers()
         self._watch_join()
 
-    def _drop_refused_pending(self) -> None:
+    def drop_refused_pending(self) -> None:
         """The list now refuses operations of a region removed (or being removed) by force past
         its frozen point: envelopes of it that wait here for their dependencies go, with those
         that depend on one.  Left waiting, one would be applied past the frozen point as soon
@@ -367,7 +471,7 @@ class ActiveActiveMembership:
         hold what the others never accept.  Dropping a waiting envelope is safe (crdt/causal.py):
         a peer sends again what this region lacks."""
         m = self.membership
-        self.membership_dropped += self.causal.drop_pending(
+        self.counts.dropped += self.causal.drop_pending(
             lambda e: not m.accepts(e.origin, e.n) or not all(m.accepts(o, n) for o, n in e.deps))
 
     def purge(self, blob: bytes) -> None:
@@ -409,29 +513,34 @@ class ActiveActiveMembership:
 
 
 class MembershipGate:
-    """What the replication hub asks at handshakes and per operation (see the module's theory)."""
+    """What the replication hub asks at handshakes and per operation (see the module's theory).
+    ``adopt``: takes a newer member list a peer brought (``ActiveActive.adopt``)."""
 
-    def __init__(self, aa: ActiveActive) -> None:
-        self.aa = aa
+    def __init__(self, me: RegionSpec, cluster: ClusterConfig, membership: Membership, counts: MembershipCounts,
+                 adopt: Callable[[bytes], bool]) -> None:
+        self.me = me
+        self.cluster = cluster
+        self.membership = membership
+        self.counts = counts
+        self.adopt = adopt
 
     def hello(self) -> tuple[int, bytes]:
         """(epoch, member list) this region's Hello or Welcome carries."""
-        return self.aa.membership.epoch, self.aa.cluster.membership_blob()
+        return self.membership.epoch, self.cluster.membership_blob()
 
     def check_peer(self, peer: int, epoch: int, blob: bytes) -> str:
         """At a handshake: '' to go on, else why the peer is refused (a newer list is adopted first)."""
-        aa = self.aa
-        if epoch > aa.membership.epoch and blob:
+        if epoch > self.membership.epoch and blob:
             try:
-                aa.adopt(blob)
+                self.adopt(blob)
             except ValueError as e:
                 return f"region {peer} sent {e}"
-        m = aa.membership
-        if m.status(aa.region) == REMOVED:
-            return f"region {aa.me.name} was removed from the database at membership epoch {m.epoch}"
+        m = self.membership
+        if m.status(self.me.number) == REMOVED:
+            return f"region {self.me.name} was removed from the database at membership epoch {m.epoch}"
         status = m.status(peer)
         if status == REMOVED:
-            spec = aa.cluster.by_number(peer)
+            spec = self.cluster.by_number(peer)
             name = spec.name if spec else str(peer)
             return (f"region {peer} ({name}) was removed from the database (membership epoch {m.epoch}): "
                     f"purge it (braid-admin region purge --region {name}) and add it again")
@@ -440,20 +549,20 @@ class MembershipGate:
         return ""
 
     def refused(self) -> None:
-        self.aa.membership_refused += 1
+        self.counts.refused += 1
 
     def admits_all(self, envs: list[Envelope]) -> bool:
         """Whether :meth:`admits` would say '' (apply it) of every one of ``envs``."""
-        return self.aa.membership.admits_all(envs)
+        return self.membership.admits_all(envs)
 
     def admits(self, env: Envelope) -> str:
         """'' apply it; 'drop': an operation of a removed region past its frozen point (or of one
         being force-removed past what this region held); 'behind': a region this list does
         not know (the peer has a newer list)."""
-        m = self.aa.membership
+        m = self.membership
         if m.admits(env.origin, env.n, env.deps):
             return ""
         if m.status(env.origin) is not None and all(m.status(o) is not None for o, _ in env.deps):
-            self.aa.membership_dropped += 1
+            self.counts.dropped += 1
             return "drop"
         return "behind"

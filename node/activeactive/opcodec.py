@@ -141,7 +141,7 @@ def encode(op: ops.Op) -> bytes:
     tag = _TAGS[type(op)]
     names, outs, _ins = _PLAN[tag]
     values: list = [tag, op.key]
-    for name, out in zip(names, outs):
+    for name, out in zip(names, outs, strict=True):
         v = getattr(op, name)
         values.append(v if out is None else out(v))
     return _encode(values)
@@ -153,7 +153,8 @@ def decode(data: bytes) -> ops.Op:
     names, _outs, ins = _PLAN[tag]
     if not _REQUIRED[tag] <= len(values) <= len(names):
         raise ValueError(f"operation {cls.__name__} has {len(names)} fields, got {len(values)}")
-    return cls(key, *[v if conv is None else conv(v) for conv, v in zip(ins, values)])
+    # (the fields left out at the end keep their defaults: fewer values than converters)
+    return cls(key, *[v if conv is None else conv(v) for conv, v in zip(ins, values, strict=False)])
 
 
 # The operation nearly every operation a region receives (and nearly every record of a log of

@@ -18,9 +18,14 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from node.activeactive.pacing import ACK_INTERVAL, LAZY_ACK_FACTOR, RELAY_ACKS_PER_DELAY, RELAY_DELAY, AckPace
-from proto import replication_pb2 as pb
+from proto import replication_pb2
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = replication_pb2
 
 OUTBOX_FRAMES = 4       # the sender waits once this many frame budgets are queued
 

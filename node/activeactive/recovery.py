@@ -1,8 +1,11 @@
 """How a region takes back its own operations at every start, and how it takes writes alone
 (node/activeactive/lone_writes.py decides when; this is what the region does at each step).
 
-:class:`ActiveActiveRecovery` is a part of :class:`node.activeactive.region.ActiveActive` (mixed into
-it).
+:class:`Recovery` is a part :class:`node.activeactive.region.ActiveActive` holds (``aa.recovery``),
+given the causal log, the hub, the keyspace, the settings, the writes-alone state
+(:class:`~node.activeactive.lone_writes.LoneWrites`) and how to list the live peers.  Holding
+this region's own operations back, and refusing its own origin's from peers, it asks of the
+hub (``hold_own_from``, ``refuse_peers_own``, ``release_own``).
 
 Theory of operation
 -------------------
@@ -15,9 +18,9 @@ those numbers again would give two operations one dot.  So after *every* start t
 region takes no writes until every live member has handshaken with it and it holds
 every operation of its own that any of them held at that handshake (they send them
 back as any operation a peer lacks, or a full resync brings them):
-:meth:`ActiveActive.recovered`.  A member that stays unreachable keeps the region
-read-only (``LOADING``) until it comes back or is removed from the database.  Client writes are the
-only way this region mints dots, so refusing them (LOADING) is enough.  A peer's
+:meth:`Recovery.recovered`.  A member that stays unreachable keeps the region
+read-only (``LOADING``) until it comes back or is removed from the database.  Client
+writes are the only way this region mints dots, so refusing them (LOADING) is enough.  A peer's
 handshake counts what it *applied*; one of this region's operations that waited there
 for its dependencies is forgotten by that handshake (``ReplicationHub.handshook``), so
 no region keeps a lost operation beside the one minted again under its dot.
@@ -26,22 +29,46 @@ no region keeps a lost operation beside the one minted again under its dot.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from crdt.causal import Envelope
+from crdt.causal import CausalLog, Envelope, Fork
 from node.activeactive import opcodec
-from node.activeactive.backlog import keep_local_groups
+from node.activeactive.backlog import image_parts, keep_local_groups
 from node.activeactive.cluster_config import RegionSpec
-from node.activeactive.lone_writes import LoneStep
+from node.activeactive.hub import ReplicationHub
+from node.activeactive.lone_writes import LoneStep, LoneWrites
 from node.persistence import snapshot
+
+if TYPE_CHECKING:
+    from node.region.db import Database
 
 log = logging.getLogger("braid.activeactive")
 
 
-class ActiveActiveRecovery:
+def _nothing() -> None:
+    pass
+
+
+class Recovery:
     """Taking back its own operations, and writes taken alone: a part of
-    :class:`node.activeactive.region.ActiveActive`."""
+    :class:`node.activeactive.region.ActiveActive`.  ``config``: the region's settings
+    (node/region/config.py); ``peers``: the other live members now."""
+
+    def __init__(self, me: RegionSpec, causal: CausalLog, hub: ReplicationHub, db: Database, config: Any,
+                 lone: LoneWrites, peers: Callable[[], list[RegionSpec]]) -> None:
+        self.me = me
+        self.region = me.number
+        self.causal = causal
+        self.hub = hub
+        self.db = db
+        self.config = config
+        self.lone = lone
+        self.peers = peers
+        # set after a start that may have lost operations peers hold (see recover_own_operations)
+        self.recovering = False
+        self.machine_crash = False  # the start that recovers followed a crash of the machine
+        self._on_recovered: Callable[[], None] = _nothing
 
     def recover_own_operations(self, on_recovered: Callable[[], None], machine_crash: bool = False) -> None:
         """At every start, its peers may hold operations of this region its folder lacks (a
@@ -107,7 +134,7 @@ class ActiveActiveRecovery:
             lone.image = image
             lone.ops, lone.first_minted = [], None
             lone.periods += 1
-            self.hub.hold_at = self.causal.end
+            self.hub.hold_own_from(self.causal.end)
         self.recovering = False
         lone.waiting_since = None
         held = ", ".join(p.name for p in self.recovery_waits_for())
@@ -120,8 +147,9 @@ class ActiveActiveRecovery:
         """Every member answered and none held more of this region's operations: what was held
         leaves.  Or one held more and nothing was minted alone: the region takes those back
         before it writes again."""
-        lone = self.lone
-        if lone.first_minted is None and self.own_held_elsewhere() > lone.confirmed:
+        lone, confirmed = self.lone, self.lone.confirmed
+        assert confirmed is not None, "confirming writes while none are taken alone"
+        if lone.first_minted is None and self.own_held_elsewhere() > confirmed:
             log.warning("region %s: a member holds operations of its own above %d, and it sent none alone: it "
                         "takes them back before it takes writes again", self.me.name, lone.confirmed)
             self.recovering = True
@@ -130,8 +158,7 @@ class ActiveActiveRecovery:
                         "operations it took alone leave for the other regions", self.me.name, lone.confirmed,
                         len(lone.ops))
         lone.confirmed, lone.image, lone.ops, lone.first_minted = None, None, [], None
-        self.hub.hold_at = None
-        self.hub.refuse_own = False
+        self.hub.release_own()
         self.hub.wake()
 
     def withdraw_alone(self) -> list[Envelope]:
@@ -140,27 +167,29 @@ class ActiveActiveRecovery:
         regions' operations it applied since, for the caller to apply again on top (none of
         them depends on a withdrawn one: nothing held left).  Consumer groups keep their
         region-local state where the group is the same (same creation), as with an image."""
-        lone = self.lone
+        lone, held_from, confirmed = self.lone, self.hub.hold_at, self.lone.confirmed
+        assert lone.image is not None and held_from is not None and confirmed is not None, \
+            "withdrawing writes while none are taken alone"
         img = snapshot.decode(lone.image)
-        since = self.causal.log[self.hub.hold_at - self.causal.base:]
+        keys, causal = image_parts(img)
+        since = self.causal.log[held_from - self.causal.base:]
         # in this region's own log each group goes back where it was: the operations taken
         # back put entries below those read alone, and `>` must not skip them
-        keep_local_groups(img.keys, self.db.keys, back_in=self.region)
-        self.db.keys = img.keys
-        self.causal.take(img.causal)
+        keep_local_groups(keys, self.db.keys, back_in=self.region)
+        self.db.keys = keys
+        self.causal.take(causal)
         self.causal.drop_pending()  # their senders send them again
-        self.hub.arrivals = [time.monotonic()] * len(self.causal.log)
+        self.hub.restart_arrivals()
         log.warning("region %s withdraws the %d operations it took alone: region(s) %s hold operations of this "
                     "region above %d; it takes those back, then issues its own again under new numbers",
                     self.me.name, len(lone.ops),
                     ", ".join(str(p) for p, vv in sorted(self.hub.last_handshake_vv.items())
-                              if vv.get(self.region, 0) > lone.confirmed) or "another", lone.confirmed)
-        lone.reissue, lone.reissue_base = lone.ops, lone.confirmed
+                              if vv.get(self.region, 0) > confirmed) or "another", confirmed)
+        lone.reissue, lone.reissue_base = lone.ops, confirmed
         lone.withdrawals += 1
         lone.withdrawn_ops += len(lone.ops)
         lone.confirmed, lone.image, lone.ops, lone.first_minted = None, None, [], None
-        self.hub.hold_at = None
-        self.hub.refuse_own = False
+        self.hub.release_own()
         self.drop_own_forks()
         self.recovering = True
         return [env for env in since if env.origin != self.region]
@@ -175,18 +204,13 @@ class ActiveActiveRecovery:
             minted = next((env.n for _op, env, _sent in own if env is not None), None)
             if minted is not None:
                 lone.first_minted = minted
-                self.hub.refuse_own = True
+                self.hub.refuse_peers_own()
 
     def drop_own_forks(self) -> None:
         """Forget the forks links found in this region's own history (it withdrew what forked)."""
-        for peer, found in list(self.hub.forks.items()):
-            rest = [f for f in found if f.origin != self.region]
-            if rest:
-                self.hub.forks[peer] = rest
-            else:
-                del self.hub.forks[peer]
+        self.hub.drop_forks_of(self.region)
 
-    def own_history_forked(self) -> list:
+    def own_history_forked(self) -> list[Fork]:
         """The forks a link found in this region's own history (crdt/causal.py): a peer holds
         other operations under numbers this region minted - e.g. a folder restored from a copy
         taken before a salvage cut what the copy holds.  Minting on would only deepen it."""

@@ -4,18 +4,30 @@ It owns the region's causal log (crdt/causal.py) and replication hub
 (node/activeactive/hub.py), publishes every replicated operation the region applies,
 and holds what the multi-region resolver (crdt/resolve.py) reads: the ID mode, the
 region's number and stride, and the causal log's version vector.  It sees the region
-only through the keyspace (``Database``) and the settings: applying another region's
-operation, and installing a full-resync image, are the region core's
-(node/region/core.py), which it reaches through the hub's ``on_apply`` / ``on_apply_run`` /
-``install_image``.
+only through the keyspace (``Database``), the settings and the region's side
+(:class:`RegionCommands`, the region core, node/region/core.py, which builds it with itself):
+applying another region's operation and installing or joining a full-resync image are the
+core's, which the hub calls directly (it is handed the same side when it is built here); a
+cluster-wide flush and a backup's snapshot are the core's too.
 
-Its parts (each a class :class:`ActiveActive` is made of, in a module of its own):
+Its parts, each an object it holds and builds with what that part needs, in a module of
+its own:
 
-- node/activeactive/membership.py: changes of the member list, promises, the hub's gate;
-- node/activeactive/recovery.py: taking back its own operations at every start, writes
-  taken alone;
-- node/activeactive/backlog.py: the replication backlog and full-resync images;
-- node/activeactive/status.py: the status braid-admin reads and INFO crdt's lines.
+- ``changes`` (node/activeactive/membership.py, :class:`MembershipChanges`): changes of the
+  member list, promises, following a change with the links; the hub's ``gate``
+  (:class:`MembershipGate`) counts into :class:`MembershipCounts`;
+- ``recovery`` (node/activeactive/recovery.py, :class:`Recovery`): taking back its own
+  operations at every start, writes taken alone;
+- ``backlog`` (node/activeactive/backlog.py, :class:`Backlog`): the replication backlog and
+  full-resync images;
+- ``report`` (node/activeactive/status.py, :class:`Status`): the status braid-admin reads and
+  INFO crdt's lines, read through :class:`~node.activeactive.status.Reported` (this object).
+
+The hub is built first, with everything it calls given at once (the side, the gate, how to
+make this region's image, whom to tell of a refusal); the parts are built after it, and what
+the hub is given of them are this object's methods, which reach the parts only when called.
+Callers (the region core, the admin service, the metrics, the simulation) use this object's
+methods, each of which hands the call to the part that does it.
 
 This module holds the rest: starting and stopping the links, when operations may leave
 (the operation log), publishing operations, database settings, the cluster-wide flush, and
@@ -30,25 +42,37 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from crdt import ops
 from crdt.causal import CausalLog, Envelope
-from crdt.membership import ACTIVE, JOINING, LEAVING, LIVE, REMOVED, Membership
+from crdt.membership import ACTIVE, JOINING, LEAVING, REMOVED, Membership, Promise, Proposal, Settlement, Standing
 from node.activeactive import opcodec
-from node.activeactive.backlog import ActiveActiveBacklog
+from node.activeactive.backlog import Backlog
 from node.activeactive.cluster_config import DB_SETTINGS, ClusterConfig, RegionSpec
 from node.activeactive.coordinator import Connect
-from node.activeactive.hub import ReplicationHub, Transport
-from node.activeactive.lone_writes import LoneWrites
-from node.activeactive.membership import PROMISE_TIMEOUT_S, SETTLE_EVERY_S, ActiveActiveMembership, MembershipGate
-from node.activeactive.recovery import ActiveActiveRecovery
-from node.activeactive.status import ActiveActiveStatus
+from node.activeactive.hub import RegionSide, ReplicationHub, Transport
+from node.activeactive.lone_writes import LoneStep, LoneWrites
+from node.activeactive.membership import (
+    PROMISE_TIMEOUT_S,
+    SETTLE_EVERY_S,
+    MembershipChanges,
+    MembershipCounts,
+    MembershipGate,
+    PromiseStore,
+)
+from node.activeactive.recovery import Recovery
+from node.activeactive.status import Status
 from node.transport.admin_types import FlushNotReady
 from node.transport.tls import LinkCredentials
 
+if TYPE_CHECKING:
+    from node.region.db import Database
+
 # PROMISE_TIMEOUT_S and SETTLE_EVERY_S live in node/activeactive/membership.py; named here too
 # because the tests and the simulation (chaos/sim/membership.py) read them here
-__all__ = ["ActiveActive", "MembershipGate", "FlushNotReady", "REPLICATED", "PROMISE_TIMEOUT_S", "SETTLE_EVERY_S"]
+__all__ = ["ActiveActive", "MembershipGate", "FlushNotReady", "REPLICATED", "PROMISE_TIMEOUT_S", "SETTLE_EVERY_S",
+           "RegionCommands"]
 
 log = logging.getLogger("braid.activeactive")
 
@@ -57,64 +81,69 @@ REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.Crea
               ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp, ops.FlushKeys)
 
 
-class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBacklog, ActiveActiveStatus):
+class RegionCommands(RegionSide, Protocol):
+    """The region's side as this object sees it (node/region/core.py's ``RegionCore``): what the
+    hub calls, and the commands braid-admin's calls run as the region's own."""
+
+    def flush_database(self) -> int:
+        """FLUSHALL run as a client's (logged, replicated); returns how many keys it removed;
+        ValueError: not run (see :meth:`ActiveActive.flush_when_caught_up`)."""
+
+    def snapshot_now(self) -> tuple[bytes, int]:
+        """A snapshot of the region's state taken now, and the log record it holds the state
+        after (the region core's SAVE serialisation: braid-admin backup)."""
+
+
+def _no_setting(name: str, value: Any) -> None:
+    pass
+
+
+class ActiveActive:
     """This region's part in the Active-Active database (see the module's docstring)."""
 
-    def __init__(self, db, config, cluster: ClusterConfig, me: RegionSpec) -> None:
-        """``db``: the region's Database (node/region/db.py); ``config``: its settings."""
+    def __init__(self, db: Database, config: Any, cluster: ClusterConfig, me: RegionSpec, side: RegionCommands, *,
+                 on_setting: Callable[[str, Any], None] = _no_setting) -> None:
+        """``db``: the region's Database (node/region/db.py); ``config``: its settings
+        (node/region/config.py); ``side``: the region core, which applies what the hub receives;
+        ``on_setting``: told of a database setting tuned here that is also a server setting
+        (appendfsync, maxmemory), with its value as checked (node/activeactive/cluster_config.py)."""
         self.db = db
         self.config = config
         self.cluster = cluster
         self.me = me
+        self.side = side
+        self.on_setting = on_setting
         # read for every XADD's ID (crdt/resolve.py): attributes, not properties; neither changes
         self.region: int = me.number
         self.stride: int = cluster.stride
-        self.mode = cluster.id_mode
+        self.mode: str = cluster.id_mode
         self.membership: Membership = cluster.membership()
-        self.active = self.membership.status(me.number) == ACTIVE  # kept with the list (writable)
-        self.membership_refused = 0   # handshakes refused: the peer is not a member (or was removed)
-        self.membership_dropped = 0   # operations of removed regions past their frozen point, dropped
-        self.activation: asyncio.Task | None = None
-        self.learning: asyncio.Task | None = None
-        self._promised_at = 0.0  # when the promise held now was made (monotonic seconds)
-        self.promise_store = None  # where the promise is kept across restarts (the server's data dir)
-        self._held_links: set[int] = set()  # links cut while a forced removal of that peer is held
-        self._learn_soon = True   # ask the peers for their member lists (at start, after a refusal)
-        self.on_purge: Callable[[], None] = lambda: None  # the server wipes its files and stops
-        self.admin_tls = None  # set by start(): what this region presents to other regions' admin service
-        # set by start(): opens clients of other regions' admin service (node.transport.admin.clients);
-        # until then no region is reachable that way
-        self.admin_connect: Connect = _no_admin_clients
+        # braid-admin backup (node/transport/admin.py): the region core's snapshot
+        self.snapshot_now: Callable[[], tuple[bytes, int]] | None = side.snapshot_now
         self.causal = CausalLog(me.number)
         c = cluster
         tls = None
         if c.tls is not None:  # TlsConfigError (a ValueError) names a file that cannot be used
             tls = LinkCredentials(c.tls.ca, *c.tls.region_pair(me))
-        # the region core sets on_apply, on_apply_run and install_image (node/region/core.py)
-        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, _not_attached,
-                                  config, tls=tls, names={r.number: r.name for r in c.regions})
-        self.hub.gate = MembershipGate(self)
+        self.counts = MembershipCounts()  # what the gate and the membership part count
+        self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, side, config,
+                                  tls=tls, names={r.number: r.name for r in c.regions},
+                                  gate=MembershipGate(me, cluster, self.membership, self.counts, self.adopt),
+                                  make_image=self._make_image, on_denied=self._denied)
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it reached the OS (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
-        self.hub.make_image = lambda digests=True: self.resync_image(int(time.time() * 1000), digests)
-        # a database setting tuned here that is also a server setting (appendfsync)
-        self.on_setting: Callable[[str, str], None] = lambda name, value: None
-        # FLUSHALL run by the region core as a client's (logged, replicated); returns how many
-        # keys it removed; ValueError: not run (see flush_when_caught_up)
-        self.flush_database: Callable[[], int] = _no_flush
-        # a snapshot of the region's state taken now, and the log record it holds the state
-        # after (the region core's SAVE serialisation: braid-admin backup); set by the core
-        self.snapshot_now: Callable[[], tuple[bytes, int]] | None = None
         self.flushes_waiting = 0  # cluster-wide flushes waiting for operations (INFO crdt)
-        # the backlog's size in bytes, counted as operations join it (see backlog_bytes)
-        self._backlog_bytes = 0
-        self._counted = (0, 0, None)  # (causal.base, causal.end, log[0]) when last counted
-        # set after a start that may have lost operations peers hold (see recover_own_operations)
-        self.recovering = False
-        self.machine_crash = False  # the start that recovers followed a crash of the machine
-        self._on_recovered: Callable[[], None] = lambda: None
         self.lone = LoneWrites()  # writes taken alone (crdt-lone-writes-after-ms; node/activeactive/lone_writes.py)
+        self.changes = MembershipChanges(me, cluster, self.membership, self.causal, self.hub, self.counts)
+        self.recovery = Recovery(me, self.causal, self.hub, db, config, self.lone, self.changes.peers)
+        self.backlog = Backlog(me.number, self.causal, self.hub, db, self.membership, self.lone, self.changes,
+                               self._unsafe.clear)
+        self.report = Status(self)
+
+    def _make_image(self, digests: bool = True) -> tuple[bytes, dict[int, int]]:
+        """The hub's ``make_image``: this region's image now, for a peer that lacks trimmed operations."""
+        return self.resync_image(int(time.time() * 1000), digests)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, services: Iterable[Callable[[ActiveActive], object]] = (),
@@ -125,14 +154,11 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
         server gives the admin service, node/transport/admin.py); ``connect``: how this region
         reaches other regions' admin service (membership: learning, activating, settling).
         All are given by the caller (node/runtime/server.py) so this module does not import gRPC."""
-        if connect is not None:
-            self.admin_connect = connect
-        if transport is not None:
-            self.hub.transport = transport
-        await self.hub.serve(host, self.me.repl_port, extra=[make(self) for make in services])
+        self.changes.reach_admin(connect)
+        await self.hub.serve(host, self.me.repl_port, extra=[make(self) for make in services], transport=transport)
         if self.hub.tls is not None:  # a joining region asks the others to activate it, as braid-admin would
             m = self.hub.tls.material
-            self.admin_tls = (m.ca, m.cert, m.key)
+            self.changes.reach_admin(tls=(m.ca, m.cert, m.key))
         if self.hub.tls is None:
             log.warning("links between regions and the admin service are PLAIN TEXT (tls = false in the "
                         "cluster file): the cluster token and every operation cross the network in clear; "
@@ -143,39 +169,19 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
             pass  # not the main thread (InProcessServer) or no signals here
         if self.membership.status(self.region) == REMOVED:
             self.hub.retire()
-        self._dial_peers()
-        self._watch_join()
-        self.hub.on_denied = self._denied
-        self.learning = asyncio.get_running_loop().create_task(self._keep_learning())
-        self.settling = asyncio.get_running_loop().create_task(self._keep_settling())
+        self.changes.start()
 
     def _denied(self) -> None:
-        """A peer refused this region's handshake: perhaps it was removed meanwhile; ask."""
-        self._learn_soon = True
-
-    def _dial_peers(self) -> None:
-        """Dial every live member with a higher number (the lower number dials); a removed
-        region dials nobody, nor does a region driven without an event loop (the simulations
-        deliver operations themselves: a dial task there would never run)."""
-        if self.membership.status(self.region) in (None, REMOVED):
-            return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        for peer in self.peers():
-            if peer.number > self.me.number:
-                self.hub.dial(peer.number, f"{peer.host}:{peer.repl_port}")
+        """The hub's ``on_denied``: a peer refused this region's handshake (perhaps it was
+        removed meanwhile: the membership part asks)."""
+        self.changes.learn_soon()
 
     def peers(self) -> list[RegionSpec]:
         """The other live members (active, joining, leaving)."""
-        return [r for r in self.cluster.regions if r.number != self.region and
-                self.membership.status(r.number) in LIVE]
+        return self.changes.peers()
 
     async def stop(self) -> None:
-        for task in (self.activation, self.learning, self.settling):
-            if task is not None:
-                task.cancel()
+        self.changes.stop()
         try:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         except (NotImplementedError, RuntimeError, ValueError):
@@ -216,7 +222,7 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
     def log_started(self) -> None:
         """Everything in the causal log now came from the loaded file: safe to send."""
         self._unsafe.clear()
-        self.hub.sendable = self.causal.end
+        self.hub.logged_upto(self.causal.end)
 
     def logged(self, record: int, end: int | None = None) -> None:
         """Record ``record`` of the operation log holds what the causal log has now (or up to
@@ -244,7 +250,7 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
                 causal = self.causal
                 for e in causal.log[max(0, self.hub.sendable_upto() - causal.base):upto - causal.base]:
                     trace.mark("logged", 0, e.origin, e.n)
-            self.hub.sendable = upto
+            self.hub.logged_upto(upto)
             self.hub.wake()
 
     # ------------------------------------------------------------ operations
@@ -270,20 +276,20 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
             raise ValueError(f"unknown database setting {name!r} (known: {', '.join(DB_SETTINGS)})")
         attr, check = DB_SETTINGS[name]
         try:
-            value = check(value)
+            checked = check(value)
         except ValueError as e:
             raise ValueError(f"{name} {e}") from None
         before = getattr(self.cluster, attr)
-        setattr(self.cluster, attr, value)
+        setattr(self.cluster, attr, checked)
         try:
             self.cluster.save()  # first on disk, so that the setting survives a restart
         except OSError as e:
             setattr(self.cluster, attr, before)
             raise ValueError(f"cannot record the setting in {self.cluster.path}: {e.strerror}") from None
         if name == "crdt_xadd_id_uniqueness_mode":
-            self.mode = value
+            self.mode = str(checked)
         else:
-            self.on_setting(name, value)
+            self.on_setting(name, checked)
 
     # ------------------------------------------------------------ the cluster-wide flush
     async def flush_when_caught_up(self, database: str, context: dict[int, int], timeout_s: float,
@@ -311,7 +317,7 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
                     await asyncio.sleep(poll_s)  # polled: operations arrive on this loop, between polls
             finally:
                 self.flushes_waiting -= 1
-        removed = self.flush_database()
+        removed = self.side.flush_database()
         return removed, dict(self.causal.vv)
 
     def missing(self, context: dict[int, int]) -> dict[int, tuple[int, int]]:
@@ -338,9 +344,10 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
             return False
         if self.hub.forks and self.own_history_forked():
             return False
-        if self.lone.alone and self.own_held_elsewhere() > self.lone.confirmed:
+        confirmed = self.lone.confirmed  # not None: alone
+        if confirmed is not None and self.own_held_elsewhere() > confirmed:
             return False  # withdrawing what it took alone (the cron's next step)
-        if self.active:
+        if self.changes.active:
             return True
         return self.membership.status(self.region) == JOINING and self.caught_up()
 
@@ -349,7 +356,7 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
         status = self.membership.status(self.region)
         forked = self.own_history_forked()
         lone = self.lone
-        if (forked or lone.reissue or (lone.alone and self.own_held_elsewhere() > lone.confirmed)) \
+        if (forked or lone.reissue or (lone.confirmed is not None and self.own_held_elsewhere() > lone.confirmed)) \
                 and (lone.alone or lone.reissue) and status in (ACTIVE, JOINING):
             return ("LOADING this region took writes alone and another region holds operations of this region "
                     "it lacks: it takes them back, then issues its own writes again under new numbers "
@@ -374,14 +381,155 @@ class ActiveActive(ActiveActiveMembership, ActiveActiveRecovery, ActiveActiveBac
         return (f"READONLY this region was removed from the database (membership epoch {self.membership.epoch}): "
                 "write to another region")
 
+    # ------------------------------------------------------------ the membership part's (self.changes)
+    @property
+    def active(self) -> bool:
+        """Is this region an active member (kept with the list by the membership part)?"""
+        return self.changes.active
 
-def _no_admin_clients(cfg, numbers, tls, timeout) -> dict:
-    return {}  # not started: no way to reach another region's admin service
+    @property
+    def membership_refused(self) -> int:
+        """Handshakes refused: the peer is not a member (or was removed)."""
+        return self.counts.refused
 
+    @property
+    def membership_dropped(self) -> int:
+        """Operations of removed regions past their frozen point, dropped."""
+        return self.counts.dropped
 
-def _no_flush() -> int:
-    raise ValueError("no region core runs commands for this region")
+    @property
+    def membership_clock(self) -> Callable[[], float]:
+        """The clock promises are timed by (monotonic seconds; the simulation sets its virtual one)."""
+        return self.changes.clock
 
+    @membership_clock.setter
+    def membership_clock(self, clock: Callable[[], float]) -> None:
+        self.changes.time_by(clock)
 
-def _not_attached(env: Envelope) -> None:
-    raise RuntimeError("no region core applies operations for this hub")
+    @property
+    def on_purge(self) -> Callable[[], None]:
+        """What wipes this region's files and stops it once it is purged (the server sets it)."""
+        return self.changes.on_purge
+
+    @on_purge.setter
+    def on_purge(self, on_purge: Callable[[], None]) -> None:
+        self.changes.when_purged(on_purge)
+
+    @property
+    def promise_store(self) -> PromiseStore | None:
+        """Where the promise is kept across restarts (see :meth:`attach_promise_store`)."""
+        return self.changes.promise_store
+
+    def attach_promise_store(self, store: PromiseStore) -> None:
+        self.changes.attach_promise_store(store)
+
+    def caught_up(self) -> bool:
+        return self.changes.caught_up()
+
+    def catch_up_progress(self) -> tuple[int, int]:
+        return self.changes.catch_up_progress()
+
+    def promise(self, p: Proposal, now: float | None = None) -> Promise:
+        return self.changes.promise(p, now)
+
+    def abort(self, p: Proposal, settled: bool = False) -> None:
+        self.changes.abort(p, settled)
+
+    def left_promise(self, now: float | None = None) -> Proposal | None:
+        return self.changes.left_promise(now)
+
+    def standing(self, p: Proposal) -> Standing:
+        return self.changes.standing(p)
+
+    def settle(self, p: Proposal, standings: dict[int, Standing]) -> Settlement:
+        return self.changes.settle(p, standings)
+
+    def commit(self, p: Proposal, frozen: int) -> None:
+        self.changes.commit(p, frozen)
+
+    def adopt(self, blob: bytes) -> bool:
+        return self.changes.adopt(blob)
+
+    def purge(self, blob: bytes) -> None:
+        self.changes.purge(blob)
+
+    # ------------------------------------------------------------ the recovery part's (self.recovery)
+    @property
+    def recovering(self) -> bool:
+        """Set after a start that may have lost operations peers hold (see recover_own_operations)."""
+        return self.recovery.recovering
+
+    @property
+    def machine_crash(self) -> bool:
+        return self.recovery.machine_crash
+
+    def recover_own_operations(self, on_recovered: Callable[[], None], machine_crash: bool = False) -> None:
+        self.recovery.recover_own_operations(on_recovered, machine_crash)
+
+    def recovery_waits_for(self) -> list[RegionSpec]:
+        return self.recovery.recovery_waits_for()
+
+    def recovered(self) -> bool:
+        return self.recovery.recovered()
+
+    def own_held_elsewhere(self) -> int:
+        return self.recovery.own_held_elsewhere()
+
+    def own_history_forked(self) -> list:
+        return self.recovery.own_history_forked()
+
+    def lone_step(self, now_ms: int) -> LoneStep | None:
+        return self.recovery.lone_step(now_ms)
+
+    def begin_alone(self, image: bytes | None) -> None:
+        self.recovery.begin_alone(image)
+
+    def end_alone(self) -> None:
+        self.recovery.end_alone()
+
+    def withdraw_alone(self) -> list[Envelope]:
+        return self.recovery.withdraw_alone()
+
+    def note_lone(self, own: list) -> None:
+        self.recovery.note_lone(own)
+
+    # ------------------------------------------------------------ the backlog part's (self.backlog)
+    def trim_backlog(self, max_bytes: int, ttl_s: float, now: float, link_positions: list[int] | None = None) -> int:
+        return self.backlog.trim_backlog(max_bytes, ttl_s, now, link_positions)
+
+    def backlog_memory(self) -> int:
+        return self.backlog.backlog_memory()
+
+    def backlog_bytes(self) -> int:
+        return self.backlog.backlog_bytes()
+
+    def stable(self) -> dict[int, int]:
+        return self.backlog.stable()
+
+    def collect_garbage(self) -> int:
+        return self.backlog.collect_garbage()
+
+    def resync_image(self, now_ms: int, digests: bool = True) -> tuple[bytes, dict[int, int]]:
+        return self.backlog.resync_image(now_ms, digests)
+
+    def adopt_image(self, data: bytes) -> list[Envelope] | None:
+        return self.backlog.adopt_image(data)
+
+    def join_image(self, data: bytes) -> list[Envelope] | None:
+        return self.backlog.join_image(data)
+
+    # ------------------------------------------------------------ the status part's (self.report)
+    def unstable_ops(self) -> dict[int, int]:
+        return self.report.unstable_ops()
+
+    def peer_lag(self, number: int, now: float) -> tuple[int, float]:
+        return self.report.peer_lag(number, now)
+
+    def metadata_sizes(self) -> dict:
+        return self.report.metadata_sizes()
+
+    def status(self) -> dict:
+        return self.report.status()
+
+    def info_lines(self) -> list[str]:
+        return self.report.info_lines()

@@ -44,11 +44,12 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 import msgspec
 
 from crdt import ops
+from crdt.causal import CausalLog
 from node.activeactive import opcodec
 from node.persistence import snapshot as snap
 from node.persistence.aof import OP_LOCAL, OP_REPLICATED, CorruptLog, scan, truncate_torn
@@ -57,6 +58,8 @@ from node.persistence.runmark import mark_for_recovery, read_run_mark
 from node.region.core import Session
 
 if TYPE_CHECKING:
+    from crdt.causal import CausalLog
+    from node.activeactive.region import ActiveActive
     from node.region.core import RegionCore as Server  # replay needs the core only, never a running server
 
 log = logging.getLogger("braid.persistence")
@@ -140,15 +143,15 @@ def install(server: Server, s: snap.Snapshot, path: str) -> None:
     if s.active_active != (aa is not None) or (aa is not None and s.region != server.region):
         raise LoadError(f"snapshot {path} belongs to another kind of region (active_active={s.active_active}, "
                         f"region {s.region})")
-    server.db.keys = s.keys
+    server.db.keys = cast(ops.Keyspace, s.keys)
     if aa is not None:
-        aa.causal.take(s.causal)
+        aa.causal.take(cast(CausalLog, s.causal))
         # operations that waited for their dependencies when the snapshot was taken are not
         # taken back: their senders send them again, and one kept could be an operation its
         # origin lost in a crash of its machine and has since minted again under the same
         # dot (node/activeactive/hub.py: ReplicationHub.handshook)
         aa.causal.drop_pending()
-        aa.hub.arrivals = [time.monotonic()] * len(aa.causal.log)
+        aa.hub.restart_arrivals()
 
 
 @dataclass
@@ -236,12 +239,13 @@ def apply_own(server: Server, number: int, entry: OwnOperation) -> object:
         n, deps = vv.get(aa.region, 0) + 1, tuple(sorted(vv.items()))
         if n != entry.n or deps != entry.deps:
             raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}) and dependencies "
-                             f"{dict(entry.deps)}, but the causal log stamps it ({aa.region}, {n}) with {dict(deps)}")
+                             f"{dict(entry.deps or ())}, but the causal log stamps it ({aa.region}, {n}) with {dict(deps)}")
     try:
         result = ops.apply(db.keys, op, db.limits)
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
         raise ValueError(f"the operation cannot be applied: {type(e).__name__}: {e}") from None
     if entry.n is not None:
+        assert aa is not None  # (checked above)
         env = aa.hub.issue(entry.op)
         if env.n != entry.n or env.deps != entry.deps:  # the check above is CausalLog.stamp's rule
             raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}), but the causal log "
@@ -266,8 +270,8 @@ class _OwnReplay:
         self.db = server.db
         aa = server.db.aa
         hub = aa.hub if aa is not None else None
-        # a hub whose issue is wrapped (the simulation's membership checks) is called as is
-        self.causal = aa.causal if aa is not None and "issue" not in vars(hub) else None
+        # a hub with watchers (the simulation's membership checks) is called as is: its issue tells them
+        self.causal = aa.causal if aa is not None and hub is not None and not hub.watchers else None
         self.arrivals = hub.arrivals if hub is not None else None
         self.loaded_at = time.monotonic()  # the arrival time of every operation stamped here
         self._deps_at = -1         # the causal log's end when _expected was right
@@ -306,13 +310,14 @@ class _OwnReplay:
     def _apply(self, e: bytes | list) -> None:
         """Apply one entry of an ``o`` record (its shape checked), as apply_own would."""
         causal = self.causal
-        if type(e) is bytes:
-            data = e
+        sent = None if type(e) is bytes else cast(list, e)  # [operation, n, dependencies]: it was sent
+        if sent is None:
+            data = cast(bytes, e)
         elif causal is None:
-            apply_own(self.server, 0, OwnOperation(e[0], e[1], _deps(e[2])))
+            apply_own(self.server, 0, OwnOperation(sent[0], sent[1], _deps(sent[2])))
             return
         else:
-            data = e[0]
+            data = sent[0]
         try:
             add = opcodec.decode_plain_add(data)  # (tag, key, origin, id, fields, None, None, None, None)
             op = None
@@ -320,29 +325,28 @@ class _OwnReplay:
             add, op = None, _op(data)
         except msgspec.DecodeError as err:
             raise ValueError(f"undecodable operation: {type(err).__name__}: {err}") from None
-        if data is not e:
-            self._check_dot(e[1], e[2])
+        if sent is not None and causal is not None:  # (causal is not None once sent is not: see above)
+            self._check_dot(causal, sent[1], sent[2])
         db = self.db
         try:
             if add is not None:  # AddEntry(key, origin, id, fields): appended without building it
                 ops.append_entry(db.keys, add[1], add[2], add[3], add[4], db.limits)
             else:
-                ops.apply(db.keys, op, db.limits)
+                ops.apply(db.keys, cast(ops.Op, op), db.limits)  # (op is not None without add)
         except (TypeError, AttributeError, KeyError, IndexError, ValueError) as err:
             raise ValueError(f"the operation cannot be applied: {type(err).__name__}: {err}") from None
-        if data is not e:
+        if sent is not None and causal is not None and self.arrivals is not None:  # (all three, once sent)
             causal.stamp(data)
             self.arrivals.append(self.loaded_at)
             if self._deps_at == causal.end - 1 and self._own is not None:
                 self._deps_at += 1
                 self._own[1] += 1  # the next operation depends on this one
 
-    def _check_dot(self, n: int, deps: list) -> None:
-        """ValueError unless the causal log stamps the next operation with dot ``n`` and
-        dependencies ``deps`` (as logged: pairs), as :func:`apply_own` checks.  The
+    def _check_dot(self, causal: CausalLog, n: int, deps: list) -> None:
+        """ValueError unless ``causal`` (the causal log) stamps the next operation with dot ``n``
+        and dependencies ``deps`` (as logged: pairs), as :func:`apply_own` checks.  The
         dependencies expected are kept as pairs between stamps (only this region's own
         counter moves), and built again when the log grew otherwise."""
-        causal = self.causal
         region, vv = causal.region, causal.vv
         if self._deps_at != causal.end:
             self._expected = [[o, c] for o, c in sorted(vv.items())]
@@ -356,6 +360,19 @@ class _OwnReplay:
         raise ValueError(f"the operation was logged with dot ({region}, {n}) and dependencies "
                          f"{dict(_deps(deps))}, but the causal log stamps it ({region}, {vv.get(region, 0) + 1}) "
                          f"with {dict(wanted)}")
+
+
+def _active_active(server: Server) -> ActiveActive | None:
+    """The region's Active-Active part (None: a standalone region), with its type
+    (node/region/db.py declares ``Database.aa`` without one)."""
+    return cast("ActiveActive | None", server.db.aa)
+
+
+class _LoggedOperationsHolder(Protocol):
+    """The keyspace's holder as a replay of a command record sets it (node/region/db.py's
+    ``Database``, which declares ``logged_ops`` as None only)."""
+
+    logged_ops: LoggedOperations | None
 
 
 class _LoneReplay:
@@ -393,7 +410,7 @@ class _LoneReplay:
         mark = self.marks.get(at)
         if mark is not None:
             if mark.tag == b"w":
-                self.reissue, self.reissue_base = list(mark.withdrawn), mark.confirmed
+                self.reissue, self.reissue_base = list(mark.withdrawn or ()), mark.confirmed  # (a list: lone_marks)
             elif at == self.open_at:
                 self._reopen(mark.confirmed)
             return True
@@ -403,31 +420,32 @@ class _LoneReplay:
         if any(a < at < w for a, w in self.withdrawn_spans):
             return True
         self.reissue = None  # the first own record after a ``w`` issues its list again
-        if self.held:
-            lone = self.server.db.aa.lone
+        aa = _active_active(self.server) if self.held else None  # (held: it is an Active-Active region)
+        if aa is not None:
+            lone = aa.lone
             lone.ops.extend(e.op if e.applied is None else e.applied for e in own)
             minted = next((e.n for e in own if e.n is not None), None)
             if lone.first_minted is None and minted is not None:
                 lone.first_minted = minted
-                self.server.db.aa.hub.refuse_own = True
+                aa.hub.refuse_peers_own()
         return False
 
     def _reopen(self, confirmed: int) -> None:
         server = self.server
-        aa = server.db.aa
+        aa = _active_active(server)
         if aa is None:
             raise ValueError("writes taken alone, but this region is not part of an Active-Active database")
         image = snap.encode(server.db.keys, aa.causal, 0, server.system_ms(), True, server.region)
         aa.lone.confirmed, aa.lone.image, aa.lone.ops, aa.lone.first_minted = confirmed, image, [], None
         aa.lone.periods += 1
-        aa.hub.hold_at = aa.causal.end
+        aa.hub.hold_own_from(aa.causal.end)
         self.held = True
 
     def finish(self) -> None:
-        aa = self.server.db.aa
+        aa = _active_active(self.server)
         if aa is not None and self.reissue:
             aa.lone.reissue, aa.lone.reissue_base = self.reissue, self.reissue_base
-        if self.held:
+        if self.held and aa is not None:  # (held: it is an Active-Active region)
             log.warning("this region was taking writes alone when it stopped: the %d operations it took since hold "
                         "until every member has answered", len(aa.lone.ops))
 
@@ -437,14 +455,14 @@ def _own_operations(kind: int, payload: bytes) -> list[OwnOperation] | None:
     if kind == OP_REPLICATED:
         if not payload.startswith(b"\x92\xc4\x01o"):
             return None
-        entries = decode_replicated(payload)
-    else:
-        if not payload.startswith(b"\x95\xc4\x01L"):
-            return None
-        entries = decode_local(payload).own
-        if not entries:
-            return None
-    return entries
+        decoded = decode_replicated(payload)
+        return decoded if isinstance(decoded, list) else None  # (an ``o`` record: always its list)
+    if not payload.startswith(b"\x95\xc4\x01L"):
+        return None
+    own = decode_local(payload).own
+    if not own:
+        return None
+    return own
 
 
 def _deps(pairs: list) -> tuple:
@@ -476,8 +494,9 @@ def _op(data: bytes) -> ops.Op:
         v = _raw_decode(data)
         if type(v) is list and len(v) == 9 and v[0] == _ADD_ENTRY_TAG and type(v[0]) is int:
             _tag, key, origin, id_, fields, pid, iid, dot, deps = v
-            return ops.AddEntry(key, origin, None if id_ is None else tuple(id_),
-                                None if fields is None else list(fields), pid, iid,
+            # (an ID or fields of None: decoded as opcodec.decode would, and refused as it is applied)
+            return ops.AddEntry(key, origin, cast("tuple[int, int]", None if id_ is None else tuple(id_)),
+                                cast(list, None if fields is None else list(fields)), pid, iid,
                                 None if dot is None else tuple(dot),
                                 None if deps is None else {int(o): n for o, n in deps.items()})
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, msgspec.DecodeError) as e:
@@ -554,19 +573,23 @@ def _replay_local(server: Server, client, number: int, payload: bytes) -> int:
         if rec.tag == b"x":
             server.db.expire_idmp(rec.now_ms, rec.stable)
             return 0
+        argv = rec.argv
+        assert argv is not None, "every local record but an expiry and the lone marks (read first) holds one"
         if rec.tag == b"d":
-            _count_idmp_duplicate(server, rec.argv[0])
+            _count_idmp_duplicate(server, argv[0])
             return 0
         if rec.id_mode is not None and server.db.aa is not None:
             server.db.aa.mode = rec.id_mode  # the mode it ran with, not today's (a full ID may be refused now)
         if rec.own is None:  # format 1: the command resolves its operations again
-            server.call(client, rec.argv)  # a Blocked reply is dropped: nothing waits during a load
+            server.call(client, argv)  # a Blocked reply is dropped: nothing waits during a load
             return 0
-        logged = server.db.logged_ops = LoggedOperations(server, number, rec.own)
+        logged = LoggedOperations(server, number, rec.own)
+        db = cast(_LoggedOperationsHolder, server.db)
+        db.logged_ops = logged
         try:
-            server.call(client, rec.argv)
+            server.call(client, argv)
         finally:
-            server.db.logged_ops = None
+            db.logged_ops = None
         logged.finish()
         return logged.differences
 

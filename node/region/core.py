@@ -125,18 +125,10 @@ class RegionCore:
         if cluster is not None:
             cfg, me = cluster
             self.region = me.number
-            aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me)
+            # this core is the region's side: its hub applies, installs and joins through it, and
+            # braid-admin's flush and backup run as its own commands (node/activeactive/region.py)
+            aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me, self, on_setting=self._db_setting_changed)
             self.db.resolver = resolve.ActiveActive(aa)
-            aa.hub.on_apply = self.apply_remote
-            aa.hub.on_apply_run = self.apply_remote_run
-            aa.hub.on_batch_applied = self.remote_batch_applied
-            aa.hub.frame_arrives = self.peer_frame_arrives
-            aa.hub.install_image = self.install_image
-            aa.hub.join_image = self.join_image
-            aa.on_setting = self._db_setting_changed
-            aa.flush_database = self.flush_database
-            aa.snapshot_now = self.snapshot_now  # braid-admin backup (node/transport/admin.py)
-            aa.hub.foreign_fork = self.fail_stop
         self.stats = Stats()
         # command name -> LatencyHistogram of its run time: filled by node/runtime/metrics.py when
         # the region exports metrics, else empty (execute() then only looks it up)

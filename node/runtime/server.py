@@ -351,8 +351,9 @@ class Server(RegionCore):
             self.oplog.close()
             if self.purging:
                 shutil.rmtree(self.oplog.directory, ignore_errors=True)
-                if self.db.aa is not None:
-                    self.db.aa.promise_store.save(None)
+                store = self.db.aa.promise_store if self.db.aa is not None else None
+                if store is not None:
+                    store.save(None)
                 log.warning("purged: deleted %s; add the region again (braid-admin region add) and start it",
                             self.oplog.directory)
 

@@ -5,13 +5,14 @@ Theory of operation
 Every region serves ``Admin`` on its gRPC port, beside ``Replication``.  The
 service is a thin skin: each call checks the cluster token (metadata entry
 ``braid-token``) and, with mutual TLS, that the caller's verified certificate is
-braid-admin's (CN ``braid-admin``) or a region's (node/transport/tls.py), then calls the region's :class:`node.activeactive.region.ActiveActive`,
-which holds the rules (what a status is, which settings exist, what pausing a
-link means).  The RESP commands ``BRAID.REPLICATION`` / ``BRAID.CONFIG`` call the
-same methods, so both routes always agree.  ``Backup`` alone goes past it to the
-region core: it takes a snapshot as SAVE does (its log fsynced up to the snapshot's
-record first) and streams the bytes in pieces well under the channel's message
-limit, so a state of any size crosses it.
+braid-admin's (CN ``braid-admin``) or a region's (node/transport/tls.py), then calls
+the region's :class:`node.activeactive.region.ActiveActive`, which holds the rules
+(what a status is, which settings exist, what pausing a link means).  The RESP
+commands ``BRAID.REPLICATION`` / ``BRAID.CONFIG`` call the same methods, so both
+routes always agree.  ``Backup`` alone goes past it to the region core: it takes a
+snapshot as SAVE does (its log fsynced up to the snapshot's record first) and
+streams the bytes in pieces well under the channel's message limit, so a state of
+any size crosses it.
 
 :class:`AdminClient` is the blocking client braid-admin uses; it turns gRPC
 failures into :class:`AdminCallError` with a sentence a person can act on.  With
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
@@ -31,8 +33,12 @@ from node.activeactive.cluster_config import ClusterConfig
 from node.resp.encoder import ReplyError
 from node.security import ADMIN_NAME
 from node.transport.admin_types import AdminCallError, AdminTls, FlushNotReady
-from proto import admin_pb2 as pb
+from proto import admin_pb2
 from proto import admin_pb2_grpc as pb_grpc
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = admin_pb2
 
 TOKEN_KEY = "braid-token"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0  # how long a Flush waits for the operations it must cover

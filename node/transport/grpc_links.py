@@ -15,6 +15,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Iterable
+from typing import Any
 
 import grpc
 
@@ -23,8 +24,12 @@ from crdt.sync import ProtocolError
 from node.activeactive.hub import CERTIFICATE_REFUSED, ReplicationHub
 from node.activeactive.link import Link, LinkStalled
 from node.transport.tls import TlsFront
-from proto import replication_pb2 as pb
+from proto import replication_pb2
 from proto import replication_pb2_grpc as pb_grpc
+
+# protoc's generated module builds its message classes at run time and ships no type stubs
+# (proto/build.py writes no .pyi): to a type checker its messages are Any
+pb: Any = replication_pb2
 
 log = logging.getLogger("braid.replication")
 
@@ -61,18 +66,14 @@ class _Servicer(pb_grpc.ReplicationServicer):
                                           packed_batches=hub.packed_batches, heads=my_heads,
                                           joins_states=hub.joins_states))
         running = asyncio.ensure_future(hub.run_link(link, request_iterator))
-        hub._served[link.peer] = link.outbox
-        if hub.front is not None:
-            hub._served_ports[link.peer] = hub.front.port_of(context.peer())
+        hub.serving(link.peer, link.outbox, None if hub.front is None else hub.front.port_of(context.peer()))
         try:
             while (frame := await link.outbox.get()) is not None:
-                hub.frames_sent += 1
+                hub.sent_frame()
                 yield frame
         finally:
             running.cancel()
-            if hub._served.get(link.peer) is link.outbox:
-                del hub._served[link.peer]
-                hub._served_ports.pop(link.peer, None)
+            hub.served_ended(link.peer, link.outbox)
             error = running.exception() if running.done() and not running.cancelled() else None
         if isinstance(error, ProtocolError):  # tell the peer why (it logs it)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
@@ -91,14 +92,16 @@ class GrpcLinks:
         for service in extra:
             service.add_to(self.server)
         if hub.tls is None:
-            hub.port = self.server.add_insecure_port(f"{host}:{port}")
+            bound = self.server.add_insecure_port(f"{host}:{port}")
             await self.server.start()
-            return hub.port
+            hub.listening(bound)
+            return bound
         # TLS: gRPC on a loopback port of its own, behind the front that does the handshakes
         backend = self.server.add_insecure_port("127.0.0.1:0")
         await self.server.start()
-        hub.front = TlsFront(hub.tls, backend, hub.refuse, hub.denied_by, hub.limits.handshake_timeout)
-        hub.port = await hub.front.start(host, port)
+        front = TlsFront(hub.tls, backend, hub.refuse, hub.denied_by, hub.limits.handshake_timeout)
+        hub.listening(hub.port, front)  # in place before the front takes its first connection
+        hub.listening(await front.start(host, port), front)
         return hub.port
 
     async def dial_forever(self, hub: ReplicationHub, peer: int, address: str) -> None:
@@ -112,9 +115,7 @@ class GrpcLinks:
                 raise
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.PERMISSION_DENIED:
-                    hub.denied += 1
-                    log.error("region %d refused this region: %s", peer, e.details())
-                    hub.on_denied()
+                    hub.refused_by(peer, e.details())
                 elif hub.tls is not None and any(w in (e.details() or "") for w in CERTIFICATE_REFUSED):
                     # this region's check of the peer's certificate failed: a refusal like any other
                     hub.refuse(address, f"the certificate of the region dialed as {hub.names.get(peer, peer)} "
@@ -135,7 +136,7 @@ class GrpcLinks:
             delay = min(delay * 2, 1.0)
 
     def _channel(self, hub: ReplicationHub, peer: int, address: str) -> grpc.aio.Channel:
-        options = hub.limits.channel_options()
+        options: list[tuple[str, int | str]] = [*hub.limits.channel_options()]
         if hub.tls is None:
             return grpc.aio.insecure_channel(address, options=options)
         m = hub.tls.material
@@ -180,7 +181,7 @@ class GrpcLinks:
 
             async def writer() -> None:
                 while (frame := await link.outbox.get()) is not None:
-                    hub.frames_sent += 1
+                    hub.sent_frame()
                     await call.write(frame)
 
             await hub.run_link(link, frames, writer())

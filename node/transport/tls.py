@@ -232,7 +232,8 @@ class TlsFront:
         host = grpc_peer.rsplit(":", 1)[0]
         if host not in ("ipv4:127.0.0.1", "ipv6:[::1]"):
             return None
-        return self.identities.get(self.port_of(grpc_peer))
+        port = self.port_of(grpc_peer)
+        return None if port is None else self.identities.get(port)
 
     def drop(self, ports: set[int] | None = None) -> None:
         """Close the connections behind these loopback ports (all: None); the peers connect again."""
@@ -284,6 +285,12 @@ class _TlsConnection(asyncio.Protocol):
         self.pending: list[bytes] = []  # plain bytes from the peer before the backend is connected
         self.timer: asyncio.TimerHandle | None = None
 
+    def _session(self) -> ssl.SSLObject:
+        """The TLS session: made with the connection, before any data arrives."""
+        tls = self.tls
+        assert tls is not None, "data before the connection was made"
+        return tls
+
     # ------------------------------------------------------------ the peer's side
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -300,7 +307,7 @@ class _TlsConnection(asyncio.Protocol):
         self.incoming.write(data)
         if not self.handshaken:
             try:
-                self.tls.do_handshake()
+                self._session().do_handshake()
             except ssl.SSLWantReadError:
                 self._flush()
                 return
@@ -309,15 +316,17 @@ class _TlsConnection(asyncio.Protocol):
                 self._refuse(refusal_reason(e) or f"TLS handshake failed: {e}")
                 return
             self.handshaken = True
-            self.timer.cancel()
+            if self.timer is not None:
+                self.timer.cancel()
             self._flush()
             self._connect_backend()
         self._read_plain()
 
     def _read_plain(self) -> None:
+        tls = self._session()
         while True:
             try:
-                data = self.tls.read(SPLICE_CHUNK)
+                data = tls.read(SPLICE_CHUNK)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
@@ -340,7 +349,7 @@ class _TlsConnection(asyncio.Protocol):
         if self.closed:
             return
         try:
-            self.tls.write(data)
+            self._session().write(data)
         except (ssl.SSLError, OSError):
             self.close()
             return
@@ -390,14 +399,14 @@ class _TlsConnection(asyncio.Protocol):
         self.close()
 
     def _connect_backend(self) -> None:
-        names = _peer_names(self.tls.getpeercert())
+        names = _peer_names(self._session().getpeercert())
         identity = Identity(frozenset(names), self.address)
-        self.backend = _Backend(self)
+        backend = self.backend = _Backend(self)
 
         async def connect() -> None:
             loop = asyncio.get_running_loop()
             try:
-                transport, _ = await loop.create_connection(lambda: self.backend, "127.0.0.1", self.front.backend_port)
+                transport, _ = await loop.create_connection(lambda: backend, "127.0.0.1", self.front.backend_port)
             except OSError as e:
                 log.warning("cannot reach this region's gRPC server for %s: %s", self.address, e)
                 self.close()
