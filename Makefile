@@ -13,9 +13,8 @@ PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py t
 PURE_TESTS := tests/test_convergence.py tests/test_ops.py tests/test_blocks.py tests/test_causal.py \
               tests/test_idgen.py tests/test_resp_parser.py tests/test_rdb.py tests/test_entry_reply.py
 
-# What mypy checks (pyproject.toml's [tool.mypy]): the packages it finds no error in; node/ joins
-# once it is clean too.  `make check` and `make test` run it.
-MYPY_CHECKED := crdt pipeline
+# What mypy checks (pyproject.toml's [tool.mypy]), clean: `make check` and `make test` run it.
+MYPY_CHECKED := crdt node pipeline
 
 # The modules setup.py compiles with mypyc: editing one rebuilds the extensions (a compiled
 # module older than its source is not used: node/build.py has the source imported instead).

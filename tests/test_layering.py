@@ -317,7 +317,7 @@ def test_the_region_commands_and_formats_open_no_socket(graph):
 @pytest.mark.parametrize("package", CHECKED + ("chaos",))
 def test_no_module_is_longer_than_800_lines(package):
     long = []
-    for module, path in sorted(_module_files((package,)).items()):
+    for _module, path in sorted(_module_files((package,)).items()):
         with open(path, encoding="utf-8") as f:
             lines = sum(1 for _ in f)
         if lines > LONGEST_MODULE:

@@ -239,7 +239,8 @@ def apply_own(server: Server, number: int, entry: OwnOperation) -> object:
         n, deps = vv.get(aa.region, 0) + 1, tuple(sorted(vv.items()))
         if n != entry.n or deps != entry.deps:
             raise ValueError(f"the operation was logged with dot ({aa.region}, {entry.n}) and dependencies "
-                             f"{dict(entry.deps or ())}, but the causal log stamps it ({aa.region}, {n}) with {dict(deps)}")
+                             f"{dict(entry.deps or ())}, but the causal log stamps it ({aa.region}, {n}) "
+                             f"with {dict(deps)}")
     try:
         result = ops.apply(db.keys, op, db.limits)
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
