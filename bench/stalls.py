@@ -40,7 +40,7 @@ def _timed(fn, runs: int = 5) -> list[float]:
 
 def backlog_trim(n_ops: int) -> str:
     cfg = local_cluster(3, 17000)  # never started: no sockets
-    aa = Server(Config(), cluster=(cfg, cfg.regions[0])).db.aa
+    aa = Server(Config(), cluster=(cfg, cfg.regions[0])).aa
     for _ in range(n_ops):
         aa.hub.issue(b"x" * 60)
     t = _timed(lambda: aa.trim_backlog(1 << 40, 0, time.monotonic()))

@@ -396,7 +396,7 @@ def every_peer_answered(core) -> None:
     """A region of a cluster in this process, which no peer dials: play the handshakes a started
     region waits for before it takes writes (node/activeactive/region.py), each peer holding none of its
     operations - as for a region whose peers all start with it."""
-    aa = core.db.aa
+    aa = core.aa
     if aa is not None:
         for peer in aa.peers():
             if peer.number not in aa.hub.handshake_vv:

@@ -224,7 +224,7 @@ def test_backlog_trim_counts_only_new_operations():
     """The once-a-second backlog trim keeps a running byte count instead of summing
     every operation of the backlog each time.  (Before, it summed them all.)"""
     srv = _server(cluster=True)
-    aa = srv.db.aa
+    aa = srv.aa
     for i in range(1000):
         aa.hub.issue(_CountedOp(b"%04d" % i))
     _CountedOp.asked = 0

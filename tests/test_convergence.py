@@ -47,7 +47,7 @@ class Region:
         cluster = ClusterConfig("convergence", "db", "token", STRIDE, specs)
         self.number = number
         self.server = RegionCore(Config(), cluster=(cluster, specs[number - 1]), clock=lambda: self.clock)
-        self.aa = self.server.db.aa
+        self.aa = self.server.aa
         self.client = Session(self.server)
         self.client.authenticated = True
         self.clock = 0

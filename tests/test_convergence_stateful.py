@@ -222,7 +222,7 @@ class AddedRegion(Region):
     def __init__(self, number: int, cluster: ClusterConfig, settings: dict[str, str]) -> None:
         self.number = number
         self.server = RegionCore(Config(), cluster=(cluster, cluster.by_number(number)), clock=lambda: self.clock)
-        self.aa = self.server.db.aa
+        self.aa = self.server.aa
         self.client = Session(self.server)
         self.client.authenticated = True
         self.clock = 0

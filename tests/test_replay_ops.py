@@ -52,19 +52,19 @@ class Region:
         return self.server.call(self.client, [a if isinstance(a, bytes) else str(a).encode() for a in argv])
 
     def receive_from(self, other: Region) -> None:
-        for env in other.server.db.aa.causal.log:
-            self.server.db.aa.hub.deliver(env)
+        for env in other.server.aa.causal.log:
+            self.server.aa.hub.deliver(env)
 
     def envelopes(self) -> list:
-        return [(e.origin, e.n, e.deps, e.op) for e in self.server.db.aa.causal.log]
+        return [(e.origin, e.n, e.deps, e.op) for e in self.server.aa.causal.log]
 
     def state(self) -> list:
         """What a client sees of every key (XINFO STREAM FULL: entries, counters, groups, PEL,
         consumers, IDMP counters), and the version vector."""
         keys = sorted(self("KEYS", "*"))
         out = [keys] + [self("XINFO", "STREAM", k, "FULL", "COUNT", "0") for k in keys]
-        if self.server.db.aa is not None:
-            out.append(dict(self.server.db.aa.causal.vv))
+        if self.server.aa is not None:
+            out.append(dict(self.server.aa.causal.vv))
         return out
 
     def close(self) -> None:
@@ -152,7 +152,7 @@ def test_a_region_restarted_with_an_upgraded_resolver_keeps_every_dot_and_its_co
     again("XADD", "s", "*", "after", "restart")
     r2.receive_from(again)
     assert r2("XRANGE", "s", "-", "+") == again("XRANGE", "s", "-", "+")
-    assert r2.server.db.aa.causal.vv == again.server.db.aa.causal.vv
+    assert r2.server.aa.causal.vv == again.server.aa.causal.vv
 
 
 def test_the_common_path_is_logged_as_operations_only(tmp_path):
@@ -275,7 +275,7 @@ def test_a_flushall_of_a_format_1_file_replays_key_by_key_as_it_was_sent(tmp_pat
     assert region("KEYS", "*") == [b"c"]
     region("FLUSHALL")  # this version's: one operation
     assert type(opcodec.decode(region.envelopes()[-1][3])).__name__ == "FlushKeys"
-    assert dict(region.server.db.aa.causal.vv) == {1: 6}
+    assert dict(region.server.aa.causal.vv) == {1: 6}
 
 
 # ---------------------------------------------------------------- random histories of a cluster region

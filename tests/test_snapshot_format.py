@@ -67,7 +67,7 @@ class Region:
 
     @property
     def causal(self) -> CausalLog | None:
-        aa = self.server.db.aa
+        aa = self.server.aa
         return None if aa is None else aa.causal
 
     def call(self, *argv) -> bytes:
@@ -80,7 +80,7 @@ class Region:
         return out
 
     def image(self, record: int = 7) -> bytes:
-        aa = self.server.db.aa
+        aa = self.server.aa
         return snapshot.encode(self.server.db.keys, self.causal, record, 1234, aa is not None, self.server.region)
 
     def twin(self, cluster: ClusterConfig | None, s: snapshot.Snapshot) -> Region:
@@ -223,16 +223,16 @@ def run_aa(regions: dict[int, Region], steps) -> None:
         elif kind == "deliver":  # any envelope the source holds, in any order: some wait as pending
             src, dst = r, regions[step[2]]
             if src is not dst and src.causal.log:
-                dst.server.db.aa.hub.deliver(src.causal.log[step[3] % len(src.causal.log)])
+                dst.server.aa.hub.deliver(src.causal.log[step[3] % len(src.causal.log)])
         elif kind == "sync":
             if step[1] != step[2]:
                 for env in list(r.causal.log):
-                    regions[step[2]].server.db.aa.hub.deliver(env)
+                    regions[step[2]].server.aa.hub.deliver(env)
         elif kind == "trim":
-            r.server.db.aa.hub.trim(min(step[2], len(r.causal.log)))
+            r.server.aa.hub.trim(min(step[2], len(r.causal.log)))
         else:
-            r.server.db.expire_idmp(r.now + step[2], r.server.db.aa.stable())
-            r.server.db.aa.collect_garbage()
+            r.server.db.expire_idmp(r.now + step[2], r.server.aa.stable())
+            r.server.aa.collect_garbage()
 
 
 AA_PRELUDE = [["XADD", "s1", "*", "f", "1"], ["XADD", "s1", "*", "f", "2", "g", "x"], ["XADD", "s2", "*", "h", "1"],
@@ -249,7 +249,7 @@ def test_active_active_regions_round_trip_exactly(steps, followup):
         regions[1].call(*argv)
     for n in (2, 3):
         for env in regions[1].causal.log:
-            regions[n].server.db.aa.hub.deliver(env)
+            regions[n].server.aa.hub.deliver(env)
         regions[n].call("XREADGROUP", "GROUP", "g1", "alice", "COUNT", "1", "STREAMS", "s1", ">")
     run_aa(regions, steps)
     for r in regions.values():
@@ -278,7 +278,7 @@ def full_feature_regions() -> tuple[ClusterConfig, dict[int, Region]]:
     r1.call("XGROUP", "CREATE", "s", "g2", "$")
     r1.call("XGROUP", "DESTROY", "s", "g2")  # a group context
     r2.call("XADD", "s", "*", "from", "two")
-    hub1, hub2 = r1.server.db.aa.hub, r2.server.db.aa.hub
+    hub1, hub2 = r1.server.aa.hub, r2.server.aa.hub
     for env in r2.causal.log:
         hub1.deliver(env)
     for env in r1.causal.log[1:]:  # the first held back: everything after it waits

@@ -159,7 +159,7 @@ class Faults:
         if acted is not None:  # what the folder lost (a restore, a cut or salvaged flip), for the checkers
             before, why = acted
             self.file_losses.append((number, before, dict(region.causal.vv), why))
-            if self.promises.withdrawn.get(number) and not region.core.db.aa.lone.reissue:
+            if self.promises.withdrawn.get(number) and not region.core.aa.lone.reissue:
                 # its withdrawn writes were listed only in its log, which the operator replaced
                 lost = self.promises.withdrawn.pop(number)
                 self.sched.log(f"durability: {lost} operation(s) r{number} withdrew and had not issued again "

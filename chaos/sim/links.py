@@ -76,7 +76,7 @@ class Links:
         held = {r.number: (dict(r.causal.vv), dict(r.causal.floor)) for r in (ra, rb)}
         first = {a: opening(*held[a], *held[b], True), b: opening(*held[b], *held[a], True)}
         merging = first[a].merging
-        hub_a, hub_b = ra.core.db.aa.hub, rb.core.db.aa.hub
+        hub_a, hub_b = ra.core.aa.hub, rb.core.aa.hub
         ra.links[b] = LinkState(ra.causal, dict(rb.causal.vv), hub_a.peer_acked.setdefault(b, {}),
                                 hub_a.peer_reported.setdefault(b, {}))
         rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}),
@@ -168,7 +168,7 @@ class Links:
         """One look of ``region``'s link to ``peer``, as the real ``Link.send_loop`` takes at each
         wake-up: what the link state decides to send, through the link's relay hold, in frames
         planned by bytes."""
-        hub, link = region.core.db.aa.hub, region.links[peer]
+        hub, link = region.core.aa.hub, region.links[peer]
         try:
             envelopes = link.outgoing(hub.sendable_upto())
         except NeedsResync:  # trimming overtook the link: the next handshake resyncs
@@ -252,7 +252,7 @@ class Links:
         if kind == "join":
             self.join_image(region, a, *body)
             return
-        hub = region.core.db.aa.hub
+        hub = region.core.aa.hub
         before = dict(region.causal.vv)
         behind = None
         try:
@@ -299,7 +299,7 @@ class Links:
         self.resyncs += 1
         self.trimmed[region.number] = trimmed  # the image holds what its sender had trimmed
         # the image's own vector, as the real link: not this region's after its own went on top
-        region.links[sender].image_installed(dict(region.core.db.aa.hub.image_vv))
+        region.links[sender].image_installed(dict(region.core.aa.hub.image_vv))
         for link in region.links.values():
             link.log_replaced()
         self.sched.log(f"r{region.number} installed r{sender}'s image: vv {_vv(region.causal.vv)}")
@@ -329,7 +329,7 @@ class Links:
         mine = self.history(region)
         held = {e.dot for e in mine}
         self.trimmed[number] = mine + [e for e in history if e.dot not in held]
-        region.links[sender].image_installed(dict(region.core.db.aa.hub.image_vv))
+        region.links[sender].image_installed(dict(region.core.aa.hub.image_vv))
         for link in region.links.values():  # the floor rose: a peer may lack what it now covers
             link.floor_raised()
         self.sched.log(f"r{number} joined r{sender}'s state: vv {_vv(region.causal.vv)}, floor "

@@ -124,11 +124,11 @@ class SimRegion:
 
     @property
     def aa(self) -> ActiveActive:
-        return self.core.db.aa
+        return self.core.aa
 
     @property
     def causal(self) -> CausalLog:
-        return self.core.db.aa.causal
+        return self.core.aa.causal
 
     def wall_ms(self) -> int:
         return self.sim.sched.now + self.skew
@@ -173,8 +173,8 @@ class SimRegion:
         oplog.leave_when_written = self.sim.config.leave_when_written
         oplog.may_have_lost = oplog.leave_when_written and self.file.recover_mark
         core.attach_log(oplog)
-        core.db.aa.membership_clock = self.virtual_seconds  # promises are timed by the world's clock
-        core.db.aa.attach_promise_store(self.promise_store)  # a promise made before a crash holds
+        core.aa.membership_clock = self.virtual_seconds  # promises are timed by the world's clock
+        core.aa.attach_promise_store(self.promise_store)  # a promise made before a crash holds
         self._watch(core)
         self.core = core
         self.client = Session(core)
@@ -187,7 +187,7 @@ class SimRegion:
         """What the checks need to see as it happens: every operation of another region this one
         applies, and every one it issues (chaos/sim/membership.py); writes it withdraws and
         issues again (node/activeactive/lone_writes.py)."""
-        core.db.aa.hub.watch(_Watcher(self))
+        core.aa.hub.watch(_Watcher(self))
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""

@@ -157,7 +157,7 @@ class Workload:
             self._done(call, status, value, on_done)
 
         if kind == "xadd":
-            call.extra["mode"] = r.core.db.aa.mode
+            call.extra["mode"] = r.core.aa.mode
         if kind == "xreadgroup":
             s = r.core.db.keys.get(argv[-2])
             g = s.groups.get(argv[2]) if s is not None else None
@@ -179,7 +179,7 @@ class Workload:
 
     def _mode(self, region: int) -> bytes:
         r = self.sim.regions[region]
-        return r.core.db.aa.mode.encode() if r.up else b"strict"
+        return r.core.aa.mode.encode() if r.up else b"strict"
 
     def _trim_args(self, region: int, key: bytes) -> list[bytes]:
         """MAXLEN or MINID, exact or ``~`` (maybe with LIMIT)."""

@@ -288,7 +288,7 @@ class Simulation(Links, Faults):
         if not region.up or region.incarnation != incarnation:
             return
         core = region.core
-        aa = core.db.aa
+        aa = core.aa
         core.supervisor.run_step("lone-writes", lambda: core.lone_steps.cron(core.system_ms()), True,
                                  self.sched.now / 1000)
         if core.failed is not None:

@@ -180,7 +180,7 @@ class Backlog:
             for origin, top in tops.items():
                 if top > mine.get(origin, (0, 0)):
                     mine[origin] = top
-        self.db.keys = new_keys
+        self.db.replace_keys(new_keys)
         self.causal.take(img_causal)
         self.members.drop_refused_pending()  # the sender's waiting operations came along
         # and the rest of them go too: their own senders send them here in time, and one
@@ -206,7 +206,7 @@ class Backlog:
         img_keys, img_causal = image_parts(snapshot.decode(data))
         mine = RegionState(self.db.keys, dict(self.causal.vv))
         joined = join(mine, RegionState(img_keys, dict(img_causal.vv)), self.db.limits)
-        self.db.keys = joined.keys
+        self.db.replace_keys(joined.keys)
         waiting = self.causal.absorb(img_causal)
         self.forget_unlogged()
         self.hub.joined(dict(img_causal.vv))

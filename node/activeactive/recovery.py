@@ -176,7 +176,7 @@ class Recovery:
         # in this region's own log each group goes back where it was: the operations taken
         # back put entries below those read alone, and `>` must not skip them
         keep_local_groups(keys, self.db.keys, back_in=self.region)
-        self.db.keys = keys
+        self.db.replace_keys(keys)
         self.causal.take(causal)
         self.causal.drop_pending()  # their senders send them again
         self.hub.restart_arrivals()

@@ -291,6 +291,11 @@ class ActiveActive:
         else:
             self.on_setting(name, checked)
 
+    def run_in_mode(self, mode: str | None = None) -> None:
+        """Choose XADD's IDs under ``mode`` from now on: a replay runs each logged command under
+        the mode it ran with; None: the cluster's setting in force now."""
+        self.mode = self.cluster.id_mode if mode is None else mode
+
     # ------------------------------------------------------------ the cluster-wide flush
     async def flush_when_caught_up(self, database: str, context: dict[int, int], timeout_s: float,
                                    poll_s: float = 0.01) -> tuple[int, dict[int, int]]:

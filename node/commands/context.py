@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from node.activeactive.region import ActiveActive
     from node.commands.migrate import MigrateTransport
     from node.persistence.oplog import OperationLog
     from node.persistence.replay import LoadReport
@@ -40,6 +41,8 @@ class Region(Protocol):
     def region(self) -> int: ...  # its origin number in every entry log
     @property
     def db(self) -> Database: ...  # the keyspace
+    @property
+    def aa(self) -> ActiveActive | None: ...  # its part in an Active-Active database (None: standalone)
     @property
     def config(self) -> Config: ...  # CONFIG GET / SET
     @property

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def _aa(client: Session):
-    aa = client.region.db.aa
+    aa = client.region.aa
     if aa is None:
         raise ReplyError("ERR this region is not part of an Active-Active database")
     return aa

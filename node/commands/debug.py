@@ -67,7 +67,7 @@ def debug_fsync_delay(client: Session, argv: list[bytes]):
     ms = parse_int(argv[2])
     if ms < 0:
         raise ReplyError("ERR the delay must be zero or more milliseconds")
-    _log(client).fsync_delay_s = ms / 1000
+    _log(client).inject_faults(fsync_delay_s=ms / 1000)
     return "OK"
 
 
@@ -77,7 +77,7 @@ def debug_disk_full(client: Session, argv: list[bytes]):
     flag = argv[2].lower()
     if flag not in (b"yes", b"no"):
         raise ReplyError("ERR syntax error")
-    _log(client).disk_full = flag == b"yes"
+    _log(client).inject_faults(disk_full=flag == b"yes")
     return "OK"
 
 
@@ -87,7 +87,7 @@ def debug_apply_fail(client: Session, argv: list[bytes]):
     n = parse_int(argv[2])
     if n < 0:
         raise ReplyError("ERR the count must be zero or more")
-    if client.region.db.aa is None:
+    if client.region.aa is None:
         raise ReplyError("ERR this region is not part of an Active-Active database")
     client.region.fail_next_applies(n)
     return "OK"

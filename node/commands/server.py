@@ -92,7 +92,7 @@ def _section_memory(srv: Region) -> list[str]:
     srv.memory.count_clients()
     used = srv.memory.used()
     data = srv.db.memory()
-    aa = srv.db.aa
+    aa = srv.aa
     backlog = aa.backlog_memory() if aa is not None else 0
     overhead = used - data
     peak = srv.memory.peak
@@ -215,7 +215,7 @@ def _section_cluster(srv: Region) -> list[str]:
 
 
 def _section_crdt(srv: Region) -> list[str]:
-    aa = srv.db.aa
+    aa = srv.aa
     return aa.info_lines() if aa is not None else ["crdt_enabled:0"]
 
 

@@ -187,6 +187,17 @@ class DurabilityRules:
     # (node/activeactive/region.py's recovery); False: they wait for the fsync
     leave_when_written = True
 
+    replicating: bool
+    replication_fsync_interval: Callable[[], float]
+
+    def replicate(self, on_durable: Callable[[int], None], fsync_interval: Callable[[], float]) -> None:
+        """A region of a cluster: ``on_durable`` hears which records may leave for the other
+        regions, and fsyncs keep coming every ``fsync_interval()`` seconds while operations
+        wait to leave (``crdt-repl-fsync-interval-ms``)."""
+        self.on_durable = on_durable
+        self.replicating = True
+        self.replication_fsync_interval = fsync_interval
+
     def durable(self, record: int) -> bool:
         """May a reply that depends on records up to ``record`` leave now?
 
@@ -261,6 +272,14 @@ class OperationLog(DurabilityRules):
         # injected faults (DEBUG DISK-FULL / DEBUG FSYNC-DELAY, for the chaos suite)
         self.disk_full = False
         self.fsync_delay_s = 0.0
+
+    def inject_faults(self, disk_full: bool | None = None, fsync_delay_s: float | None = None) -> None:
+        """DEBUG DISK-FULL (writes fail as on a full disk) and DEBUG FSYNC-DELAY (each fsync
+        takes this much longer); None leaves a fault as it is."""
+        if disk_full is not None:
+            self.disk_full = disk_full
+        if fsync_delay_s is not None:
+            self.fsync_delay_s = fsync_delay_s
 
     # ------------------------------------------------------------ appending
     def log_own(self, own: list) -> None:

@@ -44,7 +44,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -59,7 +59,6 @@ from node.region.core import Session
 
 if TYPE_CHECKING:
     from crdt.causal import CausalLog
-    from node.activeactive.region import ActiveActive
     from node.region.core import RegionCore as Server  # replay needs the core only, never a running server
 
 log = logging.getLogger("braid.persistence")
@@ -139,11 +138,11 @@ def _load_snapshot(server: Server, directory: str, result) -> int:
 
 def install(server: Server, s: snap.Snapshot, path: str) -> None:
     """Make a snapshot's state the region's (before any record is replayed)."""
-    aa = server.db.aa
+    aa = server.aa
     if s.active_active != (aa is not None) or (aa is not None and s.region != server.region):
         raise LoadError(f"snapshot {path} belongs to another kind of region (active_active={s.active_active}, "
                         f"region {s.region})")
-    server.db.keys = cast(ops.Keyspace, s.keys)
+    server.db.replace_keys(cast(ops.Keyspace, s.keys))
     if aa is not None:
         aa.causal.take(cast(CausalLog, s.causal))
         # operations that waited for their dependencies when the snapshot was taken are not
@@ -211,11 +210,10 @@ def replay(server: Server, records: list[tuple[int, int, bytes]]) -> ReplayCount
             lone.finish()
     finally:
         server.replaying = False
-        server.db.logged_ops = None
         server.config.values.update(settings)
         server.config_changed()
-        if server.db.aa is not None:
-            server.db.aa.mode = server.db.aa.cluster.id_mode  # the setting in force now
+        if server.aa is not None:
+            server.aa.run_in_mode()  # the setting in force now
     if counts.differences:
         log.warning("%d operations computed by replayed commands differ from the logged ones (a newer version "
                     "resolves them differently): the logged ones were applied", counts.differences)
@@ -230,7 +228,7 @@ def apply_own(server: Server, number: int, entry: OwnOperation) -> object:
     """
     op = _decoded(entry.op if entry.applied is None else entry.applied)
     db = server.db
-    aa = db.aa
+    aa = server.aa
     if entry.n is not None:  # checked first: nothing is applied or stamped under a wrong dot
         if aa is None:
             raise ValueError("an operation sent to other regions, but this region is not part of an "
@@ -269,7 +267,7 @@ class _OwnReplay:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.db = server.db
-        aa = server.db.aa
+        aa = server.aa
         hub = aa.hub if aa is not None else None
         # a hub with watchers (the simulation's membership checks) is called as is: its issue tells them
         self.causal = aa.causal if aa is not None and hub is not None and not hub.watchers else None
@@ -363,19 +361,6 @@ class _OwnReplay:
                          f"with {dict(wanted)}")
 
 
-def _active_active(server: Server) -> ActiveActive | None:
-    """The region's Active-Active part (None: a standalone region), with its type
-    (node/region/db.py declares ``Database.aa`` without one)."""
-    return cast("ActiveActive | None", server.db.aa)
-
-
-class _LoggedOperationsHolder(Protocol):
-    """The keyspace's holder as a replay of a command record sets it (node/region/db.py's
-    ``Database``, which declares ``logged_ops`` as None only)."""
-
-    logged_ops: LoggedOperations | None
-
-
 class _LoneReplay:
     """The writes taken alone a log holds (node/activeactive/lone_writes.py), as a replay meets them.
 
@@ -421,7 +406,7 @@ class _LoneReplay:
         if any(a < at < w for a, w in self.withdrawn_spans):
             return True
         self.reissue = None  # the first own record after a ``w`` issues its list again
-        aa = _active_active(self.server) if self.held else None  # (held: it is an Active-Active region)
+        aa = self.server.aa if self.held else None  # (held: it is an Active-Active region)
         if aa is not None:
             lone = aa.lone
             lone.ops.extend(e.op if e.applied is None else e.applied for e in own)
@@ -433,7 +418,7 @@ class _LoneReplay:
 
     def _reopen(self, confirmed: int) -> None:
         server = self.server
-        aa = _active_active(server)
+        aa = server.aa
         if aa is None:
             raise ValueError("writes taken alone, but this region is not part of an Active-Active database")
         image = snap.encode(server.db.keys, aa.causal, 0, server.system_ms(), True, server.region)
@@ -443,7 +428,7 @@ class _LoneReplay:
         self.held = True
 
     def finish(self) -> None:
-        aa = _active_active(self.server)
+        aa = self.server.aa
         if aa is not None and self.reissue:
             aa.lone.reissue, aa.lone.reissue_base = self.reissue, self.reissue_base
         if self.held and aa is not None:  # (held: it is an Active-Active region)
@@ -579,18 +564,14 @@ def _replay_local(server: Server, client, number: int, payload: bytes) -> int:
         if rec.tag == b"d":
             _count_idmp_duplicate(server, argv[0])
             return 0
-        if rec.id_mode is not None and server.db.aa is not None:
-            server.db.aa.mode = rec.id_mode  # the mode it ran with, not today's (a full ID may be refused now)
+        if rec.id_mode is not None and server.aa is not None:
+            server.aa.run_in_mode(rec.id_mode)  # the mode it ran with, not today's (a full ID may be refused now)
         if rec.own is None:  # format 1: the command resolves its operations again
             server.call(client, argv)  # a Blocked reply is dropped: nothing waits during a load
             return 0
         logged = LoggedOperations(server, number, rec.own)
-        db = cast(_LoggedOperationsHolder, server.db)
-        db.logged_ops = logged
-        try:
+        with server.db.applying_logged(logged):
             server.call(client, argv)
-        finally:
-            db.logged_ops = None
         logged.finish()
         return logged.differences
 
@@ -605,6 +586,6 @@ def _count_idmp_duplicate(server: Server, key: bytes) -> None:
 
 
 def _replay_remote(server: Server, env) -> None:
-    if server.db.aa is None:
+    if server.aa is None:
         raise ValueError("an operation of another region, but this region is not part of an Active-Active database")
-    server.db.aa.hub.deliver(env)
+    server.aa.hub.deliver(env)

@@ -120,6 +120,7 @@ class RegionCore:
         self.port = int(self.config["port"])
         self.shutdown_requested = False  # SHUTDOWN ran (a driver stops the region; see shutdown())
         self.db = Database(self._limits(), active_active=cluster is not None)
+        self.aa: ActiveActive | None = None  # this region's Active-Active part (None: standalone)
         # the system's wall clock in milliseconds (the simulation's virtual one)
         self.system_ms: Callable[[], int] = clock if clock is not None else system_ms
         if cluster is not None:
@@ -127,7 +128,8 @@ class RegionCore:
             self.region = me.number
             # this core is the region's side: its hub applies, installs and joins through it, and
             # braid-admin's flush and backup run as its own commands (node/activeactive/region.py)
-            aa = self.db.aa = ActiveActive(self.db, self.config, cfg, me, self, on_setting=self._db_setting_changed)
+            aa = self.aa = ActiveActive(self.db, self.config, cfg, me, self, on_setting=self._db_setting_changed)
+            self.db.publish_to(aa)  # what commands change leaves for the other regions through it
             self.db.resolver = resolve.ActiveActive(aa)
         self.stats = Stats()
         # command name -> LatencyHistogram of its run time: filled by node/runtime/metrics.py when
@@ -176,15 +178,10 @@ class RegionCore:
         """The id of a new client (CLIENT ID): 1, 2, ... for this run."""
         return next(self._client_ids)
 
-    @property
-    def aa(self) -> ActiveActive | None:
-        """This region's Active-Active part (node/activeactive/region.py), None when standalone."""
-        return self.db.aa
-
     def member(self) -> ActiveActive:
         """This region's Active-Active part, for what only a member of a cluster does (full
         resync, other regions' operations, writes taken alone)."""
-        aa = self.db.aa
+        aa = self.aa
         if aa is None:
             raise RuntimeError(f"region {self.region} is standalone: it belongs to no cluster")
         return aa
@@ -251,7 +248,7 @@ class RegionCore:
     # ------------------------------------------------------------ memory
     def _held_memory(self) -> int:
         """What the region's data holds in memory: the keyspace and the replication backlog."""
-        aa = self.db.aa
+        aa = self.aa
         return self.db.memory() + (aa.backlog_memory() if aa is not None else 0)
 
     # ------------------------------------------------------------ the clock
@@ -288,12 +285,10 @@ class RegionCore:
         self.log_base_size = oplog.size
         # what commands resolve into, for the log (_log_command); without a log nothing is kept
         self.db.own_ops = []
-        aa = self.db.aa
+        aa = self.aa
         if aa is not None:
             aa.log_started()
-            oplog.on_durable = aa.durable
-            oplog.replicating = True
-            oplog.replication_fsync_interval = aa.fsync_interval
+            oplog.replicate(aa.durable, aa.fsync_interval)
             # at every start: this folder may be an older copy of itself (a backup, a VM snapshot),
             # or the machine lost the unsynced tail; either way peers may hold more of its own
             aa.recover_own_operations(self.lone_steps.took_back_own_operations,
@@ -313,8 +308,8 @@ class RegionCore:
         own = db.own_ops
         if own:
             db.own_ops = []  # the next command's start here
-            if db.aa is not None and db.aa.lone.alone and not self.replaying:
-                db.aa.note_lone(own)
+            if self.aa is not None and self.aa.lone.alone and not self.replaying:
+                self.aa.note_lone(own)
         if db.local_change:
             db.local_change = False
             changed = True
@@ -326,8 +321,8 @@ class RegionCore:
         if cmd is not None and cmd.resolved:
             if own:
                 oplog.log_own(own)
-                if db.aa is not None:
-                    db.aa.logged(oplog.last_record)  # its operations leave once it is durable
+                if self.aa is not None:
+                    self.aa.logged(oplog.last_record)  # its operations leave once it is durable
             elif not changed:
                 return  # applied nothing, changed nothing
             elif cmd.name == "xadd":  # answered from the IDMP map: it counted a duplicate
@@ -339,7 +334,7 @@ class RegionCore:
         client.logged_upto = oplog.last_record  # its reply waits for this record (see reply_needs)
 
     def _append_command(self, now: int, argv: list[bytes], own: list | None = None) -> None:
-        aa, oplog = self.db.aa, self.oplog
+        aa, oplog = self.aa, self.oplog
         assert oplog is not None  # (only called with a log)
         oplog.log_command(now, argv, None if aa is None else aa.mode, own or [])
         if aa is not None:
@@ -388,7 +383,7 @@ class RegionCore:
         if self.oplog is None:
             raise ReplyError("ERR snapshots are the base of the append-only file: this region runs with appendonly no")
         record = self.oplog.last_record
-        aa = self.db.aa
+        aa = self.aa
         if aa is not None and aa.lone.alone:
             raise ReplyError("ERR this region takes writes alone until every member has answered: no snapshot "
                              "until then (INFO crdt: crdt_lone_writes)")
@@ -469,8 +464,8 @@ class RegionCore:
                          "answered. Restart the region: it replays its append-only file and catches up from "
                          "its peers (exit status %d).", self.region, reason, EXIT_FAIL_STOP, exc_info=exc)
         finally:  # (even if logging it ran out of memory)
-            if self.db.aa is not None:
-                self.db.aa.hub.pause()  # nothing more crosses a link
+            if self.aa is not None:
+                self.aa.hub.pause()  # nothing more crosses a link
             self.on_fail_stop()
 
     def on_fail_stop(self) -> None:
@@ -510,7 +505,7 @@ class RegionCore:
                 and not self.replaying and self.memory.out_of_memory():  # (a replay runs what was taken)
             return self._reject(self._exec_abort(client, cmd, OOM_ERROR))
         if cmd.is_write:
-            aa = self.db.aa
+            aa = self.aa
             if aa is not None and not aa.writable and not self.replaying and not self.lone_steps.let_through_now():
                 return self._reject(ReplyError(aa.write_refusal()))  # joining, leaving or removed
             if self.oplog is not None and self.oplog.error is not None:
@@ -678,9 +673,9 @@ class RegionCore:
         if not target.check_arity(len(argv)):
             client.multi_error = True
             return self._reject(ReplyError(f"ERR wrong number of arguments for '{target.fullname}' command"))
-        if target.is_write and self.db.aa is not None and not self.db.aa.writable:
+        if target.is_write and self.aa is not None and not self.aa.writable:
             client.multi_error = True
-            return self._reject(ReplyError(self.db.aa.write_refusal()))
+            return self._reject(ReplyError(self.aa.write_refusal()))
         if target.denyoom and self.memory.limit and not self.replaying and self.memory.out_of_memory():
             client.multi_error = True
             return self._reject(ReplyError(OOM_ERROR))

@@ -23,7 +23,7 @@ def steps(core: RegionCore, now: float, link_positions: list[int] | None = None)
     """The cron's steps for ``core`` at ``now`` (monotonic seconds); ``link_positions``: where
     the links to the peers are in the backlog (the simulation's; the server's hub knows them)."""
     found: list[Step] = [("idmp-expiry", lambda: expire_idmp(core), True)]
-    if core.db.aa is not None:
+    if core.aa is not None:
         found.append(("backlog-trim", lambda: trim_backlog(core, now, link_positions), True))
         found.append(("gc", lambda: collect_garbage(core), True))
         found.append(("lone-writes", lambda: core.lone_steps.cron(core.system_ms()), True))
@@ -33,7 +33,7 @@ def steps(core: RegionCore, now: float, link_positions: list[int] | None = None)
 def expire_idmp(core: RegionCore) -> int:
     """IDMP expiry with the region's clock and stable vector, logged as it ran."""
     with core.clock_pinned() as now:
-        stable = core.db.aa.stable() if core.db.aa is not None else None
+        stable = core.aa.stable() if core.aa is not None else None
         dropped = core.db.expire_idmp(now, stable)
         if dropped and core.oplog is not None:
             core.oplog.log_idmp_expiry(now, stable)
@@ -42,7 +42,7 @@ def expire_idmp(core: RegionCore) -> int:
 
 def trim_backlog(core: RegionCore, now: float, link_positions: list[int] | None = None) -> int:
     """Trim the replication backlog per ``crdt-repl-backlog-size`` / ``-ttl``."""
-    aa = core.db.aa
+    aa = core.aa
     if aa is None:
         return 0
     return aa.trim_backlog(int(core.config["crdt-repl-backlog-size"]), int(core.config["crdt-repl-backlog-ttl"]),
@@ -50,4 +50,4 @@ def trim_backlog(core: RegionCore, now: float, link_positions: list[int] | None 
 
 
 def collect_garbage(core: RegionCore) -> int:
-    return core.db.aa.collect_garbage() if core.db.aa is not None else 0
+    return core.aa.collect_garbage() if core.aa is not None else 0

@@ -22,14 +22,32 @@ counted again key by key.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from crdt import ops, resolve
 from crdt.stream import Stream
 from node.activeactive import opcodec
 
 if TYPE_CHECKING:
-    from node.activeactive.region import ActiveActive
+    from crdt.causal import Envelope
+
+
+class Publisher(Protocol):
+    """Where the keyspace hands what changed for the other regions (the region's Active-Active
+    part, node/activeactive/region.py): each returns the envelope the operation is sent in
+    (None: the operation stays in this region)."""
+
+    def publish(self, op: ops.Op) -> Envelope | None: ...
+    def publish_add(self, key: bytes, origin: int, id_: tuple[int, int], fields: list) -> Envelope: ...
+
+
+class LoggedSource(Protocol):
+    """While a replay runs a logged command again: the operations it logged, applied instead
+    of the ones the command computes now (node/persistence/replay.py)."""
+
+    def instead_of(self, op: ops.Op) -> object: ...
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
@@ -38,7 +56,8 @@ class Database:
     def __init__(self, limits: ops.Limits | None = None, active_active: bool = False) -> None:
         self.limits = limits or ops.Limits()
         self.keys: ops.Keyspace = ops.Keyspace(active_active=active_active)  # key -> Stream
-        self.aa: ActiveActive | None = None  # this region's ActiveActive part, when it belongs to a cluster
+        # where operations that changed something go to the other regions (None: standalone)
+        self.publisher: Publisher | None = None
         # how commands resolve into operations: Redis's rules, or the multi-region ones
         self.resolver: resolve.SingleRegion = resolve.SingleRegion()
         self.dirty = 0  # changes since the last save (INFO rdb_changes_since_last_save)
@@ -126,7 +145,25 @@ class Database:
     # (add_plain); ``logged_ops``, set while a replay runs a logged command again, supplies
     # the operations it logged, applied instead of the ones the command computes now.
     own_ops: list | None = None
-    logged_ops = None
+    logged_ops: LoggedSource | None = None
+
+    def publish_to(self, publisher: Publisher) -> None:
+        """Send what changes to the other regions through ``publisher`` from now on."""
+        self.publisher = publisher
+
+    @contextlib.contextmanager
+    def applying_logged(self, logged: LoggedSource) -> Iterator[LoggedSource]:
+        """While a replay runs a logged command again: ``logged`` supplies its operations."""
+        self.logged_ops = logged
+        try:
+            yield logged
+        finally:
+            self.logged_ops = None
+
+    def replace_keys(self, keys: ops.Keyspace) -> None:
+        """The whole keyspace replaced (a snapshot loaded, a full-resync image, a state
+        joined, writes taken alone withdrawn): memory is counted again when next read."""
+        self.keys = keys
 
     def apply(self, op: ops.Op) -> object:
         """Apply an operation a command resolved and do the bookkeeping it implies.
@@ -151,9 +188,9 @@ class Database:
             else:
                 self.dirty += 1
                 self.touch(op.key)
-            if self.aa is not None:
+            if self.publisher is not None:
                 sent = ops.replicated_form(op, result)
-                env = self.aa.publish(sent)
+                env = self.publisher.publish(sent)
         if self.own_ops is not None:
             self.own_ops.append((op, env, sent))
         return result
@@ -169,8 +206,8 @@ class Database:
         self.dirty += 1
         self.touch(key)
         own = self.own_ops
-        if self.aa is not None:
-            env = self.aa.publish_add(key, origin, id_, fields)
+        if self.publisher is not None:
+            env = self.publisher.publish_add(key, origin, id_, fields)
             if own is not None:
                 own.append((env.op, env, env.op))
         elif own is not None:

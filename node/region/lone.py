@@ -55,7 +55,7 @@ class LoneWritesSteps:
         self.observer = observer
 
     def _aa(self) -> ActiveActive:
-        aa = self.core.db.aa
+        aa = self.core.aa
         if aa is None:
             raise RuntimeError("writes taken alone are a cluster member's: this region is standalone")
         return aa
@@ -186,7 +186,7 @@ class LoneWritesSteps:
 
     def log_withdrawn_again(self) -> None:
         """After a new base of the log: the writes withdrawn and not yet issued again, listed again."""
-        core, aa = self.core, self.core.db.aa
+        core, aa = self.core, self.core.aa
         if aa is not None and aa.lone.reissue and core.oplog is not None:
             core.oplog.log_lone(b"w", aa.lone.reissue_base, aa.lone.reissue)
             core.records_appended()

@@ -171,15 +171,15 @@ class RegionCollector:
         yield from self._commands(srv)
         yield from self._clients(srv)
         yield from self._persistence(srv)
-        if srv.db.aa is not None:
-            yield from self._replication(srv.db.aa)
+        if srv.aa is not None:
+            yield from self._replication(srv.aa)
 
     # ------------------------------------------------------------ the region
     def _region(self, srv):
         info = GaugeMetricFamily("braid_region_info", "This region: its number and name, Braid's version and "
                                  "the Redis release whose stream semantics it implements (always 1)",
                                  labels=["region", "region_name", "version", "redis_version"])
-        aa = srv.db.aa
+        aa = srv.aa
         info.add_metric([str(srv.region), aa.me.name if aa is not None else "", BRAID_VERSION,
                          REDIS_COMPAT_VERSION], 1)
         yield info

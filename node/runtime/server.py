@@ -97,9 +97,9 @@ class Server(RegionCore):
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
         self.offer_cpu = getattr(os, "sched_yield", None)  # between slices of a peer's batch (core.py)
         self._cache_limits()
-        if self.db.aa is not None:
-            self.db.aa.on_purge = self.purge
-            self.db.aa.attach_promise_store(FilePromiseStore(self.config["dir"]))
+        if self.aa is not None:
+            self.aa.on_purge = self.purge
+            self.aa.attach_promise_store(FilePromiseStore(self.config["dir"]))
 
     # ------------------------------------------------------------ settings
     def config_changed(self) -> None:
@@ -164,7 +164,7 @@ class Server(RegionCore):
     def _auto_snapshot(self) -> None:
         """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one,
         or would take too long to replay at start (node/persistence/oplog.py's ``rewrite_due``)."""
-        if self.oplog is None or self.saving or (self.db.aa is not None and self.db.aa.lone.alone):
+        if self.oplog is None or self.saving or (self.aa is not None and self.aa.lone.alone):
             return  # (a region taking writes alone keeps its log whole: node/activeactive/lone_writes.py)
         reason = self.oplog.rewrite_due(self.config, self.log_base_size,
                                         time.monotonic() >= self._replay_snapshot_after)
@@ -257,10 +257,10 @@ class Server(RegionCore):
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
             loop.set_exception_handler(self.supervisor.loop_exception)
         self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
-        if self.db.aa is not None:
+        if self.aa is not None:
             # where the RESP port listens; the links over gRPC, the admin service served beside them, and
             # how the region reaches the other regions' (node/transport/{grpc_links,admin}.py)
-            await self.db.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients,
+            await self.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients,
                                    transport=GrpcLinks())
 
     def shutdown(self) -> None:
@@ -330,8 +330,8 @@ class Server(RegionCore):
     async def stop(self) -> None:
         if self._cron is not None:
             self._cron.cancel()
-        if self.db.aa is not None:
-            await self.db.aa.stop()
+        if self.aa is not None:
+            await self.aa.stop()
         if self._server is not None:
             self._server.close()
         await self.tls.stop()
@@ -351,7 +351,7 @@ class Server(RegionCore):
             self.oplog.close()
             if self.purging:
                 shutil.rmtree(self.oplog.directory, ignore_errors=True)
-                store = self.db.aa.promise_store if self.db.aa is not None else None
+                store = self.aa.promise_store if self.aa is not None else None
                 if store is not None:
                     store.save(None)
                 log.warning("purged: deleted %s; add the region again (braid-admin region add) and start it",
