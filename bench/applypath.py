@@ -36,7 +36,7 @@ async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         peer = region_server(cluster, 2, tmp)
         tune_garbage_collector()  # as a serving region runs (node/runtime/server.py)
-        hub = peer.aa.hub
+        hub = peer.core.aa.hub
         link = Link(hub, 1, {}, packed=True)
         hub.links[1] = link
         issued = 0
@@ -45,11 +45,11 @@ async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
             nonlocal issued
             out = []
             for _ in range(count):
-                start = len(source.aa.causal.log)
+                start = len(source.core.aa.causal.log)
                 for _ in range(size):
-                    source.db.add_plain(b"bench:s", 1, (1_764_000_000_000 + issued, 0), FIELDS)
+                    source.core.db.add_plain(b"bench:s", 1, (1_764_000_000_000 + issued, 0), FIELDS)
                     issued += 1
-                out.append(pb.Frame(packed=pack_batch(source.aa.causal.log[start:])))
+                out.append(pb.Frame(packed=pack_batch(source.core.aa.causal.log[start:])))
             return out
 
         results: dict[int, list[float]] = {}
@@ -64,11 +64,11 @@ async def measure(sizes: list[int], rounds: int) -> dict[int, list[float]]:
                         link.on_frame(frame)
                         await asyncio.sleep(0)  # the turn's end: the log's write, the fsync's hand-off
                     runs.append((time.process_time() - t0) / (size * count) * 1e6)
-                    assert peer.aa.causal.vv.get(1) == issued, "the peer did not apply every operation"
+                    assert peer.core.aa.causal.vv.get(1) == issued, "the peer did not apply every operation"
                 results[size] = runs
         finally:
             await asyncio.sleep(0.05)  # the last fsync's worker returns before the log closes
-            peer.oplog.close()
+            peer.core.oplog.close()
     return results
 
 

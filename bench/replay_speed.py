@@ -72,18 +72,18 @@ def write(directory: str, cluster, mb: int, auto: bool, xadds: int | None) -> di
     client = ClientConnection(server)
     client.authenticated = True
     written, save_s, t0 = 0, [], time.process_time()
-    while written < xadds if xadds is not None else server.oplog.size < mb * 1024 * 1024:
+    while written < xadds if xadds is not None else server.core.oplog.size < mb * 1024 * 1024:
         for _ in range(10_000):
-            server.call(client, ARGV)
+            server.core.call(client, ARGV)
         written += 10_000
-        server.oplog.write_out()
-        if auto and server.oplog.rewrite_due(server.config, server.log_base_size) is not None:
+        server.core.oplog.write_out()
+        if auto and server.core.oplog.rewrite_due(server.core.config, server.core.log_base_size) is not None:
             s0 = time.perf_counter()
-            server.save()  # what the cron's BGSAVE does, without a worker thread
+            server.core.save()  # what the cron's BGSAVE does, without a worker thread
             save_s.append(time.perf_counter() - s0)
     write_s = time.process_time() - t0
-    size = server.oplog.size
-    server.oplog.close()
+    size = server.core.oplog.size
+    server.core.oplog.close()
     records = scan(os.path.join(directory, "appendonlydir")).records  # none: a snapshot just took them all
     return {"written": written, "write_s": write_s, "size": size, "snapshots": len(save_s),
             "last_save_s": save_s[-1] if save_s else 0.0,
@@ -96,8 +96,8 @@ def load(directory: str, cluster, auto: bool) -> tuple[float, float, int]:
     t0, w0 = time.process_time(), time.perf_counter()
     server.open_log()
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
-    records = server.loading_report[0].records
-    server.oplog.close()
+    records = server.core.loading_report[0].records
+    server.core.oplog.close()
     return cpu, wall, records
 
 

@@ -40,7 +40,7 @@ def _timed(fn, runs: int = 5) -> list[float]:
 
 def backlog_trim(n_ops: int) -> str:
     cfg = local_cluster(3, 17000)  # never started: no sockets
-    aa = Server(Config(), cluster=(cfg, cfg.regions[0])).aa
+    aa = Server(Config(), cluster=(cfg, cfg.regions[0])).core.aa
     for _ in range(n_ops):
         aa.hub.issue(b"x" * 60)
     t = _timed(lambda: aa.trim_backlog(1 << 40, 0, time.monotonic()))
@@ -49,12 +49,12 @@ def backlog_trim(n_ops: int) -> str:
 
 def idmp_expiry(n_keys: int) -> str:
     srv = Server(Config())
-    keys, limits = srv.db.keys, srv.db.limits
+    keys, limits = srv.core.db.keys, srv.core.db.limits
     for i in range(n_keys):
         ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (1, 0), [b"f", b"v"]), limits)
     for i in range(10):
         ops.apply(keys, ops.AddEntry(b"k%d" % i, 1, (2, 0), [b"f", b"v"], pid=b"p", iid=b"i%d" % i), limits)
-    t = _timed(lambda: srv.db.expire_idmp(0))
+    t = _timed(lambda: srv.core.db.expire_idmp(0))
     return f"expire_idmp, {n_keys:,} keys: first {t[0] * 1000:.1f} ms, then {min(t[1:]) * 1e6:.0f} us"
 
 

@@ -39,22 +39,22 @@ async def measure(entries: int, keys: int, with_log: bool) -> tuple[float, float
         two = region_server(cluster, 2, d2 if with_log else None)
         three = region_server(cluster, 3, d3 if with_log else None)
         _write(one, entries, keys)  # the history every region shares
-        for env in list(one.aa.causal.log):
+        for env in list(one.core.aa.causal.log):
             for server in (two, three):
-                server.aa.hub.deliver(env)
+                server.core.aa.hub.deliver(env)
         for server in (one, two, three):
             _write(server, entries, keys)
         for server in (one, two):
-            aa = server.aa
+            aa = server.core.aa
             aa.hub.trim(len(aa.causal.log))  # gone before any peer received them
-        image, _vv = one.aa.resync_image(0)
+        image, _vv = one.core.aa.resync_image(0)
         started = time.perf_counter()
-        assert three.install_image(image)
+        assert three.core.install_image(image)
         resync = time.perf_counter() - started
         started = time.perf_counter()
-        assert two.join_image(image)
+        assert two.core.join_image(image)
         joined = time.perf_counter() - started
-        assert two.aa.causal.vv == {1: 2 * entries, 2: entries}
+        assert two.core.aa.causal.vv == {1: 2 * entries, 2: entries}
         return resync, joined, len(image)
 
 

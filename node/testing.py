@@ -33,6 +33,7 @@ import redis
 
 from node.activeactive.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
 from node.region.config import Config
+from node.region.core import RegionCore
 from node.runtime.server import Server
 from node.security.certs import create_cluster_certs
 from node.tools import admin_cli
@@ -377,7 +378,7 @@ def cluster_of(regions: int, name: str = "local"):
                          [RegionSpec(f"region-{n}", n, "local", 0, 0) for n in range(1, regions + 1)])
 
 
-def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
+def region_server(cluster=None, number: int = 1, log_dir: str | None = None) -> Server:
     """A :class:`node.runtime.server.Server` that is not listening: region ``number`` of ``cluster``
     (standalone when None), with its append-only file (``everysec``) in ``log_dir``, loaded and
     then appended to, or without one."""
@@ -388,11 +389,11 @@ def region_server(cluster=None, number: int = 1, log_dir: str | None = None):
     server = Server(config) if cluster is None else \
         Server(config, region=number, cluster=(cluster, cluster.regions[number - 1]))
     server.open_log()
-    every_peer_answered(server)
+    every_peer_answered(server.core)
     return server
 
 
-def every_peer_answered(core) -> None:
+def every_peer_answered(core: RegionCore) -> None:
     """A region of a cluster in this process, which no peer dials: play the handshakes a started
     region waits for before it takes writes (node/activeactive/region.py), each peer holding none of its
     operations - as for a region whose peers all start with it."""
@@ -421,7 +422,7 @@ class InProcessServer:
         self._thread.start()
         fut = asyncio.run_coroutine_threadsafe(self.server.start("127.0.0.1", 0), self.loop)
         fut.result(timeout=10)
-        self.port = self.server.port
+        self.port = self.server.core.port
         return self
 
     def call(self, fn, *args):

@@ -134,17 +134,17 @@ def test_watch_versions_are_kept_only_while_watched():
         for i in range(2000):
             c.xadd(f"k{i}", {"f": "v"})
         c.delete(*[f"k{i}" for i in range(0, 2000, 2)])
-        assert srv.call(lambda: len(srv.server.db.watched)) == 0
+        assert srv.call(lambda: len(srv.server.core.db.watched)) == 0
 
         watcher = RawClient(srv.port)
         watcher.call("WATCH", "k1", "k3", "gone")
-        assert srv.call(lambda: sorted(srv.server.db.watched)) == [b"gone", b"k1", b"k3"]
+        assert srv.call(lambda: sorted(srv.server.core.db.watched)) == [b"gone", b"k1", b"k3"]
         c.xadd("k1", {"f": "v"})
         watcher.call("UNWATCH")
-        assert srv.call(lambda: len(srv.server.db.watched)) == 0
+        assert srv.call(lambda: len(srv.server.core.db.watched)) == 0
         watcher.call("WATCH", "k5")
         watcher.close()  # the disconnection releases it
-        wait_until(lambda: srv.call(lambda: len(srv.server.db.watched)) == 0, what="watch released")
+        wait_until(lambda: srv.call(lambda: len(srv.server.core.db.watched)) == 0, what="watch released")
         c.close()
 
 
@@ -179,9 +179,9 @@ def _server(cluster: bool = False):
     from node.runtime.server import Server
 
     if not cluster:
-        return Server(Config())
+        return Server(Config()).core
     cfg = local_cluster(3, 17000)  # never started: no sockets
-    return Server(Config(), cluster=(cfg, cfg.regions[0]))
+    return Server(Config(), cluster=(cfg, cfg.regions[0])).core
 
 
 def test_idmp_expiry_visits_only_keys_with_maps():
@@ -477,7 +477,7 @@ def test_replies_held_for_a_failing_disk_count_against_the_output_limit():
         try:
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
             s.sendall(b"XADD k * f v\r\n" + b"XRANGE big - +\r\n" * 50)  # ~5 MB of replies, all held
-            wait_until(lambda: srv.call(lambda: srv.server.stats.client_outbuf_limit_disconnections) == 1,
+            wait_until(lambda: srv.call(lambda: srv.server.core.stats.client_outbuf_limit_disconnections) == 1,
                        what="the client holding replies closed")
             s.close()
         finally:

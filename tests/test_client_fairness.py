@@ -122,7 +122,7 @@ def _read_exactly(s: socket.socket, n: int) -> bytes:
 
 
 def _named(region, name: bytes) -> ClientConnection:
-    return region.call(lambda: next(c for c in region.server.clients.values() if c.name == name))
+    return region.call(lambda: next(c for c in region.server.core.clients.values() if c.name == name))
 
 
 def _state(region, conn: ClientConnection) -> tuple[int, int]:
@@ -231,7 +231,7 @@ def test_another_client_is_answered_between_the_slices_of_a_long_pipeline(region
     """One read of 400 commands of 5 ms each: the region runs a slice of them, serves the
     other clients, and goes on; another client's PING is answered while most still wait."""
     started = []
-    call = region.server.call
+    call = region.server.core.call
 
     def slow_call(client, argv):
         if argv == [b"ECHO", b"slow"]:
@@ -239,7 +239,7 @@ def test_another_client_is_answered_between_the_slices_of_a_long_pipeline(region
             time.sleep(0.005)  # longer than a slice: one such command per turn
         return call(client, argv)
 
-    monkeypatch.setattr(region.server, "call", slow_call)
+    monkeypatch.setattr(region.server.core, "call", slow_call)
     n = 400
     other = region.client()
     assert other.ping()
@@ -397,7 +397,7 @@ def test_a_slice_of_pipelined_commands_runs_per_turn_and_others_are_served_in_be
         other, other_peer = _client(server)
         n = 20
         busy.data_received(_req("XADD", "s", "*", "f", "v") * n)
-        ran = server.db.keys[b"s"].length
+        ran = server.core.db.keys[b"s"].length
         assert 0 < ran < n and busy.input_waits
         assert not busy_peer.reading  # reading pauses for the rest of the turn
         other.data_received(_req("XLEN", "s"))  # read in the same turn: served at once
@@ -405,7 +405,7 @@ def test_a_slice_of_pipelined_commands_runs_per_turn_and_others_are_served_in_be
         assert other_peer.read() == b":%d\r\n" % ran
         await _turns(lambda: not busy.parser.buffered and not busy.out)
         assert busy_peer.reading and not busy.input_waits
-        assert server.db.keys[b"s"].length == n
+        assert server.core.db.keys[b"s"].length == n
         assert busy_peer.read().count(b"\r\n") == 2 * n  # every ID
 
     asyncio.run(main())
@@ -452,7 +452,7 @@ def _expected(server: Server, *commands: tuple) -> bytes:
     other = ClientConnection(server)
     out = bytearray()
     for argv in commands:
-        encode(out, server.call(other, [a if isinstance(a, bytes) else str(a).encode() for a in argv]), False)
+        encode(out, server.core.call(other, [a if isinstance(a, bytes) else str(a).encode() for a in argv]), False)
     return bytes(out)
 
 
@@ -472,7 +472,7 @@ def test_a_large_range_read_leaves_as_its_entries_encodings_in_order_with_the_ot
         assert bytes(pieces[0]) == b"+PONG\r\n*%d\r\n" % entries
         assert peer.writes[1] == b"+PONG\r\n"
         assert peer.read() == b"+PONG\r\n" + _expected(server, ("XRANGE", "big", "-", "+")) + b"+PONG\r\n"
-        assert server.stats.net_output_bytes >= sum(map(len, pieces)) + 7
+        assert server.core.stats.net_output_bytes >= sum(map(len, pieces)) + 7
 
     asyncio.run(main())
 
@@ -487,7 +487,7 @@ def test_a_large_bulk_reply_leaves_as_itself_and_a_small_range_read_is_copied(tm
         peer.writes.clear()
         client.data_received(_req("DUMP", "big") + _req("XRANGE", "big", "-", "+", "COUNT", "3"))
         await _turns(lambda: not client.out and not client.spilled and len(peer.writes) == 2)
-        payload = server.call(ClientConnection(server), [b"DUMP", b"big"])
+        payload = server.core.call(ClientConnection(server), [b"DUMP", b"big"])
         assert len(payload) >= SPILL_BYTES
         pieces = peer.writes[0]
         assert len(pieces) == 3 and bytes(pieces[0]) == b"$%d\r\n" % len(payload)
@@ -519,7 +519,7 @@ def test_a_large_range_read_after_a_logged_write_in_the_same_pipeline_is_copied_
         await _turns(lambda: not client.out and not client.spilled and peer.writes and not client.reply_held)
         assert all(type(w) is not list for w in peer.writes)
         assert peer.read() == b"$3\r\n1-1\r\n" + _expected(server, ("XRANGE", "big", "-", "+"))
-        server.oplog.close()
+        server.core.oplog.close()
 
     asyncio.run(main())
 
@@ -535,6 +535,6 @@ def test_a_woken_reader_past_the_hard_limit_is_closed_before_its_reply_is_writte
         writer.data_received(_req("XADD", "s", "*", "f", "v" * (2 * 1024 * 1024)))
         assert reader.closing and reader_peer.closed
         await _turns(lambda: writer_peer.writes)
-        assert reader_peer.writes == [] and server.stats.client_outbuf_limit_disconnections == 1
+        assert reader_peer.writes == [] and server.core.stats.client_outbuf_limit_disconnections == 1
 
     asyncio.run(main())

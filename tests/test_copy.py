@@ -345,12 +345,12 @@ def test_a_copy_replays_exactly(tmp_path, number, snapshot):
         assert r("COPY", "t", "d", "REPLACE") == 1          # a copy after the snapshot too
         r("XADD", "d", "*", "f", "after")
     state = r.state()
-    d_state = _state(r.server.db.keys[b"d"])
+    d_state = _state(r.server.core.db.keys[b"d"])
     r.close()
     again = LoggedRegion(r.directory, number)
     assert again.state() == state
-    assert _state(again.server.db.keys[b"d"]) == d_state
-    assert again.server.loading_report[0].differences == 0
+    assert _state(again.server.core.db.keys[b"d"]) == d_state
+    assert again.server.core.loading_report is not None and again.server.core.loading_report[0].differences == 0
 
 
 def test_a_copy_survives_sigkill_of_a_real_region(tmp_path):

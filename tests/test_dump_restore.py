@@ -604,9 +604,9 @@ def test_a_restore_replays_exactly(tmp_path, number):
     assert r("RESTORE", "s", 0, REDIS86_PAYLOAD_RAW, "REPLACE") == "OK"
     r("XADD", "s", "*", "f", "after again")
     state = r.state()
-    before = _state(r.server.db.keys[b"s"])
+    before = _state(r.server.core.db.keys[b"s"])
     r.close()
     again = LoggedRegion(r.directory, number)
     assert again.state() == state
-    assert _state(again.server.db.keys[b"s"]) == before
-    assert again.server.loading_report[0].differences == 0
+    assert _state(again.server.core.db.keys[b"s"]) == before
+    assert again.server.core.loading_report[0].differences == 0

@@ -84,7 +84,7 @@ def test_a_handler_that_raises_after_a_change_stops_the_region_unlogged_and_unan
         got = _raw_exchange(srv.port, _resp("XADD", "s", "*", "a", "1")
                             + _resp("DEBUG", "RAISE-AFTER", "XADD", "s", "*", "b", "2"))
         assert got == b""  # no reply at all: neither write was acknowledged
-        assert srv.server.failed is not None and "debug|raise-after" in srv.server.failed
+        assert srv.server.core.failed is not None and "debug|raise-after" in srv.server.core.failed
         assert _refused(srv.port)  # it stopped listening
         [message] = _fail_stop_records(caplog)
         assert "region 1 stops: command debug|raise-after failed after it changed state" in message
@@ -102,8 +102,8 @@ def test_a_failure_inside_exec_stops_the_region_before_the_next_command(tmp_path
                             + _resp("DEBUG", "RAISE-AFTER", "XADD", "s", "*", "b", "2")
                             + _resp("XADD", "s", "*", "c", "3") + _resp("EXEC"))
         assert got == b""  # not even the +OK / +QUEUED of this turn left
-        assert srv.server.failed is not None
-        assert srv.call(lambda: srv.server.db.keys[b"s"].length) == 2  # the third XADD never ran
+        assert srv.server.core.failed is not None
+        assert srv.call(lambda: srv.server.core.db.keys[b"s"].length) == 2  # the third XADD never ran
     with InProcessServer(Config(dir=str(tmp_path))) as again:
         c = again.client()
         assert c.exists("s") == 0
@@ -118,7 +118,7 @@ def test_a_handler_that_raises_having_changed_nothing_is_answered_and_counted(tm
             c.execute_command("DEBUG", "RAISE-AFTER", "XLEN", "s")
         assert _info(c, "stats")["command_internal_errors"] == 1
         assert c.xlen("s") == 1 and c.xadd("s", {"f": "w"})  # the region keeps serving
-        assert srv.server.failed is None and not _fail_stop_records(caplog)
+        assert srv.server.core.failed is None and not _fail_stop_records(caplog)
         c.close()
 
 
@@ -163,7 +163,7 @@ def test_a_failing_cron_step_is_counted_and_the_cron_keeps_running(tmp_path, cap
         assert _taskstat(c, "log-tick")["failures"] == 1
         assert int(_taskstat(c, "idmp-expiry")["runs"]) >= 2  # it ran again after its failure
         assert _info(c, "stats")["background_task_failures"] == 2
-        assert srv.server.failed is None and not _fail_stop_records(caplog)
+        assert srv.server.core.failed is None and not _fail_stop_records(caplog)
         assert any("background step idmp-expiry failed" in r.getMessage() and r.exc_info for r in caplog.records)
         c.close()
 
@@ -172,8 +172,8 @@ def test_a_cron_step_that_changes_state_failing_with_a_bug_stops_the_region(tmp_
     with InProcessServer(_debug_config(tmp_path)) as srv:
         c = srv.client()
         c.execute_command("DEBUG", "CRON-FAIL", "idmp-expiry", "1", "BUG")
-        wait_until(lambda: srv.server.failed is not None, 10, what="the fail-stop")
-        assert "background step idmp-expiry failed" in srv.server.failed
+        wait_until(lambda: srv.server.core.failed is not None, 10, what="the fail-stop")
+        assert "background step idmp-expiry failed" in srv.server.core.failed
         [message] = _fail_stop_records(caplog)
         assert "InjectedFault" in message
         wait_until(lambda: _refused(srv.port), 10, what="the region to stop listening")
@@ -187,14 +187,15 @@ def test_a_long_lived_task_that_dies_stops_the_region_and_an_unseen_exception_is
 
         def start_both():
             asyncio.get_running_loop().call_soon(lambda: 1 / 0)  # a callback raising: the loop's handler sees it
-            srv.server.supervisor.watch(asyncio.ensure_future(dies()), "test-task")
+            srv.server.core.supervisor.watch(asyncio.ensure_future(dies()), "test-task")
 
         srv.call(start_both)
-        wait_until(lambda: srv.server.failed is not None, 10, what="the fail-stop")
-        assert "the background task test-task ended: RuntimeError" in srv.server.failed
-        wait_until(lambda: srv.server.supervisor.steps.get("event-loop") is not None, 10, what="the loop's handler")
-        assert srv.server.supervisor.steps["event-loop"].last_error == "ZeroDivisionError"
-        assert srv.server.supervisor.failures == 2
+        wait_until(lambda: srv.server.core.failed is not None, 10, what="the fail-stop")
+        assert "the background task test-task ended: RuntimeError" in srv.server.core.failed
+        supervisor = srv.server.core.supervisor
+        wait_until(lambda: supervisor.steps.get("event-loop") is not None, 10, what="the loop's handler")
+        assert srv.server.core.supervisor.steps["event-loop"].last_error == "ZeroDivisionError"
+        assert srv.server.core.supervisor.failures == 2
         # the fail-stop is recorded before its log line is written (from the loop's thread)
         wait_until(lambda: _fail_stop_records(caplog), 10, what="the fail-stop's log line")
         [message] = _fail_stop_records(caplog)
@@ -305,7 +306,7 @@ def test_a_blocked_read_whose_retry_raises_after_serving_stops_the_region(tmp_pa
             # serving the reader fails the turn: no reply to anyone
             assert _raw_exchange(srv.port, _resp("XADD", "s", "*", "f", "v")) == b""
             assert reader.recv(65536) == b""
-        assert srv.server.failed is not None and "failed after it changed state" in srv.server.failed
+        assert srv.server.core.failed is not None and "failed after it changed state" in srv.server.core.failed
         c.close()
     with InProcessServer(Config(dir=str(tmp_path))) as again:
         c = again.client()
@@ -323,7 +324,7 @@ def test_a_turn_scheduled_before_the_log_closed_writes_nothing_after_it(tmp_path
     srv.stop()
     # the state a record appended during stop's last wait leaves: its turn still scheduled,
     # the record written by closing, not by the turn
-    srv.server.oplog.written -= 1
+    srv.server.core.oplog.written -= 1
     srv.server.finish_turn()  # the turn runs after the log closed: nothing to do
     assert "the append log is closed" not in caplog.text
     with InProcessServer(Config(dir=str(tmp_path))) as again:

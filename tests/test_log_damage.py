@@ -297,13 +297,13 @@ def test_a_start_that_cut_a_torn_tail_may_have_lost_operations(tmp_path):
     server = Server(Config(dir=str(tmp_path)))
     server.open_log()  # cuts the torn tail (aof-load-truncated yes) and opens the OperationLog
     try:
-        assert server.loading_report[0].truncated_bytes > 0
+        assert server.core.loading_report is not None and server.core.loading_report[0].truncated_bytes > 0
         # the cut marked the log for recovery before it changed it (a region of a cluster then
         # takes back from its peers what was cut); a standalone region has no peers: its log
         # is all there is, so it is marked as this boot's again ...
-        assert not server.oplog.may_have_lost and read_run_mark(log_dir) == (boot_id() or "unknown")
+        assert not server.core.oplog.may_have_lost and read_run_mark(log_dir) == (boot_id() or "unknown")
     finally:
-        server.oplog.close()
+        server.core.oplog.close()
     # ... and closed cleanly, so a bad last record found later is refused as damage, not cut
     assert read_run_mark(log_dir) == "clean"
 

@@ -307,7 +307,7 @@ def test_the_log_records_the_deletes_not_the_migrate(tmp_path, target, target_pr
     again = LoggedRegion(r.directory, 1)
     try:
         assert again.state() == state and again("EXISTS", "s") == 0
-        assert again.server.loading_report[0].differences == 0
+        assert again.server.core.loading_report[0].differences == 0
         assert target.call("DBSIZE") == 0  # the replay did not migrate anything
     finally:
         again.close()

@@ -223,8 +223,8 @@ def test_a_command_out_of_memory_stops_the_region_even_having_changed_nothing(tm
         c.xadd("s", {"f": "v"})
         c.close()
         assert command(srv.port, b"XLEN", b"s") is None  # no reply: the connection closes
-        assert srv.server.failed is not None \
-            and srv.server.failed.startswith("out of memory while running command xlen")
+        assert srv.server.core.failed is not None \
+            and srv.server.core.failed.startswith("out of memory while running command xlen")
         [message] = _fail_stops(caplog)
         assert "region 1 stops: out of memory while running command xlen: MemoryError in " in message
 
@@ -238,10 +238,10 @@ def test_memory_running_out_in_what_the_event_loop_runs_stops_the_region(tmp_pat
 
         srv.call(lambda: asyncio.get_running_loop().call_soon(lambda: 1 / 0))
         srv.call(lambda: asyncio.get_running_loop().call_soon(end_of_turn))
-        wait_until(lambda: srv.server.failed is not None, 10, what="the fail-stop")
-        assert srv.server.failed.startswith("out of memory while running ")
-        assert "end_of_turn" in srv.server.failed
-        assert srv.server.supervisor.failures == 2  # the ZeroDivisionError was counted, and did not stop it
+        wait_until(lambda: srv.server.core.failed is not None, 10, what="the fail-stop")
+        assert srv.server.core.failed.startswith("out of memory while running ")
+        assert "end_of_turn" in srv.server.core.failed
+        assert srv.server.core.supervisor.failures == 2  # the ZeroDivisionError was counted, and did not stop it
         wait_until(lambda: _fail_stops(caplog), 10, what="the fail-stop's log line")
 
 
@@ -251,9 +251,10 @@ def test_a_cron_step_out_of_memory_stops_the_region_even_one_that_changes_nothin
         def tick():
             raise MemoryError()
 
-        srv.call(lambda: setattr(srv.server.oplog, "tick", tick))
-        wait_until(lambda: srv.server.failed is not None, 10, what="the fail-stop")
-        assert srv.server.failed.startswith("out of memory while running the background step log-tick: MemoryError")
+        srv.call(lambda: setattr(srv.server.core.oplog, "tick", tick))
+        wait_until(lambda: srv.server.core.failed is not None, 10, what="the fail-stop")
+        failed = srv.server.core.failed
+        assert failed.startswith("out of memory while running the background step log-tick: MemoryError")
 
 
 def test_the_log_encodes_with_an_encoder_that_raises_where_msgspec_crashes():

@@ -354,7 +354,7 @@ def test_always_replies_only_after_the_fsync_and_clients_share_fsyncs(tmp_path, 
         assert seen_before_fsync == []  # no reply left before the fsync that covers it
         # one fsync for the first; the nine that arrived meanwhile share the next (two, if the
         # event loop happened to read them in two turns)
-        assert 2 <= srv.call(lambda: srv.server.oplog.fsyncs) <= 3
+        assert 2 <= srv.call(lambda: srv.server.core.oplog.fsyncs) <= 3
 
 
 # ---------------------------------------------------------------- a region of a cluster comes back

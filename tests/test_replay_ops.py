@@ -43,37 +43,37 @@ class Region:
         self.server = Server(Config(dir=directory), cluster=cluster)
         self.server.schedule_turn_end = lambda: None  # no event loop: close() writes everything
         self.server.open_log()
-        every_peer_answered(self.server)
+        every_peer_answered(self.server.core)
         self.client = ClientConnection(self.server)
         self.client.authenticated = True
         self.closed = False
 
     def __call__(self, *argv):
-        return self.server.call(self.client, [a if isinstance(a, bytes) else str(a).encode() for a in argv])
+        return self.server.core.call(self.client, [a if isinstance(a, bytes) else str(a).encode() for a in argv])
 
     def receive_from(self, other: Region) -> None:
-        for env in other.server.aa.causal.log:
-            self.server.aa.hub.deliver(env)
+        for env in other.server.core.aa.causal.log:
+            self.server.core.aa.hub.deliver(env)
 
     def envelopes(self) -> list:
-        return [(e.origin, e.n, e.deps, e.op) for e in self.server.aa.causal.log]
+        return [(e.origin, e.n, e.deps, e.op) for e in self.server.core.aa.causal.log]
 
     def state(self) -> list:
         """What a client sees of every key (XINFO STREAM FULL: entries, counters, groups, PEL,
         consumers, IDMP counters), and the version vector."""
         keys = sorted(self("KEYS", "*"))
         out = [keys] + [self("XINFO", "STREAM", k, "FULL", "COUNT", "0") for k in keys]
-        if self.server.aa is not None:
-            out.append(dict(self.server.aa.causal.vv))
+        if self.server.core.aa is not None:
+            out.append(dict(self.server.core.aa.causal.vv))
         return out
 
     def close(self) -> None:
-        self.server.oplog.close()
+        self.server.core.oplog.close()
         self.closed = True
 
     def records(self) -> list:
         if not self.closed:
-            self.server.oplog.write_out()
+            self.server.core.oplog.write_out()
         return aof.scan(os.path.join(self.directory, "appendonlydir")).records
 
 
@@ -143,7 +143,7 @@ def test_a_region_restarted_with_an_upgraded_resolver_keeps_every_dot_and_its_co
     again = Region(r1.directory, 1)
     assert again.envelopes() == envelopes  # same dots, same dependencies, same operation bytes
     assert again.state() == state
-    report, _seconds = again.server.loading_report
+    report, _seconds = again.server.core.loading_report
     assert report.own >= 12
     # the replayed XACK computed another watermark: counted, and the logged one was applied
     assert (report.differences > 0) == ("ack-watermark" in upgrades)
@@ -152,7 +152,7 @@ def test_a_region_restarted_with_an_upgraded_resolver_keeps_every_dot_and_its_co
     again("XADD", "s", "*", "after", "restart")
     r2.receive_from(again)
     assert r2("XRANGE", "s", "-", "+") == again("XRANGE", "s", "-", "+")
-    assert r2.server.aa.causal.vv == again.server.aa.causal.vv
+    assert r2.server.core.aa.causal.vv == again.server.core.aa.causal.vv
 
 
 def test_the_common_path_is_logged_as_operations_only(tmp_path):
@@ -241,7 +241,7 @@ SCRIPT = [["XADD", "s", "*", "f", "v"], ["XADD", "s", "*", "f", "w"], ["XGROUP",
 def test_a_file_of_commands_from_before_operations_were_logged_still_loads(tmp_path, number):
     """Format 1 (every record a command): replayed as then, resolving again; new records follow it."""
     live = Region(str(tmp_path / "live"), number)
-    with live.server.clock_pinned(1_700_000_000_000):
+    with live.server.core.clock_pinned(1_700_000_000_000):
         for argv in SCRIPT:
             live(*argv)
     expected = live.state()
@@ -275,7 +275,7 @@ def test_a_flushall_of_a_format_1_file_replays_key_by_key_as_it_was_sent(tmp_pat
     assert region("KEYS", "*") == [b"c"]
     region("FLUSHALL")  # this version's: one operation
     assert type(opcodec.decode(region.envelopes()[-1][3])).__name__ == "FlushKeys"
-    assert dict(region.server.aa.causal.vv) == {1: 6}
+    assert dict(region.server.core.aa.causal.vv) == {1: 6}
 
 
 # ---------------------------------------------------------------- random histories of a cluster region
@@ -363,7 +363,7 @@ def test_random_histories_of_a_cluster_region_replay_to_the_same_state_and_causa
         again = Region(r1.directory, 1)
         assert again.envelopes() == envelopes
         assert without_seen_times(again.state()) == without_seen_times(state)
-        assert again.server.loading_report[0].differences == 0
+        assert again.server.core.loading_report[0].differences == 0
         again.close()
         r2.close()
 

@@ -40,7 +40,7 @@ def test_the_bulk_path_rebuilds_what_the_general_path_rebuilds(tmp_path, monkeyp
     r1.close()
     bulk = Region(r1.directory, number)
     assert bulk.state() == state
-    assert bulk.server.loading_report[0].own > 0
+    assert bulk.server.core.loading_report[0].own > 0
     if number:
         assert bulk.envelopes() == envelopes
     # every record the general way
@@ -102,9 +102,9 @@ def test_a_region_snapshots_before_its_log_would_take_too_long_to_replay(tmp_pat
         entries = c.xrange("s")
         c.close()
     with InProcessServer(Config(dir=directory)) as srv:
-        report = srv.server.loading_report[0]
+        report = srv.server.core.loading_report[0]
         assert report.snapshot_record == taken
-        assert report.records == srv.server.oplog.last_record - taken >= 1  # only what follows the snapshot
+        assert report.records == srv.server.core.oplog.last_record - taken >= 1  # only what follows the snapshot
         c = srv.client()
         assert c.xrange("s") == entries
         c.close()

@@ -75,12 +75,12 @@ def test_replies_that_wait_for_the_log_leave_after_its_write_in_the_same_single_
         client, transport = _connect(server)
         seen_written = []
         write = transport.write
-        transport.write = lambda data: (seen_written.append(server.oplog.written), write(data))  # type: ignore[method-assign]
+        transport.write = lambda data: (seen_written.append(server.core.oplog.written), write(data))  # type: ignore[method-assign]
         client.data_received(_req("XADD", "s", "1-1", "f", "v") + _req("PING"))
         await asyncio.sleep(0)
         assert transport.writes == [b"$3\r\n1-1\r\n+PONG\r\n"]
-        assert seen_written == [server.oplog.last_record] and server.oplog.last_record >= 1
-        server.oplog.close()
+        assert seen_written == [server.core.oplog.last_record] and server.core.oplog.last_record >= 1
+        server.core.oplog.close()
 
     asyncio.run(main())
 
@@ -106,7 +106,7 @@ def test_a_client_gone_before_the_turn_ends_gets_nothing_and_the_others_are_serv
         gone.connection_lost(None)
         await asyncio.sleep(0)
         assert tgone.writes == [] and tstays.writes == [b":1\r\n"]
-        assert server.db.keys.get(b"s").length == 1  # the command ran; only its reply had nobody to go to
+        assert server.core.db.keys.get(b"s").length == 1  # the command ran; only its reply had nobody to go to
 
     asyncio.run(main())
 

@@ -47,11 +47,11 @@ def _replies(data: bytes) -> list:
 
 def _filled(server: Server, entries: int) -> None:
     """``big``: ``entries`` entries of a random 1 KB value (what LZF barely compresses)."""
-    loader = Session(server)
+    loader = Session(server.core)
     rng = random.Random(7)
     for _ in range(entries):
-        server.call(loader, [b"XADD", b"big", b"*", b"v", rng.randbytes(512).hex().encode()])
-    assert server.call(loader, [b"XLEN", b"big"]) == entries
+        server.core.call(loader, [b"XADD", b"big", b"*", b"v", rng.randbytes(512).hex().encode()])
+    assert server.core.call(loader, [b"XLEN", b"big"]) == entries
 
 
 ENTRIES = SLICED_BYTES // 1000 + 200  # a little over the size that is sliced
@@ -67,7 +67,7 @@ def test_a_large_dump_answers_the_stream_as_it_arrived_while_others_are_served(t
     async def main() -> None:
         server = _server(tmp_path)
         _filled(server, ENTRIES)
-        expected = dump_value(server, b"big")
+        expected = dump_value(server.core, b"big")
         a, pa = _client(server)
         b, pb = _client(server)
         a.data_received(_req("DUMP", "big") + _req("XLEN", "big"))
@@ -88,7 +88,7 @@ def test_a_large_restore_is_checked_again_when_it_completes(tmp_path):
     async def main() -> None:
         server = _server(tmp_path)
         _filled(server, ENTRIES)
-        payload = dump_value(server, b"big")
+        payload = dump_value(server.core, b"big")
         a, pa = _client(server)
         b, pb = _client(server)
         a.data_received(_req("RESTORE", "copy", "0", payload) + _req("XLEN", "copy"))
@@ -99,8 +99,9 @@ def test_a_large_restore_is_checked_again_when_it_completes(tmp_path):
         a.data_received(_req("RESTORE", "copy", "0", payload, "REPLACE") + _req("XLEN", "copy"))
         await _turns(lambda: a.job is None and len(_replies(bytes(pa.unread))) == 2, limit=100_000)
         assert _replies(pa.read()) == [b"OK", ENTRIES]
-        assert server.call(a, [b"XRANGE", b"copy", b"-", b"+"]) == server.call(a, [b"XRANGE", b"big", b"-", b"+"])
-        assert server.stats.command_calls["restore"][0] == 2  # counted once each, when it completed
+        core = server.core
+        assert core.call(a, [b"XRANGE", b"copy", b"-", b"+"]) == core.call(a, [b"XRANGE", b"big", b"-", b"+"])
+        assert server.core.stats.command_calls["restore"][0] == 2  # counted once each, when it completed
 
     asyncio.run(main())
 
@@ -109,7 +110,7 @@ def test_a_large_damaged_payload_is_refused_after_its_slices_and_the_client_goes
     async def main() -> None:
         server = _server(tmp_path, rdbcompression=False)  # listpacks written as they are
         _filled(server, ENTRIES)
-        payload = bytearray(dump_value(server, b"big"))
+        payload = bytearray(dump_value(server.core, b"big"))
         reader = rdb.Reader(bytes(payload))
         reader.byte()  # the type
         nodes = reader.length_value()
@@ -126,7 +127,7 @@ def test_a_large_damaged_payload_is_refused_after_its_slices_and_the_client_goes
         assert a.job is not None
         await _turns(lambda: a.job is None and len(_replies(bytes(pa.unread))) == 2, limit=100_000)
         assert _replies(pa.read()) == [("error", "ERR Bad data format"), b"PONG"]
-        assert b"copy" not in server.db.keys
+        assert b"copy" not in server.core.db.keys
 
     asyncio.run(main())
 
@@ -135,14 +136,14 @@ def test_a_client_that_leaves_during_a_sliced_command_is_forgotten(tmp_path):
     async def main() -> None:
         server = _server(tmp_path)
         _filled(server, ENTRIES)
-        payload = dump_value(server, b"big")
+        payload = dump_value(server.core, b"big")
         a, pa = _client(server)
         a.data_received(_req("RESTORE", "copy", "0", payload))
         assert a.job is not None
         pa.closed = True
         a.connection_lost(None)
         await _turns(lambda: a.job is None)
-        assert b"copy" not in server.db.keys and a.id not in server.clients
+        assert b"copy" not in server.core.db.keys and a.id not in server.core.clients
         b, pb = _client(server)
         b.data_received(_req("PING"))
         await _turns(lambda: pb.unread)
@@ -155,7 +156,7 @@ def test_in_a_transaction_and_on_a_bare_session_the_same_commands_run_in_one_pie
     async def main() -> None:
         server = _server(tmp_path)
         _filled(server, ENTRIES)
-        payload = dump_value(server, b"big")
+        payload = dump_value(server.core, b"big")
         a, pa = _client(server)
         a.data_received(_req("MULTI") + _req("DUMP", "big") + _req("RESTORE", "copy", "0", payload) + _req("EXEC"))
         assert a.job is None
@@ -179,18 +180,18 @@ def test_a_sliced_restore_is_logged_once_and_replays(tmp_path):
     async def main() -> None:
         server = _server(tmp_path, appendonly=True)
         _filled(server, ENTRIES)
-        payload = dump_value(server, b"big")
-        before = server.oplog.last_record
+        payload = dump_value(server.core, b"big")
+        before = server.core.oplog.last_record
         a, pa = _client(server)
         a.data_received(_req("RESTORE", "copy", "0", payload))
         assert a.job is not None
         await _turns(lambda: a.job is None and pa.unread and not a.reply_held, limit=100_000)
         assert pa.read() == b"+OK\r\n"
-        assert server.oplog.last_record == before + 1
-        rows = server.call(a, [b"XRANGE", b"copy", b"-", b"+"])
-        server.oplog.close()
+        assert server.core.oplog.last_record == before + 1
+        rows = server.core.call(a, [b"XRANGE", b"copy", b"-", b"+"])
+        server.core.oplog.close()
         again = _server(tmp_path, appendonly=True)
-        assert again.call(Session(again), [b"XRANGE", b"copy", b"-", b"+"]) == rows
-        again.oplog.close()
+        assert again.core.call(Session(again.core), [b"XRANGE", b"copy", b"-", b"+"]) == rows
+        again.core.oplog.close()
 
     asyncio.run(main())

@@ -293,7 +293,7 @@ def test_entries_name_the_client_and_a_blocked_read_is_logged_when_it_ends():
         try:
             reader.call("CLIENT", "SETNAME", "reader")
             reader.send(("XREAD", "BLOCK", "0", "STREAMS", "k", "$"))
-            wait_until(lambda: srv.call(lambda: srv.server.blocking.count) == 1, what="the read to block")
+            wait_until(lambda: srv.call(lambda: srv.server.core.blocking.count) == 1, what="the read to block")
             assert [e[3][0] for e in writer.call("SLOWLOG", "GET")][0] == b"CLIENT"  # not yet
             writer.call("XADD", "k", "1-0", "f", "v")
             assert reader.receive(1)[0] == [[b"k", [[b"1-0", [b"f", b"v"]]]]]

@@ -376,6 +376,7 @@ class Simulation(Links, Faults):
         """Run the core's cron steps (or the one named ``only``) at ``region``, at ``now_s`` (default
         the virtual clock's); False: it failed."""
         core, causal, number = region.core, region.causal, region.number
+        assert core is not None  # (a region that is up)
         log_before, base_before = list(causal.log), causal.base
         if now_s is None:
             now_s = self.sched.now / 1000

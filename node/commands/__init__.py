@@ -88,7 +88,7 @@ class Command:
     resolved: bool = field(init=False)  # see RESOLVED
     logged_if_changed: bool = field(init=False)  # see LOGGED_IF_CHANGED
     reads_entries: bool = field(init=False)  # see READS_ENTRIES
-    # a write the operation log records when it did not fail (see RegionCore._log_command)
+    # a write the operation log records when it did not fail (see RegionCore.log_command)
     always_logged: bool = field(init=False)
     # the argument counts the arity allows, as two bounds (dispatch compares, calls nothing)
     min_argc: int = field(init=False)

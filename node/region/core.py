@@ -36,8 +36,9 @@ SLOWLOG, LATENCY); the cron's steps, a turn's write of the append-only file, oth
 regions' operations and full-resync images are timed for LATENCY only while
 ``latency-monitor-threshold`` is set (:meth:`latency_start`).
 
-Two drivers run it.  :class:`node.runtime.server.Server` is the asyncio one: it adds
-the client sockets, blocking reads with their timers, the worker threads for
+Two drivers run it.  :class:`node.runtime.server.Server` is the asyncio one: it holds
+a core, passing itself as the core's :class:`~node.region.driver.Driver`, and adds the
+client sockets, blocking reads with their timers, the worker threads for
 fsync and BGSAVE, the cron task and the gRPC links.  The deterministic
 simulation (chaos/sim/region.py) drives the same class on a virtual clock and
 a simulated disk, so the rules above exist once.
@@ -67,13 +68,14 @@ from node.persistence import aofformat, snapshot
 from node.region.blocking import Blocked, BlockingRegistry
 from node.region.config import Config
 from node.region.db import Database
+from node.region.driver import Driver
 from node.region.lone import LoneWritesObserver, LoneWritesSteps
 from node.region.memory import MemoryAccount
 from node.region.remote import apply_run
 from node.region.resync import FullResync
 from node.region.session import Session
 from node.region.slicing import Sliced
-from node.region.slowlog import LatencyMonitor, SlowLog, redacted
+from node.region.slowlog import LatencyMonitor, SlowLog, redacted, slow_bounds
 from node.region.stats import LatencyHistogram, Stats
 from node.region.supervision import (
     EXIT_FAIL_STOP,
@@ -107,10 +109,15 @@ class RegionCore:
     live in one process (tests and the simulation do)."""
 
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None,
-                 clock: Callable[[], int] | None = None, lone_observer: LoneWritesObserver | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lone_observer: LoneWritesObserver | None = None,
+                 driver: Driver | None = None, offer_cpu: Callable[[], object] | None = None) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one.
         ``clock``: the wall clock in milliseconds (default: the system's).  ``lone_observer``:
-        who hears of writes taken alone withdrawn and issued again (node/region/lone.py)."""
+        who hears of writes taken alone withdrawn and issued again (node/region/lone.py).
+        ``driver``: who runs the core (:class:`Driver`; None: a bare core).  ``offer_cpu``: what
+        lets other processes run on this region's CPU a moment (the server's ``os.sched_yield``;
+        see apply_remote_run)."""
+        self.driver = driver
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
         # what INFO server says of this run: when it began, a random id, the client port
@@ -145,9 +152,7 @@ class RegionCore:
         self.clients: dict[int, Session] = {}
         self.memory = MemoryAccount(self._held_memory, self.clients.values)
         self.memory.set_limit(int(self.config["maxmemory"]))
-        # what lets other processes run on this region's core a moment (the server sets
-        # os.sched_yield; a core in the simulation or a test has none): see apply_remote_run
-        self.offer_cpu: Callable[[], object] | None = None
+        self.offer_cpu = offer_cpu
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         self.blocking = BlockingRegistry()
         self._client_ids = itertools.count(1)
@@ -200,6 +205,8 @@ class RegionCore:
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])
         if self.oplog is not None:
             self.oplog.policy = self.config["appendfsync"]
+        if self.driver is not None:
+            self.driver.settings_changed()
 
     def _db_setting_changed(self, name: str, value: str) -> None:
         """A database setting braid-admin tuned that is also a server setting (appendfsync)."""
@@ -221,21 +228,9 @@ class RegionCore:
         return before - len(self.db.keys)
 
     def _set_slow_bounds(self) -> None:
-        """The settings of SLOWLOG and LATENCY, read once per change: ``slowlog_us`` (None: the
-        slow log is off - ``slowlog-log-slower-than`` -1 or ``slowlog-max-len`` 0, as Redis 8),
-        ``latency_ms`` (0: off) and ``slow_ns``, the least time of a command either records.
-        A shorter ``slowlog-max-len`` trims the log at once (Redis trims it when the CONFIG SET
-        that shortened it is itself logged)."""
-        c = self.config
-        slower, max_len = int(c["slowlog-log-slower-than"]), int(c["slowlog-max-len"])
-        self.slowlog.max_len = max_len
-        self.slowlog_us = slower if slower >= 0 and max_len > 0 else None
-        if self.slowlog_us is not None:
-            self.slowlog.trim()
-        self.latency_ms = int(c["latency-monitor-threshold"])
-        bounds = [b for b in (None if self.slowlog_us is None else self.slowlog_us * 1000,
-                              self.latency_ms * 1_000_000 if self.latency_ms else None) if b is not None]
-        self.slow_ns = min(bounds, default=NEVER_NS)
+        """The settings of SLOWLOG and LATENCY, read once per change (node/region/slowlog.py's
+        ``slow_bounds``): ``slowlog_us``, ``latency_ms`` and ``slow_ns``."""
+        self.slowlog_us, self.latency_ms, self.slow_ns = slow_bounds(self.config, self.slowlog, NEVER_NS)
 
     def _set_write_cap(self) -> None:
         """The largest write command whose log record is sure to fit (node/persistence/aof.py):
@@ -278,12 +273,27 @@ class RegionCore:
         finally:
             self._clock = None
 
+    def loaded(self, report: LoadReport, seconds: float) -> None:
+        """What loading the append-only file found, and how long it took (INFO persistence)."""
+        self.loading_report = (report, seconds)
+
+    def listening_on(self, port: int) -> None:
+        """The driver's client port is bound (to ``port``: the setting's, or any free one for 0)."""
+        self.port = port
+        self.config.set("port", port)
+
+    def attach_ports(self, tls: ClientTls | None = None, migrate: MigrateTransport | None = None) -> None:
+        """The driver's ports the commands reach: the TLS client port (CONFIG SET of its
+        settings, INFO's counters) and MIGRATE's connections to other servers."""
+        self.tls = tls
+        self.migrate_transport = migrate
+
     # ------------------------------------------------------------ the operation log
     def attach_log(self, oplog) -> None:
         """Append to ``oplog`` from now on: everything loaded so far is in it (and may leave)."""
         self.oplog = oplog
         self.log_base_size = oplog.size
-        # what commands resolve into, for the log (_log_command); without a log nothing is kept
+        # what commands resolve into, for the log (log_command); without a log nothing is kept
         self.db.own_ops = []
         aa = self.aa
         if aa is not None:
@@ -298,7 +308,7 @@ class RegionCore:
         self.db.dirty = 0
         self.stats.reset()
 
-    def _log_command(self, client: Session, cmd: cmdtable.Command | None, argv: list[bytes],
+    def log_command(self, client: Session, cmd: cmdtable.Command | None, argv: list[bytes],
                      changed: bool, reply: Any) -> None:
         """Append what a command did (node/persistence/oplog.py): the operations it applied
         when they are all it did (``RESOLVED`` commands), else the command with them, if it
@@ -416,15 +426,27 @@ class RegionCore:
             raise ReplyError(f"ERR snapshot failed: {e.strerror}") from None
         self.saved(record, None)
 
+    def begin_background_save(self) -> tuple[bytes, int]:
+        """A BGSAVE's start (the driver writes the snapshot in a thread, then calls
+        :meth:`saved`): the state now, and the record it follows."""
+        data, record = self.snapshot_now()
+        self.saving = True
+        return data, record
+
     def bgsave(self) -> None:
-        """BGSAVE: a core has no worker thread, so the snapshot is written at once (the
-        asyncio server writes it in a thread: node/runtime/server.py)."""
-        self.save()
+        """BGSAVE: the driver's (the asyncio server writes the snapshot in a thread); a core
+        without one has no worker thread, so the snapshot is written at once."""
+        if self.driver is not None:
+            self.driver.bgsave()
+        else:
+            self.save()
 
     def shutdown(self) -> None:
-        """SHUTDOWN: a core only records it (``shutdown_requested``); its driver stops the
-        region (the asyncio server once the turn is done)."""
+        """SHUTDOWN: noted (``shutdown_requested``); the driver stops the region (the asyncio
+        server once the turn is done)."""
         self.shutdown_requested = True
+        if self.driver is not None:
+            self.driver.shutdown()
 
     def saved(self, record: int, error: BaseException | None) -> None:
         """A snapshot of the state after ``record`` was written (or failed): the log before it goes."""
@@ -470,6 +492,8 @@ class RegionCore:
 
     def on_fail_stop(self) -> None:
         """The driver's part of a fail-stop (the server closes clients, links and its port)."""
+        if self.driver is not None:
+            self.driver.fail_stopped()
 
     # ------------------------------------------------------------ dispatch
     def call(self, client: Session, argv: list[bytes]) -> Any:
@@ -530,16 +554,16 @@ class RegionCore:
             except ReplyError as e:
                 reply = e
             except Exception as e:
-                reply = self._handler_failed(cmd.fullname, e, db.dirty != dirty, outermost)
+                reply = self.handler_failed(cmd.fullname, e, db.dirty != dirty, outermost)
             if cmd.reads_entries:  # (what it decoded counts in the keys' memory)
                 db.changed.update(command_keys(cmd, argv))
-            # what _log_command may log or reset (it does nothing else: a read that changed
+            # what log_command may log or reset (it does nothing else: a read that changed
             # nothing, or any command without a log, need not call it)
             if (db.own_ops or db.local_change
                     or (self.oplog is not None and (cmd.always_logged or db.dirty != dirty))):
                 # EXEC's commands are logged one by one; a sliced command when it runs again
                 if cmd.name != "exec" and self.failed is None and type(reply) is not Sliced:
-                    self._log_command(client, cmd, argv, db.dirty != dirty, reply)
+                    self.log_command(client, cmd, argv, db.dirty != dirty, reply)
         finally:
             if outermost:
                 self._clock = None
@@ -549,7 +573,7 @@ class RegionCore:
         if rec is None:
             rec = stats.command_calls[name] = [0, 0, 0, 0]
         kind = type(reply)
-        if kind is Blocked or kind is Sliced:  # a call once it ends (count_unblocked; run again), as in Redis
+        if kind is Blocked or kind is Sliced:  # a call once it ends (the server counts it; run again), as in Redis
             stats.total_commands_processed -= 1
         else:
             rec[0] += 1
@@ -563,7 +587,7 @@ class RegionCore:
             self.note_slow(client, cmd, argv, elapsed, reply)
         if kind is ReplyError:
             rec[3] += 1
-            self._count_error(reply)
+            self.count_error(reply)
         return reply
 
     # ------------------------------------------------------------ SLOWLOG and LATENCY
@@ -573,7 +597,7 @@ class RegionCore:
         sample (event ``fast-command`` for a command flagged fast, else ``command``), and an
         entry of the slow log - unless the command is flagged ``skip_slowlog`` (EXEC: its
         commands are logged one by one), or it blocked (it is logged when it ends,
-        :meth:`count_unblocked`), or it is a replay of the log."""
+        the server's ``_count_unblocked``), or it is a replay of the log."""
         if self.replaying:
             return
         ms = elapsed_ns // 1_000_000
@@ -585,9 +609,9 @@ class RegionCore:
         elif type(reply) is Sliced:
             pass  # the slow log shows the command once, when it completes
         elif self.slowlog_us is not None and us >= self.slowlog_us and "skip_slowlog" not in cmd.flags:
-            self._slowlog_push(client, cmd, argv, us)
+            self.slowlog_push(client, cmd, argv, us)
 
-    def _slowlog_push(self, client: Session, cmd: cmdtable.Command, argv: list[bytes], us: int) -> None:
+    def slowlog_push(self, client: Session, cmd: cmdtable.Command, argv: list[bytes], us: int) -> None:
         self.slowlog.push(redacted(cmd.fullname, argv), us, self.system_ms() // 1000, client.addr.encode(),
                           client.name)
 
@@ -604,29 +628,7 @@ class RegionCore:
             if ms >= self.latency_ms:
                 self.latency_events.add(event, ms, self.system_ms() // 1000)
 
-    def count_unblocked(self, argv: list[bytes], reply: Any, client: Session | None = None,
-                        ran_us: int = 0) -> None:
-        """A blocked command ended (served, timed out, or with an error such as NOGROUP when
-        its key or group went away): one call now, and a failed call if it ended with an
-        error (INFO commandstats, errorstats), as Redis counts a command it runs again; and,
-        as Redis 8 logs it then, an entry of the slow log for ``client`` if the time it ran
-        before it blocked (``ran_us``) reaches the threshold."""
-        stats = self.stats
-        stats.total_commands_processed += 1
-        cmd = cmdtable.lookup(argv)
-        name = cmd.fullname if cmd is not None else argv[0].decode("utf-8", "replace").lower()
-        rec = stats.command_calls.get(name)
-        if rec is None:
-            rec = stats.command_calls[name] = [0, 0, 0, 0]
-        rec[0] += 1
-        if type(reply) is ReplyError:
-            rec[3] += 1
-            self._count_error(reply)
-        if (client is not None and cmd is not None and self.slowlog_us is not None and ran_us >= self.slowlog_us
-                and not self.replaying):
-            self._slowlog_push(client, cmd, argv, ran_us)
-
-    def _handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
+    def handler_failed(self, name: str, e: Exception, changed: bool, outermost: bool) -> Any:
         """A handler raised (a bug).  Having changed nothing, it is answered with an error and
         counted; after a change (the dirty counter moved: issuing an operation moves it too,
         see Database.apply), or inside a transaction that made one, the region fail-stops:
@@ -655,10 +657,10 @@ class RegionCore:
         return ReplyError(message)
 
     def _reject(self, err: ReplyError) -> ReplyError:
-        self._count_error(err)
+        self.count_error(err)
         return err
 
-    def _count_error(self, err: ReplyError) -> None:
+    def count_error(self, err: ReplyError) -> None:
         self.stats.total_error_replies += 1
         code = err.message.split(" ", 1)[0]
         self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
@@ -684,8 +686,12 @@ class RegionCore:
         return "QUEUED"
 
     def keys_ready(self) -> None:
-        """Serve readers blocked on the keys in ``db.ready`` (the server's; nothing blocks here)."""
-        self.db.ready.clear()
+        """Serve readers blocked on the keys in ``db.ready`` (the driver's; without one nothing
+        blocks)."""
+        if self.driver is not None:
+            self.driver.keys_ready()
+        else:
+            self.db.ready.clear()
 
     # ------------------------------------------------------------ other regions' operations
     def apply_remote(self, env: Envelope) -> None:
@@ -740,7 +746,9 @@ class RegionCore:
             raise ApplyFailed(reason) from e
 
     def records_appended(self) -> None:
-        """Records were appended outside a client's command (the server schedules its end of turn)."""
+        """Records were appended outside a client's command (the driver schedules its end of turn)."""
+        if self.driver is not None:
+            self.driver.records_appended()
 
     # ------------------------------------------------------------ full resync
     def resync_image(self) -> tuple[bytes, dict]:

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from node.region.config import Config
 
 SLOWLOG_ENTRY_MAX_ARGC = 32     # arguments kept per entry (the last one then says how many more)
 SLOWLOG_ENTRY_MAX_STRING = 128  # bytes kept per argument
@@ -125,6 +128,23 @@ def redacted(fullname: str, argv: list[bytes]) -> list[bytes]:
 
 
 # ---------------------------------------------------------------- the slow log
+def slow_bounds(config: Config, slowlog: SlowLog, never_ns: int) -> tuple[int | None, int, int]:
+    """The settings of SLOWLOG and LATENCY, read once per change: ``slowlog_us`` (None: the
+    slow log is off - ``slowlog-log-slower-than`` -1 or ``slowlog-max-len`` 0, as Redis 8),
+    ``latency_ms`` (0: off) and ``slow_ns``, the least time of a command either records
+    (``never_ns``: neither does).  A shorter ``slowlog-max-len`` trims the log at once (Redis
+    trims it when the CONFIG SET that shortened it is itself logged)."""
+    slower, max_len = int(config["slowlog-log-slower-than"]), int(config["slowlog-max-len"])
+    slowlog.max_len = max_len
+    slowlog_us = slower if slower >= 0 and max_len > 0 else None
+    if slowlog_us is not None:
+        slowlog.trim()
+    latency_ms = int(config["latency-monitor-threshold"])
+    bounds = [b for b in (None if slowlog_us is None else slowlog_us * 1000,
+                          latency_ms * 1_000_000 if latency_ms else None) if b is not None]
+    return slowlog_us, latency_ms, min(bounds, default=never_ns)
+
+
 class SlowLog:
     """The newest entries first, at most ``max_len`` (``slowlog-max-len``)."""
 

@@ -78,9 +78,9 @@ class ClientConnection(Session, asyncio.Protocol):
     may_slice = True  # it can wait for a long command's preparation (node/region/slicing.py)
 
     def __init__(self, server: Server) -> None:
-        super().__init__(server)
-        self.server = server  # the driver: its turn, its limits, its other clients
-        self.parser = HiredisRequestParser(int(server.config["proto-max-bulk-len"]), self.needs_auth)
+        super().__init__(server.core)
+        self.server = server  # the driver: its turn, its limits
+        self.parser = HiredisRequestParser(int(server.core.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()
         # replies handed over as pieces (``_spill``), to be written before ``out``, and their size
@@ -115,13 +115,13 @@ class ClientConnection(Session, asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # (a stream socket's: asyncio's or uvloop's)
         srv = self.server
-        srv.stats.total_connections_received += 1
-        if len(srv.clients) >= int(srv.config["maxclients"]):
-            srv.stats.rejected_connections += 1
+        srv.core.stats.total_connections_received += 1
+        if len(srv.core.clients) >= int(srv.core.config["maxclients"]):
+            srv.core.stats.rejected_connections += 1
             self.transport.write(b"-ERR max number of clients reached\r\n")
             self.transport.close()
             return
-        srv.clients[self.id] = self
+        srv.core.clients[self.id] = self
         self.set_flow_limits()
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
@@ -164,14 +164,14 @@ class ClientConnection(Session, asyncio.Protocol):
             self._soft_timer.cancel()
             self._soft_timer = None
         self.server._input_due.pop(self.id, None)
-        self.server.blocking.unpark(self)
-        self.server.db.unwatch(self.watched)
-        self.server.clients.pop(self.id, None)
+        self.server.core.blocking.unpark(self)
+        self.server.core.db.unwatch(self.watched)
+        self.server.core.clients.pop(self.id, None)
         self.closing = True
 
     def data_received(self, data: bytes) -> None:
         server = self.server
-        server.stats.net_input_bytes += len(data)
+        server.core.stats.net_input_bytes += len(data)
         parser = self.parser
         parser.feed(data)
         # What this client's input holds: the command being assembled (its parsed
@@ -186,7 +186,7 @@ class ClientConnection(Session, asyncio.Protocol):
             held += self._multi_bytes()
         if held > limit:
             log.warning("closing client %d: query buffer over %d bytes", self.id, limit)
-            self.server.stats.client_qbuf_limit_disconnections += 1
+            self.server.core.stats.client_qbuf_limit_disconnections += 1
             self.close()
             return
         self.last_interaction = now = clock()
@@ -235,7 +235,7 @@ class ClientConnection(Session, asyncio.Protocol):
                 argv = parser.next_command()
             except ProtocolError as e:
                 err = ReplyError(f"ERR {e}")
-                server._count_error(err)
+                server.core.count_error(err)
                 encode(self.out, err, self.resp3)
                 self.closing = True
                 break
@@ -247,7 +247,7 @@ class ClientConnection(Session, asyncio.Protocol):
                     self._yield_turn()
                 break
             self.last_command = argv[0]
-            reply = server.call(self, argv)
+            reply = server.core.call(self, argv)
             if reply is cmdtable.CLOSE_WITHOUT_REPLY:
                 self.closing = True
                 break
@@ -268,12 +268,12 @@ class ClientConnection(Session, asyncio.Protocol):
                 encode(out, reply, self.resp3)
             if self.logged_upto != self.replied_upto:
                 self._logged_reply(at)
-            if server.db.ready:
-                if server.blocking.by_key:
+            if server.core.db.ready:
+                if server.core.blocking.by_key:
                     self.flush()
                     server.serve_ready_keys()
                 else:
-                    server.db.ready.clear()
+                    server.core.db.ready.clear()
             if len(out) + self.spilled_bytes > room:  # (each reply is checked as it is made)
                 if self._output_full():
                     break
@@ -401,16 +401,16 @@ class ClientConnection(Session, asyncio.Protocol):
         """Its sliced command's preparation is done (``prepared``): the command runs again and
         completes, its reply is sent, and its next commands go on."""
         server = self.server
-        reply = server.call(self, argv)
+        reply = server.core.call(self, argv)
         self.prepared = None  # (taken by the handler, unless the command failed before it)
         if type(reply) is Sliced:  # a handler that did not take its prepared value: a bug
             reply = ReplyError(f"ERR internal error running '{argv[0].decode('utf-8', 'replace').lower()}'")
         self.send(reply)
-        if server.db.ready:
-            if server.blocking.by_key:
+        if server.core.db.ready:
+            if server.core.blocking.by_key:
                 server.serve_ready_keys()
             else:
-                server.db.ready.clear()
+                server.core.db.ready.clear()
         if not self.closing:
             server.continue_input_at_end_of_turn(self)
 
@@ -436,9 +436,9 @@ class ClientConnection(Session, asyncio.Protocol):
         if not (self.out or self.spilled) or self.transport is None:
             return
         server = self.server
-        if server.oplog is not None:
-            self.reply_needs = needs = server.reply_needs(self)
-            if needs > self.answered_upto and not server.may_release(needs):
+        if server.core.oplog is not None:
+            self.reply_needs = needs = server.core.reply_needs(self)
+            if needs > self.answered_upto and not server.core.may_release(needs):
                 self.reply_held = True
                 server.flush_after_log_write(self)
                 self._check_output_limit()  # held replies count too (a failing disk holds them)
@@ -454,13 +454,13 @@ class ClientConnection(Session, asyncio.Protocol):
         If an fsync they need is still missing (it failed; the cron retries), wait for it;
         replies added meanwhile may need a later one, which this checks again.
         """
-        oplog = self.server.oplog
+        oplog = self.server.core.oplog
         assert oplog is not None  # (a reply waits for a record only with a log)
         if self.reply_needs > self.answered_upto and not oplog.durable(self.reply_needs):
             if not self.fsync_waiter:
                 self.fsync_waiter = True
                 oplog.after_sync(self.reply_needs, self._fsynced, self._held_too_long,
-                                 int(self.server.config["aof-write-error-timeout-ms"]) / 1000)
+                                 int(self.server.core.config["aof-write-error-timeout-ms"]) / 1000)
             return
         self.reply_held = False
         self.send_now()
@@ -482,7 +482,7 @@ class ClientConnection(Session, asyncio.Protocol):
         if not self.reply_held or self.transport is None or self.transport.is_closing():
             return
         server = self.server
-        oplog = server.oplog
+        oplog = server.core.oplog
         assert oplog is not None  # (replies are held for records only with a log)
         misconf = ReplyError(f"MISCONF Errors writing to the AOF file: {oplog.error or 'write failed'}")
         out, at = self.out, 0
@@ -491,7 +491,7 @@ class ClientConnection(Session, asyncio.Protocol):
             if not oplog.durable(record):
                 answered += out[at:start]
                 encode(answered, misconf, self.resp3)
-                server._count_error(misconf)
+                server.core.count_error(misconf)
                 at = end
         if at:
             answered += out[at:]
@@ -515,12 +515,12 @@ class ClientConnection(Session, asyncio.Protocol):
         transport = self.transport
         if self.spilled and transport is not None and not transport.is_closing():
             spilled, self.spilled = self.spilled, []  # (before the write: if it fails, the client is closed)
-            self.server.stats.net_output_bytes += self.spilled_bytes
+            self.server.core.stats.net_output_bytes += self.spilled_bytes
             self.spilled_bytes = 0
             transport.writelines(spilled)
         if out and transport is not None and not transport.is_closing():
             server = self.server
-            server.stats.net_output_bytes += len(out)
+            server.core.stats.net_output_bytes += len(out)
             if len(out) < HANDOVER_BYTES:
                 transport.write(bytes(out))
                 out.clear()
@@ -587,7 +587,7 @@ class ClientConnection(Session, asyncio.Protocol):
 
     def _close_over_limit(self) -> None:
         log.warning("closing client %d: %d bytes of replies it does not read", self.id, self._unread())
-        self.server.stats.client_outbuf_limit_disconnections += 1
+        self.server.core.stats.client_outbuf_limit_disconnections += 1
         self.closing = True
         self.input_waits = False
         self.out = bytearray()  # (what it held would never leave)

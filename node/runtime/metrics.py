@@ -36,12 +36,16 @@ import asyncio
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
 from node.region.stats import LatencyHistogram
+
+if TYPE_CHECKING:
+    from node.region.core import RegionCore
 from node.security.acl import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY
 from node.version import BRAID_VERSION, REDIS_COMPAT_VERSION
 
@@ -59,9 +63,10 @@ MAX_REQUEST_BYTES = 16 * 1024
 
 
 class RegionMetrics:
-    """The metrics of one region (a :class:`node.runtime.server.Server`) and their HTTP endpoint."""
+    """The metrics of one region (its :class:`node.region.core.RegionCore`, which the server
+    drives) and their HTTP endpoint."""
 
-    def __init__(self, server) -> None:
+    def __init__(self, server: RegionCore) -> None:
         self.server = server
         self.registry = CollectorRegistry(auto_describe=False)  # one per region: no process-wide state
         self.commands = {name: LatencyHistogram(COMMAND_BUCKETS_S) for name in TIMED_COMMANDS}
@@ -175,7 +180,7 @@ class RegionCollector:
             yield from self._replication(srv.aa)
 
     # ------------------------------------------------------------ the region
-    def _region(self, srv):
+    def _region(self, srv: RegionCore):
         info = GaugeMetricFamily("braid_region_info", "This region: its number and name, Braid's version and "
                                  "the Redis release whose stream semantics it implements (always 1)",
                                  labels=["region", "region_name", "version", "redis_version"])
@@ -206,7 +211,7 @@ class RegionCollector:
         yield failures
 
     # ------------------------------------------------------------ commands
-    def _commands(self, srv):
+    def _commands(self, srv: RegionCore):
         st = srv.stats
         calls = CounterMetricFamily("braid_commands", "Commands run, by command name (subcommands as "
                                     "`container|sub`)", labels=["command"])
@@ -241,7 +246,7 @@ class RegionCollector:
         yield denied
 
     # ------------------------------------------------------------ clients
-    def _clients(self, srv):
+    def _clients(self, srv: RegionCore):
         st = srv.stats
         yield _gauge("braid_connected_clients", "Client connections open", len(srv.clients))
         yield _gauge("braid_blocked_clients", "Clients waiting in a blocking read (XREAD / XREADGROUP BLOCK)",
@@ -259,7 +264,7 @@ class RegionCollector:
         yield _counter("braid_net_output_bytes", "Bytes sent to clients", st.net_output_bytes)
 
     # ------------------------------------------------------------ the operation log
-    def _persistence(self, srv):
+    def _persistence(self, srv: RegionCore):
         oplog = srv.oplog
         if oplog is None:
             return  # appendonly no: there is no log

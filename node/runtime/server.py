@@ -8,15 +8,15 @@ operation log) -> reply value -> :func:`node.resp.encoder.encode` -> bytes.
 Each layer is separate, as in mini-redis; only :class:`ClientConnection`
 touches the socket.
 
-:class:`Server` is a :class:`node.region.core.RegionCore` with the parts that need an
-event loop: the listening socket and client connections, blocking reads and
-their timers, the end of each turn (the log's records are written once for
-every client served in the turn, then the replies that may leave go out, and
-only then starts an fsync that bounds what a crash of the machine may lose), the
-fsync and BGSAVE worker threads, the once-a-second cron task, the gRPC links
-of a cluster, the Prometheus endpoint (``metrics-port``, node/runtime/metrics.py: served
-on this loop, so a scrape reads the state between two commands), signals and
-shutdown (handled in one place, :meth:`Server.stop`).
+:class:`Server` holds a :class:`node.region.core.RegionCore` (``core``) and is its
+:class:`~node.region.driver.Driver`, with the parts that need an event loop: the listening
+socket and client connections (node/runtime/connection.py), blocking reads and their
+timers, the end of each turn (the log's records are written once for every client served
+in the turn, then the replies that may leave go out, and only then starts an fsync that
+bounds what a crash of the machine may lose), the fsync and BGSAVE worker threads, the
+once-a-second cron task, the gRPC links of a cluster, the Prometheus endpoint
+(``metrics-port``, node/runtime/metrics.py: served on this loop, so a scrape reads the
+state between two commands), signals and shutdown (handled in one place, :meth:`Server.stop`).
 The rules - what is logged, when a reply may leave, what the cron does, what
 stops the region - are the core's, shared with the deterministic simulation.
 
@@ -72,13 +72,17 @@ __all__ = ["ClientConnection", "Server", "Stats", "run_server",
 
 log = logging.getLogger("braid.server")
 
-class Server(RegionCore):
-    """A region server: a region core driven by an asyncio event loop."""
+class Server:
+    """A region server: the asyncio driver of a region core (``core``)."""
 
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one."""
-        super().__init__(config, region, cluster)
-        self.memory.startup = rss_bytes()  # the interpreter and the code, before any data is loaded
+        # the region itself; this server is its driver (RegionCore's Driver: the end of a turn,
+        # blocked readers, BGSAVE, SHUTDOWN, a fail-stop), and lets other processes run on its
+        # CPU between slices of a peer's batch (os.sched_yield)
+        self.core = core = RegionCore(config, region, cluster, driver=self,
+                                      offer_cpu=getattr(os, "sched_yield", None))
+        core.memory.startup = rss_bytes()  # the interpreter and the code, before any data is loaded
         self._server: asyncio.base_events.Server | None = None
         self._cron: asyncio.Future | None = None
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
@@ -88,36 +92,35 @@ class Server(RegionCore):
         self._log_closed = False  # stop() closed the log: a turn still scheduled has nothing to write
         self._bgsave: asyncio.Future | None = None
         self._replay_snapshot_after = 0.0  # monotonic time from which the replay bound may snapshot again
-        # the TLS client port (node/security/tls.py)
-        self.tls: ClientTls = ClientTls(self, lambda: ClientConnection(self))
-        # MIGRATE's cached connections to targets
-        self.migrate_transport: SocketMigrateTransport = SocketMigrateTransport()
+        # the TLS client port (node/security/tls.py) and MIGRATE's cached connections to targets
+        self.tls = ClientTls(core, lambda: ClientConnection(self))
+        self.migrate_transport = SocketMigrateTransport()
+        core.attach_ports(self.tls, self.migrate_transport)
         # the Prometheus endpoint (node/runtime/metrics.py) when metrics-port is set
         self.metrics: RegionMetrics | None = None
         self.purging = False  # braid-admin region purge: the data files go once the region stopped
-        self.offer_cpu = getattr(os, "sched_yield", None)  # between slices of a peer's batch (core.py)
         self._cache_limits()
-        if self.aa is not None:
-            self.aa.on_purge = self.purge
-            self.aa.attach_promise_store(FilePromiseStore(self.config["dir"]))
+        if self.core.aa is not None:
+            self.core.aa.on_purge = self.purge
+            self.core.aa.attach_promise_store(FilePromiseStore(self.core.config["dir"]))
 
     # ------------------------------------------------------------ settings
-    def config_changed(self) -> None:
-        super().config_changed()
+    def settings_changed(self) -> None:
+        """The core took new settings (CONFIG SET): the limits every client checks follow."""
         self._cache_limits()
-        max_bulk = int(self.config["proto-max-bulk-len"])
+        max_bulk = int(self.core.config["proto-max-bulk-len"])
         for c in self.connections():
             c.parser.max_bulk_len = max_bulk
             c.set_flow_limits()
 
     def connections(self) -> list[ClientConnection]:
         """The connected clients (every session in ``clients`` is a connection here)."""
-        return [c for c in self.clients.values() if isinstance(c, ClientConnection)]
+        return [c for c in self.core.clients.values() if isinstance(c, ClientConnection)]
 
     def _cache_limits(self) -> None:
         """The settings every read and write of a client checks, read once per change (CONFIG SET)."""
-        self.query_buffer_limit = int(self.config["client-query-buffer-limit"])
-        self.output_buffer_limit = self.config["client-output-buffer-limit"]["normal"]  # (hard, soft, seconds)
+        self.query_buffer_limit = int(self.core.config["client-query-buffer-limit"])
+        self.output_buffer_limit = self.core.config["client-output-buffer-limit"]["normal"]  # (hard, soft, seconds)
         hard, soft, _seconds = self.output_buffer_limit
         # unread replies past which a client's further commands wait for it to read
         self.output_hold = soft or OUTPUT_HOLD_BYTES
@@ -127,46 +130,46 @@ class Server(RegionCore):
     # ------------------------------------------------------------ persistence
     def open_log(self) -> None:
         """Load the append-only file (if appendonly is yes), then keep appending to it."""
-        if not self.config["appendonly"]:
+        if not self.core.config["appendonly"]:
             return
-        directory = os.path.join(self.config["dir"], self.config["appenddirname"])
+        directory = os.path.join(self.core.config["dir"], self.core.config["appenddirname"])
         t0 = time.monotonic()
         try:  # (opening writes: the run mark, a first segment; an error here is no listen failure)
-            report = load(self, directory, bool(self.config["aof-load-truncated"]))
-            self.loading_report = (dataclasses.replace(report, scanned=None), time.monotonic() - t0)  # drop the records
+            report = load(self.core, directory, bool(self.core.config["aof-load-truncated"]))
+            seconds = time.monotonic() - t0
+            self.core.loaded(dataclasses.replace(report, scanned=None), seconds)  # (the records dropped)
             if report.records:
-                log.info("loaded %d records of the append-only file in %.2fs", report.records, self.loading_report[1])
-            oplog = OperationLog(directory, self.config["appendfsync"], scanned=report.scanned)
+                log.info("loaded %d records of the append-only file in %.2fs", report.records, seconds)
+            oplog = OperationLog(directory, self.core.config["appendfsync"], scanned=report.scanned)
         except OSError as e:
             raise LoadError(log_directory_error(directory, e)) from e
-        self.attach_log(oplog)
+        self.core.attach_log(oplog)
 
     # ------------------------------------------------------------ snapshots
     def bgsave(self) -> None:
         """BGSAVE: serialise now (a consistent point), write and fsync in a worker thread."""
-        if self.saving:
+        if self.core.saving:
             raise ReplyError("ERR Background save already in progress")
         started = time.monotonic()
-        data, record = self.snapshot_now()
-        self.saving = True
-        assert self.oplog is not None  # (snapshot_now refuses without one)
-        fut = asyncio.get_running_loop().run_in_executor(None, snapshot.write, self.oplog.directory, data, record)
+        data, record = self.core.begin_background_save()
+        assert self.core.oplog is not None  # (snapshot_now refuses without one)
+        fut = asyncio.get_running_loop().run_in_executor(None, snapshot.write, self.core.oplog.directory, data, record)
 
         def done(f) -> None:
             ended = time.monotonic()
             # the replay bound may ask for the next snapshot only after nine times this one's
             # duration: snapshots it starts take at most a tenth of the region's time
             self._replay_snapshot_after = ended + 9 * (ended - started)
-            self.saved(record, f.exception())
+            self.core.saved(record, f.exception())
         fut.add_done_callback(done)
         self._bgsave = fut
 
     def _auto_snapshot(self) -> None:
         """Like Redis's auto-aof-rewrite: snapshot once the log grew enough since the last one,
         or would take too long to replay at start (node/persistence/oplog.py's ``rewrite_due``)."""
-        if self.oplog is None or self.saving or (self.aa is not None and self.aa.lone.alone):
+        if self.core.oplog is None or self.core.saving or (self.core.aa is not None and self.core.aa.lone.alone):
             return  # (a region taking writes alone keeps its log whole: node/activeactive/lone_writes.py)
-        reason = self.oplog.rewrite_due(self.config, self.log_base_size,
+        reason = self.core.oplog.rewrite_due(self.core.config, self.core.log_base_size,
                                         time.monotonic() >= self._replay_snapshot_after)
         if reason is not None:
             log.info("%s: writing a snapshot", reason)
@@ -204,11 +207,11 @@ class Server(RegionCore):
         self._turn_end_scheduled = False
         clients, self._after_log_write = self._after_log_write, {}
         due, self._replies_due = self._replies_due, {}
-        if self.failed is not None:
+        if self.core.failed is not None:
             return  # a fail-stop: this turn's records and replies are dropped
         if self._log_closed:
             return  # stop() closed the log after the turn was scheduled: closing wrote it
-        sync, oplog = self.end_turn(), self.oplog
+        sync, oplog = self.core.end_turn(), self.core.oplog
         if sync and oplog is not None and oplog.policy == "always":
             oplog.fsync_now()
         for client in clients.values():
@@ -240,38 +243,36 @@ class Server(RegionCore):
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int | None = None) -> None:
-        if self.oplog is None:
+        if self.core.oplog is None:
             self.open_log()
         loop = asyncio.get_running_loop()
-        plain = port is not None or self.port  # setting `port 0`: no plain port (start(host, 0): any free port)
-        port = self.port if port is None else port
+        plain = port is not None or self.core.port  # setting `port 0`: no plain port (start(host, 0): any free port)
+        port = self.core.port if port is None else port
         if plain:
             self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
                                                     reuse_address=True, backlog=511)
-            self.port = self._server.sockets[0].getsockname()[1]
-            self.config.set("port", self.port)
+            self.core.listening_on(self._server.sockets[0].getsockname()[1])
         await self.tls.start(host, bool(plain))
-        if int(self.config["metrics-port"]) and self.metrics is None:
-            self.metrics = RegionMetrics(self)
-            await self.metrics.start(host, int(self.config["metrics-port"]))
+        if int(self.core.config["metrics-port"]) and self.metrics is None:
+            self.metrics = RegionMetrics(self.core)
+            await self.metrics.start(host, int(self.core.config["metrics-port"]))
         if loop.get_exception_handler() is None:  # count what nothing else caught (INFO)
-            loop.set_exception_handler(self.supervisor.loop_exception)
-        self._cron = self.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
-        if self.aa is not None:
+            loop.set_exception_handler(self.core.supervisor.loop_exception)
+        self._cron = self.core.supervisor.watch(loop.create_task(self._cron_loop()), "cron")
+        if self.core.aa is not None:
             # where the RESP port listens; the links over gRPC, the admin service served beside them, and
             # how the region reaches the other regions' (node/transport/{grpc_links,admin}.py)
-            await self.aa.start(self.config["bind"], services=[AdminServicer], connect=admin_clients,
+            await self.core.aa.start(self.core.config["bind"], services=[AdminServicer], connect=admin_clients,
                                    transport=GrpcLinks())
 
     def shutdown(self) -> None:
         """Stop the region once this turn of the event loop is done (SHUTDOWN)."""
-        super().shutdown()
         event = getattr(self, "shutdown_event", None)
         if event is not None:
             event.set()  # serve_forever() stops the region
         else:
             asyncio.get_running_loop().call_soon(
-                lambda: self.supervisor.watch(asyncio.ensure_future(self.stop()), "shutdown"))
+                lambda: self.core.supervisor.watch(asyncio.ensure_future(self.stop()), "shutdown"))
 
     def purge(self) -> None:
         """A removed region's data is wiped (braid-admin region purge): it stops, then its
@@ -280,12 +281,12 @@ class Server(RegionCore):
         self.purging = True
         self.shutdown()
 
-    def on_fail_stop(self) -> None:
+    def fail_stopped(self) -> None:
         """A fail-stop (``RegionCore.fail_stop``): drop the replies not yet sent, close every
         client and the listening socket, stop the cron, and stop the server."""
         self._after_log_write.clear()
         for c in self.connections():
-            self.blocking.unpark(c)
+            self.core.blocking.unpark(c)
             c.closing = True
             c.job = None
             c.out.clear()
@@ -319,10 +320,10 @@ class Server(RegionCore):
         return self._stop_requested
 
     async def serve_forever(self) -> None:
-        assert self._server is not None or self.config["tls-port"]
+        assert self._server is not None or self.core.config["tls-port"]
         stop = getattr(self, "_stop_requested", None) or self.stop_on_signals()
         self.shutdown_event = stop
-        if self.failed is not None:
+        if self.core.failed is not None:
             stop.set()  # it fail-stopped while starting
         await stop.wait()
         await self.stop()
@@ -330,8 +331,8 @@ class Server(RegionCore):
     async def stop(self) -> None:
         if self._cron is not None:
             self._cron.cancel()
-        if self.aa is not None:
-            await self.aa.stop()
+        if self.core.aa is not None:
+            await self.core.aa.stop()
         if self._server is not None:
             self._server.close()
         await self.tls.stop()
@@ -344,33 +345,33 @@ class Server(RegionCore):
             await self._server.wait_closed()
         if self._bgsave is not None and not self._bgsave.done():
             await asyncio.wait([self._bgsave])  # a snapshot being written is finished, not torn
-        if self.oplog is not None:
-            if self.failed is not None:
-                self.oplog.file.discard_unwritten()  # the failing turn never happened
+        if self.core.oplog is not None:
+            if self.core.failed is not None:
+                self.core.oplog.file.discard_unwritten()  # the failing turn never happened
             self._log_closed = True
-            self.oplog.close()
+            self.core.oplog.close()
             if self.purging:
-                shutil.rmtree(self.oplog.directory, ignore_errors=True)
-                store = self.aa.promise_store if self.aa is not None else None
+                shutil.rmtree(self.core.oplog.directory, ignore_errors=True)
+                store = self.core.aa.promise_store if self.core.aa is not None else None
                 if store is not None:
                     store.save(None)
                 log.warning("purged: deleted %s; add the region again (braid-admin region add) and start it",
-                            self.oplog.directory)
+                            self.core.oplog.directory)
 
     async def _cron_loop(self) -> None:
         """Once a second, each step supervised (a failure is counted and retried with backoff,
         or stops the region when the step changes state): IDMP time-based expiry (Redis 8.6's
         cron job), the log's tick (everysec fsync, MISCONF recovery), automatic snapshots,
         backlog trimming and garbage collection, and MIGRATE's idle connections closed."""
-        run = self.supervisor.run_step
+        run = self.core.supervisor.run_step
         while True:
             await asyncio.sleep(1)
             now = time.monotonic()
-            steps = cron.steps(self, now)  # the core's: IDMP expiry, backlog trim, GC
+            steps = cron.steps(self.core, now)  # the core's: IDMP expiry, backlog trim, GC
             for name, step, changes_state in steps[:1]:
                 run(name, step, changes_state, now)
-            if self.oplog is not None:
-                run("log-tick", self.oplog.tick, False, now)
+            if self.core.oplog is not None:
+                run("log-tick", self.core.oplog.tick, False, now)
                 run("auto-snapshot", self._auto_snapshot, False, now)
             for name, step, changes_state in steps[1:]:
                 run(name, step, changes_state, now)
@@ -381,11 +382,11 @@ class Server(RegionCore):
         """Once a second: count the clients' buffers and the keys changed since (so the set of
         them stays small without maxmemory too), and log a crossing of maxmemory that
         operations of other regions (never refused) or a client's buffers made."""
-        self.memory.count_clients()
-        if self.memory.limit:
-            self.memory.out_of_memory()
+        self.core.memory.count_clients()
+        if self.core.memory.limit:
+            self.core.memory.out_of_memory()
         else:
-            self.memory.used()
+            self.core.memory.used()
 
     # ------------------------------------------------------------ sliced commands
     def run_sliced(self, client: ClientConnection, sliced: Sliced, argv: list[bytes]) -> None:
@@ -418,7 +419,7 @@ class Server(RegionCore):
             return
         except ReplyError as e:
             client.job = None
-            self._count_error(e)
+            self.core.count_error(e)
             self._reply(client, lambda error=e: client.complete_with(error), "answering a command")
             return
         except Exception as e:  # noqa: BLE001 - a preparation changes nothing: this command fails, not the region
@@ -426,14 +427,14 @@ class Server(RegionCore):
             name = argv[0].decode("utf-8", "replace").lower()
             log.exception("preparing '%s' for client %d failed", name, client.id)
             error = ReplyError(f"ERR internal error running '{name}': {type(e).__name__}")
-            self._count_error(error)
+            self.core.count_error(error)
             self._reply(client, lambda: client.complete_with(error), "answering a command")
             return
         asyncio.get_running_loop().call_soon(self._advance_sliced, client, sliced)
 
     # ------------------------------------------------------------ blocking
     def park(self, client: ClientConnection, blocked: Blocked) -> None:
-        self.blocking.park(client, blocked)
+        self.core.blocking.park(client, blocked)
         if blocked.timeout_ms > 0:
             loop = asyncio.get_running_loop()
             blocked.handle = loop.call_later(blocked.timeout_ms / 1000, self._timeout, client, blocked)
@@ -443,7 +444,7 @@ class Server(RegionCore):
         when = blocked.next_wake_ms() if blocked.next_wake_ms is not None else None
         if when is not None:
             # at least 1 ms ahead: timers may fire a little early against the wall clock
-            delay = max(when - self.now_ms(), 1) / 1000
+            delay = max(when - self.core.now_ms(), 1) / 1000
             blocked.wake_handle = asyncio.get_running_loop().call_later(delay, self._wake, client, blocked)
 
     def _wake(self, client: ClientConnection, blocked: Blocked) -> None:
@@ -460,43 +461,66 @@ class Server(RegionCore):
             self._unblock(client, blocked.timeout_reply)
 
     def _retry(self, client: ClientConnection, blocked: Blocked) -> None:
-        dirty = self.db.dirty
-        with self.clock_pinned():
+        dirty = self.core.db.dirty
+        with self.core.clock_pinned():
             try:
                 reply = blocked.retry()
             except Exception as e:
                 name = blocked.argv[0].decode("utf-8", "replace").lower() if blocked.argv else "a blocked read"
-                reply = self._handler_failed(name, e, self.db.dirty != dirty, True)
+                reply = self.core.handler_failed(name, e, self.core.db.dirty != dirty, True)
                 if reply is cmdtable.CLOSE_WITHOUT_REPLY:
                     return
             if blocked.argv is not None:  # a retry of XREADGROUP touches its consumer even unserved
-                self._log_command(client, cmdtable.lookup(blocked.argv), blocked.argv, self.db.dirty != dirty,
+                self.core.log_command(client, cmdtable.lookup(blocked.argv), blocked.argv, self.core.db.dirty != dirty,
                                   reply)
         if reply is not None:
             self._unblock(client, reply)
 
     def _unblock(self, client: ClientConnection, reply: Any) -> None:
         blocked = client.blocked
-        self.blocking.unpark(client)
+        self.core.blocking.unpark(client)
         if blocked is not None and blocked.argv is not None:
-            self.count_unblocked(blocked.argv, reply, client, blocked.ran_us)
+            self._count_unblocked(blocked.argv, reply, client, blocked.ran_us)
         elif type(reply) is ReplyError:
-            self._count_error(reply)
+            self.core.count_error(reply)
         client.send(reply)
         client.resume()
+
+    def _count_unblocked(self, argv: list[bytes], reply: Any, client: ClientConnection | None = None,
+                         ran_us: int = 0) -> None:
+        """A blocked command ended (served, timed out, or with an error such as NOGROUP when
+        its key or group went away): one call now, and a failed call if it ended with an
+        error (INFO commandstats, errorstats), as Redis counts a command it runs again; and,
+        as Redis 8 logs it then, an entry of the slow log for ``client`` if the time it ran
+        before it blocked (``ran_us``) reaches the threshold."""
+        core = self.core
+        stats = core.stats
+        stats.total_commands_processed += 1
+        cmd = cmdtable.lookup(argv)
+        name = cmd.fullname if cmd is not None else argv[0].decode("utf-8", "replace").lower()
+        rec = stats.command_calls.get(name)
+        if rec is None:
+            rec = stats.command_calls[name] = [0, 0, 0, 0]
+        rec[0] += 1
+        if type(reply) is ReplyError:
+            rec[3] += 1
+            core.count_error(reply)
+        if (client is not None and cmd is not None and core.slowlog_us is not None and ran_us >= core.slowlog_us
+                and not core.replaying):
+            core.slowlog_push(client, cmd, argv, ran_us)
 
     def keys_ready(self) -> None:
         self.serve_ready_keys()
 
     def serve_ready_keys(self) -> None:
         """Wake clients blocked on keys touched since the last call."""
-        db = self.db
+        db = self.core.db
         while db.ready:
             keys, db.ready = db.ready, set()
-            if not self.blocking.by_key:
+            if not self.core.blocking.by_key:
                 return
             for key in keys:
-                for client in self.blocking.waiting_on(key):
+                for client in self.core.blocking.waiting_on(key):
                     if client.blocked is not None:
                         self._retry(client, client.blocked)
 
@@ -533,8 +557,8 @@ async def run_server(server: Server, host: str, port: int | None) -> int:
     await server.start(host, port)
     tune_garbage_collector()
     if server._server is not None:
-        log.info("braid region %d listening on %s:%d", server.region, host, server.port)
+        log.info("braid region %d listening on %s:%d", server.core.region, host, server.core.port)
     if server.tls.port:
-        log.info("braid region %d TLS port on %s:%d", server.region, host, server.tls.port)
+        log.info("braid region %d TLS port on %s:%d", server.core.region, host, server.tls.port)
     await server.serve_forever()
-    return EXIT_FAIL_STOP if server.failed is not None else 0
+    return EXIT_FAIL_STOP if server.core.failed is not None else 0

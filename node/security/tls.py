@@ -51,9 +51,13 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+if TYPE_CHECKING:
+    from node.region.core import RegionCore
 
 log = logging.getLogger("braid.tls")
 
@@ -270,8 +274,8 @@ class ClientTls:
     (:func:`_first_byte`) and then hands it to ``loop.connect_accepted_socket`` with the
     context, which raises when the handshake fails or takes longer than the timeout."""
 
-    def __init__(self, server, new_client: Callable[[], asyncio.Protocol]) -> None:
-        """``server``: the region's (its ``config``); ``new_client``: makes the protocol of one
+    def __init__(self, server: RegionCore, new_client: Callable[[], asyncio.Protocol]) -> None:
+        """``server``: the region (its ``config``, its supervisor); ``new_client``: makes the protocol of one
         client whose handshake completed (node/runtime/server.py's ``ClientConnection``)."""
         self.server = server
         self.new_client = new_client

@@ -165,8 +165,8 @@ def cmd_node(args: argparse.Namespace) -> int:
                  else "" if what.startswith("port 0") else f" on {args.bind}:{args.port}")
         print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
         return 1
-    if server.failed is not None:
-        print(f"braid: region {server.region} fail-stopped: {server.failed}; restart it (it replays its "
+    if server.core.failed is not None:
+        print(f"braid: region {server.core.region} fail-stopped: {server.core.failed}; restart it (it replays its "
               f"append-only file and catches up from its peers)", file=sys.stderr)
     return status
 
@@ -176,15 +176,16 @@ def _ran_out_of_memory(server: Server, e: BaseException) -> int:
     data, stopping after a fail-stop): said in its log; exit status 1 while it loaded its data
     (the data is fine: it needs more memory), else EXIT_FAIL_STOP (node/region/supervision.py)."""
     release_memory_reserve()  # first: what follows allocates
-    loading = server.failed is None and bool(server.config["appendonly"]) and server.oplog is None
-    doing = "loading the append-only file" if loading else "serving" if server.failed is None else "stopping"
-    logging.getLogger("braid.server").critical("region %d ran out of memory while %s: %s", server.region, doing,
+    loading = server.core.failed is None and bool(server.core.config["appendonly"]) and server.core.oplog is None
+    doing = "loading the append-only file" if loading else "serving" if server.core.failed is None else "stopping"
+    logging.getLogger("braid.server").critical("region %d ran out of memory while %s: %s", server.core.region, doing,
                                                oom_detail(e), exc_info=e)
     if loading:
-        print(f"braid: out of memory while loading the append-only file in {server.config['dir']} (the file "
+        print(f"braid: out of memory while loading the append-only file in {server.core.config['dir']} (the file "
               "is not damaged: loading it needs more memory); start the region again with more", file=sys.stderr)
         return 1
-    print(f"braid: region {server.region} fail-stopped: {server.failed or f'out of memory while {doing}'}; restart "
+    why = server.core.failed or f"out of memory while {doing}"
+    print(f"braid: region {server.core.region} fail-stopped: {why}; restart "
           "it (it replays its append-only file and catches up from its peers)", file=sys.stderr)
     return EXIT_FAIL_STOP
 
