@@ -527,7 +527,7 @@ class ReplicationHub:
         log.warning("a connection from %s ended: %s", address, reason)
 
     def reload_tls(self) -> dict:
-        """Read the certificate, key and CA bundle again (TlsConfigError: nothing changed) and
+        """Read the certificate, key and CA bundle again (LinkTlsError: nothing changed) and
         have every link handshake again with them: outgoing links are dialed anew, the
         connections peers dialed are closed (they dial again)."""
         if self.tls is None:

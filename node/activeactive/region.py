@@ -123,7 +123,7 @@ class ActiveActive:
         self.causal = CausalLog(me.number)
         c = cluster
         tls = None
-        if c.tls is not None:  # TlsConfigError (a ValueError) names a file that cannot be used
+        if c.tls is not None:  # LinkTlsError (a ValueError) names a file that cannot be used
             tls = LinkCredentials(c.tls.ca, *c.tls.region_pair(me))
         self.counts = MembershipCounts()  # what the gate and the membership part count
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, side, config,
@@ -190,7 +190,7 @@ class ActiveActive:
 
     def reload_tls(self) -> dict:
         """Re-read this region's certificate, key and CA bundle; links handshake again.
-        ValueError (TlsConfigError too): nothing changed."""
+        ValueError (LinkTlsError too): nothing changed."""
         return self.hub.reload_tls()
 
     def _reload_on_signal(self) -> None:

@@ -37,7 +37,7 @@ from node.tools.cli_args import port_number
 from node.tools.cli_logs import cmd_check_log, cmd_convert_snapshot
 from node.tools.cluster import down, restart, up
 from node.tools.import_export import RdbImport, add_rdb_commands, client_for
-from node.transport.tls import TlsConfigError as LinkTlsError
+from node.transport.tls import LinkTlsError
 
 # `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
 TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",

@@ -126,7 +126,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         await self._check(context)
         try:
             state = self.region.reload_tls()
-        except ValueError as e:  # TlsConfigError too: the credentials in use stay
+        except ValueError as e:  # LinkTlsError too: the credentials in use stay
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.TlsState(**state)
 

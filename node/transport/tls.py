@@ -67,7 +67,7 @@ PLAIN_TEXT_REASONS = {"HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "WRONG_VERSION_NUMB
 PEER_ENDED = "the peer ended the TLS handshake"  # it refused this region, rather than the reverse
 
 
-class TlsConfigError(ValueError):
+class LinkTlsError(ValueError):
     """A certificate, key or CA bundle that cannot be used (the message names the file)."""
 
 
@@ -76,7 +76,7 @@ def _read(path: str, what: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:
-        raise TlsConfigError(f"cannot read the {what} {path}: {e.strerror or e}") from None
+        raise LinkTlsError(f"cannot read the {what} {path}: {e.strerror or e}") from None
 
 
 def cert_names(cert: x509.Certificate) -> set[str]:
@@ -106,25 +106,25 @@ class Material:
 
 
 def read_material(ca_path: str, cert_path: str, key_path: str) -> Material:
-    """Read and check a CA bundle, a certificate (chain) and its key; TlsConfigError says what is wrong."""
+    """Read and check a CA bundle, a certificate (chain) and its key; LinkTlsError says what is wrong."""
     ca, cert, key = _read(ca_path, "CA bundle"), _read(cert_path, "certificate"), _read(key_path, "private key")
     try:
         cas = x509.load_pem_x509_certificates(ca)
     except ValueError:
-        raise TlsConfigError(f"{ca_path}: not a PEM CA bundle (no certificate could be read)") from None
+        raise LinkTlsError(f"{ca_path}: not a PEM CA bundle (no certificate could be read)") from None
     try:
         chain = x509.load_pem_x509_certificates(cert)
     except ValueError:
-        raise TlsConfigError(f"{cert_path}: not a PEM certificate") from None
+        raise LinkTlsError(f"{cert_path}: not a PEM certificate") from None
     try:
         private = serialization.load_pem_private_key(key, None)
     except (ValueError, TypeError) as e:
         detail = "it is encrypted" if "encrypted" in str(e).lower() or "password" in str(e).lower() else "not a PEM key"
-        raise TlsConfigError(f"{key_path}: not a usable private key ({detail})") from None
+        raise LinkTlsError(f"{key_path}: not a usable private key ({detail})") from None
     pub = serialization.PublicFormat.SubjectPublicKeyInfo
     if (private.public_key().public_bytes(serialization.Encoding.DER, pub)
             != chain[0].public_key().public_bytes(serialization.Encoding.DER, pub)):
-        raise TlsConfigError(f"{key_path} is not the key of the certificate {cert_path}")
+        raise LinkTlsError(f"{key_path} is not the key of the certificate {cert_path}")
     return Material(ca, cert, key, chain[0], len(cas))
 
 
@@ -138,7 +138,7 @@ class LinkCredentials:
         self.generation = 0  # raised by every reload (dialers compare it)
 
     def reload(self) -> Material:
-        """Read the files again; on any error keep what is in use and raise TlsConfigError."""
+        """Read the files again; on any error keep what is in use and raise LinkTlsError."""
         material = read_material(self.ca_path, self.cert_path, self.key_path)
         context = self._server_context(material)
         self.material, self.server_context = material, context
@@ -155,7 +155,7 @@ class LinkCredentials:
             # replaces them between the two reads is read again by the next reload)
             ctx.load_cert_chain(self.cert_path, self.key_path)
         except ssl.SSLError as e:
-            raise TlsConfigError(f"{self.cert_path} / {self.key_path}: {e.reason or e}") from None
+            raise LinkTlsError(f"{self.cert_path} / {self.key_path}: {e.reason or e}") from None
         ctx.set_alpn_protocols(ALPN)
         return ctx
 

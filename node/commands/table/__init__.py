@@ -70,8 +70,8 @@ from __future__ import annotations
 # node/commands/ imports this package first, every command is described once it has.
 from node.commands.table import (  # noqa: F401
                acl,
+               braid,  # noqa: F401
                connection,
-               crdt,  # noqa: F401
                debug,
                dump,
                groups,
