@@ -80,6 +80,7 @@ class ClientConnection(Session, asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         super().__init__(server.core)
         self.server = server  # the driver: its turn, its limits
+        self.core = server.core  # the region (``region`` too, as its commands see it)
         self.parser = HiredisRequestParser(int(server.core.config["proto-max-bulk-len"]), self.needs_auth)
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()
@@ -164,14 +165,14 @@ class ClientConnection(Session, asyncio.Protocol):
             self._soft_timer.cancel()
             self._soft_timer = None
         self.server._input_due.pop(self.id, None)
-        self.server.core.blocking.unpark(self)
-        self.server.core.db.unwatch(self.watched)
-        self.server.core.clients.pop(self.id, None)
+        self.core.blocking.unpark(self)
+        self.core.db.unwatch(self.watched)
+        self.core.clients.pop(self.id, None)
         self.closing = True
 
     def data_received(self, data: bytes) -> None:
-        server = self.server
-        server.core.stats.net_input_bytes += len(data)
+        server, core = self.server, self.core
+        core.stats.net_input_bytes += len(data)
         parser = self.parser
         parser.feed(data)
         # What this client's input holds: the command being assembled (its parsed
@@ -186,7 +187,7 @@ class ClientConnection(Session, asyncio.Protocol):
             held += self._multi_bytes()
         if held > limit:
             log.warning("closing client %d: query buffer over %d bytes", self.id, limit)
-            self.server.core.stats.client_qbuf_limit_disconnections += 1
+            self.core.stats.client_qbuf_limit_disconnections += 1
             self.close()
             return
         self.last_interaction = now = clock()
@@ -223,7 +224,7 @@ class ClientConnection(Session, asyncio.Protocol):
           it is closed (``_output_full``).  Each reply is checked as it is made, so the hold
           and the hard limit are passed by one reply at most.
         """
-        server = self.server
+        server, core = self.server, self.core
         parser = self.parser
         end = self._slice_end
         if not end:  # its first run since its replies were last written: a new slice
@@ -235,7 +236,7 @@ class ClientConnection(Session, asyncio.Protocol):
                 argv = parser.next_command()
             except ProtocolError as e:
                 err = ReplyError(f"ERR {e}")
-                server.core.count_error(err)
+                core.count_error(err)
                 encode(self.out, err, self.resp3)
                 self.closing = True
                 break
@@ -247,7 +248,7 @@ class ClientConnection(Session, asyncio.Protocol):
                     self._yield_turn()
                 break
             self.last_command = argv[0]
-            reply = server.core.call(self, argv)
+            reply = core.call(self, argv)
             if reply is cmdtable.CLOSE_WITHOUT_REPLY:
                 self.closing = True
                 break
@@ -268,12 +269,12 @@ class ClientConnection(Session, asyncio.Protocol):
                 encode(out, reply, self.resp3)
             if self.logged_upto != self.replied_upto:
                 self._logged_reply(at)
-            if server.core.db.ready:
-                if server.core.blocking.by_key:
+            if core.db.ready:
+                if core.blocking.by_key:
                     self.flush()
                     server.serve_ready_keys()
                 else:
-                    server.core.db.ready.clear()
+                    core.db.ready.clear()
             if len(out) + self.spilled_bytes > room:  # (each reply is checked as it is made)
                 if self._output_full():
                     break
@@ -400,17 +401,17 @@ class ClientConnection(Session, asyncio.Protocol):
     def complete_sliced(self, argv: list[bytes]) -> None:
         """Its sliced command's preparation is done (``prepared``): the command runs again and
         completes, its reply is sent, and its next commands go on."""
-        server = self.server
-        reply = server.core.call(self, argv)
+        server, core = self.server, self.core
+        reply = core.call(self, argv)
         self.prepared = None  # (taken by the handler, unless the command failed before it)
         if type(reply) is Sliced:  # a handler that did not take its prepared value: a bug
             reply = ReplyError(f"ERR internal error running '{argv[0].decode('utf-8', 'replace').lower()}'")
         self.send(reply)
-        if server.core.db.ready:
-            if server.core.blocking.by_key:
+        if core.db.ready:
+            if core.blocking.by_key:
                 server.serve_ready_keys()
             else:
-                server.core.db.ready.clear()
+                core.db.ready.clear()
         if not self.closing:
             server.continue_input_at_end_of_turn(self)
 
@@ -435,10 +436,10 @@ class ClientConnection(Session, asyncio.Protocol):
         """
         if not (self.out or self.spilled) or self.transport is None:
             return
-        server = self.server
-        if server.core.oplog is not None:
-            self.reply_needs = needs = server.core.reply_needs(self)
-            if needs > self.answered_upto and not server.core.may_release(needs):
+        server, core = self.server, self.core
+        if core.oplog is not None:
+            self.reply_needs = needs = core.reply_needs(self)
+            if needs > self.answered_upto and not core.may_release(needs):
                 self.reply_held = True
                 server.flush_after_log_write(self)
                 self._check_output_limit()  # held replies count too (a failing disk holds them)
@@ -454,13 +455,13 @@ class ClientConnection(Session, asyncio.Protocol):
         If an fsync they need is still missing (it failed; the cron retries), wait for it;
         replies added meanwhile may need a later one, which this checks again.
         """
-        oplog = self.server.core.oplog
+        oplog = self.core.oplog
         assert oplog is not None  # (a reply waits for a record only with a log)
         if self.reply_needs > self.answered_upto and not oplog.durable(self.reply_needs):
             if not self.fsync_waiter:
                 self.fsync_waiter = True
                 oplog.after_sync(self.reply_needs, self._fsynced, self._held_too_long,
-                                 int(self.server.core.config["aof-write-error-timeout-ms"]) / 1000)
+                                 int(self.core.config["aof-write-error-timeout-ms"]) / 1000)
             return
         self.reply_held = False
         self.send_now()
@@ -481,8 +482,8 @@ class ClientConnection(Session, asyncio.Protocol):
         self.fsync_waiter = False
         if not self.reply_held or self.transport is None or self.transport.is_closing():
             return
-        server = self.server
-        oplog = server.core.oplog
+        server, core = self.server, self.core
+        oplog = core.oplog
         assert oplog is not None  # (replies are held for records only with a log)
         misconf = ReplyError(f"MISCONF Errors writing to the AOF file: {oplog.error or 'write failed'}")
         out, at = self.out, 0
@@ -491,7 +492,7 @@ class ClientConnection(Session, asyncio.Protocol):
             if not oplog.durable(record):
                 answered += out[at:start]
                 encode(answered, misconf, self.resp3)
-                server.core.count_error(misconf)
+                core.count_error(misconf)
                 at = end
         if at:
             answered += out[at:]
@@ -515,12 +516,12 @@ class ClientConnection(Session, asyncio.Protocol):
         transport = self.transport
         if self.spilled and transport is not None and not transport.is_closing():
             spilled, self.spilled = self.spilled, []  # (before the write: if it fails, the client is closed)
-            self.server.core.stats.net_output_bytes += self.spilled_bytes
+            self.core.stats.net_output_bytes += self.spilled_bytes
             self.spilled_bytes = 0
             transport.writelines(spilled)
         if out and transport is not None and not transport.is_closing():
-            server = self.server
-            server.core.stats.net_output_bytes += len(out)
+            server, core = self.server, self.core
+            core.stats.net_output_bytes += len(out)
             if len(out) < HANDOVER_BYTES:
                 transport.write(bytes(out))
                 out.clear()
@@ -587,7 +588,7 @@ class ClientConnection(Session, asyncio.Protocol):
 
     def _close_over_limit(self) -> None:
         log.warning("closing client %d: %d bytes of replies it does not read", self.id, self._unread())
-        self.server.core.stats.client_outbuf_limit_disconnections += 1
+        self.core.stats.client_outbuf_limit_disconnections += 1
         self.closing = True
         self.input_waits = False
         self.out = bytearray()  # (what it held would never leave)
