@@ -110,13 +110,15 @@ class RegionCore:
 
     def __init__(self, config: Config | None = None, region: int = 1, cluster=None,
                  clock: Callable[[], int] | None = None, lone_observer: LoneWritesObserver | None = None,
-                 driver: Driver | None = None, offer_cpu: Callable[[], object] | None = None) -> None:
+                 driver: Driver | None = None, offer_cpu: Callable[[], object] | None = None,
+                 startup_memory: int = 0) -> None:
         """``cluster``: (ClusterConfig, RegionSpec) when this region belongs to one.
         ``clock``: the wall clock in milliseconds (default: the system's).  ``lone_observer``:
         who hears of writes taken alone withdrawn and issued again (node/region/lone.py).
         ``driver``: who runs the core (:class:`Driver`; None: a bare core).  ``offer_cpu``: what
         lets other processes run on this region's CPU a moment (the server's ``os.sched_yield``;
-        see apply_remote_run)."""
+        see apply_remote_run).  ``startup_memory``: what the process held before any data was
+        loaded (the server measures it; part of used memory)."""
         self.driver = driver
         self.config = config or Config()
         self.region = region  # this region's origin number in every entry log
@@ -150,7 +152,7 @@ class RegionCore:
         self._set_write_cap()
         # used memory and maxmemory (node/region/memory.py)
         self.clients: dict[int, Session] = {}
-        self.memory = MemoryAccount(self._held_memory, self.clients.values)
+        self.memory = MemoryAccount(self._held_memory, self.clients.values, startup_memory)
         self.memory.set_limit(int(self.config["maxmemory"]))
         self.offer_cpu = offer_cpu
         self.apply_yield_ops = int(self.config["crdt-repl-apply-yield-ops"])

@@ -30,12 +30,13 @@ class Buffered(Protocol):
 class MemoryAccount:
     """Used memory and the limit on it (see the module's docstring)."""
 
-    def __init__(self, held: Callable[[], int], clients: Callable[[], Iterable[Buffered]]) -> None:
+    def __init__(self, held: Callable[[], int], clients: Callable[[], Iterable[Buffered]], startup: int = 0) -> None:
         """``held``: what the region's data holds now (keyspace and backlog); ``clients``: the
-        connected clients, whose buffers :meth:`count_clients` counts."""
+        connected clients, whose buffers :meth:`count_clients` counts; ``startup``: what the
+        process held when it began."""
         self._held = held
         self._clients = clients
-        self.startup = 0   # what the process held when it began
+        self.startup = startup
         self.clients = 0   # what the clients' buffers held when last counted
         self.peak = 0
         self.limit = 0     # maxmemory (0: none)

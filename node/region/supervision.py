@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from node.region.core import RegionCore as Server  # the supervisor needs the core's failed / fail_stop only
+    from node.region.core import RegionCore  # the supervisor needs the core's failed / fail_stop only
 
 log = logging.getLogger("braid.supervision")
 
@@ -192,8 +192,8 @@ class StepStats:
 class Supervisor:
     """Runs a region's background steps and watches its long-lived tasks."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, core: RegionCore) -> None:
+        self.core = core
         self.steps: dict[str, StepStats] = {}
         self.failures = 0  # every background failure: steps, tasks, exceptions the loop caught
 
@@ -213,7 +213,7 @@ class Supervisor:
         """
         st = self.stats(name)
         now = time.monotonic() if now is None else now
-        if now < st.retry_at or self.server.failed is not None:
+        if now < st.retry_at or self.core.failed is not None:
             return
         st.runs += 1
         try:
@@ -222,19 +222,19 @@ class Supervisor:
                 if st.inject_bug:
                     raise InjectedFault(f"DEBUG CRON-FAIL {name}")
                 raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} (DEBUG CRON-FAIL {name})")
-            t0 = self.server.latency_start()  # LATENCY's event cron-<step> (0: the monitor is off)
+            t0 = self.core.latency_start()  # LATENCY's event cron-<step> (0: the monitor is off)
             result = step()
             if t0:
-                self.server.latency_end(f"cron-{name}", t0)
+                self.core.latency_end(f"cron-{name}", t0)
         except Exception as e:
             self._failed(name, e)
             st.consecutive += 1
             delay = min(BACKOFF_FIRST_S * 2 ** (st.consecutive - 1), BACKOFF_MAX_S)
             st.retry_at = now + delay
             if ran_out_of_memory(e):  # whatever the step: a region out of memory stops (see above)
-                self.server.fail_stop(f"out of memory while running the background step {name}: {oom_detail(e)}", e)
+                self.core.fail_stop(f"out of memory while running the background step {name}: {oom_detail(e)}", e)
             elif changes_state and not isinstance(e, OSError):
-                self.server.fail_stop(f"the background step {name} failed and may have left the state "
+                self.core.fail_stop(f"the background step {name} failed and may have left the state "
                                       f"half changed: {type(e).__name__}: {e}", e)
             else:
                 log.error("background step %s failed (failure %d in a row): retrying in %.0fs",
@@ -263,7 +263,7 @@ class Supervisor:
             e = t.exception()
             if e is not None:
                 self._failed(name, e)
-                self.server.fail_stop(f"the background task {name} ended: {type(e).__name__}: {e}", e)
+                self.core.fail_stop(f"the background task {name} ended: {type(e).__name__}: {e}", e)
         task.add_done_callback(done)
         return task
 
@@ -277,7 +277,7 @@ class Supervisor:
         if e is not None and ran_out_of_memory(e):
             release_memory_reserve()  # first: what follows allocates
             self._failed("event-loop", e)
-            self.server.fail_stop(f"out of memory while {_loop_activity(context)}: {oom_detail(e)}", e)
+            self.core.fail_stop(f"out of memory while {_loop_activity(context)}: {oom_detail(e)}", e)
             return
         self._failed("event-loop", e or RuntimeError(context.get("message", "")))
         loop.default_exception_handler(context)

@@ -80,9 +80,9 @@ class Server:
         # the region itself; this server is its driver (RegionCore's Driver: the end of a turn,
         # blocked readers, BGSAVE, SHUTDOWN, a fail-stop), and lets other processes run on its
         # CPU between slices of a peer's batch (os.sched_yield)
+        # (startup memory: the interpreter and the code, before any data is loaded)
         self.core = core = RegionCore(config, region, cluster, driver=self,
-                                      offer_cpu=getattr(os, "sched_yield", None))
-        core.memory.startup = rss_bytes()  # the interpreter and the code, before any data is loaded
+                                      offer_cpu=getattr(os, "sched_yield", None), startup_memory=rss_bytes())
         self._server: asyncio.base_events.Server | None = None
         self._cron: asyncio.Future | None = None
         self._after_log_write: dict[int, ClientConnection] = {}  # replies waiting for this turn's log write
