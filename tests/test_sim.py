@@ -434,6 +434,20 @@ def test_a_forced_removal_that_takes_the_only_copies_of_an_earlier_removed_regio
                for line in outcome.trace)
 
 
+def test_a_region_holding_an_unsaved_image_promises_no_removal():
+    """Found by a random batch (seed 1433216936): region 3 took region 2's full-resync image
+    (2:126) but its disk was full, so the image's snapshot waited in memory; braid-admin then
+    removed region 2 by force, frozen at 128 on region 3's word; region 3 stopped cleanly and
+    started again from its older log (a flipped bit cut its last record too), and 2.2-2.128
+    were gone with region 2.  Now a region whose image is not on disk refuses to promise a
+    removal (what it would say it holds could be lost), so region 2 is not removed and
+    hands its operations over once it is back."""
+    outcome = run_sim(SimConfig(seed=1433216936))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+    assert any("r3 refused: this region holds a full-resync image whose snapshot is not on disk yet" in line
+               for line in outcome.trace)
+
+
 def test_a_time_boxed_batch_of_random_seeds_passes():
     out = io.StringIO()
     status = sim_main(["--time-box", str(TIME_BOX)], out=out)

@@ -112,8 +112,12 @@ class MembershipChanges:
     file, and follows every change with the hub's links."""
 
     def __init__(self, me: RegionSpec, cluster: ClusterConfig, membership: Membership, causal: CausalLog,
-                 hub: ReplicationHub, counts: MembershipCounts) -> None:
+                 hub: ReplicationHub, counts: MembershipCounts,
+                 state_on_disk: Callable[[], bool] = lambda: True) -> None:
+        """``state_on_disk``: whether what the region holds is all on disk (not while a
+        full-resync image waits for its snapshot): a removal's promise says what it holds."""
         self.me = me
+        self.state_on_disk = state_on_disk
         self.region = me.number
         self.cluster = cluster
         self.membership = membership
@@ -253,6 +257,13 @@ class MembershipChanges:
                         held_promise.change.number)
             self.membership.lapse(held_promise)  # a forced removal's hold stays (crdt/membership.py)
         held = self.causal.vv.get(p.change.number, 0)
+        if p.change.kind in (REMOVE, FORCE_REMOVE) and held_promise != p and not self.state_on_disk():
+            # what it holds of the removed region came in an image whose snapshot is not on disk:
+            # a restart would start from the older log, and a removal frozen on this promise could
+            # lose those operations for good (the removed region no longer sends them)
+            return Promise(False, f"this region holds a full-resync image whose snapshot is not on disk yet "
+                                  f"(the disk is full?): it cannot promise what it holds of region "
+                                  f"{p.change.number} until it is")
         answer = self.membership.promise(p, held)
         if answer.ok and held_promise != p:
             self._promised_at = now

@@ -93,6 +93,10 @@ class RegionCommands(RegionSide, Protocol):
         """A snapshot of the region's state taken now, and the log record it holds the state
         after (the region core's SAVE serialisation: braid-admin backup)."""
 
+    def state_on_disk(self) -> bool:
+        """Is everything the region holds on disk?  False while a full-resync image it took
+        waits for its snapshot (a full disk): a restart would start from the older log."""
+
 
 def _no_setting(name: str, value: Any) -> None:
     pass
@@ -135,7 +139,8 @@ class ActiveActive:
         self._unsafe: deque[tuple[int, int]] = deque()
         self.flushes_waiting = 0  # cluster-wide flushes waiting for operations (INFO crdt)
         self.lone = LoneWrites()  # writes taken alone (crdt-lone-writes-after-ms; node/activeactive/lone_writes.py)
-        self.changes = MembershipChanges(me, cluster, self.membership, self.causal, self.hub, self.counts)
+        self.changes = MembershipChanges(me, cluster, self.membership, self.causal, self.hub, self.counts,
+                                         side.state_on_disk)
         self.recovery = Recovery(me, self.causal, self.hub, db, config, self.lone, self.changes.peers)
         self.backlog = Backlog(me.number, self.causal, self.hub, db, self.membership, self.lone, self.changes,
                                self._unsafe.clear)

@@ -279,6 +279,11 @@ class RegionCore:
         """What loading the append-only file found, and how long it took (INFO persistence)."""
         self.loading_report = (report, seconds)
 
+    def state_on_disk(self) -> bool:
+        """Is everything the region holds on disk?  Not while a full-resync image it took waits
+        for its snapshot (node/region/resync.py)."""
+        return self.oplog is None or self.oplog.unsaved_image is None
+
     def listening_on(self, port: int) -> None:
         """The driver's client port is bound (to ``port``: the setting's, or any free one for 0)."""
         self.port = port
