@@ -448,6 +448,18 @@ def test_a_region_holding_an_unsaved_image_promises_no_removal():
                for line in outcome.trace)
 
 
+def test_a_waiting_operation_that_depends_on_what_its_peer_lost_is_forgotten():
+    """Found by a random batch (seed 1830893237): region 2 wrote 2:8 after applying 3:14
+    and sent it to region 3 only; a flipped bit cost region 2 its log's tail, region 3 sent
+    2:8 back, where it waited for 3:14; then region 3 restarted from a copy holding 3:6, so
+    3:14 was gone from every region and 2:8 waited at region 2 for ever.  Now a handshake
+    forgets, with the peer's own waiting operations, those that depend on one of its
+    operations past what it holds."""
+    outcome = run_sim(SimConfig(seed=1830893237))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+    assert any(re.search(r"r2 forgot \d+ waiting operations of r3", line) for line in outcome.trace)
+
+
 def test_a_time_boxed_batch_of_random_seeds_passes():
     out = io.StringIO()
     status = sim_main(["--time-box", str(TIME_BOX)], out=out)

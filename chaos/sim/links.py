@@ -82,10 +82,12 @@ class Links:
         rb.links[a] = LinkState(rb.causal, dict(ra.causal.vv), hub_b.peer_acked.setdefault(a, {}),
                                 hub_b.peer_reported.setdefault(a, {}))
         # each end records what the other held, and forgets the other's own waiting operations
+        # and those that depend on what the other lost
         for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
             forgotten = hub.handshook(peer, dict(region.causal.vv))
             if forgotten:
-                self.sched.log(f"link {a}-{b}: r{hub.region} forgot {forgotten} waiting operations of r{peer}")
+                self.sched.log(f"link {a}-{b}: r{hub.region} forgot {forgotten} waiting operations of r{peer} "
+                                   f"or depending on what r{peer} lost")
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}" + (f"; both dropped operations the other lacks (floors "
                                                             f"{_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}): "

@@ -307,6 +307,11 @@ class ReplicationHub:
         but one that waits here was never applied, acknowledged nor relayed, so nothing
         counts it: kept, it would share its dot with the different operation the region
         mints after recovering - two operations under one dot, a silent divergence.
+        The same holds for a waiting operation of any origin that depends on one of the
+        peer's operations past what the peer now holds: the peer lost that operation and
+        will mint a different one under its dot, so applying the waiting one on top of it
+        would break causality (and, when no region applied the lost one, it would wait for
+        ever).  A region that did apply the lost operation sends both again.
         Forgetting a waiting operation is always safe (crdt/causal.py): this end's
         handshake said what it applied, so the peer sends again everything after that.
         An older link with the peer still up here (its machine went down without closing
@@ -319,11 +324,14 @@ class ReplicationHub:
             older.superseded = True  # it applies nothing more (run_link)
         if not self.causal.pending:
             return 0
-        forgotten = self.causal.drop_pending(lambda e: e.origin == peer)
+        holds = peer_vv.get(peer, 0)
+        forgotten = self.causal.drop_pending(
+            lambda e: e.origin == peer or any(o == peer and n > holds for o, n in e.deps))
         if forgotten:
             self.forgotten_at_handshake += forgotten
-            log.info("forgot %d operations of region %d that were waiting here for their dependencies: "
-                     "it sends again what this region has not applied", forgotten, peer)
+            log.info("forgot %d operations that were waiting here for their dependencies (of region %d, "
+                     "or depending on what it no longer holds): it sends again what this region has not applied",
+                     forgotten, peer)
         return forgotten
 
     def issue(self, op: bytes) -> Envelope:
