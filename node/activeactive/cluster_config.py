@@ -51,6 +51,29 @@ given; ``braid up`` writes ``data_dir = "region-N"`` (a folder beside the file).
 file without it falls back to ``NAME/`` beside the file when that folder exists (a
 cluster ``braid up`` made before the field was written), else to ``./data``.
 
+Shards.  A database may split its keys over several shards per region by hash slot
+(docs/sharding.md): the ``[shards]`` table gives the count and, optionally, each shard's
+slot ranges (the same in every region); each region then lists one client port and one
+replication port per shard, and shard K of a region keeps its data in ``shard-K/`` of
+the region's folder::
+
+    [shards]
+    count = 2
+    slots = ["0-8191", "8192-16383"]   # default: equal contiguous ranges
+
+    [[regions]]
+    name = "region-1"
+    number = 1
+    host = "10.0.0.1"
+    ports = [7001, 7002]               # RESP, shard K on ports[K]
+    repl_ports = [7101, 7102]          # gRPC, shard K on repl_ports[K]
+    [regions.config]
+    tls-port = [7201, 7202]            # a port setting: one per shard (or N: shard K on N + K)
+
+A shard runs on :meth:`ClusterConfig.shard_view`: the same file with every region's
+``port``/``repl_port`` those of shard K - so a shard is a region server, and shard K of
+every region forms one replication group as a whole region does without shards.
+
 A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
 ``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
 :class:`LinkTls` with absolute paths; ``to_toml`` writes them back relative to the
@@ -59,6 +82,7 @@ file's directory.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import secrets
@@ -68,10 +92,15 @@ from dataclasses import dataclass, field
 
 from crdt.membership import STATUSES, Member, Membership
 from node.region.config import FSYNC_POLICIES, parse_memory
+from node.region.routing import Shard, ShardRouting, node_id
+from node.region.slots import SlotMap, parse_ranges
 
 # settings of a region's [regions.config] that name files (relative to the cluster file)
 FILE_SETTINGS = frozenset({"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir", "aclfile"})
 ID_MODES = ("strict", "semi-strict", "liberal")
+# settings of a region's [regions.config] that name a port: each shard needs its own
+PORT_SETTINGS = frozenset({"tls-port", "metrics-port"})
+MAX_SHARDS = 64
 MEMBER_STATUSES = ("active", "joining", "leaving", "removed")
 
 
@@ -115,14 +144,22 @@ class RegionSpec:
     tls_key: str | None = None
     # server settings of this region by their CONFIG GET names ([regions.config]), applied at
     # start after the defaults and before the command line's options; file names as written
-    config: dict[str, str | int] = field(default_factory=dict)
+    config: dict[str, str | int | list[int]] = field(default_factory=dict)
     status: str = "active"  # active | joining | leaving | removed (crdt/membership.py)
     frozen: int = 0         # removed: the last of its operations the other regions accept
     data_dir: str | None = None  # where its data lives (absolute), when the file says
+    # a sharded database's endpoints, one per shard (empty: unsharded); ``port`` and
+    # ``repl_port`` are then shard K's in the view of shard K (ClusterConfig.shard_view)
+    ports: list[int] = field(default_factory=list)
+    repl_ports: list[int] = field(default_factory=list)
 
     @property
     def live(self) -> bool:
         return self.status != "removed"
+
+    def shard_ports(self) -> list[int]:
+        """The client port of each shard (one, unsharded)."""
+        return self.ports or [self.port]
 
 
 @dataclass(slots=True)
@@ -153,12 +190,26 @@ class ClusterConfig:
     path: str | None = None  # the file it was loaded from, rewritten when a setting changes
     tls: LinkTls | None = None  # None: plain-text links (the file says tls = false)
     epoch: int = 1  # membership changes agreed so far, plus one (crdt/membership.py)
+    shards: SlotMap = field(default_factory=SlotMap)  # which shard owns which slots ([shards])
+    shard: int = 0  # the shard this view is of (shard_view); 0 for the file as loaded
+
+    def shard_view(self, k: int) -> ClusterConfig:
+        """The file as shard ``k`` of every region sees it: each region's ``port`` and
+        ``repl_port`` are its shard k's (a shard is a region server of its own group)."""
+        if not 0 <= k < self.shards.count:
+            raise ValueError(f"shard {k} is not one of this database's {self.shards.count} (0-{self.shards.count - 1})")
+        view = copy.deepcopy(self)
+        view.shard = k
+        if self.shards.sharded:
+            for r in view.regions:
+                r.port, r.repl_port = r.ports[k], r.repl_ports[k]
+        return view
 
     def save(self, path: str | None = None) -> None:
         """Write the file (atomically: a reader never sees half of it)."""
         path = path or self.path
-        if path is None:
-            return
+        if path is None or self.shard != 0:
+            return  # the shards of a region share its file: shard 0 keeps it
         tmp = f"{path}.{os.getpid()}.tmp"  # regions of a local cluster share one file
         with open(tmp, "w") as f:
             f.write(self.to_toml(os.path.dirname(os.path.abspath(path))))
@@ -212,6 +263,30 @@ class ClusterConfig:
             {"name": r.name, "number": r.number, "host": r.host, "port": r.port, "repl_port": r.repl_port,
              "status": r.status, "frozen": r.frozen} for r in self.regions]}, separators=(",", ":")).encode()
 
+    def routing(self, region: RegionSpec) -> ShardRouting | None:
+        """What this view's shard of ``region`` routes by (None: an unsharded database)."""
+        if not self.shards.sharded:
+            return None
+        shards = []
+        for k, ranges in enumerate(self.shards.ranges):
+            settings = self.shard_view(k).shard_settings(region) if k != self.shard else self.shard_settings(region)
+            shards.append(Shard(k, region.host, region.ports[k], int(settings.get("tls-port", 0) or 0),
+                                node_id(self.cluster_id, region.number, k), ranges))
+        return ShardRouting(self.shards, self.shard, shards)
+
+    def shard_settings(self, region: RegionSpec) -> dict[str, str | int]:
+        """:meth:`region_settings` for this view's shard: a port setting given per shard (a
+        list) is this shard's, one given once is the first shard's, this shard's next to it."""
+        out: dict[str, str | int] = {}
+        for name, value in self.region_settings(region).items():
+            if isinstance(value, list):
+                out[name] = value[self.shard]
+            elif name in PORT_SETTINGS and self.shards.sharded and isinstance(value, int) and value:
+                out[name] = value + self.shard
+            else:
+                out[name] = value
+        return out
+
     def validate(self) -> None:
         if self.id_mode not in ID_MODES:
             raise ValueError(f"id_mode must be one of {', '.join(ID_MODES)}")
@@ -230,6 +305,14 @@ class ClusterConfig:
                 raise ValueError(f"region {r.name}: number must be between 1 and {self.stride - 1}")
             if r.status not in MEMBER_STATUSES:
                 raise ValueError(f"region {r.name}: status must be one of {', '.join(MEMBER_STATUSES)}")
+            count = self.shards.count
+            if self.shards.sharded and not (len(r.ports) == len(r.repl_ports) == count):
+                raise ValueError(f"region {r.name}: a database of {count} shards needs ports and repl_ports "
+                                 f"with {count} ports each (one per shard)")
+            for name, value in r.config.items():
+                if isinstance(value, list) and (name not in PORT_SETTINGS or len(value) != count):
+                    raise ValueError(f"region {r.name}: config {name} may be a list only for a port setting "
+                                     f"({', '.join(sorted(PORT_SETTINGS))}), with one port per shard ({count})")
 
 
     def to_toml(self, base: str | None = None) -> str:
@@ -248,9 +331,15 @@ class ClusterConfig:
             t = self.tls
             lines += ["", "[tls]", f"ca = {path(t.ca)}", f"cert_dir = {path(t.cert_dir)}",
                       f"admin_cert = {path(t.admin_cert)}", f"admin_key = {path(t.admin_key)}", ""]
+        if self.shards.sharded:  # (a table: after every top-level key)
+            lines += ["[shards]", f"count = {self.shards.count}",
+                      f"slots = {_toml_value(self.shards.describe())}", ""]
         for r in self.regions:
-            lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"',
-                      f"port = {r.port}", f"repl_port = {r.repl_port}"]
+            lines += ["[[regions]]", f'name = "{r.name}"', f"number = {r.number}", f'host = "{r.host}"']
+            if r.ports:
+                lines += [f"ports = {_toml_value(r.ports)}", f"repl_ports = {_toml_value(r.repl_ports)}"]
+            else:
+                lines += [f"port = {r.port}", f"repl_port = {r.repl_port}"]
             if r.tls_cert:
                 lines.append(f"tls_cert = {path(r.tls_cert)}")
             if r.tls_key:
@@ -268,7 +357,8 @@ class ClusterConfig:
 
     def region_data_dir(self, region: RegionSpec) -> str | None:
         """Where ``region`` keeps its data when the command line does not say: the file's
-        ``data_dir``, else ``NAME/`` beside the file when that folder exists; None: neither."""
+        ``data_dir``, else ``NAME/`` beside the file when that folder exists; None: neither.
+        (A shard keeps its own in ``shard-K/`` of it: :func:`shard_dir`.)"""
         if region.data_dir:
             return region.data_dir
         base = os.path.dirname(os.path.abspath(self.path)) if self.path else None
@@ -276,7 +366,7 @@ class ClusterConfig:
             return os.path.join(base, region.name)
         return None
 
-    def region_settings(self, region: RegionSpec) -> dict[str, str | int]:
+    def region_settings(self, region: RegionSpec) -> dict[str, str | int | list[int]]:
         """A region's [regions.config], file names resolved against the cluster file's directory."""
         base = os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
         return {name: (os.path.join(base, value) if name in FILE_SETTINGS and isinstance(value, str) and value
@@ -307,8 +397,16 @@ def membership_from_blob(blob: bytes, stride: int):
     return Membership(stride, epoch, members, frozen), endpoints
 
 
+def shard_dir(region_dir: str, shards: SlotMap, k: int) -> str:
+    """Where shard ``k`` of a region keeps its data: the region's folder itself unsharded."""
+    return os.path.join(region_dir, f"shard-{k}") if shards.sharded else region_dir
+
+
 def _toml_value(v: object) -> str:
-    """A TOML scalar: a bare key or integer, else a basic string (JSON's escapes are TOML's)."""
+    """A TOML scalar or list of them: a bare key or integer, else a basic string (JSON's
+    escapes are TOML's)."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -316,14 +414,17 @@ def _toml_value(v: object) -> str:
     return json.dumps(str(v), ensure_ascii=False)
 
 
-def _region_config(region: dict) -> dict[str, str | int]:
+def _region_config(region: dict) -> dict[str, str | int | list[int]]:
     table = region.get("config", {})
     if not isinstance(table, dict):
         raise ValueError(f"region {region.get('name')}: config must be a table of settings")
-    out: dict[str, str | int] = {}
+    out: dict[str, str | int | list[int]] = {}
     for name, value in table.items():
         if isinstance(value, bool):
             value = "yes" if value else "no"
+        if isinstance(value, list) and all(type(x) is int for x in value):
+            out[str(name).lower()] = value  # a port per shard (validate checks which settings)
+            continue
         if not isinstance(value, (str, int)):
             raise ValueError(f"region {region.get('name')}: config {name} must be a string or an integer")
         out[str(name).lower()] = value
@@ -375,6 +476,18 @@ def load(path: str) -> ClusterConfig:
     def pair(r: dict, key: str) -> str | None:
         return os.path.normpath(os.path.join(base, str(r[key]))) if r.get(key) else None
 
+    shards = _slot_map(data.get("shards", {}))
+
+    def endpoints(r: dict) -> tuple[int, int, list[int], list[int]]:
+        if not shards.sharded:
+            return int(r["port"]), int(r["repl_port"]), [], []
+        ports, repl_ports = r.get("ports"), r.get("repl_ports")
+        if not (isinstance(ports, list) and isinstance(repl_ports, list)
+                and all(type(p) is int for p in ports + repl_ports)):
+            raise ValueError(f"region {r.get('name')}: a sharded database lists ports = [...] and "
+                             "repl_ports = [...], one per shard")
+        return ports[0] if ports else 0, repl_ports[0] if repl_ports else 0, ports, repl_ports
+
     cfg = ClusterConfig(
         cluster_id=str(data["cluster_id"]), database=str(data.get("database", "db")),
         token=str(data["token"]), stride=int(data.get("stride", 16)),
@@ -382,24 +495,50 @@ def load(path: str) -> ClusterConfig:
         appendfsync=str(data.get("appendfsync", "everysec")),
         maxmemory=_file_memory(data.get("maxmemory", 0)),
         regions=[RegionSpec(str(r["name"]), int(r["number"]), str(r.get("host", "127.0.0.1")),
-                            int(r["port"]), int(r["repl_port"]),
+                            *endpoints(r)[:2],
                             tls_cert=pair(r, "tls_cert"), tls_key=pair(r, "tls_key"), config=_region_config(r),
                             status=str(r.get("status", "active")), frozen=int(r.get("frozen", 0)),
-                            data_dir=pair(r, "data_dir"))
+                            data_dir=pair(r, "data_dir"), ports=endpoints(r)[2], repl_ports=endpoints(r)[3])
                  for r in data.get("regions", [])],
-        path=path, tls=_link_tls(data, base), epoch=int(data.get("epoch", 1)),
+        path=path, tls=_link_tls(data, base), epoch=int(data.get("epoch", 1)), shards=shards,
     )
     cfg.validate()
     return cfg
 
 
-def local_cluster(regions: int, base_port: int, data_dir: str | None = None) -> ClusterConfig:
+def _slot_map(table: object) -> SlotMap:
+    """The file's [shards] table (absent: one shard)."""
+    if not isinstance(table, dict):
+        raise ValueError("[shards] must be a table (count, slots)")
+    count = table.get("count", 1)
+    if type(count) is not int or not 1 <= count <= MAX_SHARDS:
+        raise ValueError(f"[shards] count must be a whole number from 1 to {MAX_SHARDS}, not {count!r}")
+    slots = table.get("slots")
+    if slots is None:
+        return SlotMap.even(count)
+    if not isinstance(slots, list) or len(slots) != count or not all(isinstance(x, str) for x in slots):
+        raise ValueError(f"[shards] slots must list {count} strings of slot ranges (\"0-8191\"), one per shard")
+    return SlotMap.of([parse_ranges(x) for x in slots])
+
+
+# where braid up puts shard K of a region: its ports this far from shard 0's
+LOCAL_SHARD_PORT_STEP = 20
+
+
+def local_cluster(regions: int, base_port: int, data_dir: str | None = None, shards: int = 1) -> ClusterConfig:
     """The cluster ``braid up`` starts: regions on loopback, RESP on base_port.., gRPC on base_port+100..;
-    with ``data_dir`` (the folder of the cluster file), region-N's data in ``data_dir/region-N``."""
-    cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16, [
-        RegionSpec(f"region-{i}", i, "127.0.0.1", base_port + i - 1, base_port + 100 + i - 1,
-                   data_dir=os.path.join(data_dir, f"region-{i}") if data_dir else None)
-        for i in range(1, regions + 1)
-    ])
+    with ``data_dir`` (the folder of the cluster file), region-N's data in ``data_dir/region-N``.
+    With ``shards``, shard K of a region listens LOCAL_SHARD_PORT_STEP·K ports above shard 0."""
+    def spec(i: int) -> RegionSpec:
+        port, repl = base_port + i - 1, base_port + 100 + i - 1
+        r = RegionSpec(f"region-{i}", i, "127.0.0.1", port, repl,
+                       data_dir=os.path.join(data_dir, f"region-{i}") if data_dir else None)
+        if shards > 1:
+            step = [LOCAL_SHARD_PORT_STEP * k if base_port else 0 for k in range(shards)]
+            r.ports, r.repl_ports = [port + s for s in step], [repl + s for s in step]
+        return r
+
+    cfg = ClusterConfig("local-" + secrets.token_hex(4), "db", secrets.token_hex(16), 16,
+                        [spec(i) for i in range(1, regions + 1)], shards=SlotMap.even(shards))
     cfg.validate()
     return cfg

@@ -443,6 +443,20 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
     return argv[cmd.first_key:last + 1:cmd.step or 1]
 
 
+def routed_keys(queued: list[list[bytes]] | None, cmd, argv: list[bytes]) -> list[bytes]:
+    """The keys a command's shard is chosen by (node/region/routing.py): EXEC's are those of
+    every command ``queued`` in its transaction."""
+    if cmd.name != "exec":
+        return command_keys(cmd, argv)
+    keys = []
+    for line in queued or ():
+        c = COMMANDS[line[0].lower()]  # (queued: a known command of the right arity)
+        if c.subcommands and len(line) >= 2:
+            c = c.subcommands.get(line[1].lower(), c)
+        keys += command_keys(c, line)
+    return keys
+
+
 @subcommand("command", "getkeys")
 def command_getkeys(client: Session, argv: list[bytes]):
     rest = argv[2:]

@@ -35,9 +35,7 @@ def multi(client: Session, argv: list[bytes]):
 def discard(client: Session, argv: list[bytes]):
     if client.multi is None:
         raise ReplyError("ERR DISCARD without MULTI")
-    client.multi = None
-    client.multi_error = False
-    client.db.unwatch(client.watched)
+    discard_transaction(client)
     return "OK"
 
 
@@ -67,13 +65,18 @@ def exec_(client: Session, argv: list[bytes]):
     return replies
 
 
+def discard_transaction(client: Session) -> None:
+    """Redis's ``discardTransaction``: the queued commands are dropped, the keys unwatched."""
+    client.multi = None
+    client.multi_error = False
+    client.region.db.unwatch(client.watched)
+
+
 def abort_exec(client: Session, reason: str) -> ReplyError:
     """An EXEC refused before it runs (wrong arity, NOAUTH): as Redis's ``execCommandAbort``,
     the transaction is discarded and its keys unwatched, in MULTI or not, and the reply
     names the reason (a bare reason: Redis formats these without the ERR code)."""
-    client.multi = None
-    client.multi_error = False
-    client.region.db.unwatch(client.watched)
+    discard_transaction(client)
     reason = reason[4:] if reason.startswith("ERR ") else reason
     return ReplyError(f"EXECABORT Transaction discarded because of: {reason}")
 

@@ -109,3 +109,21 @@ def fmt_entries(entries) -> Entries:
 
 def lower(arg: bytes) -> bytes:
     return arg.lower()
+
+
+def _clip(b: bytes, n: int = 128) -> str:
+    return b[:n].decode("utf-8", "replace")
+
+
+def unknown_command_error(argv: list[bytes]) -> ReplyError:
+    """Redis's reply to a command it does not know (the arguments quoted, up to 128 bytes)."""
+    args = ""
+    for a in argv[1:]:
+        if len(args) >= 128:
+            break
+        args += "'" + a[: 128 - len(args)].decode("utf-8", "replace") + "' "
+    return ReplyError(f"ERR unknown command '{_clip(argv[0])}', with args beginning with: {args}")
+
+
+def unknown_subcommand_error(container: str, sub: bytes) -> ReplyError:
+    return ReplyError(f"ERR unknown subcommand '{_clip(sub)}'. Try {container.upper()} HELP.")

@@ -62,8 +62,9 @@ from crdt import ops, resolve
 from crdt.causal import Envelope
 from node import commands as cmdtable
 from node.activeactive.region import ActiveActive
-from node.commands.server import command_keys
-from node.commands.transactions import abort_exec
+from node.commands.server import command_keys, routed_keys
+from node.commands.transactions import abort_exec, discard_transaction
+from node.commands.util import unknown_command_error, unknown_subcommand_error
 from node.persistence import aofformat, snapshot
 from node.region.blocking import Blocked, BlockingRegistry
 from node.region.config import Config
@@ -73,6 +74,7 @@ from node.region.lone import LoneWritesObserver, LoneWritesSteps
 from node.region.memory import MemoryAccount
 from node.region.remote import apply_run
 from node.region.resync import FullResync
+from node.region.routing import ShardRouting
 from node.region.session import Session
 from node.region.slicing import Sliced
 from node.region.slowlog import LatencyMonitor, SlowLog, redacted, slow_bounds
@@ -130,11 +132,13 @@ class RegionCore:
         self.shutdown_requested = False  # SHUTDOWN ran (a driver stops the region; see shutdown())
         self.db = Database(self._limits(), active_active=cluster is not None)
         self.aa: ActiveActive | None = None  # this region's Active-Active part (None: standalone)
+        self.routing: ShardRouting | None = None  # a shard's slots and its siblings (node/region/routing.py)
         # the system's wall clock in milliseconds (the simulation's virtual one)
         self.system_ms: Callable[[], int] = clock if clock is not None else system_ms
         if cluster is not None:
             cfg, me = cluster
             self.region = me.number
+            self.routing = cfg.routing(me)
             # this core is the region's side: its hub applies, installs and joins through it, and
             # braid-admin's flush and backup run as its own commands (node/activeactive/region.py)
             aa = self.aa = ActiveActive(self.db, self.config, cfg, me, self, on_setting=self._db_setting_changed)
@@ -521,8 +525,7 @@ class RegionCore:
         if cmd.subcommands and len(argv) >= 2:
             sub = cmd.subcommands.get(argv[1].lower())
             if sub is None:
-                return self._reject(ReplyError(
-                    f"ERR unknown subcommand '{_clip(argv[1])}'. Try {cmd.name.upper()} HELP."))
+                return self._reject(unknown_subcommand_error(cmd.name, argv[1]))
             cmd = sub
         argc = len(argv)
         if argc < cmd.min_argc or argc > cmd.max_argc:  # Command.check_arity, inlined
@@ -532,6 +535,12 @@ class RegionCore:
             return self._reject(self._exec_abort(client, cmd, "NOAUTH Authentication required."))
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
+        if self.routing is not None and not self.replaying:  # a key of another shard, or of two slots
+            refused = self.routing.check(routed_keys(client.multi, cmd, argv))
+            if refused is not None:
+                if cmd.name == "exec":
+                    discard_transaction(client)
+                return self._reject(refused)
         if self.memory.limit and (cmd.denyoom or (cmd.name == "exec" and client.queued_denyoom())) \
                 and not self.replaying and self.memory.out_of_memory():  # (a replay runs what was taken)
             return self._reject(self._exec_abort(client, cmd, OOM_ERROR))
@@ -688,9 +697,13 @@ class RegionCore:
         if target.denyoom and self.memory.limit and not self.replaying and self.memory.out_of_memory():
             client.multi_error = True
             return self._reject(ReplyError(OOM_ERROR))
+        if self.routing is not None and (refused := self.routing.check(command_keys(target, argv))) is not None:
+            client.multi_error = True
+            return self._reject(refused)
         assert client.multi is not None
         client.multi.append(argv)
         return "QUEUED"
+
 
     def keys_ready(self) -> None:
         """Serve readers blocked on the keys in ``db.ready`` (the driver's; without one nothing
@@ -780,16 +793,3 @@ _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"}
 def system_ms() -> int:
     """The system's wall clock in milliseconds."""
     return time.time_ns() // 1_000_000
-
-
-def _clip(b: bytes, n: int = 128) -> str:
-    return b[:n].decode("utf-8", "replace")
-
-
-def unknown_command_error(argv: list[bytes]) -> ReplyError:
-    args = ""
-    for a in argv[1:]:
-        if len(args) >= 128:
-            break
-        args += "'" + a[: 128 - len(args)].decode("utf-8", "replace") + "' "
-    return ReplyError(f"ERR unknown command '{_clip(argv[0])}', with args beginning with: {args}")

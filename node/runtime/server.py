@@ -47,6 +47,7 @@ from typing import Any
 
 from node import commands as cmdtable
 from node.commands.server import rss_bytes
+from node.commands.util import unknown_command_error
 from node.persistence import snapshot
 from node.persistence.oplog import OperationLog
 from node.persistence.promise import FilePromiseStore
@@ -54,7 +55,7 @@ from node.persistence.replay import LoadError, load
 from node.region import cron
 from node.region.blocking import Blocked
 from node.region.config import Config
-from node.region.core import RegionCore, Stats, unknown_command_error
+from node.region.core import RegionCore, Stats
 from node.region.slicing import Sliced
 from node.region.supervision import EXIT_FAIL_STOP
 from node.resp.encoder import ReplyError
