@@ -112,6 +112,53 @@ def test_mismatched_peer_is_refused(token, cluster):
     run(scenario())
 
 
+@pytest.mark.parametrize("dialer_shard,dialer_map", [(1, "aaaa"), (0, "bbbb"), (0, "")])
+def test_a_peer_of_another_shard_or_slot_map_is_refused(dialer_shard, dialer_map):
+    """Shard 0 of slot map aaaa serves; a dialer of another shard, another map or no map
+    at all (unsharded) is refused at Hello - counted and logged like a wrong token - and
+    nothing crosses in either direction."""
+    async def scenario():
+        server = ReplicationHub(1, "c1", "db", TOKEN, CausalLog(1), Callbacks(apply=lambda e: None),
+                                transport=GrpcLinks(), shard=0, slot_map="aaaa")
+        applied: list = []
+        dialer = ReplicationHub(2, "c1", "db", TOKEN, CausalLog(2), Callbacks(apply=applied.append),
+                                transport=GrpcLinks(), shard=dialer_shard, slot_map=dialer_map)
+        port = await server.serve()
+        try:
+            server.issue(b"op-of-shard-0")
+            dialer.issue(b"op-of-the-other")
+            dialer.dial(1, f"127.0.0.1:{port}")
+            await until(lambda: server.refused >= 1 and dialer.denied >= 1)
+            assert applied == [] and server.causal.vv == {1: 1} and dialer.causal.vv == {2: 1}
+        finally:
+            await dialer.stop()
+            await server.stop()
+
+    run(scenario())
+
+
+def test_a_dialer_refuses_a_welcome_of_another_shard():
+    """The dialer checks the Welcome too: a server of another shard (an old region that
+    does not check, or a misrouted port) is refused by the dialer, counted as a refusal."""
+    async def scenario():
+        server, server_applied = make_hub(1)  # unsharded: it does not refuse the dialer
+        server.shard, server.slot_map = 1, "aaaa"  # ... but it is shard 1 of map aaaa
+        server.check_shard = lambda peer, shard, slot_map: ""  # as a region that does not check
+        dialer = ReplicationHub(2, "c1", "db", TOKEN, CausalLog(2), Callbacks(apply=lambda e: None),
+                                transport=GrpcLinks(), shard=0, slot_map="aaaa")
+        port = await server.serve()
+        try:
+            dialer.issue(b"op")
+            dialer.dial(1, f"127.0.0.1:{port}")
+            await until(lambda: dialer.refused >= 1)
+            assert server_applied == [] and dialer.causal.vv == {2: 1}
+        finally:
+            await dialer.stop()
+            await server.stop()
+
+    run(scenario())
+
+
 def test_link_comes_back_after_the_peer_restarts():
     async def scenario():
         one, applied_one = make_hub(1)

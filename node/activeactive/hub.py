@@ -161,7 +161,7 @@ class ReplicationHub:
                  tls: LinkCredentials | None = None, names: dict[int, str] | None = None,
                  transport: Transport | None = None, gate: Gate | None = None,
                  make_image: Callable[[bool], tuple[bytes, dict[int, int]]] = no_image,
-                 on_denied: Callable[[], None] = nothing) -> None:
+                 on_denied: Callable[[], None] = nothing, shard: int = 0, slot_map: str = "") -> None:
         """``side``: the region that applies what arrives and takes images (a :class:`RegionSide`;
         a function alone: ``Callbacks(apply=function)``, a hub that only applies).
         ``config``: the region's settings (node/region/config.py), read when links need them;
@@ -172,8 +172,11 @@ class ReplicationHub:
         handshakes and operations pass (None: every peer and operation passes);
         ``make_image``: builds this region's full-resync image (the argument: hold the
         histories' digests - False for a peer that may be older); ``on_denied``: told when a
-        peer refused this region at Hello."""
+        peer refused this region at Hello.  ``shard``, ``slot_map``: which shard of which slot
+        map this is (docs/sharding.md): a peer of another shard or map is refused at Hello."""
         self.region = region
+        self.shard = shard
+        self.slot_map = slot_map
         self.cluster_id = cluster_id
         self.database = database
         self.token = token
@@ -504,7 +507,17 @@ class ReplicationHub:
             return f"region {hello.region} presented a wrong token"
         if hello.region == self.region:
             return f"region number {hello.region} is this region's own"
-        return ""
+        return self.check_shard(hello.region, hello.shard, hello.slot_map)
+
+    def check_shard(self, peer: int, shard: int, slot_map: str) -> str:
+        """Only shard K of one slot map replicates with shard K of the same map: every other
+        pair holds other keys, so one operation would reach a shard that does not own it."""
+        if (shard, slot_map) == (self.shard, self.slot_map):
+            return ""
+        def what(k: int, digest: str) -> str:
+            return f"shard {k} of slot map {digest}" if digest else "unsharded"
+        return (f"region {peer} is {what(shard, slot_map)}, this region's shard is "
+                f"{what(self.shard, self.slot_map)}: the cluster files' [shards] or the shard started differ")
 
     def check_certificate(self, hello: pb.Hello, caller: Identity | None) -> str:
         """With TLS: does the caller's verified certificate name the region its Hello claims?"""

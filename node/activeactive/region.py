@@ -133,7 +133,8 @@ class ActiveActive:
         self.hub = ReplicationHub(me.number, c.cluster_id, c.database, c.token, self.causal, side, config,
                                   tls=tls, names={r.number: r.name for r in c.regions},
                                   gate=MembershipGate(me, cluster, self.membership, self.counts, self.adopt),
-                                  make_image=self._make_image, on_denied=self._denied)
+                                  make_image=self._make_image, on_denied=self._denied,
+                                  shard=c.shard, slot_map=c.shards.digest())
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it reached the OS (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()

@@ -64,7 +64,8 @@ class _Servicer(pb_grpc.ReplicationServicer):
         yield pb.Frame(welcome=pb.Welcome(region=hub.region, vv=my_vv, floor=my_floor,
                                           max_message=hub.limits.max_message, epoch=epoch, members=members,
                                           packed_batches=hub.packed_batches, heads=my_heads,
-                                          joins_states=hub.joins_states))
+                                          joins_states=hub.joins_states, shard=hub.shard,
+                                          slot_map=hub.slot_map))
         running = asyncio.ensure_future(hub.run_link(link, request_iterator))
         hub.serving(link.peer, link.outbox, None if hub.front is None else hub.front.port_of(context.peer()))
         try:
@@ -158,7 +159,8 @@ class GrpcLinks:
                                                      floor=my_floor, max_message=limits.max_message,
                                                      epoch=epoch, members=members,
                                                      packed_batches=hub.packed_batches, heads=my_heads,
-                                                     joins_states=hub.joins_states)))
+                                                     joins_states=hub.joins_states, shard=hub.shard,
+                                                     slot_map=hub.slot_map)))
             frames = call.__aiter__()  # one reader API only: grpc.aio forbids mixing read() and iteration
             try:
                 first = await asyncio.wait_for(frames.__anext__(), limits.handshake_timeout)
@@ -167,6 +169,10 @@ class GrpcLinks:
             if first.WhichOneof("body") != "welcome" or first.welcome.region != peer:
                 raise ConnectionError(f"region {peer} did not welcome this region")
             w = first.welcome
+            reason = hub.check_shard(peer, w.shard, w.slot_map)
+            if reason:
+                hub.refuse(address, reason)
+                return
             if hub.gate is not None:
                 reason = hub.gate.check_peer(peer, w.epoch, w.members)
                 if reason:
