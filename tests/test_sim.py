@@ -797,3 +797,26 @@ def test_a_voter_that_restarts_before_the_commit_keeps_its_promise(monkeypatch):
     assert _count(outcome, "MEMBERSHIP epoch 2: the commit did not reach r")
     assert restored  # the crashed voter came back holding the removed region's operations
     assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+
+
+def test_sharded_schedules_pass_and_a_machine_crash_stops_every_shard():
+    """Two shard groups on one world (chaos/sim/shards.py): every check per group, the
+    routing check, and a machine crash that takes the region's shard in the other group."""
+    machine_crashes = 0
+    for seed in range(1, 13):
+        outcome = run_sim(SimConfig(seed=seed, shards=2))
+        assert outcome.ok, f"seed {seed}: " + "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+        assert {"s0 routing", "s1 routing", "s0 convergence", "s1 convergence"} <= {v.check for v in outcome.verdicts}
+        machine_crashes += sum("MACHINE r" in line and "(with its shard" in line for line in outcome.trace)
+        assert any(re.search(r" s[01] #\d+ r\d XADD \{s\d\}k0 \* f v -> err \(MOVED ", line)
+                   or "CROSSSLOT" in line for line in outcome.trace)
+    assert machine_crashes > 0
+
+
+def test_a_shard_that_takes_keys_of_another_is_caught(monkeypatch):
+    """With routing off, a command sent to the wrong shard runs there: the routing check sees
+    the refusal missing and a key of another shard's slots in the group."""
+    from node.region.routing import ShardRouting
+    monkeypatch.setattr(ShardRouting, "check", lambda self, keys: None)
+    outcome = run_sim(SimConfig(seed=1, shards=2))
+    assert {"s0 routing", "s1 routing"} & set(outcome.failed), outcome.failed

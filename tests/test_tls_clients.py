@@ -436,9 +436,15 @@ def test_cluster_file_keeps_region_settings_and_the_links_choice(tmp_path):
                        str(tmp_path / "tls" / "admin.key"))
     back.save()
     assert load(path).tls == back.tls and load(path).regions[0].config == cfg.regions[0].config
+    with open(path) as f:
+        saved = f.read()
     with open(path, "a") as f:
-        f.write('\n[regions.config]\n"tls-port" = [1]\n')  # a setting that is neither a string nor a number
+        f.write('\n[regions.config]\n"tls-port" = 1.5\n')  # a setting that is neither a string nor a number
     with pytest.raises(ValueError, match="must be a string or an integer"):
+        load(path)
+    with open(path, "w") as f:  # a port per shard, in a database without shards
+        f.write(saved + '\n[regions.config]\n"tls-port" = [1]\n')
+    with pytest.raises(ValueError, match="may be a list only for a port setting"):
         load(path)
 
 

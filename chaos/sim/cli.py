@@ -78,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
                         "disk (fsynced), to replay schedules recorded under it (default: as regions do, they "
                         "leave once written to the OS, and a region whose machine crashed takes its own "
                         "back from its peers before it takes writes)")
+    p.add_argument("--shards", type=int, default=SimConfig.shards,
+                   help="shards per region, 1 to 8: each shard group replicates on its own, a machine crash "
+                        f"stops every shard of a region (default: {SimConfig.shards}, an unsharded database)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run independent seeds in this many processes, 0: one per CPU (default: 1)")
     p.add_argument("--trace", action="store_true", help="print the trace of every schedule (default: failures only)")
@@ -93,8 +96,12 @@ def main(argv: list[str] | None = None, out=None) -> int:
     if not 2 <= args.regions <= 15:
         print("--regions must be between 2 and 15", file=out)
         return 2
+    if not 1 <= args.shards <= 8:
+        print("--shards must be between 1 and 8", file=out)
+        return 2
     base = SimConfig(seed=0, steps=args.steps, regions=args.regions, fsync=args.fsync, faults=args.faults,
-                     bug=args.bug, copies=not args.no_copies, leave_when_written=args.leave_when_written)
+                     bug=args.bug, copies=not args.no_copies, leave_when_written=args.leave_when_written,
+                     shards=args.shards)
     if args.jobs == 0:
         args.jobs = os.cpu_count() or 1
     started = time.monotonic()

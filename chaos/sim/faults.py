@@ -39,12 +39,26 @@ class Faults:
         up = self.membership.crash_victims([r for r in self.regions.values() if r.up])
         if not up:
             return
-        self.crash(self.rng.choice(up))
+        victim = self.rng.choice(up)
+        if self.siblings and self.rng.random() < 0.5:  # a sharded region: one shard's process
+            self.crash(victim, process=True)
+            return
+        self.crash(victim)
+        for group in self.siblings:  # the machine: every shard of the region
+            group.machine_crashed(victim.number, self.shard)
 
-    def crash(self, region: SimRegion, cause: str = "") -> None:
+    def machine_crashed(self, number: int, shard: int) -> None:
+        """Region ``number``'s machine went down (a fault of group ``shard``): its shard of this
+        group goes down with it - unless this group healed already (no faults from then on)."""
+        region = self.regions.get(number)
+        if self.active and region is not None and region.up:
+            self.crash(region, f"MACHINE r{number} (with its shard {shard})")
+
+    def crash(self, region: SimRegion, cause: str = "", process: bool = False) -> None:
         """Crash ``region`` (its machine; under ``appendfsync no``, which promises nothing across
-        a machine crash, its process) and restart it later; ``cause`` opens the trace line."""
-        machine = self.config.fsync != "no"
+        a machine crash, or with ``process``, its process) and restart it later; ``cause``
+        opens the trace line."""
+        machine = self.config.fsync != "no" and not process
         for peer in list(region.links):
             self.disconnect(region.number, peer, f"region {region.number} crashed")
         happened = region.crash(machine)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .bugs import planted
 from .checks import Verdict, run_checks
+from .shards import ShardedSimulation
 from .world import SimConfig, Simulation
 
 
@@ -34,9 +35,14 @@ def run_sim(config: SimConfig) -> Outcome:
     quiet.setLevel(logging.CRITICAL)  # the regions' own logging is noise here; the trace says what happened
     try:
         with planted(config.bug):
-            sim = Simulation(config)
-            sim.run()
-            verdicts = run_checks(sim)
+            if config.shards > 1:
+                sharded = ShardedSimulation(config)
+                sharded.run()
+                verdicts, sched, operations = sharded.verdicts(), sharded.sched, sharded.operations
+            else:
+                sim = Simulation(config)
+                sim.run()
+                verdicts, sched, operations = run_checks(sim), sim.sched, len(sim.workload.history)
     finally:
         quiet.setLevel(level)
-    return Outcome(config, verdicts, sim.sched.trace, sim.sched.events, len(sim.workload.history))
+    return Outcome(config, verdicts, sched.trace, sched.events, operations)

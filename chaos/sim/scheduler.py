@@ -61,6 +61,25 @@ class Scheduler:
         self.trace.append(f"{self.now - START_MS:>7} {text}")
 
 
+class GroupScheduler:
+    """One shard group's view of the scheduler all groups share (chaos/sim/shards.py): the
+    same clock and queue, its trace lines marked with the group's shard."""
+
+    def __init__(self, shared: Scheduler, shard: int) -> None:
+        self.shared = shared
+        self.prefix = f"s{shard} "
+
+    @property
+    def now(self) -> int:
+        return self.shared.now
+
+    def log(self, text: str) -> None:
+        self.shared.log(self.prefix + text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.shared, name)  # at, after, run, pending, trace, errors, events
+
+
 def _vv(vv: dict[int, int]) -> str:
     return ",".join(f"{o}:{n}" for o, n in sorted(vv.items()))
 

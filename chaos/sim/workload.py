@@ -59,6 +59,8 @@ MIX = (("xadd", 30), ("xadd_idmp", 10), ("xdel", 5), ("xtrim", 5), ("del", 3), (
 # from the schedule's seed), so the main one's sequence stays as it was without it
 # (``--no-copies`` runs a schedule as it ran before COPY was in the mix)
 COPY_SHARE = 0.03
+# a sharded database: the share of steps that also send a command to the wrong shard
+MISROUTED_SHARE = 0.05
 # of the steps that draw ``flushall``, the share that sends it (about one schedule in two has
 # one): a flush empties the state every other check judges
 FLUSHALL_SHARE = 0.5
@@ -112,6 +114,12 @@ class Workload:
         self._kinds = [k for k, _ in MIX]
         self._weights = [w for _, w in MIX]
         self.copy_rng = random.Random(f"copy {sim.config.seed}")
+        # a shard group's keys carry a hash tag of its own slots (chaos/sim/shards.py): every
+        # command of its workload belongs to its shard; the other groups' tags, for probes
+        tag = sim.key_tag
+        self.keys = tuple(tag + k for k in KEYS)
+        self.shared_ids = tag + SHARED_IDS
+        self.xcfgset_key = tag + XCFGSET_KEY
 
     # ------------------------------------------------------------ one step
     def step(self, step: int) -> None:
@@ -124,6 +132,8 @@ class Workload:
         kind = self.rng.choices(self._kinds, self._weights)[0]
         region = self.rng.choice(sorted(self.sim.regions))
         getattr(self, f"_{kind}")(region)
+        if self.sim.other_tags and self.rng.random() < MISROUTED_SHARE:
+            self._misrouted(self.rng.choice(sorted(self.sim.regions)))
 
     def issue(self, kind: str, region: int, argv: list[bytes], on_done=None, **extra) -> Call:
         """Send ``argv`` to ``region``; the call is recorded and completes when the reply arrives."""
@@ -194,7 +204,7 @@ class Workload:
         return args
 
     def _xadd(self, region: int) -> None:
-        key = self.rng.choice(KEYS)
+        key = self.rng.choice(self.keys)
         roll = self.rng.random()
         now = self.sim.sched.now
         full = 0.3 if self._mode(region) != b"strict" else 0.1
@@ -205,20 +215,20 @@ class Workload:
         else:
             id_arg, auto = b"%d-%d" % (now, self.rng.randint(0, 40)), False
         if not auto or self._mode(region) == b"liberal":
-            key = SHARED_IDS
+            key = self.shared_ids
         trim = self._trim_args(region, key) if self.rng.random() < 0.15 else []
         self.issue("xadd", region, [b"XADD", key, *trim, id_arg, *self._fields()], auto=auto, key=key)
 
     def _xadd_burst(self, region: int) -> None:
         """Many entries in one key at once: more than 100 split blocks at every node size."""
-        key = self.rng.choice(KEYS) if self._mode(region) != b"liberal" else SHARED_IDS
+        key = self.rng.choice(self.keys) if self._mode(region) != b"liberal" else self.shared_ids
         for _ in range(self.rng.randint(30, 120)):
             self.issue("xadd", region, [b"XADD", key, b"*", *self._fields()], auto=True, key=key)
 
     def _xadd_idmp(self, region: int, attempt: int = 0, argv: list[bytes] | None = None) -> None:
         if argv is None:
             self.iids += 1
-            key = self.rng.choice(KEYS) if self._mode(region) != b"liberal" else SHARED_IDS
+            key = self.rng.choice(self.keys) if self._mode(region) != b"liberal" else self.shared_ids
             pid = self.rng.choice(PRODUCERS)
             argv = [b"XADD", key, b"IDMP", pid, b"i%d" % self.iids, b"*", *self._fields()]
 
@@ -226,7 +236,7 @@ class Workload:
             if call.status in ("info", "refused") and attempt < 3:
                 # not to a liberal region unless the key takes shared IDs (see SHARED_IDS)
                 others = [n for n in sorted(self.sim.regions)
-                          if n != region and (argv[1] == SHARED_IDS or self._mode(n) != b"liberal")]
+                          if n != region and (argv[1] == self.shared_ids or self._mode(n) != b"liberal")]
                 if others:
                     self.sim.sched.after(self.rng.randint(1, 50), self._xadd_idmp,
                                          self.rng.choice(others), attempt + 1, argv)
@@ -235,7 +245,7 @@ class Workload:
         if attempt == 0 and self.rng.random() < 0.25:
             # a double send (a producer that posts to two regions at once): a concurrent duplicate
             others = [n for n in sorted(self.sim.regions)
-                      if n != region and (argv[1] == SHARED_IDS or self._mode(n) != b"liberal")]
+                      if n != region and (argv[1] == self.shared_ids or self._mode(n) != b"liberal")]
             if others:
                 self.issue("xadd", self.rng.choice(others), argv, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
 
@@ -247,17 +257,17 @@ class Workload:
         return [row[0] for row in rows] if isinstance(rows, list) else []
 
     def _xdel(self, region: int) -> None:
-        key = self.rng.choice(KEYS)
+        key = self.rng.choice(self.keys)
         ids = self._entry_ids(region, key)
         target = self.rng.choice(ids) if ids else b"1-1"
         self.issue("xdel", region, [b"XDEL", key, target])
 
     def _xtrim(self, region: int) -> None:
-        key = self.rng.choice(KEYS + (SHARED_IDS,))
+        key = self.rng.choice(self.keys + (self.shared_ids,))
         self.issue("xtrim", region, [b"XTRIM", key, *self._trim_args(region, key)])
 
     def _del(self, region: int) -> None:
-        self.issue("del", region, [b"DEL", self.rng.choice(KEYS + (SHARED_IDS,))])
+        self.issue("del", region, [b"DEL", self.rng.choice(self.keys + (self.shared_ids,))])
 
     def _flushall(self, region: int) -> None:
         """FLUSHALL at one region: one observed-remove of every key it holds; writes it has not
@@ -271,16 +281,17 @@ class Workload:
         """COPY of one key onto the other: entries, groups (their consumers and PEL at this
         region only) and IDMP maps; with REPLACE (mostly) an observed-remove of what the
         destination held first, without it nothing when the destination exists here."""
-        src, dst = self.copy_rng.sample(KEYS, 2)
+        src, dst = self.copy_rng.sample(self.keys, 2)
         replace = [b"REPLACE"] if self.copy_rng.random() < 0.7 else []
         self.issue("copy", region, [b"COPY", src, dst, *replace])
 
     def _group_create(self, region: int) -> None:
-        argv = [b"XGROUP", b"CREATE", self.rng.choice(KEYS), self.rng.choice(GROUPS), b"0", b"MKSTREAM"]
+        argv = [b"XGROUP", b"CREATE", self.rng.choice(self.keys), self.rng.choice(GROUPS), b"0", b"MKSTREAM"]
         self.issue("group_create", region, argv)
 
     def _group_destroy(self, region: int) -> None:
-        self.issue("group_destroy", region, [b"XGROUP", b"DESTROY", self.rng.choice(KEYS), self.rng.choice(GROUPS)])
+        self.issue("group_destroy", region,
+                   [b"XGROUP", b"DESTROY", self.rng.choice(self.keys), self.rng.choice(GROUPS)])
 
     def _consumer(self, region: int) -> bytes:
         return b"c%d-%d" % (region, self.consumers.get(region, 0))
@@ -289,7 +300,7 @@ class Workload:
                     claim: bool = False) -> None:
         """XREADGROUP ``>`` (with ``claim``: CLAIM 0 first, which serves released entries first)."""
         if key is None:
-            key, group = self.rng.choice(KEYS), self.rng.choice(GROUPS)
+            key, group = self.rng.choice(self.keys), self.rng.choice(GROUPS)
         consumer = self._consumer(region)
         argv = [b"XREADGROUP", b"GROUP", group, consumer, b"COUNT", b"%d" % self.rng.randint(1, 6),
                 *([b"CLAIM", b"0"] if claim else []), b"STREAMS", key, b">"]
@@ -337,18 +348,18 @@ class Workload:
     def _xcfgset(self, region: int) -> None:
         """XCFGSET at one region, racing an IDMP producer that double-sends to the others
         (the race a clearing must survive: a concurrent duplicate arriving after it)."""
-        argv = [b"XCFGSET", XCFGSET_KEY, b"IDMP-DURATION", LAYOUT[0][1], b"IDMP-MAXSIZE", LAYOUT[1][1]]
+        argv = [b"XCFGSET", self.xcfgset_key, b"IDMP-DURATION", LAYOUT[0][1], b"IDMP-MAXSIZE", LAYOUT[1][1]]
         others = [n for n in sorted(self.sim.regions) if n != region and self._mode(n) != b"liberal"]
         if len(others) >= 2 and self._mode(region) != b"liberal":
             self.iids += 1
-            add = [b"XADD", XCFGSET_KEY, b"IDMP", self.rng.choice(PRODUCERS), b"i%d" % self.iids, b"*",
+            add = [b"XADD", self.xcfgset_key, b"IDMP", self.rng.choice(PRODUCERS), b"i%d" % self.iids, b"*",
                    *self._fields()]
             first, second = self.rng.sample(others, 2)
-            self.issue("xadd", first, add, auto=True, key=XCFGSET_KEY, idmp=(add[3], add[4]))
+            self.issue("xadd", first, add, auto=True, key=self.xcfgset_key, idmp=(add[3], add[4]))
             self.sim.sched.after(self.rng.randint(0, 8), self._send_late, second, add)
             self.sim.sched.after(self.rng.randint(5, 30), self.issue, "xcfgset", region, argv, None)
         else:
-            self.issue("xcfgset", region, argv, key=XCFGSET_KEY)
+            self.issue("xcfgset", region, argv, key=self.xcfgset_key)
 
     def _send_late(self, region: int, argv: list[bytes]) -> None:
         self.issue("xadd", region, argv, auto=True, key=argv[1], idmp=(argv[3], argv[4]))
@@ -357,6 +368,28 @@ class Workload:
         mode = self.rng.choice(MODES)
         for number in sorted(self.sim.regions):
             self.issue("tune", number, [b"BRAID.CONFIG", b"SET", b"crdt_xadd_id_uniqueness_mode", mode])
+
+
+    def _misrouted(self, region: int) -> None:
+        """A sharded database: a command for a key of another shard is answered MOVED, one
+        for keys of two slots CROSSSLOT, and neither changes anything (the routing check)."""
+        foreign = self.rng.choice(self.sim.other_tags) + KEYS[0]
+        if self.rng.random() < 0.5:
+            argv, want = [b"XADD", foreign, b"*", b"f", b"v"], "MOVED "
+        else:
+            argv, want = [b"XREAD", b"STREAMS", self.keys[0], foreign, b"0", b"0"], "CROSSSLOT "
+        r = self.sim.regions[region]
+        before = r.own_n() if r.up else 0
+
+        def judge(call: Call) -> None:
+            if call.status in ("refused", "info"):
+                return  # the region was down, or went down before it answered
+            error = call.reply.message if isinstance(call.reply, ReplyError) else None
+            if error is None or not error.startswith(want) or call.extra.get("own_n", before) != before:
+                self.sim.routing_problems.append(f"{call.describe()} -> {_show(call.reply)} (wanted {want.strip()} "
+                                                 f"and no change)")
+
+        self.issue("misrouted", region, argv, judge)
 
 
 def delivered_ids(call: Call) -> list[bytes]:

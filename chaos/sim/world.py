@@ -144,13 +144,14 @@ from crdt.sync import RelayHold
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.region import cron
 from node.region.config import FSYNC_POLICIES
+from node.region.slots import SlotMap, key_slot
 
 from .disk import Damage, FileCopy
 from .faults import Faults
 from .links import Links, Network, NetworkFaults
 from .membership import MembershipDriver
 from .region import SimRegion
-from .scheduler import START_MS, Scheduler, _vv  # noqa: F401 (START_MS: tests import it from here)
+from .scheduler import START_MS, GroupScheduler, Scheduler, _vv  # noqa: F401 (START_MS: tests import it from here)
 
 FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog",
           "restore", "bitflip", "image-crash", "stale-copies", "lone", "admin-kill", "memory")
@@ -185,6 +186,7 @@ class SimConfig:
     # machine crashed takes its own back from its peers before it writes; False: they leave
     # once fsynced, the earlier rule (some schedules the scenario tests pin were recorded so)
     leave_when_written: bool = True
+    shards: int = 1           # shard groups (chaos/sim/shards.py); 1: an unsharded database
 
     def command(self) -> str:
         parts = [f"braid-chaos sim --seed {self.seed} --steps {self.steps} --regions {self.regions}",
@@ -197,25 +199,42 @@ class SimConfig:
             parts.append("--no-copies")
         if not self.leave_when_written:
             parts.append("--leave-when-on-disk")
+        if self.shards > 1:
+            parts.append(f"--shards {self.shards}")
         return " ".join(parts)
 
 
 class Simulation(Links, Faults):
     """N regions, the network between them, a workload and faults, from one seed."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, shard: int = 0, sched: Scheduler | None = None) -> None:
+        """``shard``, ``sched``: a sharded database's group ``shard``, on the scheduler every
+        group shares (chaos/sim/shards.py)."""
         from .checks import Promises
         from .workload import Workload
 
         self.config = config
-        self.rng = random.Random(config.seed)
-        self.sched = Scheduler()
+        self.shard = shard
+        self.rng = random.Random(config.seed if config.shards == 1 else f"{config.seed} shard {shard}")
+        self.sched = Scheduler() if sched is None else GroupScheduler(sched, shard)
+        # a sharded database: this group's keys' hash tag, the other groups' (the workload
+        # sends a command to the wrong shard now and then), what the probes found wrong, and
+        # the other groups (a machine crash stops the region's shards of every group)
+        self.key_tag, self.other_tags = shard_tags(config.shards, shard)
+        self.routing_problems: list[str] = []
+        self.siblings: list[Simulation] = []
         self.net = Network()
         faults = set(config.faults)
         self.net.faults = NetworkFaults(0.01 if "drop" in faults else 0.0, 0.03 if "dup" in faults else 0.0,
                                         0.08 if "reorder" in faults else 0.0)
         specs = [RegionSpec(f"region-{i}", i, "sim", 0, 0) for i in range(1, config.regions + 1)]
         cluster = ClusterConfig("sim", "db", "sim-token", 16, specs, appendfsync=config.fsync)
+        if config.shards > 1:  # shard ``shard`` of every region: a database of its own, keyed by slot
+            for s in specs:
+                s.ports, s.repl_ports = [0] * config.shards, [0] * config.shards
+            cluster.shards = SlotMap.even(config.shards)
+            cluster = cluster.shard_view(shard)
+            specs = cluster.regions
         self.regions = {s.number: SimRegion(self, cluster, s, config.fsync) for s in specs}
         self.backlog_bytes = self.rng.choice(BACKLOG_BYTES) if "backlog" in faults else 0
         self.lone_writes_after = LONE_WRITES_AFTER_MS if "lone" in faults else 0
@@ -239,12 +258,15 @@ class Simulation(Links, Faults):
 
     # ------------------------------------------------------------ running
     def run(self) -> None:
+        self.start()
+        self.settled = self.sched.run(MAX_EVENTS)  # the last step starts the heal phase
+
+    def start(self) -> None:
         for region in self.regions.values():
             self.boot(region)
         for a, b in self.pairs():
             self.connect(a, b)
         self.sched.after(0, self.client_step, 0)
-        self.settled = self.sched.run(MAX_EVENTS)  # the last step starts the heal phase
 
     def client_step(self, step: int) -> None:
         if step >= self.config.steps:
@@ -417,3 +439,19 @@ class Simulation(Links, Faults):
         self.promises.reissued(region.number)
         self.sched.log(f"REISSUE r{region.number}: {count} withdrawn operations issued again, vv now "
                        f"{_vv(region.causal.vv)}")
+
+
+def shard_tags(shards: int, shard: int) -> tuple[bytes, list[bytes]]:
+    """The hash tag of each group's keys (``{sN}``, N the first that lands in the group's
+    slots), this group's and the others'; none for an unsharded database."""
+    if shards == 1:
+        return b"", []
+    owners = SlotMap.even(shards).owners()
+    tags: dict[int, bytes] = {}
+    n = 0
+    while len(tags) < shards:
+        tag = b"{s%d}" % n
+        tags.setdefault(owners[key_slot(tag)], tag)
+        n += 1
+    return tags[shard], [t for k, t in sorted(tags.items()) if k != shard]
+

@@ -310,7 +310,8 @@ class ClusterConfig:
                 raise ValueError(f"region {r.name}: a database of {count} shards needs ports and repl_ports "
                                  f"with {count} ports each (one per shard)")
             for name, value in r.config.items():
-                if isinstance(value, list) and (name not in PORT_SETTINGS or len(value) != count):
+                if isinstance(value, list) and (not self.shards.sharded or name not in PORT_SETTINGS
+                                                or len(value) != count):
                     raise ValueError(f"region {r.name}: config {name} may be a list only for a port setting "
                                      f"({', '.join(sorted(PORT_SETTINGS))}), with one port per shard ({count})")
 
