@@ -149,6 +149,16 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
         ],
     },
     "test_cluster": PROCESS,
+    "test_cluster_commands": {
+        "*": PURE,
+        EXTERNAL: [
+            "test_cluster_info_fields_equal_a_real_cluster",
+            "test_keyslot_equals_a_real_cluster",
+            "test_routing_errors_equal_a_real_cluster",
+            "test_slot_argument_errors_equal_a_real_cluster",
+            "test_slots_shards_nodes_shapes_equal_a_real_cluster",
+        ],
+    },
     "test_command_docs": PURE,
     "test_command_table": PURE,
     "test_compiled": {

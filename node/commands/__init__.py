@@ -4,7 +4,7 @@ Every command is described once, in :mod:`node.commands.table` (arity, flags, AC
 categories, key specs, documentation, Braid's own facts; its docstring tells what is
 derived from what).  Each command family lives in its own module (``streams.py``,
 ``groups.py``, ``keys.py``, ``dump.py``, ``migrate.py``, ``server.py``,
-``connection.py``, ``transactions.py``, ``slowlog.py``...: a description's ``family``)
+``connection.py``, ``transactions.py``, ``slowlog.py``, ``cluster.py``...: a description's ``family``)
 and registers its handlers with :func:`command` / :func:`subcommand`, which name a
 described command and add nothing else.  A handler is ``handler(client, argv) -> reply``
 (:data:`node.commands.context.Handler`: ``client`` is a session, through which it sees the
@@ -200,7 +200,7 @@ def subcommand(parent: str, name: str) -> Callable[[Handler], Handler]:
 # The modules holding the handlers, in the order load_all imports them (it decides the
 # order of COMMAND's and COMMAND LIST's replies, as registration fills COMMANDS).
 FAMILIES = ("connection", "server", "keys", "dump", "migrate", "transactions", "streams", "xread", "groups",
-            "xinfo", "braid", "debug", "origins", "acl", "slowlog")
+            "xinfo", "braid", "debug", "origins", "acl", "slowlog", "cluster")
 
 
 def load_all() -> dict[bytes, Command]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from node.region.config import Config
     from node.region.db import Database
     from node.region.memory import MemoryAccount
+    from node.region.routing import ShardRouting
     from node.region.session import Session
     from node.region.slowlog import LatencyMonitor, SlowLog
     from node.region.stats import Stats
@@ -43,6 +44,8 @@ class Region(Protocol):
     def db(self) -> Database: ...  # the keyspace
     @property
     def aa(self) -> ActiveActive | None: ...  # its part in an Active-Active database (None: standalone)
+    @property
+    def routing(self) -> ShardRouting | None: ...  # a shard's slots and its siblings (None: not sharded)
     @property
     def config(self) -> Config: ...  # CONFIG GET / SET
     @property

@@ -211,7 +211,8 @@ def _section_taskstats(srv: Region) -> list[str]:
 
 
 def _section_cluster(srv: Region) -> list[str]:
-    return ["cluster_enabled:0"]
+    # a shard of a sharded database is a node of a Redis Cluster (node/commands/cluster.py)
+    return [f"cluster_enabled:{int(srv.routing is not None)}"]
 
 
 def _section_crdt(srv: Region) -> list[str]:

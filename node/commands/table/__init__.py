@@ -71,6 +71,7 @@ from __future__ import annotations
 from node.commands.table import (  # noqa: F401
                acl,
                braid,  # noqa: F401
+               cluster,
                connection,
                debug,
                dump,
