@@ -72,6 +72,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_a_forced_removal_names_what_an_earlier_removed_region_loses_with_it",
         ],
     },
+    "test_admin_shards": PROCESS,
     "test_admin_cli_ux": {
         "*": PROCESS,
         PURE: [

@@ -1,6 +1,8 @@
 """``braid-admin backup``: a copy of every region's state that ``braid node`` starts from, taken
 through the admin service (each region's snapshot and the log records after it), written to a
-temporary folder and renamed into place once complete, with a manifest of what was taken.
+temporary folder and renamed into place once complete, with a manifest of what was taken.  A
+sharded database's regions are copied shard by shard, each to ``<region>/shard-K/`` as a region's
+data folder holds its shard K (node/activeactive/cluster_config.py's ``shard_dir``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from rich.console import Console
 
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.persistence import aof, snapshot
-from node.tools.admin_calls import AdminError, admin_client, counted, failure, region_named, statuses
+from node.tools.admin_calls import AdminError, admin_client, counted, failure, region_named, shard_name, statuses
+from node.tools.admin_shards import shard_views
 from node.transport.admin import AdminCallError
 
 BACKUP_MANIFEST = "backup.json"  # in each region's folder of a backup: what was taken, and when
@@ -24,69 +27,92 @@ BACKUP_MANIFEST = "backup.json"  # in each region's folder of a backup: what was
 
 def cmd_backup(args, cfg: ClusterConfig, path, console: Console) -> int:
     """A snapshot of every member (or of ``--region``), each written to ``DIR/<region>/`` in the
-    layout of a region's data folder; every region that answers is backed up, and the exit status
-    is 1 when any did not (named)."""
+    layout of a region's data folder - on a sharded database, each shard of it to
+    ``DIR/<region>/shard-K/``, as the region's data folder holds that shard's; every region (shard)
+    that answers is backed up, and the exit status is 1 when any did not (named)."""
     if not args.timeout > 0:
         raise AdminError("--timeout must be a positive number of seconds")
-    found, failures = statuses(cfg, path)  # the newest member list, and who answers
-    if args.region:
-        r = region_named(cfg, args.region)
-        if not r.live:
-            raise AdminError(f"{r.name} (region {r.number}) was removed from the database: it has nothing to back up")
-        targets = [r]
-    else:
-        targets = cfg.live_regions()
-    try:
-        os.makedirs(args.dir, exist_ok=True)
-    except OSError as e:
-        raise AdminError(f"cannot create {args.dir}: {e.strerror or e}") from None
-    present = [r.name for r in targets if os.path.lexists(os.path.join(args.dir, r.name))]
+    sharded = cfg.shards.sharded
+    jobs = []  # (the shard's view, the region, its folder's parent, the folder's name, its status or the failure)
+    for view in shard_views(args, cfg):
+        found, failures = statuses(view, path)  # the newest member list, and who answers
+        if args.region:
+            r = region_named(view, args.region)
+            if not r.live:
+                raise AdminError(f"{r.name} (region {r.number}) was removed from the database: it has nothing to "
+                                 "back up")
+            targets = [r]
+        else:
+            targets = view.live_regions()
+        for r in targets:
+            parent, name = (os.path.join(args.dir, r.name), f"shard-{view.shard}") if sharded else (args.dir, r.name)
+            answered = f"region {shard_name(view, r)} "  # asked just now: not asked twice
+            why = None if r.name in found else next((f for f in failures if f.startswith(answered)),
+                                                    f"region {shard_name(view, r)} did not answer")
+            jobs.append((view, r, parent, name, why))
+    for folder in [args.dir, *sorted({job[2] for job in jobs} - {args.dir})]:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise AdminError(f"cannot create {folder}: {e.strerror or e}") from None
+    present = [os.path.relpath(os.path.join(parent, name), args.dir) for _, _, parent, name, _ in jobs
+               if os.path.lexists(os.path.join(parent, name))]
     if present and not args.force:
         # one directory per backup run: a restore of every region takes its regions from one run
         raise AdminError(f"{args.dir} already holds a backup of {', '.join(present)}: give a new directory for "
                          "each backup (or --force to replace those)")
     run = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     failed = []
-    for r in targets:
+    for view, r, parent, name, why in jobs:
+        what = shard_name(view, r)
         try:
-            if r.name not in found:  # asked just now: not asked twice
-                raise AdminError(next((f for f in failures if f.startswith(f"region {r.name} ")),
-                                      f"region {r.name} did not answer"))
-            info = _backup_region(cfg, r, args.dir, args.timeout, run)
+            if why is not None:
+                raise AdminError(why)
+            info = _backup_region(view, r, parent, name, args.timeout, run)
         except AdminError as e:
-            failed.append(r.name)
-            print(f"braid-admin: backup of {r.name} failed: {e}", file=sys.stderr)
+            failed.append(what)
+            print(f"braid-admin: backup of {what} failed: {e}", file=sys.stderr)
             continue
         vv = ",".join(f"{o}={n}" for o, n in sorted(info.vv.items())) or "-"
-        console.print(f"{r.name} (region {r.number}): {info.size} bytes, record {info.record}, version vector "
-                      f"{vv} -> {os.path.join(args.dir, r.name)}", highlight=False, soft_wrap=True)  # one line each
-    done = len(targets) - len(failed)
+        console.print(f"{what} (region {r.number}): {info.size} bytes, record {info.record}, version vector "
+                      f"{vv} -> {os.path.join(parent, name)}", highlight=False, soft_wrap=True)  # one line each
+    done = len(jobs) - len(failed)
+    unit = "shard" if sharded else "region"
     if failed:
-        print(f"braid-admin: {done} of {counted(len(targets), 'region')} backed up in {args.dir}; failed: "
+        print(f"braid-admin: {done} of {counted(len(jobs), unit)} backed up in {args.dir}; failed: "
               f"{', '.join(failed)}", file=sys.stderr)
         return 1
-    console.print(f"backup of {counted(done, 'region')} of database {cfg.database} (cluster {cfg.cluster_id}) in "
-                  f"{args.dir}. To restore a region: stop it, replace the appendonlydir/ of its data directory with "
-                  "the one in its folder here, start it (docs/deploy.md, \"Backups\")", highlight=False)
+    if not sharded:
+        console.print(f"backup of {counted(done, 'region')} of database {cfg.database} (cluster {cfg.cluster_id}) in "
+                      f"{args.dir}. To restore a region: stop it, replace the appendonlydir/ of its data directory "
+                      "with the one in its folder here, start it (docs/deploy.md, \"Backups\")", highlight=False)
+        return 0
+    regions = len({r.number for _, r, _, _, _ in jobs})
+    console.print(f"backup of {counted(done, 'shard')} of {counted(regions, 'region')} of database {cfg.database} "
+                  f"(cluster {cfg.cluster_id}) in {args.dir}. To restore a shard: stop it, replace the appendonlydir/ "
+                  "of its data directory (shard-K/ of its region's) with the one in <region>/shard-K/ here, start it "
+                  "(docs/deploy.md, \"Backups\")", highlight=False)
     return 0
 
 
-def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, timeout: float, run: str):
-    """Take region ``r``'s snapshot and put it at ``directory/<name>`` once complete and checked
-    (a temporary folder beside it until then); returns its BackupInfo."""
-    final = os.path.join(directory, r.name)
-    tmp = tempfile.mkdtemp(prefix=f".{r.name}.partial-", dir=directory)
+def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, name: str, timeout: float, run: str):
+    """Take region ``r``'s snapshot (of ``cfg``'s shard) and put it at ``directory/name`` once
+    complete and checked (a temporary folder beside it until then); returns its BackupInfo."""
+    final = os.path.join(directory, name)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=directory)
     try:
         info = _receive_backup(cfg, r, tmp, timeout)
         manifest = {"cluster_id": info.cluster_id, "database": info.database, "region": info.region,
                     "number": info.number, "record": info.record, "vv": {str(o): n for o, n in sorted(info.vv.items())},
                     "bytes": info.size, "epoch": info.epoch, "log_dir": info.log_dir, "run": run,
                     "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if cfg.shards.sharded:
+            manifest["shard"] = cfg.shard
         _write_durably(os.path.join(tmp, BACKUP_MANIFEST), (json.dumps(manifest, indent=2) + "\n").encode())
         aof.fsync_directory(tmp)
         if os.path.lexists(final):  # --force: the older backup goes only once this one is complete
-            old = tempfile.mkdtemp(prefix=f".{r.name}.replaced-", dir=directory)
-            os.replace(final, os.path.join(old, r.name))
+            old = tempfile.mkdtemp(prefix=f".{name}.replaced-", dir=directory)
+            os.replace(final, os.path.join(old, name))
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
@@ -94,7 +120,7 @@ def _backup_region(cfg: ClusterConfig, r: RegionSpec, directory: str, timeout: f
         aof.fsync_directory(directory)
         return info
     except OSError as e:
-        raise AdminError(f"cannot write the backup of {r.name} in {directory}: {e.strerror or e}") from None
+        raise AdminError(f"cannot write the backup of {shard_name(cfg, r)} in {directory}: {e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a failure's partial folder (gone already on success)
 
@@ -128,7 +154,7 @@ def _receive_backup(cfg: ClusterConfig, r: RegionSpec, folder: str, timeout: flo
             out.flush()
             os.fsync(out.fileno())
         except AdminCallError as e:
-            raise failure(r, e, f"not complete within {timeout:g} s; --timeout gives it longer") from None
+            raise failure(r, e, f"not complete within {timeout:g} s; --timeout gives it longer", cfg) from None
         finally:
             if out is not None:
                 out.close()

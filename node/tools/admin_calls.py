@@ -12,6 +12,7 @@ from typing import Any
 
 from crdt.membership import REMOVED, Member, Membership
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec, load
+from node.region.slots import SlotMap, parse_ranges
 from node.transport.admin import AdminCallError, AdminClient, AdminTls
 
 DEFAULT_CLUSTER = os.path.join("data", "cluster.toml")
@@ -22,9 +23,13 @@ RegionStatus = Any
 
 
 class AdminError(Exception):
-    def __init__(self, message: str, unreachable: bool = False) -> None:
+    """A command that failed, as a sentence; ``status``: braid-admin's exit status for it (1; 2 for
+    what the options ask that this database cannot do)."""
+
+    def __init__(self, message: str, unreachable: bool = False, status: int = 1) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        self.status = status
 
 
 TLS_FILES: dict[str, str] = {}  # ca, cert, key: the files braid-admin presents and trusts (empty: plain text)
@@ -66,16 +71,24 @@ def call(cfg: ClusterConfig, r: RegionSpec, method: str, *args):
             except AdminCallError as e:
                 if e.timed_out and attempt < attempts:
                     continue
-                raise failure(r, e, f"no answer within {c.timeout:g} s, {attempts} times") from None
+                raise failure(r, e, f"no answer within {c.timeout:g} s, {attempts} times", cfg) from None
 
 
-def failure(r: RegionSpec, e: AdminCallError, timed_out: str) -> AdminError:
-    """A failed call to region ``r`` as a sentence; ``timed_out``: what the deadline was."""
+def shard_name(cfg: ClusterConfig, r: RegionSpec) -> str:
+    """How a message names region ``r`` in ``cfg``: its name, and in a shard view of a sharded
+    database, which shard of it."""
+    return f"{r.name} shard {cfg.shard}" if cfg.shards.sharded else r.name
+
+
+def failure(r: RegionSpec, e: AdminCallError, timed_out: str, cfg: ClusterConfig | None = None) -> AdminError:
+    """A failed call to region ``r`` (of ``cfg``, the view of the shard called) as a sentence;
+    ``timed_out``: what the deadline was."""
+    name = r.name if cfg is None else shard_name(cfg, r)
     if e.timed_out:
-        return AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable ({timed_out})", True)
+        return AdminError(f"region {name} at {r.host}:{r.repl_port} is unreachable ({timed_out})", True)
     if e.unreachable:
-        return AdminError(f"region {r.name} at {r.host}:{r.repl_port} is unreachable", True)
-    return AdminError(f"region {r.name} refused: {e}")
+        return AdminError(f"region {name} at {r.host}:{r.repl_port} is unreachable", True)
+    return AdminError(f"region {name} refused: {e}")
 
 
 def use_tls(args, cfg: ClusterConfig | None) -> None:
@@ -101,10 +114,18 @@ def open_cluster(args) -> tuple[ClusterConfig, str | None]:
             except AdminCallError as e:
                 raise AdminError(f"cannot administer {address}: {e} (is it a region's replication port, "
                                  "and the cluster token given with --token or $BRAID_TOKEN?)") from None
-        regions = [RegionSpec(x["name"], x["number"], x["host"], x["port"], x["repl_port"],
-                              status=x.get("status", "active"), frozen=x.get("frozen", 0)) for x in data["regions"]]
+        try:
+            shards = slot_map(data.get("shards", {}))
+            regions = []
+            for x in data["regions"]:
+                port, repl_port, ports, repl_ports = endpoints(x, shards)
+                regions.append(RegionSpec(x["name"], x["number"], x["host"], port, repl_port, ports=ports,
+                                          repl_ports=repl_ports, status=x.get("status", "active"),
+                                          frozen=x.get("frozen", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise AdminError(f"{address} sent a cluster file braid-admin cannot read: {e}") from None
         return ClusterConfig(data["cluster_id"], data["database"], token, data["stride"], regions,
-                             data.get("id_mode", "strict"), epoch=data.get("epoch", 1)), None
+                             data.get("id_mode", "strict"), epoch=data.get("epoch", 1), shards=shards), None
     path = args.cluster or DEFAULT_CLUSTER
     try:
         cfg = load(path)
@@ -114,6 +135,25 @@ def open_cluster(args) -> tuple[ClusterConfig, str | None]:
         raise AdminError(f"no cluster file at {path} (give --cluster FILE or --host/--port)") from None
     except (ValueError, KeyError, tomllib.TOMLDecodeError) as e:
         raise AdminError(f"{path}: {e}") from None
+
+
+def slot_map(table: dict) -> SlotMap:
+    """A region's ``[shards]`` table, as its cluster file holds it (absent: one shard)."""
+    count = int(table.get("count", 1))
+    if "slots" not in table:
+        return SlotMap.even(count)
+    return SlotMap.of([parse_ranges(x) for x in table["slots"]])
+
+
+def endpoints(region: dict, shards: SlotMap) -> tuple[int, int, list[int], list[int]]:
+    """A region entry's port and repl_port (shard 0's when sharded), and its per-shard lists."""
+    if not shards.sharded:
+        return region["port"], region["repl_port"], [], []
+    ports, repl_ports = list(region["ports"]), list(region["repl_ports"])
+    if not len(ports) == len(repl_ports) == shards.count:
+        raise ValueError(f"region {region['name']} lists {len(ports)} ports and {len(repl_ports)} repl_ports for "
+                         f"{shards.count} shards")
+    return ports[0], repl_ports[0], ports, repl_ports
 
 
 def region_named(cfg: ClusterConfig, name: str) -> RegionSpec:
@@ -146,7 +186,13 @@ def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict[str, Reg
             except AdminError as e:
                 failures.append(str(e))
         newest = max(found.values(), key=lambda st: st.epoch, default=None)
-        if newest is not None and newest.epoch > cfg.epoch:
+        unknown = [] if newest is None or not cfg.shards.sharded else \
+            [x.name for x in newest.members if cfg.by_number(x.number) is None]
+        if newest is not None and unknown:  # (a member's per-shard ports are in no member list: not listable)
+            failures.append(f"region {newest.name} shard {cfg.shard} lists members the cluster file does not "
+                            f"know ({', '.join(unknown)}): not recorded; add them to the file with a port and a "
+                            "repl port per shard")
+        elif newest is not None and newest.epoch > cfg.epoch:
             take_members(cfg, newest)
             if path is not None:
                 cfg.save(path)

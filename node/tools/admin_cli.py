@@ -16,6 +16,7 @@ the region tells the rest.
     braid-admin region purge --region region-2
     braid-admin flush db db [--timeout 30] [--region region-1]
     braid-admin backup --dir DIR [--region region-2] [--force] [--timeout 600]
+    braid-admin status --shard 1        (a sharded database: only shard 1 of every region)
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
@@ -48,10 +49,17 @@ as at every start, it takes no writes until it has taken back from its peers the
 operations of its own they hold (node/activeactive/recovery.py).  Each folder is written under
 a temporary name and renamed once its checksum was checked.
 
+A sharded database (docs/sharding.md): shard K of every region is a replication group of its
+own, and ``status``, ``info``, ``tune``, ``replication``, ``sync``, ``tls``, ``flush`` and ``backup``
+act on every group in turn (``--shard K``: on one), each group's part of the output under a heading
+``shard K of N (slots ...)``, the exit status the worst of the groups' (node/tools/admin_shards.py).
+``region add|remove|purge`` refuse a sharded database (exit status 2): not built yet.
+
 Where it lives: this module builds the parser and holds the commands that read or tune every
 region (status, info, tune, replication, sync, tls, flush); node/tools/admin_regions.py the member-list
 changes (region add/remove/purge), node/tools/admin_backup.py the backup, node/tools/admin_calls.py how
-braid-admin reaches the regions (the cluster, TLS, calls, every member's status).
+braid-admin reaches the regions (the cluster, TLS, calls, every member's status), node/tools/admin_shards.py
+how a command runs on each shard group of a sharded database.
 """
 
 from __future__ import annotations
@@ -76,9 +84,11 @@ from node.tools.admin_calls import (
     counted,
     open_cluster,
     region_named,
+    shard_name,
     statuses,
 )
 from node.tools.admin_regions import cmd_region_add, cmd_region_purge, cmd_region_remove
+from node.tools.admin_shards import add_shard_option, each_shard, heading, shard_views
 
 
 def _vv(st) -> str:
@@ -119,6 +129,10 @@ def _vectors(cfg: ClusterConfig, found: dict, console: Console) -> tuple[str, Ta
 
 
 def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
+    return each_shard(args, cfg, path, console, _status)
+
+
+def _status(args, cfg: ClusterConfig, path, console: Console) -> int:
     found, failures = statuses(cfg, path)
     regions = _table("region", "no.", "member", "client address", "state", "keys")
     details = _table("region", "id mode", "backlog (bytes)", "idmp iids", "delete contexts", "held by")
@@ -161,14 +175,33 @@ def cmd_status(args, cfg: ClusterConfig, path, console: Console) -> int:
 
 def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
     check_db(cfg, args.db)
-    found, failures = statuses(cfg, path)
-    console.print(f"database {cfg.database}: cluster {cfg.cluster_id}, {len(cfg.live_regions())} regions, "
-                  f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}, membership epoch {cfg.epoch}, "
+    views = shard_views(args, cfg)
+    if not cfg.shards.sharded:
+        found, failures = statuses(cfg, path)
+        _info_header(cfg, console, "")
+        return _info_regions(cfg, found, failures, console, "  ")
+    # (each group's epoch is under its heading: the groups agree member-list changes one by one)
+    _info_header(cfg, console, f", {cfg.shards.count} shards")
+    worst = 0
+    for view in views:
+        found, failures = statuses(view, path)
+        console.print(f"  {heading(view)}, membership epoch {view.epoch}:", highlight=False)
+        worst = max(worst, _info_regions(view, found, failures, console, "    "))
+    return worst
+
+
+def _info_header(cfg: ClusterConfig, console: Console, shards: str) -> None:
+    epoch = "" if shards else f", membership epoch {cfg.epoch}"
+    console.print(f"database {cfg.database}: cluster {cfg.cluster_id}, {len(cfg.live_regions())} regions{shards}, "
+                  f"crdt_xadd_id_uniqueness_mode {cfg.id_mode}, stride {cfg.stride}{epoch}, "
                   f"maxmemory {cfg.maxmemory or 'none'}")
+
+
+def _info_regions(cfg: ClusterConfig, found: dict, failures: list[str], console: Console, indent: str) -> int:
     for r in cfg.live_regions():
         st = found.get(r.name)
         detail = f"{counted(st.keys, 'key')}, {st.id_mode}, version vector {_vv(st)}" if st else "unreachable"
-        console.print(f"  {r.name} (number {r.number}) {r.host}:{r.port}: {detail}")
+        console.print(f"{indent}{r.name} (number {r.number}) {r.host}:{r.port}: {detail}")
     for failure in failures:
         print(f"braid-admin: {failure}", file=sys.stderr)
     return 1 if failures else 0
@@ -177,13 +210,15 @@ def cmd_info(args, cfg: ClusterConfig, path, console: Console) -> int:
 def cmd_tune(args, cfg: ClusterConfig, path, console: Console) -> int:
     check_db(cfg, args.db)
     unreachable = []
-    for r in cfg.live_regions():
-        try:
-            call(cfg, r, "tune", args.db, args.setting, args.value)  # the region checks the setting
-        except AdminError as e:
-            if not e.unreachable:
-                raise
-            unreachable.append(r.name)
+    views = shard_views(args, cfg)  # a setting of the database: every shard of every region
+    for view in views:
+        for r in view.live_regions():
+            try:
+                call(view, r, "tune", args.db, args.setting, args.value)  # the region checks the setting
+            except AdminError as e:
+                if not e.unreachable:
+                    raise
+                unreachable.append(shard_name(view, r))
     if path is not None:
         attr, check = DB_SETTINGS[args.setting]
         setattr(cfg, attr, check(args.value))  # (every region took it: it is one)
@@ -191,11 +226,20 @@ def cmd_tune(args, cfg: ClusterConfig, path, console: Console) -> int:
     if unreachable:
         raise AdminError(f"set on the others, but unreachable: {', '.join(unreachable)} "
                          "(set it again when they are back)")
-    console.print(f"{args.setting} is {args.value} on every region")
+    where = "" if not cfg.shards.sharded else f" (shard {views[0].shard})" if len(views) == 1 else \
+        f" (all {cfg.shards.count} shards)"
+    console.print(f"{args.setting} is {args.value} on every region{where}")
     return 0
 
 
 def cmd_replication(args, cfg: ClusterConfig, path, console: Console) -> int:
+    region_named(cfg, args.region)  # (an unknown name is told once, not per shard)
+    if args.peer:
+        region_named(cfg, args.peer)
+    return each_shard(args, cfg, path, console, _replication)
+
+
+def _replication(args, cfg: ClusterConfig, path, console: Console) -> int:
     r = region_named(cfg, args.region)
     if args.peer:
         region_named(cfg, args.peer)
@@ -225,8 +269,14 @@ def history_differences(found: dict) -> list[str]:
 def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
     """Wait until the members hold the same operations: every member (the default, ``--all``), or only
     those that answer (``--reachable``).  An unreachable member is no member in sync: by default the wait
-    goes on until the deadline (a restarting region may come back), then fails naming it."""
-    deadline = time.monotonic() + args.timeout
+    goes on until the deadline (a restarting region may come back), then fails naming it.  A sharded
+    database is in sync when every shard group is: each is waited for in turn, all by one deadline."""
+    args.deadline = time.monotonic() + args.timeout
+    return each_shard(args, cfg, path, console, _sync)
+
+
+def _sync(args, cfg: ClusterConfig, path, console: Console) -> int:
+    deadline = args.deadline
     while True:
         found, _ = statuses(cfg, path)
         unreachable = [r.name for r in cfg.live_regions() if r.name not in found]
@@ -259,9 +309,14 @@ def cmd_sync(args, cfg: ClusterConfig, path, console: Console) -> int:
 
 
 def cmd_tls(args, cfg: ClusterConfig, path, console: Console) -> int:
-    r = region_named(cfg, args.region)
+    region_named(cfg, args.region)
     if not TLS_FILES:
         raise AdminError("this cluster's links are plain text (tls = false): there are no certificates to reload")
+    return each_shard(args, cfg, path, console, _tls)
+
+
+def _tls(args, cfg: ClusterConfig, path, console: Console) -> int:
+    r = region_named(cfg, args.region)
     st = call(cfg, r, "reload_tls")
     console.print(f"{r.name} reloaded its TLS credentials: certificate serial {st.cert_serial} "
                   f"({', '.join(st.cert_names)}), valid until {st.cert_not_after}, "
@@ -273,30 +328,53 @@ def cmd_flush(args, cfg: ClusterConfig, path, console: Console) -> int:
     check_db(cfg, args.db)
     if not args.timeout > 0:
         raise AdminError("--timeout must be a positive number of seconds")
-    found, failures = statuses(cfg, path)
-    active = [r for r in cfg.live_regions() if r.status == "active"]
-    runner = region_named(cfg, args.region) if args.region else (active or cfg.live_regions())[0]
+    plans, failures = [], []
+    for view in shard_views(args, cfg):  # every shard group answers before any is flushed
+        found, failed = statuses(view, path)
+        active = [r for r in view.live_regions() if r.status == "active"]
+        runner = region_named(view, args.region) if args.region else (active or view.live_regions())[0]
+        failures += failed
+        context: dict[int, int] = {}  # every operation acknowledged anywhere so far
+        for st in found.values():
+            for origin, n in st.vv.items():
+                context[origin] = max(context.get(origin, 0), n)
+        plans.append((view, runner, context))
     if failures:
         raise AdminError("nothing flushed: a flush of the whole database needs every region; "
                          + "; ".join(failures))
-    context: dict[int, int] = {}  # every operation acknowledged anywhere so far
-    for st in found.values():
-        for origin, n in st.vv.items():
-            context[origin] = max(context.get(origin, 0), n)
+    if not cfg.shards.sharded:
+        _flush(args, *plans[0], console)
+        return 0
+    failed = []
+    for view, runner, context in plans:
+        console.print(heading(view), highlight=False)
+        try:
+            _flush(args, view, runner, context, console)
+        except AdminError as e:
+            print(f"braid-admin: shard {view.shard}: {e}", file=sys.stderr)
+            failed.append(str(view.shard))
+    if failed:
+        print(f"braid-admin: shard(s) {', '.join(failed)} not flushed (the others are): run the flush again, "
+              f"with --shard K for each", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _flush(args, cfg: ClusterConfig, runner, context: dict[int, int], console: Console) -> None:
     done = call(cfg, runner, "flush", args.db, context, args.timeout)
     covered = ",".join(f"{o}={n}" for o, n in sorted(context.items())) or "-"
     console.print(f"database {args.db} flushed at {done.region}: {counted(done.keys_removed, 'key')} removed there, "
                   f"covering every operation acknowledged before the call (version vector {covered}); "
                   f"the flush is at {_vv(done)} and every region removes the same as it applies it "
                   "(writes made meanwhile stay); `braid-admin sync wait` waits for that")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database: "
                                  "talk to its regions through their admin service (gRPC, the replication port).",
                                  epilog="exit status: 0 on success; 1 when a region is unreachable or refuses, "
-                                        "or the command fails (the reason is printed); 2 for bad options")
+                                        "or the command fails (the reason is printed); 2 for bad options, or a "
+                                        "change this database cannot take (a member-list change of a sharded "
+                                        "database); on a sharded database, the worst of its shard groups' statuses")
     ap.add_argument("--cluster", metavar="FILE", help=f"the cluster file (default {DEFAULT_CLUSTER}); "
                                                       "ignored with --host/--port")
     ap.add_argument("--host", help="talk to the region at this host instead of reading a cluster file: it "
@@ -310,15 +388,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="certificate braid-admin presents (default: the cluster file's admin_cert)")
     ap.add_argument("--tls-key", metavar="FILE", help="its private key (default: the cluster file's admin_key)")
     sub = ap.add_subparsers(dest="verb", required=True, metavar="COMMAND")
-    sub.add_parser("status", help="every member, its version vector, links and the operations each is behind",
-                   description="Every member (state, address, keys), the version vectors (operations applied, "
-                               "by origin region), every link and the operations its peer has not acknowledged "
-                               "(also while paused or down), and the metadata waiting for causal stability. "
-                               "Exit status 1 when a member is unreachable (it is listed as such).").set_defaults(
-        fn=cmd_status)
+    p = sub.add_parser("status", help="every member, its version vector, links and the operations each is behind",
+                       description="Every member (state, address, keys), the version vectors (operations applied, "
+                                   "by origin region), every link and the operations its peer has not acknowledged "
+                                   "(also while paused or down), and the metadata waiting for causal stability; "
+                                   "on a sharded database, for each shard under its heading. "
+                                   "Exit status 1 when a member is unreachable (it is listed as such).")
+    add_shard_option(p)
+    p.set_defaults(fn=cmd_status)
     p = sub.add_parser("info", help="info db DB: the database's settings and each region's keys and vector")
     p.add_argument("what", choices=["db"], help="db: the database")
     p.add_argument("db", help="the database's name (the cluster file's database)")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_info)
     p = sub.add_parser("tune", help="tune db DB SETTING VALUE: change a database setting at every region "
                                     "(crdt_xadd_id_uniqueness_mode, appendfsync, maxmemory)")
@@ -327,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("setting", help="crdt_xadd_id_uniqueness_mode (strict, semi-strict, liberal), appendfsync "
                                    "(always, everysec, no) or maxmemory (bytes or 512mb, 4gb; 0: no limit)")
     p.add_argument("value", help="the new value; every region and the cluster file record it")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("replication", help="replication pause|resume --region NAME [--peer NAME]: cut or restore "
                                            "a region's links")
@@ -334,13 +416,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "restore them (the peers catch up)")
     p.add_argument("--region", required=True, help="the region whose links to pause or resume")
     p.add_argument("--peer", help="only the link between --region and this region (default: all its links)")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_replication)
     p = sub.add_parser("sync", help="sync wait [--timeout S] [--reachable]: wait until every member holds the "
                                     "same operations",
                        description="Wait until the members hold the same operations (the same version vector, "
                                    "nothing waiting for its dependencies). By default every member must answer: "
                                    "an unreachable one makes the wait fail at the deadline, naming it.",
-                       epilog="exit status: 0 when in sync; 1 when not in sync by the deadline (the members "
+                       epilog="exit status: 0 when in sync (every shard group, on a sharded database); 1 when "
+                              "not in sync by the deadline (the members "
                               "behind and the unreachable ones are named)")
     p.add_argument("action", choices=["wait"], help="wait: poll the members until they agree or time runs out")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
@@ -350,11 +434,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="every member must answer and agree (the default)")
     which.add_argument("--reachable", action="store_true",
                        help="wait only for the members that answer; unreachable ones are named, not waited for")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_sync, reachable=False)  # not --all's own default (True, as a store_false)
     p = sub.add_parser("tls", help="tls reload --region NAME: re-read the region's certificate, key and CA bundle")
     p.add_argument("action", choices=["reload"], help="reload: the region re-reads its TLS files; its links "
                                                       "handshake again")
     p.add_argument("--region", required=True, help="the region that reloads")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_tls)
     p = sub.add_parser("region", help="region add|remove|purge: change the database's members")
     rsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -385,13 +471,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long the region may wait for operations it lacks (default 30)")
     p.add_argument("--region", help="the region that runs the flush (default: the first active member)")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_flush)
     p = sub.add_parser("backup", help="backup --dir DIR [--region NAME] [--force]: a snapshot of every region "
                                       "(or one), written to DIR/<region>/",
                        description="Ask every member (or --region) for a snapshot taken now, as SAVE takes one, and "
                                    "write each to DIR/<region>/ in the layout of a region's data directory, checked "
                                    "once written. A region started from it first takes back from its peers what it "
-                                   "lacks. The cluster file and the certificates are not in it: keep them too.",
+                                   "lacks. On a sharded database, each shard of a region to DIR/<region>/shard-K/, "
+                                   "as the region's data directory holds it. The cluster file and the certificates "
+                                   "are not in it: keep them too.",
                        epilog="exit status: 0 when every region was backed up; 1 when any was not (each is "
                               "named; the others are written)")
     p.add_argument("--dir", required=True, help="where to write: one folder per region (a new directory for each "
@@ -401,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace a backup of the same region already in DIR (default: refuse, naming it)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="how long one region's snapshot may take to arrive (default 600)")
+    add_shard_option(p)
     p.set_defaults(fn=cmd_backup)
     return ap
 
@@ -413,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args, cfg, path, console)
     except AdminError as e:
         print(f"braid-admin: {e}", file=sys.stderr)
-        return 1
+        return e.status
 
 
 if __name__ == "__main__":

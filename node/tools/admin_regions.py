@@ -3,7 +3,8 @@
 braid-admin asks every live member to promise the change, then commits it (the rules are
 crdt/membership.py's, the calls node/activeactive/coordinator.py's): a voter that did not hear the
 commit is asked again every ``COMMIT_RETRY_S`` for ``COMMIT_RETRY_FOR_S``, and a graceful
-removal waits until the leaving region handed over everything it holds.
+removal waits until the leaving region handed over everything it holds.  A sharded database's
+members are not changed yet: each command refuses it (exit status 2, nothing changed).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED,
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.activeactive.coordinator import MembershipChangeError, agree, commit
 from node.tools.admin_calls import AdminError, call, region_named, statuses, tls_pem
+from node.tools.admin_shards import refuse_membership_change
 from node.transport.admin import clients
 
 
@@ -89,6 +91,7 @@ def _all_reachable(cfg: ClusterConfig, path: str | None, what: str, but: int | N
 
 
 def cmd_region_add(args, cfg: ClusterConfig, path, console: Console) -> int:
+    refuse_membership_change(cfg, "adding a region")
     _all_reachable(cfg, path, "adding a region")
     used = {r.number for r in cfg.regions}
     number = args.number
@@ -158,6 +161,7 @@ def orphaned_operations(cfg: ClusterConfig, statuses: dict, removing: RegionSpec
 
 
 def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
+    refuse_membership_change(cfg, "removing a region")
     r = region_named(cfg, args.name)
     if r.status == REMOVED:
         raise AdminError(f"{r.name} (region {r.number}) was already removed")
@@ -189,6 +193,7 @@ def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
 
 
 def cmd_region_purge(args, cfg: ClusterConfig, path, console: Console) -> int:
+    refuse_membership_change(cfg, "purging a removed region")
     named = [r for r in cfg.regions if r.name == args.region]
     if not named:
         raise AdminError(f"no region named {args.region!r} in the cluster file")

@@ -1,0 +1,395 @@
+"""braid-admin against a real sharded database: two regions of two shards each, four processes.
+
+Each shard is ``braid node`` run on the cluster file's shard view (``ClusterConfig.shard_view``):
+with its ``--shard K`` option where ``braid node`` has one, else through a small bootstrap that
+hands ``braid node`` that view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import redis
+
+from node.activeactive.cluster_config import LinkTls, load, local_cluster, shard_dir
+from node.persistence import snapshot
+from node.region.slots import key_slot
+from node.security.certs import create_cluster_certs
+from node.testing import BraidProcess, free_ports, replication_status
+from node.tools import admin_cli
+
+# `braid node`, given the view of shard K of the cluster file it loads (K: the first argument)
+BOOT = ("import sys\n"
+        "import node.tools.cli as cli\n"
+        "shard = int(sys.argv.pop(1))\n"
+        "load = cli.load\n"
+        "cli.load = lambda path: load(path).shard_view(shard)\n"
+        "sys.exit(cli.main())\n")
+
+
+@functools.cache
+def node_takes_shard() -> bool:
+    """Does ``braid node`` take ``--shard K``?"""
+    res = subprocess.run([sys.executable, "-m", "node", "node", "--help"], capture_output=True, text=True, timeout=60)
+    return "--shard" in res.stdout
+
+
+class ShardProcess(BraidProcess):
+    """Shard ``shard`` of a region of a sharded cluster file."""
+
+    def __init__(self, shard: int, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.shard = shard
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        if node_takes_shard():
+            return [*argv, "--shard", str(self.shard)]
+        assert argv[1:3] == ["-m", "node"]
+        return [argv[0], "-c", BOOT, str(self.shard), *argv[3:]]
+
+
+class ShardedCluster:
+    """``regions`` regions of ``shards`` shards on loopback, each shard a process, data in
+    ``<dir>/<region>/shard-K`` (where a region's shard K keeps it)."""
+
+    def __init__(self, regions: int = 2, shards: int = 2, tls: bool = False) -> None:
+        self.dir = tempfile.mkdtemp(prefix="braid-sharded-")
+        self.file = os.path.join(self.dir, "cluster.toml")
+        self.config = local_cluster(regions, 0, shards=shards)
+        if tls:  # every shard of a region presents the region's certificate
+            certs = create_cluster_certs(os.path.join(self.dir, "tls"), [r.name for r in self.config.regions])
+            self.config.tls = LinkTls(certs.ca, certs.directory, *certs.admin)
+        self.procs: dict[tuple[str, int], ShardProcess] = {}
+
+    def _place(self) -> None:
+        n = self.config.shards.count
+        ports = free_ports(2 * n * len(self.config.regions))
+        for i, r in enumerate(self.config.regions):
+            mine = ports[2 * n * i:2 * n * (i + 1)]
+            r.ports, r.repl_ports = mine[:n], mine[n:]
+            r.port, r.repl_port = r.ports[0], r.repl_ports[0]
+        self.config.save(self.file)
+        self.config = load(self.file)
+        self.procs = {(r.name, k): ShardProcess(k, r.ports[k], shard_dir(os.path.join(self.dir, r.name),
+                                                                          self.config.shards, k), self.file, r.name)
+                      for r in self.config.regions for k in range(n)}
+
+    def start(self, attempts: int = 3) -> ShardedCluster:
+        for attempt in range(1, attempts + 1):
+            self._place()
+            try:
+                for p in self.procs.values():
+                    p.start()
+                for p in self.procs.values():
+                    p.wait_writable()
+                return self
+            except (RuntimeError, TimeoutError):
+                self._stop_all()
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _stop_all(self) -> None:
+        for p in self.procs.values():
+            p.stop()
+        for r in self.config.regions:
+            shutil.rmtree(os.path.join(self.dir, r.name), ignore_errors=True)
+
+    def client(self, region: str, shard: int) -> redis.Redis:
+        return self.procs[(region, shard)].client()
+
+    def shard_of(self, key: str) -> int:
+        slot = key_slot(key.encode())
+        return next(k for k, ranges in enumerate(self.config.shards.ranges) if any(a <= slot <= b for a, b in ranges))
+
+    def key(self, shard: int, prefix: str) -> str:
+        """A key (``prefix``N) that shard ``shard`` owns."""
+        return next(f"{prefix}{i}" for i in range(10_000) if self.shard_of(f"{prefix}{i}") == shard)
+
+    def admin(self, *argv: str) -> tuple[int, str, str]:
+        """braid-admin against this cluster's file, in this process: (exit status, stdout, stderr)."""
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = admin_cli.main(["--cluster", self.file, *argv])
+        return code, out.getvalue(), err.getvalue()
+
+    def stop(self) -> None:
+        self._stop_all()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = ShardedCluster().start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+REGIONS = ("region-1", "region-2")
+HEADINGS = ("shard 0 of 2 (slots 0-8191)", "shard 1 of 2 (slots 8192-16383)")
+
+
+def _sections(out: str) -> list[str]:
+    """The output under each shard's heading, in order (what comes before the first is dropped)."""
+    assert out.count(HEADINGS[0]) == 1 and out.count(HEADINGS[1]) == 1, out
+    first, second = out.index(HEADINGS[0]), out.index(HEADINGS[1])
+    assert first < second, out
+    return [out[first:second], out[second:]]
+
+
+@contextlib.contextmanager
+def _resumed(cluster: ShardedCluster):
+    """On the way out, every shard's links are resumed (a test may have paused some)."""
+    try:
+        yield
+    finally:
+        for p in cluster.procs.values():
+            with p.client() as c:
+                c.execute_command("BRAID.REPLICATION", "RESUME")
+
+
+def test_status_lists_both_shards_of_both_regions(cluster):
+    code, out, err = cluster.admin("status")
+    assert code == 0, err
+    for k, section in enumerate(_sections(out)):
+        for r in cluster.config.regions:
+            # the region's row: its client address is its shard k's
+            assert re.search(rf"{r.name}\s*│\s*{r.number}\s*│\s*active\s*│\s*127\.0\.0\.1:{r.ports[k]}\s*│\s*active",
+                             section), section
+            other = next(x for x in REGIONS if x != r.name)
+            assert re.search(rf"{r.name}\s*│\s*{other}\s*│\s*up\b", section), section  # its link, up
+    code, out, err = cluster.admin("status", "--shard", "1")
+    assert code == 0, err
+    assert HEADINGS[1] in out and HEADINGS[0] not in out
+    assert f"127.0.0.1:{cluster.config.regions[0].ports[1]}" in out
+    assert f"127.0.0.1:{cluster.config.regions[0].ports[0]}" not in out
+
+
+def test_status_through_one_shards_port_knows_every_shard(cluster):
+    r = cluster.config.regions[1]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = admin_cli.main(["--host", r.host, "--port", str(r.repl_ports[1]), "--token", cluster.config.token,
+                               "status"])
+    assert code == 0, err.getvalue()
+    sections = _sections(out.getvalue())
+    assert f"127.0.0.1:{r.ports[0]}" in sections[0] and f"127.0.0.1:{r.ports[1]}" in sections[1]
+
+
+def test_a_shard_that_is_not_one_is_a_usage_error(cluster):
+    code, _, err = cluster.admin("sync", "wait", "--shard", "2")
+    assert code == 2 and "--shard 2: shard 2 is not one of this database's 2 (0-1)" in err
+
+
+def test_sync_wait_after_writes_to_both_shards(cluster):
+    written = {}
+    with cluster.client("region-1", 0) as c0, cluster.client("region-1", 1) as c1:
+        for k, c in enumerate((c0, c1)):
+            key = cluster.key(k, "sync-")
+            written[key] = [c.xadd(key, {"i": i}) for i in range(3)]
+    code, out, err = cluster.admin("sync", "wait", "--timeout", "20")
+    assert code == 0, err
+    for section in _sections(out):
+        assert "in sync: all 2 members hold the same operations" in section
+    for key, ids in written.items():  # sync wait returned: the other region holds them already
+        with cluster.client("region-2", cluster.shard_of(key)) as c:
+            assert [i for i, _ in c.xrange(key)] == ids
+
+
+def test_pausing_a_region_pauses_every_shard_of_it(cluster):
+    with _resumed(cluster):
+        code, out, err = cluster.admin("replication", "pause", "--region", "region-2")
+        assert code == 0, err
+        assert [s.count("replication paused: all links of region-2") for s in _sections(out)] == [1, 1]
+        keys = [cluster.key(k, "paused-") for k in (0, 1)]
+        for k, key in enumerate(keys):
+            with cluster.client("region-1", k) as c:
+                c.xadd(key, {"f": "v"})
+        for k in (0, 1):
+            with cluster.client("region-2", k) as c:
+                assert "link=paused" in replication_status(c)["crdt_peer_1"]
+        # not in sync: neither shard's write crosses while region-2 is paused
+        code, _, err = cluster.admin("sync", "wait", "--timeout", "0.5")
+        assert code == 1
+        assert "shard 0: not in sync" in err and "shard 1: not in sync" in err, err
+        for k, key in enumerate(keys):
+            with cluster.client("region-2", k) as c:
+                assert c.exists(key) == 0
+        code, out, err = cluster.admin("status")
+        for section in _sections(out):
+            assert re.search(r"region-2\s*│\s*2\s*│\s*active\s*│\s*\S+\s*│\s*paused", section), section
+        code, out, err = cluster.admin("replication", "resume", "--region", "region-2")
+        assert code == 0, err
+        assert [s.count("replication resumed: all links of region-2") for s in _sections(out)] == [1, 1]
+        code, _, err = cluster.admin("sync", "wait", "--timeout", "20")
+        assert code == 0, err
+        for k, key in enumerate(keys):
+            with cluster.client("region-2", k) as c:
+                assert c.exists(key) == 1
+
+
+def test_pausing_one_shard_only(cluster):
+    with _resumed(cluster):
+        code, out, err = cluster.admin("replication", "pause", "--region", "region-2", "--shard", "1")
+        assert code == 0, err
+        assert HEADINGS[1] in out and HEADINGS[0] not in out
+        links = {}
+        for k in (0, 1):
+            with cluster.client("region-2", k) as c:
+                links[k] = replication_status(c)["crdt_peer_1"].split(",")[1]
+        assert links == {0: "link=up", 1: "link=paused"}
+        for k in (0, 1):
+            with cluster.client("region-1", k) as c:
+                c.xadd(cluster.key(k, "one-shard-"), {"f": "v"})
+        assert cluster.admin("sync", "wait", "--shard", "0", "--timeout", "20")[0] == 0
+        code, out, err = cluster.admin("sync", "wait", "--shard", "1", "--timeout", "0.3")
+        assert code == 1 and "shard 1: not in sync after 0.3s: region-2 lacks 1 operation" in err, err
+        assert cluster.admin("replication", "resume", "--region", "region-2", "--shard", "1")[0] == 0
+        assert cluster.admin("sync", "wait", "--timeout", "20")[0] == 0
+
+
+def test_info_and_tune_reach_every_shard(cluster):
+    code, out, err = cluster.admin("info", "db", "db")
+    assert code == 0, err
+    assert out.startswith(f"database db: cluster {cluster.config.cluster_id}, 2 regions, 2 shards, ")
+    for k, section in enumerate(_sections(out)):
+        for r in cluster.config.regions:
+            assert f"{r.name} (number {r.number}) 127.0.0.1:{r.ports[k]}: " in section
+    try:
+        code, out, err = cluster.admin("tune", "db", "db", "crdt_xadd_id_uniqueness_mode", "semi-strict")
+        assert code == 0, err
+        assert "crdt_xadd_id_uniqueness_mode is semi-strict on every region (all 2 shards)" in out
+        for p in cluster.procs.values():
+            with p.client() as c:
+                assert c.execute_command("BRAID.CONFIG", "GET", "crdt_xadd_id_uniqueness_mode") == b"semi-strict"
+        assert load(cluster.file).id_mode == "semi-strict"
+    finally:
+        assert cluster.admin("tune", "db", "db", "crdt_xadd_id_uniqueness_mode", "strict")[0] == 0
+
+
+def test_flush_empties_both_shards_everywhere(cluster):
+    for r in REGIONS:
+        for k in (0, 1):
+            with cluster.client(r, k) as c:
+                c.xadd(cluster.key(k, f"flush-{r}-"), {"f": "v"})
+    code, out, err = cluster.admin("flush", "db", "db")
+    assert code == 0, err
+    for section in _sections(out):
+        assert "database db flushed at region-1: " in section
+    code, _, err = cluster.admin("sync", "wait", "--timeout", "20")
+    assert code == 0, err
+    sizes = {}
+    for (r, k), p in cluster.procs.items():
+        with p.client() as c:
+            sizes[(r, k)] = c.dbsize()
+    assert sizes == {(r, k): 0 for r in REGIONS for k in (0, 1)}
+
+
+def test_membership_changes_are_refused_on_a_sharded_database(cluster):
+    before = Path(cluster.file).read_text()
+    for argv in (("region", "add", "region-3", "--host", "127.0.0.1", "--port", "1", "--repl-port", "2"),
+                 ("region", "remove", "region-2"), ("region", "remove", "region-2", "--force"),
+                 ("region", "purge", "--region", "region-2")):
+        code, _, err = cluster.admin(*argv)
+        assert code == 2, (argv, err)
+        assert "not supported on a sharded database yet (2 shards)" in err and "nothing changed" in err
+    assert Path(cluster.file).read_text() == before
+    for p in cluster.procs.values():
+        with p.client() as c:
+            assert replication_status(c)["crdt_membership_epoch"] == "1"
+
+
+def test_a_stopped_shard_is_named_and_fails_the_command(cluster):
+    proc = cluster.procs[("region-2", 1)]
+    proc.stop_keeping_data()
+    try:
+        code, out, err = cluster.admin("status")
+        assert code == 1
+        assert re.search(r"region region-2 shard 1 at 127\.0\.0\.1:\d+ is unreachable", err), err
+        sections = _sections(out)
+        assert re.search(r"region-2\s*│\s*2\s*│\s*active\s*│\s*\S+\s*│\s*unreachable", sections[1]), sections[1]
+        assert "unreachable" not in sections[0]
+        code, _, err = cluster.admin("flush", "db", "db")
+        assert code == 1 and err.startswith("braid-admin: nothing flushed") and "region-2 shard 1" in err
+        assert cluster.admin("status", "--shard", "0")[0] == 0
+    finally:
+        proc.restart().wait_writable()
+    assert cluster.admin("sync", "wait", "--timeout", "20")[0] == 0
+
+
+def test_backup_writes_one_snapshot_per_shard_and_a_shard_restores_from_it(cluster, tmp_path):
+    keys = {}
+    for k in (0, 1):
+        with cluster.client("region-1", k) as c:
+            key = cluster.key(k, "backup-")
+            keys[k] = (key, [c.xadd(key, {"i": i}) for i in range(4)])
+    assert cluster.admin("sync", "wait", "--timeout", "20")[0] == 0
+    out_dir = tmp_path / "run"
+    code, out, err = cluster.admin("backup", "--dir", str(out_dir))
+    assert code == 0, err
+    assert sorted(os.listdir(out_dir)) == list(REGIONS)
+    for r in cluster.config.regions:
+        assert sorted(os.listdir(out_dir / r.name)) == ["shard-0", "shard-1"]  # no partial folder left
+        for k in (0, 1):
+            folder = out_dir / r.name / f"shard-{k}"
+            manifest = json.loads((folder / "backup.json").read_text())
+            assert (manifest["region"], manifest["number"], manifest["shard"]) == (r.name, r.number, k)
+            found = snapshot.list_snapshots(str(folder / "appendonlydir"))
+            assert len(found) == 1, found
+            s = snapshot.read(found[0][1])
+            assert (s.region, s.record) == (r.number, manifest["record"])
+            key, ids = keys[k]
+            assert len(s.keys.get(key.encode())) == len(ids)
+            assert s.keys.get(keys[1 - k][0].encode()) is None  # the other shard's key is not in it
+            assert f"{r.name} shard {k} (region {r.number}): {manifest['bytes']} bytes" in out
+    words = " ".join(out.split())  # (the closing sentence wraps at the console's width)
+    assert "backup of 4 shards of 2 regions of database db" in words and "To restore a shard: stop it" in words
+    code, _, err = cluster.admin("backup", "--dir", str(out_dir), "--shard", "1", "--region", "region-2")
+    assert code == 1 and "already holds a backup of region-2/shard-1" in err, err
+
+    # the restore the documentation gives, for shard 1 of region-2: it takes back from its peer
+    # the operations of its own made after the backup
+    key, ids = keys[1]
+    with cluster.client("region-2", 1) as c:
+        ids += [c.xadd(key, {"after": i}) for i in range(2)]
+    assert cluster.admin("sync", "wait", "--timeout", "20")[0] == 0
+    proc = cluster.procs[("region-2", 1)]
+    proc.stop_keeping_data()
+    log_dir = os.path.join(proc.data_dir, "appendonlydir")
+    shutil.rmtree(log_dir)
+    shutil.copytree(out_dir / "region-2" / "shard-1" / "appendonlydir", log_dir)
+    proc.restart().wait_writable()
+    with proc.client() as c:
+        assert [i for i, _ in c.xrange(key)] == ids
+        ids.append(c.xadd(key, {"restored": 1}))
+    assert cluster.admin("sync", "wait", "--timeout", "20")[0] == 0
+    with cluster.client("region-1", 1) as c:
+        assert [i for i, _ in c.xrange(key)] == ids
+
+
+
+def test_tls_reload_reaches_every_shard_of_the_region():
+    c = ShardedCluster(regions=1, tls=True).start()
+    try:
+        code, out, err = c.admin("tls", "reload", "--region", "region-1")
+        assert code == 0, err
+        for section in _sections(out):
+            assert "region-1 reloaded its TLS credentials: certificate serial" in " ".join(section.split())
+        code, out, err = c.admin("tls", "reload", "--region", "region-1", "--shard", "1")
+        assert code == 0 and HEADINGS[1] in out and HEADINGS[0] not in out, err
+    finally:
+        c.stop()
