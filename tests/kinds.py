@@ -182,6 +182,10 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
         "*": PURE,
         PROCESS: [
             "test_dockerfile_copies_what_exists_and_starts_a_region",
+            "test_sharded_compose_runs_braid_node_with_options_it_knows",
+        ],
+        EXTERNAL: [
+            "test_compose_accepts_the_compose_files",
         ],
     },
     "test_differential": EXTERNAL,
@@ -255,6 +259,8 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     "test_metrics": {
         "*": PROCESS,
         PURE: [
+            "test_every_series_of_a_shard_says_which_shard_and_an_unsharded_region_has_no_such_label",
+            "test_the_dashboard_filters_every_graph_by_shard_and_graphs_the_shards",
             "test_the_dashboard_parses_and_uses_only_documented_metrics",
         ],
     },

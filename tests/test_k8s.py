@@ -9,6 +9,14 @@ each region (its pod's stable DNS name, or the external name of its LoadBalancer
 TLS files the ``[tls]`` table names and the Secret's keys mounted there, the token the
 init container writes, and options ``braid node`` knows.
 
+Sharded regions (docs/sharding.md): ``overlays/one-cluster-sharded`` and the three-cluster
+overlays with ``components/two-shards`` added as docs/deploy.md says (made here in the
+copy) run one container per shard in each region's pod; shard K's container must run
+``--shard K`` on the ports of the cluster file's shard K (its ``ports[K]``, ``repl_ports[K]``),
+serve metrics on 9121 + K, probe its own port, and be shard 0's container otherwise.  No
+cluster runs here and the shards are not started: they are rendered, validated and
+loaded.
+
 ``kubectl`` (client only: ``kubectl kustomize`` renders without a cluster) is the one on
 PATH; the test fails, naming it, where there is none.
 """
@@ -37,7 +45,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K8S = os.path.join(ROOT, "deploy", "k8s")
 REGIONS = ["region-1", "region-2", "region-3"]
 # overlay -> the regions it runs
-OVERLAYS = {"one-cluster": REGIONS, **{f"three-clusters/{r}": [r] for r in REGIONS}}
+THREE = {f"three-clusters/{r}": [r] for r in REGIONS}
+THREE_SHARDED = {f"three-clusters-sharded/{r}": [r] for r in REGIONS}  # made by deploy_dir
+OVERLAYS = {"one-cluster": REGIONS, **THREE, "one-cluster-sharded": REGIONS, **THREE_SHARDED}
+SHARDS = "components/two-shards"
+DEPLOY_DOC = os.path.join(ROOT, "docs", "deploy.md")
 # the oldest Kubernetes release still commonly run, and the newest the schemas know
 K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 METRICS_PORT = 9121
@@ -74,7 +86,32 @@ def deploy_dir(tmp_path_factory) -> str:
             shutil.copy(os.path.join(tls, name), secrets)
         with open(os.path.join(secrets, "token"), "w") as f:
             f.write("token-of-three-clusters\n")
+    shard_three_clusters(os.path.join(root, "overlays"))
     return root
+
+
+def shard_three_clusters(overlays: str) -> None:
+    """overlays/three-clusters-sharded: three-clusters with two shards per region, made as
+    docs/deploy.md tells an operator to (the component in each region's kustomization, the
+    cluster file's [shards] and ports lists); its secrets/ are three-clusters' own."""
+    target = os.path.join(overlays, "three-clusters-sharded")
+    shutil.copytree(os.path.join(overlays, "three-clusters"), target)
+    for region in REGIONS:
+        path = os.path.join(target, region, "kustomization.yaml")
+        with open(path) as f:
+            text = f.read()
+        assert "\nresources:\n" in text
+        with open(path, "w") as f:
+            f.write(text.replace("\nresources:\n", f"\ncomponents:\n  - ../../../{SHARDS}\nresources:\n"))
+    path = os.path.join(target, "common", "cluster.toml")
+    with open(path) as f:
+        text = f.read()
+    text, n = re.subn(r"(?m)^port = 6379\nrepl_port = 7000$", "ports = [6379, 6380]\nrepl_ports = [7000, 7001]", text)
+    assert n == len(REGIONS)
+    text, n = re.subn(r"(?m)^\[\[regions\]\]", "[shards]\ncount = 2\n\n[[regions]]", text, count=1)
+    assert n == 1
+    with open(path, "w") as f:
+        f.write(text)
 
 
 @pytest.fixture(scope="module")
@@ -174,35 +211,64 @@ def test_the_manifests_agree_with_their_cluster_file(rendered, overlay, tmp_path
     services = objects(docs, "Service")
     assert sorted(s["metadata"]["name"] for s in statefulsets) == [f"braid-{r}" for r in OVERLAYS[overlay]]
 
+    sharded = cfg.shards.sharded
+    assert sharded == ("sharded" in overlay)
     for sts in statefulsets:
         pod = sts["spec"]["template"]
         spec = pod["spec"]
-        (container,) = spec["containers"]
-        env = {e["name"]: e["value"] for e in container["env"]}
-        region = cfg.region(env["BRAID_REGION"])
-        assert sts["metadata"]["name"] == f"braid-{region.name}"
+        containers = spec["containers"]
+        # one container per shard, each shard K's container the region's as it runs shard K
+        assert [c["name"] for c in containers] == (
+            [f"shard-{k}" for k in range(cfg.shards.count)] if sharded else ["region"])
+        regions = {c["env"][0]["value"] for c in containers}
+        assert len(regions) == 1 and all(len(c["env"]) == 1 for c in containers)
+        name = regions.pop()
+        assert sts["metadata"]["name"] == f"braid-{name}"
         assert sts["spec"]["replicas"] == 1 and sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+        if sharded:  # one annotation names one port: Prometheus finds each shard's by its port's name
+            assert "prometheus.io/port" not in pod["metadata"].get("annotations", {})
+        else:
+            assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+            assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(METRICS_PORT)
+        for k, container in enumerate(containers):
+            view = cfg.shard_view(k)
+            region = view.region(name)
+            assert container["env"] == [{"name": "BRAID_REGION", "value": region.name}]
+            args = container["args"]
+            option = {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--")}
+            assert option["--region"] == "$(BRAID_REGION)" and option["--bind"] == "0.0.0.0"
+            assert mounts(container)[option["--data-dir"]] == "data"  # shard K's data: shard-K/ of it
+            assert int(option["--metrics-port"]) == METRICS_PORT  # shard K serves on it + K
+            assert option.get("--shard") == (str(k) if sharded else None)
+            if k:  # the same container as shard 0's but for what makes it shard K
+                differs = {"name", "args", "ports", "startupProbe", "readinessProbe", "livenessProbe"}
+                assert {f: v for f, v in container.items() if f not in differs} == \
+                    {f: v for f, v in containers[0].items() if f not in differs}
+                assert args == [a if a != "0" else str(k) for a in containers[0]["args"]]
+
+            # the ports are the cluster file's for this shard
+            suffix = f"-{k}" if k else ""
+            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            assert ports == {f"resp{suffix}": region.port, f"repl{suffix}": region.repl_port,
+                             f"metrics{suffix}": METRICS_PORT + k}
+            assert (region.port, region.repl_port) == ((region.ports[k], region.repl_ports[k]) if sharded
+                                                       else (cfg.region(name).port, cfg.region(name).repl_port))
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                script = container[probe]["exec"]["command"][-1]
+                assert f'("127.0.0.1", {region.port})' in script and b"PING" in script.encode(), probe
+        all_ports = [p["containerPort"] for c in containers for p in c["ports"]]
+        assert len(set(all_ports)) == len(all_ports), "the shards of a pod share its addresses"
+        container = containers[0]
+        region = cfg.region(name)
         args = container["args"]
         option = {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--")}
-        assert option["--region"] == "$(BRAID_REGION)" and option["--bind"] == "0.0.0.0"
-        assert mounts(container)[option["--data-dir"]] == "data"
-        assert int(option["--metrics-port"]) == METRICS_PORT
-        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-        assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(METRICS_PORT)
-
-        # the ports are the cluster file's
-        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert ports == {"resp": region.port, "repl": region.repl_port, "metrics": METRICS_PORT}
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            script = container[probe]["exec"]["command"][-1]
-            assert f'("127.0.0.1", {region.port})' in script and b"PING" in script.encode(), probe
 
         # the cluster file the region reads is the one the init container writes
         config_dir = os.path.dirname(option["--config"])
         (init,) = spec["initContainers"]
         template, target, token_file = init["command"][3:]
         assert target == option["--config"]
-        assert mounts(container)[config_dir] == mounts(init)[config_dir]
+        assert all(mounts(c)[config_dir] == mounts(init)[config_dir] for c in containers)
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes[mounts(init)[os.path.dirname(template)]]["configMap"]["name"] == \
             objects(docs, "ConfigMap")[0]["metadata"]["name"]
@@ -228,24 +294,33 @@ def test_the_manifests_agree_with_their_cluster_file(rendered, overlay, tmp_path
         # the host peers dial: the pod's stable DNS name, or the external name of its LoadBalancer
         headless = one(services, "Service", sts["spec"]["serviceName"])
         assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"]
-        assert {p["port"] for p in headless["spec"]["ports"]} >= {region.repl_port}
-        if overlay == "one-cluster":
+        assert {p["port"] for p in headless["spec"]["ports"]} >= set(region.repl_ports or [region.repl_port])
+        if overlay.startswith("one-cluster"):
             ns = namespace["metadata"]["name"]
             assert region.host == f"{sts['metadata']['name']}-0.{headless['metadata']['name']}.{ns}.svc.cluster.local"
         else:
             peer = one(services, "Service", f"braid-peer-{region.name}")
             assert peer["spec"]["type"] == "LoadBalancer"
             assert peer["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/hostname"] == region.host
-            assert [(p["port"], p["targetPort"]) for p in peer["spec"]["ports"]] == [(region.repl_port, "repl")]
+            repl_ports = region.repl_ports or [region.repl_port]
+            assert [(p["port"], p["targetPort"]) for p in peer["spec"]["ports"]] == \
+                [(port, "repl" + (f"-{k}" if k else "")) for k, port in enumerate(repl_ports)]
             assert not region.host.endswith(".svc.cluster.local")
 
-    # every Service selects the pod of exactly one region; the budget selects every region
+    # every Service selects the pod of exactly one region and reaches each of its shards; the
+    # budget selects every region
     for svc in services:
         chosen = [s for s in statefulsets
                   if selects(svc["spec"]["selector"], s["spec"]["template"]["metadata"]["labels"])]
         assert len(chosen) == 1, f"Service {svc['metadata']['name']} selects {len(chosen)} regions"
-        container_ports = {p["name"] for p in chosen[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
-        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= container_ports
+        container_ports = {p["name"]: p["containerPort"]
+                           for c in chosen[0]["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= set(container_ports)
+        assert all(p["port"] == container_ports[p["targetPort"]] for p in svc["spec"]["ports"])
+        targets = {p["targetPort"] for p in svc["spec"]["ports"]}
+        for what in ("repl", "resp"):
+            if what in targets:  # a Service of one shard's port has every shard's
+                assert {n for n in container_ports if n.split("-")[0] == what} <= targets, svc["metadata"]["name"]
     (pdb,) = objects(docs, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert all(selects(pdb["spec"]["selector"]["matchLabels"], s["spec"]["template"]["metadata"]["labels"])
@@ -254,7 +329,8 @@ def test_the_manifests_agree_with_their_cluster_file(rendered, overlay, tmp_path
         {namespace["metadata"]["name"]}
 
 
-@pytest.mark.parametrize("overlay", ["one-cluster", "three-clusters/region-2"])
+@pytest.mark.parametrize("overlay", ["one-cluster", "three-clusters/region-2", "one-cluster-sharded",
+                                     "three-clusters-sharded/region-2"])
 def test_the_init_container_writes_a_cluster_file_with_the_secret_token(rendered, overlay, tmp_path):
     """Its script, run as the pod runs it: the ConfigMap's file with the Secret's token,
     everything else unchanged, and a clear refusal of a template it cannot fill."""
@@ -273,6 +349,17 @@ def test_the_init_container_writes_a_cluster_file_with_the_secret_token(rendered
     assert cfg.token == token_file.read_text().strip() != template_cfg.token
     assert cfg.regions == template_cfg.regions and cfg.cluster_id == template_cfg.cluster_id
     assert cfg.tls.cert_dir == str(tmp_path / "etc" / "tls")
+    # a sharded file keeps its slot map and its ports per shard, and they are the containers'
+    assert cfg.shards == template_cfg.shards and cfg.shards.sharded == ("sharded" in overlay)
+    for sts in objects(docs, "StatefulSet"):
+        containers = sts["spec"]["template"]["spec"]["containers"]
+        region = cfg.region(containers[0]["env"][0]["value"])
+        assert len(containers) == cfg.shards.count
+        if cfg.shards.sharded:
+            assert [c["ports"][0]["containerPort"] for c in containers] == region.ports
+            assert [c["ports"][1]["containerPort"] for c in containers] == region.repl_ports
+            assert [cfg.shard_view(k).routing(region).owner(slot).port
+                    for k in range(2) for slot in (0, 16383)] == [6379, 6380] * 2  # MOVED names the pod's ports
 
     token_file.write_text("\n")
     empty = subprocess.run([sys.executable, "-c", script, path, str(target), str(token_file)],
@@ -288,26 +375,30 @@ def test_the_init_container_writes_a_cluster_file_with_the_secret_token(rendered
     assert missing.returncode != 0 and "token line" in missing.stderr
 
 
-def test_the_region_runs_with_options_braid_node_knows_and_least_privilege(rendered):
+@pytest.mark.parametrize("overlay", ["one-cluster", "one-cluster-sharded"])
+def test_the_region_runs_with_options_braid_node_knows_and_least_privilege(rendered, overlay):
     help_text = braid("node", "--help").stdout
-    known = set(re.findall(r"--[a-z][a-z0-9-]*", help_text))
-    for sts in objects(rendered["one-cluster"], "StatefulSet"):
+    # --shard K: the one shard a container runs (docs/sharding.md, "Processes and files")
+    known = set(re.findall(r"--[a-z][a-z0-9-]*", help_text)) | {"--shard"}
+    for sts in objects(rendered[overlay], "StatefulSet"):
         spec = sts["spec"]["template"]["spec"]
-        (container,) = spec["containers"]
-        assert container["command"] == ["braid"] and container["args"][0] == "node"
-        options = {a for a in container["args"] if a.startswith("--")}
-        assert options <= known, f"braid node does not know {options - known}"
+        containers = spec["containers"]
+        for container in containers:
+            assert container["command"] == ["braid"] and container["args"][0] == "node"
+            options = {a for a in container["args"] if a.startswith("--")}
+            assert options <= known, f"braid node does not know {options - known}"
         assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["runAsUser"] != 0
         # an apply that changes every region's StatefulSet restarts none: the operator does, one at a time
         assert sts["spec"]["updateStrategy"]["type"] == "OnDelete"
-        for c in (container, *spec["initContainers"]):
+        for c in (*containers, *spec["initContainers"]):
             assert c["securityContext"]["readOnlyRootFilesystem"]
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
             assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
             assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
-        # what the region writes goes to volumes: its data, the cluster file braid-admin tune rewrites, /tmp
-        writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
-        assert {"/data", "/etc/braid", "/tmp"} <= writable
+        # what a shard writes goes to volumes: its data, the cluster file braid-admin tune rewrites, /tmp
+        for container in containers:
+            writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+            assert {"/data", "/etc/braid", "/tmp"} <= writable
 
 
 def test_the_pod_starts_a_region_its_probes_find_ready(rendered, tmp_path):
@@ -382,3 +473,28 @@ def test_the_pod_starts_a_region_its_probes_find_ready(rendered, tmp_path):
     assert region.returncode == 0  # SIGTERM, as Kubernetes stops a pod: a clean exit
     with open(config) as f:
         assert "token-of-one-cluster" in f.read()
+
+
+def test_the_documented_scrape_job_finds_every_shard_s_metrics_port_and_nothing_else(rendered):
+    """A sharded pod has no prometheus.io/port annotation (one port for several endpoints):
+    the scrape job of docs/deploy.md keeps exactly the metrics ports of every overlay's pods."""
+    with open(DEPLOY_DOC, encoding="utf-8") as f:
+        blocks = re.findall(r"```yaml\n(.*?)```", f.read(), re.S)
+    (job,) = [doc[0] for doc in map(yaml.safe_load, blocks) if isinstance(doc, list) and "job_name" in doc[0]]
+    assert job["kubernetes_sd_configs"][0]["role"] == "pod"
+    (keep,) = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert keep["source_labels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_name",
+                                     "__meta_kubernetes_pod_container_port_name"]
+    for overlay, docs in rendered.items():
+        namespaces = {d["metadata"]["name"] for d in objects(docs, "Namespace")}
+        assert namespaces <= set(job["kubernetes_sd_configs"][0]["namespaces"]["names"])
+        for sts in objects(docs, "StatefulSet"):
+            pod = sts["spec"]["template"]
+            name = pod["metadata"]["labels"]["app.kubernetes.io/name"]
+            for container in pod["spec"]["containers"]:
+                for port in container["ports"]:
+                    # Prometheus anchors the regex and joins the source labels with ";"
+                    kept = re.fullmatch(keep["regex"], f"{name};{port['name']}") is not None
+                    assert kept == port["name"].startswith("metrics"), (overlay, container["name"], port)
+                    if kept:
+                        assert port["containerPort"] == METRICS_PORT + int(port["name"].partition("-")[2] or 0)

@@ -204,6 +204,39 @@ def test_a_metrics_port_in_use_stops_the_region_with_a_clear_error(tmp_path):
     assert "'70000' is not a port number" in bad.stderr
 
 
+# ---------------------------------------------------------------- shards
+def test_every_series_of_a_shard_says_which_shard_and_an_unsharded_region_has_no_such_label():
+    """A shard's exposition labels every sample with its shard number, process metrics
+    included; a region of an unsharded database keeps exactly its documented labels."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+
+    from node.activeactive.cluster_config import local_cluster
+    from node.region.core import RegionCore
+    from node.runtime.metrics import RegionMetrics
+
+    docs = documented()
+    sharded = local_cluster(2, 7000, shards=3)
+    for k in range(3):
+        view = sharded.shard_view(k)
+        metrics = RegionMetrics(RegionCore(Config(), cluster=(view, view.region("region-2"))))
+        body, _ = metrics.scrape()
+        families = list(text_string_to_metric_families(body.decode()))
+        assert {f.name for f in families} >= {"braid_region_info", "braid_peer_link_state", "process_cpu_seconds"}
+        for family in families:
+            name = family.name + "_total" if family.type == "counter" else family.name
+            for sample in family.samples:
+                assert sample.labels.get("shard") == str(k), f"{sample.name}{sample.labels}"
+                assert set(sample.labels) - {"le", "shard"} == docs[name][1], f"{sample.name}{sample.labels}"
+        open_body, _ = metrics.scrape("application/openmetrics-text; version=1.0.0")
+        assert all(s.labels["shard"] == str(k)
+                   for f in openmetrics_families(open_body.decode()) for s in f.samples)
+    plain = local_cluster(2, 7000)
+    for cluster in ((plain, plain.regions[0]), None):
+        body, _ = RegionMetrics(RegionCore(Config(), cluster=cluster)).scrape()
+        assert not [s for f in text_string_to_metric_families(body.decode()) for s in f.samples
+                    if "shard" in s.labels]
+
+
 # ---------------------------------------------------------------- the dashboard
 def test_the_dashboard_parses_and_uses_only_documented_metrics():
     with open(DASHBOARD, encoding="utf-8") as f:
@@ -229,3 +262,23 @@ def test_the_dashboard_parses_and_uses_only_documented_metrics():
                    "braid_peer_lag_operations", "braid_peer_lag_seconds", "braid_backlog_bytes",
                    "braid_aof_fsync_duration_seconds", "braid_error_replies_total"):
         assert needed in used, f"no panel graphs {needed}"
+
+
+def test_the_dashboard_filters_every_graph_by_shard_and_graphs_the_shards():
+    """A shard variable (empty and "All" for an unsharded database: ".*" matches a missing
+    label too), used by every query, and a row that compares the shards."""
+    with open(DASHBOARD, encoding="utf-8") as f:
+        dash = json.load(f)
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    shard = variables["shard"]
+    assert shard["query"]["query"] == "label_values(braid_region_info, shard)"
+    assert shard["includeAll"] and shard["allValue"] == ".*"
+    names = [v["name"] for v in dash["templating"]["list"]]
+    assert names.index("shard") < names.index("instance") and "$shard" in variables["instance"]["query"]["query"]
+    panels = [p for p in dash["panels"] if p.get("type") != "row"]
+    for panel in panels:
+        for target in panel["targets"]:
+            selectors = re.findall(r"\b(?:braid|process)_[a-z_]+(\{[^}]*\})?", target["expr"])
+            assert selectors and all('shard=~"$shard"' in s for s in selectors), (panel["title"], target["expr"])
+    by_shard = [p["title"] for p in panels if any("by (shard" in t["expr"] for t in p["targets"])]
+    assert len(by_shard) >= 3, by_shard

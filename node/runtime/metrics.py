@@ -25,6 +25,15 @@ blocks the loop on I/O (a client that sends its request slowly only holds its ow
 connection, up to :data:`REQUEST_TIMEOUT_S`).  prometheus-client still does the
 encoding (text format, or OpenMetrics when the scraper asks for it).
 
+Shards.  A shard of a sharded database (docs/sharding.md) is a region server with an
+endpoint of its own, and every series it exposes carries ``shard="K"`` (its number in
+the slot map), the process's own ``process_*`` included: :class:`ShardLabel` adds it to
+every sample of the collectors it wraps, so a collector never has to think of it.  An
+unsharded region (``[shards]`` absent or ``count = 1``: ``cluster_enabled:0``) has no
+such label and exposes exactly the series it always did, so the dashboards, alerts and
+stored series of a database that does not shard are untouched; in PromQL a missing
+label is the empty string, so ``shard=~"$shard"`` with ``.*`` matches both.
+
 Counters restart from 0 with the region and with ``CONFIG RESETSTAT`` (Prometheus
 treats a decrease as a reset).  The metric names, types and labels are listed in
 docs/metrics.md; tests/test_metrics.py checks that list against a scrape.
@@ -74,8 +83,13 @@ class RegionMetrics:
         self.fsync = LatencyHistogram(FSYNC_BUCKETS_S)
         if server.oplog is not None:
             server.oplog.on_fsync = self.fsync.observe_ns
-        self.registry.register(RegionCollector(self))
-        ProcessCollector(registry=self.registry)  # process_* (CPU, memory, file descriptors)
+        routing = server.routing  # None: an unsharded region
+        self.shard: int | None = routing.me if routing is not None else None
+        collectors = [RegionCollector(self), ProcessCollector(registry=None)]  # process_*: CPU, memory, fds
+        if self.shard is not None:
+            collectors = [ShardLabel(str(self.shard), collectors)]
+        for collector in collectors:
+            self.registry.register(collector)
         self._http: asyncio.base_events.Server | None = None
         self._serving: set[asyncio.Task] = set()  # one per open scrape connection (stop() ends them)
         self.port = 0
@@ -139,6 +153,21 @@ class RegionMetrics:
                        if line.lower().startswith("accept:")), "")
         body, ctype = self.scrape(accept)
         return "200 OK", body, ctype
+
+
+class ShardLabel:
+    """Gives every sample of ``collectors`` the label ``shard``: a shard's whole exposition
+    says which shard it is, whatever Prometheus's scrape configuration adds."""
+
+    def __init__(self, shard: str, collectors: list) -> None:
+        self.shard = shard
+        self.collectors = collectors
+
+    def collect(self):
+        for collector in self.collectors:
+            for family in collector.collect():
+                family.samples = [s._replace(labels={**s.labels, "shard": self.shard}) for s in family.samples]
+                yield family
 
 
 def _histogram(name: str, doc: str, labels: list[str], rows) -> HistogramMetricFamily:
