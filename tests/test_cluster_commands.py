@@ -90,6 +90,23 @@ def error(reply: object) -> str:
 
 
 # ---------------------------------------------------------------- routing
+def test_a_shard_refuses_other_databases_in_redis_cluster_words():
+    """As a Redis Cluster node: SELECT of another index, COPY ... DB n (its keys of one
+    slot), and INFO server's redis_mode."""
+    core, client = shard(database())
+    assert call(core, client, "SELECT", "0") == "OK"
+    assert error(call(core, client, "SELECT", "1")) == "ERR SELECT is not allowed in cluster mode"
+    assert error(call(core, client, "SELECT", "x")) == "ERR value is not an integer or out of range"
+    src = key_in(0, 8191)
+    assert error(call(core, client, "COPY", src, b"{" + src + b"}x", "DB", "1")) == \
+        "ERR Copying to another database is not allowed in cluster mode"
+    assert b"redis_mode:cluster\r\n" in call(core, client, "INFO", "server")
+    plain, plain_client = standalone()
+    plain_client.authenticated = True
+    assert error(call(plain, plain_client, "SELECT", "1")) == "ERR DB index is out of range"
+    assert b"redis_mode:standalone\r\n" in call(plain, plain_client, "INFO", "server")
+
+
 def test_info_says_cluster_enabled_only_for_a_shard_of_a_sharded_database():
     core, client = shard(database())
     assert b"cluster_enabled:1\r\n" in call(core, client, "INFO", "cluster")

@@ -103,6 +103,8 @@ def hello(client: Session, argv: list[bytes]):
 @command("select")
 def select(client: Session, argv: list[bytes]):
     idx = parse_range_long(argv[1], INT_MIN, INT_MAX)  # getIntFromObjectOrReply
+    if idx != 0 and client.region.routing is not None:
+        raise ReplyError("ERR SELECT is not allowed in cluster mode")
     if idx != 0:
         raise ReplyError("ERR DB index is out of range")
     return "OK"

@@ -122,9 +122,10 @@ def install_stream(db, dst: bytes, image: Stream, replace: bool) -> bool:
     return True
 
 
-def _copy_options(argv: list[bytes]) -> bool:
+def _copy_options(argv: list[bytes], sharded: bool) -> bool:
     """COPY's options as Redis's ``copyCommand`` reads them, in order (the first bad one
-    answers); returns REPLACE.  Braid has one database: ``DB 0`` is the only index."""
+    answers); returns REPLACE.  Braid has one database: ``DB 0`` is the only index (and a
+    shard, as a Redis Cluster node, refuses another in its own words)."""
     replace = False
     j = 3
     while j < len(argv):
@@ -137,6 +138,8 @@ def _copy_options(argv: list[bytes]) -> bool:
                 raise ReplyError(ERR_NOT_INT)
             if not INT_MIN <= index <= INT_MAX:
                 raise ReplyError(ERR_NOT_AN_INT32)
+            if index != 0 and sharded:
+                raise ReplyError("ERR Copying to another database is not allowed in cluster mode")
             if index != 0:
                 raise ReplyError(ERR_DB_INDEX)
             j += 1
@@ -149,7 +152,7 @@ def _copy_options(argv: list[bytes]) -> bool:
 @command("copy")
 def copy_(client: Session, argv: list[bytes]):
     """1 when copied; 0 when the source is missing or the destination exists without REPLACE."""
-    replace = _copy_options(argv)
+    replace = _copy_options(argv, client.region.routing is not None)
     src, dst = argv[1], argv[2]
     if src == dst:
         raise ReplyError(ERR_SAME_OBJECT)

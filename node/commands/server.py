@@ -45,7 +45,7 @@ def _section_server(srv: Region) -> list[str]:
         f"braid_version:{BRAID_VERSION}",
         "redis_git_sha1:00000000",
         "redis_git_dirty:0",
-        "redis_mode:standalone",
+        f"redis_mode:{'standalone' if srv.routing is None else 'cluster'}",
         f"os:{u.system} {u.release} {u.machine}",
         f"arch_bits:{struct.calcsize('P') * 8}",
         "multiplexing_api:asyncio",
