@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from node.activeactive.cluster_config import load
+from node.activeactive.cluster_config import load, shard_dir
 from node.interop.rdbfile import RdbFileError
 from node.persistence.promise import PromiseFileError
 from node.persistence.replay import LoadError
@@ -33,10 +33,11 @@ from node.runtime.server import Server, run_server
 from node.security.acl import AclFileError
 from node.security.certs import create_cluster_certs
 from node.security.tls import TlsConfigError
-from node.tools.cli_args import port_number
+from node.tools.cli_args import local_shards, port_number, shard_number
 from node.tools.cli_logs import cmd_check_log, cmd_convert_snapshot
 from node.tools.cluster import down, restart, up
 from node.tools.import_export import RdbImport, add_rdb_commands, client_for
+from node.tools.shards import run_shards
 from node.transport.tls import LinkTlsError
 
 # `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
@@ -63,6 +64,15 @@ TLS_HELP = {  # what each does, and its default (Redis's)
 }
 
 
+def _shard_port(value: str | int, shard: int) -> str | int:
+    """A port option of a sharded region as given (shard 0's): shard K's is K above it (0: off stays off)."""
+    try:
+        port = int(str(value))
+    except ValueError:
+        return value  # (the setting's own check says what is wrong with it)
+    return port + shard if port else port
+
+
 def _dest(name: str) -> str:
     return name.replace("-", "_")
 
@@ -82,30 +92,53 @@ def cmd_node(args: argparse.Namespace) -> int:
         faulthandler.enable(all_threads=True)
     except (RuntimeError, ValueError, OSError, AttributeError):
         pass  # no stderr to write to (it is closed): nothing to leave them in
+    who = f"braid node [shard-{args.shard}]" if args.shard is not None else "braid node"
     cluster = None
+    sharded, shard = False, args.shard or 0
     if args.config:
         try:
             ccfg = load(args.config)
             me = ccfg.region(args.region or "")
         except (OSError, ValueError, KeyError) as e:
-            print(f"braid node: {e}", file=sys.stderr)
+            print(f"{who}: {e}", file=sys.stderr)
             return 2
+        sharded = ccfg.shards.sharded
+        if sharded and args.import_rdb:
+            print(f"{who}: --import is not available for a sharded database (each shard holds the keys of its "
+                  "slots only): import into the running region with a cluster client", file=sys.stderr)
+            return 2
+        if sharded and args.shard is None:  # the region's supervisor: one child per shard (node/tools/shards.py)
+            return run_shards(args, ccfg, me)
+        if shard >= ccfg.shards.count:
+            print(f"{who}: --shard {shard}: " + (f"the database has {ccfg.shards.count} shards (0-"
+                                                  f"{ccfg.shards.count - 1})" if sharded else
+                                                  "the database is not sharded (no [shards] in the cluster file): "
+                                                  "its only shard is 0"), file=sys.stderr)
+            return 2
+        ccfg = ccfg.shard_view(shard)  # this shard's ports for every region (the file as loaded, unsharded)
+        me = ccfg.region(me.name)
         cluster = (ccfg, me)
         args.port = me.port
         args.bind = args.bind or me.host  # a container binds 0.0.0.0 but is reached by its name
         if args.data_dir is None:  # the cluster file says where this region's data is
             args.data_dir = ccfg.region_data_dir(me)
+        if sharded:  # the region's folder holds one per shard
+            args.data_dir = shard_dir(args.data_dir or "./data", ccfg.shards, shard)
+    elif shard != 0:
+        print(f"{who}: --shard {shard}: only a sharded database has more than one shard (--config FILE, whose "
+              "[shards] count says how many); a region without one is shard 0", file=sys.stderr)
+        return 2
     args.data_dir = args.data_dir or "./data"
     os.makedirs(args.data_dir, exist_ok=True)
     args.bind = args.bind or "127.0.0.1"
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
     if cluster:  # the database's memory limit ([regions.config] may set another for one region)
         cfg.set("maxmemory", cluster[0].maxmemory)
-        for name, value in cluster[0].region_settings(cluster[1]).items():
+        for name, value in cluster[0].shard_settings(cluster[1]).items():
             try:  # the cluster file's [regions.config] (the command line's options come after it)
                 cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
             except ConfigError as e:
-                print(f"braid node: {args.config}: region {cluster[1].name}: {name} = {value!r}: {e}",
+                print(f"{who}: {args.config}: region {cluster[1].name}: {name} = {value!r}: {e}",
                       file=sys.stderr)
                 return 2
     if args.requirepass:
@@ -117,33 +150,36 @@ def cmd_node(args: argparse.Namespace) -> int:
         cfg.set("appendfsync", fsync)
     given = [(name, getattr(args, _dest(name))) for name in TLS_OPTIONS if getattr(args, _dest(name)) is not None]
     for name, value in given:
+        if name == "tls-port" and sharded:  # shard 0's: shard K's is K above it (as in the cluster file)
+            value = _shard_port(value, shard)
         try:
             cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
         except ConfigError as e:
-            print(f"braid node: --{name} {value}: {e}", file=sys.stderr)
+            print(f"{who}: --{name} {value}: {e}", file=sys.stderr)
             return 2
     if args.aclfile:
         cfg.set("aclfile", os.path.abspath(args.aclfile))
-    if args.metrics_port is not None:
-        cfg.set("metrics-port", args.metrics_port)
+    if args.metrics_port is not None:  # sharded: shard K serves its metrics K ports above it
+        cfg.set("metrics-port", _shard_port(args.metrics_port, shard) if sharded else args.metrics_port)
+    who_short = f"braid [shard-{shard}]" if args.shard is not None else "braid"
     importer = _node_import(args, cfg) if args.import_rdb else None
     if isinstance(importer, int):
         return importer
     try:
         server = Server(cfg, cluster=cluster)
     except AclFileError as e:  # as Redis: a broken ACL file stops the start, naming the line
-        print(f"braid node: aborting startup because of ACL errors: {e}", file=sys.stderr)
+        print(f"{who}: aborting startup because of ACL errors: {e}", file=sys.stderr)
         return 1
     except LinkTlsError as e:
-        print(f"braid node: TLS between regions: {e}", file=sys.stderr)
+        print(f"{who}: TLS between regions: {e}", file=sys.stderr)
         return 1
     except PromiseFileError as e:
-        print(f"braid node: {e}", file=sys.stderr)
+        print(f"{who}: {e}", file=sys.stderr)
         return 1
     try:
         server.tls.check()  # a bad certificate or key: a clear error now, not a traceback later
     except TlsConfigError as e:
-        print(f"braid node: {e}", file=sys.stderr)
+        print(f"{who}: {e}", file=sys.stderr)
         return 1
     _event_loop_policy()
     if importer is not None:
@@ -154,24 +190,24 @@ def cmd_node(args: argparse.Namespace) -> int:
         status = asyncio.run(run_server(server, args.bind, int(cfg["port"]) or None))
     except Exception as e:
         if ran_out_of_memory(e):  # (a LoadError or OSError may say so too)
-            return _ran_out_of_memory(server, e)
+            return _ran_out_of_memory(server, e, who_short)
         if isinstance(e, LoadError):
-            print(f"braid: {e}", file=sys.stderr)
+            print(f"{who_short}: {e}", file=sys.stderr)
             return 1
         if not isinstance(e, OSError):
             raise
         what = e.strerror or str(e)
         where = (f" on {args.bind}" if what.startswith(("tls-port", "metrics-port"))
                  else "" if what.startswith("port 0") else f" on {args.bind}:{args.port}")
-        print(f"braid: cannot listen{where}: {what}", file=sys.stderr)
+        print(f"{who_short}: cannot listen{where}: {what}", file=sys.stderr)
         return 1
     if server.core.failed is not None:
-        print(f"braid: region {server.core.region} fail-stopped: {server.core.failed}; restart it (it replays its "
-              f"append-only file and catches up from its peers)", file=sys.stderr)
+        print(f"{who_short}: region {server.core.region} fail-stopped: {server.core.failed}; restart it (it replays "
+              f"its append-only file and catches up from its peers)", file=sys.stderr)
     return status
 
 
-def _ran_out_of_memory(server: Server, e: BaseException) -> int:
+def _ran_out_of_memory(server: Server, e: BaseException, who: str = "braid") -> int:
     """A region whose memory ran out in something that did not fail-stop it itself (loading its
     data, stopping after a fail-stop): said in its log; exit status 1 while it loaded its data
     (the data is fine: it needs more memory), else EXIT_FAIL_STOP (node/region/supervision.py)."""
@@ -181,11 +217,11 @@ def _ran_out_of_memory(server: Server, e: BaseException) -> int:
     logging.getLogger("braid.server").critical("region %d ran out of memory while %s: %s", server.core.region, doing,
                                                oom_detail(e), exc_info=e)
     if loading:
-        print(f"braid: out of memory while loading the append-only file in {server.core.config['dir']} (the file "
+        print(f"{who}: out of memory while loading the append-only file in {server.core.config['dir']} (the file "
               "is not damaged: loading it needs more memory); start the region again with more", file=sys.stderr)
         return 1
     why = server.core.failed or f"out of memory while {doing}"
-    print(f"braid: region {server.core.region} fail-stopped: {why}; restart "
+    print(f"{who}: region {server.core.region} fail-stopped: {why}; restart "
           "it (it replays its append-only file and catches up from its peers)", file=sys.stderr)
     return EXIT_FAIL_STOP
 
@@ -301,9 +337,14 @@ def main(argv: list[str] | None = None) -> int:
                                      "ACL file (ACL LOAD / ACL SAVE use it); users are per region")
     p.add_argument("--metrics-port", type=port_number, metavar="PORT",
                    help="serve Prometheus metrics at http://BIND:PORT/metrics (default: the cluster file's "
-                        "[regions.config] metrics-port, else 0: off)")
+                        "[regions.config] metrics-port, else 0: off); shard K of a sharded region on PORT+K")
     p.add_argument("--config", help="cluster file (see deploy/cluster.example.toml)")
     p.add_argument("--region", help="this region's name in the cluster file")
+    p.add_argument("--shard", type=shard_number, metavar="K",
+                   help="run shard K of the region only (its ports and DATA_DIR/shard-K/; containers: one shard "
+                        "each). Without it, a region of a sharded database ([shards] in the cluster file) runs as "
+                        "a supervisor: one braid node --shard K process per shard, each restarted when it exits, "
+                        "their log lines tagged shard-K on this process's output")
     p.add_argument("--appendonly", choices=["yes", "no"], default="yes",
                    help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
     p.add_argument("--enable-debug-command", choices=["no", "yes", "local"], default="no",
@@ -327,13 +368,19 @@ def main(argv: list[str] | None = None) -> int:
         description="Start a local cluster: one braid node process per region, on loopback, its data and node.log "
                     "in DATA_DIR/region-N/. In the foreground (the default) a region that dies is reported and "
                     "started again, and Ctrl-C stops them all; over a cluster that already runs in DATA_DIR it says "
-                    "so (exit 0).",
+                    "so (exit 0). With --shards N, each region's braid node runs its N shard processes "
+                    "(data in DATA_DIR/region-N/shard-K/).",
         epilog="ports: region N (1, 2, ...) takes BASE+N-1 for clients (RESP), BASE+100+N-1 for replication "
-               "(gRPC) and, with --tls, BASE+200+N-1 for TLS clients; all are checked before anything starts. "
+               "(gRPC) and, with --tls, BASE+200+N-1 for TLS clients; shard K of it each of these +20*K. All are "
+               "checked before anything starts. "
                "Restart one region: braid restart --region NAME; stop: braid down (both with the same --data-dir)")
     p.add_argument("--regions", type=int, default=3,
                    help="how many regions (1-15, default 3); 1 is a standalone region with Redis's own ID rules. "
                         "A data directory that holds a cluster restarts it as it is")
+    p.add_argument("--shards", type=local_shards, default=1, metavar="N",
+                   help="split each region's keys over N shard processes by hash slot (1-5, default 1: one "
+                        "process per region); shard K of a region listens 20*K ports above shard 0 (clients, "
+                        "replication and TLS alike). Connect with redis-cli -c or a cluster client")
     p.add_argument("--base-port", type=int, default=7001, metavar="BASE",
                    help="first client port (default 7001: clients on 7001.., replication on 7101.., TLS on 7201..)")
     p.add_argument("--data-dir", default="./data",
@@ -412,7 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_pipeline)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # (a sharded region's supervisor runs it per shard)
+    shard = f"shard-{args.shard} " if getattr(args, "shard", None) is not None else ""  # one stream, every shard
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s {shard}%(name)s %(levelname)s %(message)s")
     return args.fn(args)
 
 

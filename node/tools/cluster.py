@@ -27,6 +27,17 @@ starts each region with ``braid node --config cluster.toml --region NAME``;
 directory holds one cluster: ``braid up`` over a running one says so (and how
 to reach and stop it) and exits 0; over the data of another shape it refuses.
 
+``--shards N`` (1 to 5; default 1, one process per region) writes the cluster file's
+``[shards]`` table and each region's ports per shard, shard K 20·K ports above shard 0
+(clients, replication and TLS alike).  Each region is then started as before - one
+``braid node`` - and that process is the supervisor of the region's shards
+(node/tools/shards.py): it restarts a shard that dies, and its shards die with it.  So the
+launcher still sees one process per region: ``braid down`` stops it, ``braid restart --region``
+restarts every shard, the foreground watch restarts a supervisor that dies; only the checks
+look at every shard: all their ports before the start, a region is up once every shard
+answers PING (and takes writes), and the table lists every shard's port.  A data directory
+holding a cluster of another shard count is refused.
+
 ``--tls`` makes the cluster CA and the certificates under ``<data-dir>/tls/``
 (``node.security.certs``), writes the links' ``[tls]`` table and, per region, TLS on
 a client port 200 above the plain one (which stays on), and prints the
@@ -116,56 +127,71 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=max(shutil.get_terminal_size().columns, 200))
 
 
-def _redis_py_line(port: int) -> str:
+def _redis_py_line(port: int, sharded: bool = False) -> str:
     python = sys.executable
     if python.startswith(os.getcwd() + os.sep):
         python = os.path.relpath(python)
-    return (f"{python} -c \"import redis; r = redis.Redis(port={port}); "
+    client = f"redis.RedisCluster(host='127.0.0.1', port={port})" if sharded else f"redis.Redis(port={port})"
+    return (f"{python} -c \"import redis; r = {client}; "
             f"print(r.xadd('rides', {{'id': 123}}), r.xrange('rides'))\"")
 
 
-def _print_connect(console: Console, title: str, rows: list[tuple[str, int, int, str]]) -> None:
-    """The table of regions: name, port, pid, how to connect, log; redis-py's line when redis-cli is missing."""
+def _print_connect(console: Console, title: str, rows: list[tuple[str, list[int], int, str]]) -> None:
+    """The table of regions: name, port(s), pid, how to connect, log; redis-py's line when redis-cli is
+    missing.  A sharded region lists every shard's port (shard 0's first); a cluster client follows
+    MOVED from any of them."""
     have_cli = shutil.which("redis-cli") is not None
+    sharded = any(len(ports) > 1 for _, ports, _, _ in rows)
     table = Table(title=title)
-    for col in ("region", "port", "pid", "connect with", "log"):
+    for col in ("region", "ports (shard 0, 1, ...)" if sharded else "port", "pid", "connect with", "log"):
         table.add_column(col, overflow="fold")
-    for name, port, pid, log in rows:
-        table.add_row(name, str(port), str(pid), f"redis-cli -p {port}" if have_cli else "redis-py (below)", log)
+    for name, ports, pid, log in rows:
+        cli = f"redis-cli {'-c ' if sharded else ''}-p {ports[0]}"
+        table.add_row(name, ", ".join(map(str, ports)), str(pid), cli if have_cli else "redis-py (below)", log)
     console.print(table)
+    if sharded:  # printed whole, never wrapped
+        print(f"each region splits its keys over {len(rows[0][1])} shards by hash slot, as a Redis Cluster: "
+              "connect with redis-cli -c or a cluster client (redis-py's redis.RedisCluster), which follow MOVED "
+              "to the shard of each key; a plain client gets MOVED for a key of another shard")
     if not have_cli:  # printed whole, never wrapped: each line is a command to copy
         print("redis-cli is not installed (Debian: sudo apt-get install redis-tools); from Python, with "
-              f"redis-py (installed with Braid):\n  {_redis_py_line(rows[0][1])}")
+              f"redis-py (installed with Braid):\n  {_redis_py_line(rows[0][1][0], sharded)}")
 
 
 def _already_up(args: argparse.Namespace, data_dir: str, running: dict[int, str], supervisor: int | None) -> int:
     """``braid up`` over a cluster that runs: say so, how to reach it and how to stop it."""
-    ports = {}
+    ports: dict[str, list[int]] = {}
     try:
-        ports = {r.name: r.port for r in load(os.path.join(data_dir, CLUSTER_FILE)).live_regions()}
+        ports = {r.name: r.shard_ports() for r in load(os.path.join(data_dir, CLUSTER_FILE)).live_regions()}
     except (OSError, ValueError, KeyError):
         info = load_pids(data_dir) or {"names": [], "ports": []}
-        ports = dict(zip(info["names"], info["ports"], strict=False))  # (a file: as it reads)
+        ports = {n: [p] for n, p in zip(info["names"], info["ports"], strict=False)}  # (a file: as it reads)
     by_name = {name: pid for pid, name in running.items()}
     how = f" (in the foreground: braid up, pid {supervisor})" if supervisor else ""
     print(f"the cluster in {args.data_dir} is already up{how}:")
-    for name, port in ports.items() or [(n, 0) for n in by_name]:
+    for name, shards in ports.items() or [(n, [0]) for n in by_name]:
+        where = f"ports {', '.join(map(str, shards))} (one per shard)" if len(shards) > 1 else f"port {shards[0]}"
         if name in by_name:
-            print(f"  {name}: port {port}, pid {by_name[name]}: redis-cli -p {port}")
+            print(f"  {name}: {where}, pid {by_name[name]}: redis-cli {'-c ' if len(shards) > 1 else ''}"
+                  f"-p {shards[0]}")
         else:
-            print(f"  {name}: port {port}, not running: braid restart --region {name} --data-dir {args.data_dir}")
+            print(f"  {name}: {where}, not running: braid restart --region {name} --data-dir {args.data_dir}")
     print(f"stop it with: braid down --data-dir {args.data_dir}")
     return 0
 
 
 def _plan(args: argparse.Namespace, data_dir: str):
-    """The regions to start: (names, ports, replication ports, cluster file, tls, regions whose TLS goes on
-    the command line), or an exit status after printing why not."""
+    """The regions to start: (names, client ports, replication ports - one list per region, a port per
+    shard -, cluster file, tls, regions whose TLS goes on the command line), or an exit status after
+    printing why not."""
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
-    ports = [args.base_port + i for i in range(len(names))]
     tls = getattr(args, "tls", False)
     cluster_file = os.path.join(data_dir, CLUSTER_FILE)
     if args.regions == 1:
+        if getattr(args, "shards", 1) > 1:
+            print("braid up: a standalone region (--regions 1) has no shards: shards split the keys of the regions "
+                  "of a cluster (--regions 2 or more)", file=sys.stderr)
+            return 2
         if os.path.exists(cluster_file):
             try:
                 held = f"a cluster of {len(load(cluster_file).live_regions())} regions"
@@ -175,7 +201,7 @@ def _plan(args: argparse.Namespace, data_dir: str):
                   "region: run braid up without --regions 1 to start that cluster, or give another --data-dir",
                   file=sys.stderr)
             return 1
-        return names, ports, [None], None, tls, set(names) if tls else set()
+        return names, [[args.base_port]], [[]], None, tls, set(names) if tls else set()
     standalone = os.path.join(data_dir, "region-1", "appendonlydir")
     if not os.path.exists(cluster_file) and os.path.isdir(standalone):
         print(f"braid up: {args.data_dir} holds a standalone region ({os.path.dirname(standalone)}, started with "
@@ -187,23 +213,26 @@ def _plan(args: argparse.Namespace, data_dir: str):
         return 1
     live = cfg.live_regions()
     tls = cfg.tls is not None
-    return ([r.name for r in live], [r.port for r in live], [r.repl_port for r in live], cluster_file, tls,
-            {r.name for r in live if tls and "tls-port" not in r.config})  # added by --add-region
+    return ([r.name for r in live], [r.shard_ports() for r in live], [r.repl_ports or [r.repl_port] for r in live],
+            cluster_file, tls, {r.name for r in live if tls and "tls-port" not in r.config})  # added by --add-region
 
 
-def _ports_taken(names, ports, repl_ports, tls: bool) -> list[str]:
-    """What stands in the way of each port the regions need (all of them, before anything starts)."""
+def _ports_taken(names: list[str], ports: list[list[int]], repl_ports: list[list[int]], tls: bool) -> list[str]:
+    """What stands in the way of each port the regions need (all of them, every shard's, before anything
+    starts); ``ports`` and ``repl_ports``: per region, one per shard (no replication port: [])."""
     problems = []
-    for name, port, repl in zip(names, ports, repl_ports, strict=True):
-        wanted = [(port, "client port")] + ([(repl, "replication port")] if repl else [])
-        if tls:
-            wanted.append((port + TLS_PORT_OFFSET, "TLS client port"))
-        for p, what in wanted:
-            if ping(p):
-                problems.append(f"port {p} ({name}'s {what}) is already serving: another Braid or Redis server "
-                                "(is a cluster running? try `braid down`)")
-            elif not port_free(p):
-                problems.append(f"port {p} ({name}'s {what}) is in use by another program")
+    for name, shard_ports, shard_repl in zip(names, ports, repl_ports, strict=True):
+        for k, port in enumerate(shard_ports):
+            whose = f"{name} shard {k}'s" if len(shard_ports) > 1 else f"{name}'s"
+            wanted = [(port, "client port")] + ([(shard_repl[k], "replication port")] if shard_repl else [])
+            if tls:
+                wanted.append((port + TLS_PORT_OFFSET, "TLS client port"))
+            for p, what in wanted:
+                if ping(p):
+                    problems.append(f"port {p} ({whose} {what}) is already serving: another Braid or Redis server "
+                                    "(is a cluster running? try `braid down`)")
+                elif not port_free(p):
+                    problems.append(f"port {p} ({whose} {what}) is in use by another program")
     return problems
 
 
@@ -261,8 +290,9 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
     plan = _plan(args, data_dir)
     if isinstance(plan, int):
         return plan
-    names, ports, repl_ports, cluster_file, tls, cmdline_tls = plan
-    problems = _ports_taken(names, ports, repl_ports, tls)
+    names, shard_ports, repl_ports, cluster_file, tls, cmdline_tls = plan
+    ports = [p[0] for p in shard_ports]  # (a sharded region's supervisor: shard 0's)
+    problems = _ports_taken(names, shard_ports, repl_ports, tls)
     if problems:
         print("braid up: nothing started:\n  " + "\n  ".join(problems) + "\npick other ports with --base-port "
               "(RESP on BASE.., replication on BASE+100.., TLS on BASE+200..) or stop what holds them",
@@ -276,10 +306,11 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
                   file=sys.stderr)
             return 1
     print(f"starting {', '.join(names)} (logs: {os.path.join(args.data_dir, 'NAME', 'node.log')})", flush=True)
-    for name, port in zip(names, ports, strict=True):
+    sharded = len(shard_ports[0]) > 1
+    for name, port, every in zip(names, ports, shard_ports, strict=True):
         os.makedirs(os.path.join(data_dir, name), exist_ok=True)
         r = RegionProcess(name, port, region_command(data_dir, cluster_file, name, port, name in cmdline_tls),
-                    os.path.join(data_dir, name, "node.log"))
+                          os.path.join(data_dir, name, "node.log"), ports=every if sharded else [])
         regions.append(r)
         r.start(args.detach)
     try:
@@ -290,13 +321,15 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
         return 1
     wait_writable(regions)
     console = _console()
-    title = f"Braid local cluster: {len(names)} region{'s' if len(names) > 1 else ''}"
-    _print_connect(console, title, [(r.name, r.port, r.process.pid, r.log) for r in regions])
+    title = (f"Braid local cluster: {len(names)} region{'s' if len(names) > 1 else ''}"
+             + (f", {len(shard_ports[0])} shards each" if sharded else ""))
+    _print_connect(console, title, [(r.name, r.all_ports, r.process.pid, r.log) for r in regions])
     if tls:  # printed whole, never wrapped: each line is a command to copy
         print("TLS client ports (a client certificate is optional: `redis-cli --tls --cacert "
-              f"{os.path.join(args.data_dir, TLS_DIR)}/ca.crt -p PORT` connects too):")
+              f"{os.path.join(args.data_dir, TLS_DIR)}/ca.crt -p PORT` connects too"
+              + (f"; shard K's TLS port is {TLS_PORT_OFFSET} above its plain one" if sharded else "") + "):")
         for name, port in zip(names, ports, strict=True):
-            print(f"  {name}: {tls_connect_line(args.data_dir, port)}")
+            print(f"  {name}: {tls_connect_line(args.data_dir, port, sharded)}")
     record = {"pids": [r.process.pid for r in regions], "ports": ports, "names": names}
     if args.detach:
         save_pids(data_dir, record)
@@ -331,16 +364,16 @@ def _supervise(args: argparse.Namespace, data_dir: str, regions: list[RegionProc
             if r.proc is not None:
                 code = r.proc.poll()
                 if code is None:
-                    if not r.ready and ping(r.port):
+                    if not r.ready and r.silent() is None:
                         r.ready = True
                         record_pid(data_dir, r.name, r.port, r.proc.pid)
-                        say(f"{r.name} is back on port {r.port} (pid {r.proc.pid}): it replayed its log and "
+                        say(f"{r.name} is back on {r.where} (pid {r.proc.pid}): it replayed its log and "
                             "catches up from its peers")
                     continue
                 quick = not r.ready or now - r.started < QUICK_CRASH_S
                 r.quick_crashes = r.quick_crashes + 1 if quick else 0
                 others = [o.name for o in regions if o is not r and o.proc is not None and o.proc.poll() is None]
-                say(f"{r.name} (port {r.port}, pid {r.proc.pid}) {exit_how(code)}"
+                say(f"{r.name} ({r.where}, pid {r.proc.pid}) {exit_how(code)}"
                     + (f"; {', '.join(others)} keep serving" if others else "")
                     + f". Its log, {r.log}, ends with:\n{log_tail(r.log)}")
                 r.proc = None
@@ -363,7 +396,7 @@ def _supervise(args: argparse.Namespace, data_dir: str, regions: list[RegionProc
                     say(f"{r.name} runs again as pid {elsewhere[0]}, started by another command: braid up leaves "
                         "it be (braid down stops it)")
                     continue
-                problems = _ports_taken([r.name], [r.port], [None], False)
+                problems = _ports_taken([r.name], [r.all_ports], [[]], False)
                 if problems:
                     r.done = True
                     unsupervise(data_dir, r.name)
@@ -389,6 +422,10 @@ def add_region(args: argparse.Namespace) -> int:
         cfg = load(cluster_file)
     except (OSError, ValueError, KeyError) as e:
         print(f"braid up: {cluster_file}: {e}", file=sys.stderr)
+        return 1
+    if cfg.shards.sharded:
+        print(f"braid up: --add-region does not grow a sharded cluster yet ({cfg.shards.count} shards per region): "
+              "a new region joins every shard group, which braid-admin region add does not do yet", file=sys.stderr)
         return 1
     name = args.add_region or next_region_name(cfg)
     if any(r.name == name and r.live for r in cfg.regions):
@@ -430,7 +467,7 @@ def add_region(args: argparse.Namespace) -> int:
               f"region remove {name} --force)", file=sys.stderr)
         return 1
     _print_connect(_console(), f"{name} joined the cluster as region {number}",
-                   [(name, port, region.process.pid, region.log)])
+                   [(name, [port], region.process.pid, region.log)])
     if cfg.tls is not None:
         print(f"  TLS: {tls_connect_line(args.data_dir, port)}")
     # printed whole, never wrapped: each line holds a command to copy
@@ -515,7 +552,8 @@ def restart(args: argparse.Namespace) -> int:
     name = args.region
     cluster_file = os.path.join(data_dir, CLUSTER_FILE)
     info = load_pids(data_dir)
-    repl_port = None
+    repl_ports: list[int] = []
+    shard_ports: list[int] = []  # a sharded region's client ports (its supervisor runs them)
     if os.path.exists(cluster_file):
         try:
             cfg = load(cluster_file)
@@ -526,7 +564,8 @@ def restart(args: argparse.Namespace) -> int:
         if not spec.live:
             print(f"braid restart: {name} was removed from the database ({cluster_file})", file=sys.stderr)
             return 1
-        port, repl_port = spec.port, spec.repl_port
+        port, repl_ports = spec.port, spec.repl_ports or [spec.repl_port]
+        shard_ports = spec.ports
         cmd = region_command(data_dir, cluster_file, name, port, cfg.tls is not None and "tls-port" not in spec.config)
     elif info is not None and name in info["names"]:  # a standalone region (braid up --regions 1)
         port = info["ports"][info["names"].index(name)]
@@ -539,6 +578,7 @@ def restart(args: argparse.Namespace) -> int:
         return 1
     running = {pid: n for pid, n in region_processes(data_dir).items() if n == name}
     supervisor = supervisor_pid(data_dir, info)
+    region = RegionProcess(name, port, cmd, os.path.join(data_dir, name, "node.log"), ports=shard_ports)
     if supervisor is not None and running and name in (info or {}).get("supervised", []):
         print(f"{name} runs under the foreground braid up (pid {supervisor}): stopping it, braid up starts it again",
               flush=True)
@@ -548,8 +588,8 @@ def restart(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + READY_TIMEOUT_S + 5
         while time.monotonic() < deadline:
             back = [pid for pid, n in region_processes(data_dir).items() if n == name and pid not in running]
-            if back and ping(port) and recorded_pid(data_dir, name) == back[0]:  # braid up knows it too
-                print(f"{name} is back on port {port} (pid {back[0]})")
+            if back and region.silent() is None and recorded_pid(data_dir, name) == back[0]:  # braid up knows it too
+                print(f"{name} is back on {region.where} (pid {back[0]})")
                 return 0
             time.sleep(0.1)  # polling the foreground braid up's restart under a deadline
         print(f"braid restart: {name} did not come back within {READY_TIMEOUT_S + 5:.0f} s: see braid up's output "
@@ -561,12 +601,11 @@ def restart(args: argparse.Namespace) -> int:
             print(f"braid restart: could not stop {_named(running)}", file=sys.stderr)
             return 1
         print(f"stopped {_named(running)}", flush=True)
-    problems = _ports_taken([name], [port], [repl_port], False)
+    problems = _ports_taken([name], [region.all_ports], [repl_ports], False)
     if problems:
         print(f"braid restart: not starting {name}: {problems[0]} (not by {name} of this cluster)", file=sys.stderr)
         return 1
     os.makedirs(os.path.join(data_dir, name), exist_ok=True)
-    region = RegionProcess(name, port, cmd, os.path.join(data_dir, name, "node.log"))
     region.start(detach=True)
     try:
         wait_ready([region], what="its start")
@@ -574,8 +613,8 @@ def restart(args: argparse.Namespace) -> int:
         print(f"braid restart: {e}", file=sys.stderr)
         return 1
     record_pid(data_dir, name, port, region.process.pid)
-    print(f"{name} runs again on port {port} (pid {region.process.pid}, detached; log: {region.log}): it replayed its "
-          f"log and catches up from its peers")
+    print(f"{name} runs again on {region.where} (pid {region.process.pid}, detached; log: {region.log}): it replayed "
+          f"its log and catches up from its peers")
     return 0
 
 

@@ -91,7 +91,7 @@ def reuse_cluster(cluster_file: str, args: argparse.Namespace):
     members of the moment are restarted, whatever ``--regions`` says.
     """
     data_dir = os.path.dirname(os.path.abspath(cluster_file))
-    wanted = local_cluster(args.regions, args.base_port, data_dir)
+    wanted = local_cluster(args.regions, args.base_port, data_dir, shards=getattr(args, "shards", 1))
     if getattr(args, "tls", False):
         with_tls(wanted, os.path.dirname(os.path.abspath(cluster_file)))
     if os.path.exists(cluster_file):
@@ -104,8 +104,16 @@ def reuse_cluster(cluster_file: str, args: argparse.Namespace):
             for r in held.regions:
                 r.data_dir = r.data_dir or os.path.join(data_dir, r.name)
             held.save(cluster_file)
-        shape = [(r.name, r.port, r.repl_port, r.config.get("tls-port")) for r in held.regions]
-        if shape == [(r.name, r.port, r.repl_port, r.config.get("tls-port")) for r in wanted.regions]:
+        if held.shards.count != wanted.shards.count:  # (never changed by a membership change)
+            print(f"braid up: {os.path.dirname(cluster_file)} holds a cluster of {_shards(held.shards.count)} per "
+                  f"region ({cluster_file}), not {wanted.shards.count}: start it with --shards "
+                  f"{held.shards.count}, give another --data-dir, or remove the folder to start afresh",
+                  file=sys.stderr)
+            return None
+        shape = [(r.name, r.shard_ports(), r.repl_ports or [r.repl_port], r.config.get("tls-port"))
+                 for r in held.regions]
+        if shape == [(r.name, r.shard_ports(), r.repl_ports or [r.repl_port], r.config.get("tls-port"))
+                     for r in wanted.regions]:
             print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)}")
             return held
         if held.epoch > 1:  # grown or shrunk while it ran: its members are what it is now
@@ -142,12 +150,19 @@ def with_tls(cfg, data_dir: str) -> None:
     cfg.tls = LinkTls(os.path.join(d, "ca.crt"), d, os.path.join(d, "admin.crt"), os.path.join(d, "admin.key"))
     for r in cfg.regions:
         r.config.update(tls_region_config(r.name, r.port))
+        if r.ports:  # sharded: each shard's TLS port 200 above its own plain one
+            r.config["tls-port"] = [p + TLS_PORT_OFFSET for p in r.ports]
 
 
-def tls_connect_line(data_dir: str, port: int) -> str:
+def tls_connect_line(data_dir: str, port: int, cluster: bool = False) -> str:
+    """``redis-cli`` over TLS to the region (``cluster``: a sharded one, following MOVED) on plain ``port``."""
     d = os.path.join(data_dir, TLS_DIR)
     return (f"redis-cli --tls --cacert {d}/ca.crt --cert {d}/client.crt --key {d}/client.key "
-            f"-p {port + TLS_PORT_OFFSET}")
+            f"{'-c ' if cluster else ''}-p {port + TLS_PORT_OFFSET}")
+
+
+def _shards(n: int) -> str:
+    return f"{n} shard{'s' if n > 1 else ''}"
 
 
 def next_region_name(cfg) -> str:

@@ -15,6 +15,12 @@ first), reports what it stopped, and removes the record only when nothing is
 left.  ``braid restart --region NAME`` stops that region if it runs and starts
 it detached, logging to ``<data-dir>/NAME/node.log``; under a foreground
 ``braid up`` it stops the region and lets ``braid up`` start it again.
+
+A sharded region is one ``braid node`` supervisor and its ``braid node ... --shard K``
+children (node/tools/shards.py): the supervisor counts as the region (stopping it stops its
+shards, which also die with it), and its children are left to it; a shard started on its own
+(by hand, ``--shard K``) counts as a region process of its own.  A sharded region is ready
+when every shard's client port answers.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from node.tools.cluster_files import CLUSTER_FILE, tls_region_config
 
@@ -103,8 +109,9 @@ def _same_path(path: str, cwd: str, target: str) -> bool:
     return os.path.realpath(os.path.join(cwd, path)) == os.path.realpath(target)
 
 
-def _region_name(pid: int, data_dir: str) -> str | None:
-    """The name of the region of the cluster in ``data_dir`` that process ``pid`` runs, or None."""
+def _region_of(pid: int, data_dir: str) -> tuple[str, str | None] | None:
+    """The region of the cluster in ``data_dir`` that process ``pid`` runs, and its ``--shard``
+    (None: the whole region, or a sharded region's supervisor); None: not a region of it."""
     proc = process_info(pid)
     if proc is None:
         return None
@@ -113,29 +120,67 @@ def _region_name(pid: int, data_dir: str) -> str | None:
     if cmd is None or cmd[0] != "node":
         return None
     opts = cmd[1]
+    shard = opts.get("--shard")
     if opts.get("--config") and opts.get("--region") and _same_path(opts["--config"], cwd,
                                                                     os.path.join(data_dir, CLUSTER_FILE)):
-        return opts["--region"]
+        return opts["--region"], shard
     if opts.get("--data-dir"):
         rdir = os.path.realpath(os.path.join(cwd, opts["--data-dir"]))
         if os.path.dirname(rdir) == os.path.realpath(data_dir):
-            return os.path.basename(rdir)
+            return os.path.basename(rdir), shard
     return None
 
 
-def region_processes(data_dir: str) -> dict[int, str]:
-    """Every running region of the cluster in ``data_dir``, however it was started: pid -> name."""
-    found: dict[int, str] = {}
+def _region_name(pid: int, data_dir: str) -> str | None:
+    """The name of the region of the cluster in ``data_dir`` that process ``pid`` runs, or None."""
+    found = _region_of(pid, data_dir)
+    return found[0] if found else None
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cluster_processes(data_dir: str) -> dict[int, tuple[str, str | None]]:
+    """Every running process of the cluster in ``data_dir``: pid -> (region, its --shard or None)."""
+    found: dict[int, tuple[str, str | None]] = {}
     try:
         pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
     except OSError:
         return found
     for pid in pids:
         if pid != os.getpid():
-            name = _region_name(pid, data_dir)
-            if name is not None:
-                found[pid] = name
+            region = _region_of(pid, data_dir)
+            if region is not None:
+                found[pid] = region
     return found
+
+
+def region_processes(data_dir: str) -> dict[int, str]:
+    """Every running region of the cluster in ``data_dir``, however it was started: pid -> name.  A
+    sharded region counts once, as its supervisor (which stops and restarts its shards); a shard
+    started on its own (``--shard K`` by hand) counts as a region process of its own."""
+    found = _cluster_processes(data_dir)
+
+    def supervised(pid: int, name: str, shard: str | None) -> bool:
+        parent = parent_pid(pid) if shard is not None else None
+        return parent is not None and found.get(parent) == (name, None)
+
+    return {pid: name for pid, (name, shard) in found.items() if not supervised(pid, name, shard)}
+
+
+def shard_processes(data_dir: str) -> dict[int, tuple[str, int]]:
+    """Every running shard process of the cluster in ``data_dir`` (``--shard K``, supervised or not):
+    pid -> (region, K)."""
+    out = {}
+    for pid, (name, shard) in _cluster_processes(data_dir).items():
+        if shard is not None and shard.isdigit():
+            out[pid] = (name, int(shard))
+    return out
 
 
 def supervisor_pid(data_dir: str, info: dict | None) -> int | None:
@@ -247,6 +292,20 @@ class RegionProcess:
     quick_crashes: int = 0
     restart_at: float | None = None
     done: bool = False  # given up, or running as a process braid up did not start
+    ports: list[int] = field(default_factory=list)  # a sharded region's: one client port per shard
+
+    @property
+    def all_ports(self) -> list[int]:
+        """Its client ports: one per shard (its supervisor runs them), else ``port``."""
+        return self.ports or [self.port]
+
+    @property
+    def where(self) -> str:
+        return f"ports {', '.join(map(str, self.ports))}" if self.ports else f"port {self.port}"
+
+    def silent(self) -> int | None:
+        """The first of its client ports where nothing answers PING (None: every shard answers)."""
+        return next((p for p in self.all_ports if not ping(p)), None)
 
     def start(self, detach: bool) -> None:
         with open(self.log, "ab") as log:
@@ -280,16 +339,16 @@ def wait_ready(regions: list[RegionProcess], deadline_s: float = READY_TIMEOUT_S
         for r in pending:
             code = r.process.poll()
             if code is not None:
-                raise StartError(f"{r.name} (port {r.port}) {exit_how(code)} during {what}; its log, {r.log}, "
+                raise StartError(f"{r.name} ({r.where}) {exit_how(code)} during {what}; its log, {r.log}, "
                                  f"ends with:\n{log_tail(r.log)}")
-        pending = [r for r in pending if not ping(r.port)]
+        pending = [r for r in pending if r.silent() is not None]
         for r in regions:
             if r not in pending:
                 r.ready = True
         if pending and time.monotonic() > deadline:
             late = pending[0]
-            raise StartError(f"{late.name} (port {late.port}) did not answer within {deadline_s:.0f} s; its log, "
-                             f"{late.log}, ends with:\n{log_tail(late.log)}")
+            raise StartError(f"{late.name} (port {late.silent() or late.port}) did not answer within "
+                             f"{deadline_s:.0f} s; its log, {late.log}, ends with:\n{log_tail(late.log)}")
         if pending:
             time.sleep(0.05)  # polling interval while waiting for sockets, not synchronisation
 
@@ -324,10 +383,13 @@ def wait_writable(regions: list[RegionProcess], deadline_s: float = 10.0) -> Non
     hold: node/activeactive/recovery.py), so the first write after ``braid up`` is not answered LOADING;
     a region still waiting after ``deadline_s`` is named, and the cluster keeps starting."""
     deadline = time.monotonic() + deadline_s
-    pending = [r for r in regions if not writable(r.port)]
+    def waits(r: RegionProcess) -> bool:
+        return not all(writable(p) for p in r.all_ports)
+
+    pending = [r for r in regions if waits(r)]
     while pending and time.monotonic() < deadline:
         time.sleep(0.05)  # polling interval while waiting for the handshakes, not synchronisation
-        pending = [r for r in pending if not writable(r.port)]
+        pending = [r for r in pending if waits(r)]
     for r in pending:
         print(f"braid up: {r.name} still waits for its peers before it takes writes (LOADING); "
               f"its log: {r.log}", file=sys.stderr)
@@ -336,13 +398,5 @@ def wait_writable(regions: list[RegionProcess], deadline_s: float = 10.0) -> Non
 def unrecorded_children(data_dir: str) -> dict[int, str]:
     """Regions this process started whose Popen an interrupt cut short (it came between the fork and
     the assignment): found among the cluster's regions by their parent pid."""
-    mine = {}
-    for pid, name in region_processes(data_dir).items():
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid():
-                    mine[pid] = name
-        except (OSError, ValueError, IndexError):
-            pass
-    return mine
+    return {pid: name for pid, name in region_processes(data_dir).items() if parent_pid(pid) == os.getpid()}
 
