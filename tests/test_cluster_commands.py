@@ -429,6 +429,10 @@ def test_the_port_a_client_is_shown_is_the_one_it_connected_with():
     tls = call(core, client, "CLUSTER", "SLOTS")
     assert [s[2][1] for s in plain] == [7001, 7002] and [s[2][1] for s in tls] == [7201, 7202]
     assert b" 127.0.0.1:7202@17002 master " in call(core, client, "CLUSTER", "NODES")
+    other = key_in(8192, 16383)  # a key of shard 1: MOVED to its TLS port, as the client came by TLS
+    assert error(call(core, client, "XADD", other, "*", "f", "v")) == f"MOVED {key_slot(other)} 127.0.0.1:7202"
+    client.laddr = "127.0.0.1:7001"
+    assert error(call(core, client, "XADD", other, "*", "f", "v")) == f"MOVED {key_slot(other)} 127.0.0.1:7002"
 
 
 CLUSTER_ARGVS = [["INFO"], ["SLOTS"], ["SHARDS"], ["NODES"], ["MYID"], ["MYSHARDID"], ["KEYSLOT", "k"],

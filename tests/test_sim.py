@@ -817,6 +817,6 @@ def test_a_shard_that_takes_keys_of_another_is_caught(monkeypatch):
     """With routing off, a command sent to the wrong shard runs there: the routing check sees
     the refusal missing and a key of another shard's slots in the group."""
     from node.region.routing import ShardRouting
-    monkeypatch.setattr(ShardRouting, "check", lambda self, keys: None)
+    monkeypatch.setattr(ShardRouting, "check", lambda self, keys, client: None)
     outcome = run_sim(SimConfig(seed=1, shards=2))
     assert {"s0 routing", "s1 routing"} & set(outcome.failed), outcome.failed

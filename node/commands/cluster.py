@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from node.commands import command, subcommand
 from node.commands.util import parse_int
+from node.region.routing import client_port, over_tls
 from node.region.slots import SLOTS, key_slot
 from node.resp.encoder import ReplyError, Verbatim
 
@@ -58,16 +59,6 @@ def _routing(client: Session) -> ShardRouting:
     if routing is None:
         raise ReplyError(DISABLED)
     return routing
-
-
-def _over_tls(client: Session) -> bool:
-    """Did ``client`` connect to the TLS port (Redis's ``shouldReturnTlsInfo``)?"""
-    tls = client.region.tls
-    return tls is not None and tls.port != 0 and client.laddr.rpartition(":")[2] == str(tls.port)
-
-
-def _client_port(shard: Shard, tls: bool) -> int:
-    return (shard.tls_port or shard.port) if tls else (shard.port or shard.tls_port)
 
 
 def _ranges(shard: Shard) -> list[tuple[int, int]]:
@@ -131,12 +122,12 @@ def _mine(routing: ShardRouting, slot: int) -> bool:
 @subcommand("cluster", "slots")
 def cluster_slots(client: Session, argv: list[bytes]):
     routing = _routing(client)
-    tls = _over_tls(client)
+    tls = over_tls(client)
     ranges = sorted((a, b, s.number) for s in routing.shards for a, b in _ranges(s))
     out = []
     for a, b, k in ranges:
         s = routing.shards[k]
-        out.append([a, b, [s.host.encode(), _client_port(s, tls), s.node_id.encode(), {}]])
+        out.append([a, b, [s.host.encode(), client_port(s, tls), s.node_id.encode(), {}]])
     return out
 
 
@@ -167,11 +158,11 @@ def cluster_shards(client: Session, argv: list[bytes]):
 @subcommand("cluster", "nodes")
 def cluster_nodes(client: Session, argv: list[bytes]):
     routing = _routing(client)
-    tls = _over_tls(client)
+    tls = over_tls(client)
     epoch = _epoch(client.region)
     lines = []
     for s in routing.shards:
-        port = _client_port(s, tls)
+        port = client_port(s, tls)
         flags = "myself,master" if s.number == routing.me else "master"
         slots = "".join(f" {a}-{b}" if a != b else f" {a}" for a, b in _ranges(s))
         lines.append(f"{s.node_id} {s.host}:{port}@{(s.port or s.tls_port) + CLUSTER_PORT_INCR} {flags} - 0 0 "

@@ -536,7 +536,7 @@ class RegionCore:
         if self.failed is not None:
             return cmdtable.CLOSE_WITHOUT_REPLY
         if self.routing is not None and not self.replaying:  # a key of another shard, or of two slots
-            refused = self.routing.check(routed_keys(client.multi, cmd, argv))
+            refused = self.routing.check(routed_keys(client.multi, cmd, argv), client)
             if refused is not None:
                 if cmd.name == "exec":
                     discard_transaction(client)
@@ -697,7 +697,7 @@ class RegionCore:
         if target.denyoom and self.memory.limit and not self.replaying and self.memory.out_of_memory():
             client.multi_error = True
             return self._reject(ReplyError(OOM_ERROR))
-        if self.routing is not None and (refused := self.routing.check(command_keys(target, argv))) is not None:
+        if self.routing is not None and (refused := self.routing.check(command_keys(target, argv), client)):
             client.multi_error = True
             return self._reject(refused)
         assert client.multi is not None

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from node.region.slots import SlotMap, key_slot
 from node.resp.encoder import ReplyError
+
+if TYPE_CHECKING:
+    from node.region.session import Session
 
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 
@@ -57,13 +61,11 @@ class ShardRouting:
     def owner(self, slot: int) -> Shard:
         return self.shards[self._owner[slot]]
 
-    def moved(self, slot: int) -> ReplyError:
-        """Where a key of ``slot`` is served: the owner's plain port, its TLS port when it has
-        no plain one (a client of a TLS-only region reconnects with TLS)."""
-        s = self.owner(slot)
-        return ReplyError(f"MOVED {slot} {s.host}:{s.port or s.tls_port}")
+    def moved(self, slot: int, tls: bool) -> ReplyError:
+        """Where a key of ``slot`` is served, on the kind of port the client came through."""
+        return ReplyError(f"MOVED {slot} {self.owner(slot).host}:{client_port(self.owner(slot), tls)}")
 
-    def check(self, keys: list[bytes]) -> ReplyError | None:
+    def check(self, keys: list[bytes], client: Session) -> ReplyError | None:
         """None when every key is of one slot this shard owns, else the error to answer."""
         if not keys:
             return None
@@ -72,8 +74,22 @@ class ShardRouting:
             if key_slot(key) != slot:
                 return ReplyError(CROSSSLOT)
         if self._owner[slot] != self.me:
-            return self.moved(slot)
+            return self.moved(slot, over_tls(client))
         return None
 
     def owns(self, key: bytes) -> bool:
         return self._owner[key_slot(key)] == self.me
+
+
+def over_tls(client: Session) -> bool:
+    """Did ``client`` connect to the TLS port (Redis's ``shouldReturnTlsInfo``)?  Redirections
+    and the slot maps it is shown then name TLS ports."""
+    tls = client.region.tls
+    return tls is not None and tls.port != 0 and client.laddr.rpartition(":")[2] == str(tls.port)
+
+
+def client_port(shard: Shard, tls: bool) -> int:
+    """The port a client reaches ``shard`` on: its TLS port for a TLS client (the plain one
+    when it has none), else its plain port (the TLS one when it has none)."""
+    return (shard.tls_port or shard.port) if tls else (shard.port or shard.tls_port)
+
