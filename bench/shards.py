@@ -126,7 +126,7 @@ def one_run(shards: int, requests: int, pipeline: int) -> dict:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             raise RuntimeError(f"redis-benchmark failed: {proc.stdout[-1000:]} {proc.stderr[-1000:]}")
-        result = parse_benchmark(proc.stdout)
+        result = parse_benchmark(proc.stdout[proc.stdout.find('"test"'):])  # (--cluster prints the nodes first)
         served = [_commandstat(c, "xadd") - before for c, before in zip(clients, calls, strict=True)]
         used = [cpu_seconds(pid) - before for (_, pid), before in zip(endpoints, cpu, strict=True)]
         if sum(served) < requests:
