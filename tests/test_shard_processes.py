@@ -119,6 +119,45 @@ def test_up_starts_every_shard_and_a_key_replicates_within_its_shard(cluster):
             assert [e[0] for e in here.xrange(key)] == [entry]  # the refused write changed nothing
 
 
+
+def test_cluster_clients_write_at_one_region_and_read_at_another(cluster):
+    """Unchanged cluster-aware clients: redis-py's RedisCluster writes streams of both shards
+    at region 1 (it reads CLUSTER SLOTS and routes by slot; COMMAND GETKEYS for XREAD), a
+    consumer group reads and acknowledges them at region 2; redis-cli -c follows MOVED;
+    redis-benchmark --cluster runs on the map CLUSTER NODES gives it."""
+    one = redis.RedisCluster(host="127.0.0.1", port=cluster.port(1, 0), socket_timeout=5)
+    two = redis.RedisCluster(host="127.0.0.1", port=cluster.port(2, 1), socket_timeout=5)
+    try:
+        assert sorted(n.port for n in one.get_primaries()) == [cluster.port(1, 0), cluster.port(1, 1)]
+        keys = [f"orders:{i}" for i in range(12)]
+        assert {cluster.owner[key_slot(k.encode())] for k in keys} == {0, 1}  # both shards
+        ids = {k: one.xadd(k, {"n": k}) for k in keys}
+        for k in keys:
+            wait_until(lambda: two.xlen(k) == 1, 20, what=f"{k} at region 2")  # noqa: B023
+        tagged = ["{user7}.a", "{user7}.b"]  # one slot: one XREAD over both
+        for k in tagged:
+            one.xadd(k, {"v": k})
+        wait_until(lambda: all(two.xlen(k) == 1 for k in tagged), 20, what="the tagged keys at region 2")
+        assert sorted(s.decode() for s, _ in two.xread({k: "0" for k in tagged})) == tagged
+        key = keys[0]
+        two.xgroup_create(key, "g", id="0")
+        assert two.xreadgroup("g", "c", {key: ">"}) == [[key.encode(), [(ids[key], {b"n": key.encode()})]]]
+        assert two.xack(key, "g", ids[key]) == 1
+    finally:
+        one.close()
+        two.close()
+    other = next(k for k in (f"cli:{i}" for i in range(100)) if cluster.owner[key_slot(k.encode())] == 1)
+    cli = subprocess.run(["redis-cli", "-c", "-p", str(cluster.port(1, 0)), "XADD", other, "*", "f", "v"],
+                         capture_output=True, text=True, timeout=30)
+    assert cli.returncode == 0 and "-" in cli.stdout and "MOVED" not in cli.stdout, cli.stdout + cli.stderr
+    with cluster.client(1, 1) as owner:
+        assert owner.xlen(other) == 1
+    bench = subprocess.run(["redis-benchmark", "--cluster", "-p", str(cluster.port(1, 0)), "-n", "2000", "-c", "4",
+                            "-P", "4", "-r", "1000", "--csv", "xadd", "b:{tag}:__rand_int__", "*", "f", "v"],
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 0 and "Cluster has 2 master nodes" in bench.stdout, bench.stdout + bench.stderr
+    assert '"xadd b:{tag}:__rand_int__' in bench.stdout
+
 def test_a_killed_shard_is_restarted_while_the_other_serves_and_keeps_its_data(cluster):
     supervisor = cluster.supervisors()["region-1"]
     victim = cluster.shards()[("region-1", 1)]
