@@ -76,8 +76,10 @@ up: venv
 test: deps venv
 	$(BIN)/ruff check crdt node chaos pipeline tests bench
 	$(BIN)/mypy $(MYPY_CHECKED)
-	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not)
-	BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not), in two
+	@# pytest processes side by side: the tests marked pure (tests/kinds.py: CPU only) beside the
+	@# rest (mostly waiting for the processes they start), each printed whole when it ends
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-pure test-rest
 	@# the pure source too: the compiled build's checks, the core's property tests and a short
 	@# simulation batch, with every crdt/, node/resp and node/interop module imported from its .py file
 	BRAID_PURE=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q \
@@ -90,6 +92,14 @@ test: deps venv
 	  echo "property tests from a fresh seed: $$seed (replay: $$replay)"; \
 	  HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest -q --hypothesis-seed=$$seed $(PROPERTY_TESTS) \
 	  || { echo "FAILED from seed $$seed; replay: $$replay"; exit 1; }
+
+TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest
+
+.PHONY: test-pure test-rest
+test-pure:
+	$(TEST_PYTEST) -m pure --basetemp=$${TMPDIR:-/tmp}/braid-tests-pure $(PYTEST_ARGS)
+test-rest:
+	$(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-rest $(PYTEST_ARGS)
 
 # The quick check before a commit, under a minute on two cores: ruff, mypy, and the tests marked
 # pure (tests/kinds.py: no process, no socket, nothing outside Python).  They run as `make test`
