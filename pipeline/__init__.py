@@ -3,6 +3,7 @@
 - ``pipeline.datasource.BraidDataSource``: ``format("braid")`` for
   ``spark.read`` / ``readStream`` (``pipeline/source.py``) and ``df.write`` /
   ``writeStream`` (``pipeline/sink.py``).
+- ``pipeline.shards``: a sharded region's shards, found at one endpoint.
 - ``pipeline.session``: a SparkSession with the source registered.
 - ``pipeline.examples.rides``: the Rocket Rides unified log on Spark.
 

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 Offsets are plain JSON: ``{key: {origin: "ms-seq"}}``, the last ID read from
-each origin log of each key (``"0-0"`` or absent: nothing read yet).  Every
+each origin log of each key (``"0-0"`` or absent: nothing read yet); a sharded
+region's group the same cursors by the shard holding each key,
+``{"shards": {"0": {key: {origin: "ms-seq"}}, ...}}`` (``pipeline/shards.py``).  Every
 origin log only grows at its top (``node/commands/origins.py``), so "the
 entries after the cursor" never skips an entry that reached the region late
 and never repeats one.  This module is the only place that talks RESP for
@@ -137,10 +139,30 @@ def plan_ranges(conn: redis.Redis, start: Offsets, end: Offsets, size: int) -> l
     return ranges
 
 
+def is_sharded(value: dict) -> bool:
+    """Is ``value`` an offset of the sharded form, ``{"shards": {number: {key: {origin: id}}}}``?"""
+    inner = value.get("shards") if len(value) == 1 else None
+    return isinstance(inner, dict) and all(
+        isinstance(part, dict) and all(isinstance(origins, dict) for origins in part.values())
+        for part in inner.values())
+
+
+def flatten(value: dict) -> Offsets:
+    """An offset of either form -> one cursor per key and origin log (the unsharded form: itself)."""
+    if not is_sharded(value):
+        return value
+    out: Offsets = {}
+    for part in value["shards"].values():
+        out.update(part)
+    return out
+
+
 def parse_offsets(text: str) -> Offsets:
-    """A user-given offset: JSON ``{key: {origin: id}}``, checked."""
+    """A user-given offset: JSON ``{key: {origin: id}}`` (or grouped by shard), checked."""
     try:
         value = json.loads(text)
+        if isinstance(value, dict) and is_sharded(value):
+            value = flatten(value)
         if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
             raise ValueError
         out = {str(k): {str(o): str(i) for o, i in v.items()} for k, v in value.items()}
@@ -149,4 +171,5 @@ def parse_offsets(text: str) -> Offsets:
                 id_tuple(id_)
         return out
     except ValueError:
-        raise ValueError(f"braid: an offset is JSON {{key: {{origin: \"ms-seq\"}}}}, got {text!r}") from None
+        raise ValueError(f"braid: an offset is JSON {{key: {{origin: \"ms-seq\"}}}} (or {{\"shards\": "
+                         f"{{shard: {{key: {{origin: \"ms-seq\"}}}}}}}}), got {text!r}") from None

@@ -29,6 +29,15 @@ duplicates in its commit message; the driver logs the totals and, with
 ``statsKey``, appends them to a stream: one entry per committed execution of a
 batch, so a replayed batch shows up again with its duplicates.
 
+Sharded regions (``pipeline/shards.py``): each task reads the region's slot map at
+``url`` and sends each row to the shard that owns its key's slot.  A transaction may
+only touch one slot there (``CROSSSLOT`` otherwise), so a round trip carries, per
+shard, one MULTI/EXEC per slot (with the XLEN of that slot's keys around its XADDs),
+all of a shard's sent at once and the shards' one after the other; the count of
+duplicates stays exact.  A slot whose transaction is answered ``MOVED`` (so it ran
+nothing) is sent again where the map, read again, says; after three maps that still
+disagree the task fails.  ``statsKey`` goes to its own shard.
+
 Positions identify rows only if a replay sees each partition's rows in the
 same order.  That holds for this connector's reader and deterministic plans;
 for output whose order within a partition may vary (after a shuffle), name
@@ -44,10 +53,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import redis
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from redis.exceptions import MovedError
+
+from node.region.slots import key_slot
 
 from . import braid
+from . import shards as sharding
+from .shards import Shard, Shards
 
 log = logging.getLogger("braid.pipeline")
 
@@ -65,6 +80,7 @@ class WriteOptions:
     idmp_block: int
     batch_size: int
     stats_key: str | None
+    shard_host: str = "announced"
 
     @classmethod
     def parse(cls, options, schema_names: list[str]) -> WriteOptions:
@@ -87,6 +103,7 @@ class WriteOptions:
             idmp_block=braid.positive_option(options.get("idmpBlock", "100"), "idmpBlock"),
             batch_size=braid.positive_option(options.get("batchSize", "1000"), "batchSize"),
             stats_key=options.get("statsKey"),
+            shard_host=sharding.shard_host_option(options),
         )
 
 
@@ -121,7 +138,8 @@ class IdempotentAppender:
         self.opts = opts
         self.prefix = f"{producer}:{batch}:{partition}"
         self.report = BraidWriteReport(producer, batch, partition, 0, 0, 0)
-        self.conn = braid.connect(opts.url)
+        self.shards = Shards(opts.url, opts.shard_host)
+        self.conn = self.shards.conn(self.shards.shards[0])  # an unsharded region's one endpoint
         self.pending: list[tuple[str | bytes, list[str | bytes]]] = []
 
     def append(self, batches: Iterator[pa.RecordBatch]) -> BraidWriteReport:
@@ -130,7 +148,7 @@ class IdempotentAppender:
                 self._append_batch(rb)
             self._flush()
         finally:
-            self.conn.close()
+            self.shards.close()
         return self.report
 
     def _ordered(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -162,6 +180,9 @@ class IdempotentAppender:
         rows, self.pending = self.pending, []
         if not rows:
             return
+        if self.shards.sharded:
+            self._flush_sharded(rows)
+            return
         keys = list(dict.fromkeys(k for k, _ in rows))
         block = self.opts.idmp_block
         tx = self.conn.pipeline(transaction=True)
@@ -181,6 +202,78 @@ class IdempotentAppender:
         self.report.rows += len(rows)
         self.report.written += written
         self.report.duplicates += sent - written
+
+    def _flush_sharded(self, rows: list[tuple[str | bytes, list[str | bytes]]]) -> None:
+        """The rows as one MULTI/EXEC per slot, each shard's in one round trip; a slot answered
+        MOVED goes again where the map, read again, says."""
+        block = self.opts.idmp_block
+        first = self.report.rows
+        self.report.rows += len(rows)
+        # per slot: its rows' XADDs, each named by the row's position in the partition
+        slots: dict[int, list[tuple]] = {}
+        for n, (key, flat) in enumerate(rows, first):
+            if flat:  # every field null: nothing to add, but the position still counts
+                slots.setdefault(key_slot(key.encode() if isinstance(key, str) else key), []).append(
+                    ("XADD", key, "IDMP", f"{self.prefix}:{n // block}", str(n), "*", *flat))
+        for _attempt in range(3):
+            by_shard: dict[int, list[int]] = {}
+            for slot, adds in slots.items():
+                by_shard.setdefault(self.shards.owner(adds[0][1]).number, []).append(slot)
+            moved: dict[int, list[tuple]] = {}
+            for number, owned in by_shard.items():
+                shard = self.shards.shards[number]
+                for slot, outcome in zip(owned, self._send(shard, [slots[s] for s in owned]), strict=True):
+                    if isinstance(outcome, MovedError):
+                        moved[slot] = slots[slot]
+                    else:
+                        sent, written = outcome
+                        self.report.written += written
+                        self.report.duplicates += sent - written
+            if not moved:
+                return
+            self.shards.refresh()
+            slots = moved
+        raise RuntimeError(f"braid: slots {sorted(slots)[:10]} still answered MOVED after the slot map was read "
+                           "three times")
+
+    def _send(self, shard: Shard, groups: list[list[tuple]]) -> list[tuple[int, int] | MovedError]:
+        """Each group (one slot's XADDs) as MULTI, XLEN of its keys, the XADDs, XLEN, EXEC, all in
+        one round trip to ``shard``: per group (XADDs sent, entries added), or the MOVED it got."""
+        commands: list[tuple] = []
+        shapes = []
+        for adds in groups:
+            keys = list(dict.fromkeys(a[1] for a in adds))
+            commands += [("MULTI",), *(("XLEN", k) for k in keys), *adds, *(("XLEN", k) for k in keys), ("EXEC",)]
+            shapes.append((len(keys), len(adds)))
+        conn = self.shards.conn(shard)
+        link = conn.connection_pool.get_connection()
+        try:
+            link.send_packed_command(link.pack_commands(commands))
+            out: list[tuple[int, int] | MovedError] = []
+            for nkeys, nadds in shapes:
+                error: redis.ResponseError | None = None
+                reply = None
+                for _ in range(2 * nkeys + nadds + 2):  # MULTI, each command's QUEUED, EXEC
+                    try:
+                        reply = link.read_response()
+                    except redis.ResponseError as e:  # refused while queued (MOVED), then EXECABORT
+                        error = error or e
+                if isinstance(error, MovedError):
+                    out.append(error)
+                    continue
+                if error is not None:
+                    raise error
+                assert isinstance(reply, list)
+                failed = next((r for r in reply if isinstance(r, Exception)), None)
+                if failed is not None:
+                    raise failed
+                out.append((nadds, sum(reply[-nkeys:]) - sum(reply[:nkeys])))
+            return out
+        except BaseException:
+            link.disconnect()  # replies may be left unread
+            raise
+        finally:
+            conn.connection_pool.release(link)
 
 
 def _task_report(opts: WriteOptions, producer: str, batch: str, batches) -> BraidWriteReport:
@@ -202,12 +295,14 @@ def record_stats(opts: WriteOptions, reports: list, batch: str) -> None:
     log.info("braid writer %s batch %s: %d rows, %d written, %d duplicates suppressed",
              producer, batch, rows, written, duplicates)
     if opts.stats_key:
-        conn = braid.connect(opts.url)
+        stats_key = opts.stats_key
+        shards = Shards(opts.url, opts.shard_host)
         try:
-            conn.execute_command("XADD", opts.stats_key, "*", "producer", producer, "batch", batch, "rows", rows,
-                                 "written", written, "duplicates", duplicates)
+            shards.retrying(lambda: shards.conn(shards.owner(stats_key)).execute_command(
+                "XADD", stats_key, "*", "producer", producer, "batch", batch, "rows", rows,
+                "written", written, "duplicates", duplicates))
         finally:
-            conn.close()
+            shards.close()
 
 
 class BraidBatchWriter(DataSourceArrowWriter):

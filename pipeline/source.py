@@ -31,6 +31,12 @@ per-origin cursor is sure to read it.
 A restart from the checkpoint resumes at the committed cursors, so no entry is
 skipped or read twice.  Every task reads from the region the offsets were
 planned at (``url``): another region may not have received those entries yet.
+
+Sharded regions (``pipeline/shards.py``): the driver finds the region's shards at
+``url`` (any shard's endpoint) and asks each key's questions (``SCAN``, ``XORIGINS``,
+``XSPLITORIGIN``) at the shard that owns it; tasks are made per shard (a task reads
+ranges of one shard's keys only, from that shard), and the offsets name the shard of
+every key.  An unsharded region is one shard at ``url``: plans and offsets as above.
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from crdt.blocks import DELETED, SAMEFIELDS, entry_starts, packed_entries
 
 from . import braid
+from . import shards as sharding
 from .braid import LogRange, Offsets
+from .shards import Shards
 
 SCHEMA = "key string, id string, origin int, fields map<string,string>, timestamp timestamp"
 
@@ -72,6 +80,7 @@ class ReadOptions:
     max_rows_per_batch: int | None
     partition_size: int
     read_count: int
+    shard_host: str = "announced"
 
     @classmethod
     def parse(cls, options) -> ReadOptions:
@@ -88,6 +97,7 @@ class ReadOptions:
             max_rows_per_batch=braid.positive_option(limit, "maxRowsPerBatch") if limit is not None else None,
             partition_size=braid.positive_option(options.get("partitionSize", "500000"), "partitionSize"),
             read_count=braid.positive_option(options.get("readCount", "10000"), "readCount"),
+            shard_host=sharding.shard_host_option(options),
         )
 
 
@@ -336,13 +346,19 @@ def _decode_entries(blocks: list, firsts: list[tuple[int, int]], lo: tuple[int, 
                 pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]), keys, vals), last
 
 
-def _position(conn, keys: list[str], text: str) -> Offsets:
+def _position(shards: Shards, keys: list[str], text: str) -> Offsets:
     """earliest / latest / a JSON offset -> cursors."""
     if text == "earliest":
         return {}
     if text == "latest":
-        return braid.origin_tops(conn, keys)
+        return sharding.origin_tops(shards, keys)
     return braid.parse_offsets(text)
+
+
+def shard_tasks(planned: list[tuple[sharding.Shard, list[LogRange]]], opts: ReadOptions) -> list[BraidRange]:
+    """Each shard's ranges grouped into tasks that read from that shard."""
+    return [task for shard, ranges in planned
+            for task in tasks(shard.url, ranges, opts.partition_size, opts.read_count)]
 
 
 class BraidBatchReader(DataSourceReader):
@@ -353,45 +369,59 @@ class BraidBatchReader(DataSourceReader):
 
     def partitions(self) -> list[BraidRange]:
         opts = self.options
-        conn = braid.connect(opts.url)
+        shards = Shards(opts.url, opts.shard_host)
+
+        def plan() -> list[tuple[sharding.Shard, list[LogRange]]]:
+            keys = sharding.resolve_keys(shards, opts.keys, opts.pattern)
+            start = _position(shards, keys, opts.starting)
+            end = _position(shards, keys, opts.ending)
+            return sharding.plan_ranges(shards, start, end, opts.partition_size)
+
         try:
-            keys = braid.resolve_keys(conn, opts.keys, opts.pattern)
-            start = _position(conn, keys, opts.starting)
-            end = _position(conn, keys, opts.ending)
-            ranges = braid.plan_ranges(conn, start, end, opts.partition_size)
+            planned = shards.retrying(plan)
         finally:
-            conn.close()
-        return tasks(opts.url, ranges, opts.partition_size, opts.read_count)
+            shards.close()
+        return shard_tasks(planned, opts)
 
     def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
         return read_task(partition)
 
 
 class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("braid")``: micro-batches between per-origin cursors."""
+    """``spark.readStream.format("braid")``: micro-batches between per-origin cursors.
+
+    Spark hands back the offsets this reader returned (in the checkpoint's form, which
+    names the shards of a sharded region: ``pipeline/shards.py``); inside, offsets are
+    one cursor per key and origin log (``braid.flatten``)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self._conn = None
+        self._shards: Shards | None = None  # found when first needed: the reader is pickled before
         self._available_now: Offsets | None = None  # Trigger.AvailableNow's target
 
     @property
-    def conn(self):
-        if self._conn is None:
-            self._conn = braid.connect(self.options.url)
-        return self._conn
+    def shards(self) -> Shards:
+        if self._shards is None:
+            self._shards = Shards(self.options.url, self.options.shard_host)
+        return self._shards
 
     def _tops(self) -> Offsets:
-        opts = self.options
-        return braid.origin_tops(self.conn, braid.resolve_keys(self.conn, opts.keys, opts.pattern))
+        opts, shards = self.options, self.shards
 
-    def initialOffset(self) -> Offsets:
+        def tops() -> Offsets:
+            return sharding.origin_tops(shards, sharding.resolve_keys(shards, opts.keys, opts.pattern))
+
+        return shards.retrying(tops)
+
+    def initialOffset(self) -> dict:
         opts = self.options
         if opts.starting == "earliest":
-            return {}
-        if opts.starting == "latest":
-            return self._tops()
-        return braid.parse_offsets(opts.starting)
+            start: Offsets = {}
+        elif opts.starting == "latest":
+            start = self._tops()
+        else:
+            start = braid.parse_offsets(opts.starting)
+        return sharding.serialize(self.shards, start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_rows_per_batch
@@ -400,15 +430,16 @@ class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._tops()
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start = braid.flatten(start)
         tops = self._available_now if self._available_now is not None else self._tops()
         end = _advance(start, tops)
         if isinstance(limit, ReadMaxRows):
             end = self._admit(start, end, limit.max_rows)
-        return end
+        return sharding.serialize(self.shards, end)
 
-    def reportLatestOffset(self) -> Offsets:
-        return self._tops()
+    def reportLatestOffset(self) -> dict:
+        return sharding.serialize(self.shards, self._tops())
 
     def _admit(self, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         """At most ``max_rows`` entries past ``start``: an even share per log with news."""
@@ -417,26 +448,29 @@ class BraidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return end
         share = max_rows // len(logs)
         admitted = {key: dict(origins) for key, origins in start.items()}
-        for (key, origin), runs in zip(logs, braid.split_runs(self.conn, start, end, logs, share), strict=True):
+        shards = self.shards
+        split = shards.retrying(lambda: sharding.split_runs(shards, start, end, logs, share))
+        for (key, origin), runs in zip(logs, split, strict=True):
             if runs:
                 admitted.setdefault(key, {})[origin] = runs[0][0]
         return admitted
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[BraidRange]:
-        opts = self.options
-        ranges = braid.plan_ranges(self.conn, start, end, opts.partition_size)
-        return tasks(opts.url, ranges, opts.partition_size, opts.read_count)
+    def partitions(self, start: dict, end: dict) -> list[BraidRange]:
+        opts, shards = self.options, self.shards
+        first, last = braid.flatten(start), braid.flatten(end)
+        return shard_tasks(shards.retrying(lambda: sharding.plan_ranges(shards, first, last, opts.partition_size)),
+                           opts)
 
     def read(self, partition: BraidRange) -> Iterator[pa.RecordBatch]:
         return read_task(partition)
 
-    def commit(self, end: Offsets) -> None:
+    def commit(self, end: dict) -> None:
         """Nothing to release: a stream is a log, entries stay for other readers."""
 
     def stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._shards is not None:
+            self._shards.close()
+            self._shards = None
 
 
 def _advance(start: Offsets, tops: Offsets) -> Offsets:

@@ -293,6 +293,12 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     },
     "test_pipeline": EXTERNAL,
     "test_pipeline_decode": PURE,
+    "test_pipeline_shards": {
+        "*": EXTERNAL,
+        PURE: ["test_the_slot_map_and_sharded_offsets_are_read_as_written"],
+        PROCESS: ["test_a_writer_with_a_stale_slot_map_follows_moved",
+                  "test_an_unsharded_region_is_one_shard_with_offsets_as_before"],
+    },
     "test_proto_stubs": PURE,
     "test_rdb": PURE,
     "test_rdb_file": {
