@@ -369,6 +369,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_auth_with_requirepass",
         ],
     },
+    "test_shards_stateful": PURE,
     "test_sim": {
         "*": PURE,
         PROCESS: [
