@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 
 # Property tests of the pure core, run a second time from a fresh random seed by `make test`
 PROPERTY_TESTS := tests/test_convergence.py tests/test_convergence_stateful.py tests/test_ops.py \
-                  tests/test_blocks.py tests/test_causal.py tests/test_idgen.py
+                  tests/test_blocks.py tests/test_causal.py tests/test_idgen.py tests/test_shards_stateful.py
 # Run again on the pure build (BRAID_PURE=1) after the suite: seconds, not minutes
 PURE_TESTS := tests/test_convergence.py tests/test_ops.py tests/test_blocks.py tests/test_causal.py \
               tests/test_idgen.py tests/test_resp_parser.py tests/test_rdb.py tests/test_entry_reply.py

@@ -376,6 +376,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
         ],
     },
     "test_shard_processes": PROCESS,
+    "test_shards_stateful": PURE,
     "test_sim": {
         "*": PURE,
         PROCESS: [

@@ -429,10 +429,12 @@ def command_docs(client: Session, argv: list[bytes]):
 
 
 def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
-    """Key positions of a command line, from the table (XREAD* keys follow STREAMS)."""
+    """Key positions of a command line, from the table (XREAD* keys follow STREAMS).  As
+    their key specs say, STREAMS is searched from the first argument of XREAD and the fourth of
+    XREADGROUP: a group or consumer named "streams" is not the keyword."""
     if cmd.name in ("xread", "xreadgroup"):
-        for i, a in enumerate(argv):
-            if a.lower() == b"streams":
+        for i in range(4 if cmd.name == "xreadgroup" else 1, len(argv)):
+            if argv[i].lower() == b"streams":
                 rest = argv[i + 1:]
                 return rest[: len(rest) // 2]
         return []

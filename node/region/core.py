@@ -540,6 +540,8 @@ class RegionCore:
             if refused is not None:
                 if cmd.name == "exec":
                     discard_transaction(client)
+                elif client.multi is not None:  # WATCH inside MULTI: the transaction fails, as in Redis Cluster
+                    client.multi_error = True
                 return self._reject(refused)
         if self.memory.limit and (cmd.denyoom or (cmd.name == "exec" and client.queued_denyoom())) \
                 and not self.replaying and self.memory.out_of_memory():  # (a replay runs what was taken)
@@ -691,15 +693,17 @@ class RegionCore:
         if not target.check_arity(len(argv)):
             client.multi_error = True
             return self._reject(ReplyError(f"ERR wrong number of arguments for '{target.fullname}' command"))
+        # a key of another shard, or of two slots: before any other refusal, as outside MULTI
+        # (and as Redis Cluster redirects before it checks memory or writability)
+        if self.routing is not None and (refused := self.routing.check(command_keys(target, argv), client)):
+            client.multi_error = True
+            return self._reject(refused)
         if target.is_write and self.aa is not None and not self.aa.writable:
             client.multi_error = True
             return self._reject(ReplyError(self.aa.write_refusal()))
         if target.denyoom and self.memory.limit and not self.replaying and self.memory.out_of_memory():
             client.multi_error = True
             return self._reject(ReplyError(OOM_ERROR))
-        if self.routing is not None and (refused := self.routing.check(command_keys(target, argv), client)):
-            client.multi_error = True
-            return self._reject(refused)
         assert client.multi is not None
         client.multi.append(argv)
         return "QUEUED"
