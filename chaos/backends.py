@@ -59,6 +59,7 @@ class Backend:
     addresses: dict[int, tuple[str, int]] = {}
     cluster_file: str = ""
     members: Members | None = None  # what clients may use; None: ``addresses``, fixed for the run
+    shards: int = 1  # shard processes per region (chaos/shards.py); ``addresses`` are then shard 0's
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -67,26 +68,31 @@ class Backend:
         """Regions the fault nemesis may pick now."""
         return sorted(self.members.addresses if self.members is not None else self.addresses)
 
+    def region_addresses(self, region: int) -> list[tuple[str, int]]:
+        """Every RESP address of a region: one per shard."""
+        return [self.addresses[region]]
+
     def debug(self, region: int, *args) -> None:
-        """A DEBUG fault at one region (it must run with --enable-debug-command)."""
-        c = connect(self.addresses[region], timeout=2.0)
-        try:
-            c.execute_command("DEBUG", *args)
-        finally:
-            c.close()
+        """A DEBUG fault at one region, at each of its shards (it must run with --enable-debug-command)."""
+        for address in self.region_addresses(region):
+            c = connect(address, timeout=2.0)
+            try:
+                c.execute_command("DEBUG", *args)
+            finally:
+                c.close()
 
     def bound_backlogs(self, regions) -> dict[int, bytes]:
         """The long-partition fault: bound the replication backlog of every one of ``regions``
         to nothing (a partition longer than any backlog, in seconds); returns the settings to
-        put back (:meth:`unbound_backlogs`), of the regions that answered."""
+        put back (:meth:`unbound_backlogs`), of the regions (and shards) that answered."""
         before = {}
-        for region in regions:
+        for address in (a for region in regions for a in self.region_addresses(region)):
             try:
-                c = connect(self.addresses[region], timeout=2.0)
+                c = connect(address, timeout=2.0)
             except (redis.RedisError, OSError):
                 continue
             try:
-                before[region] = c.config_get("crdt-repl-backlog-size")["crdt-repl-backlog-size"]
+                before[address] = c.config_get("crdt-repl-backlog-size")["crdt-repl-backlog-size"]
                 c.config_set("crdt-repl-backlog-size", 1)
             except (redis.RedisError, OSError):
                 pass  # down: its backlog is nothing it sends anyway
@@ -94,10 +100,10 @@ class Backend:
                 c.close()
         return before
 
-    def unbound_backlogs(self, before: dict[int, bytes]) -> None:
-        for region, size in before.items():
+    def unbound_backlogs(self, before: dict[tuple[str, int], bytes]) -> None:
+        for address, size in before.items():
             try:
-                c = connect(self.addresses[region], timeout=2.0)
+                c = connect(address, timeout=2.0)
                 try:
                     c.config_set("crdt-repl-backlog-size", size)
                 finally:
@@ -130,6 +136,11 @@ class RegionProcess(BraidProcess):
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to every process of the region (a sharded one: its supervisor and its shards)."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
 
 
 class MembershipFailed(Exception):
@@ -182,10 +193,12 @@ class ProcessBackend(Backend):
     def _region_file(self, me: RegionSpec, c: ClusterConfig | None = None) -> str:
         """Region ``me``'s cluster file: the peers it dials are at their relays."""
         c = c or self.config
-        regions = [RegionSpec(r.name, r.number, r.host,
-                              r.port, self.relays.relays[(me.number, r.number)].port
-                              if r.number > me.number and (me.number, r.number) in self.relays.relays
-                              else r.repl_port, status=r.status, frozen=r.frozen) for r in c.regions]
+        def dialed(r: RegionSpec) -> int:
+            relay = self.relays.relay(me.number, r.number) if r.number > me.number else None
+            return relay.port if relay is not None else r.repl_port
+
+        regions = [RegionSpec(r.name, r.number, r.host, r.port, dialed(r), status=r.status, frozen=r.frozen)
+                   for r in c.regions]
         view = ClusterConfig(c.cluster_id, c.database, c.token, c.stride, regions, c.id_mode, c.appendfsync,
                              tls=c.tls, epoch=c.epoch)
         path = os.path.join(self.workdir, f"{me.name}-{me.number}.toml")
@@ -370,21 +383,31 @@ class ProcessBackend(Backend):
                 self.heal_network()
 
     def _peers_hold_all_of(self, region: int) -> bool:
-        """Does every other member hold every operation ``region`` issued?"""
-        issued = version_vector(replication_status(connect(self.addresses[region], timeout=2.0))).get(region, 0)
-        return all(version_vector(replication_status(connect(address, timeout=2.0))).get(region, 0) >= issued
-                   for number, address in self.addresses.items() if number != region)
+        """Does every other member hold every operation ``region`` issued (in every shard group)?"""
+        def own(address, origin: int) -> int:
+            c = connect(address, timeout=2.0)
+            try:
+                return version_vector(replication_status(c)).get(origin, 0)
+            finally:
+                c.close()
+
+        for k, address in enumerate(self.region_addresses(region)):
+            issued = own(address, region)
+            if not all(own(self.region_addresses(number)[k], region) >= issued
+                       for number in self.addresses if number != region):
+                return False
+        return True
 
     def pause(self, region: int) -> None:
         with self.lock:
-            self.procs[region].proc.send_signal(signal.SIGSTOP)
+            self.procs[region].signal_all(signal.SIGSTOP)
             self.procs[region].paused = True
 
     def resume(self, region: int) -> None:
         with self.lock:
             proc = self.procs.get(region)
             if proc is not None and proc.paused:
-                proc.proc.send_signal(signal.SIGCONT)
+                proc.signal_all(signal.SIGCONT)
                 proc.paused = False
 
     def partition(self, a: int, b: int) -> None:

@@ -32,6 +32,16 @@ So each rule below only convicts on what the history proves:
 * **IDMP**: every iid is in ``chaos:idmp`` at most once, and an acknowledged
   one exactly once.
 
+Shards (``--shards N``).  Every shard of every region is dumped.  **convergence** is
+asked of each shard group (shard K of every region holds the same keys, entries and
+groups); **shard placement**: every key found at shard K is of a slot shard K owns, and
+no command was answered ``MOVED`` or ``CROSSSLOT`` (each went to its key's shard); the
+other rules judge, per region, the union of its shards' own keys - so an acknowledged
+write is present only if it is at the shard owning its key.  **shard kills**: every
+shard process the nemesis killed alone was started again by its supervisor, and the
+region's other shards answered throughout (the fault's watch: no silence longer than
+``SIBLING_SILENCE_S``), with the operations they acknowledged meanwhile reported.
+
 Membership.  The dumps are those of the final members (regions that left are not
 judged).  A region removed by force keeps, at the others, only its operations up to
 its frozen point; what it acknowledged beyond is lost by design.  A write it
@@ -49,9 +59,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from crdt.ids import parse_id
+from node.region.slots import key_slot
 
 from .history import FAIL, INFO, OK, History, Op
-from .workloads import CHURN, GROUPS, IDMP, LOG, TRIMMED
+from .workloads import CHURN, GROUPS, IDMP, LOG, SPREAD, TRIMMED
+
+SIBLING_SILENCE_S = 5.0  # a shard kill: the longest a sibling shard may go without answering PING
 
 # A region's state as the checkers see it: key -> {"entries": [[id, {field: value}]], "groups": [names]}
 Dump = dict[str, dict]
@@ -110,10 +123,11 @@ def _difference(a: dict | None, b: dict | None) -> str:
 
 def lost_writes(history: History, final: Dump) -> Verdict:
     problems: list[str] = []
-    log = _ids(final, LOG)
     adds = history.select("xadd", key=LOG, outcome=OK)
-    for op in adds:
-        got = log.get(op.value)
+    spread = [op for op in history.select("xadd", outcome=OK) if op.key.startswith(SPREAD)]
+    logs = {key: _ids(final, key) for key in {LOG, *(op.key for op in spread)}}
+    for op in adds + spread:
+        got = logs[op.key].get(op.value)
         if got is None:
             problems.append(f"{op.process} added {op.value} at region {op.region} (t={op.t1:.2f}s): acknowledged, lost")
         elif got.get("v") != op.args["payload"]:
@@ -127,7 +141,8 @@ def lost_writes(history: History, final: Dump) -> Verdict:
             if op.value not in left and not any(_could_remove(r, op) for r in removals):
                 problems.append(f"{op.process} added {op.value} to {key} at region {op.region} (t={op.t1:.2f}s): "
                                 "gone, and no removal could have observed it")
-    return _verdict("no lost writes", problems, f"{len(adds)} acknowledged entries of {LOG} present; "
+    more = f" (and {len(spread)} of {', '.join(sorted(logs.keys() - {LOG}))})" if spread else ""
+    return _verdict("no lost writes", problems, f"{len(adds)} acknowledged entries of {LOG}{more} present; "
                                                 f"{explained} of {CHURN} and {TRIMMED} explained")
 
 
@@ -260,4 +275,103 @@ def check_all(history: History, dumps: dict[int, Dump | None]) -> list[Verdict]:
                  strict_ids(history), never_skips(history, final), idmp(history, final)]
     if history.forced:
         verdicts.append(forced_removals(history, excused, final))
+    return verdicts
+
+
+# ------------------------------------------------------------------ shards
+ByShard = dict[int, dict[int, "Dump | None"]]  # shard -> region -> that shard's dump
+
+
+def convergence_by_shard(by_shard: ByShard) -> Verdict:
+    """Each shard group on its own: shard K of every region holds the same keys."""
+    problems, parts = [], []
+    for k, dumps in sorted(by_shard.items()):
+        v = convergence(dumps)
+        problems += [f"shard {k}: {p}" for p in v.problems]
+        live = [d for d in dumps.values() if d is not None]
+        parts.append(f"shard {k}: {len(live[0]) if live else 0} keys")
+    regions = len(next(iter(by_shard.values()), {}))
+    return _verdict("convergence", problems, f"{len(by_shard)} shard groups, each identical in its {regions} "
+                                             f"regions ({'; '.join(parts)})")
+
+
+def placement(history: History, by_shard: ByShard, owners: bytes) -> Verdict:
+    """Every key at the shard owning its slot; every command sent to its key's shard."""
+    problems = []
+    for k, dumps in sorted(by_shard.items()):
+        for r, d in sorted(dumps.items()):
+            for key in sorted(d or {}):
+                slot = key_slot(key.encode())
+                if owners[slot] != k:
+                    problems.append(f"key {key!r} (slot {slot}, shard {owners[slot]}'s) is at shard {k} of region {r}")
+    keyed = [op for op in history.ops if op.key and "shard" in op.args]
+    for op in keyed:
+        if op.outcome == FAIL and str(op.value).startswith(("MOVED", "CROSSSLOT")):
+            problems.append(f"{op.process} {op.f} {op.key} at region {op.region} shard {op.args['shard']} "
+                            f"(t={op.t0:.2f}s) was answered {op.value}")
+        elif owners[key_slot(op.key.encode())] != op.args["shard"]:
+            problems.append(f"{op.process} {op.f} {op.key} was sent to shard {op.args['shard']}, not its key's")
+    acked = sum(op.outcome == OK for op in keyed)
+    return _verdict("shard placement", problems, f"every key of every shard in its own slots; {acked} acknowledged "
+                                                 "commands each at its key's shard, none answered MOVED")
+
+
+def merged(by_shard: ByShard, owners: bytes, region: int) -> Dump | None:
+    """A region's keys: each shard's own (a key at a shard that does not own it is not counted)."""
+    out: Dump = {}
+    for k, dumps in sorted(by_shard.items()):
+        d = dumps.get(region)
+        if d is None:
+            return None
+        out.update({key: v for key, v in d.items() if owners[key_slot(key.encode())] == k})
+    return out
+
+
+def served_meanwhile(history: History, fault) -> int:
+    """A shard kill: the operations the region's other shards acknowledged from the kill until the
+    killed shard answered again (until the fault healed, if it never did)."""
+    info, region = fault.info, fault.targets[0]
+    end = fault.t0 + info["back_s"] if info.get("back_s") is not None else (fault.t1 or fault.t0)
+    killed = info.get("shard")
+    return sum(1 for op in history.ops if op.region == region and op.outcome == OK and op.key
+               and op.args.get("shard", killed) != killed and fault.t0 <= op.t1 <= end)
+
+
+def shard_kills(history: History) -> Verdict:
+    """Each shard killed alone was restarted by its supervisor, its siblings answering meanwhile."""
+    kills = [f for f in history.faults if f.kind == "shard-kill" and "not injected" not in f.detail]
+    problems, times, served = [], [], 0
+    for f in kills:
+        info, region = f.info, f.targets[0]
+        where = f"shard {info.get('shard')} of region {region} (killed at t={f.t0:.2f}s)"
+        if not info.get("restarted"):
+            problems.append(f"{where} was not started again by its supervisor")
+            continue
+        times.append(info["back_s"])
+        for k, s in sorted(info.get("siblings", {}).items()):
+            if s["answered"] == 0 or s["longest_silence_s"] > SIBLING_SILENCE_S:
+                problems.append(f"{where}: its sibling shard {k} answered {s['answered']} of {s['asked']} pings, "
+                                f"silent for up to {s['longest_silence_s']:.1f} s")
+        served += served_meanwhile(history, f)
+    if not kills:
+        return Verdict("shard kills", True, "no shard process was killed alone")
+    span = "-" if not times else f"{times[0]:.2f} s" if len(times) == 1 else f"{min(times):.2f}-{max(times):.2f} s"
+    return _verdict("shard kills", problems, f"{len(kills)} single-shard kill(s), each restarted by its supervisor "
+                                             f"({span}); the region's other shards answered throughout and "
+                                             f"acknowledged {served} operations while it was down")
+
+
+def check_all_sharded(history: History, by_shard: ByShard, owners: bytes) -> list[Verdict]:
+    """:func:`check_all` for sharded regions: convergence per shard group, placement, and the
+    other rules over each region's shards together."""
+    judged, excused = excuse_forced(history)
+    regions = sorted(next(iter(by_shard.values()), {}))
+    final = next((d for r in regions if (d := merged(by_shard, owners, r)) is not None), {})
+    verdicts = [convergence_by_shard(by_shard), placement(judged, by_shard, owners),
+                lost_writes(judged, final), observed_remove(judged, final), delete_wins(judged, final),
+                strict_ids(judged), never_skips(judged, final), idmp(judged, final)]
+    if any(f.kind == "shard-kill" for f in history.faults):
+        verdicts.append(shard_kills(history))
+    if history.forced:
+        verdicts.append(forced_removals(judged, excused, final))
     return verdicts

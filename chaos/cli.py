@@ -26,6 +26,18 @@ def _faults(text: str) -> list[str]:
     return kinds
 
 
+def _shard_count(text: str) -> int:
+    from .shards import MAX_SHARDS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shard count from 1 to {MAX_SHARDS}")
+    return value
+
+
 def _seconds(text: str) -> float:
     """``40ms``, ``0.04s`` or ``0.04`` (seconds)."""
     try:
@@ -66,12 +78,39 @@ def _backend(args):
     if args.cluster:
         return backends.AttachBackend(args.cluster), None
     workdir = tempfile.mkdtemp(prefix="braid-chaos-")
+    if args.shards > 1:
+        from .shards import ShardedProcessBackend
+
+        return ShardedProcessBackend(args.regions, workdir, args.shards, args.fsync, args.bug, args.seed), workdir
     return backends.ProcessBackend(args.regions, workdir, args.fsync, args.bug, args.seed,
                                    membership="membership" in args.faults), workdir
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _shards_refused(args: argparse.Namespace) -> str | None:
+    """Why ``--shards``/``shard-kill`` cannot be run as asked (None: they can)."""
+    if args.cluster and args.shards < 2:
+        from node.activeactive.cluster_config import load
+
+        try:
+            sharded = load(args.cluster).shards.sharded
+        except (OSError, ValueError, KeyError):
+            sharded = False  # (the backend says what is wrong with the file)
+        if sharded:
+            return (f"--cluster {args.cluster}: a sharded database; attaching to one is not supported yet (its "
+                    "shards would need a client per shard): start sharded regions with --shards N instead")
+    if args.shards > 1 and (args.cluster or args.backend != "process"):
+        where = "an attached cluster (--cluster)" if args.cluster else f"the {args.backend} backend"
+        return (f"--shards {args.shards}: {where} runs unsharded regions only; sharded regions run with the "
+                "process backend (braid-chaos run --shards N without --backend or --cluster)")
+    if args.faults is not None and "shard-kill" in args.faults and args.shards < 2:
+        return "the shard-kill fault kills one shard process of a region: it needs --shards 2 or more"
+    if args.faults is not None and "membership" in args.faults and args.shards > 1:
+        return "the membership fault cannot add a region to a sharded database yet: leave out --shards"
+    return None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -82,10 +121,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .run import RunConfig, run
 
     console = Console()
+    refused = _shards_refused(args)
+    if refused is not None:
+        console.print(f"braid-chaos: {refused}", style="red")
+        return 2
     explicit = args.faults is not None
     if args.faults is None:
         args.faults = list(KINDS)
-    config = RunConfig(args.regions, args.duration, args.seed, args.faults, args.fsync, args.bug, args.out)
+    config = RunConfig(args.regions, args.duration, args.seed, args.faults, args.fsync, args.bug, args.out,
+                       shards=args.shards)
     backend, workdir = _backend(args)
     if "membership" in args.faults and "membership" not in backend.faults:
         where = "an attached cluster" if args.cluster else f"the {args.backend} backend"
@@ -95,11 +139,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             return 2
-        console.print(f"(no membership changes with {where}: only the process backend adds regions)")
+        console.print(f"(no membership changes with {where}: only the process backend adds regions)" if args.shards < 2
+                      else "(no membership changes with sharded regions: a region cannot join a sharded database yet)")
     where = "attached" if args.cluster else args.backend
     if args.backend == "netns":
         where += f", {args.wan_delay * 1000:g} ms one way between regions"
-    console.print(f"starting {args.regions} regions ({where}), "
+    shards = f" of {args.shards} shards each" if args.shards > 1 else ""
+    console.print(f"starting {args.regions} regions{shards} ({where}), "
                   f"seed {args.seed}" + (f", planted bug {args.bug}" if args.bug else ""))
     signal.signal(signal.SIGTERM, _interrupt)  # a terminated run still stops its regions and cleans up
     try:
@@ -130,6 +176,7 @@ EXAMPLES = """examples:
   braid-chaos run --duration 30 --seed 7        a 30 s run, every fault kind, report in chaos-report/
   braid-chaos run --faults kill,pause --keep    only kills and pauses; keep the regions' data and logs
   braid-chaos run --cluster data/cluster.toml   break a cluster that is already running
+  braid-chaos run --regions 2 --shards 2        sharded regions: single shards killed, and whole regions
   braid-chaos sim --time-box 60                 the deterministic simulation, many schedules for 60 s
 
 braid-chaos run --help and braid-chaos sim --help list their options."""
@@ -149,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "report.json and timeline.png to --out, and history.json.gz when the run "
                                    "failed or with --full-history.")
     p.add_argument("--regions", type=int, default=3, help="how many regions to start, at least 2 (default: 3)")
+    p.add_argument("--shards", type=_shard_count, default=1, metavar="N",
+                   help="shard processes per region, 1-5 (process backend): each region runs as its supervisor "
+                        "and N shards, clients send each command to its key's shard, and the shard-kill fault "
+                        "kills one shard process (default: 1, unsharded)")
     p.add_argument("--duration", type=float, default=60.0,
                    help="seconds of workload under faults, before the heal (default: 60)")
     p.add_argument("--seed", type=int, default=0,

@@ -39,11 +39,12 @@ class Op:
 
 @dataclass(slots=True)
 class Fault:
-    kind: str             # kill, pause, partition, one-way, bridge, long-partition, link-faults, clock, ...
+    kind: str             # kill, shard-kill, pause, partition, one-way, bridge, long-partition, link-faults, ...
     targets: list
     t0: float
     t1: float | None = None  # healed at (None: until the end of the faults phase)
     detail: str = ""
+    info: dict = field(default_factory=dict)  # what a fault measured (a shard kill: its restart, its siblings)
 
 
 @dataclass(slots=True)

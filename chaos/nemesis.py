@@ -10,8 +10,15 @@ overlaps faults freely.)
 =============  =====================================================================
 kind           what happens, and how it heals
 =============  =====================================================================
-kill           SIGKILL a region; restarted on the same data when the fault heals
-pause          SIGSTOP a region (clients time out, links stall); SIGCONT
+kill           SIGKILL a region; restarted on the same data when the fault heals (a
+               sharded region: its supervisor, whose shards die with it - a machine
+               crash -, and the supervisor restarted, which starts every shard)
+shard-kill     sharded regions (``--shards N``): SIGKILL one shard process of a region;
+               its supervisor restarts it by itself while the region's other shards
+               serve on, and the heal checks that it did (how long it took, and
+               whether the other shards answered meanwhile)
+pause          SIGSTOP a region (every process of it) (clients time out, links stall);
+               SIGCONT
 partition      cut the link between two regions, both ways
 one-way        what one region sends another is held; the other way flows
 bridge         split the regions in two sides; one region stays connected to both
@@ -50,10 +57,10 @@ from dataclasses import dataclass, field
 
 import redis
 
-from .history import History
+from .history import Fault, History
 
 KINDS = ("kill", "pause", "partition", "one-way", "bridge", "long-partition", "link-faults", "clock", "disk-full",
-         "slow-fsync", "restore", "membership")
+         "slow-fsync", "restore", "shard-kill", "membership")
 SCHEDULED = KINDS[:-1]  # membership changes are not steps of the schedule: MembershipNemesis plays them
 
 
@@ -66,19 +73,19 @@ class Step:
     params: dict = field(default_factory=dict, hash=False, compare=False)
 
 
-def schedule(seed: int, duration: float, regions: list[int], kinds: list[str]) -> list[Step]:
+def schedule(seed: int, duration: float, regions: list[int], kinds: list[str], shards: int = 1) -> list[Step]:
     rng = random.Random(seed)
     kinds = [k for k in kinds if k in SCHEDULED]
     steps, t = [], 1.5  # let the workloads warm up first
     while kinds and t < duration - 1.5:
         kind = rng.choice(kinds)
         length = min(rng.uniform(2.0, 7.0), duration - t)
-        steps.append(_step(rng, t, kind, length, regions))
+        steps.append(_step(rng, t, kind, length, regions, shards))
         t += length + rng.uniform(0.5, 2.0)
     return steps
 
 
-def _step(rng: random.Random, t: float, kind: str, length: float, regions: list[int]) -> Step:
+def _step(rng: random.Random, t: float, kind: str, length: float, regions: list[int], shards: int = 1) -> Step:
     if kind in ("partition", "one-way"):
         return Step(t, kind, tuple(rng.sample(regions, 2)), length)
     if kind == "bridge":
@@ -101,6 +108,10 @@ def _step(rng: random.Random, t: float, kind: str, length: float, regions: list[
         return Step(t, kind, target, length, {"offset_ms": rng.choice((-1, 1)) * rng.randint(1000, 60000)})
     if kind == "slow-fsync":
         return Step(t, kind, target, length, {"delay_ms": rng.randint(100, 800)})
+    if kind == "shard-kill":
+        return Step(t, kind, target, length, {"shard": rng.randrange(shards)})
+    if kind == "kill" and shards > 1:
+        return Step(t, kind, target, length, {"shards": shards})  # (for its description: a machine crash)
     return Step(t, kind, target, length)
 
 
@@ -122,7 +133,7 @@ class Nemesis(threading.Thread):
                     continue  # too few members for this kind of fault now
                 fault = self.history.fault(step.kind, list(step.targets), _describe(step))
                 try:
-                    undo = self.inject(step)
+                    undo = self.inject(step, fault)
                 except (redis.RedisError, OSError, KeyError) as e:  # e.g. DEBUG at a region that is down
                     fault.detail += f" (not injected: {e!r})"
                     undo = None
@@ -143,7 +154,7 @@ class Nemesis(threading.Thread):
         the targets are marked as under a fault (membership changes leave them alone)."""
         b = self.backend
         with getattr(b, "lock", None) or contextlib.nullcontext():
-            if step.kind in ("kill", "pause", "restore") and getattr(b, "busy", None):
+            if step.kind in ("kill", "pause", "restore", "shard-kill") and getattr(b, "busy", None):
                 return None  # a removal under way needs every other member up; network faults still happen
             current = b.fault_targets() if hasattr(b, "fault_targets") else sorted(b.addresses)
             if not set(step.targets) <= set(current) or (step.kind == "link-faults" and
@@ -153,7 +164,7 @@ class Nemesis(threading.Thread):
                 if len(current) < need:
                     return None
                 rng = random.Random(f"{step.at}:{step.kind}:{current}")
-                step = _step(rng, step.at, step.kind, step.length, current)
+                step = _step(rng, step.at, step.kind, step.length, current, getattr(b, "shards", 1))
             if hasattr(b, "faulted"):
                 b.faulted.update(step.targets)
         return step
@@ -163,8 +174,10 @@ class Nemesis(threading.Thread):
             with self.backend.lock:
                 self.backend.faulted.difference_update(step.targets)
 
-    def inject(self, step: Step):
+    def inject(self, step: Step, fault: Fault | None = None):
         b, (first, *rest), p = self.backend, step.targets, step.params
+        if step.kind == "shard-kill":  # the backend watches the supervisor restart it (chaos/shards.py)
+            return b.kill_shard(first, p["shard"], fault).finish
         if step.kind == "kill":
             b.kill(first)
             return lambda: b.restart(first)
@@ -338,8 +351,13 @@ class MembershipNemesis(threading.Thread):
 
 def _describe(step: Step) -> str:
     t, p, k = step.targets, step.params, step.kind
+    if k == "kill" and p.get("shards"):
+        return (f"SIGKILL region {t[0]}'s supervisor (its {p['shards']} shards die with it: a machine crash), "
+                f"restart after {step.length:.1f}s")
     if k == "kill":
         return f"SIGKILL region {t[0]}, restart after {step.length:.1f}s"
+    if k == "shard-kill":
+        return f"SIGKILL shard {p['shard']} of region {t[0]}"
     if k == "pause":
         return f"SIGSTOP region {t[0]} for {step.length:.1f}s"
     if k == "partition":

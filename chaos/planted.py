@@ -91,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     BUGS[argv[0]][0]()
+    from node.tools import shards
     from node.tools.cli import main as braid
+
+    bug = argv[0]  # a sharded region's supervisor starts its shards with the same bug planted
+    shards.shard_command = lambda args, k: [sys.executable, "-m", "chaos.planted", bug, *args, "--shard", str(k)]
 
     return braid(argv[1:])
 

@@ -3,9 +3,12 @@
 Theory of operation
 -------------------
 Regions of a cluster talk over one gRPC stream per pair, dialed by the region
-with the lower number.  The chaos suite gives each region its own cluster file
-in which the address of every peer it dials is a :class:`Relay` port; the
-relay forwards to the peer's real replication port.  So every link between
+with the lower number (in a sharded database, one per pair and shard: shard K of
+a region dials shard K of the other).  The chaos suite gives each region its own
+cluster file in which the address of every peer it dials is a :class:`Relay`
+port (one per shard); the relay forwards to the peer's real replication port.
+A fault between two regions reaches every shard's link between them, as a
+network fault between two machines would.  So every link between
 real region processes passes through a relay, without Docker, network
 namespaces or root, and the same suite runs on a laptop and in CI.
 
@@ -63,6 +66,7 @@ class Relay:
     listener: int
     target: tuple[str, int]
     port: int = 0
+    shard: int = 0
     cut: bool = False
     forward: Direction = field(default_factory=Direction)
     backward: Direction = field(default_factory=Direction)
@@ -130,8 +134,8 @@ class RelayHub:
     """Every relay of a chaos run, served from one background thread."""
 
     def __init__(self, seed: int = 0) -> None:
-        self.relays: dict[tuple[int, int], Relay] = {}
-        self._pipes: dict[tuple[int, int], set[_Pipe]] = {}
+        self.relays: dict[tuple[int, int, int], Relay] = {}  # (dialer, listener, shard)
+        self._pipes: dict[tuple[int, int, int], set[_Pipe]] = {}
         self._rng = random.Random(seed)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="chaos-relays", daemon=True)
@@ -142,14 +146,19 @@ class RelayHub:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     # ------------------------------------------------------------ setup
-    def add(self, dialer: int, listener: int, target: tuple[str, int]) -> Relay:
-        relay = Relay(f"{dialer}-{listener}", dialer, listener, target)
+    def add(self, dialer: int, listener: int, target: tuple[str, int], shard: int = 0) -> Relay:
+        relay = Relay(f"{dialer}-{listener}" + (f"/shard-{shard}" if shard else ""), dialer, listener, target,
+                      shard=shard)
         relay.port = self._run(self._listen(relay))
-        self.relays[(dialer, listener)] = relay
+        self.relays[(dialer, listener, shard)] = relay
         return relay
 
+    def relay(self, dialer: int, listener: int, shard: int = 0) -> Relay | None:
+        """The relay of ``dialer``'s link to ``listener`` (of that shard), if there is one."""
+        return self.relays.get((dialer, listener, shard))
+
     async def _listen(self, relay: Relay) -> int:
-        key = (relay.dialer, relay.listener)
+        key = (relay.dialer, relay.listener, relay.shard)
         self._pipes[key] = set()
         server = await asyncio.start_server(lambda r, w: self._accept(relay, r, w), "127.0.0.1", 0)
         self._servers.append(server)
@@ -165,42 +174,48 @@ class RelayHub:
             writer.close()  # the listener is down (killed or paused): the dialer retries
             return
         pipe = _Pipe(relay, self._rng, ((reader, writer), (sr, sw)))
-        pipes = self._pipes[(relay.dialer, relay.listener)]
+        pipes = self._pipes[(relay.dialer, relay.listener, relay.shard)]
         pipes.add(pipe)
         try:
             await asyncio.gather(pipe.pump(reader, sw, relay.forward), pipe.pump(sr, writer, relay.backward))
         finally:
             pipes.discard(pipe)
 
-    def link(self, a: int, b: int) -> Relay:
-        return self.relays[(min(a, b), max(a, b))]
+    def links(self, a: int, b: int) -> list[Relay]:
+        """The relays between regions a and b: one per shard (KeyError: none)."""
+        dialer, listener = min(a, b), max(a, b)
+        found = [r for (d, li, _k), r in sorted(self.relays.items()) if (d, li) == (dialer, listener)]
+        if not found:
+            raise KeyError((dialer, listener))
+        return found
 
     # ------------------------------------------------------------ faults
     def partition(self, a: int, b: int) -> None:
-        """Cut the link between regions a and b, both ways."""
-        relay = self.link(a, b)
-        relay.cut = True
-        self.loop.call_soon_threadsafe(self._close_all, (relay.dialer, relay.listener))
+        """Cut the link between regions a and b, both ways (every shard's)."""
+        for relay in self.links(a, b):
+            relay.cut = True
+            self.loop.call_soon_threadsafe(self._close_all, (relay.dialer, relay.listener, relay.shard))
 
     def hold(self, src: int, dst: int) -> None:
         """One-way partition: what ``src`` sends ``dst`` is held."""
-        self.link(src, dst).direction(src).held = True
+        for relay in self.links(src, dst):
+            relay.direction(src).held = True
 
     def impair(self, a: int, b: int, delay_s: float = 0.0, jitter_s: float = 0.0, reset_p: float = 0.0) -> None:
         """Delay (with jitter) and connection resets on the link, both ways."""
-        relay = self.link(a, b)
-        for d in (relay.forward, relay.backward):
-            d.delay_s, d.jitter_s, d.reset_p = delay_s, jitter_s, reset_p
+        for relay in self.links(a, b):
+            for d in (relay.forward, relay.backward):
+                d.delay_s, d.jitter_s, d.reset_p = delay_s, jitter_s, reset_p
 
     def heal(self, a: int | None = None, b: int | None = None) -> None:
         """Clear every fault on one link, or on all of them."""
-        relays = self.relays.values() if a is None else [self.link(a, b)]
+        relays = list(self.relays.values()) if a is None or b is None else self.links(a, b)
         for relay in relays:
             relay.cut = False
             relay.forward.clear()
             relay.backward.clear()
 
-    def _close_all(self, key: tuple[int, int]) -> None:
+    def _close_all(self, key: tuple[int, int, int]) -> None:
         for pipe in list(self._pipes.get(key, ())):
             pipe.close()
 

@@ -56,11 +56,11 @@ from .history import FAIL, INFO, OK, History
 FAULT_COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple", "one-way": "tab:pink",
                  "bridge": "tab:brown", "long-partition": "tab:gray", "link-faults": "tab:olive", "clock": "tab:cyan",
                  "disk-full": "tab:gray", "slow-fsync": "tab:blue", "restore": "tab:red",
-                 "membership": "tab:green"}
+                 "shard-kill": "darkred", "membership": "tab:green"}
 REGION_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
                   "tab:gray", "tab:olive", "tab:cyan")
 DOWN_CAUSES = {"kill": "killed", "pause": "paused", "restore": "restored from an older copy",
-               "membership": "membership change"}
+               "shard-kill": "a shard killed", "membership": "membership change"}
 FONT_PT = 10      # every text of the timeline; the smallest is SMALL_PT
 SMALL_PT = 9
 LEFT_AFTER_S = 2.0  # a region the sampler stopped asking this long before the end left the members
@@ -70,7 +70,8 @@ TIMELINE = "timeline.png"
 
 
 def summary_table(result) -> Table:
-    table = Table(title=f"braid-chaos run  seed={result.config.seed}  regions={result.config.regions}  "
+    shards = f"  shards={result.config.shards}" if result.config.shards > 1 else ""
+    table = Table(title=f"braid-chaos run  seed={result.config.seed}  regions={result.config.regions}{shards}  "
                         f"duration={result.config.duration:.0f}s", show_lines=False)
     table.add_column("checker")
     table.add_column("verdict")
@@ -99,6 +100,8 @@ def print_report(result, paths: dict[str, str], console: Console | None = None) 
                   f"converged {conv} after the heal")
     if result.membership:
         console.print(f"membership: {'; '.join(result.membership)}")
+    for line in shard_lines(result):
+        console.print(line)
     for name, path in paths.items():
         console.print(f"{name}: {path}")
     if "history" not in paths:
@@ -109,6 +112,24 @@ def print_report(result, paths: dict[str, str], console: Console | None = None) 
         for p in first_bad.problems[:10]:
             console.print(f"  - {p}")
     console.print("[bold green]PASS[/bold green]" if result.ok else "[bold red]FAIL[/bold red]")
+
+
+def shard_lines(result) -> list[str]:
+    """A sharded run: each shard's slots and workload keys, and what each single-shard kill did."""
+    info = getattr(result, "shards", None) or {}
+    if not info:
+        return []
+    lines = [f"shards: {info['count']} per region; " + "; ".join(
+        f"shard {k} (slots {slots}): {', '.join(info['keys'].get(str(k), [])) or 'no workload key'}"
+        for k, slots in enumerate(info.get("slots") or ["?"] * info["count"]))]
+    from .checkers import served_meanwhile
+
+    for f in result.history.faults:
+        if f.kind == "shard-kill":
+            served = f"; the region's other shards acknowledged {served_meanwhile(result.history, f)} operations " \
+                     "until it answered" if f.info.get("restarted") else ""
+            lines.append(f"  t={f.t0:.1f}s region {f.targets[0]}: {f.detail}{served}")
+    return lines
 
 
 # ------------------------------------------------------------------ lag
@@ -233,8 +254,22 @@ def summary(result, full_history: str | None) -> dict:
         "stats": stats(h),
         "lag": lag_summary(h),
         "membership": result.membership,
+        "shards": shard_report(result),
         "full_history": full_history,
     }
+
+
+def shard_report(result) -> dict | None:
+    """report.json's ``shards``: null unsharded, else the count, each shard's slots and keys, and each
+    single-shard kill (region, shard, restart time, its siblings' answers)."""
+    info = getattr(result, "shards", None) or {}
+    if not info:
+        return None
+    from .checkers import served_meanwhile
+
+    kills = [{"t": f.t0, "region": f.targets[0], **f.info, "others_acknowledged": served_meanwhile(result.history, f)}
+             for f in result.history.faults if f.kind == "shard-kill" and f.info]
+    return {**info, "kills": kills}
 
 
 def write_json(result, path: str, full_history: bool = False) -> str:

@@ -20,6 +20,14 @@ change during phase 2: clients, the sampler, the heal, the convergence wait, the
 drain and the dumps all follow the backend's members of the moment, so the checkers
 judge the final members; regions removed by force are recorded with their frozen
 point for the checkers.
+
+Sharded regions (``--shards N``, :mod:`chaos.shards`): each shard group - shard K of
+every region - is a replication group of its own, so "every region holds the same
+operations" is asked of each group (convergence is reached when every group
+converged), the sampler adds up a region's shards (a region answers when all its
+shards do), the drain reads at the shard owning ``chaos:log``, and every shard of
+every region is dumped: the checkers compare each group's regions and check that
+every key lies in its own shard.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from node.tools.cluster_processes import writable
 from . import checkers
 from .history import History
 from .nemesis import KINDS, MembershipNemesis, Nemesis, schedule
-from .workloads import GROUP, LOG, Members, Worker, claim_ids, connect, read_ids, start_workers
+from .workloads import GROUP, KEYS, LOG, Members, Worker, claim_ids, connect, read_ids, spread_keys, start_workers
 
 
 @dataclass
@@ -49,6 +57,7 @@ class RunConfig:
     bug: str | None = None
     out: str = "chaos-report"
     converge_timeout: float = 90.0
+    shards: int = 1  # shard processes per region
 
 
 @dataclass
@@ -60,6 +69,7 @@ class RunResult:
     errors: list[str]
     steps: list
     membership: list[str] = field(default_factory=list)  # the membership changes made, in order
+    shards: dict = field(default_factory=dict)  # sharded: {"count", "slots" (per shard), "keys" (per shard)}
 
     @property
     def ok(self) -> bool:
@@ -72,13 +82,13 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
     members = backend.members if backend.members is not None else Members(backend.addresses)
     regions = sorted(members.addresses)
     kinds = [k for k in config.faults if k in backend.faults]
-    steps = schedule(config.seed, config.duration, regions, kinds)
+    steps = schedule(config.seed, config.duration, regions, kinds, members.shard_count)
     # every region of a cluster takes writes only once its peers told it the last of its own
     # operations they hold (node/activeactive/region.py): the workloads start after that
-    wait_until(lambda: all(writable(port, host) for host, port in members.addresses.values()), 60.0,
-               what="every region taking writes")
-    _create_group(members.addresses)
-    wait_converged(members.addresses, 30.0)
+    wait_until(lambda: all(writable(port, host) for r in members.addresses for host, port in
+                           members.region_addresses(r)), 60.0, what="every region taking writes")
+    _create_group(members)
+    wait_converged(members.groups(), 30.0)
     history.mark("faults")
     stop = threading.Event()
     sampler = threading.Thread(target=_sample, args=(members, history, stop), daemon=True)
@@ -108,22 +118,36 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
     late_sampler = threading.Thread(target=_sample, args=(members, history, sampler_stop), daemon=True)
     late_sampler.start()
     sampler.join(5)
-    final = members.addresses  # the members at the end: convergence, the drain and the checkers are theirs
-    convergence = wait_converged(final, config.converge_timeout)
+    final = members.frozen()  # the members at the end: convergence, the drain and the checkers are theirs
+    groups = final.groups()
+    convergence = wait_converged(groups, config.converge_timeout)
     if convergence is None:
-        forked = [r for r, a in final.items() if (st := replication_state(a)) is not None and st[3]]
+        forked = sorted({r for g in groups for r, a in g.items()
+                         if (st := replication_state(a)) is not None and st[3]})
         errors.append(f"regions {forked} found other histories under the same operation numbers (a fork)" if forked
                       else f"regions did not converge within {config.converge_timeout:.0f} s of the heal")
     else:
         history.mark("converged")
     drain(final, history)
-    wait_converged(final, config.converge_timeout)
+    wait_converged(groups, config.converge_timeout)
     history.mark("drained")
     sampler_stop.set()
     late_sampler.join(5)
-    dumps = {r: dump_region(final[r]) for r in sorted(final)}
     done = threads[-1].changes if "membership" in kinds else []
-    return RunResult(config, history, checkers.check_all(history, dumps), convergence, errors, steps, done)
+    if final.shards is None:
+        dumps = {r: dump_region(a) for r, a in sorted(final.addresses.items())}
+        return RunResult(config, history, checkers.check_all(history, dumps), convergence, errors, steps, done)
+    by_shard = {k: {r: dump_region(a) for r, a in sorted(g.items())} for k, g in enumerate(groups)}
+    verdicts = checkers.check_all_sharded(history, by_shard, final.owners or b"")
+    return RunResult(config, history, verdicts, convergence, errors, steps, done, shard_summary(final, backend))
+
+
+def shard_summary(members: Members, backend) -> dict:
+    """What the report says of the shards: how many, each one's slots and workload keys."""
+    keys = sorted([*KEYS, *spread_keys(members)])
+    slots = backend.slots_of() if hasattr(backend, "slots_of") else []
+    return {"count": members.shard_count, "slots": slots,
+            "keys": {str(k): [key for key in keys if members.shard_of(key) == k] for k in range(members.shard_count)}}
 
 
 def _wait_phase(duration: float, history: History, progress) -> None:
@@ -136,8 +160,8 @@ def _wait_phase(duration: float, history: History, progress) -> None:
         progress(1.0, f"{len(history.ops)} ops, {len(history.faults)} faults")
 
 
-def _create_group(addresses: dict) -> None:
-    c = connect(addresses[min(addresses)], timeout=10)
+def _create_group(members: Members) -> None:
+    c = connect(members.at(min(members.addresses), members.shard_of(LOG)), timeout=10)
     try:
         c.execute_command("XGROUP", "CREATE", LOG, GROUP, "0", "MKSTREAM")
     except redis.ResponseError as e:
@@ -162,31 +186,48 @@ def replication_state(address) -> tuple[dict[int, int], int, str, int] | None:
 
 
 def _sample(members: Members, history: History, stop: threading.Event) -> None:
+    """Every region's version vector, twice a second; a sharded region's is the sum of its shards'
+    (each shard group counts its own operations), and it answers only when every shard does."""
     while not stop.wait(0.5):
         for region, address in members.addresses.items():
-            state = replication_state(address)
-            history.sample(region, state is not None, state[0] if state else {})
+            states = [replication_state(a) for a in (members.region_addresses(region) if members.shards else [address])]
+            vv: dict[int, int] = {}
+            for state in states:
+                for origin, n in (state[0] if state else {}).items():
+                    vv[origin] = vv.get(origin, 0) + n
+            up = all(s is not None for s in states)
+            history.sample(region, up, vv if up else {})
 
 
-def wait_converged(addresses: dict, timeout: float) -> float | None:
+def wait_converged(groups: dict | list[dict], timeout: float) -> float | None:
     """Seconds until every region holds the same operations (the same numbers, and the same
     history digests) with none pending; None at the deadline, or at once when a region found
-    another history under the same numbers (a fork: waiting cannot heal it)."""
+    another history under the same numbers (a fork: waiting cannot heal it).  ``groups``: the
+    regions' addresses, or one such dict per shard group (each must converge)."""
+    pending = [groups] if isinstance(groups, dict) else list(groups)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        states = [replication_state(a) for a in addresses.values()]
-        if any(s is not None and s[3] for s in states):
-            return None
-        if all(s is not None and s[1] == 0 for s in states) and \
-                len({(tuple(sorted(s[0].items())), s[2]) for s in states}) == 1:
+        left = []
+        for addresses in pending:
+            states = [replication_state(a) for a in addresses.values()]
+            if any(s is not None and s[3] for s in states):
+                return None
+            answered = [s for s in states if s is not None]
+            if not (len(answered) == len(states) and all(s[1] == 0 for s in answered) and
+                    len({(tuple(sorted(s[0].items())), s[2]) for s in answered}) == 1):
+                left.append(addresses)
+        if not left:
             return time.monotonic() - t0
+        pending = left
         time.sleep(0.05)  # polling interval of a deadline wait
     return None
 
 
-def drain(addresses: dict, history: History) -> None:
-    """Claim every pending entry of group g and read ``>`` to the end, at every region."""
+def drain(addresses: dict | Members, history: History) -> None:
+    """Claim every pending entry of group g and read ``>`` to the end, at every region (at the
+    shard of ``chaos:log``)."""
     drainer = Worker("drain", 0, history, addresses, threading.Event())
+    addresses = drainer.addresses
 
     def ack(region: int, ids: list[str]) -> None:
         drainer.call("ack", region, LOG, lambda c: c.execute_command("XACK", LOG, GROUP, *ids), ids=ids)

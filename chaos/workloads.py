@@ -23,9 +23,18 @@ key                   written by, and what is checked there
 ``chaos:groups``      the group churner: XGROUP CREATE/DESTROY and DEL.  Checked:
                       delete-wins - a group is alive only if a create outlived every
                       removal that observed it.
+``chaos:spread:N``    sharded runs only: a producer per shard that none of the keys
+                      above falls in (so every shard takes writes), as ``chaos:log``.
 (all regions)         the mode flipper: the ID mode strict <-> semi-strict, at
-                      every region (as ``braid-admin tune`` does).
+                      every region (every shard of it: as ``braid-admin tune`` does).
 ====================  ===========================================================
+
+Shards (``braid-chaos run --shards N``): every command goes to the shard of its
+region that owns its key's slot (``node.region.slots``, the slot map of the
+cluster file), as a cluster client sends it, and each operation records that
+shard in its arguments (``shard``).  A key lives in one shard, so the history of
+a key is the history of the commands sent to that shard; a reply ``MOVED`` or
+``CROSSSLOT`` would mean the routing is wrong, and the checkers count them.
 
 Clients never retry by themselves (redis-py's retries are switched off): a
 retry would be a second operation the history does not know about.
@@ -47,9 +56,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from node.region.slots import key_slot
+
 from .history import FAIL, INFO, OK, History
 
 LOG, IDMP, CHURN, TRIMMED, GROUPS = "chaos:log", "chaos:idmp", "chaos:churn", "chaos:trimmed", "chaos:groups"
+KEYS = (LOG, IDMP, CHURN, TRIMMED, GROUPS)
+SPREAD = "chaos:spread:"  # sharded runs: keys of producers that give every shard writes
 GROUP = "g"
 MODES = ("strict", "semi-strict")
 
@@ -69,12 +82,43 @@ class Members:
 
     ``addresses``: every member whose process runs (region number -> RESP address);
     ``writable``: those that take writes (active).  Both are replaced, never mutated,
-    so a reader's snapshot stays consistent."""
+    so a reader's snapshot stays consistent.
 
-    def __init__(self, addresses: dict[int, tuple[str, int]], writable=None) -> None:
+    Sharded regions: ``shards`` gives every region's address per shard (``addresses``
+    are shard 0's) and ``owners`` the slot map (per slot, its shard: ``SlotMap.owners``);
+    a command goes to :meth:`address` of its key."""
+
+    def __init__(self, addresses: dict[int, tuple[str, int]], writable=None,
+                 shards: dict[int, list[tuple[str, int]]] | None = None, owners: bytes | None = None) -> None:
         self.addresses = dict(addresses)
         self.writable = frozenset(addresses if writable is None else writable)
+        self.shards = {r: list(a) for r, a in shards.items()} if shards else None
+        self.owners = owners
         self._lock = threading.Lock()
+
+    @property
+    def shard_count(self) -> int:
+        return len(next(iter(self.shards.values()))) if self.shards else 1
+
+    def shard_of(self, key: str) -> int:
+        """The shard that owns ``key`` (0 in an unsharded database)."""
+        return self.owners[key_slot(key.encode())] if self.owners is not None and key else 0
+
+    def at(self, region: int, shard: int) -> tuple[str, int]:
+        return self.shards[region][shard] if self.shards else self.addresses[region]
+
+    def region_addresses(self, region: int) -> list[tuple[str, int]]:
+        return list(self.shards[region]) if self.shards else [self.addresses[region]]
+
+    def groups(self, regions=None) -> list[dict[int, tuple[str, int]]]:
+        """Per shard, every region's address of it (of ``regions``, default the members): the
+        replication groups, each of which must converge on its own."""
+        regions = sorted(self.addresses if regions is None else regions)
+        return [{r: self.at(r, k) for r in regions} for k in range(self.shard_count)]
+
+    def frozen(self) -> Members:
+        """The members of now, fixed (for the phases after the faults)."""
+        return Members(self.addresses, self.writable, self.shards, self.owners)
 
     def set(self, region: int, address: tuple[str, int] | None, writable: bool) -> None:
         """Region ``region`` now runs at ``address`` (None: no longer a member) and takes writes or not."""
@@ -107,7 +151,7 @@ class Worker(threading.Thread):
         self.history = history
         self.members = addresses if isinstance(addresses, Members) else Members(addresses)
         self.stop_event = stop
-        self._clients: dict[int, redis.Redis] = {}
+        self._clients: dict[tuple[int, int], redis.Redis] = {}  # (region, shard) -> its connection
         self.error: BaseException | None = None
 
     @property
@@ -119,23 +163,27 @@ class Worker(threading.Thread):
         """Where this worker may write now: the active members."""
         return self.members.write_targets()
 
-    def client(self, region: int) -> redis.Redis:
-        c = self._clients.get(region)
+    def client(self, region: int, shard: int = 0) -> redis.Redis:
+        c = self._clients.get((region, shard))
         if c is None:
-            c = self._clients[region] = connect(self.addresses[region])
+            c = self._clients[(region, shard)] = connect(self.members.at(region, shard))
         return c
 
-    def call(self, f: str, region: int, key: str, command: Callable[[redis.Redis], object], **args):
-        """Run one operation against one region and record its outcome; returns (outcome, value).
-        A region that is no member any more is not asked (nothing is recorded)."""
+    def call(self, f: str, region: int, key: str, command: Callable[[redis.Redis], object],
+             at_shard: int | None = None, **args):
+        """Run one operation against one region - at the shard owning ``key``, or ``at_shard`` for a
+        keyless one - and record its outcome; returns (outcome, value).  A region that is no member
+        any more is not asked (nothing is recorded)."""
+        shard = self.members.shard_of(key) if at_shard is None else at_shard
         if region not in self.addresses:
-            stale = self._clients.pop(region, None)
-            if stale is not None:
-                stale.close()
+            for k in [k for k in self._clients if k[0] == region]:
+                self._clients.pop(k).close()
             return FAIL, "not a member"
+        if self.members.shards:
+            args["shard"] = shard
         op = self.history.invoke(self.name, f, region, key, **args)
         try:
-            value = command(self.client(region))
+            value = command(self.client(region, shard))
         except redis.ResponseError as e:
             if str(e).startswith("MISCONF"):
                 # a write held while the disk failed, answered once aof-write-error-timeout-ms
@@ -146,7 +194,7 @@ class Worker(threading.Thread):
             self.history.complete(op, FAIL, str(e))
             return FAIL, str(e)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
-            broken = self._clients.pop(region, None)  # a broken connection is not reused
+            broken = self._clients.pop((region, shard), None)  # a broken connection is not reused
             if broken is not None:
                 broken.close()  # nor left open: a run with many timeouts would exhaust file descriptors
             self.history.complete(op, INFO, type(e).__name__)
@@ -172,19 +220,19 @@ class Worker(threading.Thread):
 
 
 class Producer(Worker):
-    """XADD unique payloads to chaos:log at a home region (another one after an error)."""
+    """XADD unique payloads to chaos:log (or ``key``) at a home region (another one after an error)."""
 
-    def __init__(self, *a, home: int, **kw) -> None:
+    def __init__(self, *a, home: int, key: str = LOG, **kw) -> None:
         super().__init__(*a, **kw)
-        self.home, self.count = home, 0
+        self.home, self.count, self.key = home, 0, key
 
     def step(self) -> None:
         self.count += 1
-        payload = f"{self.name}-{self.count}"
+        payload, key = f"{self.name}-{self.count}", self.key
         if self.home not in self.regions:  # it left the database, or stopped taking writes
             self.home = self.rng.choice(self.regions)
-        outcome, value = self.call("xadd", self.home, LOG,
-                                   lambda c: _text(c.execute_command("XADD", LOG, "*", "v", payload)), payload=payload)
+        outcome, value = self.call("xadd", self.home, key,
+                                   lambda c: _text(c.execute_command("XADD", key, "*", "v", payload)), payload=payload)
         if outcome != OK:
             self.home = self.rng.choice([r for r in self.regions if r != self.home] or self.regions)
 
@@ -313,8 +361,21 @@ class ModeFlipper(Worker):
     def step(self) -> None:
         mode = self.rng.choice(MODES)
         for region in sorted(self.addresses):
-            self.call("mode", region, "", lambda c: c.execute_command(
-                "BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", mode), mode=mode)
+            for shard in range(self.members.shard_count):
+                self.call("mode", region, "", lambda c: c.execute_command(
+                    "BRAID.CONFIG", "SET", "crdt_xadd_id_uniqueness_mode", mode), at_shard=shard, mode=mode)
+
+
+def spread_keys(members: Members) -> list[str]:
+    """Sharded: a key of its own for each shard that none of the workload's keys falls in."""
+    if not members.shards:
+        return []
+    taken = {members.shard_of(k) for k in KEYS}
+    out = []
+    for shard in range(members.shard_count):
+        if shard not in taken:
+            out.append(next(k for k in (f"{SPREAD}{i}" for i in range(100_000)) if members.shard_of(k) == shard))
+    return out
 
 
 def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, int]] | Members,
@@ -331,6 +392,8 @@ def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, i
                 Churner("churner", key=CHURN, dels=True, **common),
                 Churner("trimmer", key=TRIMMED, dels=False, **common),
                 GroupChurner("groups", **common), ModeFlipper("modes", **common)]
+    for i, key in enumerate(spread_keys(members)):
+        workers.append(Producer(f"spreader-{i}", home=regions[i % len(regions)], key=key, **common))
     for w in workers:
         w.start()
     return workers

@@ -124,6 +124,13 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_sides_apart_longer_than_every_backlog_join_their_states_and_lose_nothing",
         ],
     },
+    "test_chaos_shards": {
+        "*": PROCESS,
+        PURE: [
+            "test_shards_are_refused_where_they_cannot_run",
+            "test_the_seed_kills_each_shard_alone_and_a_region_whole",
+        ],
+    },
     "test_chaos_report_ux": {
         "*": PURE,
         PROCESS: [
