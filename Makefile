@@ -77,9 +77,11 @@ test: deps venv
 	$(BIN)/ruff check crdt node chaos pipeline tests bench
 	$(BIN)/mypy $(MYPY_CHECKED)
 	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not), in two
-	@# pytest processes side by side: the tests marked pure (tests/kinds.py: CPU only) beside the
-	@# rest (mostly waiting for the processes they start), each printed whole when it ends
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-pure test-rest
+	@# lanes side by side, each printed whole when it ends: the tests marked pure (tests/kinds.py:
+	@# CPU only) and then the longest runs of real processes (TEST_LANE_FILES: the live chaos
+	@# suite, Docker, network namespaces - none of them twice at once), beside the other tests
+	@# that start processes (mostly waiting for them)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane test-rest
 	@# the pure source too: the compiled build's checks, the core's property tests and a short
 	@# simulation batch, with every crdt/, node/resp and node/interop module imported from its .py file
 	BRAID_PURE=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q \
@@ -95,11 +97,16 @@ test: deps venv
 
 TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest
 
-.PHONY: test-pure test-rest
+TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py tests/test_netns.py tests/test_k8s.py
+
+.PHONY: test-pure test-lane test-rest
 test-pure:
 	$(TEST_PYTEST) -m pure --basetemp=$${TMPDIR:-/tmp}/braid-tests-pure $(PYTEST_ARGS)
+test-lane: test-pure
+	$(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-lane $(PYTEST_ARGS) $(TEST_LANE_FILES)
 test-rest:
-	$(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-rest $(PYTEST_ARGS)
+	$(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-rest $(PYTEST_ARGS) \
+	  $(addprefix --ignore=,$(TEST_LANE_FILES))
 
 # The quick check before a commit, under a minute on two cores: ruff, mypy, and the tests marked
 # pure (tests/kinds.py: no process, no socket, nothing outside Python).  They run as `make test`

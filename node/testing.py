@@ -235,6 +235,22 @@ class BraidProcess(_ServerProcess):
         return self
 
 
+class ShardProcess(BraidProcess):
+    """Shard ``shard`` of a region of a sharded cluster file: ``braid node --shard K``, given
+    the region's folder; ``data_dir`` is where it keeps its data (``shard-K`` of that folder,
+    node/activeactive/cluster_config.py's ``shard_dir``)."""
+
+    def __init__(self, shard: int, port: int, data_dir: str, cluster_file: str, region: str,
+                 extra_args: Sequence[str] = ()) -> None:
+        super().__init__(port, data_dir, cluster_file, region, extra_args)
+        self.shard = shard
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        argv[argv.index("--data-dir") + 1] = os.path.dirname(self.data_dir)
+        return [*argv, "--shard", str(self.shard)]
+
+
 class LocalCluster:
     """N regions of an Active-Active database as real processes on loopback.
 

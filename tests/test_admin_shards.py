@@ -1,21 +1,17 @@
 """braid-admin against a real sharded database: two regions of two shards each, four processes.
 
-Each shard is ``braid node`` run on the cluster file's shard view (``ClusterConfig.shard_view``):
-with its ``--shard K`` option where ``braid node`` has one, else through a small bootstrap that
-hands ``braid node`` that view.
+Each shard is ``braid node --shard K``: a region server on the cluster file's shard view
+(``ClusterConfig.shard_view``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -26,38 +22,8 @@ from node.activeactive.cluster_config import LinkTls, load, local_cluster, shard
 from node.persistence import snapshot
 from node.region.slots import key_slot
 from node.security.certs import create_cluster_certs
-from node.testing import BraidProcess, free_ports, replication_status
+from node.testing import ShardProcess, free_ports, replication_status
 from node.tools import admin_cli
-
-# `braid node`, given the view of shard K of the cluster file it loads (K: the first argument)
-BOOT = ("import sys\n"
-        "import node.tools.cli as cli\n"
-        "shard = int(sys.argv.pop(1))\n"
-        "load = cli.load\n"
-        "cli.load = lambda path: load(path).shard_view(shard)\n"
-        "sys.exit(cli.main())\n")
-
-
-@functools.cache
-def node_takes_shard() -> bool:
-    """Does ``braid node`` take ``--shard K``?"""
-    res = subprocess.run([sys.executable, "-m", "node", "node", "--help"], capture_output=True, text=True, timeout=60)
-    return "--shard" in res.stdout
-
-
-class ShardProcess(BraidProcess):
-    """Shard ``shard`` of a region of a sharded cluster file."""
-
-    def __init__(self, shard: int, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.shard = shard
-
-    def argv(self) -> list[str]:
-        argv = super().argv()
-        if node_takes_shard():
-            return [*argv, "--shard", str(self.shard)]
-        assert argv[1:3] == ["-m", "node"]
-        return [argv[0], "-c", BOOT, str(self.shard), *argv[3:]]
 
 
 class ShardedCluster:

@@ -12,13 +12,10 @@ shards hold some of them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import pyarrow as pa
@@ -27,42 +24,12 @@ import redis
 
 from node.activeactive.cluster_config import load, local_cluster, shard_dir
 from node.region.slots import key_slot
-from node.testing import BraidProcess, free_ports
+from node.testing import BraidProcess, ShardProcess, free_ports
 from node.tools import admin_cli
 from pipeline import braid
 from pipeline.shards import Shards, parse_shards, serialize, with_address
 
 REGIONS = ("region-1", "region-2")
-
-# `braid node`, given the view of shard K of the cluster file it loads (K: the first argument)
-BOOT = ("import sys\n"
-        "import node.tools.cli as cli\n"
-        "shard = int(sys.argv.pop(1))\n"
-        "load = cli.load\n"
-        "cli.load = lambda path: load(path).shard_view(shard)\n"
-        "sys.exit(cli.main())\n")
-
-
-@functools.cache
-def node_takes_shard() -> bool:
-    res = subprocess.run([sys.executable, "-m", "node", "node", "--help"], capture_output=True, text=True, timeout=60)
-    return "--shard" in res.stdout
-
-
-class ShardProcess(BraidProcess):
-    """Shard ``shard`` of a region of a sharded cluster file."""
-
-    def __init__(self, shard: int, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.shard = shard
-
-    def argv(self) -> list[str]:
-        argv = super().argv()
-        if node_takes_shard():
-            return [*argv, "--shard", str(self.shard)]
-        assert argv[1:3] == ["-m", "node"]
-        return [argv[0], "-c", BOOT, str(self.shard), *argv[3:]]
-
 
 class ShardedDatabase:
     """Two regions of two shards on loopback, each shard a process."""
