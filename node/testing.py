@@ -31,9 +31,10 @@ from typing import Self
 
 import redis
 
-from node.activeactive.cluster_config import ClusterConfig, LinkTls, RegionSpec, local_cluster
+from node.activeactive.cluster_config import ClusterConfig, LinkTls, RegionSpec, load, local_cluster, shard_dir
 from node.region.config import Config
 from node.region.core import RegionCore
+from node.region.slots import key_slot
 from node.runtime.server import Server
 from node.security.certs import create_cluster_certs
 from node.tools import admin_cli
@@ -249,6 +250,82 @@ class ShardProcess(BraidProcess):
         argv = super().argv()
         argv[argv.index("--data-dir") + 1] = os.path.dirname(self.data_dir)
         return [*argv, "--shard", str(self.shard)]
+
+
+class ShardedCluster:
+    """``regions`` regions of ``shards`` shards on loopback, each shard a process
+    (:class:`ShardProcess`) with its data in ``<dir>/<region>/shard-K``; ``tls``: links
+    with mutual TLS, every shard of a region presenting the region's certificate."""
+
+    def __init__(self, regions: int = 2, shards: int = 2, tls: bool = False, prefix: str = "braid-sharded-") -> None:
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.file = os.path.join(self.dir, "cluster.toml")
+        self.config = local_cluster(regions, 0, shards=shards)
+        if tls:
+            certs = create_cluster_certs(os.path.join(self.dir, "tls"), [r.name for r in self.config.regions])
+            self.config.tls = LinkTls(certs.ca, certs.directory, *certs.admin)
+        self.procs: dict[tuple[str, int], ShardProcess] = {}
+
+    def _place(self) -> None:
+        n = self.config.shards.count
+        ports = free_ports(2 * n * len(self.config.regions))
+        for i, r in enumerate(self.config.regions):
+            mine = ports[2 * n * i:2 * n * (i + 1)]
+            r.ports, r.repl_ports = mine[:n], mine[n:]
+            r.port, r.repl_port = r.ports[0], r.repl_ports[0]
+        self.config.save(self.file)
+        self.config = load(self.file)
+        self.procs = {(r.name, k): ShardProcess(k, r.ports[k], shard_dir(os.path.join(self.dir, r.name),
+                                                                          self.config.shards, k), self.file, r.name)
+                      for r in self.config.regions for k in range(n)}
+
+    def start(self, attempts: int = 3) -> Self:
+        """Start every shard and wait until each takes writes (other free ports when one was
+        taken meanwhile)."""
+        for attempt in range(1, attempts + 1):
+            self._place()
+            try:
+                for p in self.procs.values():
+                    p.start()
+                for p in self.procs.values():
+                    p.wait_writable()
+                return self
+            except (RuntimeError, TimeoutError):
+                self._stop_all()
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _stop_all(self) -> None:
+        for p in self.procs.values():
+            p.stop()
+        for r in self.config.regions:
+            shutil.rmtree(os.path.join(self.dir, r.name), ignore_errors=True)
+
+    def stop(self) -> None:
+        self._stop_all()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def client(self, region: str, shard: int) -> redis.Redis:
+        return self.procs[(region, shard)].client()
+
+    def owner(self, key: str) -> int:
+        """The shard that owns ``key``."""
+        return self.config.shards.owners()[key_slot(key.encode())]
+
+    def keys(self, prefix: str, per_shard: int) -> list[str]:
+        """``per_shard`` keys ``prefix``N owned by each shard, in shard order."""
+        out: list[str] = []
+        for k in range(self.config.shards.count):
+            out += [key for key in (f"{prefix}{i}" for i in range(10_000)) if self.owner(key) == k][:per_shard]
+        return out
+
+    def admin(self, *argv: str) -> tuple[int, str, str]:
+        """braid-admin against this cluster's file, in this process: (exit status, stdout, stderr)."""
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = admin_cli.main(["--cluster", self.file, *argv])
+        return code, out.getvalue(), err.getvalue()
 
 
 class LocalCluster:

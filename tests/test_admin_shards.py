@@ -12,88 +12,24 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
-import redis
 
-from node.activeactive.cluster_config import LinkTls, load, local_cluster, shard_dir
+from node import testing
+from node.activeactive.cluster_config import load
 from node.persistence import snapshot
-from node.region.slots import key_slot
-from node.security.certs import create_cluster_certs
-from node.testing import ShardProcess, free_ports, replication_status
+from node.testing import replication_status
 from node.tools import admin_cli
 
 
-class ShardedCluster:
-    """``regions`` regions of ``shards`` shards on loopback, each shard a process, data in
-    ``<dir>/<region>/shard-K`` (where a region's shard K keeps it)."""
-
-    def __init__(self, regions: int = 2, shards: int = 2, tls: bool = False) -> None:
-        self.dir = tempfile.mkdtemp(prefix="braid-sharded-")
-        self.file = os.path.join(self.dir, "cluster.toml")
-        self.config = local_cluster(regions, 0, shards=shards)
-        if tls:  # every shard of a region presents the region's certificate
-            certs = create_cluster_certs(os.path.join(self.dir, "tls"), [r.name for r in self.config.regions])
-            self.config.tls = LinkTls(certs.ca, certs.directory, *certs.admin)
-        self.procs: dict[tuple[str, int], ShardProcess] = {}
-
-    def _place(self) -> None:
-        n = self.config.shards.count
-        ports = free_ports(2 * n * len(self.config.regions))
-        for i, r in enumerate(self.config.regions):
-            mine = ports[2 * n * i:2 * n * (i + 1)]
-            r.ports, r.repl_ports = mine[:n], mine[n:]
-            r.port, r.repl_port = r.ports[0], r.repl_ports[0]
-        self.config.save(self.file)
-        self.config = load(self.file)
-        self.procs = {(r.name, k): ShardProcess(k, r.ports[k], shard_dir(os.path.join(self.dir, r.name),
-                                                                          self.config.shards, k), self.file, r.name)
-                      for r in self.config.regions for k in range(n)}
-
-    def start(self, attempts: int = 3) -> ShardedCluster:
-        for attempt in range(1, attempts + 1):
-            self._place()
-            try:
-                for p in self.procs.values():
-                    p.start()
-                for p in self.procs.values():
-                    p.wait_writable()
-                return self
-            except (RuntimeError, TimeoutError):
-                self._stop_all()
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _stop_all(self) -> None:
-        for p in self.procs.values():
-            p.stop()
-        for r in self.config.regions:
-            shutil.rmtree(os.path.join(self.dir, r.name), ignore_errors=True)
-
-    def client(self, region: str, shard: int) -> redis.Redis:
-        return self.procs[(region, shard)].client()
-
+class ShardedCluster(testing.ShardedCluster):
     def shard_of(self, key: str) -> int:
-        slot = key_slot(key.encode())
-        return next(k for k, ranges in enumerate(self.config.shards.ranges) if any(a <= slot <= b for a, b in ranges))
+        return self.owner(key)
 
     def key(self, shard: int, prefix: str) -> str:
         """A key (``prefix``N) that shard ``shard`` owns."""
-        return next(f"{prefix}{i}" for i in range(10_000) if self.shard_of(f"{prefix}{i}") == shard)
-
-    def admin(self, *argv: str) -> tuple[int, str, str]:
-        """braid-admin against this cluster's file, in this process: (exit status, stdout, stderr)."""
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = admin_cli.main(["--cluster", self.file, *argv])
-        return code, out.getvalue(), err.getvalue()
-
-    def stop(self) -> None:
-        self._stop_all()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.keys(prefix, 1)[shard]
 
 
 @pytest.fixture(scope="module")

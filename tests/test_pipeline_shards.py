@@ -11,8 +11,6 @@ shards hold some of them.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -20,85 +18,27 @@ import tempfile
 
 import pyarrow as pa
 import pytest
-import redis
 
-from node.activeactive.cluster_config import load, local_cluster, shard_dir
 from node.region.slots import key_slot
-from node.testing import BraidProcess, ShardProcess, free_ports
-from node.tools import admin_cli
+from node.testing import BraidProcess, ShardedCluster
 from pipeline import braid
 from pipeline.shards import Shards, parse_shards, serialize, with_address
 
 REGIONS = ("region-1", "region-2")
 
-class ShardedDatabase:
+class ShardedDatabase(ShardedCluster):
     """Two regions of two shards on loopback, each shard a process."""
 
     def __init__(self, shards: int = 2) -> None:
-        self.dir = tempfile.mkdtemp(prefix="braid-spark-sharded-")
-        self.file = os.path.join(self.dir, "cluster.toml")
-        self.config = local_cluster(len(REGIONS), 0, shards=shards)
-        self.procs: dict[tuple[str, int], ShardProcess] = {}
-
-    def start(self, attempts: int = 3) -> ShardedDatabase:
-        for attempt in range(1, attempts + 1):
-            n = self.config.shards.count
-            ports = free_ports(2 * n * len(self.config.regions))
-            for i, r in enumerate(self.config.regions):
-                mine = ports[2 * n * i:2 * n * (i + 1)]
-                r.ports, r.repl_ports = mine[:n], mine[n:]
-                r.port, r.repl_port = r.ports[0], r.repl_ports[0]
-            self.config.save(self.file)
-            self.config = load(self.file)
-            self.procs = {(r.name, k): ShardProcess(k, r.ports[k], shard_dir(os.path.join(self.dir, r.name),
-                                                                              self.config.shards, k),
-                                                    self.file, r.name)
-                          for r in self.config.regions for k in range(n)}
-            try:
-                for p in self.procs.values():
-                    p.start()
-                for p in self.procs.values():
-                    p.wait_writable()
-                return self
-            except (RuntimeError, TimeoutError):
-                self._stop_all()
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _stop_all(self) -> None:
-        for p in self.procs.values():
-            p.stop()
-        for r in self.config.regions:
-            shutil.rmtree(os.path.join(self.dir, r.name), ignore_errors=True)
-
-    def stop(self) -> None:
-        self._stop_all()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().__init__(len(REGIONS), shards, prefix="braid-spark-sharded-")
 
     def url(self, region: str, shard: int) -> str:
         return f"redis://127.0.0.1:{self.procs[(region, shard)].port}"
 
-    def client(self, region: str, shard: int) -> redis.Redis:
-        return self.procs[(region, shard)].client()
-
-    def owner(self, key: str) -> int:
-        slot = key_slot(key.encode())
-        return next(k for k, ranges in enumerate(self.config.shards.ranges) if any(a <= slot <= b for a, b in ranges))
-
-    def keys(self, prefix: str, per_shard: int) -> list[str]:
-        """``per_shard`` keys ``prefix``N owned by each shard, in shard order."""
-        out: list[str] = []
-        for k in range(self.config.shards.count):
-            out += [key for key in (f"{prefix}{i}" for i in range(10_000)) if self.owner(key) == k][:per_shard]
-        return out
-
     def sync(self) -> None:
         """Until every shard group is in sync (braid-admin sync wait)."""
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = admin_cli.main(["--cluster", self.file, "sync", "wait", "--timeout", "30"])
-        assert code == 0, err.getvalue()
+        code, _, err = self.admin("sync", "wait", "--timeout", "30")
+        assert code == 0, err
 
 
 @pytest.fixture(scope="session")
