@@ -432,7 +432,7 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
     """Key positions of a command line, from the table (XREAD* keys follow STREAMS)."""
     if cmd.name in ("xread", "xreadgroup"):
         for i, a in enumerate(argv):
-            if a.lower() == b"streams":
+            if len(a) == 7 and a.lower() == b"streams":  # (the length first: most arguments are not)
                 rest = argv[i + 1:]
                 return rest[: len(rest) // 2]
         return []
