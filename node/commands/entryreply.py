@@ -32,7 +32,7 @@ from __future__ import annotations
 from operator import itemgetter
 
 from node.resp.encoder import Entries
-from node.resp.entries import fill_memo
+from node.resp.entries import fill_memo, first_live
 
 _entry_id = itemgetter(0)  # a decoded entry's ID
 
@@ -142,18 +142,15 @@ def first_entry(log, start, end, ids: list) -> Entries | None:
         reply = Entries([])
         reply.parts = []
         return reply
-    entries, memo, i, j, dead = run
-    mrows, mencs = fill_memo(memo, entries)
-    for k in range(i, j):
-        row = mrows[k]
-        if row is not None:  # (None: a deleted entry)
-            ids.append(entries[k][0])
-            reply = Entries([row])
-            enc = mencs[k]
-            if enc is not None:
-                reply.parts = [enc]
-            return reply
-    return None
+    entries, memo, i, j, _dead = run
+    found = first_live(memo, entries, i, j, ids)
+    if found is None:
+        return None
+    row, enc = found
+    reply = Entries([row])
+    if enc is not None:
+        reply.parts = [enc]
+    return reply
 
 
 def revrange_entries(s, start, end, count: int) -> Entries:

@@ -434,7 +434,8 @@ def command_keys(cmd, argv: list[bytes]) -> list[bytes]:
     XREADGROUP: a group or consumer named "streams" is not the keyword."""
     if cmd.name in ("xread", "xreadgroup"):
         for i in range(4 if cmd.name == "xreadgroup" else 1, len(argv)):
-            if argv[i].lower() == b"streams":
+            a = argv[i]
+            if len(a) == 7 and a.lower() == b"streams":  # (the length first: most arguments are not)
                 rest = argv[i + 1:]
                 return rest[: len(rest) // 2]
         return []

@@ -70,6 +70,8 @@ class ReadArgs:
     # the IDs resolved, when no stream's state changes them (every ID argument is '>' with
     # GROUP, or a valid ID): reads repeating the command (see _parse_memo) take them as they are
     fixed_ids: list | None = None
+    # a consumer's usual read: one stream, '>', no CLAIM, MAXCOUNT or MAXSIZE (_serve_one_new)
+    one_new: bool = False
 
 
 def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) -> ReadArgs:
@@ -131,6 +133,8 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
     if a.maxcount and a.count and a.maxcount < a.count:
         raise ReplyError("ERR MAXCOUNT must be greater than or equal to COUNT")
     a.fixed_ids = _fixed_ids(a)
+    a.one_new = (a.group is not None and len(a.keys) == 1 and a.fixed_ids == [GT_GROUP] and a.min_idle == -1
+                 and not a.maxcount and not a.maxsize)
     return a
 
 
@@ -417,11 +421,64 @@ def _group_rows(s, g, consumer, gt, a: ReadArgs, count: int, min_idle: int, hist
     return rows, bool(rows)
 
 
+# _serve_one_new's answer when the read is not the case it serves (the general path serves it)
+_GENERAL = object()
+
+
+def _serve_one_new(client: Session, a: ReadArgs) -> list | dict | None | object:
+    """``_resolve_ids`` then ``_serve`` for a consumer's usual read (``ReadArgs.one_new``: one
+    stream, '>') of a single region's stream, with the same checks, state changes and reply,
+    in one call; ``_GENERAL`` (nothing checked or changed) when the stream has several origin
+    logs or the keyspace is Active-Active.  A consumer taking one entry at a time runs this for
+    every entry, and the general path's loops over streams and options were a third of it."""
+    server = client.region
+    db = server.db
+    keys = db.keys
+    key = a.keys[0]
+    group = a.group
+    s = keys.get(key)
+    if s is None or group not in s.groups:
+        assert group is not None  # (one_new: given with GROUP)
+        raise _group_error(key, group)
+    if keys.active_active or len(s.logs) != 1:
+        return _GENERAL
+    g = s.groups[group]
+    now = server.now_ms()
+    assert a.consumer is not None  # (given with GROUP)
+    consumer, created = g.consumer(a.consumer, now)
+    consumer.seen_time = now
+    if created:
+        db.dirty += 1
+    last = g.last_id
+    if not (s.length and s.top_id() > last):
+        return None
+    rows: Entries | None
+    start = incr(last)
+    if start is None:
+        rows = Entries()
+    else:
+        count = a.count
+        ids: list = []
+        rows = first_entry(next(iter(s.logs.values())), start, MAX_ID, ids) if count == 1 else None
+        if rows is None:
+            rows = range_entries(s, start, MAX_ID, count, ids)
+        cg.deliver_new(s, g, consumer, ids, a.noack, now)
+        if rows:
+            db.dirty += 1
+    if client.resp3:
+        return {key: rows}
+    return [[key, rows]]
+
+
 def _read(client: Session, argv: list[bytes], xreadgroup: bool):
     a = _parse_memo(argv, xreadgroup, "xreadgroup" if xreadgroup else "xread", client.region.now_ms())
     db = client.region.db
-    ids = _resolve_ids(db, a)
-    reply = _serve(client, a, ids)
+    reply = _serve_one_new(client, a) if a.one_new else _GENERAL
+    if reply is _GENERAL:
+        ids = _resolve_ids(db, a)
+        reply = _serve(client, a, ids)
+    else:
+        ids = a.fixed_ids  # type: ignore[assignment]  # (one_new: the IDs are fixed)
     if reply is not None:
         return reply
     if a.timeout == -1 or client.in_exec:

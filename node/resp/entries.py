@@ -57,3 +57,18 @@ def fill_memo(memo: list, entries: list) -> tuple[list, list]:
         # a large entry is not copied into the memo: its reply encodes it on the spot
         encs.append(entry_encoding(idb, flat) if size <= MEMO_ENTRY_MAX else None)
     return rows, encs
+
+
+def first_live(memo: list, entries: list, i: int, j: int, ids: list) -> tuple[list, bytes | None] | None:
+    """The first live entry of ``entries[i:j]`` (a run of ``EntryLog.first_run``) from the
+    block's memo: its reply row and encoding, its ID appended to ``ids``; None when every
+    one of them is deleted.  A consumer reading one entry at a time (XREADGROUP COUNT 1)
+    runs this for every entry: compiled, with the memo's filling, it is one native call."""
+    rows, encs = fill_memo(memo, entries)
+    for k in range(i, j):
+        row = rows[k]
+        if row is not None:  # (None: a deleted entry)
+            entry: tuple = entries[k]
+            ids.append(entry[0])
+            return row, encs[k]
+    return None

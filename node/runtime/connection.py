@@ -249,24 +249,27 @@ class ClientConnection(Session, asyncio.Protocol):
                 break
             self.last_command = argv[0]
             reply = core.call(self, argv)
-            if reply is cmdtable.CLOSE_WITHOUT_REPLY:
-                self.closing = True
-                break
             kind = type(reply)
-            if kind is Blocked:
-                reply.argv = argv
-                server.park(self, reply)
-                break
-            if kind is Sliced:
-                server.run_sliced(self, reply, argv)
-                break
             out = self.out  # (the command may have sent what it held: CLIENT KILL of itself)
             at = len(out)
-            if (kind is Entries and len(reply) > SPILL_MIN_ROWS or kind is bytes and len(reply) >= SPILL_BYTES) \
-                    and self._spill(reply):
-                out = self.out
+            if kind is bytes and len(reply) < SPILL_BYTES:
+                # a bulk string (XADD's ID), encode() inlined: the reply of most writes
+                out += b"$%d\r\n%b\r\n" % (len(reply), reply)
             else:
-                encode(out, reply, self.resp3)
+                if reply is cmdtable.CLOSE_WITHOUT_REPLY:
+                    self.closing = True
+                    break
+                if kind is Blocked:
+                    reply.argv = argv
+                    server.park(self, reply)
+                    break
+                if kind is Sliced:
+                    server.run_sliced(self, reply, argv)
+                    break
+                if (kind is Entries and len(reply) > SPILL_MIN_ROWS or kind is bytes) and self._spill(reply):
+                    out = self.out
+                else:
+                    encode(out, reply, self.resp3)
             if self.logged_upto != self.replied_upto:
                 self._logged_reply(at)
             if core.db.ready:
