@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu2 = [statistics.median(r["cpu_us"][k] for r in runs[2]) for k in range(2)]
     share = [statistics.median(r["served"][k] / sum(r["served"]) for r in runs[2]) for k in range(2)]
     ratio = rps[2] / rps[1]
-    bound = cpu1 / max(c * 2 * s for c, s in zip(cpu2, share, strict=True))
+    # a shard on a core of its own serves 1/cpu requests a second, of which the share s is its
+    # part: the busiest shard bounds the whole (1 shard: 1/cpu1)
+    bound = cpu1 / max(c * s for c, s in zip(cpu2, share, strict=True))
     m = machine()
     lines = [
         "# A region of 2 shards against a region of 1",
@@ -174,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         f"2 shards / 1 shard: **{ratio:.2f}×** (target ≥ 1.4× on this 2-core machine).",
         "",
         f"From CPU per request: with a core per shard and the load generator elsewhere, 2 shards could serve "
-        f"{bound:.2f}× what 1 does (1-shard CPU per request over the busier shard's CPU per request at its "
-        "share of the load); each shard's cost per request does not grow with the shard count, so S shards "
-        "on S free cores scale about S×.",
+        f"{bound:.2f}× what 1 does (1-shard CPU per request over the busier shard's CPU per request times its "
+        "share of the load); a shard's cost per request does not grow with the shard count, so S shards on "
+        "S free cores scale about S× (less the imbalance of the keys over the shards).",
         "",
         "Commands:",
         "",
