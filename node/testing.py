@@ -80,6 +80,33 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def braid_cli(*args: object, cwd: str | os.PathLike | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
+    """``braid ARGS...`` in a process of its own (the repository's code, as ``python -m node``)."""
+    return subprocess.run([sys.executable, "-m", "node", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def process_gone(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def ports_free(ports) -> bool:
+    """No server listens on any of the ports (a client's TIME_WAIT does not count, as for the regions)."""
+    for p in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout

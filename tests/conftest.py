@@ -51,6 +51,19 @@ def ref(redis_proc):
     c.close()
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test (make test installs Java and pyspark)."""
+    from pipeline.session import braid_session
+
+    # Python workers import this module's functions (UDFs pickled by reference): give them the repository
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    session = braid_session("braid-tests", "local[2,4]", {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
 @pytest.fixture(scope="module")
 def inproc():
     with InProcessServer() as s:

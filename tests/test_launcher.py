@@ -22,37 +22,12 @@ from pathlib import Path
 import redis
 
 from node.activeactive.cluster_config import load, local_cluster
-from node.testing import free_port_base, wait_until
+from node.testing import braid_cli, free_port_base, ports_free, process_gone, wait_until
 from node.tools.cluster_processes import region_processes
-
-
-def _braid(*args: str, cwd: str | Path | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 def _record(data: Path) -> dict:
     return json.loads((data / "cluster.pids").read_text())
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _all_free(ports) -> bool:
-    """No server listens on any of the ports (a client's TIME_WAIT does not count, as for the regions)."""
-    for p in ports:
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
 
 
 class _Foreground:
@@ -89,7 +64,7 @@ def _foreground(tmp: Path, data: Path, *args: str):
             except subprocess.TimeoutExpired:
                 up.proc.kill()
                 up.proc.wait()
-        _braid("down", "--data-dir", data)  # whatever is left (a region started detached)
+        braid_cli("down", "--data-dir", data)  # whatever is left (a region started detached)
 
 
 def test_foreground_up_reports_a_killed_region_restarts_it_and_stops_on_ctrl_c(tmp_path):
@@ -115,16 +90,16 @@ def test_foreground_up_reports_a_killed_region_restarts_it_and_stops_on_ctrl_c(t
         wait_until(lambda: [e[0] for e in r2.xrange("rides")] == [first, second], 30, what="region-2 to catch up")
 
         # `braid up` over the running cluster: it says so, how to reach and stop it, and exits 0
-        again = _braid("up", "--base-port", base, "--data-dir", data)
+        again = braid_cli("up", "--base-port", base, "--data-dir", data)
         assert again.returncode == 0, again.stderr
         assert "already up" in again.stdout and f"redis-cli -p {base}" in again.stdout
         assert f"braid down --data-dir {data}" in again.stdout
 
         # `braid restart` of a region this braid up watches: it stops it and braid up starts it again
-        restarted = _braid("restart", "--region", "region-3", "--data-dir", data)
+        restarted = braid_cli("restart", "--region", "region-3", "--data-dir", data)
         assert restarted.returncode == 0, restarted.stderr
         assert "region-3 is back" in restarted.stdout
-        assert pids[2] != _record(data)["pids"][2] and _gone(pids[2])
+        assert pids[2] != _record(data)["pids"][2] and process_gone(pids[2])
         wait_until(lambda: r3.xrange("rides") and [e[0] for e in r3.xrange("rides")] == [first, second], 30,
                    what="region-3 after its restart")
         for c in (r1, r2, r3):
@@ -137,7 +112,7 @@ def test_foreground_up_reports_a_killed_region_restarts_it_and_stops_on_ctrl_c(t
         assert "Traceback" not in out and out.rstrip().endswith("stopped"), out
         assert region_processes(str(data)) == {}
         assert not (data / "cluster.pids").exists()
-        assert _all_free([base, base + 1, base + 2, base + 100, base + 101, base + 102])
+        assert ports_free([base, base + 1, base + 2, base + 100, base + 101, base + 102])
 
 
 def test_foreground_up_gives_up_on_a_region_that_keeps_dying_at_start(tmp_path):
@@ -157,13 +132,13 @@ def test_foreground_up_gives_up_on_a_region_that_keeps_dying_at_start(tmp_path):
 
         aof.unlink()
         (tmp_path / "aside").rename(aof)
-        restarted = _braid("restart", "--region", "region-2", "--data-dir", data)  # as the message says
+        restarted = braid_cli("restart", "--region", "region-2", "--data-dir", data)  # as the message says
         assert restarted.returncode == 0 and "region-2 runs again" in restarted.stdout, restarted.stderr
         detached = _record(data)["pids"][1]
         up.proc.send_signal(signal.SIGINT)
         assert up.proc.wait(timeout=30) == 0
         assert region_processes(str(data)) == {detached: "region-2"}  # not braid up's: it runs on
-        down = _braid("down", "--data-dir", data)
+        down = braid_cli("down", "--data-dir", data)
         assert down.returncode == 0 and f"region-2 (pid {detached})" in down.stdout, down.stderr
         assert region_processes(str(data)) == {}
 
@@ -184,7 +159,7 @@ def test_ctrl_c_during_start_up_stops_what_started_without_a_traceback(tmp_path)
 def test_restart_and_down_find_regions_however_they_were_started(tmp_path):
     base = free_port_base(2)
     data = tmp_path / "data"
-    up = _braid("up", "--detach", "--regions", 2, "--base-port", base, "--data-dir", data)
+    up = braid_cli("up", "--detach", "--regions", 2, "--base-port", base, "--data-dir", data)
     assert up.returncode == 0, up.stderr
     hand = None
     try:
@@ -195,16 +170,16 @@ def test_restart_and_down_find_regions_however_they_were_started(tmp_path):
         r2.close()
         old = _record(data)["pids"][1]
 
-        restarted = _braid("restart", "--region", "region-2", "--data-dir", data)
+        restarted = braid_cli("restart", "--region", "region-2", "--data-dir", data)
         assert restarted.returncode == 0, restarted.stderr
         assert f"stopped region-2 (pid {old})" in restarted.stdout and "region-2 runs again" in restarted.stdout
         new = _record(data)["pids"][1]
-        assert new != old and _gone(old)
+        assert new != old and process_gone(old)
         assert [e[0] for e in r2.xrange("rides")] == [entry]
 
         # stopped, then started by hand as the README says: the cluster file names its data folder
         os.kill(new, signal.SIGTERM)
-        wait_until(lambda: _gone(new), 20, what="region-2 to stop")
+        wait_until(lambda: process_gone(new), 20, what="region-2 to stop")
         with open(tmp_path / "by-hand.log", "wb") as log:
             hand = subprocess.Popen([sys.executable, "-m", "node", "node", "--config", "data/cluster.toml",
                                      "--region", "region-2"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
@@ -214,13 +189,13 @@ def test_restart_and_down_find_regions_however_they_were_started(tmp_path):
         r1.close()
         r2.close()
 
-        down = _braid("down", "--data-dir", data)
+        down = braid_cli("down", "--data-dir", data)
         assert down.returncode == 0, down.stderr
         assert f"region-2 (pid {hand.pid})" in down.stdout and "region-1 (pid" in down.stdout
         assert hand.wait(timeout=20) is not None
         assert region_processes(str(data)) == {} and not (data / "cluster.pids").exists()
     finally:
-        _braid("down", "--data-dir", data)
+        braid_cli("down", "--data-dir", data)
         if hand is not None and hand.poll() is None:
             hand.kill()
             hand.wait()
@@ -238,7 +213,7 @@ def test_down_never_signals_a_process_that_is_not_a_region_of_this_cluster(tmp_p
     directory: `braid down` and `braid restart` leave both alone."""
     base = free_port_base(1)
     other = tmp_path / "other"
-    assert _braid("up", "--detach", "--regions", 1, "--base-port", base, "--data-dir", other).returncode == 0
+    assert braid_cli("up", "--detach", "--regions", 1, "--base-port", base, "--data-dir", other).returncode == 0
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         foreign = _record(other)["pids"][0]
@@ -247,22 +222,22 @@ def test_down_never_signals_a_process_that_is_not_a_region_of_this_cluster(tmp_p
         (data / "cluster.pids").write_text(json.dumps({
             "pids": [sleeper.pid, foreign], "ports": [base, base], "names": ["region-1", "region-2"],
             "supervisor": sleeper.pid, "supervised": ["region-1", "region-2"]}))
-        restart = _braid("restart", "--region", "region-1", "--data-dir", data)
+        restart = braid_cli("restart", "--region", "region-1", "--data-dir", data)
         assert restart.returncode == 1  # its port is held by a region of another cluster: not started
         assert f"port {base}" in restart.stderr and "not by region-1 of this cluster" in restart.stderr
-        one = _braid("down", "--region", "region-2", "--data-dir", data)
+        one = braid_cli("down", "--region", "region-2", "--data-dir", data)
         assert one.returncode == 0 and "region-2 was not running" in one.stdout, one.stderr
-        assert not _gone(foreign) and _record(data)["names"] == ["region-1"]
-        down = _braid("down", "--data-dir", data)
+        assert not process_gone(foreign) and _record(data)["names"] == ["region-1"]
+        down = braid_cli("down", "--data-dir", data)
         assert down.returncode == 0, down.stderr
         assert "nothing was running" in down.stdout and "left alone" in down.stdout
-        assert sleeper.poll() is None and not _gone(foreign)
+        assert sleeper.poll() is None and not process_gone(foreign)
         assert redis.Redis(port=base, socket_timeout=5).ping()
         assert not (data / "cluster.pids").exists()
     finally:
         sleeper.kill()
         sleeper.wait()
-        assert _braid("down", "--data-dir", other).returncode == 0
+        assert braid_cli("down", "--data-dir", other).returncode == 0
 
 
 def test_taken_ports_are_named_before_anything_starts(tmp_path):
@@ -272,7 +247,7 @@ def test_taken_ports_are_named_before_anything_starts(tmp_path):
         with socket.socket() as holder:
             holder.bind(("127.0.0.1", taken))
             holder.listen(1)
-            res = _braid("up", "--detach", "--base-port", base, "--data-dir", data)
+            res = braid_cli("up", "--detach", "--base-port", base, "--data-dir", data)
         assert res.returncode == 1
         assert f"port {taken} ({what}) is in use by another program" in res.stderr
         assert "nothing started" in res.stderr and "--base-port" in res.stderr
@@ -284,14 +259,14 @@ def test_start_up_failures_name_the_region_and_its_log(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     local_cluster(3, base, str(data)).save(str(data / "cluster.toml"))
-    one = _braid("up", "--regions", 1, "--base-port", base, "--data-dir", data)
+    one = braid_cli("up", "--regions", 1, "--base-port", base, "--data-dir", data)
     assert one.returncode == 1
     assert f"{data / 'cluster.toml'}" in one.stderr and "--regions 1" in one.stderr
     assert "a cluster of 3 regions" in one.stderr
 
     (data / "region-2").mkdir()
     (data / "region-2" / "appendonlydir").write_text("not a directory")
-    res = _braid("up", "--detach", "--base-port", base, "--data-dir", data)
+    res = braid_cli("up", "--detach", "--base-port", base, "--data-dir", data)
     assert res.returncode == 1
     assert f"region-2 (port {base + 1}) exited with code 1 (it could not load its data" in res.stderr
     assert "during start-up" in res.stderr
@@ -330,7 +305,7 @@ def test_without_redis_cli_up_prints_a_redis_py_line_that_works(tmp_path):
         assert res.returncode == 0 and "rides" not in res.stderr, res.stderr
         assert res.stdout.startswith("b'") and "b'id': b'123'" in res.stdout  # the XADD's ID, then the entry
     finally:
-        assert _braid("down", "--data-dir", data).returncode == 0
+        assert braid_cli("down", "--data-dir", data).returncode == 0
 
 
 def test_up_writes_the_data_folders_into_a_cluster_file_made_before_them(tmp_path):

@@ -20,18 +20,6 @@ import redis
 from node.testing import BraidProcess, LocalCluster, free_port, wait_until
 
 
-@pytest.fixture(scope="session")
-def spark():
-    from pipeline.session import braid_session
-
-    # Python workers import this module's functions (UDFs pickled by reference): give them the repository
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    session = braid_session("braid-tests", "local[2,4]", {"spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()
-
-
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(3) as c:

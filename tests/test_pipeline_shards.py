@@ -41,17 +41,6 @@ class ShardedDatabase(ShardedCluster):
         assert code == 0, err
 
 
-@pytest.fixture(scope="session")
-def spark():
-    from pipeline.session import braid_session
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    session = braid_session("braid-tests", "local[2,4]", {"spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()
-
-
 @pytest.fixture(scope="module")
 def db():
     d = ShardedDatabase().start()

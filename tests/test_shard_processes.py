@@ -24,33 +24,9 @@ from redis.exceptions import MovedError
 
 from node.activeactive.cluster_config import load, local_cluster
 from node.region.slots import key_slot
-from node.testing import free_port_base, wait_until
+from node.testing import braid_cli, free_port_base, ports_free, process_gone, wait_until
 from node.tools import cli
 from node.tools.cluster_processes import parent_pid, ping, region_processes, shard_processes
-
-
-def _braid(*args: object, cwd: str | Path | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _all_free(ports) -> bool:
-    for p in ports:
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
 
 
 def _key_of(shard: int, slot_owner: bytes, prefix: str) -> str:
@@ -61,7 +37,7 @@ def _key_of(shard: int, slot_owner: bytes, prefix: str) -> str:
 class Cluster:
     def __init__(self, tmp: Path, base: int) -> None:
         self.tmp, self.base, self.data = tmp, base, tmp / "data"
-        self.up = _braid("up", "--detach", "--regions", 2, "--shards", 2, "--base-port", base,
+        self.up = braid_cli("up", "--detach", "--regions", 2, "--shards", 2, "--base-port", base,
                          "--data-dir", self.data, cwd=tmp)
         assert self.up.returncode == 0, self.up.stdout + self.up.stderr
         self.cfg = load(str(self.data / "cluster.toml"))
@@ -87,7 +63,7 @@ def cluster(tmp_path_factory):
     try:
         yield c
     finally:
-        _braid("down", "--data-dir", c.data)
+        braid_cli("down", "--data-dir", c.data)
 
 
 def test_up_starts_every_shard_and_a_key_replicates_within_its_shard(cluster):
@@ -117,7 +93,6 @@ def test_up_starts_every_shard_and_a_key_replicates_within_its_shard(cluster):
             with pytest.raises(MovedError):
                 elsewhere.xrange(key)
             assert [e[0] for e in here.xrange(key)] == [entry]  # the refused write changed nothing
-
 
 
 def test_cluster_clients_write_at_one_region_and_read_at_another(cluster):
@@ -158,6 +133,7 @@ def test_cluster_clients_write_at_one_region_and_read_at_another(cluster):
     assert bench.returncode == 0 and "Cluster has 2 master nodes" in bench.stdout, bench.stdout + bench.stderr
     assert '"xadd b:{tag}:__rand_int__' in bench.stdout
 
+
 def test_a_killed_shard_is_restarted_while_the_other_serves_and_keeps_its_data(cluster):
     supervisor = cluster.supervisors()["region-1"]
     victim = cluster.shards()[("region-1", 1)]
@@ -173,7 +149,7 @@ def test_a_killed_shard_is_restarted_while_the_other_serves_and_keeps_its_data(c
             return pid if pid not in (None, victim) and ping(cluster.port(1, 1)) else None
 
         again = wait_until(back, 30, what="shard 1 of region-1 to be restarted")
-        assert _gone(victim) and parent_pid(again) == supervisor
+        assert process_gone(victim) and parent_pid(again) == supervisor
         assert cluster.supervisors()["region-1"] == supervisor  # the region's other shard was not touched
         assert len(zero.xrange(other_key)) == len(served) >= 1
         assert [e[0] for e in one.xrange(key)] == [entry]  # its data, from its own log
@@ -188,13 +164,14 @@ def test_a_killed_supervisor_takes_its_shards_with_it(cluster):
     shards = [pid for (name, _), pid in cluster.shards().items() if name == "region-2"]
     assert len(shards) == 2
     os.kill(supervisor, signal.SIGKILL)
-    wait_until(lambda: all(_gone(pid) for pid in shards), 10, what="region-2's shards to die with their supervisor")
+    wait_until(lambda: all(process_gone(pid) for pid in shards), 10,
+               what="region-2's shards to die with their supervisor")
     assert "region-2" not in {name for name, _ in cluster.shards()}
     wait_until(lambda: not ping(cluster.port(2, 0)) and not ping(cluster.port(2, 1)), 10,
                what="region-2's ports to close")
 
     # braid restart starts the whole region again: both shards, with their data
-    restarted = _braid("restart", "--region", "region-2", "--data-dir", cluster.data)
+    restarted = braid_cli("restart", "--region", "region-2", "--data-dir", cluster.data)
     assert restarted.returncode == 0, restarted.stderr
     assert f"region-2 runs again on ports {cluster.port(2, 0)}, {cluster.port(2, 1)}" in restarted.stdout
     assert sorted(k for name, k in cluster.shards() if name == "region-2") == [0, 1]
@@ -205,14 +182,14 @@ def test_a_killed_supervisor_takes_its_shards_with_it(cluster):
 
 def test_down_stops_every_shard_and_another_shard_count_is_refused(cluster):
     ports = [cluster.port(r, k) + off for r in (1, 2) for k in (0, 1) for off in (0, 100)]
-    down = _braid("down", "--data-dir", cluster.data)
+    down = braid_cli("down", "--data-dir", cluster.data)
     assert down.returncode == 0, down.stderr
     assert "region-1 (pid" in down.stdout and "region-2 (pid" in down.stdout
     assert region_processes(str(cluster.data)) == {} and shard_processes(str(cluster.data)) == {}
     assert not (cluster.data / "cluster.pids").exists()
-    wait_until(lambda: _all_free(ports), 10, what="every shard's ports to be free")
+    wait_until(lambda: ports_free(ports), 10, what="every shard's ports to be free")
 
-    again = _braid("up", "--detach", "--regions", 2, "--base-port", cluster.base, "--data-dir", cluster.data)
+    again = braid_cli("up", "--detach", "--regions", 2, "--base-port", cluster.base, "--data-dir", cluster.data)
     assert again.returncode == 1 and "a cluster of 2 shards per region" in again.stderr
     assert "--shards 2" in again.stderr and region_processes(str(cluster.data)) == {}
 
@@ -295,7 +272,7 @@ def test_a_taken_port_of_any_shard_is_named_before_anything_starts(tmp_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", base + 121))  # region-2 shard 1's replication port
         holder.listen(1)
-        res = _braid("up", "--detach", "--regions", 2, "--shards", 2, "--base-port", base, "--data-dir", data)
+        res = braid_cli("up", "--detach", "--regions", 2, "--shards", 2, "--base-port", base, "--data-dir", data)
     assert res.returncode == 1
     assert f"port {base + 121} (region-2 shard 1's replication port) is in use by another program" in res.stderr
     assert "nothing started" in res.stderr and region_processes(str(data)) == {}
