@@ -80,7 +80,8 @@ test: deps venv
 	@# lanes side by side, each printed whole when it ends: the tests marked pure (tests/kinds.py:
 	@# CPU only) and then the longest runs of real processes (TEST_LANE_FILES: the live chaos
 	@# suite, Docker, network namespaces - none of them twice at once), beside the other tests
-	@# that start processes (mostly waiting for them)
+	@# that start processes (mostly waiting for them); each lane's test servers take ports from a
+	@# window of its own, below the kernel's range for outgoing connections (node/testing.py)
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane test-rest
 	@# the pure source too: the compiled build's checks, the core's property tests and a short
 	@# simulation batch, with every crdt/, node/resp and node/interop module imported from its .py file
@@ -103,9 +104,9 @@ TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py
 test-pure:
 	$(TEST_PYTEST) -m pure --basetemp=$${TMPDIR:-/tmp}/braid-tests-pure $(PYTEST_ARGS)
 test-lane: test-pure
-	$(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-lane $(PYTEST_ARGS) $(TEST_LANE_FILES)
+	BRAID_TEST_PORTS=20000-29999 $(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-lane $(PYTEST_ARGS) $(TEST_LANE_FILES)
 test-rest:
-	$(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-rest $(PYTEST_ARGS) \
+	BRAID_TEST_PORTS=10000-19999 $(TEST_PYTEST) -m "not pure" --basetemp=$${TMPDIR:-/tmp}/braid-tests-rest $(PYTEST_ARGS) \
 	  $(addprefix --ignore=,$(TEST_LANE_FILES))
 
 # The quick check before a commit, under a minute on two cores: ruff, mypy, and the tests marked

@@ -41,8 +41,72 @@ from node.tools import admin_cli
 from node.tools.cluster_processes import ping, writable
 
 
+class _TestPorts:
+    """Ports for test servers, handed out in turn from a window of this process's own.
+
+    Asking the kernel for a free port (bind to port 0) and binding it later races twice: the
+    kernel takes its outgoing connections' source ports from the same ephemeral range, and it
+    hands the port just freed to the next test process that asks.  So ports come from below
+    (or above) the ephemeral range, where only servers bind, each test process from a window
+    of its own (``BRAID_TEST_PORTS=LOW-HIGH``, which ``make test`` sets per lane; else one
+    chosen by the process id), and never the same port twice until the window wraps (from a
+    place in it chosen by the process id, so a process a test starts begins elsewhere)."""
+
+    WINDOW = 2000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._window: tuple[int, int] | None = None
+        self._next = 0
+
+    @staticmethod
+    def _default_window() -> tuple[int, int]:
+        try:
+            with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+                eph_low, eph_high = map(int, f.read().split())
+        except (OSError, ValueError):
+            eph_low, eph_high = 32768, 60999
+        below, above = (10000, eph_low - 1), (eph_high + 1, 65535)
+        low, high = max(below, above, key=lambda r: r[1] - r[0])
+        windows = max(1, (high - low + 1) // _TestPorts.WINDOW)
+        start = low + (os.getpid() % windows) * _TestPorts.WINDOW
+        return start, min(high, start + _TestPorts.WINDOW - 1)
+
+    def window(self) -> tuple[int, int]:
+        if self._window is None:
+            text = os.environ.get("BRAID_TEST_PORTS", "")
+            if text:
+                low, _, high = text.partition("-")
+                self._window = (int(low), int(high))
+            else:
+                self._window = self._default_window()
+            # a process started by a test (the chaos suite's runner, a bench) inherits the
+            # window: start elsewhere in it than the test process does
+            low, high = self._window
+            self._next = low + (os.getpid() * 503) % max(1, high - low + 1)
+        return self._window
+
+    def take(self, span: int, offsets: tuple[int, ...] = (0,)) -> int:
+        """A base such that base+offset .. base+offset+span-1 are free for every offset."""
+        with self._lock:
+            low, high = self.window()
+            width = max(offsets) + span
+            if width > high - low + 1:
+                raise RuntimeError(f"test port window {low}-{high} is narrower than {width} ports")
+            for _ in range(high - low + 1):
+                if self._next + width - 1 > high:
+                    self._next = low
+                base, self._next = self._next, self._next + width
+                if all(port_is_free(base + off + i) for off in offsets for i in range(span)):
+                    return base
+            raise RuntimeError(f"no free port range in the test port window {low}-{high}")
+
+
+_test_ports = _TestPorts()
+
+
 def free_port() -> int:
-    return free_ports(1)[0]
+    return _test_ports.take(1)
 
 
 def port_is_free(port: int) -> bool:
@@ -58,26 +122,13 @@ def port_is_free(port: int) -> bool:
 def free_port_base(span: int, offsets: tuple[int, ...] = (0, 100)) -> int:
     """A base port such that base+offset .. base+offset+span-1 are free for every offset
     (``braid up`` puts RESP at base, gRPC at base+100 and TLS at base+200)."""
-    for _ in range(200):
-        base = free_port()
-        wanted = [base + off + i for off in offsets for i in range(span)]
-        if max(wanted) < 65536 and all(port_is_free(p) for p in wanted):
-            return base
-    raise RuntimeError("no free port range")
+    return _test_ports.take(span, offsets)
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free right now (all held open while choosing, so none repeats)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct ports free right now, none of them handed out before in this process
+    (until its window wraps)."""
+    return [_test_ports.take(1) for _ in range(n)]
 
 
 def braid_cli(*args: object, cwd: str | os.PathLike | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
