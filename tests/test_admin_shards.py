@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -199,20 +198,6 @@ def test_flush_empties_both_shards_everywhere(cluster):
         with p.client() as c:
             sizes[(r, k)] = c.dbsize()
     assert sizes == {(r, k): 0 for r in REGIONS for k in (0, 1)}
-
-
-def test_membership_changes_are_refused_on_a_sharded_database(cluster):
-    before = Path(cluster.file).read_text()
-    for argv in (("region", "add", "region-3", "--host", "127.0.0.1", "--port", "1", "--repl-port", "2"),
-                 ("region", "remove", "region-2"), ("region", "remove", "region-2", "--force"),
-                 ("region", "purge", "--region", "region-2")):
-        code, _, err = cluster.admin(*argv)
-        assert code == 2, (argv, err)
-        assert "not supported on a sharded database yet (2 shards)" in err and "nothing changed" in err
-    assert Path(cluster.file).read_text() == before
-    for p in cluster.procs.values():
-        with p.client() as c:
-            assert replication_status(c)["crdt_membership_epoch"] == "1"
 
 
 def test_a_stopped_shard_is_named_and_fails_the_command(cluster):

@@ -102,6 +102,8 @@ ID_MODES = ("strict", "semi-strict", "liberal")
 PORT_SETTINGS = frozenset({"tls-port", "metrics-port"})
 MAX_SHARDS = 64
 MEMBER_STATUSES = ("active", "joining", "leaving", "removed")
+# where a shard of a sharded database keeps its group's member list, in its data folder
+GROUP_LIST_FILE = "members.json"
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -192,6 +194,9 @@ class ClusterConfig:
     epoch: int = 1  # membership changes agreed so far, plus one (crdt/membership.py)
     shards: SlotMap = field(default_factory=SlotMap)  # which shard owns which slots ([shards])
     shard: int = 0  # the shard this view is of (shard_view); 0 for the file as loaded
+    # a shard of a sharded database: where it keeps its group's member list (its data folder's
+    # GROUP_LIST_FILE), written with the file at every change and read back at its start
+    members_file: str | None = None
 
     def shard_view(self, k: int) -> ClusterConfig:
         """The file as shard ``k`` of every region sees it: each region's ``port`` and
@@ -206,7 +211,10 @@ class ClusterConfig:
         return view
 
     def save(self, path: str | None = None) -> None:
-        """Write the file (atomically: a reader never sees half of it)."""
+        """Write the file (atomically: a reader never sees half of it); a shard also writes its
+        group's member list (:attr:`members_file`), first."""
+        if self.members_file is not None:
+            _write_synced(self.members_file, self.membership_blob())
         path = path or self.path
         if path is None or self.shard != 0:
             return  # the shards of a region share its file: shard 0 keeps it
@@ -245,23 +253,63 @@ class ClusterConfig:
 
     def take_membership(self, m, endpoints: dict[int, tuple] | None = None) -> None:
         """Record the list ``m`` (agreed, or adopted from a peer); ``endpoints``: (host, port,
-        repl_port) of regions this file does not list yet."""
+        repl_port) of regions this file does not list yet - on a sharded database followed by
+        their ports and repl ports, one per shard (port and repl_port are this view's shard's)."""
         endpoints = endpoints or {}
         for number, member in sorted(m.members.items()):
             spec = self.by_number(number)
             if spec is None:
-                host, port, repl_port = endpoints[number]
-                spec = RegionSpec(member.name, number, host, int(port), int(repl_port))
+                host, port, repl_port, *per_shard = endpoints[number]
+                ports, repl_ports = per_shard or ((), ())
+                if self.shards.sharded and not len(ports) == len(repl_ports) == self.shards.count:
+                    raise ValueError(f"region {member.name} joins a database of {self.shards.count} shards "
+                                     f"without a port and a repl port per shard")
+                spec = RegionSpec(member.name, number, host, int(port), int(repl_port),
+                                  ports=[int(x) for x in ports], repl_ports=[int(x) for x in repl_ports])
                 self.regions.append(spec)
             spec.status = member.status
             spec.frozen = m.frozen.get(number, 0)
         self.epoch = m.epoch
 
+    def keep_group_list(self, m, endpoints: dict[int, tuple]) -> None:
+        """Make ``m`` this view's member list, exactly: a shard group's own list (its member
+        file, or its regions' answers to braid-admin), which may lack regions the cluster file
+        lists (another group took a change this one has not)."""
+        self.regions = [r for r in self.regions if r.number in m.members]
+        self.take_membership(m, endpoints)
+
+    def load_group_list(self) -> bool:
+        """Take the group's member list this shard kept (:attr:`members_file`), when there is
+        one; returns whether there was.  ValueError: it cannot be this database's list."""
+        if self.members_file is None:
+            return False
+        try:
+            with open(self.members_file, "rb") as f:
+                blob = f.read()
+        except FileNotFoundError:
+            return False  # never changed since the database was made: the cluster file's list is the group's
+        try:
+            m, endpoints = membership_from_blob(blob, self.stride)
+        except ValueError as e:
+            raise ValueError(f"{self.members_file}: {e}") from None
+        self.keep_group_list(m, endpoints)
+        return True
+
+    def drop_group_list(self) -> None:
+        """Forget the group's member list this shard kept (a purged region: it comes back as a new member)."""
+        if self.members_file is not None:
+            try:
+                os.remove(self.members_file)
+            except FileNotFoundError:
+                pass
+
     def membership_blob(self) -> bytes:
-        """The member list with every region's address, as the handshake carries it."""
+        """The member list with every region's address (and each shard's ports, sharded), as the
+        handshake carries it."""
         return json.dumps({"epoch": self.epoch, "stride": self.stride, "regions": [
             {"name": r.name, "number": r.number, "host": r.host, "port": r.port, "repl_port": r.repl_port,
-             "status": r.status, "frozen": r.frozen} for r in self.regions]}, separators=(",", ":")).encode()
+             "status": r.status, "frozen": r.frozen, **per_shard_ports(r.ports, r.repl_ports)}
+            for r in self.regions]}, separators=(",", ":")).encode()
 
     def routing(self, region: RegionSpec) -> ShardRouting | None:
         """What this view's shard of ``region`` routes by (None: an unsharded database)."""
@@ -382,7 +430,8 @@ def membership_from_blob(blob: bytes, stride: int):
         epoch, regions = int(data["epoch"]), data["regions"]
         if int(data["stride"]) != stride:
             raise ValueError(f"its stride is {data['stride']}, this database's is {stride}")
-        members, frozen, endpoints = {}, {}, {}
+        members, frozen = {}, {}
+        endpoints: dict[int, tuple] = {}
         for r in regions:
             number, status = int(r["number"]), str(r["status"])
             if status not in STATUSES or not 1 <= number < stride or number in members:
@@ -391,11 +440,29 @@ def membership_from_blob(blob: bytes, stride: int):
             if status == "removed":
                 frozen[number] = int(r.get("frozen", 0))
             endpoints[number] = (str(r["host"]), int(r["port"]), int(r["repl_port"]))
+            if r.get("ports"):
+                endpoints[number] += (tuple(int(x) for x in r["ports"]), tuple(int(x) for x in r["repl_ports"]))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"an unreadable member list: {e}") from None
     if epoch < 1:
         raise ValueError("an unreadable member list: epoch below 1")
     return Membership(stride, epoch, members, frozen), endpoints
+
+
+def per_shard_ports(ports: list[int], repl_ports: list[int]) -> dict[str, list[int]]:
+    """A member's per-shard ports as a member list carries them: none when unsharded."""
+    return {"ports": list(ports), "repl_ports": list(repl_ports)} if ports else {}
+
+
+def _write_synced(path: str, data: bytes) -> None:
+    """Write ``path`` atomically and durably: a group's member list is a commit this shard
+    promised to keep."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def shard_dir(region_dir: str, shards: SlotMap, k: int) -> str:

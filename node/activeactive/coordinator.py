@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from crdt.membership import FORCE_REMOVE, REMOVE, Change, Membership, Promise, Proposal, Standing
-from node.activeactive.cluster_config import ClusterConfig
+from node.activeactive.cluster_config import ClusterConfig, per_shard_ports
 from node.transport.admin_types import AdminCallError
 
 
@@ -209,7 +209,8 @@ def status_blob(st, stride: int) -> bytes:
     """A region's member list (its admin Status) in the handshake's form."""
     return json.dumps({"epoch": st.epoch, "stride": stride, "regions": [
         {"name": m.name, "number": m.number, "host": m.host, "port": m.port, "repl_port": m.repl_port,
-         "status": m.status, "frozen": m.frozen} for m in st.members]}).encode()
+         "status": m.status, "frozen": m.frozen, **per_shard_ports(list(m.ports), list(m.repl_ports))}
+        for m in st.members]}).encode()
 
 
 def agree_with_regions(connect: Connect, cfg: ClusterConfig, current: Membership, change: Change,

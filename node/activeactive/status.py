@@ -124,7 +124,8 @@ class Status:
                           "peer_own_ops": self.aa.hub.peer_acked.get(peer.number, {}).get(peer.number, 0)})
         held, target = self.aa.catch_up_progress()
         members = [{"name": r.name, "number": r.number, "status": r.status, "host": r.host, "port": r.port,
-                    "repl_port": r.repl_port, "frozen": r.frozen} for r in self.aa.cluster.regions]
+                    "repl_port": r.repl_port, "frozen": r.frozen, "ports": r.ports, "repl_ports": r.repl_ports}
+                   for r in self.aa.cluster.regions]
         return {
             "name": self.aa.me.name, "number": self.aa.region, "cluster_id": self.aa.cluster.cluster_id,
             "database": self.aa.cluster.database, "id_mode": self.aa.mode, "paused": self.aa.paused,

@@ -40,8 +40,15 @@ def proposal_to_dict(p: Proposal) -> dict:
 
 def proposal_from_dict(d: dict) -> Proposal:
     ballot = d["ballot"]  # [coordinator's number, its counter], as proposal_to_dict writes it
-    return Proposal(int(d["epoch"]), Change(str(d["kind"]), int(d["number"]), str(d.get("name", "")),
-                                            tuple(d.get("endpoint", ()))), (int(ballot[0]), int(ballot[1])))
+    change = Change(str(d["kind"]), int(d["number"]), str(d.get("name", "")), endpoint_from_json(d.get("endpoint", ())))
+    return Proposal(int(d["epoch"]), change, (int(ballot[0]), int(ballot[1])))
+
+
+def endpoint_from_json(endpoint: list) -> tuple:
+    """A join's endpoint as JSON keeps it: (host, port, repl_port), and on a sharded database
+    every shard's ports, two more lists - tuples again, so that the proposal read back equals
+    the one promised."""
+    return tuple(tuple(x) if isinstance(x, list) else x for x in endpoint)
 
 
 class FilePromiseStore:

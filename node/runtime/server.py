@@ -363,6 +363,8 @@ class Server:
                 store = self.core.aa.promise_store if self.core.aa is not None else None
                 if store is not None:
                     store.save(None)
+                if self.core.aa is not None:  # (a shard's group list: it comes back as a new member)
+                    self.core.aa.cluster.drop_group_list()
                 log.warning("purged: deleted %s; add the region again (braid-admin region add) and start it",
                             self.core.oplog.directory)
 

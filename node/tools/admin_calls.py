@@ -187,11 +187,10 @@ def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict[str, Reg
                 failures.append(str(e))
         newest = max(found.values(), key=lambda st: st.epoch, default=None)
         unknown = [] if newest is None or not cfg.shards.sharded else \
-            [x.name for x in newest.members if cfg.by_number(x.number) is None]
-        if newest is not None and unknown:  # (a member's per-shard ports are in no member list: not listable)
-            failures.append(f"region {newest.name} shard {cfg.shard} lists members the cluster file does not "
-                            f"know ({', '.join(unknown)}): not recorded; add them to the file with a port and a "
-                            "repl port per shard")
+            [x.name for x in newest.members if cfg.by_number(x.number) is None and len(x.ports) != cfg.shards.count]
+        if newest is not None and unknown:  # (a region of a version that did not send per-shard ports)
+            failures.append(f"region {newest.name} shard {cfg.shard} lists members without a port and a repl port "
+                            f"per shard ({', '.join(unknown)}): not recorded; add them to the file with theirs")
         elif newest is not None and newest.epoch > cfg.epoch:
             take_members(cfg, newest)
             if path is not None:
@@ -202,9 +201,20 @@ def statuses(cfg: ClusterConfig, path: str | None = None) -> tuple[dict[str, Reg
 
 def take_members(cfg: ClusterConfig, st: RegionStatus) -> None:
     """Record a region's member list (a RegionStatus) in ``cfg``."""
-    m = Membership(cfg.stride, st.epoch, {x.number: Member(x.number, x.name, x.status) for x in st.members},
-                   {x.number: x.frozen for x in st.members if x.status == REMOVED})
-    cfg.take_membership(m, {x.number: (x.host, x.port, x.repl_port) for x in st.members})
+    cfg.take_membership(group_membership(cfg, st), member_endpoints(st))
+
+
+def member_endpoints(st: RegionStatus) -> dict[int, tuple]:
+    """Where each member of a region's list (a RegionStatus) is, as ``ClusterConfig.take_membership``
+    takes it: (host, port, repl_port), and each shard's ports on a sharded database."""
+    return {x.number: (x.host, x.port, x.repl_port) + ((tuple(x.ports), tuple(x.repl_ports)) if x.ports else ())
+            for x in st.members}
+
+
+def group_membership(cfg: ClusterConfig, st: RegionStatus) -> Membership:
+    """A region's member list (a RegionStatus) as crdt/membership.py keeps it."""
+    return Membership(cfg.stride, st.epoch, {x.number: Member(x.number, x.name, x.status) for x in st.members},
+                      {x.number: x.frozen for x in st.members if x.status == REMOVED})
 
 
 def tls_pem() -> tuple[bytes, bytes, bytes] | None:

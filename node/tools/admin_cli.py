@@ -12,6 +12,7 @@ the region tells the rest.
     braid-admin sync wait --timeout 30 [--reachable]
     braid-admin tls reload --region region-2
     braid-admin region add region-4 --host H --port 7004 --repl-port 7104 [--number N]
+    braid-admin region add region-4 --host H --port 7004,7024 --repl-port 7104,7124   (2 shards)
     braid-admin region remove region-2 [--force] [--timeout 60]
     braid-admin region purge --region region-2
     braid-admin flush db db [--timeout 30] [--region region-1]
@@ -53,7 +54,9 @@ A sharded database (docs/sharding.md): shard K of every region is a replication 
 own, and ``status``, ``info``, ``tune``, ``replication``, ``sync``, ``tls``, ``flush`` and ``backup``
 act on every group in turn (``--shard K``: on one), each group's part of the output under a heading
 ``shard K of N (slots ...)``, the exit status the worst of the groups' (node/tools/admin_shards.py).
-``region add|remove|purge`` refuse a sharded database (exit status 2): not built yet.
+``region add|remove|purge`` too: each group agrees the change on its own, shard 0's first, and a run
+that did not finish in every group is finished by running it again (node/tools/admin_regions.py);
+a new region gives one port and one repl port per shard (``--port 7004,7024 --repl-port 7104,7124``).
 
 Where it lives: this module builds the parser and holds the commands that read or tune every
 region (status, info, tune, replication, sync, tls, flush); node/tools/admin_regions.py the member-list
@@ -368,13 +371,23 @@ def _flush(args, cfg: ClusterConfig, runner, context: dict[int, int], console: C
                   "(writes made meanwhile stay); `braid-admin sync wait` waits for that")
 
 
+def port_list(value: str) -> list[int]:
+    """``7004`` or, one per shard, ``7004,7024``."""
+    try:
+        ports = [int(p) for p in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port or a comma-separated list of ports") from None
+    if not all(0 < p < 65536 for p in ports):
+        raise argparse.ArgumentTypeError(f"{value!r}: a port is a number from 1 to 65535")
+    return ports
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="braid-admin", description="Administer a Braid Active-Active database: "
                                  "talk to its regions through their admin service (gRPC, the replication port).",
                                  epilog="exit status: 0 on success; 1 when a region is unreachable or refuses, "
-                                        "or the command fails (the reason is printed); 2 for bad options, or a "
-                                        "change this database cannot take (a member-list change of a sharded "
-                                        "database); on a sharded database, the worst of its shard groups' statuses")
+                                        "or the command fails (the reason is printed); 2 for bad options; on a "
+                                        "sharded database, the worst of its shard groups' statuses")
     ap.add_argument("--cluster", metavar="FILE", help=f"the cluster file (default {DEFAULT_CLUSTER}); "
                                                       "ignored with --host/--port")
     ap.add_argument("--host", help="talk to the region at this host instead of reading a cluster file: it "
@@ -449,9 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("name", help="the new region's name")
     # dest: braid-admin's own --host/--port say which region to talk to
     q.add_argument("--host", dest="region_host", required=True, help="the new region's host")
-    q.add_argument("--port", dest="region_port", type=int, required=True, help="its RESP (client) port")
-    q.add_argument("--repl-port", type=int, required=True, help="its gRPC port (replication and admin)")
+    q.add_argument("--port", dest="region_port", type=port_list, required=True,
+                   help="its RESP (client) port; a sharded database: one per shard, comma-separated (P0,P1,...)")
+    q.add_argument("--repl-port", type=port_list, required=True,
+                   help="its gRPC port (replication and admin); a sharded database: one per shard, comma-separated")
     q.add_argument("--number", type=int, help="its region number (default: the lowest never used)")
+    add_shard_option(q)
     q.set_defaults(fn=cmd_region_add)
     q = rsub.add_parser("remove", help="remove NAME [--force]: gracefully, or at once when it is unreachable")
     q.add_argument("name", help="the member to remove")
@@ -460,9 +476,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "over first)")
     q.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the hand-over (default 60)")
+    add_shard_option(q)
     q.set_defaults(fn=cmd_region_remove)
     q = rsub.add_parser("purge", help="purge --region NAME: wipe a removed region's data (it stops)")
     q.add_argument("--region", required=True, help="the removed region to wipe")
+    add_shard_option(q)
     q.set_defaults(fn=cmd_region_purge)
     p = sub.add_parser("flush", help="flush db DB [--timeout S] [--region NAME]: empty the whole database "
                                      "at every region (each must be reachable)")

@@ -3,8 +3,16 @@
 braid-admin asks every live member to promise the change, then commits it (the rules are
 crdt/membership.py's, the calls node/activeactive/coordinator.py's): a voter that did not hear the
 commit is asked again every ``COMMIT_RETRY_S`` for ``COMMIT_RETRY_FOR_S``, and a graceful
-removal waits until the leaving region handed over everything it holds.  A sharded database's
-members are not changed yet: each command refuses it (exit status 2, nothing changed).
+removal waits until the leaving region handed over everything it holds.
+
+A sharded database (docs/sharding.md, "Membership and administration"): shard K of every region
+is a replication group with a member list of its own, so each change is agreed group by group
+with the same proposal, shard 0's group first (``each_shard``), each group's part of the output
+under its heading.  Before acting on a group, braid-admin takes that group's own list (the newest
+its regions answer with: :func:`_take_group_list`), not the cluster file's, which records shard
+0's group; so a run that ended early in one group (braid-admin killed, a voter unreachable) is
+finished by running it again: a group that has the change already says so and is left alone.
+A join carries every shard's ports of the new region, so that every group records them.
 """
 
 from __future__ import annotations
@@ -18,8 +26,17 @@ from rich.console import Console
 from crdt.membership import FORCE_REMOVE, JOIN, LEAVE, LEAVING, REMOVE, REMOVED, Change, MembershipError
 from node.activeactive.cluster_config import ClusterConfig, RegionSpec
 from node.activeactive.coordinator import MembershipChangeError, agree, commit
-from node.tools.admin_calls import AdminError, call, region_named, statuses, tls_pem
-from node.tools.admin_shards import refuse_membership_change
+from node.tools.admin_calls import (
+    AdminError,
+    call,
+    group_membership,
+    member_endpoints,
+    region_named,
+    shard_name,
+    statuses,
+    tls_pem,
+)
+from node.tools.admin_shards import each_shard, shard_views
 from node.transport.admin import clients
 
 
@@ -90,26 +107,105 @@ def _all_reachable(cfg: ClusterConfig, path: str | None, what: str, but: int | N
     return found
 
 
+def _take_group_list(view: ClusterConfig, path: str | None) -> None:
+    """Make ``view`` (shard K's) hold its group's own member list: the newest its regions answer
+    with.  The cluster file records shard 0's group, and a change may have reached some groups
+    only.  The file at ``path`` is brought up to date from shard 0's group."""
+    found = []
+    for r in view.live_regions():
+        try:
+            found.append(call(view, r, "status"))
+        except AdminError:
+            continue  # (a region the group does not know yet, or one that is down: the others tell)
+    if not found:
+        raise AdminError(f"no region of shard {view.shard}'s group answers: nothing changed in it")
+    newest = max(found, key=lambda st: st.epoch)
+    before = view.epoch
+    view.keep_group_list(group_membership(view, newest), member_endpoints(newest))
+    if path is not None and view.epoch != before:
+        view.save(path)  # (shard 0's view only: the file records its group)
+
+
+def _new_ports(args, cfg: ClusterConfig) -> tuple[list[int], list[int]]:
+    """The new region's client and replication ports, one per shard (AdminError, exit status 2,
+    when their count is not the database's shard count)."""
+    n = cfg.shards.count
+    for what, ports in (("--port", args.region_port), ("--repl-port", args.repl_port)):
+        if len(ports) != n:
+            raise AdminError(f"{what} {','.join(map(str, ports))}: this database has {n} shard(s), so the new "
+                             f"region needs {n} port(s), one per shard, comma-separated (shard K listens on the "
+                             "Kth)", status=2)
+    return args.region_port, args.repl_port
+
+
+def _new_number(args, cfg: ClusterConfig, views: list[ClusterConfig]) -> int:
+    """The new region's number: the one a group already gave it (a run finished again), else
+    ``--number``, else the lowest no group ever used."""
+    for view in views:
+        for r in view.live_regions():
+            if r.name == args.name:
+                if args.number is not None and args.number != r.number:
+                    raise AdminError(f"{args.name} is region {r.number} in {shard_name(view, r)}'s group, not "
+                                     f"{args.number}: finish adding it with --number {r.number}, or remove it")
+                return r.number
+    used = {r.number for view in views for r in view.regions}
+    if args.number is not None:
+        return args.number
+    free = [n for n in range(1, cfg.stride) if n not in used]
+    if not free:
+        raise AdminError(f"every region number of this database is used: numbers go from 1 to {cfg.stride - 1} "
+                         f"(strict IDs: the stride is {cfg.stride}) and a removed region's number is never "
+                         "reused; this database cannot grow further (a new database with a larger stride can)")
+    return free[0]
+
+
+def _group_views(args, cfg: ClusterConfig, path: str | None) -> list[ClusterConfig]:
+    """Each group's view with its own member list (sharded); ``cfg`` alone unsharded."""
+    views = shard_views(args, cfg)
+    for view in views:
+        if cfg.shards.sharded:
+            _take_group_list(view, path)
+        else:
+            statuses(view, path)  # (a newer member list than the file's is taken)
+    return views
+
+
+def _unfinished(cfg: ClusterConfig, code: int, what: str) -> int:
+    if cfg.shards.sharded and code:
+        print(f"braid-admin: {what} is not done in every shard group (each is named above): run the same command "
+              "again to finish it; a group that has it already is left as it is", file=sys.stderr)
+    return code
+
+
 def cmd_region_add(args, cfg: ClusterConfig, path, console: Console) -> int:
-    refuse_membership_change(cfg, "adding a region")
-    _all_reachable(cfg, path, "adding a region")
-    used = {r.number for r in cfg.regions}
-    number = args.number
-    if number is None:
-        free = [n for n in range(1, cfg.stride) if n not in used]
-        if not free:
-            raise AdminError(f"every region number of this database is used: numbers go from 1 to {cfg.stride - 1} "
-                             f"(strict IDs: the stride is {cfg.stride}) and a removed region's number is never "
-                             "reused; this database cannot grow further (a new database with a larger stride can)")
-        number = free[0]
-    change = Change(JOIN, number, args.name, (args.region_host, args.region_port, args.repl_port))
-    _agree(cfg, path, change, console)
-    where = path or "the cluster file"
-    console.print(f"{args.name} joined the database as region {number} (membership epoch {cfg.epoch}, status "
-                  f"joining).\nStart it with: braid node --config {where} --region {args.name} --data-dir DIR\n"
-                  "It takes the data from its peers and accepts writes once it has caught up "
-                  "(braid-admin status shows its progress).")
-    return 0
+    ports, repl_ports = _new_ports(args, cfg)
+    number = _new_number(args, cfg, _group_views(args, cfg, path))
+
+    def add(args, view: ClusterConfig, path, console: Console) -> int:
+        if view.shards.sharded:
+            _take_group_list(view, path)
+            known = view.by_number(number)
+            if known is not None and known.name == args.name:
+                console.print(f"{args.name} is already region {number} of this group (status {known.status}, "
+                              f"membership epoch {view.epoch}): nothing to change", highlight=False)
+                return 0
+        _all_reachable(view, path, "adding a region")
+        endpoint: tuple = (args.region_host, ports[view.shard], repl_ports[view.shard])
+        if view.shards.sharded:
+            endpoint += (tuple(ports), tuple(repl_ports))
+        _agree(view, path, Change(JOIN, number, args.name, endpoint), console)
+        console.print(f"{args.name} joined the {'group' if view.shards.sharded else 'database'} as region {number} "
+                      f"(membership epoch {view.epoch}, status joining).", highlight=False)
+        return 0
+
+    code = _unfinished(cfg, each_shard(args, cfg, path, console, add), "adding the region")
+    if code == 0:
+        where = path or "the cluster file"
+        console.print(f"Start it with: braid node --config {where} --region {args.name} --data-dir DIR\n"
+                      + ("(one process per shard, each joining its group) " if cfg.shards.sharded else "")
+                      + "It takes the data from its peers and accepts writes once it has caught up "
+                      "(braid-admin status shows its progress).")
+    return code
 
 
 LEAVER_GRACE_S = 15.0  # a leaving region that stops answering is given up after this long
@@ -161,9 +257,19 @@ def orphaned_operations(cfg: ClusterConfig, statuses: dict, removing: RegionSpec
 
 
 def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
-    refuse_membership_change(cfg, "removing a region")
+    region_named(cfg, args.name)
+    return _unfinished(cfg, each_shard(args, cfg, path, console, _remove), "the removal")
+
+
+def _remove(args, cfg: ClusterConfig, path, console: Console) -> int:
+    if cfg.shards.sharded:
+        _take_group_list(cfg, path)
     r = region_named(cfg, args.name)
     if r.status == REMOVED:
+        if cfg.shards.sharded:  # (a run finished again)
+            console.print(f"{r.name} (region {r.number}) was already removed from this group (membership epoch "
+                          f"{cfg.epoch}): nothing to change", highlight=False)
+            return 0
         raise AdminError(f"{r.name} (region {r.number}) was already removed")
     if args.force:
         found = _all_reachable(cfg, path, "a forced removal", but=r.number)
@@ -193,10 +299,22 @@ def cmd_region_remove(args, cfg: ClusterConfig, path, console: Console) -> int:
 
 
 def cmd_region_purge(args, cfg: ClusterConfig, path, console: Console) -> int:
-    refuse_membership_change(cfg, "purging a removed region")
-    named = [r for r in cfg.regions if r.name == args.region]
-    if not named:
+    if not [r for r in cfg.regions if r.name == args.region]:
         raise AdminError(f"no region named {args.region!r} in the cluster file")
+    code = _unfinished(cfg, each_shard(args, cfg, path, console, _purge), "the purge")
+    r = next((x for x in reversed(cfg.regions) if x.name == args.region), None)
+    if code == 0 and r is not None:
+        ports, repl_ports = (",".join(map(str, r.ports)), ",".join(map(str, r.repl_ports))) if r.ports else \
+            (str(r.port), str(r.repl_port))
+        console.print(f"To bring {r.name} back: braid-admin region add {r.name} --host {r.host} --port {ports} "
+                      f"--repl-port {repl_ports}, then start it again with the updated cluster file (it gets a "
+                      "new number)")
+    return code
+
+
+def _purge(args, cfg: ClusterConfig, path, console: Console) -> int:
+    if cfg.shards.sharded:
+        _take_group_list(cfg, path)
     found, failures = statuses(cfg, path)
     r = next((x for x in cfg.regions if x.name == args.region and x.status == REMOVED), None)
     if r is None:
@@ -206,8 +324,6 @@ def cmd_region_purge(args, cfg: ClusterConfig, path, console: Console) -> int:
     if not found:
         raise AdminError(f"no member is reachable to confirm that {r.name} was removed ({'; '.join(failures)})")
     call(cfg, r, "purge", cfg.membership_blob())
-    console.print(f"{r.name} (region {r.number}) deleted its data and stopped. To bring it back: braid-admin region "
-                  f"add {r.name} --host {r.host} --port {r.port} --repl-port {r.repl_port}, then start it again "
-                  "with the updated cluster file (it gets a new number)")
+    console.print(f"{shard_name(cfg, r)} (region {r.number}) deleted its data and stopped.", highlight=False)
     return 0
 

@@ -69,13 +69,3 @@ def each_shard(args: argparse.Namespace, cfg: ClusterConfig, path: str | None, c
             worst = max(worst, e.status)
     return worst
 
-
-def refuse_membership_change(cfg: ClusterConfig, what: str) -> None:
-    """Membership changes of a sharded database are not built yet: AdminError (exit status 2)."""
-    if cfg.shards.sharded:
-        raise AdminError(
-            f"{what} is not supported on a sharded database yet ({cfg.shards.count} shards): each shard group "
-            "would have to agree the change on its own, and the shards of a region keep one member list in their "
-            "shared cluster file, which cannot record one group's change apart from the others' nor a new "
-            "region's port and repl port per shard (docs/sharding.md, \"Membership and administration\"); "
-            "nothing changed", status=2)

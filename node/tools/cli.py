@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from node.activeactive.cluster_config import load, shard_dir
+from node.activeactive.cluster_config import GROUP_LIST_FILE, load, shard_dir
 from node.interop.rdbfile import RdbFileError
 from node.persistence.promise import PromiseFileError
 from node.persistence.replay import LoadError
@@ -124,6 +124,15 @@ def cmd_node(args: argparse.Namespace) -> int:
             args.data_dir = ccfg.region_data_dir(me)
         if sharded:  # the region's folder holds one per shard
             args.data_dir = shard_dir(args.data_dir or "./data", ccfg.shards, shard)
+            # this shard's group agrees its member list on its own: the list it kept is its group's
+            ccfg.members_file = os.path.join(os.path.abspath(args.data_dir), GROUP_LIST_FILE)
+            try:
+                ccfg.load_group_list()
+                me = ccfg.region(me.name)
+            except (OSError, ValueError) as e:
+                print(f"{who}: {e}", file=sys.stderr)
+                return 2
+            cluster = (ccfg, me)
     elif shard != 0:
         print(f"{who}: --shard {shard}: only a sharded database has more than one shard (--config FILE, whose "
               "[shards] count says how many); a region without one is shard 0", file=sys.stderr)

@@ -61,13 +61,19 @@ def _status(st: dict) -> pb.RegionStatus:
 
 def proposal_to_proto(p: Proposal) -> pb.MembershipProposal:
     c = p.change
-    host, port, repl_port = c.endpoint or ("", 0, 0)
+    host, port, repl_port, *per_shard = c.endpoint or ("", 0, 0)
+    ports, repl_ports = per_shard or ((), ())  # a sharded database's join: every shard's ports
     return pb.MembershipProposal(epoch=p.epoch, kind=c.kind, number=c.number, name=c.name, host=host, port=port,
-                                 repl_port=repl_port, ballot_region=p.ballot[0], ballot_counter=p.ballot[1])
+                                 repl_port=repl_port, ballot_region=p.ballot[0], ballot_counter=p.ballot[1],
+                                 ports=list(ports), repl_ports=list(repl_ports))
 
 
 def proposal_from_proto(m: pb.MembershipProposal) -> Proposal:
-    endpoint = (m.host, m.port, m.repl_port) if m.host else ()
+    endpoint: tuple = ()
+    if m.host:
+        endpoint = (m.host, m.port, m.repl_port)
+        if m.ports:
+            endpoint += (tuple(m.ports), tuple(m.repl_ports))
     return Proposal(m.epoch, Change(m.kind, m.number, m.name, endpoint), (m.ballot_region, m.ballot_counter))
 
 
