@@ -73,7 +73,13 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
         ],
     },
     "test_admin_shards": PROCESS,
-    "test_shard_membership": {"*": PROCESS, PURE: ["test_a_new_region_needs_a_port_and_a_repl_port_per_shard"]},
+    "test_shard_membership": {
+        "*": PROCESS,
+        PURE: [
+            "test_a_new_region_needs_a_port_and_a_repl_port_per_shard",
+            "test_the_simulation_changes_the_members_of_every_shard_group",
+        ],
+    },
     "test_admin_cli_ux": {
         "*": PROCESS,
         PURE: [

@@ -18,6 +18,8 @@ import re
 import pytest
 import redis
 
+from chaos.sim.shards import ShardedSimulation
+from chaos.sim.world import SimConfig
 from node import testing
 from node.activeactive.cluster_config import GROUP_LIST_FILE, load, local_cluster
 from node.testing import BraidProcess, free_ports, process_gone, replication_status, wait_until, writable
@@ -175,3 +177,16 @@ def test_a_new_region_needs_a_port_and_a_repl_port_per_shard(tmp_path):
                                "--port", "7004", "--repl-port", "7104,7124"])
     assert code == 2, err.getvalue()
     assert "--port 7004: this database has 2 shard(s), so the new region needs 2 port(s)" in err.getvalue()
+
+
+def test_the_simulation_changes_the_members_of_every_shard_group():
+    """The membership fault in sharded schedules: joins (with every shard's ports), leaves and
+    forced removals in each group, every check passing."""
+    changed = {0: set(), 1: set()}
+    for seed in range(1, 9):
+        sim = ShardedSimulation(SimConfig(seed=seed, shards=2, faults=("membership", "crash", "partition")))
+        sim.run()
+        assert [v for v in sim.verdicts() if not v.ok] == [], seed
+        for g in sim.groups:
+            changed[g.shard] |= {p.change.kind for p in g.membership.committed}
+    assert changed[0] >= {"join", "activate"} and changed[1] >= {"join", "activate"}, changed

@@ -228,7 +228,8 @@ class MembershipDriver:
             if not sim.net.cuts and self.rng.random() < 0.5:
                 sim.partition()  # join while some pair is cut
             self.in_flight = f"join of r{number}"
-            change = Change(JOIN, number, f"region-{number}", ("sim", 0, 0))
+            per_shard = ((0,) * sim.config.shards,) * 2 if sim.config.shards > 1 else ()  # (no sockets here)
+            change = Change(JOIN, number, f"region-{number}", ("sim", 0, 0, *per_shard))
             began = self.agree(change, ADMIN, lambda p, frozen: self.joined(number))
         elif kind == "leave":
             self.in_flight = f"leave of r{number}"

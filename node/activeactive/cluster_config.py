@@ -256,20 +256,35 @@ class ClusterConfig:
         repl_port) of regions this file does not list yet - on a sharded database followed by
         their ports and repl ports, one per shard (port and repl_port are this view's shard's)."""
         endpoints = endpoints or {}
+        missing = self.without_shard_ports(m, endpoints)
+        if missing:  # (checked before a list is promised or adopted: the file could not record it)
+            raise ValueError(missing)
         for number, member in sorted(m.members.items()):
             spec = self.by_number(number)
             if spec is None:
                 host, port, repl_port, *per_shard = endpoints[number]
                 ports, repl_ports = per_shard or ((), ())
-                if self.shards.sharded and not len(ports) == len(repl_ports) == self.shards.count:
-                    raise ValueError(f"region {member.name} joins a database of {self.shards.count} shards "
-                                     f"without a port and a repl port per shard")
                 spec = RegionSpec(member.name, number, host, int(port), int(repl_port),
                                   ports=[int(x) for x in ports], repl_ports=[int(x) for x in repl_ports])
                 self.regions.append(spec)
             spec.status = member.status
             spec.frozen = m.frozen.get(number, 0)
         self.epoch = m.epoch
+
+    def without_shard_ports(self, m, endpoints: dict[int, tuple]) -> str:
+        """'' when this file can record every member of ``m`` this view does not list yet, else
+        why not: on a sharded database each needs a port and a repl port per shard (``endpoints``)."""
+        for number, member in sorted(m.members.items()):
+            if self.by_number(number) is not None:
+                continue
+            endpoint = endpoints.get(number, ())
+            if len(endpoint) < 3:
+                return f"region {member.name} is new to this region and its list does not say where it is"
+            ports, repl_ports = (endpoint[3], endpoint[4]) if len(endpoint) == 5 else ((), ())
+            if self.shards.sharded and not len(ports) == len(repl_ports) == self.shards.count:
+                return (f"region {member.name} joins a database of {self.shards.count} shards without a port and a "
+                        "repl port per shard")
+        return ""
 
     def keep_group_list(self, m, endpoints: dict[int, tuple]) -> None:
         """Make ``m`` this view's member list, exactly: a shard group's own list (its member

@@ -46,6 +46,7 @@ from crdt.membership import (
     ADOPT,
     COMMIT,
     FORCE_REMOVE,
+    JOIN,
     JOINING,
     LEAVING,
     LIVE,
@@ -53,6 +54,7 @@ from crdt.membership import (
     REMOVED,
     WAIT,
     Change,
+    Member,
     Membership,
     MembershipError,
     Promise,
@@ -264,6 +266,12 @@ class MembershipChanges:
             return Promise(False, f"this region holds a full-resync image whose snapshot is not on disk yet "
                                   f"(the disk is full?): it cannot promise what it holds of region "
                                   f"{p.change.number} until it is")
+        if p.change.kind == JOIN and held_promise != p:
+            joining = Membership(self.membership.stride, p.epoch,
+                                 {p.change.number: Member(p.change.number, p.change.name, JOINING)}, {})
+            unrecordable = self.cluster.without_shard_ports(joining, {p.change.number: p.change.endpoint})
+            if unrecordable:  # (a coordinator that does not know this database is sharded)
+                return Promise(False, unrecordable)
         answer = self.membership.promise(p, held)
         if answer.ok and held_promise != p:
             self._promised_at = now
@@ -440,6 +448,9 @@ class MembershipChanges:
         """Take a peer's newer member list (from a handshake, or braid-admin); returns whether it
         was newer.  ValueError: it cannot be this database's list."""
         other, endpoints = membership_from_blob(blob, self.membership.stride)
+        unrecordable = self.cluster.without_shard_ports(other, endpoints)
+        if unrecordable:
+            raise ValueError(unrecordable)
         before = Membership(self.membership.stride, self.membership.epoch, dict(self.membership.members),
                             dict(self.membership.frozen))
         if not self.membership.adopt(other):
