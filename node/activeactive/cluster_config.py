@@ -72,7 +72,10 @@ the region's folder::
 
 A shard runs on :meth:`ClusterConfig.shard_view`: the same file with every region's
 ``port``/``repl_port`` those of shard K - so a shard is a region server, and shard K of
-every region forms one replication group as a whole region does without shards.
+every region forms one replication group as a whole region does without shards.  Each group
+agrees its member list on its own, so a shard keeps its group's list in its data folder
+(``members.json``, :attr:`ClusterConfig.members_file`) and starts from it; the file, written
+by shard 0, records shard 0's group.  A member list carries each region's ports per shard.
 
 A region may name its own pair instead (``tls_cert`` / ``tls_key`` in its
 ``[[regions]]`` entry).  ``ClusterConfig.tls`` is None for plain text, else a
