@@ -256,6 +256,23 @@ class CausalLog:
         """Absolute position after the last envelope."""
         return self.base + len(self.log)
 
+    def vv_before(self, position: int) -> VersionVector:
+        """The version vector without the envelopes at absolute positions ``position`` on: what
+        this region held when its log ended there (what it may acknowledge once the operation
+        log holds everything before ``position``).  An origin's envelopes sit in the log in the
+        order of their numbers, so its first one from ``position`` on bounds it.  The result
+        may be ``vv`` itself: the caller copies what it keeps."""
+        rest = self.log[max(position - self.base, 0):]
+        if not rest:
+            return self.vv
+        vv = dict(self.vv)
+        bounded: set[int] = set()
+        for e in rest:
+            if e.origin not in bounded:
+                bounded.add(e.origin)
+                vv[e.origin] = e.n - 1
+        return vv
+
     def since(self, start: int, stop: int | None = None) -> list[Envelope]:
         """Envelopes at absolute positions [start, stop) still held."""
         lo = max(start - self.base, 0)

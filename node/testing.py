@@ -76,8 +76,8 @@ class _TestPorts:
         if self._window is None:
             text = os.environ.get("BRAID_TEST_PORTS", "")
             if text:
-                low, _, high = text.partition("-")
-                self._window = (int(low), int(high))
+                first, _, last = text.partition("-")
+                self._window = (int(first), int(last))
             else:
                 self._window = self._default_window()
             # a process started by a test (the chaos suite's runner, a bench) inherits the

@@ -121,7 +121,8 @@ def test_command_info_shows_the_key_specs_acl_checks():
 
 # Where Braid answers as Redis 8 and not as the reference Redis 7.0.
 DIFFERS_FROM_70 = {"command|getkeys",  # arity -3 since Redis 7.2 (-4 in 7.0)
-                   "cluster|slots", "cluster|shards"}  # flagged loading since Redis 7.2
+                   "cluster|slots", "cluster|shards",  # flagged loading since Redis 7.2
+                   "wait"}  # flagged blocking, no longer noscript, since Redis 7.2
 
 
 def test_command_info_flags_and_key_range_as_redis(braid_proc, redis_proc):

@@ -127,7 +127,7 @@ from crdt.sync import ProtocolError
 from node.activeactive.frames import LinkLimits
 from node.activeactive.link import Link, LinkStalled
 from node.activeactive.outbox import Outbox
-from node.activeactive.pacing import Pacing
+from node.activeactive.pacing import AckPace, Pacing
 from node.activeactive.sides import Callbacks, Gate, RegionSide, Watcher, no_image, nothing
 from node.activeactive.stage_trace import stage_trace
 from node.transport.tls import Identity, LinkCredentials, TlsFront
@@ -196,6 +196,12 @@ class ReplicationHub:
         # numbers alone, and theirs can only be another history of those (node/activeactive/lone_writes.py)
         self.refuse_own = False
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, what it is known to hold
+        # per peer, what its last acks said is on its disk (Ack.synced; reset at each handshake)
+        self.peer_synced: dict[int, dict[int, int]] = {}
+        # what this region's operation log holds on disk: up to which causal-log position, and
+        # per origin how far (what its acks say in Ack.synced; node/activeactive/waits.py)
+        self.synced_at = 0
+        self.synced_vv: dict[int, int] = {}
         # per peer, the version vector it last reported as a whole (handshake, ack): causal
         # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
         self.peer_reported: dict[int, dict[int, int]] = {}
@@ -417,8 +423,42 @@ class ReplicationHub:
 
     def logged_upto(self, end: int) -> None:
         """The region's operation log holds (on the OS) what the causal log holds up to absolute
-        position ``end``: links may send that far (``sendable``).  It does not wake them."""
+        position ``end``: links may send that far (``sendable``).  It does not wake them; a
+        link whose last ack said less than the region had applied acks again."""
         self.sendable = end
+        for link in self.links.values():
+            if link.ack_short:
+                link.ack_short = False
+                link.acknowledge(pace=AckPace.LAZY)
+
+    def synced_upto(self, end: int) -> None:
+        """The region's operation log holds on disk what the causal log holds up to absolute
+        position ``end``: the links' next acks say so (Ack.synced), soon."""
+        if end <= self.synced_at:
+            return
+        synced = self.synced_vv
+        for e in self.causal.since(self.synced_at, end):
+            if e.n > synced.get(e.origin, 0):
+                synced[e.origin] = e.n
+        self.synced_at = end
+        for link in self.links.values():
+            link.acknowledge(pace=AckPace.LAZY)
+
+    def acknowledgement(self) -> tuple[dict[int, int], dict[int, int]]:
+        """What an ack says this region holds, and the digests of those histories: what the
+        causal log holds up to where the operation log handed its records to the OS (a killed
+        process keeps those), so a peer counting this region for WAIT counts what survives a
+        SIGKILL here.  Without a log, everything applied."""
+        causal = self.causal
+        vv = causal.vv if self.sendable is None else causal.vv_before(self.sendable)
+        if vv is causal.vv:
+            return vv, causal.held_heads()
+        heads = {}
+        for origin, n in vv.items():
+            digest = causal.digest_at(origin, n) if n else None
+            if digest is not None:
+                heads[origin] = digest
+        return vv, heads
 
     def hold_own_from(self, end: int) -> None:
         """Nothing from causal-log position ``end`` on leaves: the region takes writes alone
@@ -475,6 +515,8 @@ class ReplicationHub:
         """After a full resync installed another log: every link looks at it from its start."""
         self.resyncs_received += 1
         self.image_vv = dict(self.causal.vv)  # the image's own, before this region's go on top
+        # what is on disk counts again from here, as records of the new log are fsynced
+        self.synced_at, self.synced_vv = self.causal.end, {}
         self.restart_arrivals()
         for link in self.links.values():
             link.state.log_replaced()

@@ -126,6 +126,7 @@ class Link:
         limits = self.limits = hub.limits
         # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
         # its Hello says what it holds now (it may have lost some in a crash)
+        hub.peer_synced[peer] = {}  # what is on its disk: its acks say it again (it may have been restored)
         self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}),
                                hub.peer_reported.setdefault(peer, {}))
         hub.handshook(peer, peer_vv)
@@ -178,6 +179,7 @@ class Link:
         self.relays = RelayHold(hub.region, peer, time.monotonic())  # third regions' operations held back
         self._relay_timer: asyncio.TimerHandle | None = None  # wakes the sender at relays.wake_at
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
+        self.ack_short = False  # the last ack said less than the region applied (see _ack_frame)
         self.peer_received = 0               # the peer's last Ack.received
 
     # the state's registers, read by the hub, the region's status and tests
@@ -308,9 +310,16 @@ class Link:
     def acknowledge(self, received: int = 0, pace: AckPace = AckPace.PARTS) -> None:
         if self.forked:
             return  # nothing more crosses (and the ack showing the peer the fork stays in the slot)
-        causal = self.hub.causal
-        self.outbox.put_ack(lambda: pb.Frame(ack=pb.Ack(vv=causal.vv, received=received,
-                                                        heads=causal.held_heads())), pace)
+        self.outbox.put_ack(lambda: self._ack_frame(received), pace)
+
+    def _ack_frame(self, received: int) -> pb.Frame:
+        """The ack, built when it leaves: what the region holds with its records on the OS, the
+        digests of those histories, and what is on its disk.  One that says less than the
+        region applied is followed by another once the records are written (``ack_short``)."""
+        hub = self.hub
+        vv, heads = hub.acknowledgement()
+        self.ack_short = vv is not hub.causal.vv
+        return pb.Frame(ack=pb.Ack(vv=vv, received=received, heads=heads, synced=hub.synced_vv))
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
@@ -429,6 +438,15 @@ class Link:
         if raised or ack.received > self.peer_received:
             self.progress_at = now
         self.peer_received = ack.received
+        synced_risen = False
+        if ack.synced:
+            synced = self.hub.peer_synced.setdefault(self.peer, {})
+            for origin, n in ack.synced.items():
+                if n > synced.get(origin, 0):
+                    synced[origin] = n
+                    synced_risen = True
+        if raised or synced_risen:
+            self.hub.side.replication_progressed()  # WAIT / WAITAOF may have their count
 
     # ------------------------------------------------------------ the watchdog
     def stalled(self, now: float, timeout_s: float) -> bool:

@@ -76,6 +76,10 @@ __all__ = ["ActiveActive", "MembershipGate", "FlushNotReady", "REPLICATED", "PRO
 
 log = logging.getLogger("braid.activeactive")
 
+# records waiting for an fsync whose causal-log positions are kept one by one; past that the
+# newest stands for those after it (an fsync that covers it covers them all)
+UNSYNCED_KEPT = 4096
+
 # Operations other regions must see; the rest (XSETID, consumers, the PEL) stay local.
 REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.CreateGroup,
               ops.DestroyGroup, ops.AckWatermark, ops.ConfigureIdmp, ops.RecordIdmp, ops.FlushKeys)
@@ -138,6 +142,8 @@ class ActiveActive:
         # (operation-log record, causal-log length once it is safe): links send an
         # operation only after the record that holds it reached the OS (see durable())
         self._unsafe: deque[tuple[int, int]] = deque()
+        # ... and once it is on disk (what acks say in Ack.synced, for WAITAOF at other regions)
+        self._unsynced: deque[tuple[int, int]] = deque()
         self.flushes_waiting = 0  # cluster-wide flushes waiting for operations (INFO crdt)
         self.lone = LoneWrites()  # writes taken alone (crdt-lone-writes-after-ms; node/activeactive/lone_writes.py)
         self.changes = MembershipChanges(me, cluster, self.membership, self.causal, self.hub, self.counts,
@@ -228,7 +234,9 @@ class ActiveActive:
     def log_started(self) -> None:
         """Everything in the causal log now came from the loaded file: safe to send."""
         self._unsafe.clear()
+        self._unsynced.clear()
         self.hub.logged_upto(self.causal.end)
+        self.hub.synced_upto(self.causal.end)
 
     def logged(self, record: int, end: int | None = None) -> None:
         """Record ``record`` of the operation log holds what the causal log has now (or up to
@@ -239,6 +247,29 @@ class ActiveActive:
             end = self._unsafe[-1][1]  # a later record never holds less (a reader served inside an apply)
         if end > self.hub.sendable_upto():
             self._unsafe.append((record, end))
+        unsynced = self._unsynced
+        if end > self.hub.synced_at:
+            if len(unsynced) >= UNSYNCED_KEPT:  # (appendfsync no: a later fsync covers them all)
+                unsynced.pop()
+            unsynced.append((record, end))
+
+    def synced(self, record: int) -> None:
+        """Records up to ``record`` are on disk: the acks say so from now on."""
+        unsynced, upto = self._unsynced, None
+        while unsynced and unsynced[0][0] <= record:
+            upto = unsynced.popleft()[1]
+        if upto is not None:
+            self.hub.synced_upto(upto)
+
+    def regions_holding(self, n: int, on_disk: bool = False) -> int:
+        """How many other regions hold this region's operations up to its ``n``-th (WAIT), or
+        have them on disk (``on_disk``: WAITAOF): live members whose link is up and not paused
+        that acknowledged them (node/commands/waits.py)."""
+        hub, me = self.hub, self.region
+        held = hub.peer_synced if on_disk else hub.peer_acked
+        return sum(1 for peer in self.membership.live()
+                   if peer != me and peer in hub.links and not hub.is_cut(peer)
+                   and held.get(peer, {}).get(me, 0) >= n)
 
     def fsync_interval(self) -> float:
         """Seconds between the fsyncs that follow writes (crdt-repl-fsync-interval-ms)."""

@@ -48,6 +48,10 @@ class RegionSide(Protocol):
         """A link is about to handle a frame of operations from its peer, not an ack (the region
         offers its core to other runnable processes first)."""
 
+    def replication_progressed(self) -> None:
+        """A peer's ack raised what it is known to hold or to have on disk (the region serves
+        the clients waiting in WAIT or WAITAOF: node/region/waits.py)."""
+
     def install_image(self, data: bytes) -> bool:
         """Take a peer's full-resync image as the region's state (False: refused)."""
 
@@ -87,6 +91,9 @@ class Callbacks:
 
     def peer_frame_arrives(self) -> None:
         self.frame_arrives()
+
+    def replication_progressed(self) -> None:
+        pass
 
     def install_image(self, data: bytes) -> bool:
         return self.install(data)

@@ -200,7 +200,7 @@ def subcommand(parent: str, name: str) -> Callable[[Handler], Handler]:
 # The modules holding the handlers, in the order load_all imports them (it decides the
 # order of COMMAND's and COMMAND LIST's replies, as registration fills COMMANDS).
 FAMILIES = ("connection", "server", "keys", "dump", "migrate", "transactions", "streams", "xread", "groups",
-            "xinfo", "braid", "debug", "origins", "acl", "slowlog", "cluster")
+            "xinfo", "braid", "debug", "origins", "acl", "slowlog", "cluster", "waits")
 
 
 def load_all() -> dict[bytes, Command]:

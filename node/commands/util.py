@@ -33,7 +33,7 @@ INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 
 __all__ = ["ERR_NOT_INT", "ERR_NOT_POSITIVE", "ERR_SYNTAX", "ERR_TIMEOUT_NEG", "INT_MAX", "INT_MIN",
            "LONG_MAX", "LONG_MIN", "fmt_entries", "lower", "parse_int", "parse_interval",
-           "parse_positive_long", "parse_range_long", "parse_stream_id", "parse_unsigned",
+           "parse_positive_long", "parse_range_long", "parse_stream_id", "parse_timeout_ms", "parse_unsigned",
            "string2ll", "string2ull"]
 
 
@@ -63,6 +63,20 @@ def parse_positive_long(arg: bytes, error: str | None = None) -> int:
     v = parse_int(arg)
     if v < 0:
         raise ReplyError(ERR_NOT_POSITIVE)
+    return v
+
+
+def parse_timeout_ms(arg: bytes, now_ms: int) -> int:
+    """``getTimeoutFromObjectOrReply`` in milliseconds (0 = forever): an integer in Redis's
+    strict spelling only (``1.5``, ``1e3``, ``+5``, `` 5``, ``-0`` are not one), not negative,
+    and not so large that the deadline (now + timeout) would overflow a long long."""
+    v = string2ll(arg)
+    if v is None:
+        raise ReplyError("ERR timeout is not an integer or out of range")
+    if v < 0:
+        raise ReplyError(ERR_TIMEOUT_NEG)
+    if v > 0 and v > LONG_MAX - now_ms:
+        raise ReplyError("ERR timeout is out of range")
     return v
 
 

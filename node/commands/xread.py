@@ -45,7 +45,7 @@ from crdt import groups as cg
 from crdt.ids import MAX_ID, MIN_ID, InvalidID, StreamID, decr, incr, parse_id
 from node.commands import command
 from node.commands.entryreply import first_entry, range_entries
-from node.commands.util import ERR_SYNTAX, parse_int, string2ll
+from node.commands.util import ERR_SYNTAX, parse_int, parse_timeout_ms, string2ll
 from node.region.blocking import Blocked
 from node.resp.encoder import NULL_ARRAY, Entries, ReplyError
 
@@ -94,7 +94,7 @@ def _parse(argv: list[bytes], xreadgroup: bool, fullname: str, now_ms: int = 0) 
             a.min_idle = v
         elif o == b"block" and more:
             i += 1
-            a.timeout = _parse_timeout(argv[i], now_ms)
+            a.timeout = parse_timeout_ms(argv[i], now_ms)
         elif o == b"count" and more:
             i += 1
             a.count = max(parse_int(argv[i]), 0)
@@ -187,21 +187,6 @@ def _parse_positive(arg: bytes, name: str) -> int:
     return v
 
 
-LLONG_MAX = (1 << 63) - 1
-
-
-def _parse_timeout(arg: bytes, now_ms: int) -> int:
-    """``getTimeoutFromObjectOrReply`` in milliseconds (0 = forever): an integer in Redis's
-    strict spelling only (``1.5``, ``1e3``, ``+5``, `` 5``, ``-0`` are not one), not negative,
-    and not so large that the deadline (now + timeout) would overflow a long long."""
-    v = string2ll(arg)
-    if v is None:
-        raise ReplyError("ERR timeout is not an integer or out of range")
-    if v < 0:
-        raise ReplyError("ERR timeout is negative")
-    if v > 0 and v > LLONG_MAX - now_ms:
-        raise ReplyError("ERR timeout is out of range")
-    return v
 
 
 def _group_error(key: bytes, group: bytes) -> ReplyError:

@@ -189,12 +189,18 @@ class DurabilityRules:
 
     replicating: bool
     replication_fsync_interval: Callable[[], float]
+    # told each time ``synced`` rises (a region of a cluster: what its acknowledgements say is
+    # on its disk, which WAITAOF at other regions counts)
+    on_synced: Callable[[int], None] | None = None
+    _synced_told = 0
 
-    def replicate(self, on_durable: Callable[[int], None], fsync_interval: Callable[[], float]) -> None:
+    def replicate(self, on_durable: Callable[[int], None], fsync_interval: Callable[[], float],
+                  on_synced: Callable[[int], None] | None = None) -> None:
         """A region of a cluster: ``on_durable`` hears which records may leave for the other
-        regions, and fsyncs keep coming every ``fsync_interval()`` seconds while operations
-        wait to leave (``crdt-repl-fsync-interval-ms``)."""
+        regions, ``on_synced`` which are on disk, and fsyncs keep coming every
+        ``fsync_interval()`` seconds while operations wait to leave (``crdt-repl-fsync-interval-ms``)."""
         self.on_durable = on_durable
+        self.on_synced = on_synced
         self.replicating = True
         self.replication_fsync_interval = fsync_interval
 
@@ -215,6 +221,10 @@ class DurabilityRules:
             self._durable_told = mark
             if self.on_durable is not None:
                 self.on_durable(mark)
+        if self.synced > self._synced_told:
+            self._synced_told = self.synced
+            if self.on_synced is not None:
+                self.on_synced(self.synced)
 
 
 # OperationLog.unsaved_image: (snapshot, its record, the segment size to go back to, what to call once it is written)

@@ -1,4 +1,4 @@
-"""Blocked clients (XREAD / XREADGROUP with BLOCK).
+"""Blocked clients (XREAD / XREADGROUP with BLOCK; WAIT, WAITAOF and BRAID.WAITFOR).
 
 A handler that finds nothing to return and was asked to block returns a
 :class:`Blocked`.  The server parks the client on the listed keys; whenever a
@@ -6,6 +6,10 @@ command (or replication) touches one of them, the server calls ``retry()`` for
 the clients parked there, oldest first: ``retry`` returns the reply to send,
 or ``None`` to stay blocked.  A timeout sends ``timeout_reply``.  The client
 processes no further input while blocked, as in Redis.
+
+A client in WAIT, WAITAOF or BRAID.WAITFOR waits on no key (``wakes_on_progress``): the
+server retries it whenever replication progresses, and at its timeout it gets what
+``timeout_reply_of`` says then (the count reached).
 
 A blocked XREADGROUP is woken when one of its keys is deleted (``unblock_on_nokey``,
 Redis's flag of the same name): its retry answers NOGROUP.  The registry counts the
@@ -33,6 +37,11 @@ class Blocked:
     argv: list[bytes] | None = None  # the command, set by the server: a served retry is logged as it
     unblock_on_nokey: bool = False  # XREADGROUP: a deleted key wakes it (the retry answers NOGROUP)
     ran_us: int = 0  # how long the command ran before it blocked: its slow log time once it ends (core.py)
+    # the reply at the timeout when it is not a constant (WAIT: the count reached by then)
+    timeout_reply_of: Callable[[], Any] | None = None
+    # retried whenever replication progresses, not when a key changes (WAIT, WAITAOF,
+    # BRAID.WAITFOR: node/commands/waits.py)
+    wakes_on_progress: bool = False
 
 
 class BlockingRegistry:
@@ -41,6 +50,7 @@ class BlockingRegistry:
         self.on_nokey: dict[bytes, int] = {}  # key -> how many unblock_on_nokey clients wait on it
         self.count = 0
         self.with_timeout = 0
+        self.on_progress: list[Any] = []  # clients retried when replication progresses, FIFO
 
     def park(self, client: Any, blocked: Blocked) -> None:
         client.blocked = blocked
@@ -51,6 +61,8 @@ class BlockingRegistry:
         self.count += 1
         if blocked.timeout_ms > 0:
             self.with_timeout += 1
+        if blocked.wakes_on_progress:
+            self.on_progress.append(client)
 
     def unpark(self, client: Any) -> None:
         blocked = client.blocked
@@ -76,6 +88,8 @@ class BlockingRegistry:
         self.count -= 1
         if blocked.timeout_ms > 0:
             self.with_timeout -= 1
+        if blocked.wakes_on_progress:
+            self.on_progress.remove(client)
 
     def waiting_on(self, key: bytes) -> list[Any]:
         return list(self.by_key.get(key, ()))

@@ -145,8 +145,7 @@ class RegionCore:
             self.db.publish_to(aa)  # what commands change leaves for the other regions through it
             self.db.resolver = resolve.ActiveActive(aa)
         self.stats = Stats()
-        # command name -> LatencyHistogram of its run time: filled by node/runtime/metrics.py when
-        # the region exports metrics, else empty (execute() then only looks it up)
+        # command name -> LatencyHistogram of its run time (node/runtime/metrics.py's; empty without metrics)
         self.latency: dict[str, LatencyHistogram] = {}
         # SLOWLOG and LATENCY (node/region/slowlog.py): execute() hands them a command that ran at
         # least slow_ns (note_slow); latency_start/latency_end time the region's other stalls
@@ -181,8 +180,7 @@ class RegionCore:
         self.acl = AccessControl(self.config)  # users and permissions (per region, not replicated)
         # the TLS client port: the server's (node/security/tls.py); a core has no port
         self.tls: ClientTls | None = None
-        # MIGRATE's connections to other servers: a port the driver gives (node/commands/migrate.py);
-        # a core has none, and MIGRATE answers an error
+        # MIGRATE's connections (node/commands/migrate.py): the driver's; without them MIGRATE answers an error
         self.migrate_transport: MigrateTransport | None = None
 
     def next_client_id(self) -> int:
@@ -190,8 +188,7 @@ class RegionCore:
         return next(self._client_ids)
 
     def member(self) -> ActiveActive:
-        """This region's Active-Active part, for what only a member of a cluster does (full
-        resync, other regions' operations, writes taken alone)."""
+        """This region's Active-Active part, for what only a cluster's member does (resync, writes taken alone)."""
         aa = self.aa
         if aa is None:
             raise RuntimeError(f"region {self.region} is standalone: it belongs to no cluster")
@@ -309,7 +306,7 @@ class RegionCore:
         aa = self.aa
         if aa is not None:
             aa.log_started()
-            oplog.replicate(aa.durable, aa.fsync_interval)
+            oplog.replicate(aa.durable, aa.fsync_interval, aa.synced)
             # at every start: this folder may be an older copy of itself (a backup, a VM snapshot),
             # or the machine lost the unsynced tail; either way peers may hold more of its own
             aa.recover_own_operations(self.lone_steps.took_back_own_operations,
@@ -573,6 +570,8 @@ class RegionCore:
                 reply = e
             except Exception as e:
                 reply = self.handler_failed(cmd.fullname, e, db.dirty != dirty, outermost)
+            if cmd.is_write and self.aa is not None:  # what WAIT waits for (node/commands/waits.py)
+                client.wrote_upto = self.aa.causal.vv.get(self.region, 0)
             if cmd.reads_entries:  # (what it decoded counts in the keys' memory)
                 db.changed.update(command_keys(cmd, argv))
             # what log_command may log or reset (it does nothing else: a read that changed
@@ -612,10 +611,9 @@ class RegionCore:
     def note_slow(self, client: Session, cmd: cmdtable.Command, argv: list[bytes], elapsed_ns: int,
                   reply: Any) -> None:
         """A command that ran at least ``slow_ns``, as Redis's ``call`` records it: a latency
-        sample (event ``fast-command`` for a command flagged fast, else ``command``), and an
-        entry of the slow log - unless the command is flagged ``skip_slowlog`` (EXEC: its
-        commands are logged one by one), or it blocked (it is logged when it ends,
-        the server's ``_count_unblocked``), or it is a replay of the log."""
+        sample (``fast-command`` for a command flagged fast, else ``command``), and an entry of
+        the slow log - unless it is flagged ``skip_slowlog`` (EXEC: its commands are logged one
+        by one), it blocked (logged when it ends: ``_count_unblocked``), or it is a replay."""
         if self.replaying:
             return
         ms = elapsed_ns // 1_000_000
@@ -710,8 +708,7 @@ class RegionCore:
 
 
     def keys_ready(self) -> None:
-        """Serve readers blocked on the keys in ``db.ready`` (the driver's; without one nothing
-        blocks)."""
+        """Serve readers blocked on the keys in ``db.ready`` (without a driver nothing blocks)."""
         if self.driver is not None:
             self.driver.keys_ready()
         else:
@@ -749,10 +746,8 @@ class RegionCore:
 
     def peer_frame_arrives(self) -> None:
         """A link is about to handle a frame of a peer's operations: offer the core to other
-        runnable processes first, as between slices of a batch (:meth:`apply_remote_run`).  A
-        peer's frame leaves when the peer ends a turn of its event loop, the same moment its
-        replies to its clients leave: where they share this region's core, those clients go
-        first."""
+        runnable processes first, as between slices of a batch (:meth:`apply_remote_run`): the
+        peer's clients, whose replies left with the frame, go first where they share this core."""
         if self.offer_cpu is not None and self.apply_yield_ops:
             self.offer_cpu()
 
@@ -764,10 +759,16 @@ class RegionCore:
             return
         try:
             self.keys_ready()
+            self.replication_progressed()  # (BRAID.WAITFOR waits for what this region applied)
         except Exception as e:
             reason = f"cannot serve the readers of operations of other regions: {type(e).__name__}: {e}"
             self.fail_stop(reason, e)
             raise ApplyFailed(reason) from e
+
+    def replication_progressed(self) -> None:
+        """Serve the clients waiting in WAIT, WAITAOF or BRAID.WAITFOR that can be now."""
+        if self.blocking.on_progress and self.driver is not None:
+            self.driver.serve_progress_waiters()
 
     def records_appended(self) -> None:
         """Records were appended outside a client's command (the driver schedules its end of turn)."""

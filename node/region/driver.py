@@ -23,6 +23,9 @@ class Driver(Protocol):
     def keys_ready(self) -> None:
         """Serve the readers blocked on the keys in ``db.ready``."""
 
+    def serve_progress_waiters(self) -> None:
+        """Retry the clients waiting for replication's progress (node/commands/waits.py)."""
+
     def settings_changed(self) -> None:
         """The settings changed (CONFIG SET, after the core took them)."""
 

@@ -56,6 +56,10 @@ class Session:
         # a long command's value prepared in slices, for its run again: (its argv, the value)
         self.prepared: tuple[list[bytes], Any] | None = None
         self.logged_upto = 0        # the last operation-log record this client's own commands appended
+        # the number of this region's last operation its writes minted (WAIT), and per origin the
+        # writes of read-your-writes tokens it waited for (BRAID.WAITFOR): node/commands/waits.py
+        self.wrote_upto = 0
+        self.fence: dict[int, int] = {}
 
     @property
     def db(self) -> Database:

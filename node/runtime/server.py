@@ -468,7 +468,8 @@ class Server:
     def _timeout(self, client: ClientConnection, blocked: Blocked) -> None:
         if client.blocked is blocked:
             blocked.handle = None
-            self._unblock(client, blocked.timeout_reply)
+            at_end = blocked.timeout_reply_of
+            self._unblock(client, blocked.timeout_reply if at_end is None else at_end())
 
     def _retry(self, client: ClientConnection, blocked: Blocked) -> None:
         dirty = self.core.db.dirty
@@ -521,6 +522,12 @@ class Server:
 
     def keys_ready(self) -> None:
         self.serve_ready_keys()
+
+    def serve_progress_waiters(self) -> None:
+        """Retry the clients waiting for replication's progress (WAIT, WAITAOF, BRAID.WAITFOR)."""
+        for client in list(self.core.blocking.on_progress):
+            if client.blocked is not None:
+                self._retry(client, client.blocked)
 
     def serve_ready_keys(self) -> None:
         """Wake clients blocked on keys touched since the last call."""

@@ -83,6 +83,7 @@ from node.commands.table import (  # noqa: F401
                slowlog,
                streams,
                transactions,
+               waits,
                xinfo,
                xread,
 )
