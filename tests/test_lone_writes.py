@@ -62,7 +62,8 @@ def test_a_restored_region_alone_withdraws_its_writes_and_issues_them_again(tmp_
         r2 = two.client()
         two.wait_writable()  # a second later: alone
         assert lone(r2, "writes") == 1
-        alone = [r2.xadd("s", {"n": f"alone-{i}"}) for i in range(3)]
+        waiter = two.client()  # its write taken alone is withdrawn, then issued again under another number
+        alone = [waiter.xadd("s", {"n": "alone-0"})] + [r2.xadd("s", {"n": f"alone-{i}"}) for i in (1, 2)]
         assert ids(r2.xreadgroup("g", "c", {"s": ">"})[0][1]) == before + alone
         assert r2.xack("s", "g", *alone) == 3
         with pytest.raises(redis.exceptions.ResponseError, match="takes writes alone"):
@@ -74,6 +75,10 @@ def test_a_restored_region_alone_withdraws_its_writes_and_issues_them_again(tmp_
         wait_until(lambda: ids(r2.xrange("s")) == before + first + alone, 30,
                    what="region 2 holding region 1's and its own, issued again alone")
         assert lone(r2, "writes") == 1  # region 3 is still away: held again
+        # region 1 holds another operation under the number the withdrawn write had: WAIT counts
+        # the write under its new number, which nobody else holds yet
+        assert waiter.execute_command("WAIT", "1", "100") == 0
+        waiter.close()
         r1 = one.client()
         assert ids(r1.xrange("s")) == before + first  # nothing held has left
         r1.close()

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("braid.server")
 
+# a client's last write (Session.wrote_upto) was withdrawn and waits to be issued again: no
+# region holds it under any number yet, so WAIT counts none until reissue() gives the new one
+WITHDRAWN = (1 << 64) - 1
+
 
 class LoneWritesObserver(Protocol):
     """Who hears what writes taken alone did (the simulation's checks)."""
@@ -127,6 +131,10 @@ class LoneWritesSteps:
                 log.error("cannot withdraw the writes taken alone yet: the append-only file cannot be written: %s",
                           e.strerror or e)
                 return
+        if first is not None:  # their WAIT and tokens now wait for the writes issued again (reissue)
+            for client in core.clients.values():
+                if client.wrote_upto >= first:
+                    client.wrote_upto = WITHDRAWN
         again = aa.withdraw_alone()
         core.replaying = True  # they are in the file already
         try:
@@ -179,6 +187,9 @@ class LoneWritesSteps:
         lone.reissued_ops += len(lone.reissue)
         lone.renamed_entries += reissue.renamed
         lone.reissue = []
+        for client in core.clients.values():
+            if client.wrote_upto == WITHDRAWN:
+                client.wrote_upto = aa.causal.vv.get(core.region, 0)
         db.ready.update(db.keys)
         core.keys_ready()
         if self.observer is not None:
