@@ -62,6 +62,7 @@ class Setting:
     hi: int = (1 << 63) - 1
     mutable: bool = True
     choices: tuple[str, ...] = ()
+    doc: str = ""  # what it does, for users: docs/settings.md is generated from it
 
 
 # appendfsync: when the log reaches the disk (node/persistence/oplog.py)
@@ -73,119 +74,217 @@ NOEVICTION_ONLY = ("only noeviction is supported: every stream entry is kept (ev
                    "delete it in every region); a region over maxmemory refuses commands that add data")
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("port", "int", 6379, 0, 65535, mutable=False),
-    Setting("bind", "string", "127.0.0.1", mutable=False),
-    Setting("dir", "string", ".", mutable=False),
-    Setting("databases", "int", 1, 1, 1, mutable=False),
-    Setting("requirepass", "string", ""),  # the default user's password (node/security/acl.py)
+    Setting("port", "int", 6379, 0, 65535, mutable=False,
+            doc=("The client (RESP) port; 0: no plain port (TLS only). Given with `--port` or by the region's entry in "
+                 "the cluster file.")),
+    Setting("bind", "string", "127.0.0.1", mutable=False,
+            doc="The address the client, TLS and metrics ports listen on (`--bind`; in a cluster, the region's host)."),
+    Setting("dir", "string", ".", mutable=False,
+            doc="The region's data folder: the append-only directory and snapshots live in it (`--data-dir`)."),
+    Setting("databases", "int", 1, 1, 1, mutable=False,
+            doc="Always 1: a region has one database, as a Redis Cluster node (SELECT takes only 0)."),
+    # the default user's password (node/security/acl.py)
+    Setting("requirepass", "string", "",
+            doc=("The default user's password (empty: none). Setting it changes the default user's password, as in "
+                 "Redis.")),
     # users and permissions: the ACL file (ACL LOAD / SAVE), fixed at start as in Redis, and
     # how many entries ACL LOG keeps
-    Setting("aclfile", "string", "", mutable=False),
-    Setting("acllog-max-len", "int", 128, 0, (1 << 63) - 1),
-    Setting("maxclients", "int", 10000, 1, (1 << 32) - 1),
-    Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
-    Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1),
+    Setting("aclfile", "string", "", mutable=False,
+            doc=("The ACL file users and permissions are loaded from at start and that ACL LOAD / ACL SAVE use (empty: "
+                 "none). Users are per region.")),
+    Setting("acllog-max-len", "int", 128, 0, (1 << 63) - 1,
+            doc="How many entries ACL LOG keeps (refused commands and failed logins)."),
+    Setting("maxclients", "int", 10000, 1, (1 << 32) - 1,
+            doc="The most client connections at once; one more is refused with `ERR max number of clients reached`."),
+    Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1,
+            doc=("The largest bulk string (one argument) a client may send, hence the largest field or value of an "
+                 "entry.")),
+    Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, 1024 * 1024, (1 << 63) - 1,
+            doc=("The most input one client may hold: the command being assembled plus the commands queued by MULTI; "
+                 "past it the client is closed.")),
     # per client class: (hard, soft, soft seconds); Braid's clients are all "normal".  Redis
     # sets no limit for normal clients; Braid closes one whose unread replies pass 1 GB
     Setting("client-output-buffer-limit", "obuf",
             {"normal": (1024**3, 0, 0), "slave": (256 * 1024**2, 64 * 1024**2, 60),
-             "pubsub": (32 * 1024**2, 8 * 1024**2, 60)}),
+             "pubsub": (32 * 1024**2, 8 * 1024**2, 60)},
+            doc=("Redis's `class hard soft seconds` limits on a client's unread replies; Braid's clients are all "
+                 "`normal`, closed past 1 GB by default (Redis sets no limit there).")),
     # the memory limit: past it, commands that add data (Redis's "denyoom" ones) are refused;
     # operations of other regions are always applied.  Only noeviction: evicting a stream would
     # delete it at every region (the other policies are named so that the error can say so)
-    Setting("maxmemory", "memory", 0, 0, (1 << 64) - 1),
-    Setting("maxmemory-policy", "enum", "noeviction", choices=MAXMEMORY_POLICIES),
-    Setting("stream-node-max-entries", "int", 100, 0, (1 << 63) - 1),
-    Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1),
-    Setting("stream-idmp-duration", "int", 100, 1, 86400),
-    Setting("stream-idmp-maxsize", "int", 100, 1, 10000),
+    Setting("maxmemory", "memory", 0, 0, (1 << 64) - 1,
+            doc=("The memory limit (0: none). Past it, commands that add data are refused with `OOM command not "
+                 "allowed when used memory > 'maxmemory'.`; operations of other regions are always applied.")),
+    Setting("maxmemory-policy", "enum", "noeviction", choices=MAXMEMORY_POLICIES,
+            doc=("Only `noeviction` is accepted: evicting a stream would delete it in every region, so a region over "
+                 "`maxmemory` refuses new data instead.")),
+    Setting("stream-node-max-entries", "int", 100, 0, (1 << 63) - 1,
+            doc=("The most entries in one node (block) of a stream; as Redis's, it decides what `MAXLEN ~` / `MINID ~` "
+                 "trim.")),
+    Setting("stream-node-max-bytes", "memory", 4096, 0, (1 << 63) - 1,
+            doc=("The largest node (block) of a stream in bytes; as Redis's, it decides what `MAXLEN ~` / `MINID ~` "
+                 "trim.")),
+    Setting("stream-idmp-duration", "int", 100, 1, 86400,
+            doc=("The IDMP duration (seconds an idempotent producer's iid is remembered) a new stream starts with "
+                 "(XCFGSET changes one stream's).")),
+    Setting("stream-idmp-maxsize", "int", 100, 1, 10000,
+            doc=("The most iids remembered per idempotent producer that a new stream starts with (XCFGSET changes one "
+                 "stream's).")),
     # DUMP's payload (node/commands/dump.py): the RDB version it writes - 15 is Redis 8.10's
     # (Braid's reported version), 14 Redis 8.8's, 13 Redis 8.6's, 11 Redis 7.2's, 10 Redis
     # 7.0's, 9 Redis 5.0's (a Redis refuses a newer one) - and, as Redis's own setting,
     # whether it LZF-compresses the listpacks
-    Setting("dump-rdb-version", "int", 15, 9, 15),
-    Setting("rdbcompression", "bool", True),
+    Setting("dump-rdb-version", "int", 15, 9, 15,
+            doc=("The RDB version of DUMP's payloads (and MIGRATE's, `braid export`'s default): 15 is Redis 8.10's; "
+                 "set 11 for Redis 7.2, 10 for 7.0, 9 for 5.0 before moving streams to an older Redis.")),
+    Setting("rdbcompression", "bool", True,
+            doc="Whether DUMP LZF-compresses the payload's listpacks, as Redis's setting of that name."),
     # durability (node/persistence/): the operation log is the append-only file
-    Setting("appendonly", "bool", True, mutable=False),
-    Setting("appendfsync", "enum", "everysec", choices=FSYNC_POLICIES),
-    Setting("appenddirname", "string", "appendonlydir", mutable=False),
-    Setting("aof-load-truncated", "bool", True),
-    Setting("auto-aof-rewrite-percentage", "int", 100, 0, (1 << 31) - 1),
-    Setting("auto-aof-rewrite-min-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
+    Setting("appendonly", "bool", True, mutable=False,
+            doc=("Keep the operation log (the append-only file) and snapshots in `dir`; `no` keeps nothing on disk "
+                 "(`--appendonly`).")),
+    Setting("appendfsync", "enum", "everysec", choices=FSYNC_POLICIES,
+            doc=("When the log reaches the disk: `always` (a reply waits for the fsync that covers it), `everysec` "
+                 "(fsync once a second) or `no` (when the OS likes). A region always writes to the OS before it "
+                 "replies.")),
+    Setting("appenddirname", "string", "appendonlydir", mutable=False,
+            doc="The folder of the append-only files and snapshots, inside `dir`."),
+    Setting("aof-load-truncated", "bool", True,
+            doc=("At start, cut a torn last record of the log (a crash in the middle of a write) and go on (`yes`), or "
+                 "refuse to start (`no`).")),
+    Setting("auto-aof-rewrite-percentage", "int", 100, 0, (1 << 31) - 1,
+            doc=("Take a snapshot automatically when the log grew by this percentage since the last one (and is past "
+                 "`auto-aof-rewrite-min-size`); 0: never for growth.")),
+    Setting("auto-aof-rewrite-min-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1,
+            doc="The log size below which growth alone takes no automatic snapshot."),
     # Braid's: snapshot before replaying the records since the last snapshot would take a
     # start longer than this (estimated, node/persistence/oplog.py's rewrite_due); 0: no bound
-    Setting("auto-aof-rewrite-max-replay-ms", "int", 2000, 0, (1 << 31) - 1),
+    Setting("auto-aof-rewrite-max-replay-ms", "int", 2000, 0, (1 << 31) - 1,
+            doc=("Take a snapshot when replaying the records written since the last one would make a restart take "
+                 "longer than this (estimated); 0: no such bound.")),
     # Braid's: a reply held because its command's record cannot be written (or, under
     # appendfsync always, fsynced) - a full disk - is answered MISCONF once writing has failed
     # for this long (checked once a second), instead of waiting for the disk: the client then
     # treats the write as of unknown outcome (node/persistence/oplog.py)
-    Setting("aof-write-error-timeout-ms", "int", 2000, 0, (1 << 31) - 1),
+    Setting("aof-write-error-timeout-ms", "int", 2000, 0, (1 << 31) - 1,
+            doc=("When the log cannot be written (a full disk), a write's reply waits this long for the disk, then is "
+                 "answered `MISCONF` (its outcome is then unknown).")),
     # Active-Active: how much of the replication feed a region keeps for peers that are
     # away (operations every peer acknowledged are dropped at once); a peer that comes
     # back needing more gets a full resync
-    Setting("crdt-repl-backlog-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1),
-    Setting("crdt-repl-backlog-ttl", "int", 3600, 0, (1 << 31) - 1),
+    Setting("crdt-repl-backlog-size", "memory", 64 * 1024 * 1024, 0, (1 << 63) - 1,
+            doc=("How many bytes of operations a region keeps for peers that are away; a peer that comes back needing "
+                 "more gets a full resync.")),
+    Setting("crdt-repl-backlog-ttl", "int", 3600, 0, (1 << 31) - 1,
+            doc=("How many seconds a region keeps operations for peers that are away (operations every peer "
+                 "acknowledged are dropped at once).")),
     # Active-Active replication links (node/activeactive/hub.py): operation bytes per
     # frame (a larger operation travels in parts of this size); the largest gRPC message a
     # region sends or accepts; HTTP/2 keepalive pings, so a peer that went dark is noticed in
     # seconds; a link with unacknowledged operations and no progress for the stall timeout is
     # closed and dialed again (0: never); the largest full-resync image a region accepts
-    Setting("crdt-repl-frame-bytes", "memory", 1024 * 1024, 64 * 1024, 256 * 1024 * 1024),
-    Setting("crdt-repl-max-message", "memory", 8 * 1024 * 1024, 1024 * 1024, (1 << 31) - 1, mutable=False),
-    Setting("crdt-repl-keepalive-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False),
-    Setting("crdt-repl-keepalive-timeout-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False),
-    Setting("crdt-repl-stall-timeout-ms", "int", 30000, 0, (1 << 31) - 1),
-    Setting("crdt-repl-max-image-size", "memory", 8 * 1024**3, 1024 * 1024, (1 << 63) - 1),
+    Setting("crdt-repl-frame-bytes", "memory", 1024 * 1024, 64 * 1024, 256 * 1024 * 1024,
+            doc="The most operation bytes in one replication frame; a larger operation travels in parts of this size."),
+    Setting("crdt-repl-max-message", "memory", 8 * 1024 * 1024, 1024 * 1024, (1 << 31) - 1, mutable=False,
+            doc=("The largest gRPC message a region sends or accepts on its replication links; give every region the "
+                 "same.")),
+    Setting("crdt-repl-keepalive-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False,
+            doc="How often a link sends HTTP/2 keepalive pings, so that a peer that went dark is noticed in seconds."),
+    Setting("crdt-repl-keepalive-timeout-ms", "int", 5000, 10, (1 << 31) - 1, mutable=False,
+            doc="How long a link waits for a keepalive ping's answer before it counts the peer as gone."),
+    Setting("crdt-repl-stall-timeout-ms", "int", 30000, 0, (1 << 31) - 1,
+            doc=("A link with unacknowledged operations and no progress for this long is closed and dialed again; 0: "
+                 "never.")),
+    Setting("crdt-repl-max-image-size", "memory", 8 * 1024**3, 1024 * 1024, (1 << 63) - 1,
+            doc=("The largest full-resync image a region accepts from a peer; a larger one breaks the protocol and "
+                 "cuts the link.")),
     # operations of other regions waiting for their dependencies: past either bound, the link
     # that brought them broke the protocol (an honest peer sends in causal order)
-    Setting("crdt-repl-pending-max-ops", "int", 100000, 1, (1 << 31) - 1),
-    Setting("crdt-repl-pending-max-bytes", "memory", 2 * 1024**3, 1024 * 1024, (1 << 63) - 1),
+    Setting("crdt-repl-pending-max-ops", "int", 100000, 1, (1 << 31) - 1,
+            doc=("The most operations of other regions waiting for their dependencies; past it the link that brought "
+                 "them broke the protocol and is cut.")),
+    Setting("crdt-repl-pending-max-bytes", "memory", 2 * 1024**3, 1024 * 1024, (1 << 63) - 1,
+            doc=("The most bytes of operations of other regions waiting for their dependencies; past it the link that "
+                 "brought them is cut.")),
     # pacing of the links (node/activeactive/hub.py): at most one batch per send interval
     # and one ack per ack interval toward each peer; a third region's operations are relayed
     # once the peer's acks of that region stood still for the relay delay (0: at once); in a
     # region of a cluster under appendfsync everysec, an fsync follows writes at most once per
     # fsync interval (what a crash of the machine may lose).  Loopback and LAN want them
     # small, a WAN may take larger ones.
-    Setting("crdt-repl-send-interval-ms", "int", 5, 0, 60000),
-    Setting("crdt-repl-ack-interval-ms", "int", 10, 0, 60000),
-    Setting("crdt-repl-relay-delay-ms", "int", 50, 0, 60000),
-    Setting("crdt-repl-fsync-interval-ms", "int", 10, 0, 60000),
+    Setting("crdt-repl-send-interval-ms", "int", 5, 0, 60000,
+            doc=("A link sends at most one batch of operations per this interval (the first at once); a WAN may take "
+                 "larger values.")),
+    Setting("crdt-repl-ack-interval-ms", "int", 10, 0, 60000,
+            doc="A link sends at most one acknowledgement per this interval."),
+    Setting("crdt-repl-relay-delay-ms", "int", 50, 0, 60000,
+            doc=("A third region's operations are relayed to a peer once that peer's acknowledgements of the third "
+                 "region stood still this long (0: at once).")),
+    Setting("crdt-repl-fsync-interval-ms", "int", 10, 0, 60000,
+            doc=("In a cluster under `appendfsync everysec`, an fsync follows writes at most once per this interval: "
+                 "what a crash of the machine may lose.")),
     # before a peer's frame of operations, and after every N operations of a peer's batch, a
     # region offers its core to other runnable processes (sched_yield; 0: never), so that a large
     # batch does not hold a shared core for milliseconds while co-located processes - other
     # regions, clients - wait to run
-    Setting("crdt-repl-apply-yield-ops", "int", 16, 0, 1 << 20),
+    Setting("crdt-repl-apply-yield-ops", "int", 16, 0, 1 << 20,
+            doc=("While applying a peer's batch, offer the core to other processes every this many operations (0: "
+                 "never), so that regions and clients sharing cores are not held for milliseconds.")),
     # a starting region that has waited this many milliseconds for members that do not answer
     # takes writes alone, held here until every member answered (node/activeactive/lone_writes.py);
     # 0: it waits for them (or their removal) for ever
-    Setting("crdt-lone-writes-after-ms", "int", 0, 0, (1 << 31) - 1),
+    Setting("crdt-lone-writes-after-ms", "int", 0, 0, (1 << 31) - 1,
+            doc=("A starting region that waited this long for members that do not answer takes writes alone, held "
+                 "until every member answered; 0: wait for them (or their removal) for ever.")),
     # TLS on the client port (node/security/tls.py), Redis's names, defaults and mutability:
     # tls-port 0 is off; CONFIG SET of any of them builds a new context for new connections
-    Setting("tls-port", "int", 0, 0, 65535),
-    Setting("tls-cert-file", "string", ""),
-    Setting("tls-key-file", "string", ""),
-    Setting("tls-key-file-pass", "string", ""),
-    Setting("tls-ca-cert-file", "string", ""),
-    Setting("tls-ca-cert-dir", "string", ""),
-    Setting("tls-auth-clients", "enum", "yes", choices=("no", "yes", "optional")),
-    Setting("tls-protocols", "string", ""),
-    Setting("tls-ciphers", "string", ""),
-    Setting("tls-ciphersuites", "string", ""),
-    Setting("tls-prefer-server-ciphers", "bool", False),
-    Setting("tls-session-caching", "bool", True),
-    Setting("tls-session-cache-size", "int", 20 * 1024, 0, (1 << 31) - 1),
-    Setting("tls-session-cache-timeout", "int", 300, 0, (1 << 31) - 1),
+    Setting("tls-port", "int", 0, 0, 65535,
+            doc="Serve clients with TLS on this port; 0: off."),
+    Setting("tls-cert-file", "string", "",
+            doc="The client port's TLS certificate (PEM); needed with `tls-port`."),
+    Setting("tls-key-file", "string", "",
+            doc="The private key of `tls-cert-file` (PEM)."),
+    Setting("tls-key-file-pass", "string", "",
+            doc="The passphrase of `tls-key-file` (empty: none)."),
+    Setting("tls-ca-cert-file", "string", "",
+            doc="The CA bundle client certificates are checked with."),
+    Setting("tls-ca-cert-dir", "string", "",
+            doc="A folder of CA certificates client certificates are checked with."),
+    Setting("tls-auth-clients", "enum", "yes", choices=("no", "yes", "optional"),
+            doc="`yes`: clients must present a certificate; `optional`: checked when given; `no`: not asked."),
+    Setting("tls-protocols", "string", "",
+            doc="The TLS versions allowed, such as `TLSv1.2 TLSv1.3` (empty: both)."),
+    Setting("tls-ciphers", "string", "",
+            doc="The TLSv1.2 cipher list, in OpenSSL's syntax (empty: OpenSSL's default)."),
+    Setting("tls-ciphersuites", "string", "",
+            doc="The TLSv1.3 cipher suites, in OpenSSL's syntax (empty: OpenSSL's default)."),
+    Setting("tls-prefer-server-ciphers", "bool", False,
+            doc="`yes`: the server's cipher order wins over the client's."),
+    Setting("tls-session-caching", "bool", True,
+            doc="`yes`: clients may resume TLS sessions."),
+    Setting("tls-session-cache-size", "int", 20 * 1024, 0, (1 << 31) - 1,
+            doc="How many TLS sessions are kept for resumption."),
+    Setting("tls-session-cache-timeout", "int", 300, 0, (1 << 31) - 1,
+            doc="How many seconds a cached TLS session stays valid."),
     # what stalled the region (node/region/slowlog.py, SLOWLOG and LATENCY), Redis's names, bounds and
     # defaults: commands running this many microseconds or more are logged (-1: none, 0: all),
     # the slow log keeps this many entries, and stalls of this many milliseconds or more are
     # latency samples (0: the latency monitor is off)
-    Setting("slowlog-log-slower-than", "int", 10000, -1, (1 << 63) - 1),
-    Setting("slowlog-max-len", "int", 128, 0, (1 << 63) - 1),
-    Setting("latency-monitor-threshold", "int", 0, 0, (1 << 63) - 1),
+    Setting("slowlog-log-slower-than", "int", 10000, -1, (1 << 63) - 1,
+            doc=("Commands running this many microseconds or more enter the slow log (SLOWLOG); -1: none, 0: every "
+                 "command.")),
+    Setting("slowlog-max-len", "int", 128, 0, (1 << 63) - 1,
+            doc="How many entries the slow log keeps."),
+    Setting("latency-monitor-threshold", "int", 0, 0, (1 << 63) - 1,
+            doc=("Stalls of this many milliseconds or more are recorded as LATENCY samples; 0: the latency monitor is "
+                 "off.")),
     # the Prometheus endpoint (node/runtime/metrics.py): GET /metrics on this port of `bind`; 0 is off
-    Setting("metrics-port", "int", 0, 0, 65535, mutable=False),
+    Setting("metrics-port", "int", 0, 0, 65535, mutable=False,
+            doc="Serve Prometheus metrics at `GET /metrics` on this port of `bind`; 0: off (`--metrics-port`)."),
     # DEBUG's fault injection (clock skew, slow fsync, a full disk) for the chaos suite
-    Setting("enable-debug-command", "enum", "no", choices=("no", "yes", "local"), mutable=False),
+    Setting("enable-debug-command", "enum", "no", choices=("no", "yes", "local"), mutable=False,
+            doc=("Allow DEBUG's fault injection (clock skew, slow fsync, a full disk), for chaos testing: `yes`, "
+                 "`local` (loopback connections only) or `no` (`--enable-debug-command`).")),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
