@@ -389,6 +389,12 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_auth_with_requirepass",
         ],
     },
+    "test_settings_doc": {
+        "*": PURE,
+        PROCESS: [
+            "test_the_reference_lists_exactly_what_a_region_answers_to_config_get",
+        ],
+    },
     "test_shard_processes": PROCESS,
     "test_shards_stateful": PURE,
     "test_sim": {

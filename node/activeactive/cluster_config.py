@@ -133,6 +133,22 @@ DB_SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
     "maxmemory": ("maxmemory", memory_value),
 }
 
+# What each database setting does, for users (docs/settings.md is generated from it, with the
+# server setting's own text for those that are also one).  Its key in the cluster file is its
+# attribute's name in DB_SETTINGS.
+DB_SETTING_DOCS: dict[str, str] = {
+    "crdt_xadd_id_uniqueness_mode": (
+        "Which IDs XADD takes: `strict` only `*` or a millisecond time, the sequence then carrying the region's "
+        "number so that two regions never make the same ID; `semi-strict` also full IDs; `liberal` Redis's own "
+        "rule (two regions may then add the same ID)."),
+    "appendfsync": (
+        "The cluster file's value is every region's at start (a region's `--appendfsync` overrides it); "
+        "`braid-admin tune` changes it at every region and in every region's file."),
+    "maxmemory": (
+        "The cluster file's value is every region's memory limit at start (a region's `[regions.config]` may set "
+        "its own); `braid-admin tune` changes it at every region and in every region's file."),
+}
+
 
 TLS_CHOICE = ("say how regions talk: `tls = false` for plain text (loopback playgrounds only), "
               "or a [tls] table for mutual TLS (ca, cert_dir; see `braid certs create`)")
