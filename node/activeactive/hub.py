@@ -429,7 +429,13 @@ class ReplicationHub:
         for link in self.links.values():
             if link.ack_short:
                 link.ack_short = False
-                link.acknowledge(pace=AckPace.LAZY)
+                link.acknowledge(pace=AckPace.PARTS if link.peer_wants_ack else AckPace.LAZY)
+
+    def ask_acks(self, n: int) -> None:
+        """A client waits (WAIT, WAITAOF) for peers to hold this region's operations up to ``n``:
+        every link asks its peer to acknowledge them at the ack interval, not lazily."""
+        for link in self.links.values():
+            link.want_ack(n)
 
     def synced_upto(self, end: int) -> None:
         """The region's operation log holds on disk what the causal log holds up to absolute
@@ -441,8 +447,8 @@ class ReplicationHub:
             if e.n > synced.get(e.origin, 0):
                 synced[e.origin] = e.n
         self.synced_at = end
-        for link in self.links.values():
-            link.acknowledge(pace=AckPace.LAZY)
+        for link in self.links.values():  # (an fsync is a rare event: its ack need not be lazy)
+            link.acknowledge(pace=AckPace.PARTS)
 
     def acknowledgement(self) -> tuple[dict[int, int], dict[int, int]]:
         """What an ack says this region holds, and the digests of those histories: what the

@@ -180,6 +180,11 @@ class Link:
         self._relay_timer: asyncio.TimerHandle | None = None  # wakes the sender at relays.wake_at
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.ack_short = False  # the last ack said less than the region applied (see _ack_frame)
+        # a client waits in WAIT for this region's operations up to this number: the acks ask the
+        # peer to acknowledge them at the ack interval, not lazily (Ack.ack_wanted) ...
+        self.ack_wanted = 0
+        # ... and the peer asks that of this region for its operations up to this number
+        self.peer_wants_ack = 0
         self.peer_received = 0               # the peer's last Ack.received
 
     # the state's registers, read by the hub, the region's status and tests
@@ -319,7 +324,19 @@ class Link:
         hub = self.hub
         vv, heads = hub.acknowledgement()
         self.ack_short = vv is not hub.causal.vv
-        return pb.Frame(ack=pb.Ack(vv=vv, received=received, heads=heads, synced=hub.synced_vv))
+        if self.peer_wants_ack and vv.get(self.peer, 0) >= self.peer_wants_ack:
+            self.peer_wants_ack = 0  # this ack says it
+        if self.ack_wanted and self.state.acked.get(hub.region, 0) >= self.ack_wanted:
+            self.ack_wanted = 0  # the peer said it
+        return pb.Frame(ack=pb.Ack(vv=vv, received=received, heads=heads, synced=hub.synced_vv,
+                                   ack_wanted=self.ack_wanted))
+
+    def want_ack(self, n: int) -> None:
+        """A client waits for the peer to acknowledge this region's operations up to ``n``:
+        ask it (in the next ack, soon) to acknowledge them without its lazy pacing."""
+        if n > self.state.acked.get(self.hub.region, 0) and n > self.ack_wanted:
+            self.ack_wanted = n
+            self.acknowledge(pace=AckPace.PARTS)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
@@ -351,7 +368,7 @@ class Link:
         risen = {o for o, n in vv.items() if n > before.get(o, 0)}
         peer = self.peer
         own = all(e.origin == peer for e in envelopes) and risen <= {peer}
-        self.acknowledge(pace=AckPace.LAZY if own else AckPace.RELAYS)
+        self.acknowledge(pace=AckPace.PARTS if self.peer_wants_ack else AckPace.LAZY if own else AckPace.RELAYS)
         if causal.end > end:  # every other peer learns it too: it need not relay these here
             for link in self.hub.links.values():
                 if link is not self:
@@ -438,6 +455,9 @@ class Link:
         if raised or ack.received > self.peer_received:
             self.progress_at = now
         self.peer_received = ack.received
+        if ack.ack_wanted > self.peer_wants_ack:  # a client waits there: acknowledge at the ack interval
+            self.peer_wants_ack = ack.ack_wanted
+            self.acknowledge(pace=AckPace.PARTS)
         synced_risen = False
         if ack.synced:
             synced = self.hub.peer_synced.setdefault(self.peer, {})

@@ -26,7 +26,10 @@ reads what the links already exchange: no round trip is added when enough have a
 for ever) passes, and then gets the count reached.  The region retries waiting clients
 whenever replication progresses (an ack raised what a peer holds, a batch of operations was
 applied here, an fsync ended: ``RegionCore.replication_progressed``).  WAITAOF with numlocal
-1 starts an fsync of the client's records at once, whatever ``appendfsync`` says.
+1 starts an fsync of the client's records at once, whatever ``appendfsync`` says.  A client
+that blocks has the links ask their peers to acknowledge its writes at the ack interval
+(``Ack.ack_wanted``): a link that carries only this region's own operations is otherwise
+acknowledged lazily, five ack intervals apart.
 
 *Read your writes elsewhere.*  ``BRAID.TOKEN`` answers a token naming, per origin region, the
 last operation the session made or waited for (``"1:42,3:7"``); ``BRAID.WAITFOR token
@@ -77,6 +80,8 @@ def wait(client: Session, argv: list[bytes]) -> Any:
     reached = count()
     if reached >= wanted or client.in_exec:
         return reached
+    if aa is not None:
+        aa.hub.ask_acks(n)
     return Blocked([], timeout, retry, timeout_reply_of=count, wakes_on_progress=True)
 
 
@@ -101,6 +106,8 @@ def waitaof(client: Session, argv: list[bytes]) -> Any:
     if numlocal and not reached[0]:
         assert oplog is not None  # (refused above)
         oplog.after_sync(record, region.replication_progressed)  # an fsync of its records, now
+    if aa is not None and reached[1] < wanted:
+        aa.hub.ask_acks(n)
 
     def retry() -> list[int] | None:
         now = counts()
