@@ -104,6 +104,12 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_peers_nice_renices_every_thread_of_a_running_process",
         ],
     },
+    "test_bench_wait": {
+        "*": PURE,
+        PROCESS: [
+            "test_a_tiny_run_on_loopback_writes_both_sections",
+        ],
+    },
     "test_blocks": PURE,
     "test_bounds": {
         "*": PURE,
