@@ -265,14 +265,42 @@ def test_forced_removal_excuses_only_writes_that_may_lie_beyond_the_frozen_point
     verdicts = {v.name: v for v in checkers.check_all(h, {6: final})}
     # "early" was acknowledged before region 5 had made more than its frozen 10 operations: it must survive
     assert not verdicts["no lost writes"].ok and "1-5" in verdicts["no lost writes"].summary
-    assert verdicts["forced removals"].ok
-    assert "1 acknowledged write(s) possibly beyond excused, 1 of them missing" in verdicts["forced removals"].summary
+    assert verdicts["forced removals"].ok  # "late" was never WAIT-confirmed: losing it is allowed
+    assert "1 unconfirmed write(s) of the removed region(s) lost" in verdicts["forced removals"].summary
+    assert "1 acknowledged possibly beyond the frozen point, excused" in verdicts["forced removals"].summary
     final = dump(**{LOG: entries(("1-5", "early"), ("2-6", "other"))})
     verdicts = {v.name: v for v in checkers.check_all(h, {6: final})}
     assert verdicts["no lost writes"].ok  # "late" may lie beyond the frozen point: excused
     assert h.ops[1].outcome == OK  # the recorded history itself is not changed
     back = History.from_json(json.loads(json.dumps(h.to_json())))
     assert back.forced == {5: 10}
+
+
+def test_a_wait_confirmed_write_of_a_region_removed_by_force_must_survive():
+    late = op("xadd", LOG, 5, 3.0, 3.1, value="2-5", payload="waiter-0-1", process="waiter-0")
+    unconfirmed = op("xadd", LOG, 5, 3.2, 3.3, value="3-5", payload="producer-0-1", process="producer-0")
+    waited = op("wait", LOG, 5, 3.1, 3.15, value=1, process="waiter-0", wanted=1, timeout_ms=500,
+                covers=["waiter-0-1"])
+    h = history(late, waited, unconfirmed)
+    h.forced = {5: 10}
+    h.samples = [Sample(4.0, 5, True, {5: 12})]  # both may lie beyond the frozen point
+    verdicts = {v.name: v for v in checkers.check_all(h, {6: dump(**{LOG: entries()})})}
+    forced = verdicts["forced removals"]
+    assert not forced.ok and "1 of 1 WAIT-confirmed write(s) of the removed region(s) LOST" in forced.summary
+    assert "2-5" in forced.problems[0] and "WAIT answered 1" in forced.problems[0]
+    assert not verdicts["no lost writes"].ok  # not excused: judged as every acknowledged write
+    kept = {v.name: v for v in checkers.check_all(h, {6: dump(**{LOG: entries(("2-5", "waiter-0-1"))})})}
+    assert kept["forced removals"].ok and kept["no lost writes"].ok  # the unconfirmed one is excused
+    assert "all 1 WAIT-confirmed write(s) of the removed region(s) kept" in kept["forced removals"].summary
+    assert "1 unconfirmed write(s) of the removed region(s) lost" in kept["forced removals"].summary
+    # a WAIT that timed out with 0 vouches for nothing; nor does one answered 1 when another region that
+    # could have been the one counted was removed by force too
+    h.ops[1] = op("wait", LOG, 5, 3.1, 3.6, value=0, process="waiter-0", wanted=1, timeout_ms=500,
+                  covers=["waiter-0-1"])
+    assert checkers.forced_removals(*checkers.excuse_forced(h), {}).ok
+    h.ops[1], h.forced = waited, {5: 10, 7: 4}
+    assert checkers.forced_removals(*checkers.excuse_forced(h), {}).ok
+    assert report.wait_counts(h) == {"sent": 1, "reached": 1, "timed_out": 0, "unknown": 0, "refused": 0}
 
 
 def test_the_schedule_leaves_membership_to_its_own_nemesis():
