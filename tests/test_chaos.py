@@ -356,11 +356,32 @@ def test_live_run_with_membership_changes_passes_and_reports_them(tmp_path):
     verdicts = {v.name: v for v in result.verdicts}
     assert verdicts["convergence"].summary.startswith(f"{len(final)} regions identical")
     assert "frozen at" in verdicts["forced removals"].summary
+    # the waiters wrote at the region removed by force, and every write WAIT confirmed there survived it
+    assert re.search(r"all \d+ WAIT-confirmed write\(s\) of the removed region\(s\) kept",
+                     verdicts["forced removals"].summary), verdicts["forced removals"].summary
     kinds = {f.kind for f in result.history.faults}
     assert "membership" in kinds and kinds & {"partition", "link-faults"}
     with open(report.write_json(result, str(tmp_path / "report.json"))) as f:
         data = json.load(f)
     assert data["membership"] == result.membership and data["verdict"] == "pass"
+    waits = data["stats"]["waits"]
+    assert waits["sent"] == waits["reached"] + waits["timed_out"] + waits["unknown"] + waits["refused"] > 0
+
+
+def test_a_wait_that_counts_peers_that_did_not_acknowledge_is_caught_by_a_forced_removal(tmp_path):
+    """The planted bug wait-counts-all: WAIT answers every live peer at once.  The region removed by
+    force was cut off from its peers for a second first, so writes it confirmed then reached no one:
+    the forced removal loses them, and the checker says so."""
+    backend = ProcessBackend(3, str(tmp_path / "regions"), bug="wait-counts-all", seed=5, membership=True)
+    backend.start()
+    try:
+        result = run(RunConfig(3, 14, 5, ["membership"], bug="wait-counts-all", out=str(tmp_path / "r")), backend)
+    finally:
+        backend.stop()
+    assert result.history.forced, result.membership  # the forced removal happened within the run
+    forced = {v.name: v for v in result.verdicts}["forced removals"]
+    assert not forced.ok and "WAIT-confirmed write(s) of the removed region(s) LOST" in forced.summary, forced.summary
+    assert "lost by the forced removal" in forced.problems[0]
 
 
 def test_membership_is_refused_where_regions_cannot_be_added(tmp_path, capsys):
