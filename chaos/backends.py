@@ -289,6 +289,19 @@ class ProcessBackend(Backend):
         spec = load(self.cluster_file).by_number(region)
         return out, spec.frozen
 
+    def isolate(self, region: int) -> list[int]:
+        """Cut every link of ``region`` to the other members (both ways); returns those members."""
+        with self.lock:
+            peers = sorted(r for r in self.procs if r != region)
+        for peer in peers:
+            self.relays.partition(region, peer)
+        return peers
+
+    def reconnect(self, region: int, peers: list[int]) -> None:
+        """Heal the links :meth:`isolate` cut (and any other fault on them)."""
+        for peer in peers:
+            self.relays.heal(region, peer)
+
     def purge_region(self, region: int) -> str:
         """Restart a region removed by force (it is refused by every member and learns it was removed),
         then braid-admin region purge: it deletes its data and stops."""

@@ -50,7 +50,18 @@ that region's own count (its version vector's entry for itself, which counts eve
 operation it made) was at most the frozen point: such writes are checked like every
 other.  The others (possibly beyond) are *excused*: the rules treat them as of
 unknown outcome, and the **forced removals** verdict reports how many there were and
-how many of them are indeed missing.
+how many of them are indeed missing - the expected cost of asynchronous replication,
+not a failure.
+
+WAIT.  A waiter's ``wait`` op answered k for the writes it ``covers`` (every write of
+its connection before it): they were applied at k other regions then, and a forced
+removal keeps every operation of the removed region that a remaining member holds
+(node/commands/waits.py).  So **a write for which WAIT answered k >= 1 is never
+excused** by the forced removal of its region: it must be in the final state, like
+any acknowledged write - unless at least k of the *other* regions were removed by
+force too (any k of them may have been the ones that counted).  In a run with one
+forced removal every WAIT-confirmed write of the removed region must survive.  The
+**forced removals** verdict fails when one is missing, and counts them either way.
 """
 
 from __future__ import annotations
@@ -231,20 +242,38 @@ def idmp(history: History, final: Dump) -> Verdict:
 WRITES = ("xadd", "xadd-idmp", "del", "xtrim", "xdel", "xgroup-create", "xgroup-destroy")
 
 
+def wait_confirmed(history: History) -> dict[str, int]:
+    """Payload of a write -> the largest count a WAIT covering it answered (0: only timed-out WAITs)."""
+    confirmed: dict[str, int] = {}
+    for w in history.select("wait", outcome=OK):
+        for payload in w.args.get("covers", ()):
+            confirmed[payload] = max(confirmed.get(payload, 0), int(w.value))
+    return confirmed
+
+
+def _vouched(op: Op, confirmed: dict[str, int], forced: dict[int, int]) -> bool:
+    """A write of a region removed by force that must survive: WAIT answered k >= 1 for it, and fewer
+    than k other regions were removed by force (module doc, WAIT)."""
+    k = confirmed.get(op.args.get("payload", ""), 0) if op.f == "xadd" else 0
+    return k >= 1 and k > len(set(forced) - {op.region})
+
+
 def excuse_forced(history: History) -> tuple[History, list[Op]]:
     """The history with every acknowledged write of a region removed by force that may lie beyond its
-    frozen point marked unknown (``info``), and those writes."""
+    frozen point and that no WAIT vouches for marked unknown (``info``), and those writes."""
     if not history.forced:
         return history, []
     own = defaultdict(list)  # region -> [(t, its own operation count)]
     for s in history.samples:
         if s.region in history.forced and s.reachable:
             own[s.region].append((s.t, s.vv.get(s.region, 0)))
+    confirmed = wait_confirmed(history)
     excused, ops = [], []
     for op in history.ops:
         frozen = history.forced.get(op.region)
         if frozen is not None and op.outcome == OK and op.f in WRITES and \
-                not any(t >= op.t1 and n <= frozen for t, n in own[op.region]):
+                not any(t >= op.t1 and n <= frozen for t, n in own[op.region]) and \
+                not _vouched(op, confirmed, history.forced):
             excused.append(op)
             op = Op(op.process, op.f, op.region, op.key, op.t0, op.t1, INFO, "excused: removed by force",
                     dict(op.args))
@@ -256,15 +285,29 @@ def excuse_forced(history: History) -> tuple[History, list[Op]]:
 
 
 def forced_removals(history: History, excused: list[Op], final: Dump) -> Verdict:
+    """What the forced removals cost: writes beyond the frozen points that no WAIT vouched for may be
+    lost (counted, allowed); a WAIT-confirmed write of a removed region must not be (FAIL)."""
     log, idmp_left = _ids(final, LOG), {f.get("iid") for _e, f in final.get(IDMP, {}).get("entries", [])}
     missing = [op for op in excused if (op.f == "xadd" and op.key == LOG and op.value not in log)
                or (op.f == "xadd-idmp" and op.args.get("iid") not in idmp_left)]
+    confirmed = wait_confirmed(history)
+    vouched = [op for op in history.select("xadd", key=LOG, outcome=OK)
+               if op.region in history.forced and _vouched(op, confirmed, history.forced)]
+    lost = [op for op in vouched if op.value not in log]
     parts = [f"region {r} frozen at {n}" for r, n in sorted(history.forced.items())]
-    return Verdict("forced removals", True,
-                   f"{'; '.join(parts)}: {len(excused)} acknowledged write(s) possibly beyond excused, "
-                   f"{len(missing)} of them missing from {LOG}/{IDMP}",
-                   [f"{op.process} {op.f} at region {op.region} (t={op.t1:.2f}s) excused"
-                    f"{', missing' if op in missing else ''}" for op in excused])
+    cost = (f"{len(missing)} unconfirmed write(s) of the removed region(s) lost from {LOG}/{IDMP} (allowed: "
+            f"asynchronous; {len(excused)} acknowledged possibly beyond the frozen point, excused)")
+    if lost:
+        kept = f"{len(lost)} of {len(vouched)} WAIT-confirmed write(s) of the removed region(s) LOST"
+    elif vouched:
+        kept = f"all {len(vouched)} WAIT-confirmed write(s) of the removed region(s) kept"
+    else:
+        kept = "no write of the removed region(s) was WAIT-confirmed"
+    problems = [f"{op.process} added {op.value} at region {op.region} (t={op.t1:.2f}s), WAIT answered "
+                f"{confirmed[op.args['payload']]}: lost by the forced removal" for op in lost]
+    problems += [f"{op.process} {op.f} at region {op.region} (t={op.t1:.2f}s) excused"
+                 f"{', missing' if op in missing else ''}" for op in excused]
+    return Verdict("forced removals", not lost, f"{'; '.join(parts)}: {cost}; {kept}", problems)
 
 
 def check_all(history: History, dumps: dict[int, Dump | None]) -> list[Verdict]:

@@ -10,6 +10,10 @@ seconds since the run started, and the outcome:
 * ``info``: unknown - a timeout or a broken connection, so it may or may not
   have happened (Jepsen's "indeterminate").
 
+A ``wait`` op is a waiter's ``WAIT``: ``value`` is the count it answered, ``args`` hold
+the count it asked for (``wanted``), its timeout and the payloads of the writes it
+``covers`` (chaos/workloads.py).
+
 Checkers read only this and the final state of every region, so a run can be
 checked again later from its JSON report.
 """
@@ -27,7 +31,7 @@ OK, FAIL, INFO = "ok", "fail", "info"
 @dataclass(slots=True)
 class Op:
     process: str          # the worker that ran it
-    f: str                # xadd, xadd-idmp, del, xtrim, xdel, xgroup-create, xgroup-destroy, read, ack, mode
+    f: str                # xadd, xadd-idmp, del, xtrim, xdel, xgroup-create, xgroup-destroy, read, ack, mode, wait
     region: int
     key: str
     t0: float

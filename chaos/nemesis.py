@@ -34,9 +34,10 @@ restore        a copy of a region's data folder is taken while it runs (as a car
                and starts it from that copy: what it wrote since, its peers must give
                back before it writes again
 membership     while the faults above go on: a region is added (it joins, catches up,
-               becomes active), one is removed gracefully, one is killed and removed by
-               force, then restarted (every member refuses it), purged, and maybe added
-               again under a new number (:class:`MembershipNemesis`)
+               becomes active), one is removed gracefully, one is cut off from its
+               peers for a second, killed and removed by force, then restarted (every
+               member refuses it), purged, and maybe added again under a new number
+               (:class:`MembershipNemesis`)
 =============  =====================================================================
 
 The membership changes run in a thread of their own, beside the fault schedule, so
@@ -62,6 +63,7 @@ from .history import Fault, History
 KINDS = ("kill", "pause", "partition", "one-way", "bridge", "long-partition", "link-faults", "clock", "disk-full",
          "slow-fsync", "restore", "shard-kill", "membership")
 SCHEDULED = KINDS[:-1]  # membership changes are not steps of the schedule: MembershipNemesis plays them
+ISOLATED_S = 1.0  # a forced removal: how long the region is cut off from its peers before its SIGKILL
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,9 @@ class MembershipNemesis(threading.Thread):
     At about 10 % of the run a region is added; the nemesis waits until it reports itself
     active, and clients write there from then on.  At about 35 % an active region is
     removed gracefully (clients stop writing there first; the region hands over all its
-    operations and stops).  At about 55 % another is killed and removed by force; its
+    operations and stops).  At about 55 % another is cut off from its peers for
+    ``ISOLATED_S`` while clients write there (what it acknowledges meanwhile, only it
+    holds: WAITs there time out), then killed and removed by force; its
     frozen point is recorded in the history (the checkers excuse acknowledged writes of it
     that may lie beyond), it is restarted (refused by every member), purged (it deletes
     its data and stops) and, on most seeds, added again under its name and a new number.
@@ -329,12 +333,19 @@ class MembershipNemesis(threading.Thread):
                 self.changes.append(f"removed region {region} gracefully")
                 self.history.healed(fault)
                 return True
-            done = self._retry(fault, "forced removal", lambda: b.force_remove_region(region))
+            # the region's network fails first, then its machine: what it acknowledged meanwhile no
+            # other region holds, so a WAIT there cannot be answered 1 and the removal loses those writes
+            peers = b.isolate(region)
+            self.stop_event.wait(ISOLATED_S)
+            try:
+                done = self._retry(fault, "forced removal", lambda: b.force_remove_region(region))
+            finally:
+                b.reconnect(region, peers)
             if done is None:
                 return False
             out, frozen = done
             self.history.forced[region] = frozen
-            fault.detail += f": SIGKILL, then {out}"
+            fault.detail += f": cut off from every peer for {ISOLATED_S:.1f} s, SIGKILL, then {out}"
             self.changes.append(f"removed region {region} by force (frozen at {frozen})")
             if self._retry(fault, "purge", lambda: b.purge_region(region)) is None:
                 return False

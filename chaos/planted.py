@@ -66,11 +66,24 @@ def _no_start_gate() -> None:
     ActiveActive.recover_own_operations = lambda self, on_recovered, machine_crash=False: None
 
 
+def _wait_counts_all() -> None:
+    """WAIT counts every live peer, whether it acknowledged the writes or not: a write it confirmed
+    may be held by no other region when its own is cut off and killed, and the forced removal of
+    that region loses it."""
+    from node.activeactive.region import ActiveActive
+
+    def every_live_peer(self, n: int, on_disk: bool = False) -> int:
+        return sum(1 for peer in self.membership.live() if peer != self.region)
+
+    ActiveActive.regions_holding = every_live_peer
+
+
 BUGS = {
     "strict-dup": (_strict_dup, "unique IDs"),
     "skip-late": (_skip_late, "XREADGROUP never skips"),
     "lost-delete": (_lost_delete, "convergence"),
     "no-start-gate": (_no_start_gate, "convergence"),
+    "wait-counts-all": (_wait_counts_all, "forced removals"),
 }
 
 

@@ -87,7 +87,28 @@ def stats(history: History) -> dict:
     outcomes = Counter(op.outcome for op in history.ops)
     kinds = Counter(f.kind for f in history.faults)
     return {"operations": len(history.ops), "ok": outcomes[OK], "fail": outcomes[FAIL], "info": outcomes[INFO],
-            "faults": dict(kinds)}
+            "faults": dict(kinds), "waits": wait_counts(history)}
+
+
+def wait_counts(history: History) -> dict[str, int]:
+    """The waiters' WAITs: how many were sent, answered the count wanted, answered fewer at their timeout,
+    had no answer (timeout or broken connection) or were refused."""
+    waits = history.select("wait")
+    answered = [w for w in waits if w.outcome == OK]
+    reached = sum(int(w.value) >= w.args["wanted"] for w in answered)
+    return {"sent": len(waits), "reached": reached, "timed_out": len(answered) - reached,
+            "unknown": sum(w.outcome == INFO for w in waits), "refused": sum(w.outcome == FAIL for w in waits)}
+
+
+def wait_line(history: History) -> str | None:
+    """The report's WAIT line (None: no client waited)."""
+    w = wait_counts(history)
+    if not w["sent"]:
+        return None
+    wanted = ", ".join(f"WAIT {n}×{c}" for n, c in sorted(Counter(op.args["wanted"] for op in
+                                                                   history.select("wait")).items()))
+    return (f"WAIT: {w['sent']} sent ({wanted}): {w['reached']} answered the count wanted, {w['timed_out']} "
+            f"timed out with fewer, {w['unknown']} unanswered, {w['refused']} refused")
 
 
 def print_report(result, paths: dict[str, str], console: Console | None = None) -> None:
@@ -98,6 +119,8 @@ def print_report(result, paths: dict[str, str], console: Console | None = None) 
     console.print(f"{s['operations']} operations ({s['ok']} ok, {s['fail']} failed, {s['info']} unknown); "
                   f"faults: {', '.join(f'{k}×{n}' for k, n in sorted(s['faults'].items())) or 'none'}; "
                   f"converged {conv} after the heal")
+    if (waits := wait_line(result.history)) is not None:
+        console.print(waits)
     if result.membership:
         console.print(f"membership: {'; '.join(result.membership)}")
     for line in shard_lines(result):

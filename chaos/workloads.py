@@ -6,11 +6,15 @@ tell exactly which operations may have touched what it checks:
 ====================  ===========================================================
 key                   written by, and what is checked there
 ====================  ===========================================================
-``chaos:log``         producers: XADD of unique payloads, never deleted.  Consumers
-                      of group ``g`` read it with XREADGROUP ``>`` and XACK, and
-                      crash now and then (their entries are claimed later).
-                      Checked: no acknowledged entry lost, IDs unique, ``>`` never
-                      skipped one.
+``chaos:log``         producers: XADD of unique payloads, never deleted.  Waiters do
+                      the same, each XADD followed by ``WAIT numregions timeout``
+                      on the same connection (the WAIT op records its answer and
+                      the writes it covers).  Consumers of group ``g`` read it
+                      with XREADGROUP ``>`` and XACK, and crash now and then
+                      (their entries are claimed later).  Checked: no
+                      acknowledged entry lost, IDs unique, ``>`` never skipped
+                      one; a WAIT-confirmed one survives the forced removal of
+                      its region.
 ``chaos:idmp``        IDMP producers: XADD IDMP with retries of the same iid, after a
                       timeout or an error, to *another* region.  Checked: every
                       acknowledged iid is there exactly once.
@@ -35,6 +39,15 @@ cluster file), as a cluster client sends it, and each operation records that
 shard in its arguments (``shard``).  A key lives in one shard, so the history of
 a key is the history of the commands sent to that shard; a reply ``MOVED`` or
 ``CROSSSLOT`` would mean the routing is wrong, and the checkers count them.
+
+WAIT answers how many other regions hold every write its connection made before
+it (node/commands/waits.py).  A waiter writes at a random active region, so that
+whichever region a forced removal takes had WAIT-confirmed writes; the connection
+is the one of its writes (a broken connection is replaced, and a WAIT on the new
+one would cover nothing), and the WAIT op's ``covers`` lists the payloads of that
+connection's acknowledged XADDs that no earlier WAIT confirmed (answered 1 or
+more).  ``WAIT_TIMEOUT_MS`` stays below the client's socket timeout, so a WAIT
+that reaches its timeout is answered, not cut off.
 
 Clients never retry by themselves (redis-py's retries are switched off): a
 retry would be a second operation the history does not know about.
@@ -64,6 +77,7 @@ LOG, IDMP, CHURN, TRIMMED, GROUPS = "chaos:log", "chaos:idmp", "chaos:churn", "c
 KEYS = (LOG, IDMP, CHURN, TRIMMED, GROUPS)
 SPREAD = "chaos:spread:"  # sharded runs: keys of producers that give every shard writes
 GROUP = "g"
+WAIT_TIMEOUT_MS = 500  # a waiter's WAIT timeout: below connect()'s 2 s socket timeout
 MODES = ("strict", "semi-strict")
 
 
@@ -237,6 +251,43 @@ class Producer(Worker):
             self.home = self.rng.choice([r for r in self.regions if r != self.home] or self.regions)
 
 
+class Waiter(Worker):
+    """XADD unique payloads to chaos:log at a random active region, each followed on the same
+    connection by ``WAIT wanted WAIT_TIMEOUT_MS``, recorded as a ``wait`` op: its value is the
+    count answered, its ``covers`` the payloads it vouches for (module doc)."""
+
+    def __init__(self, *a, wanted: int, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.wanted, self.count = wanted, 0
+        # (region, shard) -> (the connection, payloads it wrote that no WAIT confirmed yet)
+        self.unconfirmed: dict[tuple[int, int], tuple[redis.Redis, list[str]]] = {}
+
+    def step(self) -> None:
+        self.count += 1
+        payload, region = f"{self.name}-{self.count}", self.rng.choice(self.regions)
+        used: list[redis.Redis] = []
+
+        def xadd(c: redis.Redis) -> str:
+            used.append(c)
+            return _text(c.execute_command("XADD", LOG, "*", "v", payload))
+
+        outcome, _ = self.call("xadd", region, LOG, xadd, payload=payload)
+        if outcome != OK:
+            return
+        where, connection = (region, self.members.shard_of(LOG)), used[0]
+        mine = self.unconfirmed.get(where)
+        if mine is None or mine[0] is not connection:  # a new connection: the old one's writes are not its
+            mine = self.unconfirmed[where] = (connection, [])
+        mine[1].append(payload)
+        # the call reuses the connection of the XADD: only an error replaces it, and then nothing is recorded
+        # here but an unknown WAIT
+        outcome, held = self.call("wait", region, LOG, lambda c: c.execute_command(
+            "WAIT", self.wanted, WAIT_TIMEOUT_MS), wanted=self.wanted, timeout_ms=WAIT_TIMEOUT_MS,
+            covers=list(mine[1]))
+        if outcome == OK and int(held) >= 1:
+            mine[1].clear()
+
+
 class IdmpProducer(Worker):
     """XADD IDMP to chaos:idmp; a failed or unknown attempt is retried with the same iid elsewhere."""
 
@@ -379,13 +430,19 @@ def spread_keys(members: Members) -> list[str]:
 
 
 def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, int]] | Members,
-                  stop: threading.Event, producers: int = 3, consumers: int = 2) -> list[Worker]:
+                  stop: threading.Event, producers: int = 2, consumers: int = 2,
+                  waits: tuple[int, ...] = (1, 2)) -> list[Worker]:
+    """The workload's workers, started.  ``waits``: one waiter per entry, asking WAIT for that many
+    regions (at most the other regions there are)."""
     members = addresses if isinstance(addresses, Members) else Members(addresses)
     regions, addresses = members.write_targets(), members
     common = dict(seed=seed, history=history, addresses=addresses, stop=stop)
     workers: list[Worker] = []
     for i in range(producers):
         workers.append(Producer(f"producer-{i}", home=regions[i % len(regions)], **common))
+    for i, wanted in enumerate(waits):
+        wanted = max(1, min(wanted, len(members.addresses) - 1))
+        workers.append(Waiter(f"waiter-{i}", wanted=wanted, **common))
     for i in range(consumers):
         workers.append(Consumer(f"consumer-{i}", home=regions[(i + 1) % len(regions)], **common))
     workers += [IdmpProducer("idmp-0", **common), IdmpProducer("idmp-1", **common),

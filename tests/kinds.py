@@ -127,6 +127,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
         PROCESS: [
             "test_a_planted_bug_fails_its_checker",
             "test_a_region_that_writes_before_its_peers_answered_is_caught_after_a_restore",
+            "test_a_wait_that_counts_peers_that_did_not_acknowledge_is_caught_by_a_forced_removal",
             "test_debug_faults_reach_the_region",
             "test_debug_is_refused_unless_enabled",
             "test_live_run_with_membership_changes_passes_and_reports_them",

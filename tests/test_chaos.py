@@ -265,14 +265,42 @@ def test_forced_removal_excuses_only_writes_that_may_lie_beyond_the_frozen_point
     verdicts = {v.name: v for v in checkers.check_all(h, {6: final})}
     # "early" was acknowledged before region 5 had made more than its frozen 10 operations: it must survive
     assert not verdicts["no lost writes"].ok and "1-5" in verdicts["no lost writes"].summary
-    assert verdicts["forced removals"].ok
-    assert "1 acknowledged write(s) possibly beyond excused, 1 of them missing" in verdicts["forced removals"].summary
+    assert verdicts["forced removals"].ok  # "late" was never WAIT-confirmed: losing it is allowed
+    assert "1 unconfirmed write(s) of the removed region(s) lost" in verdicts["forced removals"].summary
+    assert "1 acknowledged possibly beyond the frozen point, excused" in verdicts["forced removals"].summary
     final = dump(**{LOG: entries(("1-5", "early"), ("2-6", "other"))})
     verdicts = {v.name: v for v in checkers.check_all(h, {6: final})}
     assert verdicts["no lost writes"].ok  # "late" may lie beyond the frozen point: excused
     assert h.ops[1].outcome == OK  # the recorded history itself is not changed
     back = History.from_json(json.loads(json.dumps(h.to_json())))
     assert back.forced == {5: 10}
+
+
+def test_a_wait_confirmed_write_of_a_region_removed_by_force_must_survive():
+    late = op("xadd", LOG, 5, 3.0, 3.1, value="2-5", payload="waiter-0-1", process="waiter-0")
+    unconfirmed = op("xadd", LOG, 5, 3.2, 3.3, value="3-5", payload="producer-0-1", process="producer-0")
+    waited = op("wait", LOG, 5, 3.1, 3.15, value=1, process="waiter-0", wanted=1, timeout_ms=500,
+                covers=["waiter-0-1"])
+    h = history(late, waited, unconfirmed)
+    h.forced = {5: 10}
+    h.samples = [Sample(4.0, 5, True, {5: 12})]  # both may lie beyond the frozen point
+    verdicts = {v.name: v for v in checkers.check_all(h, {6: dump(**{LOG: entries()})})}
+    forced = verdicts["forced removals"]
+    assert not forced.ok and "1 of 1 WAIT-confirmed write(s) of the removed region(s) LOST" in forced.summary
+    assert "2-5" in forced.problems[0] and "WAIT answered 1" in forced.problems[0]
+    assert not verdicts["no lost writes"].ok  # not excused: judged as every acknowledged write
+    kept = {v.name: v for v in checkers.check_all(h, {6: dump(**{LOG: entries(("2-5", "waiter-0-1"))})})}
+    assert kept["forced removals"].ok and kept["no lost writes"].ok  # the unconfirmed one is excused
+    assert "all 1 WAIT-confirmed write(s) of the removed region(s) kept" in kept["forced removals"].summary
+    assert "1 unconfirmed write(s) of the removed region(s) lost" in kept["forced removals"].summary
+    # a WAIT that timed out with 0 vouches for nothing; nor does one answered 1 when another region that
+    # could have been the one counted was removed by force too
+    h.ops[1] = op("wait", LOG, 5, 3.1, 3.6, value=0, process="waiter-0", wanted=1, timeout_ms=500,
+                  covers=["waiter-0-1"])
+    assert checkers.forced_removals(*checkers.excuse_forced(h), {}).ok
+    h.ops[1], h.forced = waited, {5: 10, 7: 4}
+    assert checkers.forced_removals(*checkers.excuse_forced(h), {}).ok
+    assert report.wait_counts(h) == {"sent": 1, "reached": 1, "timed_out": 0, "unknown": 0, "refused": 0}
 
 
 def test_the_schedule_leaves_membership_to_its_own_nemesis():
@@ -328,11 +356,32 @@ def test_live_run_with_membership_changes_passes_and_reports_them(tmp_path):
     verdicts = {v.name: v for v in result.verdicts}
     assert verdicts["convergence"].summary.startswith(f"{len(final)} regions identical")
     assert "frozen at" in verdicts["forced removals"].summary
+    # the waiters wrote at the region removed by force, and every write WAIT confirmed there survived it
+    assert re.search(r"all \d+ WAIT-confirmed write\(s\) of the removed region\(s\) kept",
+                     verdicts["forced removals"].summary), verdicts["forced removals"].summary
     kinds = {f.kind for f in result.history.faults}
     assert "membership" in kinds and kinds & {"partition", "link-faults"}
     with open(report.write_json(result, str(tmp_path / "report.json"))) as f:
         data = json.load(f)
     assert data["membership"] == result.membership and data["verdict"] == "pass"
+    waits = data["stats"]["waits"]
+    assert waits["sent"] == waits["reached"] + waits["timed_out"] + waits["unknown"] + waits["refused"] > 0
+
+
+def test_a_wait_that_counts_peers_that_did_not_acknowledge_is_caught_by_a_forced_removal(tmp_path):
+    """The planted bug wait-counts-all: WAIT answers every live peer at once.  The region removed by
+    force was cut off from its peers for a second first, so writes it confirmed then reached no one:
+    the forced removal loses them, and the checker says so."""
+    backend = ProcessBackend(3, str(tmp_path / "regions"), bug="wait-counts-all", seed=5, membership=True)
+    backend.start()
+    try:
+        result = run(RunConfig(3, 14, 5, ["membership"], bug="wait-counts-all", out=str(tmp_path / "r")), backend)
+    finally:
+        backend.stop()
+    assert result.history.forced, result.membership  # the forced removal happened within the run
+    forced = {v.name: v for v in result.verdicts}["forced removals"]
+    assert not forced.ok and "WAIT-confirmed write(s) of the removed region(s) LOST" in forced.summary, forced.summary
+    assert "lost by the forced removal" in forced.problems[0]
 
 
 def test_membership_is_refused_where_regions_cannot_be_added(tmp_path, capsys):
