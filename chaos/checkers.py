@@ -119,7 +119,8 @@ def convergence(dumps: dict[int, Dump | None]) -> Verdict:
                     problems.append(f"key {key!r} differs between region {ref_region} and region {r}: "
                                     f"{_difference(ref.get(key), d.get(key))}")
     keys = len(next(iter(live.values()), {}))
-    return _verdict("convergence", problems, f"{len(live)} regions identical ({keys} keys)")
+    return _verdict("convergence", problems, f"the {len(live)} regions that are members at the end identical "
+                                             f"({', '.join(map(str, sorted(live)))}; {keys} keys)")
 
 
 def _difference(a: dict | None, b: dict | None) -> str:

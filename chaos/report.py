@@ -111,8 +111,21 @@ def wait_line(history: History) -> str | None:
             f"timed out with fewer, {w['unknown']} unanswered, {w['refused']} refused")
 
 
+def numbering_line(result) -> str | None:
+    """Why the regions are not numbered 1..N, said once at the top (the membership fault's
+    regions take the top of the numbers, so that every region it adds dials every member)."""
+    numbers = result.regions
+    if not numbers or numbers == list(range(1, len(numbers) + 1)):
+        return None
+    return (f"the {len(numbers)} regions are numbered {numbers[0]}-{numbers[-1]} (region-{numbers[0]} .. "
+            f"region-{numbers[-1]}): the membership fault adds regions under the lower numbers, so that each "
+            "added region dials every member")
+
+
 def print_report(result, paths: dict[str, str], console: Console | None = None) -> None:
     console = console or Console()
+    if (numbering := numbering_line(result)) is not None:
+        console.print(numbering)
     console.print(summary_table(result))
     s = stats(result.history)
     conv = f"{result.convergence_s:.2f} s" if result.convergence_s is not None else "never"

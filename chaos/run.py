@@ -70,6 +70,7 @@ class RunResult:
     steps: list
     membership: list[str] = field(default_factory=list)  # the membership changes made, in order
     shards: dict = field(default_factory=dict)  # sharded: {"count", "slots" (per shard), "keys" (per shard)}
+    regions: list[int] = field(default_factory=list)  # the numbers of the regions the run started with
 
     @property
     def ok(self) -> bool:
@@ -136,10 +137,12 @@ def run(config: RunConfig, backend, progress=None) -> RunResult:
     done = threads[-1].changes if "membership" in kinds else []
     if final.shards is None:
         dumps = {r: dump_region(a) for r, a in sorted(final.addresses.items())}
-        return RunResult(config, history, checkers.check_all(history, dumps), convergence, errors, steps, done)
+        return RunResult(config, history, checkers.check_all(history, dumps), convergence, errors, steps, done,
+                         regions=regions)
     by_shard = {k: {r: dump_region(a) for r, a in sorted(g.items())} for k, g in enumerate(groups)}
     verdicts = checkers.check_all_sharded(history, by_shard, final.owners or b"")
-    return RunResult(config, history, verdicts, convergence, errors, steps, done, shard_summary(final, backend))
+    return RunResult(config, history, verdicts, convergence, errors, steps, done, shard_summary(final, backend),
+                     regions=regions)
 
 
 def shard_summary(members: Members, backend) -> dict:

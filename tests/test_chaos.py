@@ -354,7 +354,7 @@ def test_live_run_with_membership_changes_passes_and_reports_them(tmp_path):
     assert not {int(left[1]), int(forced[1])} & set(final)  # neither is judged: they are no members
     assert len(final) in (2, 3)  # 3 + 1 - 1 - 1 (+ 1 if the purged one came back)
     verdicts = {v.name: v for v in result.verdicts}
-    assert verdicts["convergence"].summary.startswith(f"{len(final)} regions identical")
+    assert verdicts["convergence"].summary.startswith(f"the {len(final)} regions that are members at the end identical")
     assert "frozen at" in verdicts["forced removals"].summary
     # the waiters wrote at the region removed by force, and every write WAIT confirmed there survived it
     assert re.search(r"all \d+ WAIT-confirmed write\(s\) of the removed region\(s\) kept",

@@ -11,6 +11,7 @@ ignored by git; every option of ``braid-chaos`` says what it does and its defaul
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
+from rich.console import Console  # noqa: E402
 
 from chaos import report  # noqa: E402
 from chaos.checkers import Verdict  # noqa: E402
@@ -231,3 +233,15 @@ def test_every_subcommand_has_help(capsys):
         build_parser().parse_args(["--help"])
     out = capsys.readouterr().out
     assert exit.value.code == 0 and "braid-chaos sim --help" in out and "--full-history" not in out
+
+
+# ------------------------------------------------------------------ the regions' numbers
+def test_the_report_says_once_why_regions_are_not_numbered_from_one():
+    result = result_of(record())
+    result.regions = [13, 14, 15]
+    out = io.StringIO()
+    report.print_report(result, {}, Console(file=out, width=200))
+    text = out.getvalue()
+    assert text.count("numbered 13-15") == 1 and text.index("numbered 13-15") < text.index("convergence")
+    result.regions = [1, 2, 3]
+    assert report.numbering_line(result) is None
