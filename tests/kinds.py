@@ -80,6 +80,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_the_simulation_changes_the_members_of_every_shard_group",
         ],
     },
+    "test_admin_cli_messages": PROCESS,
     "test_admin_cli_ux": {
         "*": PROCESS,
         PURE: [
