@@ -32,11 +32,15 @@ def test_tls_on_a_cluster_made_without_it_whose_members_changed_is_an_error(tmp_
     data = tmp_path / "data"
     _changed_cluster(data, base, tls=False)
     res = braid_cli("up", "--detach", "--tls", "--regions", 2, "--base-port", base, "--data-dir", data)
-    assert res.returncode == 1, res.stdout
-    assert "--tls: the cluster in" in res.stderr and "was made without TLS" in res.stderr
-    assert "run braid up without --tls" in res.stderr and "another --data-dir" in res.stderr
-    assert region_processes(str(data)) == {} and not (data / "cluster.pids").exists()
-    assert load(str(data / "cluster.toml")).tls is None
+    try:
+        assert res.returncode == 1, res.stdout
+        assert "--tls: the cluster in" in res.stderr and "was made without TLS" in res.stderr
+        assert "run braid up without --tls" in res.stderr and "another --data-dir" in res.stderr
+        assert region_processes(str(data)) == {} and not (data / "cluster.pids").exists()
+        assert load(str(data / "cluster.toml")).tls is None
+    finally:
+        if region_processes(str(data)):  # started after all: stopped, whatever the test says
+            braid_cli("down", "--data-dir", data)
 
 
 def test_tls_on_a_cluster_made_with_it_whose_members_changed_keeps_it(tmp_path):
