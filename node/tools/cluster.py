@@ -11,7 +11,9 @@ In the foreground ``braid up`` supervises: a region that dies is reported (its
 name, port, how it ended - the signal or exit code - and the end of its log) while
 the others keep serving, and it is started again at once; one that keeps dying
 within ``QUICK_CRASH_S`` of its start is retried after 1 s, then 2 s, and given up
-after ``MAX_QUICK_CRASHES`` such deaths in a row, with the command that restarts it.
+after ``MAX_QUICK_CRASHES`` such deaths in a row, with the command that restarts it.  A region
+``braid restart`` stopped (it leaves a mark naming the process first: cluster_files.ask_restart)
+is no death: it is started again at once, in one line, and counts toward nothing.
 Ctrl-C (or SIGTERM, which ``braid down`` sends) stops every region: SIGTERM to
 all, then one shared deadline for all of them, SIGKILL past it; no traceback,
 also during start-up.
@@ -23,7 +25,9 @@ lines (node/tools/cluster_processes.py says how); nothing else is ever signalled
 id and token, RESP on ``--base-port``.., gRPC replication 100 ports above, each
 region's ``data_dir`` and ``tls = false``: plain-text links, on loopback only) and
 starts each region with ``braid node --config cluster.toml --region NAME``;
-``--regions 1`` starts a standalone region (Redis's own ID rules).  A data
+``--regions 1`` starts a standalone region (Redis's own ID rules).  The file is written only
+once every port is known free: a start that found one taken leaves nothing behind, so the
+other ``--base-port`` it suggests works in the same data directory.  A data
 directory holds one cluster: ``braid up`` over a running one says so (and how
 to reach and stop it) and exits 0; over the data of another shape it refuses.
 
@@ -41,7 +45,12 @@ holding a cluster of another shard count is refused.
 ``--tls`` makes the cluster CA and the certificates under ``<data-dir>/tls/``
 (``node.security.certs``), writes the links' ``[tls]`` table and, per region, TLS on
 a client port 200 above the plain one (which stays on), and prints the
-``redis-cli --tls`` line for each region.
+``redis-cli --tls`` line for each region.  A cluster keeps the TLS it was made with; ``--tls``
+over one made without it is refused, never started in plain text.
+
+``--metrics`` writes each member's ``metrics-port`` (its client port + 300, each shard's above
+its own) into the cluster file, so its later starts keep it, checks those ports too and prints
+each region's Prometheus URL.
 
 Growing and shrinking a detached cluster.  ``braid up --add-region [NAME]`` adds a
 region to the cluster running detached in ``--data-dir``: it picks the next free
