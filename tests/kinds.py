@@ -80,6 +80,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_the_simulation_changes_the_members_of_every_shard_group",
         ],
     },
+    "test_admin_cli_messages": PROCESS,
     "test_admin_cli_ux": {
         "*": PROCESS,
         PURE: [
@@ -247,6 +248,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_up_writes_the_data_folders_into_a_cluster_file_made_before_them",
         ],
     },
+    "test_launcher_options": PROCESS,
     "test_layering": {"*": PURE, PROCESS: ["test_simulation_loads_no_grpc"]},
     "test_log_damage": {
         "*": PROCESS,

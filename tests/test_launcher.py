@@ -252,6 +252,24 @@ def test_taken_ports_are_named_before_anything_starts(tmp_path):
         assert f"port {taken} ({what}) is in use by another program" in res.stderr
         assert "nothing started" in res.stderr and "--base-port" in res.stderr
         assert region_processes(str(data)) == {} and not (data / "cluster.pids").exists()
+        assert not data.exists()  # nothing written either: no cluster of these ports to refuse another
+
+
+def test_the_other_base_port_a_failed_start_suggests_works(tmp_path):
+    taken, base = free_port_base(2), free_port_base(2)
+    data = tmp_path / "data"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken + 1))
+        holder.listen(1)
+        first = braid_cli("up", "--detach", "--regions", 2, "--base-port", taken, "--data-dir", data)
+    assert first.returncode == 1 and "pick other ports with --base-port" in first.stderr
+    again = braid_cli("up", "--detach", "--regions", 2, "--base-port", base, "--data-dir", data)
+    try:
+        assert again.returncode == 0, again.stderr
+        assert f"redis-cli -p {base}" in again.stdout
+        assert [r.port for r in load(str(data / "cluster.toml")).regions] == [base, base + 1]
+    finally:
+        assert braid_cli("down", "--data-dir", data).returncode == 0
 
 
 def test_start_up_failures_name_the_region_and_its_log(tmp_path):
@@ -320,3 +338,37 @@ def test_up_writes_the_data_folders_into_a_cluster_file_made_before_them(tmp_pat
     again = load(str(tmp_path / "cluster.toml"))
     assert [r.data_dir for r in again.regions] == [str(tmp_path / "region-1"), str(tmp_path / "region-2")]
     assert again.cluster_id == held.cluster_id  # the same cluster, only the field added
+
+
+def test_restarts_asked_for_under_a_foreground_up_are_no_crashes(tmp_path):
+    """Three `braid restart` in a row, each soon after the last: the foreground braid up starts the
+    region again each time, says so in one line, counts no crash and keeps watching it."""
+    base = free_port_base(2)
+    data = tmp_path / "data"
+    with _foreground(tmp_path, data, "--regions", 2, "--base-port", base) as up:
+        up.wait_for("press Ctrl-C")
+        for n in range(1, 4):
+            old = _record(data)["pids"][1]
+            restarted = braid_cli("restart", "--region", "region-2", "--data-dir", data)
+            assert restarted.returncode == 0, restarted.stderr
+            assert "region-2 is back" in restarted.stdout
+            out = up.wait_for("region-2 restarted (asked by braid restart)")
+            assert out.count("region-2 restarted (asked by braid restart)") == n, out
+            new = _record(data)["pids"][1]
+            assert new != old and process_gone(old)
+        assert "exited with code" not in out and "died" not in out and "ends with" not in out, out
+        info = _record(data)
+        assert info["supervised"] == ["region-1", "region-2"]
+        assert region_processes(str(data)) == dict(zip(info["pids"], info["names"], strict=True))
+        assert all(_parent(pid) == up.proc.pid for pid in info["pids"])  # still braid up's own
+        assert not list(data.glob("*.restart"))
+
+        # a death that was not asked for is still reported as one
+        os.kill(info["pids"][1], signal.SIGKILL)
+        up.wait_for(f"region-2 (port {base + 1}, pid {info['pids'][1]}) was killed by SIGKILL")
+        up.wait_for(f"region-2 is back on port {base + 1}")
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])

@@ -33,6 +33,9 @@ class AdminError(Exception):
 
 
 TLS_FILES: dict[str, str] = {}  # ca, cert, key: the files braid-admin presents and trusts (empty: plain text)
+TLS_HOW = ("give --tls-ca, --tls-cert and --tls-key (the cluster's CA, the admin certificate and its key; braid up "
+           "--tls makes them in DATA/tls/: ca.crt, admin.crt, admin.key) or a cluster file with [tls]")
+TOKEN_WHENCE = "--token, else the cluster file's or $BRAID_TOKEN"
 
 
 def read_tls(paths: dict[str, str]) -> dict[str, bytes]:
@@ -84,6 +87,11 @@ def failure(r: RegionSpec, e: AdminCallError, timed_out: str, cfg: ClusterConfig
     """A failed call to region ``r`` (of ``cfg``, the view of the shard called) as a sentence;
     ``timed_out``: what the deadline was."""
     name = r.name if cfg is None else shard_name(cfg, r)
+    if e.tls_only:
+        return AdminError(f"region {name} at {r.host}:{r.repl_port} answers only over TLS: {TLS_HOW}", True)
+    if e.wrong_token:
+        return AdminError(f"region {name} at {r.host}:{r.repl_port} refused the cluster token given "
+                          f"({TOKEN_WHENCE}): it is not this cluster's")
     if e.timed_out:
         return AdminError(f"region {name} at {r.host}:{r.repl_port} is unreachable ({timed_out})", True)
     if e.unreachable:
@@ -112,6 +120,11 @@ def open_cluster(args) -> tuple[ClusterConfig, str | None]:
             try:
                 data = tomllib.loads(c.cluster_toml())
             except AdminCallError as e:
+                if e.tls_only:
+                    raise AdminError(f"the region at {address} answers only over TLS: {TLS_HOW}") from None
+                if e.wrong_token:
+                    raise AdminError(f"the region at {address} refused the cluster token given (--token, else "
+                                     "$BRAID_TOKEN): it is not this cluster's") from None
                 raise AdminError(f"cannot administer {address}: {e} (is it a region's replication port, "
                                  "and the cluster token given with --token or $BRAID_TOKEN?)") from None
         try:
@@ -130,6 +143,8 @@ def open_cluster(args) -> tuple[ClusterConfig, str | None]:
     try:
         cfg = load(path)
         use_tls(args, cfg)
+        if args.token:  # the one asked for is used, whatever the file says (a wrong one is refused)
+            cfg.token = args.token
         return cfg, path
     except FileNotFoundError:
         raise AdminError(f"no cluster file at {path} (give --cluster FILE or --host/--port)") from None

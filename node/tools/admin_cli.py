@@ -394,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "tells the rest (default 127.0.0.1 when only --port is given)")
     ap.add_argument("--port", type=int, help="that region's replication (gRPC) port (default 7101 when only "
                                              "--host is given)")
-    ap.add_argument("--token", help="the cluster token, with --host/--port (default $BRAID_TOKEN)")
+    ap.add_argument("--token", help="the cluster token (default: the cluster file's; with --host/--port, "
+                                    "$BRAID_TOKEN)")
     ap.add_argument("--tls-ca", metavar="FILE",
                     help="CA bundle to check regions' certificates with (default: the cluster file's)")
     ap.add_argument("--tls-cert", metavar="FILE",

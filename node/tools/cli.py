@@ -380,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                     "so (exit 0). With --shards N, each region's braid node runs its N shard processes "
                     "(data in DATA_DIR/region-N/shard-K/).",
         epilog="ports: region N (1, 2, ...) takes BASE+N-1 for clients (RESP), BASE+100+N-1 for replication "
-               "(gRPC) and, with --tls, BASE+200+N-1 for TLS clients; shard K of it each of these +20*K. All are "
+               "(gRPC), with --tls, BASE+200+N-1 for TLS clients and, with --metrics, BASE+300+N-1 for Prometheus; "
+               "shard K of it each of these +20*K. All are "
                "checked before anything starts. "
                "Restart one region: braid restart --region NAME; stop: braid down (both with the same --data-dir)")
     p.add_argument("--regions", type=int, default=3,
@@ -400,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls", action="store_true",
                    help="certificates under DATA/tls/, TLS on a client port 200 above each plain one (kept on), "
                         "mutual TLS between regions")
+    p.add_argument("--metrics", action="store_true",
+                   help="each region serves Prometheus metrics on its client port + 300 (BASE+300..; shard K of it "
+                        "+20*K), kept in the cluster file (metrics-port) for its later starts; the URLs are printed")
     p.add_argument("--add-region", nargs="?", const="", metavar="NAME",
                    help="grow the cluster running detached in --data-dir by one region (default name: the next "
                         "region-N; the next free ports after the others): braid-admin region add, then the new "
@@ -422,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                        description="Stop the region if it runs (only a process that is that region of this "
                                    "cluster), start it again detached, logging to DATA_DIR/NAME/node.log, and wait "
                                    "until it answers. It replays its log and catches up from its peers. Under a "
-                                   "foreground braid up, that braid up starts it again.")
+                                   "foreground braid up, that braid up starts it again at once and keeps watching "
+                                   "it (a restart asked for is not counted as a crash).")
     p.add_argument("--region", metavar="NAME", required=True, help="the region's name (region-1, region-2, ...)")
     p.add_argument("--data-dir", default="./data", help="the cluster's data directory (default ./data)")
     p.set_defaults(fn=cmd_restart)

@@ -11,7 +11,9 @@ In the foreground ``braid up`` supervises: a region that dies is reported (its
 name, port, how it ended - the signal or exit code - and the end of its log) while
 the others keep serving, and it is started again at once; one that keeps dying
 within ``QUICK_CRASH_S`` of its start is retried after 1 s, then 2 s, and given up
-after ``MAX_QUICK_CRASHES`` such deaths in a row, with the command that restarts it.
+after ``MAX_QUICK_CRASHES`` such deaths in a row, with the command that restarts it.  A region
+``braid restart`` stopped (it leaves a mark naming the process first: cluster_files.ask_restart)
+is no death: it is started again at once, in one line, and counts toward nothing.
 Ctrl-C (or SIGTERM, which ``braid down`` sends) stops every region: SIGTERM to
 all, then one shared deadline for all of them, SIGKILL past it; no traceback,
 also during start-up.
@@ -23,7 +25,9 @@ lines (node/tools/cluster_processes.py says how); nothing else is ever signalled
 id and token, RESP on ``--base-port``.., gRPC replication 100 ports above, each
 region's ``data_dir`` and ``tls = false``: plain-text links, on loopback only) and
 starts each region with ``braid node --config cluster.toml --region NAME``;
-``--regions 1`` starts a standalone region (Redis's own ID rules).  A data
+``--regions 1`` starts a standalone region (Redis's own ID rules).  The file is written only
+once every port is known free: a start that found one taken leaves nothing behind, so the
+other ``--base-port`` it suggests works in the same data directory.  A data
 directory holds one cluster: ``braid up`` over a running one says so (and how
 to reach and stop it) and exits 0; over the data of another shape it refuses.
 
@@ -41,7 +45,12 @@ holding a cluster of another shard count is refused.
 ``--tls`` makes the cluster CA and the certificates under ``<data-dir>/tls/``
 (``node.security.certs``), writes the links' ``[tls]`` table and, per region, TLS on
 a client port 200 above the plain one (which stays on), and prints the
-``redis-cli --tls`` line for each region.
+``redis-cli --tls`` line for each region.  A cluster keeps the TLS it was made with; ``--tls``
+over one made without it is refused, never started in plain text.
+
+``--metrics`` writes each member's ``metrics-port`` (its client port + 300, each shard's above
+its own) into the cluster file, so its later starts keep it, checks those ports too and prints
+each region's Prometheus URL.
 
 Growing and shrinking a detached cluster.  ``braid up --add-region [NAME]`` adds a
 region to the cluster running detached in ``--data-dir``: it picks the next free
@@ -82,19 +91,25 @@ from node.security.certs import create_cluster_certs
 from node.tools import admin_cli
 from node.tools.cluster_files import (
     CLUSTER_FILE,
+    METRICS_PORT_OFFSET,
     PIDFILE,
     TLS_DIR,
     TLS_PORT_OFFSET,
+    ask_restart,
     drop_from_record,
+    drop_restart_mark,
     forget_supervisor_record,
     load_pids,
+    metrics_ports,
     next_region_name,
     record_pid,
     recorded_pid,
+    restart_asked,
     reuse_cluster,
     save_pids,
     tls_connect_line,
     unsupervise,
+    with_metrics,
 )
 from node.tools.cluster_processes import (
     READY_TIMEOUT_S,
@@ -181,9 +196,10 @@ def _already_up(args: argparse.Namespace, data_dir: str, running: dict[int, str]
 
 
 def _plan(args: argparse.Namespace, data_dir: str):
-    """The regions to start: (names, client ports, replication ports - one list per region, a port per
-    shard -, cluster file, tls, regions whose TLS goes on the command line), or an exit status after
-    printing why not."""
+    """The regions to start: (names, client ports, replication ports, metrics ports - one list per
+    region, a port per shard -, cluster file, tls, regions whose TLS goes on the command line, the
+    cluster configuration to write once the ports are known free - None: the file stays as it is),
+    or an exit status after printing why not."""
     names = [f"region-{i}" for i in range(1, args.regions + 1)]
     tls = getattr(args, "tls", False)
     cluster_file = os.path.join(data_dir, CLUSTER_FILE)
@@ -201,32 +217,41 @@ def _plan(args: argparse.Namespace, data_dir: str):
                   "region: run braid up without --regions 1 to start that cluster, or give another --data-dir",
                   file=sys.stderr)
             return 1
-        return names, [[args.base_port]], [[]], None, tls, set(names) if tls else set()
+        metrics = [[args.base_port + METRICS_PORT_OFFSET]] if getattr(args, "metrics", False) else [[]]
+        return names, [[args.base_port]], [[]], metrics, None, tls, set(names) if tls else set(), None
     standalone = os.path.join(data_dir, "region-1", "appendonlydir")
     if not os.path.exists(cluster_file) and os.path.isdir(standalone):
         print(f"braid up: {args.data_dir} holds a standalone region ({os.path.dirname(standalone)}, started with "
               "--regions 1) and no cluster file: start it with --regions 1, or give another --data-dir",
               file=sys.stderr)
         return 1
+    fresh = not os.path.exists(cluster_file)
     cfg = reuse_cluster(cluster_file, args)
     if cfg is None:
         return 1
+    changed = with_metrics(cfg) if getattr(args, "metrics", False) else False
     live = cfg.live_regions()
     tls = cfg.tls is not None
     return ([r.name for r in live], [r.shard_ports() for r in live], [r.repl_ports or [r.repl_port] for r in live],
-            cluster_file, tls, {r.name for r in live if tls and "tls-port" not in r.config})  # added by --add-region
+            [metrics_ports(cfg, r.name) for r in live], cluster_file, tls,
+            {r.name for r in live if tls and "tls-port" not in r.config},  # added by --add-region
+            cfg if fresh or changed else None)
 
 
-def _ports_taken(names: list[str], ports: list[list[int]], repl_ports: list[list[int]], tls: bool) -> list[str]:
+def _ports_taken(names: list[str], ports: list[list[int]], repl_ports: list[list[int]], tls: bool,
+                 metrics: list[list[int]] | None = None) -> list[str]:
     """What stands in the way of each port the regions need (all of them, every shard's, before anything
-    starts); ``ports`` and ``repl_ports``: per region, one per shard (no replication port: [])."""
+    starts); ``ports``, ``repl_ports`` and ``metrics``: per region, one per shard (none: [])."""
     problems = []
-    for name, shard_ports, shard_repl in zip(names, ports, repl_ports, strict=True):
+    for name, shard_ports, shard_repl, shard_metrics in zip(names, ports, repl_ports, metrics or [[]] * len(names),
+                                                             strict=True):
         for k, port in enumerate(shard_ports):
             whose = f"{name} shard {k}'s" if len(shard_ports) > 1 else f"{name}'s"
             wanted = [(port, "client port")] + ([(shard_repl[k], "replication port")] if shard_repl else [])
             if tls:
                 wanted.append((port + TLS_PORT_OFFSET, "TLS client port"))
+            if shard_metrics:
+                wanted.append((shard_metrics[k], "metrics port"))
             for p, what in wanted:
                 if ping(p):
                     problems.append(f"port {p} ({whose} {what}) is already serving: another Braid or Redis server "
@@ -282,7 +307,6 @@ def up(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -> int:
-    os.makedirs(data_dir, exist_ok=True)
     info = load_pids(data_dir)
     running, supervisor = region_processes(data_dir), supervisor_pid(data_dir, info)
     if running or supervisor:
@@ -290,14 +314,17 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
     plan = _plan(args, data_dir)
     if isinstance(plan, int):
         return plan
-    names, shard_ports, repl_ports, cluster_file, tls, cmdline_tls = plan
+    names, shard_ports, repl_ports, metrics, cluster_file, tls, cmdline_tls, to_write = plan
     ports = [p[0] for p in shard_ports]  # (a sharded region's supervisor: shard 0's)
-    problems = _ports_taken(names, shard_ports, repl_ports, tls)
-    if problems:
+    problems = _ports_taken(names, shard_ports, repl_ports, tls, metrics)
+    if problems:  # nothing written either: the command it suggests starts afresh
         print("braid up: nothing started:\n  " + "\n  ".join(problems) + "\npick other ports with --base-port "
-              "(RESP on BASE.., replication on BASE+100.., TLS on BASE+200..) or stop what holds them",
-              file=sys.stderr)
+              "(RESP on BASE.., replication on BASE+100.., TLS on BASE+200.., metrics on BASE+300..) or stop what "
+              "holds them", file=sys.stderr)
         return 1
+    os.makedirs(data_dir, exist_ok=True)
+    if to_write is not None and cluster_file is not None:
+        to_write.save(cluster_file)
     if tls:
         try:  # an existing CA and certificates are kept (a restart, or new regions of the same CA)
             create_cluster_certs(os.path.join(data_dir, TLS_DIR), names)
@@ -309,8 +336,9 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
     sharded = len(shard_ports[0]) > 1
     for name, port, every in zip(names, ports, shard_ports, strict=True):
         os.makedirs(os.path.join(data_dir, name), exist_ok=True)
-        r = RegionProcess(name, port, region_command(data_dir, cluster_file, name, port, name in cmdline_tls),
-                          os.path.join(data_dir, name, "node.log"), ports=every if sharded else [])
+        cmd = region_command(data_dir, cluster_file, name, port, name in cmdline_tls,
+                             metrics[0][0] if cluster_file is None and metrics[0] else 0)  # (standalone: given)
+        r = RegionProcess(name, port, cmd, os.path.join(data_dir, name, "node.log"), ports=every if sharded else [])
         regions.append(r)
         r.start(args.detach)
     try:
@@ -330,7 +358,13 @@ def _up(args: argparse.Namespace, data_dir: str, regions: list[RegionProcess]) -
               + (f"; shard K's TLS port is {TLS_PORT_OFFSET} above its plain one" if sharded else "") + "):")
         for name, port in zip(names, ports, strict=True):
             print(f"  {name}: {tls_connect_line(args.data_dir, port, sharded)}")
+    if any(metrics):
+        print("Prometheus metrics" + (" (one endpoint per shard)" if sharded else "") + ":")
+        for name, every in zip(names, metrics, strict=True):
+            print(f"  {name}: " + ", ".join(f"http://127.0.0.1:{p}/metrics" for p in every))
     record = {"pids": [r.process.pid for r in regions], "ports": ports, "names": names}
+    if cluster_file is None and metrics[0]:  # a standalone region's: braid restart gives it again
+        record["metrics_ports"] = metrics[0]
     if args.detach:
         save_pids(data_dir, record)
         print(f"detached; restart one region with: braid restart --region NAME --data-dir {args.data_dir}\n"
@@ -367,9 +401,16 @@ def _supervise(args: argparse.Namespace, data_dir: str, regions: list[RegionProc
                     if not r.ready and r.silent() is None:
                         r.ready = True
                         record_pid(data_dir, r.name, r.port, r.proc.pid)
-                        say(f"{r.name} is back on {r.where} (pid {r.proc.pid}): it replayed its log and "
+                        say(f"{r.name} restarted (asked by braid restart): on {r.where} (pid {r.proc.pid})"
+                            if r.restart_asked else
+                            f"{r.name} is back on {r.where} (pid {r.proc.pid}): it replayed its log and "
                             "catches up from its peers")
+                        r.restart_asked = False
                     continue
+                if restart_asked(data_dir, r.name, r.proc.pid):  # stopped to be restarted: no death, no crash
+                    r.restart_asked, r.proc, r.restart_at = True, None, now
+                    continue
+                r.restart_asked = False
                 quick = not r.ready or now - r.started < QUICK_CRASH_S
                 r.quick_crashes = r.quick_crashes + 1 if quick else 0
                 others = [o.name for o in regions if o is not r and o.proc is not None and o.proc.poll() is None]
@@ -569,9 +610,8 @@ def restart(args: argparse.Namespace) -> int:
         cmd = region_command(data_dir, cluster_file, name, port, cfg.tls is not None and "tls-port" not in spec.config)
     elif info is not None and name in info["names"]:  # a standalone region (braid up --regions 1)
         port = info["ports"][info["names"].index(name)]
-        cmd = region_command(data_dir, None, name, port, False)
-        if os.path.isdir(os.path.join(data_dir, TLS_DIR)):
-            cmd = region_command(data_dir, None, name, port, True)
+        metrics_port = (info.get("metrics_ports") or [0])[0]  # (a standalone region: the only one)
+        cmd = region_command(data_dir, None, name, port, os.path.isdir(os.path.join(data_dir, TLS_DIR)), metrics_port)
     else:
         print(f"braid restart: no cluster in {args.data_dir} (no {CLUSTER_FILE}, and no region {name!r} recorded)",
               file=sys.stderr)
@@ -582,7 +622,9 @@ def restart(args: argparse.Namespace) -> int:
     if supervisor is not None and running and name in (info or {}).get("supervised", []):
         print(f"{name} runs under the foreground braid up (pid {supervisor}): stopping it, braid up starts it again",
               flush=True)
+        ask_restart(data_dir, name, list(running))  # braid up's word that this stop is asked for
         if stop_regions(running, data_dir):
+            drop_restart_mark(data_dir, name)
             print(f"braid restart: could not stop {_named(running)}", file=sys.stderr)
             return 1
         deadline = time.monotonic() + READY_TIMEOUT_S + 5

@@ -1,6 +1,7 @@
 """The files a local cluster (``braid up``, node/tools/cluster.py) keeps in its data directory: the
 record of its processes (``cluster.pids``), the cluster file it writes or reuses
-(``cluster.toml``), and the TLS settings ``braid up --tls`` writes into it.
+(``cluster.toml``), the TLS and metrics settings ``braid up --tls`` / ``--metrics`` write into it,
+and the mark ``braid restart`` leaves for a foreground ``braid up`` (``NAME.restart``).
 
 The record holds ``pids``, ``ports`` and ``names`` (one per region, in order); in the
 foreground also ``supervisor``, braid up's pid, and ``supervised``, the regions it restarts.
@@ -19,6 +20,36 @@ from node.activeactive.cluster_config import LinkTls, load, local_cluster
 
 PIDFILE = "cluster.pids"
 CLUSTER_FILE = "cluster.toml"
+RESTART_MARK = "{}.restart"  # braid restart's word to the foreground braid up: that region's stop is asked for
+
+
+def ask_restart(data_dir: str, name: str, pids: list[int]) -> None:
+    """Tell the foreground braid up that region ``name``'s processes ``pids`` are stopped to be
+    restarted: their exit is no crash (the pids tie the mark to them, so a mark left over never
+    excuses another process's death)."""
+    path = os.path.join(data_dir, RESTART_MARK.format(name))
+    with open(path + ".tmp", "w") as f:
+        f.write(" ".join(map(str, pids)))
+    os.replace(path + ".tmp", path)
+
+
+def restart_asked(data_dir: str, name: str, pid: int) -> bool:
+    """Was process ``pid`` of region ``name`` stopped by ``braid restart``?  The mark is taken away."""
+    path = os.path.join(data_dir, RESTART_MARK.format(name))
+    try:
+        with open(path) as f:
+            marked = f.read().strip()
+    except OSError:
+        return False
+    drop_restart_mark(data_dir, name)
+    return str(pid) in marked.split()
+
+
+def drop_restart_mark(data_dir: str, name: str) -> None:
+    try:
+        os.remove(os.path.join(data_dir, RESTART_MARK.format(name)))
+    except FileNotFoundError:
+        pass
 
 
 def unsupervise(data_dir: str, name: str) -> None:
@@ -81,8 +112,8 @@ def forget_supervisor_record(data_dir: str) -> None:
 
 
 def reuse_cluster(cluster_file: str, args: argparse.Namespace):
-    """Write a new cluster file, or keep the one whose regions' data is in the directory; the
-    cluster's configuration, or None (refused).
+    """A new cluster (not written yet: braid up writes it once the ports are known free), or the one
+    whose regions' data is in the directory; the cluster's configuration, or None (refused).
 
     The regions keep their append-only files under the data directory, so a second
     ``braid up`` restarts the same cluster (same id, token and settings); a cluster of
@@ -116,6 +147,12 @@ def reuse_cluster(cluster_file: str, args: argparse.Namespace):
                      for r in wanted.regions]:
             print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)}")
             return held
+        if held.epoch > 1 and getattr(args, "tls", False) and held.tls is None:  # never quietly without it
+            print(f"braid up: --tls: the cluster in {os.path.dirname(cluster_file)} was made without TLS (plain-text "
+                  "links and client ports) and its members changed since, so braid up restarts it as it is: run "
+                  "braid up without --tls to start it, or give another --data-dir for a new cluster with TLS",
+                  file=sys.stderr)
+            return None
         if held.epoch > 1:  # grown or shrunk while it ran: its members are what it is now
             print(f"restarting the cluster {held.cluster_id} kept in {os.path.dirname(cluster_file)} (members "
                   f"changed since it was made: {', '.join(r.name for r in held.live_regions())})")
@@ -126,8 +163,34 @@ def reuse_cluster(cluster_file: str, args: argparse.Namespace):
               f"start it with the same --regions, --base-port and --tls, give another --data-dir, or remove the "
               f"folder to start afresh", file=sys.stderr)
         return None
-    wanted.save(cluster_file)
     return wanted
+
+
+METRICS_PORT_OFFSET = 300  # braid up --metrics: a region's Prometheus endpoint, its client port + 300
+
+
+def with_metrics(cfg) -> bool:
+    """Metrics on for every member that has none (``metrics-port`` in its ``[regions.config]``: its
+    client port + METRICS_PORT_OFFSET, each shard's above its own); whether the file changed."""
+    changed = False
+    for r in cfg.live_regions():
+        if not r.config.get("metrics-port"):
+            r.config["metrics-port"] = ([p + METRICS_PORT_OFFSET for p in r.ports] if r.ports
+                                        else r.port + METRICS_PORT_OFFSET)
+            changed = True
+    return changed
+
+
+def metrics_ports(cfg, name: str) -> list[int]:
+    """Region ``name``'s Prometheus ports, one per shard, as its processes read them from the cluster
+    file ([]: metrics off)."""
+    ports = []
+    for k in range(cfg.shards.count):
+        view = cfg.shard_view(k)
+        port = int(view.shard_settings(view.region(name)).get("metrics-port", 0) or 0)
+        if port:
+            ports.append(port)
+    return ports
 
 
 TLS_DIR = "tls"  # under the data directory: the cluster CA and every certificate (braid up --tls)

@@ -14,7 +14,8 @@ signalled.  ``braid down`` stops all of them (and a foreground ``braid up``
 first), reports what it stopped, and removes the record only when nothing is
 left.  ``braid restart --region NAME`` stops that region if it runs and starts
 it detached, logging to ``<data-dir>/NAME/node.log``; under a foreground
-``braid up`` it stops the region and lets ``braid up`` start it again.
+``braid up`` it leaves a mark naming the process it stops (``<data-dir>/NAME.restart``), stops
+it, and ``braid up``, finding the mark, starts the region again at once and counts no crash.
 
 A sharded region is one ``braid node`` supervisor and its ``braid node ... --shard K``
 children (node/tools/shards.py): the supervisor counts as the region (stopping it stops its
@@ -291,6 +292,7 @@ class RegionProcess:
     ready: bool = False
     quick_crashes: int = 0
     restart_at: float | None = None
+    restart_asked: bool = False  # stopped by braid restart: started again at once, and no crash
     done: bool = False  # given up, or running as a process braid up did not start
     ports: list[int] = field(default_factory=list)  # a sharded region's: one client port per shard
 
@@ -321,8 +323,11 @@ class RegionProcess:
         return self.proc
 
 
-def region_command(data_dir: str, cluster_file: str | None, name: str, port: int, cmdline_tls: bool) -> list[str]:
+def region_command(data_dir: str, cluster_file: str | None, name: str, port: int, cmdline_tls: bool,
+                   metrics_port: int = 0) -> list[str]:
     cmd = [sys.executable, "-m", "node", "node", "--port", str(port), "--data-dir", os.path.join(data_dir, name)]
+    if metrics_port:  # a standalone region's (a cluster's regions read theirs from the cluster file)
+        cmd += ["--metrics-port", str(metrics_port)]
     if cluster_file:
         cmd += ["--config", cluster_file, "--region", name]
     if cmdline_tls:  # a standalone or added region: its TLS settings on the command line

@@ -23,6 +23,8 @@ answering holds a certificate naming the region it meant to reach.
 from __future__ import annotations
 
 import hmac
+import socket
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,7 +211,27 @@ def _call_error(e: grpc.RpcError) -> AdminCallError:
     if unreachable and any(w in details.lower() for w in TLS_FAILURE_WORDS):
         return AdminCallError(f"TLS handshake failed: {details}", False)
     timed_out = code == grpc.StatusCode.DEADLINE_EXCEEDED
-    return AdminCallError("unreachable" if unreachable else details, unreachable, timed_out)
+    return AdminCallError("unreachable" if unreachable else details, unreachable, timed_out,
+                          wrong_token=code == grpc.StatusCode.UNAUTHENTICATED)
+
+
+def answers_tls(address: str, timeout: float = 2.0) -> bool:
+    """Does the server at ``HOST:PORT`` speak TLS?  Asked after a plain-text call failed to connect:
+    gRPC's error then says only that the socket closed.  A server that completes a TLS handshake (its
+    certificate unchecked: nothing is sent over it) or ends it with an alert of its own is a TLS
+    server; one that answers something else (a plain HTTP/2 server) or nothing is not."""
+    host, _, port = address.rpartition(":")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            with context.wrap_socket(sock):
+                return True
+    except ssl.SSLError as e:
+        return "ALERT" in str(e.reason or "")  # (the server's alert: it spoke TLS)
+    except (OSError, ValueError):
+        return False
 
 
 class AdminClient:
@@ -219,6 +241,7 @@ class AdminClient:
         self.address = address
         self.timeout = timeout
         self._metadata = ((TOKEN_KEY, token),)
+        self._plain = tls is None
         if tls is None:
             self._channel = grpc.insecure_channel(address)
         else:
@@ -240,7 +263,10 @@ class AdminClient:
         try:
             return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _call_error(e) from None
+            error = _call_error(e)
+            if self._plain and error.unreachable and not error.timed_out and answers_tls(self.address):
+                raise AdminCallError("it answers only over TLS", True, tls_only=True) from None
+            raise error from None
 
     def status(self) -> pb.RegionStatus:
         return self._call("Status", pb.Empty())
@@ -290,7 +316,10 @@ class AdminClient:
         try:
             yield from self._stub.Backup(pb.BackupRequest(), timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _call_error(e) from None
+            error = _call_error(e)
+            if self._plain and error.unreachable and not error.timed_out and answers_tls(self.address):
+                raise AdminCallError("it answers only over TLS", True, tls_only=True) from None
+            raise error from None
 
 
 def clients(cfg: ClusterConfig, numbers, tls: tuple[bytes, bytes, bytes] | None,

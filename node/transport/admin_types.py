@@ -26,10 +26,13 @@ class AdminTls:
 class AdminCallError(Exception):
     """A call that failed; ``unreachable`` tells a down region from a refused request."""
 
-    def __init__(self, message: str, unreachable: bool, timed_out: bool = False) -> None:
+    def __init__(self, message: str, unreachable: bool, timed_out: bool = False, tls_only: bool = False,
+                 wrong_token: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
         self.timed_out = timed_out  # connected (or connecting) but no answer within the call's timeout
+        self.tls_only = tls_only  # called in plain text, the port speaks TLS only
+        self.wrong_token = wrong_token  # the region's cluster token is another
 
 
 class FlushNotReady(ValueError):
