@@ -77,6 +77,7 @@ from rich.table import Table
 
 from crdt.membership import REMOVED
 from node.activeactive.cluster_config import DB_SETTINGS, ClusterConfig
+from node.tools.admin_acl import add_acl_parser
 from node.tools.admin_backup import cmd_backup
 from node.tools.admin_calls import (
     DEFAULT_CLUSTER,
@@ -510,6 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long one region's snapshot may take to arrive (default 600)")
     add_shard_option(p)
     p.set_defaults(fn=cmd_backup)
+    add_acl_parser(sub)
     return ap
 
 
