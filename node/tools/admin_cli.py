@@ -18,6 +18,7 @@ the region tells the rest.
     braid-admin flush db db [--timeout 30] [--region region-1]
     braid-admin backup --dir DIR [--region region-2] [--force] [--timeout 600]
     braid-admin status --shard 1        (a sharded database: only shard 1 of every region)
+    braid-admin acl setuser NAME RULE... | deluser NAME... | list | sync [--from REGION]   (node/tools/admin_acl.py)
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
