@@ -101,7 +101,8 @@ def _saved(done: list[tuple[str, AclState]]) -> str:
 
 
 def _finish(console: Console, what: str, done: list[tuple[str, AclState]], failed: list[str]) -> int:
-    console.print(f"{what} at {counted(len(done), 'region')} ({', '.join(name for name, _ in done)}), "
+    noun = "region shard" if any(" shard " in name for name, _ in done) else "region"
+    console.print(f"{what} at {counted(len(done), noun)} ({', '.join(name for name, _ in done)}), "
                   f"{_saved(done)}", highlight=False)
     for sentence in failed:
         print(f"braid-admin: not changed: {sentence}", file=sys.stderr)
