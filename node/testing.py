@@ -411,12 +411,14 @@ class LocalCluster:
 
     ``tls=True``: mutual TLS on every link and admin call, with a cluster CA and
     certificates made in ``<dir>/tls`` (``self.certs``); else plain text (``tls = false``).
-    ``settings``: server settings every region gets from the cluster file's [regions.config].
+    ``settings``: server settings every region gets from the cluster file's [regions.config];
+    ``region_settings``: more of them for one region, by its name (files relative to :attr:`dir`).
     :meth:`start` returns once every region takes writes (its peers answered it), unless
     ``writable`` is False (a cluster whose links are meant to be refused)."""
 
     def __init__(self, regions: int = 3, extra_args: Sequence[str] = (), tls: bool = False,
-                 writable: bool = True, settings: dict[str, str | int] | None = None) -> None:
+                 writable: bool = True, settings: dict[str, str | int] | None = None,
+                 region_settings: dict[str, dict[str, str | int]] | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
         self.config = local_cluster(regions, 0)
         self.certs = None
@@ -427,13 +429,15 @@ class LocalCluster:
         self.extra_args = list(extra_args)
         self.writable = writable
         self.settings = dict(settings or {})
+        self.region_settings = dict(region_settings or {})
         self.procs: list[BraidProcess] = []
 
     def _place(self) -> None:
         """Pick free ports for every region and write the cluster file."""
         ports = free_ports(2 * len(self.config.regions))
         self.config.regions = [RegionSpec(r.name, r.number, r.host, ports[2 * i], ports[2 * i + 1],
-                                          tls_cert=r.tls_cert, tls_key=r.tls_key, config=dict(self.settings))
+                                          tls_cert=r.tls_cert, tls_key=r.tls_key,
+                                          config={**self.settings, **self.region_settings.get(r.name, {})})
                                for i, r in enumerate(self.config.regions)]
         self.config.save(self.file)
         self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)

@@ -99,6 +99,16 @@ class AdminStub:
                 request_serializer=proto_dot_admin__pb2.BackupRequest.SerializeToString,
                 response_deserializer=proto_dot_admin__pb2.BackupChunk.FromString,
                 _registered_method=True)
+        self.AclUsers = channel.unary_unary(
+                '/braid.admin.Admin/AclUsers',
+                request_serializer=proto_dot_admin__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.AclState.FromString,
+                _registered_method=True)
+        self.ChangeAcl = channel.unary_unary(
+                '/braid.admin.Admin/ChangeAcl',
+                request_serializer=proto_dot_admin__pb2.AclChange.SerializeToString,
+                response_deserializer=proto_dot_admin__pb2.AclState.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -203,6 +213,23 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AclUsers(self, request, context):
+        """The region's users (ACL), as ACL LIST shows them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeAcl(self, request, context):
+        """Changes the region's users in one step (node/security/acl_shared.py): the whole change is
+        checked first, then saved to the region's ACL file if it has one, then put in use; a rule
+        the region refuses: INVALID_ARGUMENT, a file it cannot write: FAILED_PRECONDITION, and
+        nothing changes. With check_only the change is checked and not made.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -270,6 +297,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Backup,
                     request_deserializer=proto_dot_admin__pb2.BackupRequest.FromString,
                     response_serializer=proto_dot_admin__pb2.BackupChunk.SerializeToString,
+            ),
+            'AclUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.AclUsers,
+                    request_deserializer=proto_dot_admin__pb2.Empty.FromString,
+                    response_serializer=proto_dot_admin__pb2.AclState.SerializeToString,
+            ),
+            'ChangeAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeAcl,
+                    request_deserializer=proto_dot_admin__pb2.AclChange.FromString,
+                    response_serializer=proto_dot_admin__pb2.AclState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -623,6 +660,60 @@ class Admin:
             '/braid.admin.Admin/Backup',
             proto_dot_admin__pb2.BackupRequest.SerializeToString,
             proto_dot_admin__pb2.BackupChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AclUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/AclUsers',
+            proto_dot_admin__pb2.Empty.SerializeToString,
+            proto_dot_admin__pb2.AclState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/braid.admin.Admin/ChangeAcl',
+            proto_dot_admin__pb2.AclChange.SerializeToString,
+            proto_dot_admin__pb2.AclState.FromString,
             options,
             channel_credentials,
             insecure,

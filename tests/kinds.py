@@ -66,6 +66,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
         ],
     },
     "test_acl_differential": EXTERNAL,
+    "test_admin_acl": PROCESS,
     "test_admin_cli": {
         "*": PROCESS,
         PURE: [

@@ -26,6 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 PIPELINE = os.path.join(ROOT, "docs", "pipeline.md")  # the "Spark pipeline" page
 RIDES = 600
+# what Spark and py4j print to the console by default, between the example's lines: the stage progress bar,
+# the warning of a host name that resolves to a loopback address, py4j's INFO of closing its connections
+SPARK_NOISE = ("[Stage ", "resolves to a loopback address", "py4j.clientserver", " WARN ")
 
 
 def _read(path: str) -> str:
@@ -100,6 +103,9 @@ def test_quick_start_then_the_spark_example(tmp_path):
         assert overall[2] == overall[4] == str(RIDES), out
         assert "skipped 1 entry of 'rides'" in run.stdout, out
         assert not [line for line in out.splitlines() if " ERROR " in line], out
+        # the example's own lines read alone: no progress bars, start-up warnings or py4j chatter
+        noise = [line for line in out.splitlines() if any(word in line for word in SPARK_NOISE)]
+        assert not noise, out
         assert not [p.name for p in temp.iterdir() if p.name.startswith("braid-rides-")], out
     finally:
         down = _braid("down", cwd=home)

@@ -68,6 +68,8 @@ from node.transport.tls import LinkCredentials
 
 if TYPE_CHECKING:
     from node.region.db import Database
+    from node.region.session import Session
+    from node.security.acl import AccessControl
 
 # PROMISE_TIMEOUT_S and SETTLE_EVERY_S live in node/activeactive/membership.py; named here too
 # because the tests and the simulation (chaos/sim/membership.py) read them here
@@ -88,6 +90,10 @@ REPLICATED = (ops.AddEntry, ops.Trim, ops.DeleteEntries, ops.DeleteKey, ops.Crea
 class RegionCommands(RegionSide, Protocol):
     """The region's side as this object sees it (node/region/core.py's ``RegionCore``): what the
     hub calls, and the commands braid-admin's calls run as the region's own."""
+
+    # the region's users and its client sessions: braid-admin acl changes them (node/transport/admin.py)
+    acl: AccessControl
+    clients: dict[int, Session]
 
     def flush_database(self) -> int:
         """FLUSHALL run as a client's (logged, replicated); returns how many keys it removed;

@@ -3,7 +3,8 @@
 The rules, the check and the ACL file live in node/security/acl.py; this module
 is the command surface (SETUSER, GETUSER, DELUSER, LIST, USERS, WHOAMI, CAT, LOG,
 SAVE, LOAD, GENPASS, DRYRUN, HELP).  Users are per region: nothing here is
-replicated to other regions.
+replicated to other regions (braid-admin acl makes the same change at every region:
+node/security/acl_shared.py).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ SETTINGS: tuple[Setting, ...] = (
     # how many entries ACL LOG keeps
     Setting("aclfile", "string", "", mutable=False,
             doc=("The ACL file users and permissions are loaded from at start and that ACL LOAD / ACL SAVE use (empty: "
-                 "none). Users are per region.")),
+                 "none). Users are per region; braid-admin acl keeps them the same everywhere.")),
     Setting("acllog-max-len", "int", 128, 0, (1 << 63) - 1,
             doc="How many entries ACL LOG keeps (refused commands and failed logins)."),
     Setting("maxclients", "int", 10000, 1, (1 << 32) - 1,

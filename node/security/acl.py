@@ -31,7 +31,8 @@ The check runs once per command in ``Server.call`` (:meth:`AccessControl.deny`),
 after the command is known and its arity right, and before it is queued by MULTI or
 run; EXEC checks its commands again as they run.  A denial is answered with
 Redis 8.6's NOPERM text, counted in INFO (``acl_access_denied_*``) and recorded in
-the ACL LOG.  Users are per region: nothing here is replicated.
+the ACL LOG.  Users are per region: nothing here is replicated (braid-admin acl makes
+the same change at every region through the admin service: node/security/acl_shared.py).
 
 The ACL file (``aclfile``) holds one ``user <name> <rules...>`` line per user, as
 Redis writes it; :func:`parse_acl_file` checks a whole file before anything of it

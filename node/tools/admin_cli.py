@@ -18,6 +18,7 @@ the region tells the rest.
     braid-admin flush db db [--timeout 30] [--region region-1]
     braid-admin backup --dir DIR [--region region-2] [--force] [--timeout 600]
     braid-admin status --shard 1        (a sharded database: only shard 1 of every region)
+    braid-admin acl setuser NAME RULE... | deluser NAME... | list | sync [--from REGION]   (node/tools/admin_acl.py)
 
 It speaks the admin service of proto/admin.proto (node/transport/admin.py), which
 every region serves on its replication port and guards with the cluster token and,
@@ -77,6 +78,7 @@ from rich.table import Table
 
 from crdt.membership import REMOVED
 from node.activeactive.cluster_config import DB_SETTINGS, ClusterConfig
+from node.tools.admin_acl import add_acl_parser
 from node.tools.admin_backup import cmd_backup
 from node.tools.admin_calls import (
     DEFAULT_CLUSTER,
@@ -511,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long one region's snapshot may take to arrive (default 600)")
     add_shard_option(p)
     p.set_defaults(fn=cmd_backup)
+    add_acl_parser(sub)
     return ap
 
 

@@ -34,6 +34,7 @@ from crdt.membership import Change, MembershipError, Promise, Proposal, Standing
 from node.activeactive.cluster_config import ClusterConfig
 from node.resp.encoder import ReplyError
 from node.security import ADMIN_NAME
+from node.security.acl_shared import DELUSER, REPLACE, SETUSER, AclChange, AclChangeError, commit, stage, user_lines
 from node.transport.admin_types import AdminCallError, AdminTls, FlushNotReady
 from proto import admin_pb2
 from proto import admin_pb2_grpc as pb_grpc
@@ -172,6 +173,33 @@ class AdminServicer(pb_grpc.AdminServicer):
         for at in range(0, len(data), step):
             yield pb.BackupChunk(data=bytes(view[at:at + step]))
 
+    def _acl_state(self, removed: int = 0) -> pb.AclState:
+        core = self.region.side
+        return pb.AclState(region=self.region.me.name, users=user_lines(core.acl.users),
+                           aclfile=str(core.acl.config["aclfile"] or ""), removed=removed)
+
+    async def AclUsers(self, request, context):  # noqa: N802
+        await self._check(context)
+        return self._acl_state()
+
+    async def ChangeAcl(self, request, context):  # noqa: N802
+        # past the Active-Active part to the region core's users (as Backup goes to its state):
+        # staged, saved and installed within this one call, with no await between, so no
+        # command of a client runs while a user is half changed
+        await self._check(context)
+        core = self.region.side
+        try:
+            staged = stage(core.acl, acl_change_from_proto(request))
+        except AclChangeError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        if request.check_only:
+            return self._acl_state()
+        try:
+            commit(core.acl, staged, list(core.clients.values()))
+        except AclChangeError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return self._acl_state(staged.removed)
+
     async def Promise(self, request, context):  # noqa: N802
         await self._check(context)
         answer = self.region.promise(proposal_from_proto(request))
@@ -202,6 +230,25 @@ class AdminServicer(pb_grpc.AdminServicer):
         except ValueError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.Empty()
+
+
+def acl_change_to_proto(change: AclChange, check_only: bool) -> pb.AclChange:
+    if change.kind == SETUSER:
+        return pb.AclChange(setuser=pb.AclSetUser(name=change.name, rules=change.rules), check_only=check_only)
+    if change.kind == DELUSER:
+        return pb.AclChange(deluser=pb.AclDelUser(names=change.names), check_only=check_only)
+    return pb.AclChange(replace=pb.AclReplace(lines=change.lines), check_only=check_only)
+
+
+def acl_change_from_proto(m: pb.AclChange) -> AclChange:
+    which = m.WhichOneof("change")
+    if which == "setuser":
+        return AclChange(SETUSER, name=m.setuser.name, rules=list(m.setuser.rules))
+    if which == "deluser":
+        return AclChange(DELUSER, names=list(m.deluser.names))
+    if which == "replace":
+        return AclChange(REPLACE, lines=list(m.replace.lines))
+    return AclChange(which or "")  # nothing: stage() refuses it
 
 
 def _call_error(e: grpc.RpcError) -> AdminCallError:
@@ -304,6 +351,12 @@ class AdminClient:
     def purge(self, members: bytes) -> None:
         self._call("Purge", pb.MemberList(members=members))
 
+    def acl_users(self) -> pb.AclState:
+        return self._call("AclUsers", pb.Empty())
+
+    def change_acl(self, change: AclChange, check_only: bool = False) -> pb.AclState:
+        """Make ``change`` of the region's users in one step (``check_only``: only check it)."""
+        return self._call("ChangeAcl", acl_change_to_proto(change, check_only))
 
     def flush(self, database: str, context: dict[int, int], timeout_s: float) -> pb.FlushResult:
         """Flush the database at this region once it holds ``context`` (waits at most ``timeout_s``)."""
