@@ -445,6 +445,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     "test_tls_links": PROCESS,
     "test_tour": EXTERNAL,
     "test_tour_spark": EXTERNAL,
+    "test_versions": PURE,
     "test_wait": EXTERNAL,
     "test_xnack": {
         "*": PROCESS,
