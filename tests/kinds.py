@@ -287,6 +287,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_the_dashboard_parses_and_uses_only_documented_metrics",
         ],
     },
+    "test_mixed_versions": EXTERNAL,
     "test_migrate": {
         "*": EXTERNAL,
         PURE: [

@@ -26,6 +26,8 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from node.testing import interpreter_env
+
 # The release before the one this tree becomes: moved on when a release is cut (CONTRIBUTING.md)
 PREVIOUS_RELEASE = "v0.1.0"
 
@@ -49,10 +51,9 @@ def release_cache() -> str:
     return os.environ.get("BRAID_RELEASE_CACHE") or os.path.join(ROOT, ".cache", "releases")
 
 
-def foreign_env() -> dict[str, str]:
-    """The environment for another release's interpreter: without PYTHONPATH, which may name this
-    checkout (a worktree's tests run so) and would shadow the release's installed code."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def foreign_env(python: str) -> dict[str, str]:
+    """The environment for another release's interpreter (node/testing.py's interpreter_env)."""
+    return interpreter_env(python) or dict(os.environ)
 
 
 def _run(step: str, argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:
@@ -78,7 +79,8 @@ def _locked(path: str) -> Iterator[None]:
 
 def _installed_version(python: str, cwd: str) -> str:
     return _run("reading the installed release's version",
-                [python, "-c", "import node.version as v; print(v.BRAID_VERSION)"], cwd=cwd, env=foreign_env()).strip()
+                [python, "-c", "import node.version as v; print(v.BRAID_VERSION)"],
+                cwd=cwd, env=foreign_env(python)).strip()
 
 
 def build_release(tag: str = PREVIOUS_RELEASE) -> Release:
@@ -101,7 +103,7 @@ def build_release(tag: str = PREVIOUS_RELEASE) -> Release:
             _run("making the virtual environment", [sys.executable, "-m", "venv", venv])
             _run(f"pip install of {tag} and its dependencies",
                  [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", source],
-                 cwd=home, env={**foreign_env(), "BRAID_PURE": "1"})
+                 cwd=home, env={**foreign_env(python), "BRAID_PURE": "1"})
             shutil.rmtree(source)  # installed: the environment holds a copy
             version = _installed_version(python, home)
             with open(marker, "w") as f:
