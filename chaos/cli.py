@@ -15,6 +15,8 @@ import signal
 import sys
 import tempfile
 
+from node.version import VERSION_TEXT
+
 from .nemesis import KINDS
 
 
@@ -189,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="braid-chaos", description="Braid's chaos suite: break a cluster on "
                                      "purpose and check it kept its promises.", epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{run,sim}")
     p = sub.add_parser("run", help="a live chaos run against real region processes; exit code 0: pass, 1: fail",
                        description="Start regions (or attach to a cluster), run workloads while faults are "

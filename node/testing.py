@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Self
 
 import redis
@@ -137,6 +137,15 @@ def braid_cli(*args: object, cwd: str | os.PathLike | None = None, timeout: floa
                           timeout=timeout, cwd=cwd)
 
 
+def interpreter_env(python: str) -> dict[str, str] | None:
+    """The environment to run ``python -m node`` with: this one's for this interpreter; for
+    another one (another release's virtual environment), this one without PYTHONPATH, which may
+    name this checkout and would shadow the code installed there."""
+    if python == sys.executable:
+        return None
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def process_gone(pid: int) -> bool:
     """The process has exited (a zombie not yet reaped counts as gone)."""
     try:
@@ -216,7 +225,7 @@ class _ServerProcess:
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT,
-                                            cwd=self.data_dir)
+                                            cwd=self.data_dir, env=self.env())
 
         def ready() -> bool:
             if proc.poll() is not None:
@@ -232,6 +241,10 @@ class _ServerProcess:
             proc.wait(10)
             raise
         return self
+
+    def env(self) -> dict[str, str] | None:
+        """The process's environment (None: this one's)."""
+        return None
 
     def answers(self) -> bool:
         """Is it serving yet (start() polls this)?"""
@@ -277,11 +290,18 @@ class BraidProcess(_ServerProcess):
 
     def __init__(self, port: int | None = None, data_dir: str | None = None,
                  cluster_file: str | None = None, region: str | None = None,
-                 extra_args: Sequence[str] = (), ready: Callable[[], bool] | None = None) -> None:
+                 extra_args: Sequence[str] = (), ready: Callable[[], bool] | None = None,
+                 python: str = sys.executable) -> None:
         super().__init__(port, data_dir)
         self.cluster_file, self.region = cluster_file, region
         self.extra_args = list(extra_args)  # e.g. ["--appendfsync", "always"]
         self.ready = ready  # what tells it serves, when not a PING on the plain port (e.g. `--port 0`)
+        # the interpreter that runs `-m node`: another one (a virtual environment with another
+        # release installed) runs that release; settable between a stop and a restart (an upgrade)
+        self.python = python
+
+    def env(self) -> dict[str, str] | None:
+        return interpreter_env(self.python)
 
     def answers(self) -> bool:
         return self.ready() if self.ready is not None else super().answers()
@@ -291,7 +311,7 @@ class BraidProcess(_ServerProcess):
         if self.cluster_file:
             assert self.region is not None, "a region of a cluster file is started by its name"
             extra = ["--config", self.cluster_file, "--region", self.region]
-        return [sys.executable, "-m", "node", "--log-level", "WARNING", "node",
+        return [self.python, "-m", "node", "--log-level", "WARNING", "node",
                 "--port", str(self.port), "--data-dir", self.data_dir, *extra, *self.extra_args]
 
     def stop_keeping_data(self) -> None:
@@ -413,12 +433,15 @@ class LocalCluster:
     certificates made in ``<dir>/tls`` (``self.certs``); else plain text (``tls = false``).
     ``settings``: server settings every region gets from the cluster file's [regions.config];
     ``region_settings``: more of them for one region, by its name (files relative to :attr:`dir`).
+    ``pythons``: the interpreter of some regions, by region name (another release's virtual
+    environment: :class:`BraidProcess`'s ``python``); the others run this one.
     :meth:`start` returns once every region takes writes (its peers answered it), unless
     ``writable`` is False (a cluster whose links are meant to be refused)."""
 
     def __init__(self, regions: int = 3, extra_args: Sequence[str] = (), tls: bool = False,
                  writable: bool = True, settings: dict[str, str | int] | None = None,
-                 region_settings: dict[str, dict[str, str | int]] | None = None) -> None:
+                 region_settings: dict[str, dict[str, str | int]] | None = None,
+                 pythons: Mapping[str, str] | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="braid-cluster-")
         self.config = local_cluster(regions, 0)
         self.certs = None
@@ -430,6 +453,7 @@ class LocalCluster:
         self.writable = writable
         self.settings = dict(settings or {})
         self.region_settings = dict(region_settings or {})
+        self.pythons = dict(pythons or {})
         self.procs: list[BraidProcess] = []
 
     def _place(self) -> None:
@@ -440,7 +464,8 @@ class LocalCluster:
                                           config={**self.settings, **self.region_settings.get(r.name, {})})
                                for i, r in enumerate(self.config.regions)]
         self.config.save(self.file)
-        self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args)
+        self.procs = [BraidProcess(r.port, os.path.join(self.dir, r.name), self.file, r.name, self.extra_args,
+                                   python=self.pythons.get(r.name, sys.executable))
                       for r in self.config.regions]
 
     def start(self, attempts: int = 3) -> LocalCluster:

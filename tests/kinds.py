@@ -288,6 +288,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_the_dashboard_parses_and_uses_only_documented_metrics",
         ],
     },
+    "test_mixed_versions": EXTERNAL,
     "test_migrate": {
         "*": EXTERNAL,
         PURE: [
@@ -446,6 +447,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     "test_tls_links": PROCESS,
     "test_tour": EXTERNAL,
     "test_tour_spark": EXTERNAL,
+    "test_versions": PURE,
     "test_wait": EXTERNAL,
     "test_xnack": {
         "*": PROCESS,

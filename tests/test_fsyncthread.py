@@ -106,3 +106,39 @@ def test_the_log_fsyncs_in_its_thread_and_stops_it_when_closed(tmp_path, monkeyp
         assert not thread.is_alive()
 
     asyncio.run(scenario())
+
+
+def test_an_fsync_finishing_after_the_log_closed_starts_no_other(tmp_path, monkeypatch):
+    """A region of a cluster stopped under writes: the fsync its log started ends after the log
+    closed (which fsyncs everything itself), and must not start the next one on the closed file."""
+    release = threading.Event()
+    real = oplog._fsync
+
+    def held(fd, directory, delay_s=0.0, seal=None):
+        release.wait(10)
+        return real(fd, directory, delay_s, seal)
+
+    monkeypatch.setattr(oplog, "_fsync", held)
+
+    async def scenario():
+        errors: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        log = oplog.OperationLog(str(tmp_path), policy="everysec")
+        log.replicate(lambda mark: None, lambda: 0.0)
+        log.log_idmp_expiry(1_764_000_000_000)
+        log.write_out()
+        log.tick()  # the fsync starts, and waits for `release`
+        thread = log._fsync_thread._thread
+        assert thread is not None
+        log.log_idmp_expiry(1_764_000_000_001)  # written while it runs: the next fsync's
+        log.write_out()
+        log.close()
+        fsyncs = log.fsyncs
+        release.set()
+        await asyncio.to_thread(thread.join, 10)
+        assert not thread.is_alive()
+        await asyncio.sleep(0)  # the loop runs the callback the thread handed it before it ended
+        assert errors == []
+        assert log.fsyncs == fsyncs + 1  # the callback has run
+
+    asyncio.run(scenario())

@@ -409,6 +409,10 @@ class AppendLog:
         self._segment.close()
         self._segment = None
 
+    @property
+    def closed(self) -> bool:
+        return self._segment is None
+
     def _current(self) -> SegmentWriter:
         if self._segment is None:
             raise ValueError("the append log is closed")

@@ -372,7 +372,8 @@ class OperationLog(DurabilityRules):
                 w.expired()
 
     def _start_fsync(self) -> None:
-        if self._syncing or self.error is not None or not self.write_out():
+        # closed: an fsync that ended after close() (which fsyncs everything) starts no other
+        if self._syncing or self.error is not None or self.file.closed or not self.write_out():
             return
         self._syncing = True
         self._fsync_started = time.monotonic()

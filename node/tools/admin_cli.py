@@ -94,6 +94,7 @@ from node.tools.admin_calls import (
 )
 from node.tools.admin_regions import cmd_region_add, cmd_region_purge, cmd_region_remove
 from node.tools.admin_shards import add_shard_option, each_shard, heading, shard_views
+from node.version import VERSION_TEXT
 
 
 def _vv(st) -> str:
@@ -390,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  epilog="exit status: 0 on success; 1 when a region is unreachable or refuses, "
                                         "or the command fails (the reason is printed); 2 for bad options; on a "
                                         "sharded database, the worst of its shard groups' statuses")
+    ap.add_argument("--version", action="version", version=VERSION_TEXT)
     ap.add_argument("--cluster", metavar="FILE", help=f"the cluster file (default {DEFAULT_CLUSTER}); "
                                                       "ignored with --host/--port")
     ap.add_argument("--host", help="talk to the region at this host instead of reading a cluster file: it "

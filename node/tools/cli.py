@@ -39,6 +39,7 @@ from node.tools.cluster import down, restart, up
 from node.tools.import_export import RdbImport, add_rdb_commands, client_for
 from node.tools.shards import run_shards
 from node.transport.tls import LinkTlsError
+from node.version import VERSION_TEXT
 
 # `braid node --tls-port ...`: the client port's TLS settings, by their Redis names
 TLS_OPTIONS = ("tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
@@ -326,6 +327,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: an Active-Active stream database")
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     parser.add_argument("--log-level", default="INFO", metavar="LEVEL",
                         help="DEBUG, INFO, WARNING or ERROR: the least severe messages logged (default INFO)")
     sub = parser.add_subparsers(dest="cmd", required=True)
