@@ -27,8 +27,9 @@ $(STAMP): pyproject.toml setup.py Makefile $(COMPILED_SOURCES)
 	@# rebuild after an edit reuses it); pinned here, as the build needs it before the package exists
 	@# (librt: mypyc's runtime library, which node/interop/lzf.py builds against; pyproject.toml's pin)
 	$(BIN)/pip install -q 'setuptools==84.2.1' 'mypy==2.4.1' 'librt==0.17.0'
-	@# builds the compiled modules in place (setup.py), or the pure build if no C compiler is installed
-	$(BIN)/pip install -q --no-build-isolation -e '.[test,pipeline,docker]'
+	@# builds the compiled modules in place (setup.py), or the pure build if no C compiler is installed;
+	@# without setuptools' boxed notice that every editable install gets (it reads like a failure)
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q --no-build-isolation -e '.[test,pipeline,docker]'
 	@# the pure build is not stamped: once make deps has installed the compiler, the next make compiles
 	@if $(BIN)/python -c 'import crdt.blocks as b, sys; sys.exit(not b.__file__.endswith(".so"))'; then \
 	  echo "braid: installed the compiled build"; touch $(STAMP); \
@@ -79,7 +80,8 @@ test: deps venv
 	@# the suite runs on the compiled build (tests/test_compiled.py fails if it is not), in two
 	@# lanes side by side, each printed whole when it ends: the tests marked pure (tests/kinds.py:
 	@# CPU only) and then the longest runs of real processes (TEST_LANE_FILES: the live chaos
-	@# suite, Docker, network namespaces - none of them twice at once), beside the other tests
+	@# suite, Docker, network namespaces, the previous release's build for the mixed-version
+	@# cluster - none of them twice at once), beside the other tests
 	@# that start processes (mostly waiting for them); each lane's test servers take ports from a
 	@# window of its own, below the kernel's range for outgoing connections (node/testing.py)
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane test-rest
@@ -98,7 +100,8 @@ test: deps venv
 
 TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest
 
-TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py tests/test_netns.py tests/test_k8s.py
+TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py tests/test_netns.py tests/test_k8s.py \
+                   tests/test_mixed_versions.py
 
 .PHONY: test-pure test-lane test-rest
 test-pure:
