@@ -87,6 +87,11 @@ oom-drops-remote a region over its maxmemory drops the other        exceptions
                  writes are refused: the region differs from
                  the others, and its restart finds its log
                  does not hold what it counted
+wait-counts-     WAIT counts a peer once its link sent it the      wait
+sent             operation, not once the peer acknowledged it
+                 (``ActiveActive.holders`` reads the link's
+                 ``sent``): the count includes regions the
+                 operation has not reached yet
 ===============  ================================================  ===============
 
 lone-unheld and withdraw-forgets need the lone fault (not in the default set).
@@ -238,6 +243,13 @@ def _drop_remote_over_limit(self, run) -> None:
         _real_apply_remote_run(self, run)
 
 
+def _holders_once_sent(self, n: int, on_disk: bool = False) -> list[int]:
+    """WAIT counts the peers whose link sent the operation, whether they acknowledged it or not."""
+    hub, me = self.hub, self.region
+    return [peer for peer in self.membership.live()
+            if peer != me and peer in hub.links and not hub.is_cut(peer) and hub.links[peer].state.sent.get(me, 0) >= n]
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -263,6 +275,7 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "withdraw-forgets": ("durability", [(ActiveActive, "withdraw_alone", _withdraw_forgetting)]),
     "join-keeps-deleted": ("convergence", [(join, "_remove_deleted", _keep_what_the_other_deleted)]),
     "oom-drops-remote": ("exceptions", [(RegionCore, "apply_remote_run", _drop_remote_over_limit)]),
+    "wait-counts-sent": ("wait", [(ActiveActive, "holders", _holders_once_sent)]),
 }
 # fault kinds besides the default ones
 NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),
