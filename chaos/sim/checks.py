@@ -618,22 +618,24 @@ def check_wait(sim: Simulation) -> Verdict:
     by force or gracefully, after the answer) or lost it after the answer through a fault
     that may take what was handed to the OS - its last start without the operation, since
     the answer, followed a machine crash (the unsynced tail), a restore from an older copy
-    of its folder or a salvage of damaged files.  A process crash (SIGKILL, a fail-stop, a
-    shard's process, every crash under ``appendfsync no``) or a clean stop never excuses
-    it: WAIT counts only what a region's operation log handed to its OS."""
+    of its folder or a salvage of damaged files (and no later start held it again; its
+    origin may have minted the number again since, so holding is by the bytes under the
+    dot).  A process crash (SIGKILL, a fail-stop, a shard's process, every crash under
+    ``appendfsync no``) or a clean stop never excuses it: WAIT counts only what a region's
+    operation log handed to its OS."""
     waits = sim.waits
     problems = list(waits.problems)
     regions = members(sim)
     live = {r.number for r in regions}
     logs = {r.number: {e.dot: e.op for e in sim.history(r)} for r in regions} if waits.confirmed else {}
     excused = 0
-    for c in waits.confirmed:
+    for i, c in enumerate(waits.confirmed):
         dot = (c.origin, c.n)
         bad = [n for n, log in sorted(logs.items()) if log.get(dot) != c.op]
         if not bad:
             continue
         if not any(log.get(dot) == c.op for log in logs.values()) and all(
-                x not in live or waits.lost_by_a_fault(x, c) for x in (*c.holders, c.origin)):
+                x not in live or (i, x) in waits.lost for x in (*c.holders, c.origin)):
             excused += 1
             continue
         held = "another operation" if any(dot in logs[n] for n in bad) else "nothing"

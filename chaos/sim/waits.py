@@ -22,8 +22,8 @@ before: everything applied, which the end of each turn hands to the OS too).
 Every answer is recorded - the operation (origin, n) and its bytes, the regions counted,
 the virtual time - and, at that moment, each counted region must be up and acknowledge
 the operation itself (its records are on its OS: a SIGKILL there keeps it).  The
-``wait`` check (chaos/sim/checks.py) judges the promise at the end, with the starts of
-every region recorded here: how it had gone down, and what it held once started.
+``wait`` check (chaos/sim/checks.py) judges the promise at the end, with what the starts of
+regions showed here: which of them lost it, and through which fault (``started``).
 Choices are drawn from a generator of their own (seeded from the schedule's seed), so the
 schedule's other draws stay what they were without WAIT.
 """
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 WAIT_SHARE = 0.2                          # of the XADDs answered ok, the share whose client then WAITs
 WAIT_TIMEOUTS_MS = (10, 50, 200, 1000)    # WAIT's timeout, drawn
-LOSES_WRITTEN = ("machine", "folder")     # starts after which a region may lack what it had acknowledged
+LOSES_WRITTEN = ("machine", "folder")     # starts after which a region may lack what it acknowledged
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Waiter:
 
 
 class Waits:
-    """The WAITing clients of one simulation, what WAIT answered them, and every region's starts."""
+    """The WAITing clients of one simulation, what WAIT answered them, and what regions lost since."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -78,9 +78,10 @@ class Waits:
         self.confirmed: list[Confirmed] = []
         self.answers = 0
         self.problems: list[str] = []  # seen at the moment WAIT answered
-        # region -> (virtual time, how it had gone down - "machine", "process", "clean" or
-        # "folder" (restored from an older copy, or salvaged) -, its version vector once started)
-        self.starts: dict[int, list[tuple[int, str, dict[int, int]]]] = {}
+        # (index in confirmed, region): the region WAIT counted, or the origin, started since
+        # without that operation after a fault that may take what its OS held, and has not
+        # started with it again (see started)
+        self.lost: set[tuple[int, int]] = set()
 
     # ------------------------------------------------------------ the clients
     def after_write(self, call: Call) -> None:
@@ -164,20 +165,20 @@ class Waits:
 
     # ------------------------------------------------------------ what the check needs
     def started(self, region: SimRegion, how: str) -> None:
-        """``region`` started again after going down ``how``."""
-        self.starts.setdefault(region.number, []).append((self.sim.sched.now, how, dict(region.causal.vv)))
-
-    def lost_by_a_fault(self, number: int, confirmed: Confirmed) -> bool:
-        """Did region ``number`` lose the operation after WAIT answered, through a fault that may
-        take what its OS held unsynced (a machine crash) or put an older folder back (a
-        restore, a salvage), and never start with it again?  A start without it after a
-        process crash or a clean stop is no such loss (what was handed to the OS stays)."""
-        lost = False
-        for at, how, vv in self.starts.get(number, []):
-            if at < confirmed.at:
-                continue
-            if vv.get(confirmed.origin, 0) >= confirmed.n:
-                lost = False
+        """``region`` started again after going down ``how`` - "machine" (a crash of its machine:
+        what its OS held unsynced may be gone), "process", "clean", or "folder" (an older copy
+        of its folder put back, or damaged files salvaged).  For each confirmed operation it was
+        counted for, or is the origin of: a start that holds it (the same bytes under its dot -
+        the origin may have minted its number again) ends a loss; one without it after
+        "machine" or "folder" is a loss a fault explains (a process crash or a clean stop keeps
+        what was handed to the OS: a start without it after one of those explains nothing)."""
+        number = region.number
+        relevant = [(i, c) for i, c in enumerate(self.confirmed) if number == c.origin or number in c.holders]
+        if not relevant:
+            return
+        held = {e.dot: e.op for e in self.sim.history(region)}
+        for i, c in relevant:
+            if held.get((c.origin, c.n)) == c.op:
+                self.lost.discard((i, number))
             elif how in LOSES_WRITTEN:
-                lost = True
-        return lost
+                self.lost.add((i, number))

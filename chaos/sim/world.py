@@ -245,7 +245,7 @@ class Simulation(Links, Faults):
         # per direction (region, peer): the connection and its link's relay hold (relay_hold)
         self.relay_holds: dict[tuple[int, int], tuple[int, RelayHold]] = {}
         self.promises = Promises()
-        self.waits = Waits(self)  # clients in WAIT, what it answered, every region's starts
+        self.waits = Waits(self)  # clients in WAIT, what it answered, what regions lost since
         # the operator's copies of each region's folder (restore fault): the copy, and what the
         # region's backlog had trimmed then (the checkers' view of its history, Simulation.history)
         self.backups: dict[int, list[tuple[FileCopy, list[Envelope]]]] = {n: [] for n in self.regions}
