@@ -3,9 +3,9 @@
 The machine has no links: its network delivers envelopes one at a time.  Here a link's acks
 are a rule of their own (``acknowledge``: a region learns what a peer acknowledges, as the
 link's ``Ack`` tells it - ``hub.acknowledgement()``, which, without an operation log, is
-everything the peer applied - into ``hub.peer_acked``), every live member's link is taken
-to be up when a client WAITs, and a restored region's links are new connections, whose
-handshake starts what its peers know it holds from what it holds now (``LinkState``).
+everything the peer applied - through ``ReplicationHub.ack_said``), every live member's link
+is taken to be up when a client WAITs, and a restored region's links are new connections,
+whose handshake forgets what its acks said (``Link``: the next acks say it again).
 
 A client WAITs after its writes at a region (``WAIT numregions 1`` through the region's own
 command path; a client that would block gets what the count is at its timeout), and the
@@ -49,17 +49,13 @@ class WaitRules:
         for a in self.regions.values():
             for b in self.regions.values():
                 if a is not b:
-                    acked = a.aa.hub.peer_acked.setdefault(b.number, {})
-                    for origin, n in b.aa.hub.acknowledgement()[0].items():
-                        if n > acked.get(origin, 0):
-                            acked[origin] = n
+                    a.aa.hub.ack_said(b.number, b.aa.hub.acknowledgement()[0])
 
     def links_restart(self, number: int) -> None:
-        """Region ``number``'s links are new connections: its peers know what it holds now."""
-        vv = self.regions[number].causal.vv
+        """Region ``number``'s links are new connections: what its acks said goes (``Link``)."""
         for n, r in self.regions.items():
             if n != number:
-                r.aa.hub.peer_acked[number] = dict(vv)
+                r.aa.hub.peer_said[number] = {}
 
     @rule(data=st.data(), wanted=st.integers(1, 3), acks_came=st.booleans())
     def wait(self, data, wanted, acks_came):

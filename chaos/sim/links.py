@@ -125,6 +125,7 @@ class Links:
                                    f"or depending on what r{peer} lost")
         hub_a.links[b] = SimLink(self, ra, b, ra.links[b])
         hub_b.links[a] = SimLink(self, rb, a, rb.links[a])
+        hub_a.peer_said[b], hub_b.peer_said[a] = {}, {}  # what its acks say its OS holds, as Link.__init__
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}" + (f"; both dropped operations the other lacks (floors "
                                                             f"{_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}): "
@@ -307,7 +308,8 @@ class Links:
         kind, body = frame
         if kind == "ack":
             self.relay_hold(b, a).on_ack(link.acked, body, self.sched.now / 1000)  # before acked rises
-            if link.on_ack(body):
+            raised = link.on_ack(body)
+            if region.aa.hub.ack_said(a, body) or raised:  # as Link.on_ack
                 self.waits.progressed(region)  # a client in WAIT there may have its count
             return
         if kind == "image":

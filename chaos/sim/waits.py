@@ -12,10 +12,11 @@ hold (``retry``), and at its timeout answers what ``timeout_reply_of`` says.  A 
 a clean stop of the region closes the client's connection: it gets no answer.
 
 The count is the region's own rule, ``ActiveActive.regions_holding`` (its
-``holders``: live members whose link is up, not paused, that acknowledged the
-operation).  The world's links register themselves with the region's hub while they are
-up (links.py, ``SimLink``) and ack what the real link acks: what the causal log holds up
-to where the operation log handed its records to the OS (``hub.acknowledgement()``;
+``holders``: live members whose link is up, not paused, whose acks since the link's
+handshake said they hold the operation, ``hub.peer_said``).  The world's links register
+themselves with the region's hub while they are up (links.py, ``SimLink``) and ack what
+the real link acks: what the causal log holds up to where the operation log handed its
+records to the OS (``hub.acknowledgement()``;
 under ``--leave-when-on-disk``, whose schedules some scenario tests pin, what they acked
 before: everything applied, which the end of each turn hands to the OS too).
 

@@ -270,7 +270,7 @@ class ActiveActive:
     def holders(self, n: int, on_disk: bool = False) -> list[int]:
         """The regions :meth:`regions_holding` counts (the simulation records which)."""
         hub, me = self.hub, self.region
-        held = hub.peer_synced if on_disk else hub.peer_acked
+        held = hub.peer_synced if on_disk else hub.peer_said
         return [peer for peer in self.membership.live()
                 if peer != me and peer in hub.links and not hub.is_cut(peer) and held.get(peer, {}).get(me, 0) >= n]
 
