@@ -125,7 +125,11 @@ class Links:
                                    f"or depending on what r{peer} lost")
         hub_a.links[b] = SimLink(self, ra, b, ra.links[b])
         hub_b.links[a] = SimLink(self, rb, a, rb.links[a])
-        hub_a.peer_said[b], hub_b.peer_said[a] = {}, {}  # what its acks say its OS holds, as Link.__init__
+        # what each end's acks say its OS holds starts again (Link.__init__), from the ack each
+        # sends as its link starts (taken with the handshake, which the world makes at once)
+        for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
+            hub.peer_said[peer] = {}
+            hub.ack_said(peer, dict(self.acknowledged(region)))
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}" + (f"; both dropped operations the other lacks (floors "
                                                             f"{_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}): "

@@ -182,6 +182,7 @@ class Link:
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.ack_short = False  # the last ack said less than the region applied (see _ack_frame)
         self.peer_received = 0               # the peer's last Ack.received
+        self.acknowledge(pace=AckPace.LAZY)  # the peer's WAIT counts this region from acks only
 
     # the state's registers, read by the hub, the region's status and tests
     @property

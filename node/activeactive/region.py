@@ -264,7 +264,7 @@ class ActiveActive:
     def regions_holding(self, n: int, on_disk: bool = False) -> int:
         """How many other regions hold this region's operations up to its ``n``-th (WAIT), or
         have them on disk (``on_disk``: WAITAOF): live members whose link is up and not paused
-        that acknowledged them (node/commands/waits.py)."""
+        whose acks since the link started said so (node/commands/waits.py)."""
         return len(self.holders(n, on_disk))
 
     def holders(self, n: int, on_disk: bool = False) -> list[int]:
