@@ -414,6 +414,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
             "test_each_planted_bug_is_caught_by_its_checker",
         ],
     },
+    "test_sim_wait": PURE,
     "test_sliced_commands": PURE,
     "test_slowlog": {
         "*": PURE,

@@ -127,7 +127,10 @@ Invariants:
   guarantee, with deletions): after the reader reads everything new at a region,
   every entry live there has been delivered to it at some region; at one region
   ``>`` never hands out an entry twice; and after a synced redirect, entries it
-  had delivered and acknowledged (empty PEL) are not handed out again.
+  had delivered and acknowledged (empty PEL) are not handed out again;
+- WAIT (tests/wait_rules.py: acks cross links as a rule of their own): the regions WAIT
+  counted for a client's write hold it while they are the same members, and after full
+  delivery every live region holds it, under its dot, while one of them remains.
 
 The machine found that an XACK watermark of a group creation that lost to a
 concurrent one moved the winner at some regions only; watermarks now name their
@@ -170,6 +173,7 @@ from node.region.config import Config
 from node.region.core import RegionCore, Session
 from node.resp.encoder import ReplyError
 from tests.test_convergence import STRIDE, Region, deliver, sync
+from tests.wait_rules import WaitRules
 
 REGIONS = (1, 2, 3)              # the regions the database is created with
 JOINERS = (4, 5)                 # the numbers of the regions a run may add, in this order
@@ -230,7 +234,7 @@ class AddedRegion(Region):
             self.call(b"CONFIG", b"SET", name.encode(), value.encode())
 
 
-class ConvergenceMachine(RuleBasedStateMachine):
+class ConvergenceMachine(WaitRules, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.regions = {n: Region(n, {"stream-node-max-entries": NODE_SIZES[n], **IDMP_SETTINGS})
@@ -264,6 +268,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
         self.must_hold: dict[int, int] = {}
         self.restores = 0
         self.minted_n: list[int] = []                      # the dot counter of each self.minted entry
+        self.wait_confirmed = []                           # writes WAIT counted regions for (tests/wait_rules.py)
 
     @initialize(target=regions_st)
     def founders(self):
@@ -320,6 +325,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
         assert all(r.causal.vv == rs[0].causal.vv for r in rs)
         heads = [r.causal.held_heads() for r in rs]  # the same numbers are the same operations
         assert all(h == heads[0] for h in heads), f"histories differ under one version vector: {heads}"
+        self.check_wait_confirmed_held()
         lost = {o: n for o, n in self.must_hold.items() if rs[0].causal.vv.get(o, 0) < n}
         assert not lost, f"operations lost: every region holds {rs[0].causal.vv}, some held {lost}"
         snaps = [r.snapshot() for r in rs]
@@ -831,6 +837,7 @@ class ConvergenceMachine(RuleBasedStateMachine):
         for o in others:  # its links are new connections: both ends handshake
             o.aa.hub.handshook(region, dict(r.causal.vv))
             r.aa.hub.handshook(o.number, dict(o.causal.vv))
+        self.links_restart(region)
         self._forget_what_went()  # what only the old folder held
         keep = [i for i, (_key, _id, number) in enumerate(self.minted) if number != region
                 or self.minted_n[i] not in gone]

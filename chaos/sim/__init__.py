@@ -5,7 +5,7 @@
 chaos/README.md ("braid-chaos sim") and the theory of operation of each module:
 world.py (a schedule; its network and links in links.py, its faults in faults.py, its
 clock and event queue in scheduler.py), region.py (a real server on a
-simulated disk), disk.py, workload.py, checks.py, bugs.py, cli.py.
+simulated disk), disk.py, workload.py, waits.py (clients in WAIT), checks.py, bugs.py, cli.py.
 """
 
 from __future__ import annotations

@@ -87,6 +87,18 @@ oom-drops-remote a region over its maxmemory drops the other        exceptions
                  writes are refused: the region differs from
                  the others, and its restart finds its log
                  does not hold what it counted
+wait-counts-     WAIT counts a peer once its link sent it the      wait
+sent             operation, not once the peer acknowledged it
+                 (``ActiveActive.holders`` reads the link's
+                 ``sent``): the count includes regions the
+                 operation has not reached yet
+wait-counts-     WAIT counts what a peer's Hello or Welcome said   wait
+handshake        it holds (``hub.peer_acked``: what it applied),
+                 not only what its acks said (``peer_said``: what
+                 its log handed to its OS), so a peer holding
+                 records back behind a full-resync image's
+                 snapshot counts for operations a SIGKILL there
+                 would lose
 ===============  ================================================  ===============
 
 lone-unheld and withdraw-forgets need the lone fault (not in the default set).
@@ -238,6 +250,21 @@ def _drop_remote_over_limit(self, run) -> None:
         _real_apply_remote_run(self, run)
 
 
+def _holders_once_sent(self, n: int, on_disk: bool = False) -> list[int]:
+    """WAIT counts the peers whose link sent the operation, whether they acknowledged it or not."""
+    hub, me = self.hub, self.region
+    return [peer for peer in self.membership.live()
+            if peer != me and peer in hub.links and not hub.is_cut(peer) and hub.links[peer].state.sent.get(me, 0) >= n]
+
+
+def _holders_by_handshake(self, n: int, on_disk: bool = False) -> list[int]:
+    """WAIT counts from ``peer_acked``, which a handshake sets to what the peer applied."""
+    hub, me = self.hub, self.region
+    acked = hub.peer_acked
+    return [peer for peer in self.membership.live()
+            if peer != me and peer in hub.links and not hub.is_cut(peer) and acked.get(peer, {}).get(me, 0) >= n]
+
+
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -263,6 +290,8 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "withdraw-forgets": ("durability", [(ActiveActive, "withdraw_alone", _withdraw_forgetting)]),
     "join-keeps-deleted": ("convergence", [(join, "_remove_deleted", _keep_what_the_other_deleted)]),
     "oom-drops-remote": ("exceptions", [(RegionCore, "apply_remote_run", _drop_remote_over_limit)]),
+    "wait-counts-sent": ("wait", [(ActiveActive, "holders", _holders_once_sent)]),
+    "wait-counts-handshake": ("wait", [(ActiveActive, "holders", _holders_by_handshake)]),
 }
 # fault kinds besides the default ones
 NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),

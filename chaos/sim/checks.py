@@ -74,6 +74,13 @@ removed            no region applies an operation of a removed region past its f
                    removed region that is up knows it was removed
 read-only          no region issues an operation while it may not take writes
                    (joining and not caught up, leaving, removed)
+wait               WAIT's promise (chaos/sim/waits.py): when WAIT answered k for a
+                   client's operation, the k regions it counted were up and their
+                   operation logs had handed it to their OS; and every live member
+                   holds it at the end, byte for byte under its dot - unless no member
+                   holds it and each of those k regions and its origin either is no
+                   member any more or lost it after the answer through a machine
+                   crash, a restore from an older copy or a salvage (``check_wait``)
 =================  ===================================================================
 """
 
@@ -95,7 +102,7 @@ if TYPE_CHECKING:
     from .world import Simulation
 
 CHECKS = ("exceptions", "damage", "liveness", "convergence", "durability", "strict-ids", "idmp", "observed-remove",
-          "causal", "removed", "read-only", "pel", "never-skip")
+          "causal", "removed", "read-only", "pel", "never-skip", "wait")
 MAX_LISTED = 8  # offending items listed per verdict
 
 
@@ -600,6 +607,46 @@ def check_read_only(sim: Simulation) -> Verdict:
                     "a region took a write while joining, leaving or removed")
 
 
+def check_wait(sim: Simulation) -> Verdict:
+    """WAIT's promise: if WAIT answered k for a client's operation (origin, n), the k regions
+    it counted held it then (checked as WAIT answered: chaos/sim/waits.py), and it is never
+    lost while one of them stays a member, whatever becomes of its origin (a crash, a forced
+    removal).  So every live member holds it at the end, byte for byte under its dot.
+
+    The excuse, exactly: the operation may be missing only if no live member holds it and
+    *every* region of the k and its origin either is not a live member at the end (removed,
+    by force or gracefully, after the answer) or lost it after the answer through a fault
+    that may take what was handed to the OS - its last start without the operation, since
+    the answer, followed a machine crash (the unsynced tail), a restore from an older copy
+    of its folder or a salvage of damaged files (and no later start held it again; its
+    origin may have minted the number again since, so holding is by the bytes under the
+    dot).  A process crash (SIGKILL, a fail-stop, a shard's process, every crash under
+    ``appendfsync no``) or a clean stop never excuses it: WAIT counts only what a region's
+    operation log handed to its OS."""
+    waits = sim.waits
+    problems = list(waits.problems)
+    regions = members(sim)
+    live = {r.number for r in regions}
+    logs = {r.number: {e.dot: e.op for e in sim.history(r)} for r in regions} if waits.confirmed else {}
+    excused = 0
+    for i, c in enumerate(waits.confirmed):
+        dot = (c.origin, c.n)
+        bad = [n for n, log in sorted(logs.items()) if log.get(dot) != c.op]
+        if not bad:
+            continue
+        if not any(log.get(dot) == c.op for log in logs.values()) and all(
+                x not in live or (i, x) in waits.lost for x in (*c.holders, c.origin)):
+            excused += 1
+            continue
+        held = "another operation" if any(dot in logs[n] for n in bad) else "nothing"
+        problems.append(f"{c.command} answered {len(c.holders)} ({', '.join(f'r{h}' for h in c.holders)}) for "
+                        f"{c.origin}.{c.n} ({_op(c.op)}) at t={c.at}: regions {bad} hold {held} under that dot")
+    sim.sched.log(f"wait: {waits.answers} WAIT(s) answered, {len(waits.confirmed)} confirmed at 1 region or more"
+                  + (f", {excused} of them lost with every region that held them, as faults allow" if excused else ""))
+    return _verdict("wait", problems, "an operation WAIT counted regions for was lost while one of them "
+                                      "kept it, or was counted where it was not")
+
+
 def check_damage(sim: Simulation) -> Verdict:
     return _verdict("damage", list(sim.damage_problems), "a start took files with a flipped bit")
 
@@ -614,7 +661,7 @@ def run_checks(sim: Simulation) -> list[Verdict]:
     if any(not r.up for r in sim.regions.values()):
         return verdicts
     for check in (check_convergence, check_durability, check_strict_ids, check_idmp, check_observed_remove,
-                  check_causal, check_removed, check_read_only, check_pel, check_never_skip):
+                  check_causal, check_removed, check_read_only, check_wait, check_pel, check_never_skip):
         verdicts.append(_guarded(check, sim))
     return verdicts
 

@@ -170,6 +170,7 @@ class Faults:
             return
         acted = self._operator_acts(region)
         cut = self.boot(region)
+        self.waits.started(region, "folder" if acted is not None else region.went_down)
         if acted is not None:  # what the folder lost (a restore, a cut or salvaged flip), for the checkers
             before, why = acted
             self.file_losses.append((number, before, dict(region.causal.vv), why))

@@ -27,6 +27,41 @@ from .scheduler import _dots, _vv
 IMAGE_CRASH_CHANCE = 0.5  # per installed image (image-crash fault): its snapshot is interrupted
 
 
+class _NoWake:
+    """A simulated link needs no waking: the world pumps a region's links at every end of its turn."""
+
+    def set(self) -> None:
+        pass
+
+
+class SimLink:
+    """What a region's hub sees of a simulated link while it is up (``hub.links[peer]``, where
+    the real ``Link`` puts itself while it runs): WAIT counts only the peers whose link is up
+    (``ActiveActive.regions_holding``), and the hub asks a link whose last ack said less than
+    the region applied to ack again once the records are written (``ReplicationHub.logged_upto``
+    resets ``ack_short`` and calls :meth:`acknowledge`)."""
+
+    superseded = False  # (set by the hub's handshake on an older link; the world closed it already)
+
+    def __init__(self, links: Links, region: SimRegion, peer: int, state: LinkState) -> None:
+        self.links, self.region, self.peer, self.state = links, region, peer, state
+        self.ack_short = False  # the hub's flag (see above)
+        self.said_less = False  # the last ack this end sent said less than the region applied
+        self.wakeup = _NoWake()
+
+    @property
+    def position(self) -> int:
+        return self.state.position
+
+    def acknowledge(self, received: int = 0, pace: object = None) -> None:
+        """The hub asks for an ack: the records were written, or an fsync ended.  A simulated
+        ack carries no ``Ack.synced`` (WAITAOF is not simulated), so one goes only while the
+        last one said less than the region applied: the peer learns of this region's own
+        operations from the batches."""
+        if self.said_less:
+            self.links.ack(self.region, self.peer)
+
+
 @dataclass
 class NetworkFaults:
     drop: float = 0.0      # a frame lost: the connection breaks
@@ -88,6 +123,13 @@ class Links:
             if forgotten:
                 self.sched.log(f"link {a}-{b}: r{hub.region} forgot {forgotten} waiting operations of r{peer} "
                                    f"or depending on what r{peer} lost")
+        hub_a.links[b] = SimLink(self, ra, b, ra.links[b])
+        hub_b.links[a] = SimLink(self, rb, a, rb.links[a])
+        # what each end's acks say its OS holds starts again (Link.__init__), from the ack each
+        # sends as its link starts (taken with the handshake, which the world makes at once)
+        for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
+            hub.peer_said[peer] = {}
+            hub.ack_said(peer, dict(self.acknowledged(region)))
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}" + (f"; both dropped operations the other lacks (floors "
                                                             f"{_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}): "
@@ -154,7 +196,10 @@ class Links:
         if self.net.conn.pop(pair, None) is None:
             return
         for x, y in ((a, b), (b, a)):
-            self.regions[x].links.pop(y, None)
+            region = self.regions[x]
+            region.links.pop(y, None)
+            if region.up:
+                region.aa.hub.links.pop(y, None)
             self.relay_holds.pop((x, y), None)
         self.sched.log(f"link {min(a, b)}-{max(a, b)} down: {why}")
         self.sched.after(self.rng.randint(20, 300), self.connect, min(a, b), max(a, b))
@@ -216,6 +261,27 @@ class Links:
         kept[1].woken()
         self.pump_link(region, peer)
 
+    def ack(self, region: SimRegion, peer: int) -> None:
+        """``region`` acks to ``peer`` what the real link's ack says (``Link._ack_frame``): what its
+        causal log holds up to where its operation log handed the records to the OS
+        (``ReplicationHub.acknowledgement``), so a peer counting it for WAIT counts what
+        survives a SIGKILL here.  One that says less is followed by another once they are written."""
+        link = region.aa.hub.links.get(peer)
+        if not isinstance(link, SimLink):
+            return
+        vv = self.acknowledged(region)
+        link.ack_short = link.said_less = vv is not region.causal.vv
+        self.send(region.number, peer, ("ack", dict(vv)))
+
+    def acknowledged(self, region: SimRegion) -> dict[int, int]:
+        """What an ack of ``region`` says now (the caller copies what it keeps)."""
+        if not self.config.leave_when_written:
+            # the earlier rule (--leave-when-on-disk: operations leave once fsynced), whose schedules
+            # some scenario tests pin: its acks said every operation applied - which, at the end of
+            # the turn, the operation log has handed to the OS too (its sendable mark is the fsynced one)
+            return region.causal.vv
+        return region.aa.hub.acknowledgement()[0]
+
     def send(self, a: int, b: int, frame: tuple) -> None:
         net, rng = self.net, self.rng
         conn = net.conn.get(frozenset((a, b)))
@@ -246,7 +312,9 @@ class Links:
         kind, body = frame
         if kind == "ack":
             self.relay_hold(b, a).on_ack(link.acked, body, self.sched.now / 1000)  # before acked rises
-            link.on_ack(body)
+            raised = link.on_ack(body)
+            if region.aa.hub.ack_said(a, body) or raised:  # as Link.on_ack
+                self.waits.progressed(region)  # a client in WAIT there may have its count
             return
         if kind == "image":
             self.install_image(region, a, *body)
@@ -271,13 +339,15 @@ class Links:
         self.sched.log(f"r{b} <- r{a} batch {_dots(body)}; applied {_vv(applied) or 'nothing new'}")
         if behind is not None:
             self.disconnect(a, b, f"r{b} restarts the link: {behind}")
-        else:
-            self.send(b, a, ("ack", dict(region.causal.vv)))
-            if applied:  # as the real link (Link.deliver): every other peer learns it need not relay these
-                for peer in sorted(region.links):
-                    if peer != a:
-                        self.send(b, peer, ("ack", dict(region.causal.vv)))
-        region.end_turn()
+            region.end_turn()
+            return
+        fsync_wanted = region.core.end_turn()  # the batch's records to the OS: what the acks may say
+        self.ack(region, a)
+        if applied:  # as the real link (Link.deliver): every other peer learns it need not relay these
+            for peer in sorted(region.links):
+                if peer != a:
+                    self.ack(region, peer)
+        region.after_writing(fsync_wanted)
 
     def install_image(self, region: SimRegion, sender: int, data: bytes, trimmed: list[Envelope]) -> None:
         interrupted = None
@@ -314,8 +384,9 @@ class Links:
                            "full): later records wait in memory, writes are refused")
             self.sched.after(self.rng.randint(1, 800), self._image_crash, region.number, region.incarnation)
             self.sched.after(self.rng.randint(100, 3000), self._disk_freed, region.number)
-        self.send(region.number, sender, ("ack", dict(region.causal.vv)))
-        region.end_turn()
+        fsync_wanted = region.core.end_turn()
+        self.ack(region, sender)
+        region.after_writing(fsync_wanted)
 
     def join_image(self, region: SimRegion, sender: int, data: bytes, history: list[Envelope]) -> None:
         """``region`` joins ``sender``'s state into its own (``RegionCore.join_image``; saving its
@@ -340,6 +411,7 @@ class Links:
             self.sched.log(f"r{number}: the snapshot of the joined state cannot be written (disk full): later "
                            "records wait in memory, writes are refused")
             self.sched.after(self.rng.randint(100, 3000), self._disk_freed, number)
-        self.send(number, sender, ("ack", dict(region.causal.vv)))
+        fsync_wanted = region.core.end_turn()
+        self.ack(region, sender)
         self.pump(region)
-        region.end_turn()
+        region.after_writing(fsync_wanted)

@@ -116,6 +116,9 @@ class SimRegion:
         self.promise_store = SimPromiseStore()  # its membership promise, on its disk (survives crashes)
         self.restart_as: str | None = None  # the operator's fault to act out before its next start
         self.stopped_ms = 0           # when the operator's fault stopped it
+        # how it last went down: "machine" (a crash that may lose what the OS held unsynced),
+        # "process" (a SIGKILL or a fail-stop: what was handed to the OS stays), "clean"
+        self.went_down = ""
 
     # ------------------------------------------------------------ state
     @property
@@ -195,6 +198,7 @@ class SimRegion:
         self.core = self.client = None
         self.links.clear()
         what = self.file.crash_machine(self.sim.rng) if machine else self.file.crash_process()
+        self.went_down = "machine" if machine else "process"
         if machine:
             self.file.recover_mark = True  # the next start is in another boot of the machine
         for _needs, callback, _reply in held:
@@ -217,6 +221,7 @@ class SimRegion:
         self.core = self.client = None
         self.links.clear()
         self.file.stop_cleanly()
+        self.went_down = "clean"
         for _needs, callback, _reply in held:
             callback(INDETERMINATE)
         return "stopped cleanly (log closed, everything fsynced, run mark " + \
@@ -245,7 +250,12 @@ class SimRegion:
     # ------------------------------------------------------------ the end of a turn
     def end_turn(self) -> None:
         """The core's end of turn; an fsync it wants takes virtual time; send what may leave."""
-        if self.core.end_turn():
+        self.after_writing(self.core.end_turn())
+
+    def after_writing(self, fsync_wanted: bool) -> None:
+        """The rest of :meth:`end_turn` once ``RegionCore.end_turn`` handed this turn's records to
+        the OS and said whether it wants an fsync (a link acks in between: links.py, ``ack``)."""
+        if fsync_wanted:
             target = self.core.oplog.begin_fsync()
             if target is not None:
                 self.fsync_own_n = self.own_n()

@@ -182,6 +182,8 @@ class Workload:
         self.sim.sched.log(f"{call.describe()} -> {status} {_show(reply)}")
         if on_done is not None:
             on_done(call)
+        if call.kind == "xadd":
+            self.sim.waits.after_write(call)
 
     # ------------------------------------------------------------ the operations
     def _fields(self) -> list[bytes]:

@@ -152,6 +152,7 @@ from .links import Links, Network, NetworkFaults
 from .membership import MembershipDriver
 from .region import SimRegion
 from .scheduler import START_MS, GroupScheduler, Scheduler, _vv  # noqa: F401 (START_MS: tests import it from here)
+from .waits import Waits
 
 FAULTS = ("crash", "partition", "clog", "swizzle", "clock", "membership", "drop", "dup", "reorder", "backlog",
           "restore", "bitflip", "image-crash", "stale-copies", "lone", "admin-kill", "memory")
@@ -244,6 +245,7 @@ class Simulation(Links, Faults):
         # per direction (region, peer): the connection and its link's relay hold (relay_hold)
         self.relay_holds: dict[tuple[int, int], tuple[int, RelayHold]] = {}
         self.promises = Promises()
+        self.waits = Waits(self)  # clients in WAIT, what it answered, what regions lost since
         # the operator's copies of each region's folder (restore fault): the copy, and what the
         # region's backlog had trimmed then (the checkers' view of its history, Simulation.history)
         self.backups: dict[int, list[tuple[FileCopy, list[Envelope]]]] = {n: [] for n in self.regions}

@@ -198,6 +198,10 @@ class ReplicationHub:
         self.peer_acked: dict[int, dict[int, int]] = {}  # per peer, what it is known to hold
         # per peer, what its last acks said is on its disk (Ack.synced; reset at each handshake)
         self.peer_synced: dict[int, dict[int, int]] = {}
+        # per peer, what its acks said it holds since the last handshake (reset there): WAIT counts
+        # these, not peer_acked, which a Hello or Welcome sets to what the peer applied - more than
+        # its log may have handed to its OS yet (records held behind a full-resync image's snapshot)
+        self.peer_said: dict[int, dict[int, int]] = {}
         # what this region's operation log holds on disk: up to which causal-log position, and
         # per origin how far (what its acks say in Ack.synced; node/activeactive/waits.py)
         self.synced_at = 0
@@ -465,6 +469,16 @@ class ReplicationHub:
             if digest is not None:
                 heads[origin] = digest
         return vv, heads
+
+    def ack_said(self, peer: int, vv: dict[int, int]) -> bool:
+        """An ack of ``peer`` said it holds ``vv`` (see :meth:`acknowledgement`); returns whether
+        that raised what WAIT may count it for (``peer_said``)."""
+        said, risen = self.peer_said.setdefault(peer, {}), False
+        for origin, n in vv.items():
+            if n > said.get(origin, 0):
+                said[origin] = n
+                risen = True
+        return risen
 
     def hold_own_from(self, end: int) -> None:
         """Nothing from causal-log position ``end`` on leaves: the region takes writes alone

@@ -127,6 +127,7 @@ class Link:
         # what the peer acknowledged is kept per peer across reconnections (trimming reads it);
         # its Hello says what it holds now (it may have lost some in a crash)
         hub.peer_synced[peer] = {}  # what is on its disk: its acks say it again (it may have been restored)
+        hub.peer_said[peer] = {}  # ... and what its OS holds (WAIT counts these)
         self.state = LinkState(hub.causal, peer_vv, hub.peer_acked.setdefault(peer, {}),
                                hub.peer_reported.setdefault(peer, {}))
         hub.handshook(peer, peer_vv)
@@ -186,6 +187,7 @@ class Link:
         # ... and the peer asks that of this region for its operations up to this number
         self.peer_wants_ack = 0
         self.peer_received = 0               # the peer's last Ack.received
+        self.acknowledge(pace=AckPace.LAZY)  # the peer's WAIT counts this region from acks only
 
     # the state's registers, read by the hub, the region's status and tests
     @property
@@ -452,6 +454,7 @@ class Link:
         now = time.monotonic()
         self.relays.on_ack(self.state.acked, vv, now)  # before the state raises what the peer acked
         raised = self.state.on_ack(vv)
+        said_risen = self.hub.ack_said(self.peer, vv)
         if raised or ack.received > self.peer_received:
             self.progress_at = now
         self.peer_received = ack.received
@@ -465,7 +468,7 @@ class Link:
                 if n > synced.get(origin, 0):
                     synced[origin] = n
                     synced_risen = True
-        if raised or synced_risen:
+        if raised or synced_risen or said_risen:
             self.hub.side.replication_progressed()  # WAIT / WAITAOF may have their count
 
     # ------------------------------------------------------------ the watchdog

@@ -270,12 +270,15 @@ class ActiveActive:
     def regions_holding(self, n: int, on_disk: bool = False) -> int:
         """How many other regions hold this region's operations up to its ``n``-th (WAIT), or
         have them on disk (``on_disk``: WAITAOF): live members whose link is up and not paused
-        that acknowledged them (node/commands/waits.py)."""
+        whose acks since the link started said so (node/commands/waits.py)."""
+        return len(self.holders(n, on_disk))
+
+    def holders(self, n: int, on_disk: bool = False) -> list[int]:
+        """The regions :meth:`regions_holding` counts (the simulation records which)."""
         hub, me = self.hub, self.region
-        held = hub.peer_synced if on_disk else hub.peer_acked
-        return sum(1 for peer in self.membership.live()
-                   if peer != me and peer in hub.links and not hub.is_cut(peer)
-                   and held.get(peer, {}).get(me, 0) >= n)
+        held = hub.peer_synced if on_disk else hub.peer_said
+        return [peer for peer in self.membership.live()
+                if peer != me and peer in hub.links and not hub.is_cut(peer) and held.get(peer, {}).get(me, 0) >= n]
 
     def fsync_interval(self) -> float:
         """Seconds between the fsyncs that follow writes (crdt-repl-fsync-interval-ms)."""
