@@ -46,6 +46,7 @@ class SimLink:
     def __init__(self, links: Links, region: SimRegion, peer: int, state: LinkState) -> None:
         self.links, self.region, self.peer, self.state = links, region, peer, state
         self.ack_short = False  # the hub's flag (see above)
+        self.peer_wants_ack = 0  # (the hub reads it; simulated acks are never paced, so never set)
         self.said_less = False  # the last ack this end sent said less than the region applied
         self.wakeup = _NoWake()
 
@@ -60,6 +61,10 @@ class SimLink:
         operations from the batches."""
         if self.said_less:
             self.links.ack(self.region, self.peer)
+
+    def want_ack(self, n: int) -> None:
+        """A client waits in WAIT: the real link asks its peer to ack without lazy pacing; a
+        simulated peer acks every batch at once already."""
 
 
 @dataclass

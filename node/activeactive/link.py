@@ -328,7 +328,7 @@ class Link:
         self.ack_short = vv is not hub.causal.vv
         if self.peer_wants_ack and vv.get(self.peer, 0) >= self.peer_wants_ack:
             self.peer_wants_ack = 0  # this ack says it
-        if self.ack_wanted and self.state.acked.get(hub.region, 0) >= self.ack_wanted:
+        if self.ack_wanted and hub.peer_said.get(self.peer, {}).get(hub.region, 0) >= self.ack_wanted:
             self.ack_wanted = 0  # the peer said it
         return pb.Frame(ack=pb.Ack(vv=vv, received=received, heads=heads, synced=hub.synced_vv,
                                    ack_wanted=self.ack_wanted))
@@ -336,7 +336,7 @@ class Link:
     def want_ack(self, n: int) -> None:
         """A client waits for the peer to acknowledge this region's operations up to ``n``:
         ask it (in the next ack, soon) to acknowledge them without its lazy pacing."""
-        if n > self.state.acked.get(self.hub.region, 0) and n > self.ack_wanted:
+        if n > self.hub.peer_said.get(self.peer, {}).get(self.hub.region, 0) and n > self.ack_wanted:
             self.ack_wanted = n
             self.acknowledge(pace=AckPace.PARTS)
 

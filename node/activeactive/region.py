@@ -269,16 +269,19 @@ class ActiveActive:
 
     def regions_holding(self, n: int, on_disk: bool = False) -> int:
         """How many other regions hold this region's operations up to its ``n``-th (WAIT), or
-        have them on disk (``on_disk``: WAITAOF): live members whose link is up and not paused
-        whose acks since the link started said so (node/commands/waits.py)."""
+        have them on disk (``on_disk``: WAITAOF): active members whose link is up and not paused
+        whose acks since the link started said so (node/commands/waits.py).  A leaving region
+        does not count: its graceful removal waits only until the others hold its own
+        operations, not everything it holds."""
         return len(self.holders(n, on_disk))
 
     def holders(self, n: int, on_disk: bool = False) -> list[int]:
         """The regions :meth:`regions_holding` counts (the simulation records which)."""
-        hub, me = self.hub, self.region
+        hub, me, membership = self.hub, self.region, self.membership
         held = hub.peer_synced if on_disk else hub.peer_said
-        return [peer for peer in self.membership.live()
-                if peer != me and peer in hub.links and not hub.is_cut(peer) and held.get(peer, {}).get(me, 0) >= n]
+        return [peer for peer in membership.live()
+                if peer != me and membership.status(peer) == ACTIVE and peer in hub.links and not hub.is_cut(peer)
+                and held.get(peer, {}).get(me, 0) >= n]
 
     def fsync_interval(self) -> float:
         """Seconds between the fsyncs that follow writes (crdt-repl-fsync-interval-ms)."""

@@ -15,9 +15,10 @@ they appended to the operation log (``Session.logged_upto``).
 *Who holds them.*  Peers acknowledge what they hold, and an acknowledgement covers only what
 the peer's operation log handed to its OS (node/activeactive/hub.py, ``acknowledgement``): a
 SIGKILL of that peer loses none of it.  Acknowledgements also say what is on the peer's disk
-(``Ack.synced``).  ``WAIT numregions timeout`` counts the other regions that are live members,
-have their link up and not paused, and acknowledged ``wrote_upto`` (a region removed, paused
-or unreachable does not count); ``WAITAOF numlocal numregions timeout`` counts this region's
+(``Ack.synced``).  ``WAIT numregions timeout`` counts the other regions that are active
+members, have their link up and not paused, and acknowledged ``wrote_upto`` since the link came
+up (a region joining, leaving, removed, paused or unreachable does not count: a leaving region
+hands over its own operations, not everything it holds); ``WAITAOF numlocal numregions timeout`` counts this region's
 fsync of ``logged_upto`` (0 or 1) and the regions that have ``wrote_upto`` on disk.  Counting
 reads what the links already exchange: no round trip is added when enough have arrived.
 
