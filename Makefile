@@ -98,7 +98,7 @@ test: deps venv
 	  HYPOTHESIS_PROFILE=fresh $(BIN)/python -m pytest -q --hypothesis-seed=$$seed $(PROPERTY_TESTS) \
 	  || { echo "FAILED from seed $$seed; replay: $$replay"; exit 1; }
 
-TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest
+TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest --durations=15
 
 TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py tests/test_netns.py tests/test_k8s.py \
                    tests/test_mixed_versions.py
