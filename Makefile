@@ -81,7 +81,7 @@ test: deps venv
 	@# lanes side by side, each printed whole when it ends: the tests marked pure (tests/kinds.py:
 	@# CPU only) and then the longest runs of real processes (TEST_LANE_FILES: the live chaos
 	@# suite, Docker, network namespaces, the previous release's build for the mixed-version
-	@# cluster - none of them twice at once), beside the other tests
+	@# cluster, Spark's - none of them twice at once), beside the other tests
 	@# that start processes (mostly waiting for them); each lane's test servers take ports from a
 	@# window of its own, below the kernel's range for outgoing connections (node/testing.py)
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane test-rest
@@ -101,7 +101,7 @@ test: deps venv
 TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest --durations=15
 
 TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py tests/test_netns.py tests/test_k8s.py \
-                   tests/test_mixed_versions.py
+                   tests/test_mixed_versions.py tests/test_pipeline.py tests/test_pipeline_shards.py tests/test_tour_spark.py
 
 .PHONY: test-pure test-lane test-rest
 test-pure:

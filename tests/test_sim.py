@@ -462,6 +462,18 @@ def test_a_waiting_operation_that_depends_on_what_its_peer_lost_is_forgotten():
     assert any(re.search(r"r2 forgot \d+ waiting operations of r3", line) for line in outcome.trace)
 
 
+def test_the_links_that_brought_forgotten_operations_handshake_again():
+    """Found by a random batch (seed 164128152): region 1 was restored from an older copy and
+    region 3's log was salvaged, so both lost operations region 2 had applied.  Region 2's
+    operations 2.16-2.30 depended on them and waited at regions 1 and 3; each forgot them at
+    its handshake with the other, and region 2, whose links had sent them, never sent them
+    again: regions 1 and 3 stayed at 2:15.  Now a handshake that forgets a third region's
+    operations ends the other links, whose senders learn what this region holds and send again."""
+    outcome = run_sim(SimConfig(seed=164128152, steps=150, fsync="always"))
+    assert outcome.ok, "\n".join(v.render() for v in outcome.verdicts if not v.ok)
+    assert any("forgot operations this link brought: it handshakes again" in line for line in outcome.trace)
+
+
 def test_a_time_boxed_batch_of_random_seeds_passes():
     out = io.StringIO()
     status = sim_main(["--time-box", str(TIME_BOX)], out=out)

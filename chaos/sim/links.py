@@ -124,10 +124,16 @@ class Links:
         # each end records what the other held, and forgets the other's own waiting operations
         # and those that depend on what the other lost
         for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
+            hub.links_to_restart = set()
             forgotten = hub.handshook(peer, dict(region.causal.vv))
             if forgotten:
                 self.sched.log(f"link {a}-{b}: r{hub.region} forgot {forgotten} waiting operations of r{peer} "
                                    f"or depending on what r{peer} lost")
+            # the links that brought a third region's forgotten operations handshake again, so
+            # their senders send those again (as ReplicationHub.restart_link ends a real one)
+            for other in sorted(hub.links_to_restart):
+                self.disconnect(hub.region, other, f"r{hub.region} forgot operations this link brought: "
+                                                   "it handshakes again")
         hub_a.links[b] = SimLink(self, ra, b, ra.links[b])
         hub_b.links[a] = SimLink(self, rb, a, rb.links[a])
         # what each end's acks say its OS holds starts again (Link.__init__), from the ack each

@@ -202,10 +202,8 @@ class ReplicationHub:
         # these, not peer_acked, which a Hello or Welcome sets to what the peer applied - more than
         # its log may have handed to its OS yet (records held behind a full-resync image's snapshot)
         self.peer_said: dict[int, dict[int, int]] = {}
-        # what this region's operation log holds on disk: up to which causal-log position, and
-        # per origin how far (what its acks say in Ack.synced; node/activeactive/waits.py)
-        self.synced_at = 0
-        self.synced_vv: dict[int, int] = {}
+        # what this region's log holds on disk: to which causal-log position, per origin how far (Ack.synced)
+        self.synced_at, self.synced_vv = 0, dict[int, int]()
         # per peer, the version vector it last reported as a whole (handshake, ack): causal
         # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
         self.peer_reported: dict[int, dict[int, int]] = {}
@@ -251,6 +249,8 @@ class ReplicationHub:
         # older copy meanwhile no longer holds what its first handshake said)
         self.last_handshake_vv: dict[int, dict[int, int]] = {}
         self.forgotten_at_handshake = 0  # a peer's own waiting operations dropped when it handshook
+        # the links the last handshake ended to have forgotten operations sent again (handshook)
+        self.links_to_restart: set[int] = set()
         self.trace = stage_trace(region)  # None unless a benchmark asks (see StageTrace)
         # the last batch frame built: (its envelopes, packed?, the frame); see Link.batch_frame
         self.last_batch: tuple[list[Envelope], bool, pb.Frame] | None = None
@@ -314,22 +314,18 @@ class ReplicationHub:
         peer's own* that wait here for their dependencies; returns how many were forgotten.
 
         Why forget them: a region that restarts after a crash of its machine may have lost
-        the tail of its own log - operations that left before their records were on its
-        disk.  It learns from each peer's handshake the last of its own operations that peer
-        *applied* and takes those back before it mints again (``ActiveActive.recovered``),
-        but one that waits here was never applied, acknowledged nor relayed, so nothing
-        counts it: kept, it would share its dot with the different operation the region
-        mints after recovering - two operations under one dot, a silent divergence.
-        The same holds for a waiting operation of any origin that depends on one of the
-        peer's operations past what the peer now holds: the peer lost that operation and
-        will mint a different one under its dot, so applying the waiting one on top of it
-        would break causality (and, when no region applied the lost one, it would wait for
-        ever).  A region that did apply the lost operation sends both again.
-        Forgetting a waiting operation is always safe (crdt/causal.py): this end's
-        handshake said what it applied, so the peer sends again everything after that.
-        An older link with the peer still up here (its machine went down without closing
-        the connection) is superseded: it applies nothing more, so no frame sent before the
-        peer's restart can bring such an operation back after this."""
+        its log's tail - operations that left before their records were on its disk.  It
+        takes back from each peer the last of its own operations that peer *applied*
+        (``ActiveActive.recovered``), but one that waits here was never applied, so nothing
+        counts it: kept, it would share its dot with the operation the region mints after
+        recovering - a silent divergence.  The same holds for a waiting operation of any
+        origin that depends on one of the peer's operations past what the peer now holds
+        (applied on a different operation under that dot, it would break causality; with
+        none, it would wait for ever).  A region that applied the lost one sends both again:
+        the peer after this handshake; another region once its link handshakes again, which
+        ending the other links brings about.  An older link with the peer still up here (its
+        machine went down without closing the connection) is superseded: it applies nothing
+        more, so no frame sent before the peer's restart brings such an operation back."""
         self.handshake_vv.setdefault(peer, dict(peer_vv))
         self.last_handshake_vv[peer] = dict(peer_vv)
         older = self.links.get(peer)
@@ -338,14 +334,36 @@ class ReplicationHub:
         if not self.causal.pending:
             return 0
         holds = peer_vv.get(peer, 0)
-        forgotten = self.causal.drop_pending(
-            lambda e: e.origin == peer or any(o == peer and n > holds for o, n in e.deps))
+
+        def lost_with_the_peer(e: Envelope) -> bool:
+            return any(o == peer and n > holds for o, n in e.deps)
+
+        # a third region's operation that depends on what the peer lost came over another link,
+        # whose sender counts it as delivered: that link handshakes again, so its sender learns
+        # what this region holds and sends it again (with what it depends on)
+        others = {e.origin for e in self.causal.pending.values() if e.origin != peer and lost_with_the_peer(e)}
+        forgotten = self.causal.drop_pending(lambda e: e.origin == peer or lost_with_the_peer(e))
         if forgotten:
             self.forgotten_at_handshake += forgotten
             log.info("forgot %d operations that were waiting here for their dependencies (of region %d, "
                      "or depending on what it no longer holds): it sends again what this region has not applied",
                      forgotten, peer)
+        if others:
+            self.links_to_restart = {p for p in self.links if p != peer}
+            for other in self.links_to_restart:
+                self.restart_link(other)
         return forgotten
+
+    def restart_link(self, peer: int) -> None:
+        """End the link with ``peer`` (served or dialed) so that it handshakes again."""
+        outbox = self._served.get(peer)
+        if outbox is not None:
+            outbox.close()
+        task = self._dialers.pop(peer, None)
+        if task is not None:
+            task.cancel()
+        if peer in self._peers:
+            self.dial(peer, self._peers[peer])
 
     def issue(self, op: bytes) -> Envelope:
         """Stamp a local operation (already applied locally) and wake the links."""
@@ -463,12 +481,7 @@ class ReplicationHub:
         vv = causal.vv if self.sendable is None else causal.vv_before(self.sendable)
         if vv is causal.vv:
             return vv, causal.held_heads()
-        heads = {}
-        for origin, n in vv.items():
-            digest = causal.digest_at(origin, n) if n else None
-            if digest is not None:
-                heads[origin] = digest
-        return vv, heads
+        return vv, {o: digest for o, n in vv.items() if n and (digest := causal.digest_at(o, n)) is not None}
 
     def ack_said(self, peer: int, vv: dict[int, int]) -> bool:
         """An ack of ``peer`` said it holds ``vv`` (see :meth:`acknowledgement`); returns whether
@@ -635,12 +648,8 @@ class ReplicationHub:
 
     def relink(self) -> None:
         """Every link handshakes again (a membership change: both ends meet at the new epoch)."""
-        for outbox in list(self._served.values()):
-            outbox.close()
-        for peer in list(self._dialers):
-            self._dialers.pop(peer).cancel()
-        for peer, address in list(self._peers.items()):
-            self.dial(peer, address)
+        for peer in set(self._served) | set(self._dialers) | set(self._peers):
+            self.restart_link(peer)
 
     def forget(self, peer: int) -> None:
         """``peer`` is a member no more: stop dialing it and close its link."""
