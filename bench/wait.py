@@ -22,14 +22,13 @@ writes that do not wait, and how long the waits take.
     ``WAITAOF 1 2 0``, and ``BRAID.WAITFOR token 0`` at region 2 for the token region 1 gave
     right after the XADD (``XADD`` and ``BRAID.TOKEN`` in one pipeline): the time until region 2
     applied the write.  Each command back to back and with ``--gap-ms`` of quiet before each
-    XADD (longer than a lazy ack's wait, so every link starts from a quiet spell).  ``loopback``
+    XADD (so every link starts from a quiet spell).  ``loopback``
     on the cluster above; ``wan`` on three regions in network namespaces with ``--delay-ms``
     one way on every link (:class:`chaos.netns.NetnsCluster`, as ``bench.wan``; the client sits
     in the root namespace, next to its region).  The expectation printed beside each row: a
     round trip to the farthest region counted, plus the pacing (a batch within the send
-    interval, the ack within its pace: a lazy ack - one that only says the peer's own
-    operations arrived - leaves at the earliest ``LAZY_ACK_FACTOR`` ack intervals after the
-    previous ack; WAITAOF also waits for the peers' replication fsync, whose ack is lazy too).
+    interval; a blocked WAIT asks its peers to ack at once; WAITAOF also waits for the peers'
+    replication fsync, within their fsync interval).
 
 ``--set`` applies a setting at every region (``CONFIG SET``, e.g. ``crdt-repl-ack-interval-ms=2``)
 for the whole run.  Each part replaces its own section of ``--out`` (``bench/RESULTS-wait.md``),
@@ -48,7 +47,6 @@ import time
 import redis
 
 from bench.run import cpu_seconds, machine, settings_of
-from node.activeactive.pacing import LAZY_ACK_FACTOR
 from node.testing import LocalCluster, wait_in_sync
 
 PAYLOAD = {"f1": "abcdefghijkl", "f2": "abcdefghijkl"}
@@ -211,22 +209,17 @@ def pacing_of(client: redis.Redis) -> dict[str, float]:
 def expectation(name: str, rtt_ms: float, gap: float, pace: dict[str, float]) -> tuple[float, float]:
     """(low, high) ms the wait should take: the round trip ``rtt_ms`` to the farthest region it
     counts, plus the pacing.  A batch leaves at once unless one left less than a send interval
-    ago (the high end adds one).  The peers' acks of region 1's writes are lazy: one leaves at
-    the earliest LAZY_ACK_FACTOR ack intervals after the previous one.  Back to back on a link
-    whose round trip is shorter than that, the previous ack is the one that ended the previous
-    round, so the wait is the lazy interval; after a quiet spell, or once the round trip is
-    longer, the ack leaves at once.  WAITAOF's peers fsync within their fsync interval and say
-    so in a second lazy ack after the one that said the write arrived (back to back on a short
-    link both ride the one lazy ack).  BRAID.WAITFOR waits one way, for the batch only."""
-    send, ack = pace["crdt-repl-send-interval-ms"], pace["crdt-repl-ack-interval-ms"]
-    lazy = LAZY_ACK_FACTOR * ack
+    ago (the high end adds one).  A blocked WAIT has region 1 ask its peers for an ack at once
+    (``Ack.ack_wanted``), so no ack pacing adds to it; WAITAOF's peers fsync within their fsync
+    interval and say so in the ack that follows.  BRAID.WAITFOR waits one way, for the batch
+    only.  (``gap``, the quiet before each XADD, no longer changes the expectation: kept for the
+    table's rows.)"""
+    send, fsync = pace["crdt-repl-send-interval-ms"], pace["crdt-repl-fsync-interval-ms"]
     if name == WAITFOR:
         return rtt_ms / 2, rtt_ms / 2 + send
-    quiet = gap > 0 or rtt_ms >= lazy
-    base = rtt_ms if quiet else lazy
     if name.startswith("WAITAOF"):
-        base = rtt_ms + lazy if quiet else lazy
-    return base, base + send
+        return rtt_ms, rtt_ms + send + fsync
+    return rtt_ms, rtt_ms + send
 
 
 def latency_table(results: dict[float, dict[str, dict]], rtt_ms: float, pace: dict[str, float]) -> list[str]:
@@ -299,8 +292,8 @@ def latency_section(title: str, results: dict, rtt_ms: float, pace: dict[str, fl
     lines = [f"## {title}", "",
              f"One client, `XADD` then the command, {ops} rounds per row (after 5 not counted); the wait's own "
              f"time. Round trip between regions {between}; pacing (ms): "
-             + ", ".join(f"`{k}` {v:g}" for k, v in pace.items()) + f", a lazy ack {LAZY_ACK_FACTOR}× the ack "
-             f"interval. `{WAITFOR}`: the token from region 1 right after the XADD, waited for at region 2.", ""]
+             + ", ".join(f"`{k}` {v:g}" for k, v in pace.items()) + " (a blocked WAIT's acks are not paced). "
+             f"`{WAITFOR}`: the token from region 1 right after the XADD, waited for at region 2.", ""]
     return lines + latency_table(results, rtt_ms, pace) + [""]
 
 

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from bench.wait import WAITFOR, expectation, main, write_section
+
 PACE = {"crdt-repl-send-interval-ms": 5.0, "crdt-repl-ack-interval-ms": 10.0, "crdt-repl-fsync-interval-ms": 10.0}
 
 
-def test_the_expected_wait_is_the_round_trip_or_the_lazy_ack_whichever_paces_it():
-    from bench.wait import WAITFOR, expectation
-
-    assert expectation("WAIT 2 0", 0.0, 0.0, PACE) == (50.0, 55.0)  # back to back on loopback: the lazy ack
-    assert expectation("WAIT 2 0", 0.0, 0.1, PACE) == (0.0, 5.0)  # after a quiet spell: at once
-    assert expectation("WAIT 1 0", 80.0, 0.0, PACE) == (80.0, 85.0)  # a round trip longer than the lazy wait
-    assert expectation("WAITAOF 0 1 0", 80.0, 0.1, PACE) == (130.0, 135.0)  # the fsync's ack waits for the apply's
+def test_the_expected_wait_is_the_round_trip_and_the_pacing():
+    assert expectation("WAIT 2 0", 0.0, 0.0, PACE) == (0.0, 5.0)  # loopback: the batch's send interval at most
+    assert expectation("WAIT 1 0", 80.0, 0.1, PACE) == (80.0, 85.0)  # the round trip, and the same
+    assert expectation("WAITAOF 0 1 0", 80.0, 0.0, PACE) == (80.0, 95.0)  # ... and the peers' fsync interval
     assert expectation(WAITFOR, 80.0, 0.0, PACE) == (40.0, 45.0)  # one way
 
 
 def test_each_part_replaces_its_own_section_and_a_run_with_settings_keeps_its_own(tmp_path):
-    from bench.wait import write_section
-
     path = str(tmp_path / "RESULTS-wait.md")
     write_section(path, "cost", ["first cost"])
     write_section(path, "loopback", ["loopback numbers"])
@@ -33,8 +30,6 @@ def test_each_part_replaces_its_own_section_and_a_run_with_settings_keeps_its_ow
 
 
 def test_an_unknown_part_or_a_setting_without_a_value_is_refused(capsys):
-    from bench.wait import main
-
     for argv in (["--part", "cost,elsewhere"], ["--set", "crdt-repl-ack-interval-ms"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
@@ -45,8 +40,6 @@ def test_an_unknown_part_or_a_setting_without_a_value_is_refused(capsys):
 
 
 def test_a_tiny_run_on_loopback_writes_both_sections(tmp_path):
-    from bench.wait import main
-
     out = tmp_path / "RESULTS-wait.md"
     assert main(["--part", "cost,loopback", "--runs", "1", "--seconds", "0.3", "--ops", "2", "--gap-ms", "1",
                  "--out", str(out)]) == 0

@@ -451,7 +451,7 @@ class ReplicationHub:
         for link in self.links.values():
             if link.ack_short:
                 link.ack_short = False
-                link.acknowledge(pace=AckPace.PARTS if link.peer_wants_ack else AckPace.LAZY)
+                link.acknowledge(pace=AckPace.WAITED if link.peer_wants_ack else AckPace.LAZY)
 
     def ask_acks(self, n: int) -> None:
         """A client waits (WAIT, WAITAOF) for peers to hold this region's operations up to ``n``:

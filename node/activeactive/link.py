@@ -182,7 +182,7 @@ class Link:
         self.progress_at = time.monotonic()  # the last ack that showed progress (watchdog)
         self.ack_short = False  # the last ack said less than the region applied (see _ack_frame)
         # a client waits in WAIT for this region's operations up to this number: the acks ask the
-        # peer to acknowledge them at the ack interval, not lazily (Ack.ack_wanted) ...
+        # peer to acknowledge them at once, not paced (Ack.ack_wanted) ...
         self.ack_wanted = 0
         # ... and the peer asks that of this region for its operations up to this number
         self.peer_wants_ack = 0
@@ -335,10 +335,10 @@ class Link:
 
     def want_ack(self, n: int) -> None:
         """A client waits for the peer to acknowledge this region's operations up to ``n``:
-        ask it (in the next ack, soon) to acknowledge them without its lazy pacing."""
+        ask it (in an ack that leaves now) to acknowledge them at once, not paced."""
         if n > self.hub.peer_said.get(self.peer, {}).get(self.hub.region, 0) and n > self.ack_wanted:
             self.ack_wanted = n
-            self.acknowledge(pace=AckPace.PARTS)
+            self.acknowledge(pace=AckPace.WAITED)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         causal, limits = self.hub.causal, self.limits
@@ -370,7 +370,7 @@ class Link:
         risen = {o for o, n in vv.items() if n > before.get(o, 0)}
         peer = self.peer
         own = all(e.origin == peer for e in envelopes) and risen <= {peer}
-        self.acknowledge(pace=AckPace.PARTS if self.peer_wants_ack else AckPace.LAZY if own else AckPace.RELAYS)
+        self.acknowledge(pace=AckPace.WAITED if self.peer_wants_ack else AckPace.LAZY if own else AckPace.RELAYS)
         if causal.end > end:  # every other peer learns it too: it need not relay these here
             for link in self.hub.links.values():
                 if link is not self:
@@ -458,9 +458,9 @@ class Link:
         if raised or ack.received > self.peer_received:
             self.progress_at = now
         self.peer_received = ack.received
-        if ack.ack_wanted > self.peer_wants_ack:  # a client waits there: acknowledge at the ack interval
+        if ack.ack_wanted > self.peer_wants_ack:  # a client waits there: acknowledge now
             self.peer_wants_ack = ack.ack_wanted
-            self.acknowledge(pace=AckPace.PARTS)
+            self.acknowledge(pace=AckPace.WAITED)
         synced_risen = False
         if ack.synced:
             synced = self.hub.peer_synced.setdefault(self.peer, {})

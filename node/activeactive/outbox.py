@@ -86,6 +86,8 @@ class Outbox:
 
     def ack_wait(self, pace: AckPace) -> float:
         """Seconds an ack of that pace waits after the previous ack (see :class:`AckPace`)."""
+        if pace == AckPace.WAITED:
+            return 0.0
         if pace == AckPace.PARTS:
             return self.ack_interval
         lazy = self.ack_interval * LAZY_ACK_FACTOR

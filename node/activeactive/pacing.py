@@ -33,6 +33,7 @@ class AckPace(enum.IntEnum):
     """How long an ack may wait after the previous one, by what it tells the peer (the lower,
     the sooner): of two waiting, the newer ack says all the older said, at the sooner pace."""
 
+    WAITED = -1  # a client waits in WAIT for what it says (Ack.ack_wanted): at once
     PARTS = 0   # parts of a large operation or of a full resync arrived: one ack interval
     RELAYS = 1  # a third region's operations arrived: a third of the relay delay
     LAZY = 2    # only the peer's own operations arrived: LAZY_ACK_FACTOR ack intervals

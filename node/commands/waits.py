@@ -28,8 +28,8 @@ for ever) passes, and then gets the count reached.  The region retries waiting c
 whenever replication progresses (an ack raised what a peer holds, a batch of operations was
 applied here, an fsync ended: ``RegionCore.replication_progressed``).  WAITAOF with numlocal
 1 starts an fsync of the client's records at once, whatever ``appendfsync`` says.  A client
-that blocks has the links ask their peers to acknowledge its writes at the ack interval
-(``Ack.ack_wanted``): a link that carries only this region's own operations is otherwise
+that blocks has the links ask their peers to acknowledge its writes at once (``Ack.ack_wanted``):
+acks are otherwise paced, and a link that carries only this region's own operations is
 acknowledged lazily, five ack intervals apart.
 
 *Read your writes elsewhere.*  ``BRAID.TOKEN`` answers a token naming, per origin region, the
