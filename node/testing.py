@@ -131,6 +131,15 @@ def free_ports(n: int) -> list[int]:
     return [_test_ports.take(1) for _ in range(n)]
 
 
+def under_headings(out: str, headings: Sequence[str]) -> list[str]:
+    """The output under each of ``headings`` (braid-admin's ``shard K of N (slots A-B)``), in
+    order; each must stand once, in that order (what comes before the first is dropped)."""
+    assert all(out.count(h) == 1 for h in headings), out
+    starts = [out.index(h) for h in headings]
+    assert starts == sorted(starts), out
+    return [out[a:b] for a, b in zip(starts, [*starts[1:], len(out)], strict=True)]
+
+
 def braid_cli(*args: object, cwd: str | os.PathLike | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
     """``braid ARGS...`` in a process of its own (the repository's code, as ``python -m node``)."""
     return subprocess.run([sys.executable, "-m", "node", *map(str, args)], capture_output=True, text=True,

@@ -18,7 +18,7 @@ import pytest
 from node import testing
 from node.activeactive.cluster_config import load
 from node.persistence import snapshot
-from node.testing import replication_status
+from node.testing import replication_status, under_headings
 from node.tools import admin_cli
 
 
@@ -45,11 +45,7 @@ HEADINGS = ("shard 0 of 2 (slots 0-8191)", "shard 1 of 2 (slots 8192-16383)")
 
 
 def _sections(out: str) -> list[str]:
-    """The output under each shard's heading, in order (what comes before the first is dropped)."""
-    assert out.count(HEADINGS[0]) == 1 and out.count(HEADINGS[1]) == 1, out
-    first, second = out.index(HEADINGS[0]), out.index(HEADINGS[1])
-    assert first < second, out
-    return [out[first:second], out[second:]]
+    return under_headings(out, HEADINGS)
 
 
 @contextlib.contextmanager

@@ -22,18 +22,22 @@ from chaos.sim.shards import ShardedSimulation
 from chaos.sim.world import SimConfig
 from node import testing
 from node.activeactive.cluster_config import GROUP_LIST_FILE, load, local_cluster
-from node.testing import BraidProcess, free_ports, process_gone, replication_status, wait_until, writable
+from node.testing import (
+    BraidProcess,
+    free_ports,
+    process_gone,
+    replication_status,
+    under_headings,
+    wait_until,
+    writable,
+)
 from node.tools import admin_cli
 
 HEADINGS = ("shard 0 of 2 (slots 0-8191)", "shard 1 of 2 (slots 8192-16383)")
 
 
 def _sections(out: str) -> list[str]:
-    """The output under each shard's heading, in shard order."""
-    assert out.count(HEADINGS[0]) == 1 and out.count(HEADINGS[1]) == 1, out
-    first, second = out.index(HEADINGS[0]), out.index(HEADINGS[1])
-    assert first < second, out
-    return [out[first:second], out[second:]]
+    return under_headings(out, HEADINGS)
 
 
 def _membership(cluster: testing.ShardedCluster, region: str, shard: int) -> tuple[int, dict[str, str]]:

@@ -52,6 +52,7 @@ from crdt.membership import REMOVED
 from node.commands import command
 from node.commands.util import parse_int, parse_positive_long, parse_range_long, parse_timeout_ms
 from node.region.blocking import Blocked
+from node.region.lone import WITHDRAWN
 from node.resp.encoder import ReplyError
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def wait(client: Session, argv: list[bytes]) -> Any:
     reached = count()
     if reached >= wanted or client.in_exec:
         return reached
-    if aa is not None:
+    if aa is not None and n != WITHDRAWN:
         aa.hub.ask_acks(n)
     return Blocked([], timeout, retry, timeout_reply_of=count, wakes_on_progress=True)
 
@@ -107,7 +108,7 @@ def waitaof(client: Session, argv: list[bytes]) -> Any:
     if numlocal and not reached[0]:
         assert oplog is not None  # (refused above)
         oplog.after_sync(record, region.replication_progressed)  # an fsync of its records, now
-    if aa is not None and reached[1] < wanted:
+    if aa is not None and reached[1] < wanted and n != WITHDRAWN:
         aa.hub.ask_acks(n)
 
     def retry() -> list[int] | None:
