@@ -118,7 +118,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from crdt.causal import CausalLog, Envelope, Fork
@@ -483,10 +483,10 @@ class ReplicationHub:
             return vv, causal.held_heads()
         return vv, {o: digest for o, n in vv.items() if n and (digest := causal.digest_at(o, n)) is not None}
 
-    def ack_said(self, peer: int, vv: dict[int, int]) -> bool:
-        """An ack of ``peer`` said it holds ``vv`` (see :meth:`acknowledgement`); returns whether
-        that raised what WAIT may count it for (``peer_said``)."""
-        said, risen = self.peer_said.setdefault(peer, {}), False
+    def ack_said(self, peer: int, vv: Mapping[int, int], on_disk: bool = False) -> bool:
+        """An ack of ``peer`` said it holds ``vv`` (:meth:`acknowledgement`), or on disk (``on_disk``:
+        Ack.synced); returns whether that raised what WAIT or WAITAOF may count it for."""
+        said, risen = (self.peer_synced if on_disk else self.peer_said).setdefault(peer, {}), False
         for origin, n in vv.items():
             if n > said.get(origin, 0):
                 said[origin] = n

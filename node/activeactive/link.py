@@ -461,13 +461,7 @@ class Link:
         if ack.ack_wanted > self.peer_wants_ack:  # a client waits there: acknowledge now
             self.peer_wants_ack = ack.ack_wanted
             self.acknowledge(pace=AckPace.WAITED)
-        synced_risen = False
-        if ack.synced:
-            synced = self.hub.peer_synced.setdefault(self.peer, {})
-            for origin, n in ack.synced.items():
-                if n > synced.get(origin, 0):
-                    synced[origin] = n
-                    synced_risen = True
+        synced_risen = self.hub.ack_said(self.peer, ack.synced, on_disk=True)
         if raised or synced_risen or said_risen:
             self.hub.side.replication_progressed()  # WAIT / WAITAOF may have their count
 
