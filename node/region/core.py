@@ -133,22 +133,19 @@ class RegionCore:
         self.db = Database(self._limits(), active_active=cluster is not None)
         self.aa: ActiveActive | None = None  # this region's Active-Active part (None: standalone)
         self.routing: ShardRouting | None = None  # a shard's slots and its siblings (node/region/routing.py)
-        # the system's wall clock in milliseconds (the simulation's virtual one)
-        self.system_ms: Callable[[], int] = clock if clock is not None else system_ms
+        self.system_ms: Callable[[], int] = clock if clock is not None else system_ms  # (the simulation's: virtual)
         if cluster is not None:
             cfg, me = cluster
             self.region = me.number
             self.routing = cfg.routing(me)
-            # this core is the region's side: its hub applies, installs and joins through it, and
-            # braid-admin's flush and backup run as its own commands (node/activeactive/region.py)
+            # this core is the region's side: its hub applies, installs and joins through it (activeactive/region.py)
             aa = self.aa = ActiveActive(self.db, self.config, cfg, me, self, on_setting=self._db_setting_changed)
             self.db.publish_to(aa)  # what commands change leaves for the other regions through it
             self.db.resolver = resolve.ActiveActive(aa)
         self.stats = Stats()
         # command name -> LatencyHistogram of its run time (node/runtime/metrics.py's; empty without metrics)
         self.latency: dict[str, LatencyHistogram] = {}
-        # SLOWLOG and LATENCY (node/region/slowlog.py): execute() hands them a command that ran at
-        # least slow_ns (note_slow); latency_start/latency_end time the region's other stalls
+        # SLOWLOG and LATENCY (node/region/slowlog.py): note_slow, latency_start/latency_end
         self.slowlog = SlowLog()
         self.latency_events = LatencyMonitor()
         self._set_slow_bounds()
@@ -326,8 +323,11 @@ class RegionCore:
         own = db.own_ops
         if own:
             db.own_ops = []  # the next command's start here
-            if self.aa is not None and self.aa.lone.alone and not self.replaying:
-                self.aa.note_lone(own)
+            aa = self.aa
+            if aa is not None:
+                client.wrote_upto = aa.causal.vv.get(self.region, 0)  # what WAIT waits for (commands/waits.py)
+                if aa.lone.alone and not self.replaying:
+                    aa.note_lone(own)
         if db.local_change:
             db.local_change = False
             changed = True
@@ -570,8 +570,8 @@ class RegionCore:
                 reply = e
             except Exception as e:
                 reply = self.handler_failed(cmd.fullname, e, db.dirty != dirty, outermost)
-            if cmd.is_write and self.aa is not None:  # what WAIT waits for (node/commands/waits.py)
-                client.wrote_upto = self.aa.causal.vv.get(self.region, 0)
+            if cmd.is_write and db.own_ops is None and self.aa is not None:  # (with a log: log_command)
+                client.wrote_upto = self.aa.causal.vv.get(self.region, 0)  # what WAIT waits for
             if cmd.reads_entries:  # (what it decoded counts in the keys' memory)
                 db.changed.update(command_keys(cmd, argv))
             # what log_command may log or reset (it does nothing else: a read that changed
