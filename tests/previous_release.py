@@ -1,12 +1,12 @@
-"""Braid's previous release, built from its git tag into a virtual environment of its own, for
+"""Braid's previous release, built from the commit its git tag names into a virtual environment of its own, for
 the mixed-version tests (tests/test_mixed_versions.py).
 
-:func:`build_release` takes the tag's tree (``git archive``, never the working tree), makes a
+:func:`build_release` takes the release commit's tree (``git archive``, never the working tree), makes a
 virtual environment with this interpreter's Python and ``pip install``s the tree into it with
 its pinned dependencies from the package index.  The install is the pure-Python build
 (``BRAID_PURE=1`` at build time: setup.py compiles nothing), which runs the same code as the
 compiled one and needs no compiler or mypy.  The environment is kept under
-``.cache/releases/<the tag's commit>`` of this checkout (``BRAID_RELEASE_CACHE`` names another
+``.cache/releases/<the release's commit>`` of this checkout (``BRAID_RELEASE_CACHE`` names another
 folder), so only the first run builds it; one is usable once its ``built`` file is written
 (last), and a file lock keeps two test processes from building the same one at once.
 
@@ -28,8 +28,12 @@ from dataclasses import dataclass
 
 from node.testing import interpreter_env
 
-# The release before the one this tree becomes: moved on when a release is cut (CONTRIBUTING.md)
+# The release before the one this tree becomes, by tag and by the commit the tag names: moved on
+# when a release is cut (CONTRIBUTING.md).  The commit is what is built: it is in main's history,
+# so a clone that carries no tags (a branch pushed on its own, `git clone --no-tags`) builds it
+# too; the tag, where present, must name the same commit.
 PREVIOUS_RELEASE = "v0.1.0"
+PREVIOUS_RELEASE_COMMIT = "81d615dfbf7f5d79a8f3d158db119b70b4901b9f"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_TIMEOUT_S = 1200  # a cold build downloads every dependency
@@ -83,10 +87,26 @@ def _installed_version(python: str, cwd: str) -> str:
                 cwd=cwd, env=foreign_env(python)).strip()
 
 
-def build_release(tag: str = PREVIOUS_RELEASE) -> Release:
-    """The release tagged ``tag`` in its virtual environment: built now, or the cached one."""
-    commit = _run(f"finding the tag {tag} (a clone without tags: git fetch --tags)",
-                  ["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}"]).strip()
+def _release_commit(tag: str, commit: str) -> str:
+    """``commit``, once this clone is known to hold it and ``tag`` (where this clone has it) names it."""
+    try:
+        tagged = _run(f"finding the tag {tag}", ["git", "-C", ROOT, "rev-parse", "--verify", "--quiet",
+                                                 f"refs/tags/{tag}^{{commit}}"]).strip()
+    except ReleaseBuildError:
+        tagged = None  # a clone without tags: the commit alone says what to build
+    if tagged is not None and tagged != commit:
+        raise ReleaseBuildError(f"the tag {tag} names {tagged}, but tests/previous_release.py says {commit}: "
+                                "one of them is wrong")
+    shallow = _run("asking whether this clone is shallow",
+                   ["git", "-C", ROOT, "rev-parse", "--is-shallow-repository"]).strip() == "true"
+    return _run(f"finding {tag}'s commit {commit} in this clone"
+                + (" (a shallow clone: git fetch --unshallow)" if shallow else ""),
+                ["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"]).strip()
+
+
+def build_release(tag: str = PREVIOUS_RELEASE, commit: str = PREVIOUS_RELEASE_COMMIT) -> Release:
+    """The release tagged ``tag`` (at ``commit``) in its virtual environment: built now, or the cached one."""
+    commit = _release_commit(tag, commit)
     home = os.path.join(release_cache(), commit)
     venv, source, marker = os.path.join(home, "venv"), os.path.join(home, "src"), os.path.join(home, "built")
     python = os.path.join(venv, "bin", "python")
