@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 
 import redis
 
-from node.testing import free_port_base, port_is_free, wait_until
+from node.activeactive.cluster_config import load
+from node.region.slots import key_slot
+from node.testing import free_port_base, port_is_free, under_headings, wait_until
 
 
 def _braid(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -162,21 +165,72 @@ def test_add_region_without_a_detached_cluster_is_a_clear_error(tmp_path):
     assert "no detached cluster" in res.stderr
 
 
-def test_add_region_to_a_tls_cluster_signs_its_certificate_with_the_cluster_ca(tmp_path):
-    port = free_port_base(3, (0, 100, 200))
+def test_a_region_added_to_a_tls_cluster_has_a_certificate_of_its_ca_and_metrics_like_the_others(tmp_path):
+    port = free_port_base(3, (0, 100, 200, 300))
     data = str(tmp_path / "tls")
-    up = _braid("up", "--detach", "--tls", "--regions", "2", "--base-port", str(port), "--data-dir", data)
+    up = _braid("up", "--detach", "--tls", "--metrics", "--regions", "2", "--base-port", str(port), "--data-dir", data)
     assert up.returncode == 0, up.stderr
     try:
         added = _braid("up", "--add-region", "--data-dir", data)
         assert added.returncode == 0, added.stderr
         assert f"-p {port + 202}" in added.stdout  # its TLS client port, like the others'
+        # and its metrics, like the others' (kept in the cluster file for its later starts)
+        assert load(f"{data}/cluster.toml").region("region-3").config["metrics-port"] == port + 302
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + 302}/metrics", timeout=5) as page:
+            assert b"braid_" in page.read()
         third = redis.Redis(port=port + 202, socket_timeout=5, ssl=True, ssl_ca_certs=f"{data}/tls/ca.crt")
         # it can only become active over mutual-TLS links: its certificate is signed by the cluster's CA
         wait_until(lambda: _info(third, "crdt_member_status") == "active", 60, what="region-3 to become active")
         third.close()
     finally:
         assert _braid("down", "--data-dir", data).returncode == 0
+
+
+def test_up_grows_a_sharded_cluster_with_tls_and_metrics_by_a_region_of_every_shard(tmp_path):
+    """`braid up --add-region` on a cluster of two shards per region: the new region joins both
+    shard groups with a port per shard (20 apart, as braid up lays them out), gets each shard's
+    TLS and metrics port like the others, and cluster-aware clients write and read at it."""
+    port = free_port_base(3 + 20, (0, 100, 200, 300))
+    data = str(tmp_path / "sharded")
+    up = _braid("up", "--detach", "--regions", "2", "--shards", "2", "--tls", "--metrics", "--base-port", str(port),
+                "--data-dir", data)
+    assert up.returncode == 0, up.stderr
+    try:
+        added = _braid("up", "--add-region", "--data-dir", data, timeout=120)
+        assert added.returncode == 0, added.stderr
+        assert "region-3" in added.stdout and f"{port + 2}, {port + 22}" in added.stdout, added.stdout
+        assert f"http://127.0.0.1:{port + 322}/metrics" in added.stdout
+        cfg = load(f"{data}/cluster.toml")
+        third = cfg.region("region-3")
+        assert third.ports == [port + 2, port + 22] and third.repl_ports == [port + 102, port + 122]
+        for shard, shard_port in enumerate(third.ports):  # a member of both groups, once caught up
+            plain = redis.Redis(port=shard_port, socket_timeout=5)
+            wait_until(lambda c=plain: _info(c, "crdt_member_status") == "active", 60,
+                       what=f"region-3 shard {shard} to become active")
+            secure = redis.Redis(port=shard_port + 200, socket_timeout=5, ssl=True, ssl_ca_certs=f"{data}/tls/ca.crt")
+            assert secure.execute_command("CLUSTER", "MYSHARDID") and secure.ping()  # its shard's own TLS port
+            with urllib.request.urlopen(f"http://127.0.0.1:{shard_port + 300}/metrics", timeout=5) as page:
+                assert b"braid_" in page.read()
+            plain.close()
+            secure.close()
+        status = subprocess.run([sys.executable, "-m", "node.tools.admin_cli", "--cluster", f"{data}/cluster.toml",
+                                 "status"], capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert all("region-3" in part for part in under_headings(status.stdout, ["shard 0 of 2", "shard 1 of 2"]))
+        at_third = redis.RedisCluster(host="127.0.0.1", port=port + 2, socket_timeout=5)
+        at_first = redis.RedisCluster(host="127.0.0.1", port=port, socket_timeout=5)
+        owners = cfg.shards.owners()
+        keys = [next(k for k in (f"k{i}" for i in range(100)) if owners[key_slot(k.encode())] == shard)
+                for shard in (0, 1)]
+        written = {k: at_third.xadd(k, {"at": "region-3"}) for k in keys}
+        assert all(i.endswith(b"-3") for i in written.values())  # its own number in strict IDs, in both shards
+        wait_until(lambda: all([e[0] for e in at_first.xrange(k)] == [i] for k, i in written.items()), 30,
+                   what="region-3's writes of both shards at region-1")
+        at_third.close()
+        at_first.close()
+    finally:
+        down = _braid("down", "--data-dir", data)
+    assert down.returncode == 0, down.stderr
 
 
 def test_sigterm_right_after_the_region_answers_stops_it_cleanly(tmp_path):

@@ -54,10 +54,12 @@ each region's Prometheus URL.
 
 Growing and shrinking a detached cluster.  ``braid up --add-region [NAME]`` adds a
 region to the cluster running detached in ``--data-dir``: it picks the next free
-ports after the existing regions (RESP one above the highest, gRPC 100 above that)
-and, unless NAME is given, the next name ``region-N``; runs ``braid-admin region add``
-against the cluster file (every member must be reachable, else nothing changes);
-with TLS, signs the new region's certificate with the cluster's CA; then starts the
+ports after the existing regions (RESP one above the highest, gRPC 100 above that; on a
+sharded cluster shard K's 20·K above those, as ``--shards`` lays them out) and, unless NAME
+is given, the next name ``region-N``; runs ``braid-admin region add`` against the cluster
+file (every member must be reachable, else nothing changes); with TLS, signs the new
+region's certificate with the cluster's CA; writes the new region's metrics ports (when the
+others have theirs) and a sharded region's TLS ports into the cluster file; then starts the
 region detached (its data and ``node.log`` under ``<data-dir>/NAME/``), records its
 pid beside the others and prints how to connect.  The region joins: it takes its
 data from its peers and accepts writes once it has caught up (``braid-admin status``
@@ -95,6 +97,7 @@ from node.tools.cluster_files import (
     PIDFILE,
     TLS_DIR,
     TLS_PORT_OFFSET,
+    added_region_settings,
     ask_restart,
     drop_from_record,
     drop_restart_mark,
@@ -102,6 +105,7 @@ from node.tools.cluster_files import (
     load_pids,
     metrics_ports,
     next_region_name,
+    next_region_ports,
     record_pid,
     recorded_pid,
     restart_asked,
@@ -464,21 +468,21 @@ def add_region(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"braid up: {cluster_file}: {e}", file=sys.stderr)
         return 1
-    if cfg.shards.sharded:
-        print(f"braid up: --add-region does not grow a sharded cluster yet ({cfg.shards.count} shards per region): "
-              "a new region joins every shard group, which braid-admin region add does not do yet", file=sys.stderr)
-        return 1
     name = args.add_region or next_region_name(cfg)
     if any(r.name == name and r.live for r in cfg.regions):
         print(f"braid up: {name} is already a member of this cluster", file=sys.stderr)
         return 1
-    # the next ports after every region the file ever listed (a removed region's may still be in use)
-    port = max(r.port for r in cfg.regions) + 1
-    repl_port = max(max(r.repl_port for r in cfg.regions) + 1, port + 100)
-    for p in (port, repl_port, port + TLS_PORT_OFFSET if cfg.tls else port):
+    try:
+        ports, repl_ports = next_region_ports(cfg)
+    except ValueError as e:
+        print(f"braid up: {e}", file=sys.stderr)
+        return 1
+    for p in [*ports, *repl_ports, *([p + TLS_PORT_OFFSET for p in ports] if cfg.tls else []),
+              *([p + METRICS_PORT_OFFSET for p in ports] if _metrics_on(cfg) else [])]:
         if ping(p) or not port_free(p):
             print(f"braid up: port {p} is in use: the new region needs it", file=sys.stderr)
             return 1
+    port = ports[0]
     if cfg.tls is not None:
         try:  # signed by the CA the cluster already trusts (it is kept)
             create_cluster_certs(os.path.join(data_dir, TLS_DIR), [name])
@@ -488,17 +492,24 @@ def add_region(args: argparse.Namespace) -> int:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = admin_cli.main(["--cluster", cluster_file, "region", "add", name, "--host", "127.0.0.1",
-                               "--port", str(port), "--repl-port", str(repl_port)])
+                               "--port", ",".join(map(str, ports)), "--repl-port", ",".join(map(str, repl_ports))])
     if code != 0:
         print(f"braid up: adding {name} failed: {err.getvalue().strip() or out.getvalue().strip()}", file=sys.stderr)
         return 1
-    number = load(cluster_file).region(name).number
+    grown = load(cluster_file)
+    number = grown.region(name).number
+    # its settings of this machine, in the file (so its later starts keep them): metrics when the
+    # others serve them; a sharded region's TLS too (each shard's TLS port above its own; a region
+    # of one process gets TLS on its command line, as braid up gives it after a restart)
+    if added_region_settings(grown, name, metrics=_metrics_on(cfg)):
+        grown.save(cluster_file)
     rdir = os.path.join(data_dir, name)
     if os.path.isdir(rdir):  # a region of that name was here before (removed, then purged): start afresh
         shutil.rmtree(rdir)
     os.makedirs(rdir)
-    region = RegionProcess(name, port, region_command(data_dir, cluster_file, name, port, cfg.tls is not None),
-                     os.path.join(rdir, "node.log"))
+    region = RegionProcess(name, port, region_command(data_dir, cluster_file, name, port,
+                                                      cfg.tls is not None and not cfg.shards.sharded),
+                           os.path.join(rdir, "node.log"), ports=ports if cfg.shards.sharded else [])
     region.start(detach=True)
     record_pid(data_dir, name, port, region.process.pid)
     try:
@@ -508,15 +519,24 @@ def add_region(args: argparse.Namespace) -> int:
               f"region remove {name} --force)", file=sys.stderr)
         return 1
     _print_connect(_console(), f"{name} joined the cluster as region {number}",
-                   [(name, [port], region.process.pid, region.log)])
+                   [(name, region.all_ports, region.process.pid, region.log)])
     if cfg.tls is not None:
-        print(f"  TLS: {tls_connect_line(args.data_dir, port)}")
+        print(f"  TLS: {tls_connect_line(args.data_dir, port, cfg.shards.sharded)}"
+              + (f" (shard K's TLS port is {TLS_PORT_OFFSET} above its plain one)" if cfg.shards.sharded else ""))
+    if _metrics_on(cfg):
+        print("  Prometheus metrics: " + ", ".join(f"http://127.0.0.1:{p}/metrics"
+                                                   for p in metrics_ports(grown, name)))
     # printed whole, never wrapped: each line holds a command to copy
     print("It serves reads now and takes writes once it has caught up with its peers (until then writes "
           f"answer LOADING). Progress:\n  braid-admin --cluster {cluster_file} status\nTo remove it:\n"
           f"  braid-admin --cluster {cluster_file} region remove {name}\n"
           f"  braid down --region {name} --data-dir {args.data_dir}")
     return 0
+
+
+def _metrics_on(cfg) -> bool:
+    """Do the cluster's members serve Prometheus metrics (braid up --metrics wrote their ports)?"""
+    return any(r.config.get("metrics-port") for r in cfg.live_regions())
 
 
 def _named(pids: dict[int, str]) -> str:

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from node.activeactive.cluster_config import LinkTls, load, local_cluster
+from node.activeactive.cluster_config import LOCAL_SHARD_PORT_STEP, LinkTls, load, local_cluster
 
 PIDFILE = "cluster.pids"
 CLUSTER_FILE = "cluster.toml"
@@ -235,3 +235,44 @@ def next_region_name(cfg) -> str:
         n += 1
     return f"region-{n}"
 
+
+
+def next_region_ports(cfg) -> tuple[list[int], list[int]]:
+    """The client and replication ports of a region added to a local cluster, one per shard:
+    shard 0's client port one above the highest shard-0 port the file ever listed (a removed
+    region's may still be in use), its replication port one above the highest listed and at
+    least 100 above it, shard K's ``LOCAL_SHARD_PORT_STEP``·K above those (as ``braid up
+    --shards`` lays them out).  ValueError when one of them, or its TLS or metrics port, is a
+    port the file already gives a region (too many regions for the shard step)."""
+    port = max(r.port for r in cfg.regions) + 1
+    repl_port = max(max(r.repl_port for r in cfg.regions) + 1, port + 100)
+    steps = [LOCAL_SHARD_PORT_STEP * k for k in range(cfg.shards.count)]
+    ports, repl_ports = [port + s for s in steps], [repl_port + s for s in steps]
+    listed = {p for r in cfg.regions for p in (*r.shard_ports(), *(r.repl_ports or [r.repl_port]))}
+    listed |= {p + offset for r in cfg.regions for p in r.shard_ports()
+               for offset in (TLS_PORT_OFFSET, METRICS_PORT_OFFSET)}
+    mine = {*ports, *repl_ports, *(p + offset for p in ports for offset in (TLS_PORT_OFFSET, METRICS_PORT_OFFSET))}
+    clash = sorted(mine & listed)
+    if clash:
+        raise ValueError(f"the next region's ports ({', '.join(map(str, ports))} for clients, "
+                         f"{', '.join(map(str, repl_ports))} for replication) meet ports of the regions the cluster "
+                         f"file lists ({', '.join(map(str, clash))}): add it with ports of your choosing "
+                         "(braid-admin region add) and start it with braid node")
+    return ports, repl_ports
+
+
+def added_region_settings(cfg, name: str, metrics: bool) -> bool:
+    """The settings of region ``name``, just added to a local cluster, that its processes read
+    from the cluster file: its metrics ports when ``metrics`` (each shard's above its own client
+    port), and on a sharded database with TLS its client TLS (each shard's TLS port above its own
+    plain one; a region of one process takes TLS on its command line instead, as ``braid up``
+    gives it).  Whether ``cfg`` changed."""
+    r = cfg.region(name)
+    before = dict(r.config)
+    if metrics:
+        r.config["metrics-port"] = [p + METRICS_PORT_OFFSET for p in r.ports] if r.ports \
+            else r.port + METRICS_PORT_OFFSET
+    if cfg.tls is not None and r.ports:
+        r.config.update(tls_region_config(name, r.port))
+        r.config["tls-port"] = [p + TLS_PORT_OFFSET for p in r.ports]
+    return r.config != before
