@@ -326,6 +326,7 @@ KINDS: dict[str, str | dict[str, str | list[str]]] = {
     },
     "test_proto_stubs": PURE,
     "test_rdb": PURE,
+    "test_rdb_shards": EXTERNAL,
     "test_rdb_file": {
         "*": EXTERNAL,
         PURE: [

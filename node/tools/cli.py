@@ -16,12 +16,14 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
-from node.activeactive.cluster_config import GROUP_LIST_FILE, load, shard_dir
+from node.activeactive.cluster_config import GROUP_LIST_FILE, ClusterConfig, RegionSpec, load, shard_dir
 from node.interop.rdbfile import RdbFileError
 from node.persistence.promise import PromiseFileError
 from node.persistence.replay import LoadError
 from node.region.config import FSYNC_POLICIES, Config, ConfigError
+from node.region.slots import key_slot
 from node.region.supervision import (
     EXIT_FAIL_STOP,
     oom_detail,
@@ -104,11 +106,10 @@ def cmd_node(args: argparse.Namespace) -> int:
             print(f"{who}: {e}", file=sys.stderr)
             return 2
         sharded = ccfg.shards.sharded
-        if sharded and args.import_rdb:
-            print(f"{who}: --import is not available for a sharded database (each shard holds the keys of its "
-                  "slots only): import into the running region with a cluster client", file=sys.stderr)
-            return 2
         if sharded and args.shard is None:  # the region's supervisor: one child per shard (node/tools/shards.py)
+            if args.import_rdb and _a_shard_imports(args, ccfg, me) and \
+                    isinstance(_read_import(args.import_rdb, None), int):
+                return 2  # (said why) a shard would import an unreadable file: none is started to fail on it
             return run_shards(args, ccfg, me)
         if shard >= ccfg.shards.count:
             print(f"{who}: --shard {shard}: " + (f"the database has {ccfg.shards.count} shards (0-"
@@ -172,7 +173,10 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:  # sharded: shard K serves its metrics K ports above it
         cfg.set("metrics-port", _shard_port(args.metrics_port, shard) if sharded else args.metrics_port)
     who_short = f"braid [shard-{shard}]" if args.shard is not None else "braid"
-    importer = _node_import(args, cfg) if args.import_rdb else None
+    # a shard imports the keys of its own slots (each shard of the region reads the file)
+    owners = cluster[0].shards.owners() if sharded and cluster is not None else None
+    importer = _node_import(args, cfg, None if owners is None else (lambda key: owners[key_slot(key)] == shard),
+                            who) if args.import_rdb else None
     if isinstance(importer, int):
         return importer
     try:
@@ -236,27 +240,46 @@ def _ran_out_of_memory(server: Server, e: BaseException, who: str = "braid") -> 
     return EXIT_FAIL_STOP
 
 
-def _node_import(args: argparse.Namespace, cfg: Config):
+def _a_shard_imports(args: argparse.Namespace, ccfg: ClusterConfig, me: RegionSpec) -> bool:
+    """Will a shard of this region run ``--import`` (its append-only folder holds nothing yet)?"""
+    region_dir = os.path.abspath(args.data_dir or ccfg.region_data_dir(me) or "./data")
+    logs = str(ccfg.shard_settings(me).get("appenddirname", "appendonlydir"))
+    return any(not _holds_data(os.path.join(shard_dir(region_dir, ccfg.shards, k), logs))
+               for k in range(ccfg.shards.count))
+
+
+def _holds_data(log_dir: str) -> bool:
+    """Does a region's (or shard's) append-only folder hold anything (then it never imports)?"""
+    return os.path.isdir(log_dir) and bool(os.listdir(log_dir))
+
+
+def _read_import(path: str, mine: Callable[[bytes], bool] | None, who: str = "braid node") -> RdbImport | int:
+    """The file ``braid node --import`` names, read whole; or exit status 2, having said why not."""
+    try:
+        return RdbImport(path, 0, False, mine)
+    except OSError as e:
+        print(f"{who}: --import {path}: {e.strerror or e}", file=sys.stderr)
+    except RdbFileError as e:
+        print(f"{who}: --import {path}: not a valid RDB file: {e}", file=sys.stderr)
+    return 2
+
+
+def _node_import(args: argparse.Namespace, cfg: Config, mine: Callable[[bytes], bool] | None = None,
+                 who: str = "braid node"):
     """`braid node --import FILE.rdb`: None when the data directory already holds data (a restart: the
     streams were imported before); else the thread that restores the file's streams once the region
     serves, through its own client port (reported on stdout); or an exit status: 2 for an unreadable
     file or no plain port."""
-    log_dir = os.path.join(cfg["dir"], cfg["appenddirname"])
-    if os.path.isdir(log_dir) and os.listdir(log_dir):
-        print(f"braid node: --import {args.import_rdb}: not imported, the data directory holds data already",
+    if _holds_data(os.path.join(cfg["dir"], cfg["appenddirname"])):
+        print(f"{who}: --import {args.import_rdb}: not imported, the data directory holds data already",
               flush=True)
         return None
     if not int(cfg["port"]):
-        print("braid node: --import needs the plain client port (--port)", file=sys.stderr)
+        print(f"{who}: --import needs the plain client port (--port)", file=sys.stderr)
         return 2
-    try:
-        job = RdbImport(args.import_rdb, 0, False)
-    except OSError as e:
-        print(f"braid node: --import {args.import_rdb}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except RdbFileError as e:
-        print(f"braid node: --import {args.import_rdb}: not a valid RDB file: {e}", file=sys.stderr)
-        return 2
+    job = _read_import(args.import_rdb, mine, who)
+    if isinstance(job, int):
+        return job
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "*": "127.0.0.1"}.get(args.bind.split()[0], args.bind.split()[0])
     where = (host, int(cfg["port"]))
 
@@ -267,25 +290,34 @@ def _node_import(args: argparse.Namespace, cfg: Config):
         deadline = time.monotonic() + 60
         while True:  # until the region serves (it may be replaying its log first)
             try:
-                client = client_for(client_args, where)
+                client = client_for(client_args, where, follow_cluster=False)  # (its own keys only)
                 break
             except redis.ConnectionError as e:
                 if time.monotonic() > deadline:
-                    print(f"braid node: --import: the region did not answer: {e}", file=sys.stderr, flush=True)
+                    print(f"{who}: --import: the region did not answer: {e}", file=sys.stderr, flush=True)
                     return
                 time.sleep(0.1)
             except redis.RedisError as e:
-                print(f"braid node: --import: {e}", file=sys.stderr, flush=True)
+                print(f"{who}: --import: {e}", file=sys.stderr, flush=True)
                 return
+        said_waiting = False
         try:
-            job.restore(client)
+            while True:
+                try:
+                    job.restore(client)
+                    break
+                except redis.BusyLoadingError as e:  # LOADING: it takes writes once it caught up with its peers
+                    if not said_waiting:
+                        print(f"{who}: --import: waiting until the region takes writes ({e})", flush=True)
+                        said_waiting = True
+                    time.sleep(0.2)  # asking the region again; it does not say when it will take writes
         except redis.RedisError as e:
-            print(f"braid node: --import: {e} (after {len(job.imported)} streams)", file=sys.stderr, flush=True)
+            print(f"{who}: --import: {e} (after {len(job.imported)} streams)", file=sys.stderr, flush=True)
             return
         finally:
             client.close()
         lines = [job.header(), *job.report(f"{where[0]}:{where[1]}"), *job.refusals()]
-        print("\n".join(f"braid node: --import: {line}" for line in lines), flush=True)
+        print("\n".join(f"{who}: --import: {line}" for line in lines), flush=True)
 
     return threading.Thread(target=run, name="rdb-import", daemon=True)
 

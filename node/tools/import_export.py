@@ -1,6 +1,12 @@
 """``braid import`` and ``braid export``: the streams of a Redis RDB file RESTOREd into a server,
 and a server's streams DUMPed into an RDB file that redis-server loads (the file format is
-node/interop/rdbfile.py's).  :class:`RdbImport` also serves ``braid node --import-rdb``.
+node/interop/rdbfile.py's).  :class:`RdbImport` also serves ``braid node --import``.
+
+A server in cluster mode (a sharded Braid region, or a Redis Cluster) is reached with a
+cluster client: each RESTORE and DUMP goes to the node of its key's slot, and the export's
+SCAN visits every node, so one ``--into`` / ``--from`` address stands for the whole region.
+``braid node --import`` of a sharded region runs in each shard, which restores the keys of
+its own slots and names the rest as the other shards'.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from node.interop import rdb
 from node.interop.rdbfile import (
@@ -28,7 +35,10 @@ from node.tools.cli_args import host_port
 REPORT_NAMES = 5  # how many key names a report line shows
 
 
-def client_for(args: argparse.Namespace, where: tuple[str, int]):
+def client_for(args: argparse.Namespace, where: tuple[str, int], follow_cluster: bool = True):
+    """A redis-py client of the server at ``where``, as redis-cli's options say; one of a Redis
+    Cluster (a sharded Braid region, or Redis's own) when the server has cluster mode on and
+    ``follow_cluster``: each key's command goes to the node of its slot, SCAN goes to every node."""
     import redis  # redis-py: only the client subcommands need it, not `braid node`'s start-up
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -43,7 +53,19 @@ def client_for(args: argparse.Namespace, where: tuple[str, int]):
             kw.update(ssl_cert_reqs="none", ssl_check_hostname=False)
     client = redis.Redis(**kw)
     client.ping()  # a wrong address, password or certificate: one clear error before any work
-    return client
+    if not follow_cluster or str(client.info("cluster").get("cluster_enabled", 0)) != "1":
+        return client
+    client.close()
+    cluster = redis.RedisCluster(**kw)
+    cluster.ping(target_nodes=redis.RedisCluster.PRIMARIES)  # every node the one asked names
+    return cluster
+
+
+def server_version(client) -> str:
+    """The ``redis_version`` the server (a cluster's node asked first) reports."""
+    if hasattr(client, "get_default_node"):  # a cluster's client: INFO would ask every node
+        return str(client.info("server", target_nodes=client.get_default_node()).get("redis_version", ""))
+    return str(client.info("server").get("redis_version", ""))
 
 
 def _names(keys: list[bytes]) -> str:
@@ -68,7 +90,8 @@ def _client_options(p: argparse.ArgumentParser, role: str) -> None:
 class RdbImport:
     """One import: the file's keys sorted into the streams to RESTORE and what is only reported."""
 
-    def __init__(self, path: str, db: int, replace: bool) -> None:
+    def __init__(self, path: str, db: int, replace: bool, mine: Callable[[bytes], bool] | None = None) -> None:
+        """``mine``: which keys this import restores (a shard's: those of its slots), None: all."""
         self.path, self.replace = path, replace
         self.reader = RdbFileReader.open(path)
         self.records = list(self.reader.keys())  # the whole file first: a corrupt one sends nothing
@@ -81,12 +104,16 @@ class RdbImport:
         self.imported: list[bytes] = []
         self.existed: list[bytes] = []
         self.failed: list[tuple[bytes, str]] = []  # (key, the server's error)
+        self.elsewhere: list[bytes] = []  # streams of keys that are not ``mine``
+        self.restored_upto = 0  # to_send[:restored_upto] were sent and answered
         for r in self.records:
             if r.rdb_type not in STREAM_TYPES:
                 what = f"module value ({r.module_name})" if r.module_name else r.type_name
                 self.skipped.setdefault(what, []).append(r.key)
             elif r.db != db:
                 self.other_db.setdefault(r.db, []).append(r.key)
+            elif mine is not None and not mine(r.key):
+                self.elsewhere.append(r.key)
             elif r.expire_ms is not None and r.expire_ms <= now_ms:
                 self.expired.append(r.key)
             else:
@@ -95,9 +122,10 @@ class RdbImport:
                 self.to_send.append(r)
 
     def restore(self, client) -> None:
-        """RESTORE every stream, a hundred a round trip (a connection error propagates)."""
+        """RESTORE every stream, a hundred a round trip (a connection error propagates).  Called
+        again after an error, it goes on from the first batch whose replies it did not take."""
         extra = ("REPLACE",) if self.replace else ()
-        for start in range(0, len(self.to_send), 100):
+        for start in range(self.restored_upto, len(self.to_send), 100):
             batch = self.to_send[start:start + 100]
             pipe = client.pipeline(transaction=False)
             for r in batch:
@@ -110,6 +138,7 @@ class RdbImport:
                     self.existed.append(r.key)
                 else:
                     self.failed.append((r.key, str(reply)))
+            self.restored_upto = start + len(batch)
 
     def header(self) -> str:
         made_by = self.reader.aux.get(b"redis-ver", b"").decode("utf-8", "replace")
@@ -118,6 +147,9 @@ class RdbImport:
 
     def report(self, where: str) -> list[str]:
         lines = [f"imported {len(self.imported)} streams into {where}"]
+        if self.elsewhere:
+            lines.append(f"streams of the other shards' slots, imported by those shards: {len(self.elsewhere)}: "
+                         f"{_names(self.elsewhere)}")
         if self.existed:
             lines.append(f"already there, not replaced (--replace replaces them): {len(self.existed)}: "
                          f"{_names(self.existed)}")
@@ -208,7 +240,7 @@ def _export(args: argparse.Namespace, client, version: int | None, where: str) -
 
     try:
         names = sorted(set(client.scan_iter(count=1000, _type="stream")))  # SCAN may return a key twice
-        made_by = client.info("server").get("redis_version", "")
+        made_by = server_version(client)
     except redis.RedisError as e:
         print(f"braid export: {where}: {e}", file=sys.stderr)
         return 1
