@@ -357,6 +357,29 @@ def test_always_replies_only_after_the_fsync_and_clients_share_fsyncs(tmp_path, 
         assert 2 <= srv.call(lambda: srv.server.core.oplog.fsyncs) <= 3
 
 
+# ---------------------------------------------------------------- where a region's settings come from
+def test_a_regions_own_settings_in_the_cluster_file_hold_and_its_options_come_after_them():
+    """[regions.config]'s appendonly, appendfsync and enable-debug-command reach the region (the
+    file's top-level appendfsync is every region's, a region's own comes after it), and
+    `braid node`'s options, when given, come after the file."""
+    from node.testing import LocalCluster
+
+    own = {"appendonly": "no", "appendfsync": "always", "enable-debug-command": "local"}
+    with LocalCluster(1, settings=own) as cluster:
+        [c] = cluster.clients()
+        assert c.config_get("append*") | c.config_get("enable-debug-command") == {
+            "appendonly": "no", "appendfsync": "always", "appenddirname": "appendonlydir",
+            "enable-debug-command": "local"}
+        assert not os.path.exists(os.path.join(cluster.procs[0].data_dir, "appendonlydir"))  # nothing kept
+        c.close()
+    with LocalCluster(1, settings=own, extra_args=["--appendonly", "yes", "--appendfsync", "no",
+                                                   "--enable-debug-command", "no"]) as cluster:
+        [c] = cluster.clients()
+        assert c.config_get("appendonly") | c.config_get("appendfsync") | c.config_get("enable-debug-command") == {
+            "appendonly": "yes", "appendfsync": "no", "enable-debug-command": "no"}
+        c.close()
+
+
 # ---------------------------------------------------------------- a region of a cluster comes back
 def _xrange_ids(c, key) -> list:
     return [e[0] for e in c.xrange(key)]

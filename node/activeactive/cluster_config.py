@@ -142,8 +142,8 @@ DB_SETTING_DOCS: dict[str, str] = {
         "number so that two regions never make the same ID; `semi-strict` also full IDs; `liberal` Redis's own "
         "rule (two regions may then add the same ID)."),
     "appendfsync": (
-        "The cluster file's value is every region's at start (a region's `--appendfsync` overrides it); "
-        "`braid-admin tune` changes it at every region and in every region's file."),
+        "The cluster file's value is every region's at start (a region's `[regions.config]` or "
+        "`--appendfsync` overrides it); `braid-admin tune` changes it at every region and in every region's file."),
     "maxmemory": (
         "The cluster file's value is every region's memory limit at start (a region's `[regions.config]` may set "
         "its own); `braid-admin tune` changes it at every region and in every region's file."),

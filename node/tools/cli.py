@@ -143,8 +143,10 @@ def cmd_node(args: argparse.Namespace) -> int:
     os.makedirs(args.data_dir, exist_ok=True)
     args.bind = args.bind or "127.0.0.1"
     cfg = Config(port=args.port, bind=args.bind, dir=os.path.abspath(args.data_dir))
-    if cluster:  # the database's memory limit ([regions.config] may set another for one region)
+    if cluster:  # the database's memory limit and fsync policy ([regions.config] may set others for one region)
         cfg.set("maxmemory", cluster[0].maxmemory)
+        if cluster[0].appendfsync:
+            cfg.set("appendfsync", cluster[0].appendfsync)
         for name, value in cluster[0].shard_settings(cluster[1]).items():
             try:  # the cluster file's [regions.config] (the command line's options come after it)
                 cfg.set(name, cfg.parse(name, str(value).encode(), starting=True))
@@ -154,11 +156,13 @@ def cmd_node(args: argparse.Namespace) -> int:
                 return 2
     if args.requirepass:
         cfg.set("requirepass", args.requirepass)
-    cfg.set("appendonly", args.appendonly == "yes")
-    cfg.set("enable-debug-command", args.enable_debug_command)
-    fsync = args.appendfsync or (cluster[0].appendfsync if cluster else None)
-    if fsync:
-        cfg.set("appendfsync", fsync)
+    # the command line's options come after the file, when given
+    if args.appendonly is not None:
+        cfg.set("appendonly", args.appendonly == "yes")
+    if args.enable_debug_command is not None:
+        cfg.set("enable-debug-command", args.enable_debug_command)
+    if args.appendfsync:
+        cfg.set("appendfsync", args.appendfsync)
     given = [(name, getattr(args, _dest(name))) for name in TLS_OPTIONS if getattr(args, _dest(name)) is not None]
     for name, value in given:
         if name == "tls-port" and sharded:  # shard 0's: shard K's is K above it (as in the cluster file)
@@ -388,11 +392,13 @@ def main(argv: list[str] | None = None) -> int:
                         "each). Without it, a region of a sharded database ([shards] in the cluster file) runs as "
                         "a supervisor: one braid node --shard K process per shard, each restarted when it exits, "
                         "their log lines tagged shard-K on this process's output")
-    p.add_argument("--appendonly", choices=["yes", "no"], default="yes",
-                   help="keep the operation log in DATA_DIR/appendonlydir (default yes)")
-    p.add_argument("--enable-debug-command", choices=["no", "yes", "local"], default="no",
+    p.add_argument("--appendonly", choices=["yes", "no"],
+                   help="keep the operation log in DATA_DIR/appendonlydir (default: the cluster file's "
+                        "[regions.config] appendonly, else yes)")
+    p.add_argument("--enable-debug-command", choices=["no", "yes", "local"],
                    help="allow DEBUG's fault injection (clock skew, slow fsync, full disk), as chaos tests do; "
-                        "local: from loopback connections only (default no)")
+                        "local: from loopback connections only (default: the cluster file's [regions.config] "
+                        "enable-debug-command, else no)")
     p.add_argument("--import", dest="import_rdb", metavar="FILE.rdb",
                    help="on a first start (nothing in the append-only directory yet), restore the streams of this "
                         "Redis RDB file once the region serves, as braid import does (the report goes to stdout); "
