@@ -16,7 +16,8 @@ def test_wait_answers_are_traced_with_the_regions_counted():
     assert outcome.ok, [v.render() for v in outcome.verdicts if not v.ok]
     answers = [line for line in outcome.trace if re.search(r" WAIT \d+ \d+( \(timed out\))? -> \d+ \(", line)]
     assert any(re.search(r"-> [1-9] \(r\d", line) for line in answers), answers
-    assert any(re.search(r"wait: \d+ WAIT\(s\) answered, [1-9]\d* confirmed", line) for line in outcome.trace)
+    assert any(re.search(r"wait: \d+ WAIT\(s\) and WAITAOF\(s\) answered, [1-9]\d* confirmed", line)
+               for line in outcome.trace)
 
 
 def test_a_leaving_region_is_not_counted():
@@ -47,3 +48,18 @@ def test_a_peer_holding_records_behind_an_unsaved_image_is_not_counted_from_its_
     assert any("link 2-4 up (connection 12): hello vv 1:13,2:25,3:10, welcome vv 1:16,2:25" in line
                for line in outcome.trace)
     assert any(line.endswith("r2 WAIT 3 200 (timed out) -> 0 (none) for 2.25") for line in outcome.trace)
+
+
+def test_waitaof_answers_count_the_regions_with_the_write_on_disk():
+    """WAITAOF in the simulation: answers name the regions whose acks said the write is on their
+    disk; under ``appendfsync no`` a WAITAOF with numlocal 1 has its own fsync (the region does
+    none otherwise), so its local count is 1; and the check counts what it confirmed on disk."""
+    outcome = run_sim(SimConfig(seed=1))
+    assert outcome.ok, [v.render() for v in outcome.verdicts if not v.ok]
+    assert any(re.search(r" WAITAOF [01] \d+ \d+( \(timed out\))? -> \[1, [1-9]\] \(r\d", line)
+               for line in outcome.trace)
+    assert any(re.search(r"confirmed at 1 region or more \([1-9]\d* of them on disk, by WAITAOF\)", line)
+               for line in outcome.trace)
+    no_fsync = run_sim(SimConfig(seed=10, fsync="no"))
+    assert no_fsync.ok, [v.render() for v in no_fsync.verdicts if not v.ok]
+    assert any(re.search(r" WAITAOF 1 \d+ \d+( \(timed out\))? -> \[1, \d\]", line) for line in no_fsync.trace)

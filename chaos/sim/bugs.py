@@ -99,6 +99,11 @@ handshake        it holds (``hub.peer_acked``: what it applied),
                  records back behind a full-resync image's
                  snapshot counts for operations a SIGKILL there
                  would lose
+waitaof-counts-  WAITAOF counts what a peer's acks said it holds   wait
+written          (what its log handed to its OS), not what they
+                 said is on its disk (``Ack.synced``): a crash of
+                 that peer's machine may lose what WAITAOF
+                 promised was on it
 ===============  ================================================  ===============
 
 lone-unheld and withdraw-forgets need the lone fault (not in the default set).
@@ -265,6 +270,12 @@ def _holders_by_handshake(self, n: int, on_disk: bool = False) -> list[int]:
             if peer != me and peer in hub.links and not hub.is_cut(peer) and acked.get(peer, {}).get(me, 0) >= n]
 
 
+def _holders_on_disk_by_what_was_written(self, n: int, on_disk: bool = False) -> list[int]:
+    """WAITAOF counts what peers' acks said they hold (handed to their OS), not what is on their disks."""
+    return _real_holders(self, n, False)
+
+
+_real_holders = ActiveActive.holders
 _real_remove_upto = ops._remove_upto
 
 BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
@@ -292,6 +303,7 @@ BUGS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "oom-drops-remote": ("exceptions", [(RegionCore, "apply_remote_run", _drop_remote_over_limit)]),
     "wait-counts-sent": ("wait", [(ActiveActive, "holders", _holders_once_sent)]),
     "wait-counts-handshake": ("wait", [(ActiveActive, "holders", _holders_by_handshake)]),
+    "waitaof-counts-written": ("wait", [(ActiveActive, "holders", _holders_on_disk_by_what_was_written)]),
 }
 # fault kinds besides the default ones
 NEEDS_FAULTS = {"no-resync": ("backlog",), "image-unsaved": ("backlog",), "lone-unheld": ("lone",),

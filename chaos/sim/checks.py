@@ -608,7 +608,7 @@ def check_read_only(sim: Simulation) -> Verdict:
 
 
 def check_wait(sim: Simulation) -> Verdict:
-    """WAIT's promise: if WAIT answered k for a client's operation (origin, n), the k regions
+    """WAIT's and WAITAOF's promise: if WAIT answered k for a client's operation (origin, n), the k regions
     it counted held it then (checked as WAIT answered: chaos/sim/waits.py), and it is never
     lost while one of them stays a member, whatever becomes of its origin (a crash, a forced
     removal).  So every live member holds it at the end, byte for byte under its dot.
@@ -622,7 +622,9 @@ def check_wait(sim: Simulation) -> Verdict:
     origin may have minted the number again since, so holding is by the bytes under the
     dot).  A process crash (SIGKILL, a fail-stop, a shard's process, every crash under
     ``appendfsync no``) or a clean stop never excuses it: WAIT counts only what a region's
-    operation log handed to its OS."""
+    operation log handed to its OS.  WAITAOF promises more: where it counted a region (or
+    the origin, for its numlocal 1) as having the operation on disk, a crash of that
+    region's machine does not excuse the loss either - only a restore or a salvage does."""
     waits = sim.waits
     problems = list(waits.problems)
     regions = members(sim)
@@ -641,7 +643,9 @@ def check_wait(sim: Simulation) -> Verdict:
         held = "another operation" if any(dot in logs[n] for n in bad) else "nothing"
         problems.append(f"{c.command} answered {len(c.holders)} ({', '.join(f'r{h}' for h in c.holders)}) for "
                         f"{c.origin}.{c.n} ({_op(c.op)}) at t={c.at}: regions {bad} hold {held} under that dot")
-    sim.sched.log(f"wait: {waits.answers} WAIT(s) answered, {len(waits.confirmed)} confirmed at 1 region or more"
+    on_disk = sum(c.on_disk for c in waits.confirmed)
+    sim.sched.log(f"wait: {waits.answers} WAIT(s) and WAITAOF(s) answered, {len(waits.confirmed)} confirmed at 1 "
+                  f"region or more ({on_disk} of them on disk, by WAITAOF)"
                   + (f", {excused} of them lost with every region that held them, as faults allow" if excused else ""))
     return _verdict("wait", problems, "an operation WAIT counted regions for was lost while one of them "
                                       "kept it, or was counted where it was not")

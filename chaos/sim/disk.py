@@ -316,10 +316,11 @@ def read_back(file: SimFile) -> tuple[list[tuple[int, int, bytes]], int]:
     return records, cut
 
 
-def held_vv(file: SimFile, region: int) -> dict[int, int]:
+def held_vv(file: SimFile, region: int, on_platter: bool = False) -> dict[int, int]:
     """The version vector of what ``file`` holds (its snapshot and its valid records), read by
-    the real decoders: what a region starting from it would hold before it hears from peers."""
-    data = file.contents()
+    the real decoders: what a region starting from it would hold before it hears from peers.
+    ``on_platter``: only what is on disk (fsynced), which a crash of the machine keeps."""
+    data = bytes(file.durable) if on_platter else file.contents()
     records, _torn, _damage = scan_bytes(data, closed_cleanly=False)
     vv: dict[int, int] = {}
     after = 0
@@ -355,6 +356,8 @@ class SimOperationLog(DurabilityRules):
         self.on_durable: Callable[[int], None] | None = None
         self.replicating = False
         self.fsyncing: int | None = None   # the record an fsync in flight will cover
+        # (record, callback) of after_sync: called once an fsync covered the record
+        self.sync_waiters: list[tuple[int, Callable[[], None]]] = []
         self._buffer: list[bytes] = []
         self._durable_told = records
         self.may_have_lost = False  # set by the region: it recovers before it mints (core.attach_log)
@@ -407,6 +410,22 @@ class SimOperationLog(DurabilityRules):
             return None
         self.fsyncing = self.written
         return self.fsyncing
+
+    def after_sync(self, record: int, callback: Callable[[], None], expired: Callable[[], None] | None = None,
+                   expire_after: float = 0.0) -> None:
+        """``OperationLog.after_sync`` (WAITAOF with numlocal 1): ``callback`` once records up to
+        ``record`` are on disk, whatever the policy - :attr:`fsync_asked` makes the region's next
+        end of turn start an fsync.  (A simulated disk never fails an fsync: ``expired`` is never
+        called.)"""
+        if self.synced >= record:
+            callback()
+        else:
+            self.sync_waiters.append((record, callback))
+
+    @property
+    def fsync_asked(self) -> bool:
+        """Does a caller of :meth:`after_sync` wait for an fsync (one starts even under ``no``)?"""
+        return bool(self.sync_waiters)
 
     @property
     def size(self) -> int:
@@ -467,3 +486,7 @@ class SimOperationLog(DurabilityRules):
         self.file.fsync()
         self.synced = max(self.synced, target or 0)
         self._tell_durable()
+        ready = [callback for record, callback in self.sync_waiters if record <= self.synced]
+        self.sync_waiters = [(record, callback) for record, callback in self.sync_waiters if record > self.synced]
+        for callback in ready:
+            callback()

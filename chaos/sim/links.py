@@ -55,10 +55,12 @@ class SimLink:
         return self.state.position
 
     def acknowledge(self, received: int = 0, pace: object = None) -> None:
-        """The hub asks for an ack: the records were written, or an fsync ended.  A simulated
-        ack carries no ``Ack.synced`` (WAITAOF is not simulated), so one goes only while the
-        last one said less than the region applied: the peer learns of this region's own
-        operations from the batches."""
+        """The hub asks for an ack: the records were written, or an fsync ended.  One goes only
+        while the last one said less than the region applied: the peer learns of this region's
+        own operations from the batches.  Every ack carries what is on this region's disk
+        (``Ack.synced``, which WAITAOF counts), but an fsync alone sends none (the real link
+        sends one then): the peer learns of it with the next, so WAITAOF's count rises here
+        later than over a real link, never sooner (and the schedules stay what they were)."""
         if self.said_less:
             self.links.ack(self.region, self.peer)
 
@@ -282,7 +284,7 @@ class Links:
             return
         vv = self.acknowledged(region)
         link.ack_short = link.said_less = vv is not region.causal.vv
-        self.send(region.number, peer, ("ack", dict(vv)))
+        self.send(region.number, peer, ("ack", dict(vv), dict(region.aa.hub.synced_vv)))
 
     def acknowledged(self, region: SimRegion) -> dict[int, int]:
         """What an ack of ``region`` says now (the caller copies what it keeps)."""
@@ -320,12 +322,14 @@ class Links:
             return  # the connection it travelled on is closed
         region = self.regions[b]
         link = region.links[a]
-        kind, body = frame
+        kind, body = frame[0], frame[1]
         if kind == "ack":
             self.relay_hold(b, a).on_ack(link.acked, body, self.sched.now / 1000)  # before acked rises
             raised = link.on_ack(body)
-            if region.aa.hub.ack_said(a, body) or raised:  # as Link.on_ack
-                self.waits.progressed(region)  # a client in WAIT there may have its count
+            said = region.aa.hub.ack_said(a, body)
+            synced = region.aa.hub.ack_said(a, frame[2], on_disk=True)
+            if said or synced or raised:  # as Link.on_ack
+                self.waits.progressed(region)  # a client in WAIT or WAITAOF there may have its count
             return
         if kind == "image":
             self.install_image(region, a, *body)

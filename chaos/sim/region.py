@@ -255,7 +255,7 @@ class SimRegion:
     def after_writing(self, fsync_wanted: bool) -> None:
         """The rest of :meth:`end_turn` once ``RegionCore.end_turn`` handed this turn's records to
         the OS and said whether it wants an fsync (a link acks in between: links.py, ``ack``)."""
-        if fsync_wanted:
+        if fsync_wanted or self.core.oplog.fsync_asked:  # (an fsync WAITAOF asked for: under any policy)
             target = self.core.oplog.begin_fsync()
             if target is not None:
                 self.fsync_own_n = self.own_n()
@@ -268,6 +268,7 @@ class SimRegion:
         core = self.core
         core.oplog.fsync_done()
         self.sim.promise(self, self.fsync_own_n, f"fsync at t={self.sim.sched.now}")
+        self.sim.waits.progressed(self)  # a client in WAITAOF 1 may have its local count
         ready = [h for h in self.held if core.may_release(h[0])]
         self.held = [h for h in self.held if not core.may_release(h[0])]
         for _needs, callback, reply in ready:
