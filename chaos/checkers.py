@@ -62,6 +62,12 @@ any acknowledged write - unless at least k of the *other* regions were removed b
 force too (any k of them may have been the ones that counted).  In a run with one
 forced removal every WAIT-confirmed write of the removed region must survive.  The
 **forced removals** verdict fails when one is missing, and counts them either way.
+
+Read your writes.  ``BRAID.WAITFOR token`` answers 1 once the region it is sent to has
+applied every write the token names, so the entry the reader wrote at another region
+is there: **read your writes** fails for a ``read-own`` op (the XRANGE by its ID on
+the same connection, right after) that did not find it, and counts the reads and
+the BRAID.WAITFORs that timed out.
 """
 
 from __future__ import annotations
@@ -311,12 +317,25 @@ def forced_removals(history: History, excused: list[Op], final: Dump) -> Verdict
     return Verdict("forced removals", not lost, f"{'; '.join(parts)}: {cost}; {kept}", problems)
 
 
+def read_own_writes(history: History) -> Verdict:
+    """A write read at another region after ``BRAID.WAITFOR`` answered 1 there was found."""
+    reads = history.select("read-own", outcome=OK)
+    waited = history.select("waitfor", outcome=OK)
+    problems = [f"{op.process} wrote {op.args.get('payload')} ({op.args.get('id')}) at region "
+                f"{op.args.get('origin')}; BRAID.WAITFOR {op.args.get('token')} answered 1 at region {op.region}, "
+                f"whose XRANGE then lacked it (t={op.t1:.2f}s)" for op in reads if op.value != "found"]
+    timed_out = sum(1 for op in waited if str(op.value) != "1")
+    return _verdict("read your writes", problems, f"{len(reads)} write(s) read at another region after "
+                                                  f"BRAID.WAITFOR answered 1 there, each found "
+                                                  f"({timed_out} BRAID.WAITFOR timed out)")
+
+
 def check_all(history: History, dumps: dict[int, Dump | None]) -> list[Verdict]:
     history, excused = excuse_forced(history)
     verdicts = [convergence(dumps)]
     final = next((d for _r, d in sorted(dumps.items()) if d is not None), {})
     verdicts += [lost_writes(history, final), observed_remove(history, final), delete_wins(history, final),
-                 strict_ids(history), never_skips(history, final), idmp(history, final)]
+                 strict_ids(history), never_skips(history, final), idmp(history, final), read_own_writes(history)]
     if history.forced:
         verdicts.append(forced_removals(history, excused, final))
     return verdicts
@@ -413,7 +432,7 @@ def check_all_sharded(history: History, by_shard: ByShard, owners: bytes) -> lis
     final = next((d for r in regions if (d := merged(by_shard, owners, r)) is not None), {})
     verdicts = [convergence_by_shard(by_shard), placement(judged, by_shard, owners),
                 lost_writes(judged, final), observed_remove(judged, final), delete_wins(judged, final),
-                strict_ids(judged), never_skips(judged, final), idmp(judged, final)]
+                strict_ids(judged), never_skips(judged, final), idmp(judged, final), read_own_writes(judged)]
     if any(f.kind == "shard-kill" for f in history.faults):
         verdicts.append(shard_kills(history))
     if history.forced:

@@ -78,12 +78,21 @@ def _wait_counts_all() -> None:
     ActiveActive.regions_holding = every_live_peer
 
 
+def _waitfor_at_once() -> None:
+    """BRAID.WAITFOR answers 1 at once, whether the region applied the token's writes or not (the
+    token is read as naming none): a client reading its own write there next may not find it."""
+    from node.commands import waits
+
+    waits.parse_token = lambda arg: {}
+
+
 BUGS = {
     "strict-dup": (_strict_dup, "unique IDs"),
     "skip-late": (_skip_late, "XREADGROUP never skips"),
     "lost-delete": (_lost_delete, "convergence"),
     "no-start-gate": (_no_start_gate, "convergence"),
     "wait-counts-all": (_wait_counts_all, "forced removals"),
+    "waitfor-at-once": (_waitfor_at_once, "read your writes"),
 }
 
 

@@ -14,7 +14,8 @@ key                   written by, and what is checked there
                       (their entries are claimed later).  Checked: no
                       acknowledged entry lost, IDs unique, ``>`` never skipped
                       one; a WAIT-confirmed one survives the forced removal of
-                      its region.
+                      its region.  The reader's XADDs too, each read at another
+                      region once ``BRAID.WAITFOR`` said it was applied there.
 ``chaos:idmp``        IDMP producers: XADD IDMP with retries of the same iid, after a
                       timeout or an error, to *another* region.  Checked: every
                       acknowledged iid is there exactly once.
@@ -49,6 +50,11 @@ connection's acknowledged XADDs that no earlier WAIT confirmed (answered 1 or
 more).  ``WAIT_TIMEOUT_MS`` stays below the client's socket timeout, so a WAIT
 that reaches its timeout is answered, not cut off.
 
+The reader checks that a client can read its own writes at another region: after its
+XADD at one region it takes the connection's ``BRAID.TOKEN``, sends ``BRAID.WAITFOR
+token timeout`` to another active region and, once that answered 1, reads the entry
+there by its ID on the same connection (the ``read-own`` op: ``found`` or ``missing``).
+
 Clients never retry by themselves (redis-py's retries are switched off): a
 retry would be a second operation the history does not know about.
 
@@ -78,6 +84,7 @@ KEYS = (LOG, IDMP, CHURN, TRIMMED, GROUPS)
 SPREAD = "chaos:spread:"  # sharded runs: keys of producers that give every shard writes
 GROUP = "g"
 WAIT_TIMEOUT_MS = 500  # a waiter's WAIT timeout: below connect()'s 2 s socket timeout
+READ_OWN_TIMEOUT_MS = 500  # the reader's BRAID.WAITFOR timeout: the same bound
 MODES = ("strict", "semi-strict")
 
 
@@ -288,6 +295,43 @@ class Waiter(Worker):
             mine[1].clear()
 
 
+class Reader(Worker):
+    """Read your writes at another region: XADD a unique payload to chaos:log at a random active
+    region, take that connection's ``BRAID.TOKEN``, send ``BRAID.WAITFOR token`` to another active
+    region, and once it answered 1 read the entry there by its ID (``XRANGE``), recorded as a
+    ``read-own`` op: ``found``, or ``missing`` (module doc)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.count = 0
+
+    def step(self) -> None:
+        self.count += 1
+        payload, home = f"{self.name}-{self.count}", self.rng.choice(self.regions)
+        used: list[redis.Redis] = []
+
+        def xadd(c: redis.Redis) -> str:
+            used.append(c)
+            return _text(c.execute_command("XADD", LOG, "*", "v", payload))
+
+        outcome, entry_id = self.call("xadd", home, LOG, xadd, payload=payload)
+        others = [r for r in self.regions if r != home]
+        if outcome != OK or not others:
+            return
+        # on the connection of the XADD (an error would have replaced it: then no token is asked)
+        outcome, token = self.call("token", home, LOG, lambda c: _text(c.execute_command("BRAID.TOKEN"))
+                                   if c is used[0] else "another connection")
+        if outcome != OK or token == "another connection":
+            return
+        there = self.rng.choice(others)
+        outcome, applied = self.call("waitfor", there, LOG, lambda c: c.execute_command(
+            "BRAID.WAITFOR", token, READ_OWN_TIMEOUT_MS), token=token, origin=home, timeout_ms=READ_OWN_TIMEOUT_MS)
+        if outcome != OK or int(applied) != 1:
+            return
+        self.call("read-own", there, LOG, lambda c: "found" if c.execute_command("XRANGE", LOG, entry_id, entry_id)
+                  else "missing", id=entry_id, payload=payload, origin=home, token=token)
+
+
 class IdmpProducer(Worker):
     """XADD IDMP to chaos:idmp; a failed or unknown attempt is retried with the same iid elsewhere."""
 
@@ -445,6 +489,8 @@ def start_workers(seed: int, history: History, addresses: dict[int, tuple[str, i
         workers.append(Waiter(f"waiter-{i}", wanted=wanted, **common))
     for i in range(consumers):
         workers.append(Consumer(f"consumer-{i}", home=regions[(i + 1) % len(regions)], **common))
+    if len(members.addresses) > 1:  # (another region to read at)
+        workers.append(Reader("reader", **common))
     workers += [IdmpProducer("idmp-0", **common), IdmpProducer("idmp-1", **common),
                 Churner("churner", key=CHURN, dels=True, **common),
                 Churner("trimmer", key=TRIMMED, dels=False, **common),

@@ -255,6 +255,20 @@ def _writes(c) -> bool:
         return False
 
 
+def test_a_write_read_at_another_region_after_waitfor_must_be_found():
+    wrote = op("xadd", LOG, 1, 1.0, 1.1, value="1-1", payload="reader-1")
+    waited = op("waitfor", LOG, 2, 1.2, 1.3, value=1, token="1:1", origin=1)
+    timed_out = op("waitfor", LOG, 3, 1.2, 1.8, value=0, token="1:2", origin=1)
+    found = op("read-own", LOG, 2, 1.3, 1.4, value="found", id="1-1", payload="reader-1", origin=1, token="1:1")
+    verdict = checkers.read_own_writes(history(wrote, waited, timed_out, found))
+    assert verdict.ok and verdict.summary.startswith("1 write(s) read at another region") and \
+        "(1 BRAID.WAITFOR timed out)" in verdict.summary
+    missing = op("read-own", LOG, 2, 1.3, 1.4, value="missing", id="1-1", payload="reader-1", origin=1, token="1:1")
+    verdict = checkers.read_own_writes(history(wrote, waited, missing))
+    assert not verdict.ok and "BRAID.WAITFOR 1:1 answered 1 at region 2, whose XRANGE then lacked it" in \
+        verdict.problems[0]
+
+
 def test_forced_removal_excuses_only_writes_that_may_lie_beyond_the_frozen_point():
     h = history(op("xadd", LOG, 5, 1.0, 1.1, value="1-5", payload="early"),
                 op("xadd", LOG, 5, 3.0, 3.1, value="2-5", payload="late"),
@@ -327,7 +341,9 @@ def test_short_live_run_passes_and_reports(tmp_path):
     paths = report.write_all(result, str(tmp_path / "report"))
     with open(paths["json"]) as f:
         data = json.load(f)
-    assert data["verdict"] == "pass" and len(data["verdicts"]) == 7 and data["stats"]["operations"]
+    assert data["verdict"] == "pass" and len(data["verdicts"]) == 8 and data["stats"]["operations"]
+    own = next(v for v in data["verdicts"] if v["name"] == "read your writes")  # reads at another region
+    assert own["ok"] and not own["summary"].startswith("0 write(s)"), own
     assert data["full_history"] is None and "history" not in paths  # a passing run keeps only the summary
     killed = {r for f in result.history.faults if f.kind == "kill" and "not injected" not in f.detail
               for r in f.targets}
@@ -397,7 +413,8 @@ def test_membership_is_refused_where_regions_cannot_be_added(tmp_path, capsys):
     assert "the membership fault needs regions it can start during the run" in out
 
 
-@pytest.mark.parametrize("bug, checker", [("lost-delete", "convergence"), ("strict-dup", "unique IDs")])
+@pytest.mark.parametrize("bug, checker", [("lost-delete", "convergence"), ("strict-dup", "unique IDs"),
+                                         ("waitfor-at-once", "read your writes")])
 def test_a_planted_bug_fails_its_checker(tmp_path, bug, checker):
     result = _live(tmp_path, seed=4, duration=12, faults=["one-way", "link-faults"], bug=bug)
     failed = {v.name for v in result.verdicts if not v.ok}
