@@ -236,7 +236,6 @@ def next_region_name(cfg) -> str:
     return f"region-{n}"
 
 
-
 def next_region_ports(cfg) -> tuple[list[int], list[int]]:
     """The client and replication ports of a region added to a local cluster, one per shard:
     shard 0's client port one above the highest shard-0 port the file ever listed (a removed
