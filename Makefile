@@ -100,8 +100,9 @@ test: deps venv
 
 TEST_PYTEST := BRAID_EXPECT_COMPILED=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest --durations=15
 
-TEST_LANE_FILES := tests/test_chaos.py tests/test_docker.py tests/test_deploy.py tests/test_netns.py tests/test_k8s.py \
-                   tests/test_mixed_versions.py tests/test_pipeline.py tests/test_pipeline_shards.py tests/test_tour_spark.py
+TEST_LANE_FILES := tests/test_chaos.py tests/test_chaos_shards.py tests/test_docker.py tests/test_deploy.py \
+                   tests/test_netns.py tests/test_k8s.py tests/test_mixed_versions.py tests/test_pipeline.py \
+                   tests/test_pipeline_shards.py tests/test_tour_spark.py
 
 .PHONY: test-pure test-lane test-rest
 test-pure:

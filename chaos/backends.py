@@ -278,6 +278,10 @@ class ProcessBackend(Backend):
         self._retire(region)
         return out
 
+    def frozen_per_shard(self, region: int) -> list[int] | None:
+        """A sharded region removed by force: the frozen point of each shard group (None: unsharded)."""
+        return None
+
     def force_remove_region(self, region: int) -> tuple[str, int]:
         """SIGKILL the region (if it still runs), then braid-admin region remove --force.  Returns
         braid-admin's report and the frozen point."""

@@ -51,7 +51,9 @@ operation it made) was at most the frozen point: such writes are checked like ev
 other.  The others (possibly beyond) are *excused*: the rules treat them as of
 unknown outcome, and the **forced removals** verdict reports how many there were and
 how many of them are indeed missing - the expected cost of asynchronous replication,
-not a failure.
+not a failure.  A sharded region is removed by each shard group on its own, frozen at
+each group's point: a write is judged by its shard's frozen point and that shard's own
+count (``History.forced_shards``, ``History.shard_samples``).
 
 WAIT.  A waiter's ``wait`` op answered k for the writes it ``covers`` (every write of
 its connection before it): they were applied at k other regions then, and a forced
@@ -270,16 +272,21 @@ def excuse_forced(history: History) -> tuple[History, list[Op]]:
     frozen point and that no WAIT vouches for marked unknown (``info``), and those writes."""
     if not history.forced:
         return history, []
-    own = defaultdict(list)  # region -> [(t, its own operation count)]
-    for s in history.samples:
+    # (region, shard or None) -> [(t, its own operation count)]: a sharded region's groups count
+    # their own operations and were frozen each at its own point, so a write is judged by its shard's
+    own = defaultdict(list)
+    for s in [*history.samples, *history.shard_samples]:
         if s.region in history.forced and s.reachable:
-            own[s.region].append((s.t, s.vv.get(s.region, 0)))
+            own[(s.region, s.shard)].append((s.t, s.vv.get(s.region, 0)))
     confirmed = wait_confirmed(history)
     excused, ops = [], []
     for op in history.ops:
-        frozen = history.forced.get(op.region)
+        frozen, series = history.forced.get(op.region), own[(op.region, None)]
+        per_shard, shard = history.forced_shards.get(op.region), op.args.get("shard")
+        if per_shard is not None and shard is not None:
+            frozen, series = per_shard[shard], own[(op.region, shard)]
         if frozen is not None and op.outcome == OK and op.f in WRITES and \
-                not any(t >= op.t1 and n <= frozen for t, n in own[op.region]) and \
+                not any(t >= op.t1 and n <= frozen for t, n in series) and \
                 not _vouched(op, confirmed, history.forced):
             excused.append(op)
             op = Op(op.process, op.f, op.region, op.key, op.t0, op.t1, INFO, "excused: removed by force",
@@ -288,6 +295,7 @@ def excuse_forced(history: History) -> tuple[History, list[Op]]:
     judged = History()
     judged.ops, judged.faults, judged.samples = ops, history.faults, history.samples
     judged.marks, judged.forced, judged.start = history.marks, history.forced, history.start
+    judged.forced_shards, judged.shard_samples = history.forced_shards, history.shard_samples
     return judged, excused
 
 
@@ -301,7 +309,9 @@ def forced_removals(history: History, excused: list[Op], final: Dump) -> Verdict
     vouched = [op for op in history.select("xadd", key=LOG, outcome=OK)
                if op.region in history.forced and _vouched(op, confirmed, history.forced)]
     lost = [op for op in vouched if op.value not in log]
-    parts = [f"region {r} frozen at {n}" for r, n in sorted(history.forced.items())]
+    parts = [f"region {r} frozen at {n}" if r not in history.forced_shards else
+             f"region {r} frozen at {' / '.join(map(str, history.forced_shards[r]))} (shard by shard)"
+             for r, n in sorted(history.forced.items())]
     cost = (f"{len(missing)} unconfirmed write(s) of the removed region(s) lost from {LOG}/{IDMP} (allowed: "
             f"asynchronous; {len(excused)} acknowledged possibly beyond the frozen point, excused)")
     if lost:

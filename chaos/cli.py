@@ -83,7 +83,8 @@ def _backend(args):
     if args.shards > 1:
         from .shards import ShardedProcessBackend
 
-        return ShardedProcessBackend(args.regions, workdir, args.shards, args.fsync, args.bug, args.seed), workdir
+        return ShardedProcessBackend(args.regions, workdir, args.shards, args.fsync, args.bug, args.seed,
+                                     membership="membership" in args.faults), workdir
     return backends.ProcessBackend(args.regions, workdir, args.fsync, args.bug, args.seed,
                                    membership="membership" in args.faults), workdir
 
@@ -110,8 +111,6 @@ def _shards_refused(args: argparse.Namespace) -> str | None:
                 "process backend (braid-chaos run --shards N without --backend or --cluster)")
     if args.faults is not None and "shard-kill" in args.faults and args.shards < 2:
         return "the shard-kill fault kills one shard process of a region: it needs --shards 2 or more"
-    if args.faults is not None and "membership" in args.faults and args.shards > 1:
-        return "the membership fault cannot add a region to a sharded database yet: leave out --shards"
     return None
 
 
@@ -141,8 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             return 2
-        console.print(f"(no membership changes with {where}: only the process backend adds regions)" if args.shards < 2
-                      else "(no membership changes with sharded regions: a region cannot join a sharded database yet)")
+        console.print(f"(no membership changes with {where}: only the process backend adds regions)")
     where = "attached" if args.cluster else args.backend
     if args.backend == "netns":
         where += f", {args.wan_delay * 1000:g} ms one way between regions"

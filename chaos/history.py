@@ -57,6 +57,7 @@ class Sample:
     region: int
     reachable: bool
     vv: dict[int, int]
+    shard: int | None = None  # a sharded run's sample of one shard (None: the region's, its shards summed)
 
 
 class History:
@@ -69,6 +70,10 @@ class History:
         self.samples: list[Sample] = []
         self.marks: dict[str, float] = {}  # phase changes: healed, converged, ...
         self.forced: dict[int, int] = {}   # region removed by force -> its frozen point (the last op kept)
+        # a sharded run: region removed by force -> the frozen point of each shard group (shard 0's is forced's)
+        self.forced_shards: dict[int, list[int]] = {}
+        # a sharded run: each shard's own sample (the checkers judge a forced removal shard by shard)
+        self.shard_samples: list[Sample] = []
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -92,9 +97,10 @@ class History:
     def healed(self, fault: Fault) -> None:
         fault.t1 = self.now()
 
-    def sample(self, region: int, reachable: bool, vv: dict[int, int]) -> None:
+    def sample(self, region: int, reachable: bool, vv: dict[int, int], shard: int | None = None) -> None:
         with self._lock:
-            self.samples.append(Sample(self.now(), region, reachable, dict(vv)))
+            (self.samples if shard is None else self.shard_samples).append(
+                Sample(self.now(), region, reachable, dict(vv), shard))
 
     def mark(self, name: str) -> None:
         self.marks[name] = self.now()
@@ -107,15 +113,21 @@ class History:
         with self._lock:
             return {"ops": [asdict(o) for o in self.ops], "faults": [asdict(f) for f in self.faults],
                     "samples": [asdict(s) for s in self.samples], "marks": dict(self.marks),
-                    "forced": {str(r): n for r, n in self.forced.items()}}
+                    "forced": {str(r): n for r, n in self.forced.items()},
+                    "forced_shards": {str(r): n for r, n in self.forced_shards.items()},
+                    "shard_samples": [asdict(s) for s in self.shard_samples]}
 
     @classmethod
     def from_json(cls, data: dict) -> History:
         h = cls()
         h.ops = [Op(**o) for o in data["ops"]]
         h.faults = [Fault(**f) for f in data["faults"]]
-        h.samples = [Sample(s["t"], s["region"], s["reachable"], {int(k): v for k, v in s["vv"].items()})
-                     for s in data["samples"]]
+        def samples(key: str) -> list[Sample]:
+            return [Sample(s["t"], s["region"], s["reachable"], {int(k): v for k, v in s["vv"].items()},
+                           s.get("shard")) for s in data.get(key, [])]
+
+        h.samples, h.shard_samples = samples("samples"), samples("shard_samples")
         h.marks = dict(data["marks"])
         h.forced = {int(r): n for r, n in data.get("forced", {}).items()}
+        h.forced_shards = {int(r): list(n) for r, n in data.get("forced_shards", {}).items()}
         return h

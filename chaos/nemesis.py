@@ -345,8 +345,12 @@ class MembershipNemesis(threading.Thread):
                 return False
             out, frozen = done
             self.history.forced[region] = frozen
+            per_shard = b.frozen_per_shard(region)  # a sharded region: each group froze it at its own point
+            if per_shard is not None:
+                self.history.forced_shards[region] = per_shard
             fault.detail += f": cut off from every peer for {ISOLATED_S:.1f} s, SIGKILL, then {out}"
-            self.changes.append(f"removed region {region} by force (frozen at {frozen})")
+            self.changes.append(f"removed region {region} by force (frozen at "
+                                f"{frozen if per_shard is None else ' / '.join(map(str, per_shard))})")
             if self._retry(fault, "purge", lambda: b.purge_region(region)) is None:
                 return False
             fault.detail += "; restarted, refused, purged"

@@ -190,7 +190,8 @@ def replication_state(address) -> tuple[dict[int, int], int, str, int] | None:
 
 def _sample(members: Members, history: History, stop: threading.Event) -> None:
     """Every region's version vector, twice a second; a sharded region's is the sum of its shards'
-    (each shard group counts its own operations), and it answers only when every shard does."""
+    (each shard group counts its own operations), and it answers only when every shard does;
+    each shard's is kept too (``History.shard_samples``)."""
     while not stop.wait(0.5):
         for region, address in members.addresses.items():
             states = [replication_state(a) for a in (members.region_addresses(region) if members.shards else [address])]
@@ -200,6 +201,9 @@ def _sample(members: Members, history: History, stop: threading.Event) -> None:
                     vv[origin] = vv.get(origin, 0) + n
             up = all(s is not None for s in states)
             history.sample(region, up, vv if up else {})
+            if members.shards:  # each group's own (a forced removal is judged by each group's frozen point)
+                for k, state in enumerate(states):
+                    history.sample(region, state is not None, state[0] if state else {}, shard=k)
 
 
 def wait_converged(groups: dict | list[dict], timeout: float) -> float | None:

@@ -30,6 +30,13 @@ region, or is not injected (the fault says so).
 
 Pause stops (SIGSTOP) the supervisor and every shard; DEBUG faults (clock, disk,
 fsync) and the long partition's backlog bound reach every shard of the region.
+
+Membership (``--faults membership``): a region added gets a port and a repl port per shard
+(``braid-admin region add`` joins it to every shard group) and its shard K dials shard K of
+every member through a relay; it is active once every shard says so.  A region removed by
+force is frozen by each shard group at its own point, read back from the groups' member
+lists (:meth:`ShardedProcessBackend.frozen_per_shard`): the checkers judge each write of it
+by its shard's point.
 Clients (:class:`chaos.workloads.Members`) send each command to the shard owning
 its key's slot, by the cluster file's slot map.
 """
@@ -43,15 +50,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from node.activeactive.cluster_config import ClusterConfig, RegionSpec, local_cluster
+import redis
+
+from crdt.membership import REMOVED
+from node.activeactive.cluster_config import ClusterConfig, RegionSpec, load, local_cluster
 from node.testing import free_ports, wait_until
+from node.tools.admin_calls import AdminError, call
 from node.tools.cluster_processes import parent_pid, ping, process_info
 from node.tools.shards import MAX_QUICK_CRASHES, QUICK_CRASH_S
 
-from .backends import DEBUG_FAULTS, NETWORK_FAULTS, ProcessBackend, RegionProcess
+from .backends import DEBUG_FAULTS, NETWORK_FAULTS, MembershipFailed, ProcessBackend, RegionProcess
 from .history import Fault
 from .relay import RelayHub
-from .workloads import Members
+from .workloads import Members, connect
 
 RESTART_TIMEOUT_S = 30.0  # a killed shard not answering again this long after its kill: not restarted
 WATCH_POLL_S = 0.1        # the watch's look at the killed shard and its siblings
@@ -211,9 +222,9 @@ class ShardedProcessBackend(ProcessBackend):
     faults = DEBUG_FAULTS | NETWORK_FAULTS | {"kill", "pause", "restore", "shard-kill"}
 
     def __init__(self, regions: int, workdir: str, shards: int, fsync: str = "everysec", bug: str | None = None,
-                 seed: int = 0) -> None:
-        super().__init__(regions, workdir, fsync, bug, seed)
-        self.faults = type(self).faults
+                 seed: int = 0, membership: bool = False) -> None:
+        super().__init__(regions, workdir, fsync, bug, seed, membership)
+        self.faults = type(self).faults | ({"membership"} if membership else set())
         self.shards = shards
         self.watches: list[ShardWatch] = []
 
@@ -222,10 +233,12 @@ class ShardedProcessBackend(ProcessBackend):
         n, s = self.n, self.shards
         config = local_cluster(n, 0, shards=s)
         ports = free_ports(2 * n * s)
+        top = config.stride - 1 - n if self.membership else 0  # (added regions dial: ProcessBackend)
         specs = []
         for i, r in enumerate(config.regions):
             mine = ports[2 * s * i:2 * s * (i + 1)]
-            specs.append(RegionSpec(r.name, r.number, r.host, mine[0], mine[s], ports=mine[:s], repl_ports=mine[s:]))
+            specs.append(RegionSpec(f"region-{r.number + top}", r.number + top, r.host, mine[0], mine[s],
+                                    ports=mine[:s], repl_ports=mine[s:]))
         config.regions = specs
         config.appendfsync = self.fsync
         config.validate()
@@ -269,6 +282,78 @@ class ShardedProcessBackend(ProcessBackend):
         path = os.path.join(self.workdir, f"{me.name}-{me.number}.toml")
         view.save(path)
         return path
+
+    # ------------------------------------------------------------ membership
+    def add_region(self, name: str | None = None) -> int:
+        """:meth:`ProcessBackend.add_region` for a sharded database: a port and a repl port per
+        shard (braid-admin region add joins it to every shard group), shard K of it dialing shard
+        K of every member through a relay, its supervisor started.  Returns its number."""
+        cfg = load(self.cluster_file)
+        number = min(r.number for r in cfg.regions) - 1
+        if number < 1:
+            raise MembershipFailed("no region number left below the first regions'")
+        name = name or f"region-{number}"
+        s = self.shards
+        ports = free_ports(2 * s)
+        self.admin("region", "add", name, "--host", "127.0.0.1", "--port", ",".join(map(str, ports[:s])),
+                   "--repl-port", ",".join(map(str, ports[s:])), "--number", str(number))
+        cfg = load(self.cluster_file)  # braid-admin recorded the new member there
+        with self.lock:
+            assert self.relays is not None
+            for r in cfg.live_regions():
+                if r.number != number:
+                    for k in range(s):
+                        self.relays.add(number, r.number, (r.host, r.repl_ports[k]), shard=k)
+            me = cfg.by_number(number)
+            proc = ShardedRegion(ports[:s], os.path.join(self.workdir, f"{name}-{number}"), self._region_file(me, cfg),
+                                 name, ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
+            self.procs[number] = proc
+            self.addresses[number] = ("127.0.0.1", ports[0])
+        proc.start()
+        # it reads at once, writes once active (every shard: member_status)
+        self.members.set(number, ("127.0.0.1", ports[0]), writable=False,
+                         shards=[("127.0.0.1", p) for p in ports[:s]])
+        return number
+
+    def member_status(self, region: int) -> str:
+        """The region's status as its shards see it: "active" once every shard says so, else the
+        first other answer ('' if a shard does not answer)."""
+        proc = self.procs.get(region)
+        if not isinstance(proc, ShardedRegion):
+            return ""
+        statuses = []
+        for port in proc.ports:
+            c = connect(("127.0.0.1", port), timeout=2.0)
+            try:
+                statuses.append(str(c.info("crdt").get("crdt_member_status", "")))
+            except (redis.RedisError, OSError):
+                return ""
+            finally:
+                c.close()
+        return next((st for st in statuses if st != "active"), "active")
+
+    def frozen_per_shard(self, region: int) -> list[int]:
+        """The frozen point each shard group agreed for ``region`` (removed by force), as the
+        group's members answer braid-admin's status call."""
+        cfg = load(self.cluster_file)
+        frozen = []
+        for k in range(self.shards):
+            view = cfg.shard_view(k)
+            found = None
+            for r in view.live_regions():
+                if r.number == region:
+                    continue
+                try:
+                    st = call(view, r, "status")
+                except AdminError:
+                    continue
+                found = next((x.frozen for x in st.members if x.number == region and x.status == REMOVED), None)
+                if found is not None:
+                    break
+            if found is None:
+                raise MembershipFailed(f"no member of shard {k}'s group says where region {region} was frozen")
+            frozen.append(found)
+        return frozen
 
     def region_addresses(self, region: int) -> list[tuple[str, int]]:
         proc = self.procs[region]

@@ -141,14 +141,18 @@ class Members:
         """The members of now, fixed (for the phases after the faults)."""
         return Members(self.addresses, self.writable, self.shards, self.owners)
 
-    def set(self, region: int, address: tuple[str, int] | None, writable: bool) -> None:
-        """Region ``region`` now runs at ``address`` (None: no longer a member) and takes writes or not."""
+    def set(self, region: int, address: tuple[str, int] | None, writable: bool,
+            shards: list[tuple[str, int]] | None = None) -> None:
+        """Region ``region`` now runs at ``address`` (None: no longer a member; ``shards``: a sharded
+        region's address of each shard, shard 0's first) and takes writes or not."""
         with self._lock:
             addresses = dict(self.addresses)
             if address is None:
                 addresses.pop(region, None)
             else:
                 addresses[region] = address
+            if self.shards is not None and shards is not None:
+                self.shards = {**self.shards, region: list(shards)}
             self.addresses = addresses
             w = set(self.writable) - {region}
             if writable and address is not None:

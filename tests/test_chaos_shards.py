@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 from chaos.checkers import SIBLING_SILENCE_S
 from chaos.cli import main
 from chaos.nemesis import schedule
+from chaos.run import RunConfig, run
+from chaos.shards import ShardedProcessBackend
 from node.activeactive.cluster_config import local_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,6 +71,31 @@ def test_a_sharded_run_with_shard_kills_passes_and_reports_them(tmp_path):
     assert data["lag"]["1"]["down"] or data["lag"]["2"]["down"]
 
 
+def test_membership_changes_of_a_sharded_database_pass_and_are_judged_shard_by_shard(tmp_path):
+    """The membership fault on regions of two shards: a region joins every shard group, one leaves
+    gracefully, one is removed by force - each group freezing it at its own point, by which the
+    writes of each shard are judged - and purged; every checker passes."""
+    backend = ShardedProcessBackend(3, str(tmp_path / "regions"), shards=2, seed=5, membership=True)
+    backend.start()
+    try:
+        result = run(RunConfig(3, 24, 5, ["membership", "partition"], shards=2, out=str(tmp_path / "r")), backend)
+        final = sorted(backend.members.addresses)
+    finally:
+        backend.stop()
+    assert result.ok, [v.summary for v in result.verdicts if not v.ok] + result.errors
+    changes = " | ".join(result.membership)
+    assert re.match(r"added region-\d+ as region \d+ \(active\)", result.membership[0]), changes
+    forced = re.search(r"removed region (\d+) by force \(frozen at (\d+) / (\d+)\)", changes)
+    assert re.search(r"removed region \d+ gracefully", changes) and forced, changes
+    assert f"purged region {forced[1]}" in changes
+    assert result.history.forced_shards[int(forced[1])] == [int(forced[2]), int(forced[3])]
+    assert {s.shard for s in result.history.shard_samples} == {0, 1}
+    verdicts = {v.name: v for v in result.verdicts}
+    assert verdicts["convergence"].summary.startswith("2 shard groups, each identical in its "
+                                                      f"{len(final)} regions"), verdicts["convergence"].summary
+    assert "(shard by shard)" in verdicts["forced removals"].summary, verdicts["forced removals"].summary
+
+
 def test_shards_are_refused_where_they_cannot_run(tmp_path, capsys):
     def refused(*argv: str) -> str:
         assert main(["run", *argv, "--out", str(tmp_path)]) == 2
@@ -75,7 +103,6 @@ def test_shards_are_refused_where_they_cannot_run(tmp_path, capsys):
 
     assert "the netns backend runs unsharded regions only" in refused("--shards", "2", "--backend", "netns")
     assert "it needs --shards 2 or more" in refused("--faults", "shard-kill")
-    assert "cannot add a region to a sharded database" in refused("--shards", "2", "--faults", "membership")
     sharded = tmp_path / "cluster.toml"
     local_cluster(2, 7001, str(tmp_path), shards=2).save(str(sharded))
     assert "attaching to one is not supported yet" in refused("--cluster", str(sharded))
