@@ -61,6 +61,18 @@ def _commandstat(client: redis.Redis, name: str) -> int:
     return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
 
 
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every process, then SIGKILL the ones still there after 10 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 @contextlib.contextmanager
 def region(shards: int):
     """One region (``shards`` processes) on free ports; yields [(port, pid)] per shard."""
@@ -103,14 +115,7 @@ def region(shards: int):
             out.append((port, p.pid))
         yield out
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        _stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -157,14 +162,7 @@ def redis_cluster(server: str, nodes: int = 2):
             _pin(p.pid, k)
         yield [(port, p.pid) for port, p in zip(ports, procs, strict=True)]
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        _stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -229,6 +229,18 @@ class Worker(threading.Thread):
         self.history.complete(op, OK, value)
         return OK, value
 
+    def xadd_on_connection(self, region: int, payload: str) -> tuple[str, object, redis.Redis | None]:
+        """XADD ``payload`` to chaos:log at ``region``: (outcome, the ID, the connection it went on -
+        what a WAIT or BRAID.TOKEN after it must use; None if none was made)."""
+        used: list[redis.Redis] = []
+
+        def xadd(c: redis.Redis) -> str:
+            used.append(c)
+            return _text(c.execute_command("XADD", LOG, "*", "v", payload))
+
+        outcome, value = self.call("xadd", region, LOG, xadd, payload=payload)
+        return outcome, value, used[0] if used else None
+
     def run(self) -> None:
         try:
             while not self.stop_event.is_set():
@@ -276,16 +288,10 @@ class Waiter(Worker):
     def step(self) -> None:
         self.count += 1
         payload, region = f"{self.name}-{self.count}", self.rng.choice(self.regions)
-        used: list[redis.Redis] = []
-
-        def xadd(c: redis.Redis) -> str:
-            used.append(c)
-            return _text(c.execute_command("XADD", LOG, "*", "v", payload))
-
-        outcome, _ = self.call("xadd", region, LOG, xadd, payload=payload)
+        outcome, _, connection = self.xadd_on_connection(region, payload)
         if outcome != OK:
             return
-        where, connection = (region, self.members.shard_of(LOG)), used[0]
+        where = (region, self.members.shard_of(LOG))
         mine = self.unconfirmed.get(where)
         if mine is None or mine[0] is not connection:  # a new connection: the old one's writes are not its
             mine = self.unconfirmed[where] = (connection, [])
@@ -312,19 +318,13 @@ class Reader(Worker):
     def step(self) -> None:
         self.count += 1
         payload, home = f"{self.name}-{self.count}", self.rng.choice(self.regions)
-        used: list[redis.Redis] = []
-
-        def xadd(c: redis.Redis) -> str:
-            used.append(c)
-            return _text(c.execute_command("XADD", LOG, "*", "v", payload))
-
-        outcome, entry_id = self.call("xadd", home, LOG, xadd, payload=payload)
+        outcome, entry_id, connection = self.xadd_on_connection(home, payload)
         others = [r for r in self.regions if r != home]
         if outcome != OK or not others:
             return
         # on the connection of the XADD (an error would have replaced it: then no token is asked)
         outcome, token = self.call("token", home, LOG, lambda c: _text(c.execute_command("BRAID.TOKEN"))
-                                   if c is used[0] else "another connection")
+                                   if c is connection else "another connection")
         if outcome != OK or token == "another connection":
             return
         there = self.rng.choice(others)
