@@ -63,3 +63,16 @@ def test_waitaof_answers_count_the_regions_with_the_write_on_disk():
     no_fsync = run_sim(SimConfig(seed=10, fsync="no"))
     assert no_fsync.ok, [v.render() for v in no_fsync.verdicts if not v.ok]
     assert any(re.search(r" WAITAOF 1 \d+ \d+( \(timed out\))? -> \[1, \d\]", line) for line in no_fsync.trace)
+
+
+def test_a_peer_whose_link_came_back_counts_for_waitaof_by_its_acks_since():
+    """Found by a random batch (seed 797191327): region 1's log was salvaged after a flipped bit
+    (cut back to 2.50) and it restarted; its link to region 2 came back, but region 2 still
+    counted it for WAITAOF by what its acks had said of its disk before (up to 2.83).  The
+    real link forgets what a peer's acks said, of its OS and of its disk, when it starts
+    (``Link.__init__``); the simulated link forgot only the first.  Now both, and region 2's
+    WAITAOF for 2.83 right after the restart counts no one."""
+    outcome = run_sim(SimConfig(seed=797191327))
+    assert outcome.ok, [v.render() for v in outcome.verdicts if not v.ok]
+    assert any("SALVAGE r1: check-log --fix kept" in line for line in outcome.trace)
+    assert any(line.endswith("r2 WAITAOF 0 3 200 (timed out) -> [1, 0] (none) for 2.83") for line in outcome.trace)

@@ -138,11 +138,13 @@ class Links:
                                                    "it handshakes again")
         hub_a.links[b] = SimLink(self, ra, b, ra.links[b])
         hub_b.links[a] = SimLink(self, rb, a, rb.links[a])
-        # what each end's acks say its OS holds starts again (Link.__init__), from the ack each
-        # sends as its link starts (taken with the handshake, which the world makes at once)
+        # what each end's acks say its OS holds, and its disk, starts again (Link.__init__: the
+        # peer may have been restored), from the ack each sends as its link starts (taken with
+        # the handshake, which the world makes at once)
         for hub, peer, region in ((hub_a, b, rb), (hub_b, a, ra)):
-            hub.peer_said[peer] = {}
+            hub.peer_said[peer], hub.peer_synced[peer] = {}, {}
             hub.ack_said(peer, dict(self.acknowledged(region)))
+            hub.ack_said(peer, dict(region.aa.hub.synced_vv), on_disk=True)
         self.sched.log(f"link {a}-{b} up (connection {conn}): hello vv {_vv(ra.causal.vv)}, "
                        f"welcome vv {_vv(rb.causal.vv)}" + (f"; both dropped operations the other lacks (floors "
                                                             f"{_vv(ra.causal.floor)} / {_vv(rb.causal.floor)}): "
