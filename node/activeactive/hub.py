@@ -115,7 +115,6 @@ what is applied and issued (the simulation's checks).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -125,6 +124,7 @@ from crdt.causal import CausalLog, Envelope, Fork
 from crdt.linkerrors import MembershipBehind
 from crdt.sync import ProtocolError
 from node.activeactive.frames import LinkLimits
+from node.activeactive.handshake_checks import HandshakeChecks
 from node.activeactive.link import Link, LinkStalled
 from node.activeactive.outbox import Outbox
 from node.activeactive.pacing import AckPace, Pacing
@@ -153,7 +153,7 @@ class Transport(Protocol):
     async def stop(self, hub: ReplicationHub) -> None: ...
 
 
-class ReplicationHub:
+class ReplicationHub(HandshakeChecks):
     """A region's replication endpoint: serves peers, dials peers, relays."""
 
     def __init__(self, region: int, cluster_id: str, database: str, token: str,
@@ -570,43 +570,6 @@ class ReplicationHub:
     def membership_hello(self) -> tuple[int, bytes]:
         """(epoch, member list) for a Hello or Welcome: (0, b'') without a membership gate."""
         return (0, b"") if self.gate is None else self.gate.hello()
-
-    def check_hello(self, hello: pb.Hello | None) -> str:
-        if hello is None:
-            return "the first frame was not Hello"
-        if hello.cluster_id != self.cluster_id:
-            return f"cluster id {hello.cluster_id!r} is not {self.cluster_id!r}"
-        if hello.database != self.database:
-            return f"database {hello.database!r} is not {self.database!r}"
-        if not hmac.compare_digest(hello.token.encode(), self.token.encode()):
-            return f"region {hello.region} presented a wrong token"
-        if hello.region == self.region:
-            return f"region number {hello.region} is this region's own"
-        return self.check_shard(hello.region, hello.shard, hello.slot_map)
-
-    def check_shard(self, peer: int, shard: int, slot_map: str) -> str:
-        """Only shard K of one slot map replicates with shard K of the same map: every other
-        pair holds other keys, so one operation would reach a shard that does not own it."""
-        if (shard, slot_map) == (self.shard, self.slot_map):
-            return ""
-        def what(k: int, digest: str) -> str:
-            return f"shard {k} of slot map {digest}" if digest else "unsharded"
-        return (f"region {peer} is {what(shard, slot_map)}, this region's shard is "
-                f"{what(self.shard, self.slot_map)}: the cluster files' [shards] or the shard started differ")
-
-    def check_certificate(self, hello: pb.Hello, caller: Identity | None) -> str:
-        """With TLS: does the caller's verified certificate name the region its Hello claims?"""
-        if self.tls is None:
-            return ""
-        if caller is None:
-            return "the call did not come through this region's TLS port"
-        claimed = self.names.get(hello.region)
-        if claimed is None:
-            return f"region number {hello.region} is not in the cluster file"
-        if claimed not in caller.names:
-            return (f"a certificate of {', '.join(sorted(caller.names)) or 'no name'} "
-                    f"cannot speak for {claimed} (region {hello.region})")
-        return ""
 
     def caller(self, grpc_peer: str) -> Identity | None:
         """Who made a call (None without TLS, or when it did not come through the TLS front)."""
