@@ -372,6 +372,9 @@ class Links:
             interrupted = self.rng.choice(("machine down", "disk full"))
             region.file.crash_in_snapshot = interrupted == "machine down"
             region.file.snapshot_fails = region.file.snapshot_fails or interrupted == "disk full"
+        # what its folder holds once the image is taken: its history so far (an image held before
+        # is written first, or this one is refused: RegionCore.install_image rolls the log)
+        on_disk = self.trimmed[region.number]
         try:
             installed = region.core.install_image(data)
         except MachineDown:
@@ -386,6 +389,10 @@ class Links:
             self.disconnect(region.number, sender, f"r{region.number} refused r{sender}'s image")
             return
         self.resyncs += 1
+        if region.core.oplog.unsaved_image is not None:
+            self.trimmed_before_image[region.number] = on_disk
+        else:
+            self.trimmed_before_image.pop(region.number, None)
         self.trimmed[region.number] = trimmed  # the image holds what its sender had trimmed
         # the image's own vector, as the real link: not this region's after its own went on top
         region.links[sender].image_installed(dict(region.core.aa.hub.image_vv))
@@ -418,6 +425,10 @@ class Links:
         # on an operation only this region held), then its log from here on
         mine = self.history(region)
         held = {e.dot for e in mine}
+        if region.core.oplog.unsaved_image is not None:  # its folder holds what it had before (image_lost)
+            self.trimmed_before_image[number] = self.trimmed[number]
+        else:
+            self.trimmed_before_image.pop(number, None)
         self.trimmed[number] = mine + [e for e in history if e.dot not in held]
         region.links[sender].image_installed(dict(region.core.aa.hub.image_vv))
         for link in region.links.values():  # the floor rose: a peer may lack what it now covers

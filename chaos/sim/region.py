@@ -194,6 +194,7 @@ class SimRegion:
 
     def crash(self, machine: bool) -> str:
         """Kill the region; ``machine``: the machine too (unsynced bytes may be lost)."""
+        self.sim.image_lost(self, self.core.oplog.unsaved_image is not None)
         held, self.held = self.held, []
         self.core = self.client = None
         self.links.clear()
@@ -216,6 +217,8 @@ class SimRegion:
             except OSError:  # still no room: the records after the image are dropped with it
                 oplog._buffer.clear()
                 oplog.unsaved_image = None
+                self.sim.image_lost(self, True)
+        self.sim.image_lost(self, False)  # (a held image's snapshot is written: its history stays)
         oplog.write_out()
         held, self.held = self.held, []
         self.core = self.client = None

@@ -240,6 +240,10 @@ class Simulation(Links, Faults):
         self.backlog_bytes = self.rng.choice(BACKLOG_BYTES) if "backlog" in faults else 0
         self.lone_writes_after = LONE_WRITES_AFTER_MS if "lone" in faults else 0
         self.trimmed: dict[int, list[Envelope]] = {n: [] for n in self.regions}  # what each region's backlog dropped
+        # a region holding a full-resync image whose snapshot is not on disk yet: its trimmed
+        # history from before the image, what its folder still holds (a start without the
+        # image takes it back: image_lost)
+        self.trimmed_before_image: dict[int, list[Envelope]] = {}
         self.resyncs = 0
         self.joins = 0  # states joined (both ends of a link had dropped operations the other lacked)
         # per direction (region, peer): the connection and its link's relay hold (relay_hold)
@@ -376,11 +380,20 @@ class Simulation(Links, Faults):
             self.damage_problems.append(f"r{region.number}'s start cut a damaged record (byte {at} flipped) at the "
                                         "end of a log closed cleanly, instead of refusing it")
 
+    def image_lost(self, region: SimRegion, lost: bool) -> None:
+        """``region`` goes down; ``lost``: with a full-resync image whose snapshot never reached
+        its disk - the checkers' view of its history goes back to what its folder holds."""
+        before = self.trimmed_before_image.pop(region.number, None)
+        if lost and before is not None:
+            self.trimmed[region.number] = before
+
     # ------------------------------------------------------------ the operator's copies
     def back_up(self, region: SimRegion) -> None:
         """The operator copies the region's folder (what is durable now), keeping the newest few."""
         copies = self.backups.setdefault(region.number, [])
-        copies.append((region.file.copy(self.sched.now), list(self.trimmed[region.number])))
+        on_disk = self.trimmed_before_image.get(region.number, self.trimmed[region.number]) \
+            if region.up and region.core.oplog.unsaved_image is not None else self.trimmed[region.number]
+        copies.append((region.file.copy(self.sched.now), list(on_disk)))
         del copies[:-BACKUPS_KEPT]
         self.sched.log(f"BACKUP r{region.number}: copied its folder ({len(region.file.durable)} durable bytes"
                        f"{', a snapshot' if region.file.snapshot else ''}; {len(copies)} copies kept)")

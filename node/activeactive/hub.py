@@ -204,6 +204,9 @@ class ReplicationHub(HandshakeChecks):
         self.peer_said: dict[int, dict[int, int]] = {}
         # what this region's log holds on disk: to which causal-log position, per origin how far (Ack.synced)
         self.synced_at, self.synced_vv = 0, dict[int, int]()
+        # while a full-resync image's snapshot waits to be written (the disk was full), what the
+        # log before the image held: acks say no more (a process that ends first starts from it)
+        self.ack_cap: dict[int, int] | None = None
         # per peer, the version vector it last reported as a whole (handshake, ack): causal
         # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
         self.peer_reported: dict[int, dict[int, int]] = {}
@@ -479,6 +482,8 @@ class ReplicationHub(HandshakeChecks):
         SIGKILL here.  Without a log, everything applied."""
         causal = self.causal
         vv = causal.vv if self.sendable is None else causal.vv_before(self.sendable)
+        if self.ack_cap is not None:  # a full-resync image held in memory: only what the old log holds
+            vv = {o: min(n, self.ack_cap.get(o, 0)) for o, n in vv.items()}
         if vv is causal.vv:
             return vv, causal.held_heads()
         return vv, {o: digest for o, n in vv.items() if n and (digest := causal.digest_at(o, n)) is not None}

@@ -150,6 +150,7 @@ class ActiveActive:
         self._unsafe: deque[tuple[int, int]] = deque()
         # ... and once it is on disk (what acks say in Ack.synced, for WAITAOF at other regions)
         self._unsynced: deque[tuple[int, int]] = deque()
+        self._image_end = 0  # where the state a held full-resync image's snapshot holds ends (image_held)
         self.flushes_waiting = 0  # cluster-wide flushes waiting for operations (INFO crdt)
         self.lone = LoneWrites()  # writes taken alone (crdt-lone-writes-after-ms; node/activeactive/lone_writes.py)
         self.changes = MembershipChanges(me, cluster, self.membership, self.causal, self.hub, self.counts,
@@ -243,6 +244,27 @@ class ActiveActive:
         self._unsynced.clear()
         self.hub.logged_upto(self.causal.end)
         self.hub.synced_upto(self.causal.end)
+
+    def image_held(self, old_log_held: dict[int, int], end: int) -> None:
+        """The snapshot of a full-resync image just taken (the state up to causal-log position
+        ``end``) could not be written: until :meth:`image_saved`, what acks say this region
+        holds is capped at what its log before the image held (``old_log_held``) - a process
+        that ends first starts again from that log - and nothing of the image counts as on disk."""
+        self.hub.ack_cap = dict(old_log_held)
+        self._image_end = end
+
+    def image_saved(self) -> None:
+        """The held image's snapshot is on disk: the state up to it counts as on the OS and on
+        disk; the records that waited behind it count as they are written and fsynced."""
+        self.hub.ack_cap = None
+        end = self._image_end
+        for waiting in (self._unsafe, self._unsynced):  # records the snapshot holds already
+            while waiting and waiting[0][1] <= end:
+                waiting.popleft()
+        if self.hub.sendable is not None and end > self.hub.sendable:
+            self.hub.logged_upto(end)
+        self.hub.synced_upto(end)
+        self.hub.wake()
 
     def logged(self, record: int, end: int | None = None) -> None:
         """Record ``record`` of the operation log holds what the causal log has now (or up to

@@ -19,7 +19,9 @@ applied), and a replay from the snapshot skips them as the causal log skips any 
 it holds.  A snapshot that cannot be written (a full disk) leaves the log holding every
 record after R back, and the region refusing writes, until the cron writes it
 (``OperationLog.hold_for_image``): a process that ends first starts again from the old log,
-which holds those operations, and is sent an image again.
+which holds those operations, and is sent an image again.  Meanwhile the region's acks say
+no more than that old log holds, and nothing new is on disk (``ActiveActive.image_held``):
+a peer's WAIT or WAITAOF must not count it for what lives only in its memory.
 
 Joining (:meth:`FullResync.join`, crdt/join.py) is the same around ``ActiveActive.join_image``:
 both regions dropped operations the other lacks, so each joins the other's state into its own.
@@ -77,6 +79,7 @@ class FullResync:
                     log.error("%s: the append-only file cannot be put on disk first: %s", refusing, e.strerror or e)
                     return False
                 base = oplog.last_record
+                old_log_held = dict(aa.hub.acknowledgement()[0])  # (everything: the roll put it on disk)
             replayed = take(data)
             if replayed is None:
                 return False
@@ -84,18 +87,21 @@ class FullResync:
                 if env.n > aa.causal.vv.get(env.origin, 0):
                     aa.hub.deliver(env)
             if oplog is not None:
-                self._save(base)
-                aa.log_started()
+                if self._save(base):  # the new state is the base of the log, on disk
+                    aa.log_started()
+                else:  # held in memory until the disk takes its snapshot: acks say no more than the old log
+                    aa.image_held(old_log_held, aa.causal.end)
             core.db.ready.update(core.db.keys)
             core.keys_ready()
             return True
         finally:
             core.latency_end(event, t0)
 
-    def _save(self, record: int) -> None:
+    def _save(self, record: int) -> bool:
         """The snapshot that makes a full-resync image just installed the base of the append-only
         file, at ``record`` (see the module's docstring); written even while a BGSAVE runs: the
-        older state that one writes cannot be the base any more."""
+        older state that one writes cannot be the base any more.  False: the disk refused it, and
+        the log holds it (and every record after it) until the disk takes it."""
         core = self.core
         oplog = core.oplog
         assert oplog is not None  # (an image is saved only with a log)
@@ -105,6 +111,12 @@ class FullResync:
             oplog.write_snapshot(data, record)
         except OSError as e:
             core.last_bgsave_ok = False
-            oplog.hold_for_image(data, record, e, lambda rec: core.saved(rec, None))
-            return
+            oplog.hold_for_image(data, record, e, self._held_image_saved)
+            return False
         core.saved(record, None)
+        return True
+
+    def _held_image_saved(self, record: int) -> None:
+        """The snapshot :meth:`_save` could not write is on disk now (the log's tick wrote it)."""
+        self.core.saved(record, None)
+        self.core.member().image_saved()
