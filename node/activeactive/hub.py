@@ -482,8 +482,8 @@ class ReplicationHub(HandshakeChecks):
         SIGKILL here.  Without a log, everything applied."""
         causal = self.causal
         vv = causal.vv if self.sendable is None else causal.vv_before(self.sendable)
-        if self.ack_cap is not None:  # a full-resync image held in memory: only what the old log holds
-            vv = {o: min(n, self.ack_cap.get(o, 0)) for o, n in vv.items()}
+        if self.ack_cap is not None:  # a full-resync image held in memory: what the old log holds
+            vv = dict(self.ack_cap)
         if vv is causal.vv:
             return vv, causal.held_heads()
         return vv, {o: digest for o, n in vv.items() if n and (digest := causal.digest_at(o, n)) is not None}

@@ -247,22 +247,24 @@ class ActiveActive:
 
     def image_held(self, old_log_held: dict[int, int], end: int) -> None:
         """The snapshot of a full-resync image just taken (the state up to causal-log position
-        ``end``) could not be written: until :meth:`image_saved`, what acks say this region
-        holds is capped at what its log before the image held (``old_log_held``) - a process
-        that ends first starts again from that log - and nothing of the image counts as on disk."""
+        ``end``) could not be written.  Until :meth:`image_saved`, acks say this region holds
+        what its log before the image holds (``old_log_held``; the state holds all of it) - a
+        process that ends first starts again from that log - and nothing of the image counts as
+        on disk.  The image's operations may be sent on, as after a saved image."""
         self.hub.ack_cap = dict(old_log_held)
         self._image_end = end
+        while self._unsafe and self._unsafe[0][1] <= end:  # (records the image's state holds)
+            self._unsafe.popleft()
+        self.hub.logged_upto(end)
 
     def image_saved(self) -> None:
-        """The held image's snapshot is on disk: the state up to it counts as on the OS and on
-        disk; the records that waited behind it count as they are written and fsynced."""
+        """The held image's snapshot is on disk: acks say what the state up to it holds, and
+        that it is on disk; the records that waited behind it count as they are written and
+        fsynced."""
         self.hub.ack_cap = None
         end = self._image_end
-        for waiting in (self._unsafe, self._unsynced):  # records the snapshot holds already
-            while waiting and waiting[0][1] <= end:
-                waiting.popleft()
-        if self.hub.sendable is not None and end > self.hub.sendable:
-            self.hub.logged_upto(end)
+        while self._unsynced and self._unsynced[0][1] <= end:  # (records the snapshot holds)
+            self._unsynced.popleft()
         self.hub.synced_upto(end)
         self.hub.wake()
 
