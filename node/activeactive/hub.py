@@ -205,7 +205,7 @@ class ReplicationHub(HandshakeChecks):
         # what this region's log holds on disk: to which causal-log position, per origin how far (Ack.synced)
         self.synced_at, self.synced_vv = 0, dict[int, int]()
         # while a full-resync image's snapshot waits to be written (the disk was full), what the
-        # log before the image held: acks say no more (a process that ends first starts from it)
+        # log before the image held: acks say just that (a process that ends first starts from it)
         self.ack_cap: dict[int, int] | None = None
         # per peer, the version vector it last reported as a whole (handshake, ack): causal
         # stability reads these (crdt/sync.py, LinkState.on_batch says why not peer_acked)
@@ -479,7 +479,8 @@ class ReplicationHub(HandshakeChecks):
         """What an ack says this region holds, and the digests of those histories: what the
         causal log holds up to where the operation log handed its records to the OS (a killed
         process keeps those), so a peer counting this region for WAIT counts what survives a
-        SIGKILL here.  Without a log, everything applied."""
+        SIGKILL here; while a full-resync image waits for its snapshot to be written, what the
+        log before the image holds (``ack_cap``).  Without a log, everything applied."""
         causal = self.causal
         vv = causal.vv if self.sendable is None else causal.vv_before(self.sendable)
         if self.ack_cap is not None:  # a full-resync image held in memory: what the old log holds
