@@ -183,9 +183,8 @@ class ProcessBackend(Backend):
                 if a.number < b.number:
                     self.relays.add(a.number, b.number, (b.host, b.repl_port))
         for r in config.regions:
-            self.procs[r.number] = proc = RegionProcess(
-                r.port, os.path.join(self.workdir, r.name), self._region_file(r), r.name,
-                ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
+            self.procs[r.number] = proc = self.region_process([r.port], os.path.join(self.workdir, r.name),
+                                                              self._region_file(r), r.name)
             proc.start()
         self.addresses = {r.number: ("127.0.0.1", r.port) for r in config.regions}
         self.members = Members(self.addresses)
@@ -241,29 +240,39 @@ class ProcessBackend(Backend):
             c.close()
 
     def add_region(self, name: str | None = None) -> int:
-        """``braid-admin region add`` a new region under the next lower unused number, then start it
-        behind relays to every member (it dials them all).  Returns its number."""
+        """``braid-admin region add`` a new region under the next lower unused number, with a
+        port and a repl port per shard, then start it behind relays to every member (it dials
+        them all, each of its shards the same shard of theirs).  Returns its number."""
         cfg = load(self.cluster_file)
         number = min(r.number for r in cfg.regions) - 1
         if number < 1:
             raise MembershipFailed("no region number left below the first regions'")
         name = name or f"region-{number}"
-        port, repl_port = free_ports(2)
-        self.admin("region", "add", name, "--host", "127.0.0.1", "--port", str(port), "--repl-port",
-                   str(repl_port), "--number", str(number))
+        s = self.shards
+        ports = free_ports(2 * s)
+        self.admin("region", "add", name, "--host", "127.0.0.1", "--port", ",".join(map(str, ports[:s])),
+                   "--repl-port", ",".join(map(str, ports[s:])), "--number", str(number))
         cfg = load(self.cluster_file)  # braid-admin recorded the new member there
         with self.lock:
+            assert self.relays is not None
             for r in cfg.live_regions():
                 if r.number != number:
-                    self.relays.add(number, r.number, (r.host, r.repl_port))
-            me = cfg.by_number(number)
-            proc = RegionProcess(port, os.path.join(self.workdir, f"{name}-{number}"), self._region_file(me, cfg),
-                                 name, ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
+                    for k, repl_port in enumerate(r.repl_ports or [r.repl_port]):
+                        self.relays.add(number, r.number, (r.host, repl_port), shard=k)
+            proc = self.region_process(ports[:s], os.path.join(self.workdir, f"{name}-{number}"),
+                                       self._region_file(cfg.by_number(number), cfg), name)
             self.procs[number] = proc
-            self.addresses[number] = ("127.0.0.1", port)
+            self.addresses[number] = ("127.0.0.1", ports[0])
         proc.start()
-        self.members.set(number, ("127.0.0.1", port), writable=False)  # it reads at once, writes once active
+        # it reads at once, writes once active
+        self.members.set(number, ("127.0.0.1", ports[0]), writable=False,
+                         shards=[("127.0.0.1", p) for p in ports[:s]] if s > 1 else None)
         return number
+
+    def region_process(self, ports: list[int], data_dir: str, cluster_file: str, name: str) -> RegionProcess:
+        """The process of a region of this run, on ``ports`` (one per shard), not started yet."""
+        return RegionProcess(ports[0], data_dir, cluster_file, name,
+                             ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
 
     def activated(self, region: int) -> None:
         """The region reports itself active: clients may write there."""

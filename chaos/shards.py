@@ -252,9 +252,8 @@ class ShardedProcessBackend(ProcessBackend):
                     for k in range(s):
                         self.relays.add(a.number, b.number, (b.host, b.repl_ports[k]), shard=k)
         for r in config.regions:
-            self.procs[r.number] = proc = ShardedRegion(
-                r.ports, os.path.join(self.workdir, r.name), self._region_file(r), r.name,
-                ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
+            self.procs[r.number] = proc = self.region_process(r.ports, os.path.join(self.workdir, r.name),
+                                                              self._region_file(r), r.name)
             proc.start()
         self.addresses = {r.number: ("127.0.0.1", r.port) for r in config.regions}
         self.members = Members(self.addresses, shards={r.number: [("127.0.0.1", p) for p in r.ports]
@@ -284,36 +283,10 @@ class ShardedProcessBackend(ProcessBackend):
         return path
 
     # ------------------------------------------------------------ membership
-    def add_region(self, name: str | None = None) -> int:
-        """:meth:`ProcessBackend.add_region` for a sharded database: a port and a repl port per
-        shard (braid-admin region add joins it to every shard group), shard K of it dialing shard
-        K of every member through a relay, its supervisor started.  Returns its number."""
-        cfg = load(self.cluster_file)
-        number = min(r.number for r in cfg.regions) - 1
-        if number < 1:
-            raise MembershipFailed("no region number left below the first regions'")
-        name = name or f"region-{number}"
-        s = self.shards
-        ports = free_ports(2 * s)
-        self.admin("region", "add", name, "--host", "127.0.0.1", "--port", ",".join(map(str, ports[:s])),
-                   "--repl-port", ",".join(map(str, ports[s:])), "--number", str(number))
-        cfg = load(self.cluster_file)  # braid-admin recorded the new member there
-        with self.lock:
-            assert self.relays is not None
-            for r in cfg.live_regions():
-                if r.number != number:
-                    for k in range(s):
-                        self.relays.add(number, r.number, (r.host, r.repl_ports[k]), shard=k)
-            me = cfg.by_number(number)
-            proc = ShardedRegion(ports[:s], os.path.join(self.workdir, f"{name}-{number}"), self._region_file(me, cfg),
-                                 name, ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
-            self.procs[number] = proc
-            self.addresses[number] = ("127.0.0.1", ports[0])
-        proc.start()
-        # it reads at once, writes once active (every shard: member_status)
-        self.members.set(number, ("127.0.0.1", ports[0]), writable=False,
-                         shards=[("127.0.0.1", p) for p in ports[:s]])
-        return number
+    def region_process(self, ports: list[int], data_dir: str, cluster_file: str, name: str) -> ShardedRegion:
+        """The region's supervisor, which runs a process per shard on ``ports``."""
+        return ShardedRegion(ports, data_dir, cluster_file, name,
+                             ["--enable-debug-command", "yes", "--appendfsync", self.fsync], bug=self.bug)
 
     def member_status(self, region: int) -> str:
         """The region's status as its shards see it: "active" once every shard says so, else the
